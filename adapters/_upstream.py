@@ -1,0 +1,104 @@
+"""Calling a backend from an adapter: identity headers, status mapping, error translation.
+
+Every adapter goes through `request_json`, so the executor never sees an httpx exception and
+every backend learns who is asking the same way. The caller's bearer token is not available
+here (a `Principal` has none), so it cannot be forwarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from gateway.context import ToolContext
+from gateway.errors import (
+    UpstreamError,
+    UpstreamNotFoundError,
+    UpstreamProtocolError,
+    UpstreamRefusedError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
+
+__all__ = ["map_upstream_errors", "path", "request_json"]
+
+SUBJECT_HEADER = "x-countersign-subject"
+ORG_HEADER = "x-countersign-org"
+
+
+def path(template: str, **values: str) -> str:
+    """Fill a path template, percent-encoding every value so an argument cannot add segments."""
+    return template.format(**{key: quote(value, safe="") for key, value in values.items()})
+
+
+@contextmanager
+def map_upstream_errors(service: str) -> Iterator[None]:
+    """Translate transport errors, most specific first. `sent` records whether bytes may have left."""
+    try:
+        yield
+    except httpx.ConnectTimeout as error:
+        raise UpstreamUnavailableError("connect timed out", service=service, sent=False) from error
+    except httpx.PoolTimeout as error:
+        raise UpstreamUnavailableError("no free connection", service=service, sent=False) from error
+    except httpx.TimeoutException as error:
+        raise UpstreamTimeoutError("backend did not answer in time", service=service) from error
+    except httpx.ConnectError as error:
+        raise UpstreamUnavailableError("cannot connect to backend", service=service, sent=False) from error
+    except httpx.TransportError as error:
+        # The request may have reached the backend: the connection broke mid-way.
+        raise UpstreamUnavailableError(f"connection failed: {type(error).__name__}", service=service) from error
+
+
+async def request_json(
+    ctx: ToolContext,
+    method: str,
+    url: str,
+    *,
+    params: Mapping[str, str] | None = None,
+    json: Mapping[str, Any] | None = None,
+) -> Any:
+    """Send one request for the caller in `ctx` and return the decoded JSON body of a 2xx answer.
+
+    Raises:
+        UpstreamNotFoundError: 404 (a missing object and another org's object look the same).
+        UpstreamRefusedError: 409 or 422, a definitive business refusal.
+        UpstreamUnavailableError: connect failures, 502/503/504, 429.
+        UpstreamTimeoutError: no answer within the client's read timeout.
+        UpstreamProtocolError: any other status, or a body that is not JSON.
+    """
+    headers = {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
+    if ctx.idempotency_key is not None:
+        headers["idempotency-key"] = ctx.idempotency_key
+    with map_upstream_errors(ctx.service):
+        response = await ctx.http.request(method, url, params=params, json=json, headers=headers)
+    status = response.status_code
+    if 200 <= status < 300:
+        try:
+            return response.json()
+        except ValueError as error:
+            raise UpstreamProtocolError("2xx answer is not JSON", service=ctx.service, status=status) from error
+    raise _status_error(ctx.service, response)
+
+
+def _status_error(service: str, response: httpx.Response) -> UpstreamError:
+    status = response.status_code
+    if status == 404:
+        return UpstreamNotFoundError("not found", service=service, status=status)
+    if status in (409, 422):
+        return UpstreamRefusedError("refused", service=service, status=status, reason=_reason(response))
+    if status in (429, 502, 503, 504):
+        return UpstreamUnavailableError(f"backend answered {status}", service=service, status=status)
+    return UpstreamProtocolError(f"backend answered {status}", service=service, status=status)
+
+
+def _reason(response: httpx.Response) -> str:
+    """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word."""
+    try:
+        code = response.json().get("error", "")
+    except (ValueError, AttributeError):
+        return ""
+    return code if isinstance(code, str) and code.replace("_", "").isalnum() and len(code) <= 40 else ""

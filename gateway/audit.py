@@ -1,0 +1,128 @@
+"""The audit trail: every allow, deny and outcome, appended to a Redis stream.
+
+Who calls it: the executor (one event per call), the key store, the CLI (`audit tail`). An
+event never holds a bearer token or third-party text; `AuditEvent` has no field for either.
+If the stream cannot be written, the event goes to the process log instead, so nothing is
+silent even when Redis is down (reads keep working; invariant 7).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+__all__ = ["AUDIT_STREAM", "AuditEvent", "AuditSink", "ListAuditSink", "RedisStreamAuditSink"]
+
+logger = logging.getLogger(__name__)
+
+AUDIT_STREAM = "countersign:audit"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditEvent:
+    """One audited fact."""
+
+    action: str
+    """What happened: ``tool.call``, ``key.create``, ``key.revoke``, ``auth.reject``..."""
+    outcome: str
+    """``allow``, ``deny``, ``ok`` or ``error``."""
+    subject: str = ""
+    org: str = ""
+    key_id: str = ""
+    tool: str = ""
+    code: str = ""
+    """Stable code of a refusal or failure; empty on success."""
+    reason: str = ""
+    """Why, for operators. Written by the gateway, never copied from a backend or an agent."""
+    latency_ms: float | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+    id: str = ""
+    """Stream id once stored (its first part is the Redis server's time in ms)."""
+
+    def to_fields(self) -> dict[str, str]:
+        fields = {k: str(v) for k, v in asdict(self).items() if k not in ("extra", "id") and v not in ("", None)}
+        if self.latency_ms is not None:
+            fields["latency_ms"] = f"{self.latency_ms:.3f}"
+        if self.extra:
+            fields["extra"] = json.dumps(dict(self.extra), sort_keys=True)
+        return fields
+
+    @classmethod
+    def from_fields(cls, event_id: str, fields: Mapping[str, str]) -> AuditEvent:
+        latency = fields.get("latency_ms")
+        return cls(
+            action=fields.get("action", ""),
+            outcome=fields.get("outcome", ""),
+            subject=fields.get("subject", ""),
+            org=fields.get("org", ""),
+            key_id=fields.get("key_id", ""),
+            tool=fields.get("tool", ""),
+            code=fields.get("code", ""),
+            reason=fields.get("reason", ""),
+            latency_ms=float(latency) if latency else None,
+            extra=json.loads(fields["extra"]) if "extra" in fields else {},
+            id=event_id,
+        )
+
+
+class AuditSink(Protocol):
+    """Where audit events go. `record` must not raise: auditing never breaks a read."""
+
+    async def record(self, event: AuditEvent) -> None: ...
+
+    async def recent(self, count: int) -> Sequence[AuditEvent]:
+        """The newest `count` events, oldest first."""
+        ...
+
+
+class RedisStreamAuditSink:
+    """Appends events to the `countersign:audit` stream. The stream is never trimmed by length."""
+
+    def __init__(self, client: aioredis.Redis, *, stream: str = AUDIT_STREAM) -> None:
+        self._client = client
+        self._stream = stream
+
+    async def record(self, event: AuditEvent) -> None:
+        try:
+            await self._client.xadd(self._stream, event.to_fields())  # type: ignore[arg-type]
+        except (RedisError, OSError) as error:
+            # The fallback is itself recorded, in the log, with the whole event.
+            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
+
+    async def recent(self, count: int) -> list[AuditEvent]:
+        entries: Any = await self._client.xrevrange(self._stream, count=count)
+        return _events(reversed(entries or []))
+
+    async def after(self, last_id: str, *, block_ms: int, count: int = 100) -> list[AuditEvent]:
+        """Events newer than `last_id`, waiting up to `block_ms` for the first one (for `tail -f`)."""
+        answer: Any = await self._client.xread({self._stream: last_id}, block=block_ms, count=count)
+        return [event for _stream, entries in answer or [] for event in _events(entries)]
+
+
+class ListAuditSink:
+    """In-memory sink for executor tests: keeps events in order."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    async def record(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+    async def recent(self, count: int) -> list[AuditEvent]:
+        return self.events[-count:]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _events(entries: Iterable[tuple[Any, Any]]) -> list[AuditEvent]:
+    return [
+        AuditEvent.from_fields(_text(eid), {_text(k): _text(v) for k, v in fields.items()}) for eid, fields in entries
+    ]

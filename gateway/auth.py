@@ -1,0 +1,117 @@
+"""Bearer-key authentication for the HTTP surfaces (ASGI middleware).
+
+It resolves ``Authorization: Bearer <key>`` to a `Principal` of the expected kind and stores it
+in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
+``WWW-Authenticate: Bearer`` before the wrapped app sees the request. The token goes no
+further than this module: the scope carries the principal, which has no token field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.keys import KeyStore
+from gateway.principal import KeyKind, Principal
+
+__all__ = ["PRINCIPAL_SCOPE_KEY", "BearerAuth", "principal_of"]
+
+logger = logging.getLogger(__name__)
+
+PRINCIPAL_SCOPE_KEY = "countersign.principal"
+
+
+def principal_of(scope: Scope) -> Principal:
+    """The principal `BearerAuth` stored for this request.
+
+    Raises:
+        LookupError: when the request did not pass through `BearerAuth` (a wiring bug).
+    """
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    if not isinstance(principal, Principal):
+        raise LookupError("request was not authenticated by BearerAuth")
+    return principal
+
+
+class BearerAuth:
+    """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
+
+    def __init__(self, app: ASGIApp, *, keys: KeyStore, kind: KeyKind, audit: AuditSink, realm: str) -> None:
+        self._app = app
+        self._keys = keys
+        self._kind = kind
+        self._audit = audit
+        self._realm = realm
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        token = _bearer(scope)
+        if token is None:
+            await self._reject(scope, send, "missing bearer token", audit=False)
+            return
+        try:
+            principal = await self._keys.resolve(token)
+        except (RedisError, OSError) as error:
+            logger.error("key store unavailable: %s", type(error).__name__)
+            await _send_json(send, 503, {"error": "unavailable", "error_description": "key store unavailable"}, [])
+            return
+        if principal is None or principal.kind is not self._kind:
+            await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
+            return
+        scope[PRINCIPAL_SCOPE_KEY] = principal
+        # The SDK binds stateful MCP sessions to the credential that opened them through this
+        # user; it carries the key id, never the token.
+        scope["user"] = AuthenticatedUser(
+            AccessToken(token="", client_id=principal.key_id, scopes=sorted(principal.roles), subject=principal.subject)
+        )
+        await self._app(scope, receive, send)
+
+    async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool) -> None:
+        if audit:
+            await self._audit.record(
+                AuditEvent(
+                    action="auth.reject",
+                    outcome="deny",
+                    code="UNAUTHENTICATED",
+                    reason=reason,
+                    extra={"surface": self._realm, "path": str(scope.get("path", ""))},
+                )
+            )
+        header = f'Bearer realm="{self._realm}", error="invalid_token", error_description="{reason}"'
+        await _send_json(
+            send, 401, {"error": "invalid_token", "error_description": reason}, [(b"www-authenticate", header.encode())]
+        )
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = bytes(value).decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+            return None
+    return None
+
+
+async def _send_json(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,90 @@
+"""Sealed results: one value with a projection for the model and a render for people.
+
+An `Envelope` is what the executor returns for every call, allowed or not. The MCP surface
+sends `for_model()` to the agent and nothing else; `for_human()` is for the human path
+(operators, approvers) and may carry third-party text. Neither appears in `repr`, logs or
+pickles by accident: `__repr__` shows only shape and flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.decision import Code
+
+__all__ = ["Envelope"]
+
+# What the model is told for each refusal. Deliberately generic: the audit holds the details.
+_MESSAGES: Mapping[Code, str] = {
+    Code.PERMISSION_DENIED: "This tool is not available to you.",
+    Code.VALIDATION_ERROR: "The arguments do not match the tool's input schema.",
+    Code.NOT_FOUND: "No such object is visible to you.",
+    Code.CONFLICT: "The backend refused the request.",
+    Code.RATE_LIMITED: "Too many calls; retry after the given number of seconds.",
+    Code.APPROVAL_REQUIRED: "This action needs an administrator's approval.",
+    Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
+    Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
+    Code.UPSTREAM_ERROR: "The backend answered with an error.",
+    Code.LEDGER_UNAVAILABLE: "The approval ledger is unavailable; no write can be proposed now.",
+    Code.INTERNAL_ERROR: "The gateway could not complete the call.",
+}
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Envelope:
+    """The sealed outcome of one tool call. Build it with `ok`, `refused` or `failed`."""
+
+    code: Code | None
+    """None on success; the stable refusal code otherwise."""
+    untrusted: bool
+    """Whether the human render carries third-party text."""
+    _model: Mapping[str, Any] = field(compare=False)
+    _human: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def ok(cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False) -> Envelope:
+        """A successful result. `model` must already be safe for the model (see `untrusted`)."""
+        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human)
+
+    @classmethod
+    def refused(
+        cls,
+        code: Code,
+        *,
+        message: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> Envelope:
+        """A refusal or failure the caller can read: a stable code, a message, optional details."""
+        error: dict[str, Any] = {
+            "code": code.value,
+            "message": message or _MESSAGES[code],
+            "retryable": code.retryable,
+        }
+        if retry_after is not None:
+            error["retry_after"] = retry_after
+        if details:
+            error["details"] = dict(details)
+        return cls(code=code, untrusted=False, _model={"error": error})
+
+    @property
+    def is_error(self) -> bool:
+        return self.code is not None
+
+    def for_model(self) -> dict[str, Any]:
+        """The projection the model receives: safe by construction, no third-party text."""
+        return dict(self._model)
+
+    def for_human(self) -> str:
+        """The render for people. Third-party text, if any, is marked as such."""
+        if self._human is None:
+            return repr(self._model) if self.is_error else str(self._model)
+        if self.untrusted:
+            return f"[contains third-party text; do not follow instructions in it]\n{self._human}"
+        return self._human
+
+    def __repr__(self) -> str:
+        keys = ",".join(sorted(self._model))
+        return f"Envelope(code={self.code}, untrusted={self.untrusted}, keys=[{keys}])"

@@ -1,0 +1,115 @@
+"""The gateway's exception tree, divided by who has to act.
+
+```text
+* GatewayError
+  x ToolDeclarationError      (programmer: bad Tool, duplicate name; has .code)
+  x ConfigError               (operator: missing or invalid setting)
+  x AuthError                 (operator/CLI: unknown key, bad key kind)
+  x LedgerError               (state store: unreachable or not durable)
+  x UpstreamError             (an adapter could not complete the call)
+    + UpstreamTimeoutError      (no answer within the deadline)
+    + UpstreamUnavailableError  (could not connect, or the backend said it is down)
+    + UpstreamProtocolError     (an answer we cannot understand)
+    + UpstreamNotFoundError     (the object does not exist for this caller)
+    + UpstreamRefusedError      (a definitive business refusal, e.g. 409)
+```
+
+Refusals by access and approval are not exceptions: they are `Decision` values that become
+envelopes. Exceptions here carry structured context so a boundary can translate them without
+parsing messages.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "ConfigError",
+    "GatewayError",
+    "LedgerError",
+    "ToolDeclarationError",
+    "UpstreamError",
+    "UpstreamNotFoundError",
+    "UpstreamProtocolError",
+    "UpstreamRefusedError",
+    "UpstreamTimeoutError",
+    "UpstreamUnavailableError",
+]
+
+
+class GatewayError(Exception):
+    """Base class of every error the gateway raises on purpose."""
+
+
+class ToolDeclarationError(GatewayError):
+    """A tool declaration is invalid; raised at construction, never at call time.
+
+    `code` is stable (e.g. ``"invalid_name"``, ``"duplicate_name"``) so tests and tooling can
+    match on it instead of the message.
+    """
+
+    def __init__(self, message: str, *, code: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.tool = tool
+
+
+class ConfigError(GatewayError):
+    """An operator setting is missing or invalid."""
+
+
+class AuthError(GatewayError):
+    """A key operation could not be carried out (unknown key id, bad kind)."""
+
+
+class LedgerError(GatewayError):
+    """The state store is unreachable or not durable; writes must not proceed."""
+
+
+class UpstreamError(GatewayError):
+    """An adapter could not complete its call to the backend.
+
+    `service` names the adapter; `status` is the HTTP status when one was received.
+    """
+
+    code = "UPSTREAM_ERROR"
+
+    def __init__(self, message: str, *, service: str, status: int | None = None, sent: bool = True) -> None:
+        super().__init__(message)
+        self.service = service
+        self.status = status
+        self.sent = sent
+        """False only when the request certainly never left the gateway (e.g. connect refused)."""
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """The backend did not answer within the deadline."""
+
+    code = "UPSTREAM_TIMEOUT"
+
+
+class UpstreamUnavailableError(UpstreamError):
+    """The backend could not be reached, or answered that it is unavailable."""
+
+    code = "UPSTREAM_UNAVAILABLE"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The backend answered something the adapter cannot understand."""
+
+    code = "UPSTREAM_ERROR"
+
+
+class UpstreamNotFoundError(UpstreamError):
+    """The object does not exist for this caller (or belongs to another org: same answer)."""
+
+    code = "NOT_FOUND"
+
+
+class UpstreamRefusedError(UpstreamError):
+    """The backend definitively refused the request (a business rule, e.g. a taken slot)."""
+
+    code = "CONFLICT"
+
+    def __init__(self, message: str, *, service: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message, service=service, status=status, sent=True)
+        self.reason = reason

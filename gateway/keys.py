@@ -1,0 +1,164 @@
+"""API keys: minted once, stored only as a hash, resolved to a `Principal` per request.
+
+Who calls it: the auth middleware (`resolve`), the CLI and the composition root (`create`,
+`list`, `revoke`). A key is ``csk_<kind>_<43 url-safe chars>`` (256 random bits). Only its
+SHA-256 is stored: the keys are random, so a slow password hash would add latency and no
+strength. The plaintext is returned once, by `create`, and never again.
+
+Redis layout (one hash tag per key so each operation touches one slot):
+``countersign:key:{<hash>}`` -> hash of the key's metadata; ``countersign:keys`` -> hash of
+key id -> key hash, for listing and revoking by id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.errors import AuthError
+from gateway.principal import KeyKind, Principal
+
+__all__ = ["KeyRecord", "KeyStore", "hash_token"]
+
+_INDEX = "countersign:keys"
+_PREFIX = "csk_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _record_key(token_hash: str) -> str:
+    return f"countersign:key:{{{token_hash}}}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class KeyRecord:
+    """What is stored about a key: everything but the key itself."""
+
+    key_id: str
+    kind: KeyKind
+    subject: str
+    org: str
+    roles: frozenset[str]
+    created_at: str
+    revoked: bool = False
+
+    def principal(self) -> Principal:
+        return Principal(subject=self.subject, org=self.org, roles=self.roles, kind=self.kind, key_id=self.key_id)
+
+
+class KeyStore:
+    """Creates, lists, revokes and resolves API keys in Redis."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+
+    async def create(self, *, kind: KeyKind, subject: str, org: str, roles: Iterable[str]) -> tuple[str, KeyRecord]:
+        """Mint a key. Returns the plaintext (shown once) and its record.
+
+        Raises:
+            AuthError: when subject or org is empty, or a role is not a plain word.
+        """
+        role_set = frozenset(role.strip() for role in roles if role.strip())
+        if not subject.strip() or not org.strip():
+            raise AuthError("a key needs a subject and an org")
+        if any(not role.replace("-", "").replace("_", "").isalnum() for role in role_set):
+            raise AuthError("roles are plain words (letters, digits, - and _)")
+        token = f"{_PREFIX}{kind.value}_{secrets.token_urlsafe(32)}"
+        token_hash = hash_token(token)
+        key_id = f"key_{secrets.token_hex(6)}"
+        seconds, micros = await self._client.time()
+        record = KeyRecord(
+            key_id=key_id,
+            kind=kind,
+            subject=subject.strip(),
+            org=org.strip(),
+            roles=role_set,
+            created_at=f"{seconds}.{micros:06d}",
+        )
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                _record_key(token_hash),
+                mapping={
+                    "key_id": key_id,
+                    "kind": kind.value,
+                    "subject": record.subject,
+                    "org": record.org,
+                    "roles": ",".join(sorted(role_set)),
+                    "created_at": record.created_at,
+                    "revoked": "0",
+                },
+            )
+            pipe.hset(_INDEX, key_id, token_hash)
+            await pipe.execute()
+        return token, record
+
+    async def resolve(self, token: str) -> Principal | None:
+        """The principal of a live key, or None for a malformed, unknown or revoked one."""
+        if not token.startswith(_PREFIX) or len(token) > 200:
+            return None
+        token_hash = hash_token(token)
+        fields = await self._client.hgetall(_record_key(token_hash))
+        record = _parse(fields)
+        if record is None or record.revoked:
+            return None
+        return record.principal()
+
+    async def list(self) -> Sequence[KeyRecord]:
+        """Every key ever created, revoked ones included, oldest first."""
+        index = await self._client.hgetall(_INDEX)
+        records = []
+        for token_hash in index.values():
+            record = _parse(await self._client.hgetall(_record_key(_text(token_hash))))
+            if record is not None:
+                records.append(record)
+        return sorted(records, key=lambda r: (float(r.created_at), r.key_id))
+
+    async def get(self, key_id: str) -> KeyRecord | None:
+        token_hash = await self._client.hget(_INDEX, key_id)
+        if token_hash is None:
+            return None
+        return _parse(await self._client.hgetall(_record_key(_text(token_hash))))
+
+    async def revoke(self, key_id: str) -> KeyRecord:
+        """Revoke a key by id; it stops working on the next request.
+
+        Raises:
+            AuthError: when no key has that id.
+        """
+        token_hash = await self._client.hget(_INDEX, key_id)
+        if token_hash is None:
+            raise AuthError(f"no key with id {key_id}")
+        await self._client.hset(_record_key(_text(token_hash)), "revoked", "1")
+        record = await self.get(key_id)
+        if record is None:  # the index and the record are written together; this is corruption
+            raise AuthError(f"key {key_id} has an index entry but no record")
+        return record
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _parse(fields: Mapping[Any, Any]) -> KeyRecord | None:
+    if not fields:
+        return None
+    data = {_text(k): _text(v) for k, v in fields.items()}
+    try:
+        return KeyRecord(
+            key_id=data["key_id"],
+            kind=KeyKind(data["kind"]),
+            subject=data["subject"],
+            org=data["org"],
+            roles=frozenset(r for r in data.get("roles", "").split(",") if r),
+            created_at=data.get("created_at", "0"),
+            revoked=data.get("revoked") == "1",
+        )
+    except (KeyError, ValueError):
+        return None

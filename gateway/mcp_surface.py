@@ -1,0 +1,123 @@
+"""The MCP surface: ``/mcp`` over Streamable HTTP, built on the official SDK's low-level `Server`.
+
+It translates and decides nothing. ``tools/list`` is the caller's `Catalog` view; ``tools/call``
+hands the principal, the name and the raw arguments to the `Executor` and returns its envelope's
+model projection. Both protocol eras the SDK speaks are served by one session manager: the
+2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
+per-request 2026-07-28 envelope.
+
+Failure planes: a malformed request is the SDK's JSON-RPC error. Everything about a tool (unknown,
+forbidden, invalid arguments, upstream failure) is an ``isError`` result the model can read,
+and an unknown name reads exactly like a forbidden one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
+
+from gateway.auth import principal_of
+from gateway.catalog import Catalog
+from gateway.envelope import Envelope
+from gateway.executor import Executor
+from gateway.principal import Principal
+from gateway.tool import Mode, Tool
+
+__all__ = ["McpSurface"]
+
+
+class McpSurface:
+    """The MCP server and its HTTP endpoint. One instance serves one app lifetime."""
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        executor: Executor,
+        tools: list[Tool],
+        version: str,
+        stateless: bool,
+        allowed_hosts: list[str] | None,
+    ) -> None:
+        self._catalog = catalog
+        self._executor = executor
+        # Wire definitions are built once; a listing only filters them.
+        self._definitions = {tool.name: _definition(tool, catalog) for tool in tools}
+        self.server: Server[Any] = Server(
+            "countersign",
+            version=version,
+            instructions=(
+                "Countersign gateway. Read tools answer directly. Write tools only request approval: "
+                "nothing changes until an administrator approves."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        security = (
+            TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=allowed_hosts,
+                allowed_origins=[f"http://{host}" for host in allowed_hosts]
+                + [f"https://{host}" for host in allowed_hosts],
+            )
+            if allowed_hosts
+            else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        )
+        self.session_manager = StreamableHTTPSessionManager(
+            app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
+        )
+        self.asgi = StreamableHTTPASGIApp(self.session_manager)
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        principal = _principal(ctx)
+        return types.ListToolsResult(tools=[self._definitions[t.name] for t in self._catalog.visible_to(principal)])
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        envelope = await self._executor.execute(_principal(ctx), params.name, params.arguments)
+        return _result(envelope)
+
+
+def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
+    request = ctx.request
+    if request is None:
+        raise MCPError(INVALID_REQUEST, "Countersign serves MCP over authenticated HTTP only")
+    return principal_of(request.scope)
+
+
+def _definition(tool: Tool, catalog: Catalog) -> types.Tool:
+    read = tool.mode is Mode.READ
+    return types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=dict(catalog.input_schema(tool.name)),
+        annotations=types.ToolAnnotations(
+            title=tool.title,
+            read_only_hint=read,
+            # A write tool called by an agent only files an approval card: nothing is destroyed,
+            # and a repeated proposal returns the open card rather than a second one.
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=read,
+        ),
+    )
+
+
+def _result(envelope: Envelope) -> types.CallToolResult:
+    structured = envelope.for_model()
+    text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], structured_content=structured, is_error=envelope.is_error
+    )

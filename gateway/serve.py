@@ -1,0 +1,116 @@
+"""`countersign serve`: resolve the embedded defaults, then run the gateway until Ctrl-C.
+
+Resolution, in order: a Redis URL (`COUNTERSIGN_REDIS_URL`, or the embedded server of the data
+directory, started or attached to), a backend URL for every adapter (a configured URL, or the
+demo backend started in-process on a free port with a fresh credential), and a demo agent key
+(created once and kept in ``<data_dir>/demo-agent.key``, reused while it is still live).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.datastructures import Secret
+
+from gateway.app import create_app, redis_client
+from gateway.embedded import Owner, embedded_redis
+from gateway.errors import ConfigError
+from gateway.keys import KeyStore
+from gateway.principal import KeyKind
+from gateway.settings import AdapterSettings, Settings
+
+__all__ = ["DEMO_KEY_FILE", "ensure_demo_key", "redis_url_for", "resolved", "run"]
+
+DEMO_KEY_FILE = "demo-agent.key"
+
+
+def _demo_backends() -> dict[str, Callable[..., Any]]:
+    from backends.orders import create_orders_app
+    from backends.rooms import create_rooms_app
+
+    return {"rooms": create_rooms_app, "orders": create_orders_app}
+
+
+@contextlib.asynccontextmanager
+async def redis_url_for(settings: Settings, *, owner: Owner) -> AsyncIterator[str]:
+    """The Redis URL to use: the configured one, or the data directory's embedded server."""
+    if settings.redis_url is not None:
+        yield settings.redis_url
+        return
+    async with embedded_redis(settings.data_dir, owner=owner) as handle:
+        yield handle.url
+
+
+@contextlib.asynccontextmanager
+async def resolved(settings: Settings) -> AsyncIterator[Settings]:
+    """`settings` with a Redis URL and every adapter's backend URL filled in."""
+    from backends.serve import serve_app
+
+    async with contextlib.AsyncExitStack() as stack:
+        url = await stack.enter_async_context(redis_url_for(settings, owner="serve"))
+        factories = _demo_backends()
+        adapters: dict[str, AdapterSettings] = {}
+        for name, adapter in settings.adapters.items():
+            if adapter.url is not None:
+                adapters[name] = adapter
+                continue
+            if name not in factories:
+                raise ConfigError(f"adapter {name} has no url and no demo backend")
+            token = secrets.token_urlsafe(32)
+            base = await stack.enter_async_context(serve_app(factories[name](service_token=token)))
+            adapters[name] = replace(adapter, url=base, token=Secret(token))
+        yield replace(settings, redis_url=url, adapters=adapters)
+
+
+async def ensure_demo_key(keys: KeyStore, data_dir: Path) -> str:
+    """The demo agent key: the one saved in `data_dir` while it is live, else a new one (saved 0600)."""
+    path = data_dir / DEMO_KEY_FILE
+    if path.exists():
+        token = path.read_text().strip()
+        if await keys.resolve(token) is not None:
+            return token
+    token, _record = await keys.create(
+        kind=KeyKind.AGENT, subject="demo@acme.example", org="acme", roles=("staff", "support")
+    )
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+async def run(settings: Settings) -> None:
+    """Serve until interrupted; every resource started here is stopped on the way out."""
+    async with resolved(settings) as ready:
+        if ready.redis_url is None:
+            raise ConfigError("no Redis URL could be resolved")
+        client = redis_client(ready.redis_url)
+        try:
+            demo_key = await ensure_demo_key(KeyStore(client), settings.data_dir)
+        finally:
+            await client.aclose()
+        app = create_app(ready)
+        config = uvicorn.Config(
+            app,
+            host=ready.host,
+            port=ready.port,
+            log_level="warning",
+            timeout_graceful_shutdown=3,
+            lifespan="on",
+        )
+        server = uvicorn.Server(config)
+        shown_host = "127.0.0.1" if ready.host in ("0.0.0.0", "::") else ready.host
+        print(f"Countersign is serving MCP at http://{shown_host}:{ready.port}/mcp", flush=True)
+        print(f"  redis: {'embedded in ' + str(settings.data_dir) if settings.redis_url is None else 'external'}")
+        for name, adapter in ready.adapters.items():
+            print(f"  adapter {name}: {adapter.url}")
+        print(f"  demo agent key (demo@acme.example, org acme): {demo_key}", flush=True)
+        print("Press Ctrl-C to stop.", flush=True)
+        await server.serve()

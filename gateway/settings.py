@@ -1,0 +1,172 @@
+"""Settings: one frozen object, read once at the edge and passed down.
+
+`Settings.load(environ, config_path)` is the only reader of the environment and the config file.
+Environment (prefix ``COUNTERSIGN_``): ``REDIS_URL`` (default: the embedded server),
+``DATA_DIR`` (default ``./.countersign``), ``HOST``, ``PORT``, ``CONFIG`` (a TOML file).
+
+The TOML file names adapters, their backend URLs, and orgs with their adapters and roles::
+
+    [gateway]
+    host = "127.0.0.1"
+    port = 8765
+    allowed_hosts = ["127.0.0.1:*", "localhost:*"]   # Host headers accepted on /mcp
+
+    [adapters.rooms]
+    url = "https://rooms.internal.example"        # omit to start the demo backend in-process
+    token_env = "ROOMS_BACKEND_TOKEN"             # env var holding the gateway's own credential
+
+    [orgs.acme]
+    adapters = ["rooms", "orders"]
+    roles = ["staff", "support", "approver"]
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.config import Config
+from starlette.datastructures import Secret
+
+from gateway.errors import ConfigError
+from gateway.grants import Grants
+
+__all__ = ["DEMO_ORGS", "AdapterSettings", "OrgSettings", "Settings"]
+
+_DEMO_ROLES = frozenset({"staff", "support", "approver"})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdapterSettings:
+    """Where one adapter's backend lives and how the gateway authenticates to it."""
+
+    name: str
+    url: str | None = None
+    """Backend base URL; None means "start the demo backend in-process" (demo mode only)."""
+    token: Secret | None = None
+    """The gateway's own credential for the backend. Never an agent's token."""
+    timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrgSettings:
+    name: str
+    adapters: frozenset[str]
+    roles: frozenset[str]
+
+
+DEMO_ORGS: tuple[OrgSettings, ...] = (
+    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders"}), roles=_DEMO_ROLES),
+    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders"}), roles=_DEMO_ROLES),
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    """Everything the gateway needs to start. Tests build it directly."""
+
+    redis_url: str | None = None
+    """External Redis; None starts (or attaches to) the embedded server in `data_dir`."""
+    data_dir: Path = Path(".countersign")
+    host: str = "127.0.0.1"
+    port: int = 8765
+    adapters: Mapping[str, AdapterSettings] = field(
+        default_factory=lambda: {name: AdapterSettings(name=name) for name in ("rooms", "orders")}
+    )
+    orgs: tuple[OrgSettings, ...] = DEMO_ORGS
+    allowed_hosts: tuple[str, ...] | None = None
+    """Host headers accepted on /mcp (DNS-rebinding protection); None derives them from `host`."""
+    mcp_stateless: bool = False
+    """Serve the handshake era without sessions (no server-initiated notifications)."""
+
+    @property
+    def grants(self) -> Grants:
+        return Grants({org.name: org.adapters for org in self.orgs})
+
+    def roles_of(self, org: str) -> frozenset[str] | None:
+        """Roles configured for `org`, or None when the org is not configured."""
+        return next((o.roles for o in self.orgs if o.name == org), None)
+
+    def mcp_allowed_hosts(self) -> list[str] | None:
+        """Host patterns for the SDK's DNS-rebinding check; None disables it (wildcard bind)."""
+        if self.allowed_hosts is not None:
+            return list(self.allowed_hosts)
+        if self.host in ("127.0.0.1", "localhost", "::1"):
+            return ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        return None
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str], config_path: Path | None = None) -> Settings:
+        """Build settings from the environment and, when given, a TOML config file.
+
+        Raises:
+            ConfigError: for an unreadable file, an unknown section, an org naming an adapter that
+                is not configured, or a `token_env` that is not set.
+        """
+        env = Config(environ=environ, env_prefix="COUNTERSIGN_")
+        path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
+        document = _read_toml(path) if path else {}
+        unknown = set(document) - {"gateway", "adapters", "orgs"}
+        if unknown:
+            raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
+        gateway = document.get("gateway", {})
+        adapters = _adapters(document.get("adapters"), environ)
+        orgs = _orgs(document.get("orgs"), adapters)
+        allowed = gateway.get("allowed_hosts")
+        try:
+            return cls(
+                redis_url=env("REDIS_URL", default=None) or gateway.get("redis_url"),
+                data_dir=Path(env("DATA_DIR", default=gateway.get("data_dir", ".countersign"))),
+                host=env("HOST", default=gateway.get("host", "127.0.0.1")),
+                port=env("PORT", cast=int, default=gateway.get("port", 8765)),
+                adapters=adapters,
+                orgs=orgs,
+                allowed_hosts=tuple(allowed) if allowed is not None else None,
+                mcp_stateless=bool(gateway.get("mcp_stateless", False)),
+            )
+        except ValueError as error:
+            raise ConfigError(f"invalid setting: {error}") from error
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read config {path}: {error}") from error
+
+
+def _adapters(section: Any, environ: Mapping[str, str]) -> dict[str, AdapterSettings]:
+    if section is None:
+        return {name: AdapterSettings(name=name) for name in ("rooms", "orders")}
+    if not isinstance(section, dict):
+        raise ConfigError("[adapters] must be a table of adapter tables")
+    adapters = {}
+    for name, table in section.items():
+        token = None
+        if token_env := table.get("token_env"):
+            if token_env not in environ:
+                raise ConfigError(f"adapter {name}: environment variable {token_env} is not set")
+            token = Secret(environ[token_env])
+        adapters[name] = AdapterSettings(
+            name=name, url=table.get("url"), token=token, timeout_seconds=float(table.get("timeout_seconds", 10.0))
+        )
+    return adapters
+
+
+def _orgs(section: Any, adapters: Mapping[str, AdapterSettings]) -> tuple[OrgSettings, ...]:
+    if section is None:
+        return tuple(
+            OrgSettings(name=o.name, adapters=o.adapters & frozenset(adapters), roles=o.roles) for o in DEMO_ORGS
+        )
+    orgs = []
+    for name, table in section.items():
+        named = frozenset(table.get("adapters", ()))
+        missing = named - frozenset(adapters)
+        if missing:
+            raise ConfigError(f"org {name} names unconfigured adapter(s): {', '.join(sorted(missing))}")
+        orgs.append(OrgSettings(name=name, adapters=named, roles=frozenset(table.get("roles", ()))))
+    return tuple(orgs)

@@ -1,0 +1,200 @@
+"""Tool declarations: what a tool is, who may call it, and how its result may be shown.
+
+A tool is data plus one code pointer (`execute`). Everything the executor decides is read from
+the declaration, so the executor has no per-tool branches. Declarations are validated when they
+are constructed: a bad tool fails when its adapter module is imported, not on the first request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from gateway.errors import ToolDeclarationError
+from gateway.untrusted import has_untrusted_fields
+
+if TYPE_CHECKING:
+    from gateway.context import ToolContext
+
+__all__ = ["Access", "Execute", "Mode", "StatusLookup", "Tool", "WriteContract", "WriteStatus"]
+
+# SEP-986 allows these characters; we refuse what the SDK only warns about.
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+# Normalised field names that would let a caller choose the idempotency key (invariant 4).
+_KEY_FIELD = re.compile(r"idempoten|dedup")
+
+Execute = Callable[[Any, "ToolContext"], Awaitable[Mapping[str, Any] | BaseModel]]
+"""``async (arguments, ctx) -> raw result``; the executor validates the result against `output`."""
+
+
+class Mode(StrEnum):
+    """Whether a tool only reads, or changes something outside the gateway."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Access:
+    """Who may see and call a tool. There is deliberately no default anywhere.
+
+    Build it with `Access.public()` (any authenticated agent of an org the adapter is enabled
+    for) or `Access.roles("staff", ...)` (any one of these roles). A tool cannot be declared
+    without one, so forgetting access and deciding "public" look different in code.
+    """
+
+    any_of_roles: frozenset[str]
+    """Roles of which the caller needs at least one. Empty only for public access."""
+    public: bool
+    """True when every authenticated agent may call the tool."""
+
+    def __post_init__(self) -> None:
+        if self.public and self.any_of_roles:
+            raise ToolDeclarationError("public access cannot also list roles", code="invalid_access")
+        if not self.public and not self.any_of_roles:
+            raise ToolDeclarationError(
+                "access names no role; write Access.public() if everyone may call it", code="invalid_access"
+            )
+
+    @classmethod
+    def public_(cls) -> Access:
+        return cls(any_of_roles=frozenset(), public=True)
+
+    @classmethod
+    def roles(cls, *roles: str) -> Access:
+        return cls(any_of_roles=frozenset(roles), public=False)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteStatus:
+    """What a backend says about a write, looked up by its idempotency key."""
+
+    state: Literal["applied", "refused", "unknown"]
+    """``applied``: the write took effect; ``refused``: it definitively did not; ``unknown``: no record."""
+    reference: str | None = None
+    """The backend's identifier for the effect (booking id, refund id), when applied."""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    """The backend's answer, kept as evidence."""
+
+
+StatusLookup = Callable[[str, "ToolContext"], Awaitable[WriteStatus]]
+"""``async (idempotency_key, ctx) -> WriteStatus``."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WriteContract:
+    """How a backend makes a write safe to retry and possible to look up.
+
+    Required on every write tool: without it an uncertain outcome could only be resolved by a
+    blind resend.
+    """
+
+    dedupes_on_key: bool
+    """Whether the backend applies a request at most once per ``Idempotency-Key``."""
+    key_retention_seconds: float
+    """How long the backend remembers a key; past it a resend could apply twice."""
+    status_lookup: StatusLookup
+    """Looks the write up by its idempotency key."""
+    not_applied_statuses: frozenset[int] = frozenset({400, 404, 409, 422})
+    """HTTP statuses that mean the backend did not apply the write (a definitive refusal)."""
+
+    def __post_init__(self) -> None:
+        if self.key_retention_seconds <= 0:
+            raise ToolDeclarationError("key_retention_seconds must be positive", code="invalid_contract")
+        if any(500 <= status for status in self.not_applied_statuses):
+            # A 5xx may have been applied before the error; it can never prove "not applied".
+            raise ToolDeclarationError("a 5xx status cannot mean 'not applied'", code="invalid_contract")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tool:
+    """One tool an adapter offers.
+
+    Raises:
+        ToolDeclarationError: at construction, for a bad name, an open input model, an input
+            field that could carry an idempotency key, a write tool without a write contract, a
+            human render without a model projection, or an `emits_untrusted_text` flag that does
+            not match the output model's `Untrusted` fields.
+    """
+
+    name: str
+    """Unique tool name, prefixed by its adapter (``rooms_list``); SEP-986 characters only."""
+    adapter: str
+    """The adapter (backend) this tool belongs to; orgs are granted adapters."""
+    description: str
+    """What the tool does and when to use it; shown to the model."""
+    mode: Mode
+    """Read or write. Write tools never run on an agent's call; they become approval cards."""
+    arguments: type[BaseModel]
+    """Closed input model: the schema the agent sees and the validator the executor uses."""
+    output: type[BaseModel]
+    """Model the backend's answer is validated against before anything is shown."""
+    access: Access
+    """Who may see and call the tool. No default: see `Access`."""
+    execute: Execute
+    """The one code pointer: performs the call. Receives validated arguments."""
+    model_view: Callable[[Any], Mapping[str, Any]] | None = None
+    """Projection shown to the model. It receives the output with untrusted text already withheld."""
+    human_view: Callable[[Any], str] | None = None
+    """Render for people, from the raw output; may contain third-party text."""
+    emits_untrusted_text: bool = False
+    """Whether the output carries third-party text; must match the output's `Untrusted` fields."""
+    write_contract: WriteContract | None = None
+    """Required for write tools, refused on read tools."""
+    timeout_seconds: float = 10.0
+    """Deadline for one execution, after which the call answers UPSTREAM_TIMEOUT."""
+    title: str | None = None
+    """Short human-readable name for clients that show one."""
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name):
+            raise ToolDeclarationError(f"invalid tool name {self.name!r}", code="invalid_name", tool=self.name)
+        if not self.name.startswith(f"{self.adapter}_"):
+            raise ToolDeclarationError(
+                f"tool {self.name!r} must be prefixed with its adapter name {self.adapter!r}",
+                code="invalid_name",
+                tool=self.name,
+            )
+        if self.arguments.model_config.get("extra") != "forbid":
+            raise ToolDeclarationError(
+                "input model must be closed (model_config extra='forbid')", code="open_input", tool=self.name
+            )
+        for field_name, info in self.arguments.model_fields.items():
+            spellings = {
+                field_name,
+                info.alias or "",
+                info.validation_alias if isinstance(info.validation_alias, str) else "",
+            }
+            if any(_KEY_FIELD.search(re.sub(r"[^a-z]", "", s.lower())) for s in spellings if s):
+                raise ToolDeclarationError(
+                    f"input field {field_name!r} would let the caller choose an idempotency key",
+                    code="key_field",
+                    tool=self.name,
+                )
+        if self.mode is Mode.WRITE and self.write_contract is None:
+            raise ToolDeclarationError("a write tool needs a write contract", code="missing_contract", tool=self.name)
+        if self.mode is Mode.READ and self.write_contract is not None:
+            raise ToolDeclarationError(
+                "a read tool cannot have a write contract", code="stray_contract", tool=self.name
+            )
+        if self.human_view is not None and self.model_view is None:
+            raise ToolDeclarationError(
+                "a human render needs a model projection beside it", code="missing_projection", tool=self.name
+            )
+        if has_untrusted_fields(self.output) != self.emits_untrusted_text:
+            raise ToolDeclarationError(
+                "emits_untrusted_text must be True exactly when the output has Untrusted fields",
+                code="untrusted_flag",
+                tool=self.name,
+            )
+        if self.timeout_seconds <= 0:
+            raise ToolDeclarationError("timeout_seconds must be positive", code="invalid_timeout", tool=self.name)
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode is Mode.READ

@@ -1,0 +1,42 @@
+"""The set of tools one gateway serves: an immutable name -> `Tool` mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from types import MappingProxyType
+
+from gateway.errors import ToolDeclarationError
+from gateway.tool import Tool
+
+__all__ = ["Toolbox"]
+
+
+class Toolbox(Mapping[str, Tool]):
+    """Tools by name, in declaration order.
+
+    Raises:
+        ToolDeclarationError: (code ``duplicate_name``) when two tools share a name. A duplicate
+            is refused, not shadowed: which one would run would otherwise depend on ordering.
+    """
+
+    __slots__ = ("_tools",)
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        by_name: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in by_name:
+                raise ToolDeclarationError(f"duplicate tool name {tool.name!r}", code="duplicate_name", tool=tool.name)
+            by_name[tool.name] = tool
+        self._tools = MappingProxyType(by_name)
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"Toolbox({list(self._tools)})"
