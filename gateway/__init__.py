@@ -27,7 +27,6 @@ from gateway.tool import Access, Mode, StatusLookup, Tool, WriteContract, WriteS
 from gateway.untrusted import WITHHELD, Untrusted
 
 __all__ = [
-    "WITHHELD",
     "Access",
     "AuthError",
     "Code",
@@ -51,6 +50,7 @@ __all__ = [
     "UpstreamRefusedError",
     "UpstreamTimeoutError",
     "UpstreamUnavailableError",
+    "WITHHELD",
     "WriteContract",
     "WriteStatus",
 ]

@@ -1,0 +1,73 @@
+"""Small tool declarations for tests that need exactly one or two tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gateway.context import ToolContext
+from gateway.tool import Access, Mode, Tool, WriteContract, WriteStatus
+from gateway.untrusted import Untrusted
+
+
+class EchoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    times: int = 1
+
+
+class EchoOut(BaseModel):
+    echoed: str
+
+
+class NoteOut(BaseModel):
+    author: Untrusted
+    body: Untrusted
+    length: int
+
+
+async def echo(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
+    return {"echoed": args.text * args.times}
+
+
+async def note(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
+    return {"author": "mallory", "body": args.text, "length": len(args.text)}
+
+
+async def unknown_status(key: str, ctx: ToolContext) -> WriteStatus:
+    return WriteStatus(state="unknown")
+
+
+CONTRACT = WriteContract(dedupes_on_key=True, key_retention_seconds=3600, status_lookup=unknown_status)
+
+
+def read_tool(name: str = "demo_echo", access: Access | None = None, **overrides: Any) -> Tool:
+    fields: dict[str, Any] = {
+        "name": name,
+        "adapter": "demo",
+        "description": "Echo text.",
+        "mode": Mode.READ,
+        "arguments": EchoArgs,
+        "output": EchoOut,
+        "access": access or Access.public_(),
+        "execute": echo,
+    }
+    fields.update(overrides)
+    return Tool(**fields)
+
+
+def note_tool() -> Tool:
+    return read_tool(
+        "demo_note",
+        output=NoteOut,
+        execute=note,
+        emits_untrusted_text=True,
+        model_view=lambda out: out.model_dump(),
+        human_view=lambda out: f"{out.author}: {out.body}",
+    )
+
+
+def write_tool(name: str = "demo_write") -> Tool:
+    return read_tool(name, mode=Mode.WRITE, write_contract=CONTRACT, access=Access.roles("staff"))

@@ -1,0 +1,128 @@
+"""Tool declarations refuse what would be unsafe, at construction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _tools import CONTRACT, EchoArgs, EchoOut, NoteOut, echo, read_tool, write_tool
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.errors import ToolDeclarationError
+from gateway.tool import Access, Mode, Tool
+from gateway.toolbox import Toolbox
+
+
+def test_a_tool_without_access_cannot_be_constructed() -> None:
+    """Leaving `access` out is a TypeError: there is no default to fall back on."""
+    with pytest.raises(TypeError):
+        Tool(  # type: ignore[call-arg]
+            name="demo_echo",
+            adapter="demo",
+            description="x",
+            mode=Mode.READ,
+            arguments=EchoArgs,
+            output=EchoOut,
+            execute=echo,
+        )
+
+
+@pytest.mark.parametrize(("roles", "public"), [(frozenset(), False), (frozenset({"staff"}), True)])
+def test_access_is_either_public_or_names_roles(roles: frozenset[str], public: bool) -> None:
+    """An access rule naming nobody, or public and roles at once, is refused."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        Access(any_of_roles=roles, public=public)
+    assert caught.value.code == "invalid_access"
+
+
+@pytest.mark.parametrize("name", ["demo echo", "demo_" + "x" * 130, "", "demo_é", "other_echo"])
+def test_bad_or_unprefixed_names_are_refused(name: str) -> None:
+    """Names outside SEP-986, or not prefixed by their adapter, are refused."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(name)
+    assert caught.value.code == "invalid_name"
+
+
+def test_open_input_model_is_refused() -> None:
+    """An input model that accepts unknown fields is refused."""
+
+    class Open(BaseModel):
+        text: str
+
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(arguments=Open)
+    assert caught.value.code == "open_input"
+
+
+@pytest.mark.parametrize("field_name", ["idempotency_key", "IdempotencyKey", "dedupe_token"])
+def test_input_field_for_an_idempotency_key_is_refused(field_name: str) -> None:
+    """Keys are minted by the server: no input schema may have a field for one."""
+    model = type(
+        "Args",
+        (BaseModel,),
+        {"__annotations__": {field_name: str}, "model_config": ConfigDict(extra="forbid")},
+    )
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(arguments=model)
+    assert caught.value.code == "key_field"
+
+
+def test_aliased_key_field_is_refused() -> None:
+    """An alias spelling an idempotency key is caught too."""
+
+    class Aliased(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        token: str = Field(alias="Idempotency-Key")
+
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(arguments=Aliased)
+    assert caught.value.code == "key_field"
+
+
+def test_write_tool_without_contract_is_refused() -> None:
+    """A write tool must say how its backend dedupes and how to look a write up."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(mode=Mode.WRITE)
+    assert caught.value.code == "missing_contract"
+
+
+def test_read_tool_with_contract_is_refused() -> None:
+    """A contract on a read tool is a declaration mistake."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(write_contract=CONTRACT)
+    assert caught.value.code == "stray_contract"
+
+
+def test_write_tool_with_contract_is_accepted() -> None:
+    """The complete write declaration constructs."""
+    assert write_tool().mode is Mode.WRITE
+
+
+def test_human_render_without_model_projection_is_refused() -> None:
+    """A tool that renders for people must also say what the model sees."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(human_view=lambda out: "x")
+    assert caught.value.code == "missing_projection"
+
+
+@pytest.mark.parametrize(("output", "flag"), [(NoteOut, False), (EchoOut, True)])
+def test_untrusted_flag_must_match_the_output_model(output: type[BaseModel], flag: bool) -> None:
+    """`emits_untrusted_text` is true exactly when the output has `Untrusted` fields."""
+    extra: dict[str, Any] = {"model_view": lambda out: {}} if output is NoteOut else {}
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(output=output, emits_untrusted_text=flag, **extra)
+    assert caught.value.code == "untrusted_flag"
+
+
+def test_duplicate_names_are_refused_not_shadowed() -> None:
+    """Two tools with one name make a toolbox impossible to build."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        Toolbox([read_tool(), read_tool()])
+    assert caught.value.code == "duplicate_name"
+
+
+def test_declarations_are_frozen() -> None:
+    """A declared tool cannot be changed after construction."""
+    tool = read_tool()
+    with pytest.raises(AttributeError):
+        tool.access = Access.roles("admin")  # type: ignore[misc]
