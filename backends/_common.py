@@ -1,0 +1,152 @@
+"""What rooms and orders share: per-app state, the service shell in front of every route, the control routes.
+
+:func:`build_service_app` is the only way a service becomes a Starlette app. It puts
+:class:`ServiceShell` in front of the service's routes; the shell handles each request in this order:
+
+1. record method, path and headers in ``service.requests`` (even requests it then refuses);
+2. ``GET /_health`` answers without auth;
+3. ``Authorization: Bearer <service_token>`` or 401 ``unauthorized``;
+4. control paths (``/_faults``, ``/_requests``) go straight to their routes: no identity, never faulted;
+5. ``X-Countersign-Subject`` and ``X-Countersign-Org`` or 400 ``missing_identity``;
+6. the active fault, if it matches the path (see ``backends._faults``), else the route.
+
+Unknown paths and methods answer in the same ``{"error": ...}`` shape, so an unknown path under
+``/orders/`` is as indistinguishable from a missing order as another org's order is.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from backends._faults import FaultSwitch, faults_endpoint, inject
+from backends._http import Endpoint, caller_from_headers, error
+from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
+
+CONTROL_PATHS = frozenset({"/_faults", "/_health", "/_requests"})
+"""Paths for whoever runs the service, not for callers: they need the token but no identity, and never fault."""
+
+REQUEST_LOG_SIZE = 1000
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecordedRequest:
+    """One request as the service received it, before any check; tests read these to prove what arrived."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    """Header names lower-cased; repeated headers joined with ``", "``."""
+
+
+class ServiceState:
+    """The per-app state both services have; each service subclasses it with its business data.
+
+    Everything lives on the instance (reachable as ``app.state.service``), so two apps never share state.
+    """
+
+    def __init__(self, *, key_ttl_seconds: float, clock: Clock) -> None:
+        self.requests: deque[RecordedRequest] = deque(maxlen=REQUEST_LOG_SIZE)
+        """The last ``REQUEST_LOG_SIZE`` requests received, oldest first."""
+        self.idempotency = IdempotencyStore(ttl_seconds=key_ttl_seconds, clock=clock)
+        self.faults = FaultSwitch()
+
+    def record(self, scope: Scope) -> None:
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.requests.append(RecordedRequest(method=scope["method"], path=scope["path"], headers=headers))
+
+
+class ServiceShell:
+    """ASGI middleware applying the request order in the module docstring to every HTTP request."""
+
+    def __init__(self, app: ASGIApp, *, service: ServiceState, service_token: str) -> None:
+        self.app = app
+        self._service = service
+        self._token = service_token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self._service.record(scope)
+        path: str = scope["path"]
+        headers = Headers(scope=scope)
+        if path == "/_health" and scope["method"] == "GET":
+            await self.app(scope, receive, send)
+        elif not self._authorized(headers):
+            await error(401, "unauthorized", headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        elif path in CONTROL_PATHS:
+            await self.app(scope, receive, send)
+        elif caller_from_headers(headers) is None:
+            await error(400, "missing_identity")(scope, receive, send)
+        elif (fault := self._service.faults.take(path)) is not None:
+            await inject(fault, self.app, scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    def _authorized(self, headers: Headers) -> bool:
+        scheme, _, credential = headers.get("authorization", "").partition(" ")
+        # compare_digest keeps the check constant-time; latin-1 gives back the raw header bytes.
+        return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode("latin-1"), self._token)
+
+
+def build_service_app(*, service: ServiceState, service_token: str, routes: Sequence[BaseRoute]) -> Starlette:
+    """Put the shell, the control routes and ``GET /idempotency/{key}`` around a service's own routes.
+
+    Raises:
+        ValueError: if ``service_token`` is empty, which would let any bearer in.
+    """
+    if not service_token:
+        raise ValueError("service_token must not be empty")
+    app = Starlette(
+        routes=[
+            *routes,
+            Route("/idempotency/{key}", idempotency_lookup(service.idempotency), methods=["GET"]),
+            Route("/_health", _health, methods=["GET"]),
+            Route("/_faults", faults_endpoint(service.faults), methods=["GET", "PUT", "DELETE"]),
+            Route("/_requests", _requests_endpoint(service), methods=["GET", "DELETE"]),
+        ],
+        middleware=[Middleware(ServiceShell, service=service, service_token=service_token)],
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.service = service
+    return app
+
+
+async def _health(request: Request) -> Response:
+    return JSONResponse({"ok": True})
+
+
+def _requests_endpoint(service: ServiceState) -> Endpoint:
+    """``GET /_requests`` lists the request log; ``DELETE`` empties it."""
+
+    async def endpoint(request: Request) -> Response:
+        if request.method == "DELETE":
+            service.requests.clear()
+        listed = [{"method": r.method, "path": r.path, "headers": dict(r.headers)} for r in service.requests]
+        return JSONResponse({"requests": listed})
+
+    return endpoint
+
+
+_HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    status_code = exc.status_code if isinstance(exc, HTTPException) else 500
+    headers = exc.headers if isinstance(exc, HTTPException) else None
+    return JSONResponse({"error": _HTTP_ERROR_CODES.get(status_code, "http_error")}, status_code, headers)
