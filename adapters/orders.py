@@ -29,7 +29,7 @@ class Item(BaseModel):
     sku: str
     name: str
     quantity: int
-    price_cents: int
+    unit_cents: int
 
 
 class Order(BaseModel):
@@ -70,7 +70,7 @@ def _order_for_people(order: Order) -> str:
         f"Order {order.order_id} for {order.customer}: {order.status}, placed {order.placed_at}",
         f"  total {order.total_cents / 100:.2f} {order.currency}, refunded {order.refunded_cents / 100:.2f}",
     ]
-    lines += [f"  {i.quantity} x {i.name} ({i.sku}) @ {i.price_cents / 100:.2f}" for i in order.items]
+    lines += [f"  {i.quantity} x {i.name} ({i.sku}) @ {i.unit_cents / 100:.2f}" for i in order.items]
     if order.customer_note not in (None, WITHHELD):
         lines.append(f"  customer note: {order.customer_note}")
     return "\n".join(lines)

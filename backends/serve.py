@@ -35,7 +35,9 @@ _POLL_SECONDS = 0.005
 
 
 @asynccontextmanager
-async def serve_app(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:
+async def serve_app(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, lifespan: bool = False
+) -> AsyncIterator[str]:
     """Serve ``app`` in the running asyncio loop and yield its base URL.
 
     Raises:
@@ -43,7 +45,7 @@ async def serve_app(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> Asy
         RuntimeError: if the server stopped before it started.
     """
     sock = _bind(host, port)
-    server = uvicorn.Server(_config(app, host, port))
+    server = uvicorn.Server(_config(app, host, port, lifespan))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         loop = asyncio.get_running_loop()
@@ -67,7 +69,9 @@ async def serve_app(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> Asy
 
 
 @contextmanager
-def serve_app_in_thread(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+def serve_app_in_thread(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, lifespan: bool = False
+) -> Iterator[str]:
     """Serve ``app`` from a daemon thread with its own event loop and yield its base URL.
 
     Raises:
@@ -76,7 +80,7 @@ def serve_app_in_thread(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) ->
         RuntimeError: if the server stopped before it started.
     """
     sock = _bind(host, port)
-    server = uvicorn.Server(_config(app, host, port))
+    server = uvicorn.Server(_config(app, host, port, lifespan))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     try:
@@ -96,14 +100,15 @@ def serve_app_in_thread(app: ASGIApp, host: str = "127.0.0.1", port: int = 0) ->
             raise TimeoutError(f"uvicorn did not stop within {SHUTDOWN_TIMEOUT_SECONDS} s")
 
 
-def _config(app: ASGIApp, host: str, port: int) -> uvicorn.Config:
+def _config(app: ASGIApp, host: str, port: int, lifespan: bool) -> uvicorn.Config:
     # ws="none": these are plain HTTP services, and loading a websockets protocol is needless import work.
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="warning",
-        lifespan="off",
+        # Backends have no lifespan; the gateway's app needs its own (it runs the MCP session manager).
+        lifespan="on" if lifespan else "off",
         ws="none",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )

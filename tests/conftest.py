@@ -9,11 +9,19 @@ the database before and after each test.
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack
 
 import pytest
 from _redis_server import start_redis_server
+from _services import Backend, gateway_settings
 from redis.asyncio import Redis
+
+from backends.orders import create_orders_app
+from backends.rooms import create_rooms_app
+from backends.serve import serve_app_in_thread
+from gateway.app import create_app
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,3 +58,31 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
         await client.flushdb()
     finally:
         await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def backends() -> Iterator[dict[str, Backend]]:
+    """The rooms and orders services, each with its own credential for the gateway."""
+    with ExitStack() as stack:
+        started = {}
+        for name, factory in (("rooms", create_rooms_app), ("orders", create_orders_app)):
+            token = secrets.token_urlsafe(16)
+            app = factory(service_token=token)
+            started[name] = Backend(url=stack.enter_context(serve_app_in_thread(app)), token=token, app=app)
+        yield started
+
+
+@pytest.fixture
+def clean_backends(backends: dict[str, Backend]) -> Iterator[dict[str, Backend]]:
+    """The session backends, with faults cleared after the test."""
+    yield backends
+    for backend in backends.values():
+        backend.clear_faults()
+
+
+@pytest.fixture(scope="session")
+def mcp_url(redis_url: str, backends: dict[str, Backend]) -> Iterator[str]:
+    """A real gateway under uvicorn for the session; tests create their keys after the flush."""
+    app = create_app(gateway_settings(redis_url, backends))
+    with serve_app_in_thread(app, lifespan=True) as base:
+        yield f"{base}/mcp"

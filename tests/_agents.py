@@ -1,0 +1,57 @@
+"""Helpers for end-to-end tests: keys, a real MCP client over HTTP, and result decoding."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
+from redis.asyncio import Redis
+
+from gateway.keys import KeyStore
+from gateway.principal import KeyKind
+
+MODERN = "2026-07-28"
+LEGACY = "legacy"
+
+
+async def make_key(
+    redis: Redis,
+    *,
+    org: str = "acme",
+    roles: Iterable[str] = ("staff",),
+    subject: str = "alice@acme.example",
+    kind: KeyKind = KeyKind.AGENT,
+) -> str:
+    token, _record = await KeyStore(redis).create(kind=kind, subject=subject, org=org, roles=roles)
+    return token
+
+
+@asynccontextmanager
+async def agent(mcp_url: str, token: str, mode: str = "auto") -> AsyncIterator[Client]:
+    """A real MCP client speaking Streamable HTTP with a bearer key."""
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=10) as http:
+        async with Client(streamable_http_client(mcp_url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            yield client
+
+
+def payload(result: CallToolResult) -> dict[str, Any]:
+    """The structured content, checked against the text content the model also receives."""
+    [block] = result.content
+    text_payload = json.loads(block.text)  # type: ignore[union-attr]
+    assert text_payload == result.structured_content
+    return text_payload  # type: ignore[no-any-return]
+
+
+def error_code(result: CallToolResult) -> str:
+    assert result.is_error
+    return str(payload(result)["error"]["code"])
+
+
+def everything_the_model_sees(result: CallToolResult) -> str:
+    return result.model_dump_json(by_alias=True)

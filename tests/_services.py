@@ -1,0 +1,45 @@
+"""Demo backends and gateway settings shared by end-to-end fixtures and tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from starlette.applications import Starlette
+from starlette.datastructures import Secret
+
+from gateway.settings import AdapterSettings, Settings
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A demo backend running under uvicorn for the whole session."""
+
+    url: str
+    token: str
+    app: Starlette
+
+    def control(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self.token}"}, timeout=5)
+
+    def set_faults(self, **spec: object) -> None:
+        with self.control() as client:
+            client.put("/_faults", json=spec).raise_for_status()
+
+    def clear_faults(self) -> None:
+        with self.control() as client:
+            client.delete("/_faults").raise_for_status()
+
+
+BACKEND_TIMEOUT_SECONDS = 1.0
+"""Short backend deadline in tests, so "slow past the deadline" takes about a second."""
+
+
+def gateway_settings(redis_url: str, backends: dict[str, Backend]) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        adapters={
+            name: AdapterSettings(name=name, url=b.url, token=Secret(b.token), timeout_seconds=BACKEND_TIMEOUT_SECONDS)
+            for name, b in backends.items()
+        },
+    )
