@@ -45,7 +45,7 @@ async def serve_app(
         RuntimeError: if the server stopped before it started.
     """
     sock = _bind(host, port)
-    server = uvicorn.Server(_config(app, host, port, lifespan))
+    server = QuietServer(_config(app, host, port, lifespan))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         loop = asyncio.get_running_loop()
@@ -80,7 +80,7 @@ def serve_app_in_thread(
         RuntimeError: if the server stopped before it started.
     """
     sock = _bind(host, port)
-    server = uvicorn.Server(_config(app, host, port, lifespan))
+    server = QuietServer(_config(app, host, port, lifespan))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
     try:
@@ -98,6 +98,20 @@ def serve_app_in_thread(
         sock.close()
         if thread.is_alive():
             raise TimeoutError(f"uvicorn did not stop within {SHUTDOWN_TIMEOUT_SECONDS} s")
+
+
+class QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves process signals alone.
+
+    These servers live inside another program (the gateway's demo mode, a test), which decides
+    when they stop by setting `should_exit`. uvicorn's own capture would replace the program's
+    SIGINT/SIGTERM handlers and re-raise the signal after stopping, killing the program before it
+    has cleaned up.
+    """
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _config(app: ASGIApp, host: str, port: int, lifespan: bool) -> uvicorn.Config:

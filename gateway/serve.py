@@ -8,9 +8,11 @@ demo backend started in-process on a free port with a fresh credential), and a d
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
+import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +21,7 @@ from typing import Any
 import uvicorn
 from starlette.datastructures import Secret
 
+from backends.serve import QuietServer
 from gateway.app import create_app, redis_client
 from gateway.embedded import Owner, embedded_redis
 from gateway.errors import ConfigError
@@ -87,7 +90,12 @@ async def ensure_demo_key(keys: KeyStore, data_dir: Path) -> str:
 
 
 async def run(settings: Settings) -> None:
-    """Serve until interrupted; every resource started here is stopped on the way out."""
+    """Serve until SIGINT or SIGTERM; every resource started here is stopped on the way out.
+
+    The signals are handled here rather than by uvicorn, which would re-raise them after its
+    server stopped and so kill the process before the demo backends and the embedded Redis are
+    stopped. A second signal forces the HTTP server down without waiting for open connections.
+    """
     async with resolved(settings) as ready:
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
@@ -105,7 +113,10 @@ async def run(settings: Settings) -> None:
             timeout_graceful_shutdown=3,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
+        server = QuietServer(config)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, _stop, server)
         shown_host = "127.0.0.1" if ready.host in ("0.0.0.0", "::") else ready.host
         print(f"Countersign is serving MCP at http://{shown_host}:{ready.port}/mcp", flush=True)
         print(f"  redis: {'embedded in ' + str(settings.data_dir) if settings.redis_url is None else 'external'}")
@@ -113,4 +124,15 @@ async def run(settings: Settings) -> None:
             print(f"  adapter {name}: {adapter.url}")
         print(f"  demo agent key (demo@acme.example, org acme): {demo_key}", flush=True)
         print("Press Ctrl-C to stop.", flush=True)
-        await server.serve()
+        try:
+            await server.serve()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+        print("Countersign stopped.", flush=True)
+
+
+def _stop(server: uvicorn.Server) -> None:
+    if server.should_exit:
+        server.force_exit = True
+    server.should_exit = True

@@ -1,0 +1,87 @@
+"""`countersign serve` as a user runs it: a real process, its embedded Valkey, restarts and signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from _agents import agent, payload
+from _redis_server import free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+READY = "Countersign is serving MCP at "
+START_SECONDS = 30.0
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@contextmanager
+def _serving(cwd: Path, port: int, stop: signal.Signals) -> Iterator[tuple[str, str]]:
+    """Run `countersign serve`; yield (mcp url, demo key); stop it with `stop` and check it exited cleanly."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
+    log = (cwd / f"serve-{port}.log").open("w+")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--port", str(port)], cwd=cwd, env=env, stdout=log, stderr=log
+    )
+    try:
+        text = ""
+        until = time.monotonic() + START_SECONDS
+        while "Press Ctrl-C" not in text:  # bounded poll of the process's own output
+            assert process.poll() is None, f"serve exited early:\n{text}"
+            assert time.monotonic() < until, f"serve did not start:\n{text}"
+            time.sleep(0.05)
+            log.seek(0)
+            text = log.read()
+        url = text.split(READY, 1)[1].split()[0]
+        key = text.split("demo agent key (demo@acme.example, org acme): ", 1)[1].split()[0]
+        yield url, key
+    finally:
+        process.send_signal(stop)
+        try:
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+            log.seek(0)
+            output = log.read()
+            log.close()
+        assert "Countersign stopped." in output, output
+        assert not (cwd / ".countersign" / "embedded.json").exists(), "embedded server left running"
+
+
+async def test_restart_keeps_keys_and_audit(tmp_path: Path) -> None:
+    """Keys and audit survive a restart; the demo key is reused; CLI commands see the same data."""
+    port = free_port()
+    with _serving(tmp_path, port, signal.SIGTERM) as (url, demo_key):
+        created = _cli(tmp_path, "keys", "create", "--kind", "agent", "--subject", "bob@acme.example",
+                       "--org", "acme", "--roles", "staff")  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        bob_key = created.stdout.strip()
+        async with agent(url, bob_key) as client:
+            result = await client.call_tool("rooms_list", {})
+        assert not result.is_error and payload(result)["rooms"]
+
+    listed = _cli(tmp_path, "keys", "list")  # serve is down: the CLI starts the embedded server itself
+    assert listed.returncode == 0 and "bob@acme.example" in listed.stdout
+
+    with _serving(tmp_path, port, signal.SIGINT) as (url, demo_key_again):
+        assert demo_key_again == demo_key
+        async with agent(url, bob_key) as client:
+            assert not (await client.call_tool("rooms_list", {})).is_error
+        tail = _cli(tmp_path, "audit", "tail", "-n", "50")
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.count("tool=rooms_list") == 2
+    assert "key.create" in tail.stdout
