@@ -1,0 +1,27 @@
+"""The README's two first commands stay true: CI runs the test command verbatim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_readme_opens_with_a_run_command_and_a_test_command() -> None:
+    """Exactly two commands: install and serve; install and test."""
+    run, test = _readme_commands()
+    assert run.endswith("countersign serve")
+    assert "pytest" in test and "mypy" in test and "ruff" in test
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    """`.ci/run` executes the README's test command, character for character."""
+    _run, test = _readme_commands()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test in ci
