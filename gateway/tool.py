@@ -21,7 +21,18 @@ from gateway.untrusted import has_untrusted_fields
 if TYPE_CHECKING:
     from gateway.context import ToolContext
 
-__all__ = ["Access", "Execute", "Mode", "StatusLookup", "Tool", "WriteContract", "WriteStatus"]
+__all__ = [
+    "Access",
+    "Approval",
+    "Escalation",
+    "Execute",
+    "Mode",
+    "Preflight",
+    "StatusLookup",
+    "Tool",
+    "WriteContract",
+    "WriteStatus",
+]
 
 # SEP-986 allows these characters; we refuse what the SDK only warns about.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -30,6 +41,10 @@ _KEY_FIELD = re.compile(r"idempoten|dedup")
 
 Execute = Callable[[Any, "ToolContext"], Awaitable[Mapping[str, Any] | BaseModel]]
 """``async (arguments, ctx) -> raw result``; the executor validates the result against `output`."""
+
+Preflight = Callable[[Any, "ToolContext"], Awaitable[None]]
+"""``async (arguments, ctx) -> None``: checks a write's target is one this caller was shown, before
+any card exists. Raises `UpstreamNotFoundError` (NOT_FOUND) otherwise; it never changes anything."""
 
 
 class Mode(StrEnum):
@@ -100,8 +115,12 @@ class WriteContract:
     """How long the backend remembers a key; past it a resend could apply twice."""
     status_lookup: StatusLookup
     """Looks the write up by its idempotency key."""
+    reference_field: str
+    """Output field holding the backend's identifier for the effect (``booking_id``, ``refund_id``)."""
     not_applied_statuses: frozenset[int] = frozenset({400, 404, 409, 422})
     """HTTP statuses that mean the backend did not apply the write (a definitive refusal)."""
+    settle_seconds: float = 2.0
+    """How long after a send a status lookup may still miss a write that did land."""
 
     def __post_init__(self) -> None:
         if self.key_retention_seconds <= 0:
@@ -109,6 +128,38 @@ class WriteContract:
         if any(500 <= status for status in self.not_applied_statuses):
             # A 5xx may have been applied before the error; it can never prove "not applied".
             raise ToolDeclarationError("a 5xx status cannot mean 'not applied'", code="invalid_contract")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Escalation:
+    """More approvers when a numeric argument is above a threshold (e.g. a large refund)."""
+
+    field: str
+    """Name of a numeric input field."""
+    above: float
+    """Strictly above this value, `required` approvers are needed."""
+    required: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approval:
+    """Who must countersign a write, how many, and how long a card may wait."""
+
+    approver_role: str = "approver"
+    """Role an admin key needs to decide cards of this tool (in the requester's org)."""
+    required: int = 1
+    """Distinct approvers needed; one rejection vetoes."""
+    escalations: tuple[Escalation, ...] = ()
+    decide_within_seconds: float = 24 * 3600.0
+    """A card not decided by then expires."""
+    execute_within_seconds: float = 3600.0
+    """An approved card not executed by then expires instead of running late."""
+
+    def __post_init__(self) -> None:
+        if self.required < 1 or any(e.required < 1 for e in self.escalations):
+            raise ToolDeclarationError("an approval needs at least one approver", code="invalid_approval")
+        if self.decide_within_seconds <= 0 or self.execute_within_seconds <= 0:
+            raise ToolDeclarationError("approval windows must be positive", code="invalid_approval")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -146,6 +197,15 @@ class Tool:
     """Whether the output carries third-party text; must match the output's `Untrusted` fields."""
     write_contract: WriteContract | None = None
     """Required for write tools, refused on read tools."""
+    approval: Approval | None = None
+    """Required for write tools: who countersigns and within which windows."""
+    summary: Callable[[Any], str] | None = None
+    """Required for write tools: a one-line, server-rendered account of what the write will do.
+    It must not quote the agent's free text (that goes in `agent_text_fields`)."""
+    agent_text_fields: frozenset[str] = frozenset()
+    """Input fields holding the agent's own words (a title, a reason), shown to approvers as untrusted."""
+    preflight: Preflight | None = None
+    """For write tools: checks the target was offered to this caller before a card is created."""
     timeout_seconds: float = 10.0
     """Deadline for one execution, after which the call answers UPSTREAM_TIMEOUT."""
     title: str | None = None
@@ -178,6 +238,24 @@ class Tool:
                 )
         if self.mode is Mode.WRITE and self.write_contract is None:
             raise ToolDeclarationError("a write tool needs a write contract", code="missing_contract", tool=self.name)
+        if self.mode is Mode.WRITE and (self.approval is None or self.summary is None):
+            raise ToolDeclarationError(
+                "a write tool needs an approval policy and a summary", code="missing_approval", tool=self.name
+            )
+        if self.mode is Mode.READ and (self.approval, self.summary, self.preflight) != (None, None, None):
+            raise ToolDeclarationError(
+                "approval, summary and preflight are for writes", code="stray_write", tool=self.name
+            )
+        stray = self.agent_text_fields - set(self.arguments.model_fields)
+        if stray:
+            raise ToolDeclarationError(f"agent_text_fields not in the input: {sorted(stray)}", code="stray_field")
+        if self.approval is not None:
+            numeric = {name for name, info in self.arguments.model_fields.items() if info.annotation in (int, float)}
+            for escalation in self.approval.escalations:
+                if escalation.field not in numeric:
+                    raise ToolDeclarationError(
+                        f"escalation field {escalation.field!r} is not a numeric input", code="invalid_approval"
+                    )
         if self.mode is Mode.READ and self.write_contract is not None:
             raise ToolDeclarationError(
                 "a read tool cannot have a write contract", code="stray_contract", tool=self.name

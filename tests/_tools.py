@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from gateway.context import ToolContext
-from gateway.tool import Access, Mode, Tool, WriteContract, WriteStatus
+from gateway.tool import Access, Approval, Mode, Tool, WriteContract, WriteStatus
 from gateway.untrusted import Untrusted
 
 
@@ -40,7 +40,9 @@ async def unknown_status(key: str, ctx: ToolContext) -> WriteStatus:
     return WriteStatus(state="unknown")
 
 
-CONTRACT = WriteContract(dedupes_on_key=True, key_retention_seconds=3600, status_lookup=unknown_status)
+CONTRACT = WriteContract(
+    dedupes_on_key=True, key_retention_seconds=3600, status_lookup=unknown_status, reference_field="echoed"
+)
 
 
 def read_tool(name: str = "demo_echo", access: Access | None = None, **overrides: Any) -> Tool:
@@ -69,5 +71,14 @@ def note_tool() -> Tool:
     )
 
 
-def write_tool(name: str = "demo_write") -> Tool:
-    return read_tool(name, mode=Mode.WRITE, write_contract=CONTRACT, access=Access.roles("staff"))
+def write_tool(name: str = "demo_write", **overrides: Any) -> Tool:
+    fields: dict[str, Any] = {
+        "mode": Mode.WRITE,
+        "write_contract": CONTRACT,
+        "access": Access.roles("staff"),
+        "approval": Approval(),
+        "summary": lambda args: f"Echo {len(args.text)} characters {args.times} time(s)",
+        "agent_text_fields": frozenset({"text"}),
+    }
+    fields.update(overrides)
+    return read_tool(name, **fields)

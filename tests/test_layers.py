@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "gateway.toolbox": 5,
     "gateway.context": 5,
     "gateway.envelope": 5,
+    "gateway.card": 5,
     "gateway": 5,
     "policies": 5,
     "policies.access": 5,
@@ -29,6 +30,8 @@ LAYERS: dict[str, int] = {
     "gateway.audit": 4,
     "gateway.keys": 4,
     "gateway.embedded": 4,
+    "gateway.ledger": 4,
+    "gateway.ledger._lua": 4,
     # 3. executor
     "gateway.executor": 3,
     # 2. catalog

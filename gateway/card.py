@@ -1,0 +1,125 @@
+"""Approval cards: what an agent's write proposal becomes, and the states it moves through.
+
+```text
+PENDING -> APPROVED -> EXECUTING -> SUCCEEDED | FAILED | UNKNOWN
+UNKNOWN -> (status query) -> SUCCEEDED | FAILED | NEEDS_RECONCILIATION -> (admin) SUCCEEDED | FAILED
+PENDING -> REJECTED | CANCELLED | EXPIRED;  APPROVED -> CANCELLED | EXPIRED
+EXECUTING (never sent, lease lost) -> APPROVED;  EXECUTING (sent, worker died) -> UNKNOWN
+```
+
+Every transition is one atomic script in the ledger; this module is only the vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["TERMINAL", "Card", "CardEvent", "CardState", "decision_of", "outcome_of"]
+
+
+class CardState(StrEnum):
+    PENDING = "PENDING"
+    APPROVED = "APPROVED"
+    EXECUTING = "EXECUTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+    NEEDS_RECONCILIATION = "NEEDS_RECONCILIATION"
+    REJECTED = "REJECTED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+TERMINAL = frozenset(
+    {CardState.SUCCEEDED, CardState.FAILED, CardState.REJECTED, CardState.CANCELLED, CardState.EXPIRED}
+)
+"""States no transition ever leaves."""
+
+OPEN = frozenset({CardState.PENDING, CardState.APPROVED})
+"""States in which a card still waits for a person or a worker (and can be cancelled)."""
+
+
+def decision_of(state: CardState) -> str:
+    """The human decision, shown apart from the outcome: pending/approved/rejected/expired/cancelled."""
+    if state is CardState.PENDING:
+        return "pending"
+    if state in (CardState.REJECTED, CardState.CANCELLED, CardState.EXPIRED):
+        return state.value.lower()
+    return "approved"
+
+
+def outcome_of(state: CardState) -> str:
+    """What came of the write: none/succeeded/failed/unknown (unknown also while a person must resolve)."""
+    if state is CardState.SUCCEEDED:
+        return "succeeded"
+    if state is CardState.FAILED:
+        return "failed"
+    if state in (CardState.UNKNOWN, CardState.NEEDS_RECONCILIATION):
+        return "unknown"
+    if state is CardState.EXECUTING:
+        return "in_progress"
+    return "none"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardEvent:
+    """One entry of a card's hash-chained history."""
+
+    seq: int
+    type: str
+    actor: str
+    state: str
+    version: int
+    at_ms: int
+    data: Mapping[str, Any] = field(default_factory=dict)
+    data_raw: str = "{}"
+    """`data` exactly as stored and hashed."""
+    prev: str = ""
+    hash: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Card:
+    """A card as stored. `arguments` are canonical; `agent_text` holds the agent's own words."""
+
+    card_id: str
+    tool: str
+    tool_version: str
+    arguments: Mapping[str, Any]
+    args_hash: str
+    requester_subject: str
+    requester_org: str
+    requester_key_id: str
+    state: CardState
+    version: int
+    idempotency_key: str
+    transaction_id: str
+    approvals_required: int
+    approvers: tuple[str, ...]
+    summary: str
+    agent_text: Mapping[str, str]
+    created_ms: int
+    decide_by_ms: int
+    execute_by_ms: int | None = None
+    fence: int = 0
+    dispatched: bool = False
+    attempts: int = 0
+    dispatched_ms: int | None = None
+    reference: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    rejection: Mapping[str, str] = field(default_factory=dict)
+    """``{"by": admin subject, "reason": ...}`` when rejected."""
+    approver_role: str = "approver"
+    requester_roles: frozenset[str] = frozenset()
+    """The requester's roles when the card was made (access is re-checked against the live key)."""
+
+    @property
+    def decision(self) -> str:
+        return decision_of(self.state)
+
+    @property
+    def outcome(self) -> str:
+        return outcome_of(self.state)

@@ -1,0 +1,340 @@
+"""The ledger: approval cards in Redis, every transition one atomic Lua script.
+
+Who calls it: the executor (`propose`), the card service behind the admin API and CLI (`approve`,
+`reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
+`recover`, `reconcile`, the outbox and the timers).
+
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card's hash, its event stream and its
+applied-transition record share the tag of its shard with the shard's outbox stream, open-card
+(dedupe) hash, index and timers, so every script touches exactly one slot (Redis Cluster safe).
+The shard of a card is chosen from its dedupe key, so an identical proposal always lands where
+the open card it duplicates lives.
+
+Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
+version, and appends a hash-chained event to the card's stream. A retried call with the same
+transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
+connection errors, so a script may well run twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.card import Card, CardEvent, CardState
+from gateway.ledger._lua import PRELUDE, SCRIPTS
+
+__all__ = ["SHARDS", "Proposal", "RedisLedger", "Transition", "card_shard", "verify_chain"]
+
+SHARDS = 8
+OUTBOX_GROUP = "workers"
+_CARD_ID = re.compile(r"^crd_([0-9]{1,2})_[0-9a-f]{32}$")
+
+
+def card_shard(card_id: str) -> int | None:
+    """The shard of a well-formed card id, or None (then the card cannot exist)."""
+    match = _CARD_ID.fullmatch(card_id)
+    if match is None or int(match.group(1)) >= SHARDS:
+        return None
+    return int(match.group(1))
+
+
+def _tag(shard: int) -> str:
+    return f"cs:{{cs{shard}}}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Proposal:
+    """Everything a new card is made of; built by the executor, never by the caller."""
+
+    tool: str
+    tool_version: str
+    arguments: Mapping[str, Any]
+    args_hash: str
+    requester_subject: str
+    requester_org: str
+    requester_key_id: str
+    requester_roles: frozenset[str]
+    approvals_required: int
+    approver_role: str
+    summary: str
+    agent_text: Mapping[str, str]
+    decide_within_ms: int
+    execute_within_ms: int
+    dedupe_key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transition:
+    """The answer of one script: a status and the card as it is now (None if it does not exist)."""
+
+    status: str
+    """``OK``, ``ALREADY_APPLIED``, ``EXISTING``, ``NOT_DUE`` or an ``ERR_*`` code."""
+    card: Card | None
+    extra: Mapping[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("OK", "ALREADY_APPLIED")
+
+
+class RedisLedger:
+    """Cards in Redis. All methods may raise redis errors; callers fail closed on them."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
+
+    # -- keys -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _keys(card_id: str, shard: int) -> list[str]:
+        tag = _tag(shard)
+        base = f"{tag}:card:{card_id}"
+        return [base, f"{base}:events", f"{base}:tx", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
+
+    async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
+        shard = card_shard(card_id)
+        if shard is None:
+            return Transition(status="ERR_NOT_FOUND", card=None, extra={})
+        transition_id = secrets.token_hex(12)
+        raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
+        return _transition(raw)
+
+    async def _replay(self, name: str, card_id: str, transition_id: str, *args: str | int) -> Transition:
+        """Run a script with a caller-chosen transition id (tests of replay safety use this)."""
+        shard = card_shard(card_id)
+        if shard is None:
+            return Transition(status="ERR_NOT_FOUND", card=None, extra={})
+        raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
+        return _transition(raw)
+
+    # -- creating and deciding --------------------------------------------------------------------
+
+    async def propose(self, proposal: Proposal) -> Transition:
+        """Create a PENDING card, or return the open card with the same dedupe key (``EXISTING``)."""
+        shard = int(hashlib.sha256(proposal.dedupe_key.encode()).hexdigest()[:8], 16) % SHARDS
+        card_id = f"crd_{shard}_{secrets.token_hex(16)}"
+        fields = {
+            "card_id": card_id,
+            "tool": proposal.tool,
+            "tool_version": proposal.tool_version,
+            "arguments": _canonical(proposal.arguments),
+            "args_hash": proposal.args_hash,
+            "requester_subject": proposal.requester_subject,
+            "requester_org": proposal.requester_org,
+            "requester_key_id": proposal.requester_key_id,
+            "requester_roles": ",".join(sorted(proposal.requester_roles)),
+            "approvals_required": proposal.approvals_required,
+            "approver_role": proposal.approver_role,
+            "summary": proposal.summary,
+            "agent_text": _canonical(proposal.agent_text),
+            "execute_within_ms": proposal.execute_within_ms,
+            # Minted once, here, and stored before anything is sent; never regenerated.
+            "idempotency_key": f"cs-{secrets.token_hex(16)}",
+            "transaction_id": f"txn_{secrets.token_hex(12)}",
+        }
+        result = _transition(
+            await self._scripts["create"](
+                keys=self._keys(card_id, shard),
+                args=[secrets.token_hex(12), json.dumps(fields), proposal.dedupe_key, proposal.decide_within_ms],
+            )
+        )
+        if result.status == "EXISTING":
+            existing = await self.get(str(result.extra["card_id"]))
+            return Transition(status="EXISTING", card=existing, extra=result.extra)
+        return result
+
+    async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
+                      requeue_ms: int = 10_000) -> Transition:  # fmt: skip
+        return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
+
+    async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
+        return await self._run("reject", card_id, admin, reason)
+
+    async def cancel(self, card_id: str, *, actor: str) -> Transition:
+        return await self._run("cancel", card_id, actor)
+
+    async def resolve(self, card_id: str, *, admin: str, outcome: str, evidence: Mapping[str, Any]) -> Transition:
+        return await self._run("resolve", card_id, admin, outcome, _canonical(evidence))
+
+    # -- executing --------------------------------------------------------------------------------
+
+    async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
+        return await self._run("claim", card_id, worker, lease_ms)
+
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
+        return await self._run("claim_resend", card_id, worker, lease_ms)
+
+    async def dispatch(self, card_id: str, *, fence: int) -> Transition:
+        return await self._run("dispatch", card_id, fence)
+
+    async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
+                       evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
+        return await self._run("complete", card_id, fence, outcome.value, reference, _canonical(evidence), settle_ms)
+
+    async def release(self, card_id: str, *, fence: int, reason: str, requeue_ms: int) -> Transition:
+        return await self._run("release", card_id, fence, reason, requeue_ms)
+
+    async def recover(self, card_id: str) -> Transition:
+        return await self._run("recover", card_id)
+
+    async def reconcile(self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any],
+                        next_at_ms: int = 0) -> Transition:  # fmt: skip
+        return await self._run("reconcile", card_id, result, reference, _canonical(evidence), next_at_ms)
+
+    async def sweep_open(self, card_id: str, *, requeue_ms: int) -> Transition:
+        return await self._run("sweep_open", card_id, requeue_ms, card_id)
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    async def get(self, card_id: str) -> Card | None:
+        shard = card_shard(card_id)
+        if shard is None:
+            return None
+        fields: Any = await self._client.hgetall(self._keys(card_id, shard)[0])
+        return _card({_text(k): _text(v) for k, v in fields.items()}) if fields else None
+
+    async def events(self, card_id: str) -> list[CardEvent]:
+        shard = card_shard(card_id)
+        if shard is None:
+            return []
+        entries: Any = await self._client.xrange(self._keys(card_id, shard)[1])
+        return [_event({_text(k): _text(v) for k, v in fields.items()}) for _id, fields in entries]
+
+    async def recent(self, *, limit: int = 200) -> list[Card]:
+        """The newest cards of every shard, newest first."""
+        ids: list[tuple[str, float]] = []
+        for shard in range(SHARDS):
+            entries: Any = await self._client.zrevrange(f"{_tag(shard)}:index", 0, limit - 1, withscores=True)
+            ids.extend((_text(member), float(score)) for member, score in entries)
+        ids.sort(key=lambda item: item[1], reverse=True)
+        cards = [await self.get(card_id) for card_id, _ in ids[:limit]]
+        return [card for card in cards if card is not None]
+
+    async def due(self, *, now_ms: int, limit: int = 100) -> list[str]:
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due."""
+        due: list[str] = []
+        for shard in range(SHARDS):
+            members: Any = await self._client.zrangebyscore(f"{_tag(shard)}:timers", 0, now_ms, start=0, num=limit)
+            due.extend(_text(member) for member in members)
+        return due
+
+    async def server_time_ms(self) -> int:
+        seconds, micros = await self._client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    # -- the outbox -------------------------------------------------------------------------------
+
+    def outbox_keys(self) -> list[str]:
+        return [f"{_tag(shard)}:outbox" for shard in range(SHARDS)]
+
+    async def ensure_outbox_group(self) -> None:
+        for key in self.outbox_keys():
+            try:
+                await self._client.xgroup_create(key, OUTBOX_GROUP, id="0", mkstream=True)
+            except aioredis.ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+
+    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> list[tuple[str, str, str]]:
+        """New outbox entries for `consumer`: (stream, entry id, card id)."""
+        answer: Any = await self._client.xreadgroup(
+            OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
+        )
+        entries = []
+        for stream, items in answer or []:
+            for entry_id, fields in items:
+                entries.append((_text(stream), _text(entry_id), _text(fields[b"card_id"])))
+        return entries
+
+    async def ack(self, stream: str, entry_id: str) -> None:
+        await self._client.xack(stream, OUTBOX_GROUP, entry_id)
+        await self._client.xdel(stream, entry_id)
+
+
+def verify_chain(events: Sequence[CardEvent]) -> bool:
+    """Whether a card's events form an unbroken hash chain, numbered 1..n."""
+    previous = ""
+    for expected_seq, event in enumerate(events, start=1):
+        parts = [previous, str(event.seq), event.type, event.actor, event.state, str(event.version), str(event.at_ms)]
+        material = "|".join([*parts, event.data_raw])
+        digest = hashlib.sha1(material.encode()).hexdigest()
+        if event.seq != expected_seq or event.prev != previous or digest != event.hash:
+            return False
+        previous = event.hash
+    return True
+
+
+def _canonical(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _transition(raw: bytes | str) -> Transition:
+    answer = json.loads(_text(raw))
+    fields = answer.get("card") or {}
+    extra = answer.get("extra") or {}
+    return Transition(status=answer["status"], card=_card(fields) if fields else None, extra=extra if extra else {})
+
+
+def _optional_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def _card(f: Mapping[str, str]) -> Card:
+    return Card(
+        card_id=f["card_id"],
+        tool=f["tool"],
+        tool_version=f["tool_version"],
+        arguments=json.loads(f["arguments"]),
+        args_hash=f["args_hash"],
+        requester_subject=f["requester_subject"],
+        requester_org=f["requester_org"],
+        requester_key_id=f["requester_key_id"],
+        state=CardState(f["state"]),
+        version=int(f["version"]),
+        idempotency_key=f["idempotency_key"],
+        transaction_id=f["transaction_id"],
+        approvals_required=int(f["approvals_required"]),
+        approvers=tuple(json.loads(f.get("approvers") or "[]")),
+        summary=f["summary"],
+        agent_text=json.loads(f.get("agent_text") or "{}"),
+        created_ms=int(f["created_ms"]),
+        decide_by_ms=int(f["decide_by_ms"]),
+        execute_by_ms=_optional_int(f.get("execute_by_ms")),
+        fence=int(f.get("fence") or 0),
+        dispatched=f.get("dispatched") == "1",
+        attempts=int(f.get("attempts") or 0),
+        dispatched_ms=_optional_int(f.get("dispatched_ms")),
+        reference=f.get("reference") or None,
+        evidence=json.loads(f.get("evidence") or "{}"),
+        rejection=json.loads(f.get("rejection") or "{}"),
+        approver_role=f.get("approver_role", "approver"),
+        requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
+    )
+
+
+def _event(f: Mapping[str, str]) -> CardEvent:
+    return CardEvent(
+        seq=int(f["seq"]),
+        type=f["type"],
+        actor=f["actor"],
+        state=f["state"],
+        version=int(f["version"]),
+        at_ms=int(f["at"]),
+        data=json.loads(f["data"]),
+        data_raw=f["data"],
+        prev=f["prev"],
+        hash=f["hash"],
+    )
