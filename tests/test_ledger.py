@@ -1,0 +1,271 @@
+"""The ledger's transitions against a real Redis: atomicity, races, expiry, replay, the event chain."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from gateway.card import CardState
+from gateway.ledger import Proposal, RedisLedger, verify_chain
+
+pytestmark = pytest.mark.anyio
+
+PROPOSAL = Proposal(
+    tool="rooms_book",
+    tool_version="v1",
+    arguments={"room_id": "room-atlas", "date": "2026-12-01", "start": "09:00", "end": "10:00", "title": "x"},
+    args_hash="h1",
+    requester_subject="alice@acme.example",
+    requester_org="acme",
+    requester_key_id="key_a",
+    requester_roles=frozenset({"staff"}),
+    approvals_required=1,
+    approver_role="approver",
+    summary="Book room-atlas",
+    agent_text={"title": "x"},
+    decide_within_ms=60_000,
+    execute_within_ms=60_000,
+    dedupe_key="alice|rooms_book|h1",
+)
+
+
+async def _pending(ledger: RedisLedger, **changes: Any) -> str:
+    created = await ledger.propose(replace(PROPOSAL, **changes))
+    assert created.status == "OK" and created.card is not None
+    return created.card.card_id
+
+
+async def _approved(ledger: RedisLedger, **changes: Any) -> str:
+    card_id = await _pending(ledger, **changes)
+    card = await ledger.get(card_id)
+    assert card is not None
+    result = await ledger.approve(card_id, approver="bob@acme.example", version=card.version,
+                                  args_hash=card.args_hash, comment="ok")  # fmt: skip
+    assert result.status == "OK" and result.card is not None and result.card.state is CardState.APPROVED
+    return card_id
+
+
+async def test_proposal_creates_a_pending_card_with_minted_key_and_one_event(redis: Redis) -> None:
+    """A new card is PENDING, version 1, with a server-minted idempotency key and a 'created' event."""
+    ledger = RedisLedger(redis)
+    card = await ledger.get(await _pending(ledger))
+    assert card is not None and card.state is CardState.PENDING and card.version == 1
+    assert card.idempotency_key.startswith("cs-") and card.transaction_id.startswith("txn_")
+    events = await ledger.events(card.card_id)
+    assert [e.type for e in events] == ["created"] and verify_chain(events)
+
+
+async def test_identical_open_proposal_returns_the_existing_card(redis: Redis) -> None:
+    """Same dedupe key while open: the earlier card comes back, no second card."""
+    ledger = RedisLedger(redis)
+    first = await _pending(ledger)
+    again = await ledger.propose(PROPOSAL)
+    assert again.status == "EXISTING" and again.card is not None and again.card.card_id == first
+    assert len(await ledger.recent()) == 1
+
+
+async def test_fifty_concurrent_approvals_have_exactly_one_winner(redis: Redis) -> None:
+    """50 distinct admins approve at once: one OK, the others see the new state."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger)
+    card = await ledger.get(card_id)
+    assert card is not None
+    results = await asyncio.gather(
+        *(
+            ledger.approve(
+                card_id, approver=f"admin{i}@acme.example", version=card.version, args_hash=card.args_hash, comment=""
+            )
+            for i in range(50)
+        )  # fmt: skip
+    )
+    assert sorted(r.status for r in results).count("OK") == 1
+    assert {r.status for r in results} == {"OK", "ERR_STATE"}
+    losers = [r for r in results if r.status != "OK"]
+    assert all(r.card is not None and r.card.state is CardState.APPROVED for r in losers)
+    outbox = sum([await redis.xlen(key) for key in ledger.outbox_keys()])
+    assert outbox == 1
+
+
+async def test_approve_reject_race_has_one_winner(redis: Redis) -> None:
+    """An approval and two rejections racing: exactly one decision applies, the others see it."""
+    ledger = RedisLedger(redis)
+    for i in range(10):
+        card_id = await _pending(ledger, dedupe_key=f"race-{i}")
+        results = await asyncio.gather(
+            ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h1", comment=""),
+            ledger.reject(card_id, admin="carol@acme.example", reason="no"),
+            ledger.reject(card_id, admin="dave@acme.example", reason="no"),
+        )
+        assert [r.status for r in results].count("OK") == 1
+        final = await ledger.get(card_id)
+        assert final is not None and final.state in {CardState.APPROVED, CardState.REJECTED}
+        assert all(r.card is not None and r.card.state is final.state for r in results if r.status != "OK")
+
+
+async def test_cancel_racing_claims_never_lets_a_cancelled_card_execute(redis: Redis) -> None:
+    """Cancel and claim race on an approved card: either it is cancelled and never claimed, or claimed first."""
+    ledger = RedisLedger(redis)
+    for i in range(10):
+        card_id = await _approved(ledger, dedupe_key=f"cancel-{i}")
+        cancel, *claims = await asyncio.gather(
+            ledger.cancel(card_id, actor="alice@acme.example"),
+            *(ledger.claim(card_id, worker=f"w{n}", lease_ms=5000) for n in range(3)),
+        )
+        claimed = [c for c in claims if c.status == "OK"]
+        assert len(claimed) + (cancel.status == "OK") == 1
+        final = await ledger.get(card_id)
+        assert final is not None
+        assert final.state is (CardState.CANCELLED if cancel.status == "OK" else CardState.EXECUTING)
+
+
+async def test_expiry_racing_approval_has_one_winner(redis: Redis) -> None:
+    """At the deadline, the sweep and a late approval cannot both win."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger, decide_within_ms=20)
+    with anyio.fail_after(5):
+        while not await ledger.due(now_ms=await ledger.server_time_ms()):
+            await anyio.sleep(0.005)
+    sweep, approve = await asyncio.gather(
+        ledger.sweep_open(card_id, requeue_ms=1000),
+        ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h1", comment=""),
+    )
+    final = await ledger.get(card_id)
+    assert final is not None and final.state is CardState.EXPIRED
+    assert approve.status in {"ERR_EXPIRED", "ERR_STATE"}
+
+
+async def test_self_approval_stale_version_and_wrong_hash_are_refused(redis: Redis) -> None:
+    """The requester cannot approve; an approval must name the version and args_hash it saw."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger)
+    card = await ledger.get(card_id)
+    assert card is not None
+    own = await ledger.approve(card_id, approver="alice@acme.example", version=1, args_hash="h1", comment="")
+    stale = await ledger.approve(card_id, approver="bob@acme.example", version=0, args_hash="h1", comment="")
+    wrong = await ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h2", comment="")
+    assert (own.status, stale.status, wrong.status) == ("ERR_SELF_APPROVAL", "ERR_STALE", "ERR_STALE")
+    after = await ledger.get(card_id)
+    assert after is not None and after.version == card.version and after.state is CardState.PENDING
+
+
+async def test_quorum_needs_two_distinct_approvers(redis: Redis) -> None:
+    """With two required, one approval records; the same admin again is refused; a second approves."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger, approvals_required=2)
+    first = await ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h1", comment="")
+    assert first.card is not None and first.card.state is CardState.PENDING and first.card.version == 2
+    twice = await ledger.approve(card_id, approver="bob@acme.example", version=2, args_hash="h1", comment="")
+    assert twice.status == "ERR_DUPLICATE_APPROVER"
+    second = await ledger.approve(card_id, approver="carol@acme.example", version=2, args_hash="h1", comment="")
+    assert second.card is not None and second.card.state is CardState.APPROVED
+    assert second.card.approvers == ("bob@acme.example", "carol@acme.example")
+
+
+async def test_undecided_card_expires_by_the_redis_clock(redis: Redis) -> None:
+    """Past its deadline a card cannot be approved; the sweep moves it to EXPIRED."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger, decide_within_ms=50)
+    with anyio.fail_after(5):
+        while not await ledger.due(now_ms=await ledger.server_time_ms()):
+            await anyio.sleep(0.01)
+    late = await ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h1", comment="")
+    assert late.status == "ERR_EXPIRED" and late.card is not None and late.card.state is CardState.EXPIRED
+    fresh = await ledger.propose(PROPOSAL)  # an expired card no longer deduplicates
+    assert fresh.status == "OK"
+
+
+async def test_a_replayed_transition_changes_nothing(redis: Redis) -> None:
+    """The same transition id twice: the second answers ALREADY_APPLIED, one event, one version."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger)
+    first = await ledger._replay("approve", card_id, "tid-1", "bob@acme.example", 1, "h1", "", 10_000)
+    again = await ledger._replay("approve", card_id, "tid-1", "bob@acme.example", 1, "h1", "", 10_000)
+    assert (first.status, again.status) == ("OK", "ALREADY_APPLIED")
+    events = await ledger.events(card_id)
+    assert [e.type for e in events] == ["created", "approved"] and verify_chain(events)
+    assert again.card is not None and again.card.version == 2
+
+
+async def test_tampered_event_breaks_the_chain(redis: Redis) -> None:
+    """Rewriting any stored event is detected by the chain check."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    events = await ledger.events(card_id)
+    assert verify_chain(events)
+    forged = [events[0], replace(events[1], actor="mallory@acme.example")]
+    assert not verify_chain(forged)
+
+
+async def test_claim_dispatch_complete_uses_fences(redis: Redis) -> None:
+    """One claim wins; dispatch needs the fence; a stale fence's result is recorded, not applied."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    claims = await asyncio.gather(*(ledger.claim(card_id, worker=f"w{i}", lease_ms=5000) for i in range(5)))
+    [winner] = [c for c in claims if c.status == "OK"]
+    assert winner.card is not None and winner.card.state is CardState.EXECUTING
+    fence = winner.card.fence
+    assert (await ledger.dispatch(card_id, fence=fence - 1)).status == "ERR_FENCE"
+    assert (await ledger.dispatch(card_id, fence=fence)).status == "OK"
+    late = await ledger.complete(card_id, fence=fence + 7, outcome=CardState.FAILED, reference="", evidence={},
+                                 settle_ms=100)  # fmt: skip
+    assert late.status == "ERR_FENCE"
+    done = await ledger.complete(card_id, fence=fence, outcome=CardState.SUCCEEDED, reference="bk-1", evidence={},
+                                 settle_ms=100)  # fmt: skip
+    assert done.card is not None and done.card.state is CardState.SUCCEEDED and done.card.reference == "bk-1"
+    after = await ledger.complete(card_id, fence=fence, outcome=CardState.FAILED, reference="", evidence={},
+                                  settle_ms=100)  # fmt: skip
+    assert after.status == "ERR_FENCE" and after.card is not None and after.card.state is CardState.SUCCEEDED
+    types = [e.type for e in await ledger.events(card_id)]
+    assert types.count("late_result_ignored") == 2
+
+
+async def test_lost_lease_before_dispatch_goes_back_to_approved_and_after_dispatch_to_unknown(redis: Redis) -> None:
+    """A worker that never sent is safe to redo; one that may have sent leads to a status query."""
+    ledger = RedisLedger(redis)
+    quiet = await _approved(ledger, dedupe_key="quiet")
+    sent = await _approved(ledger, dedupe_key="sent")
+    q = await ledger.claim(quiet, worker="w1", lease_ms=30)
+    s = await ledger.claim(sent, worker="w1", lease_ms=30)
+    assert q.card is not None and s.card is not None
+    assert (await ledger.dispatch(sent, fence=s.card.fence)).status == "OK"
+    with anyio.fail_after(5):
+        while (await ledger.recover(quiet)).status == "NOT_DUE":
+            await anyio.sleep(0.01)
+    recovered = await ledger.recover(sent)
+    assert recovered.card is not None and recovered.card.state is CardState.UNKNOWN
+    back = await ledger.get(quiet)
+    assert back is not None and back.state is CardState.APPROVED
+    assert back.idempotency_key == q.card.idempotency_key  # the key is never regenerated
+    # The old holder's late dispatch is fenced off.
+    assert (await ledger.dispatch(quiet, fence=q.card.fence)).status in {"ERR_STATE", "ERR_FENCE"}
+
+
+async def test_terminal_states_never_change(redis: Redis) -> None:
+    """A rejected card cannot be approved, cancelled, claimed or completed."""
+    ledger = RedisLedger(redis)
+    card_id = await _pending(ledger)
+    assert (await ledger.reject(card_id, admin="bob@acme.example", reason="no")).status == "OK"
+    attempts = [
+        await ledger.approve(card_id, approver="carol@acme.example", version=2, args_hash="h1", comment=""),
+        await ledger.cancel(card_id, actor="alice@acme.example"),
+        await ledger.claim(card_id, worker="w", lease_ms=1000),
+        await ledger.reconcile(card_id, result="SUCCEEDED", reference="", evidence={}),
+    ]
+    assert [a.status for a in attempts] == ["ERR_STATE"] * 4
+    card = await ledger.get(card_id)
+    assert card is not None and card.state is CardState.REJECTED and card.rejection["reason"] == "no"
+
+
+async def test_malformed_card_ids_are_not_found_without_touching_redis(redis: Redis) -> None:
+    """Ids the ledger never minted answer NOT_FOUND."""
+    ledger = RedisLedger(redis)
+    for bogus in ("crd_99_" + "0" * 32, "../x", "crd_1_zz"):
+        assert (await ledger.approve(bogus, approver="b", version=1, args_hash="", comment="")).status == (
+            "ERR_NOT_FOUND"
+        )
+        assert await ledger.get(bogus) is None
