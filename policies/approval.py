@@ -1,0 +1,39 @@
+"""Who may decide a card, and how many approvals a proposal needs. Pure functions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.card import Card
+from gateway.decision import Code, Decision
+from gateway.principal import KeyKind, Principal
+from gateway.tool import Approval
+
+__all__ = ["approvals_required", "may_decide"]
+
+
+def approvals_required(approval: Approval, arguments: BaseModel) -> int:
+    """Distinct approvers a proposal needs: the base number, raised by any escalation that applies."""
+    required = approval.required
+    for escalation in approval.escalations:
+        value: Any = getattr(arguments, escalation.field)
+        if isinstance(value, int | float) and value > escalation.above:
+            required = max(required, escalation.required)
+    return required
+
+
+def may_decide(card: Card, admin: Principal) -> Decision:
+    """Whether `admin` may approve, reject, cancel or resolve `card`.
+
+    A card of another org is NOT_FOUND (exactly as if it did not exist); the requester is never
+    its own approver; the admin needs the card's approver role.
+    """
+    if admin.kind is not KeyKind.ADMIN or admin.org != card.requester_org:
+        return Decision.deny(Code.NOT_FOUND, "card is not visible to this admin")
+    if admin.subject == card.requester_subject:
+        return Decision.deny(Code.PERMISSION_DENIED, "the requester cannot decide its own card")
+    if card.approver_role not in admin.roles:
+        return Decision.deny(Code.PERMISSION_DENIED, f"deciding needs role {card.approver_role}")
+    return Decision.allow(f"role {card.approver_role}")

@@ -1,0 +1,80 @@
+"""What an attempt at a write means, and what to do about an uncertain one. Pure functions.
+
+Every attempt is classified: nothing sent -> safe to retry with the same key; a definitive
+refusal -> FAILED; anything that may have reached the backend -> UNKNOWN, which leads to a status
+query and never to a blind resend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gateway.errors import UpstreamError
+from gateway.tool import WriteContract, WriteStatus
+
+__all__ = ["Attempt", "Next", "ReconcileStep", "backoff_ms", "classify", "reconcile_step"]
+
+
+class Attempt(StrEnum):
+    NOT_SENT = "NOT_SENT"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    UNKNOWN = "UNKNOWN"
+
+
+def classify(error: UpstreamError | None, contract: WriteContract) -> Attempt:
+    """Classify one attempt from the error it raised (None: the backend confirmed the write)."""
+    if error is None:
+        return Attempt.SUCCEEDED
+    if not error.sent:
+        return Attempt.NOT_SENT
+    if error.status is not None and error.status in contract.not_applied_statuses:
+        return Attempt.FAILED
+    # A timeout after sending, a 5xx, a dropped connection, a 2xx we cannot parse, a status the
+    # contract does not call "not applied": the write may have landed.
+    return Attempt.UNKNOWN
+
+
+class Next(StrEnum):
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    RESCHEDULE = "RESCHEDULE"
+    RESEND = "RESEND"
+    NEEDS_RECONCILIATION = "NEEDS_RECONCILIATION"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReconcileStep:
+    next: Next
+    at_ms: int = 0
+    reason: str = ""
+
+
+def backoff_ms(checks: int, *, base_ms: int = 500, cap_ms: int = 60_000) -> int:
+    """Delay before the next status query: doubling from `base_ms`, capped."""
+    return int(min(cap_ms, base_ms * (2 ** min(checks, 16))))
+
+
+def reconcile_step(
+    status: WriteStatus | None, contract: WriteContract, *, now_ms: int, dispatched_ms: int, checks: int
+) -> ReconcileStep:
+    """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
+
+    Found -> SUCCEEDED or FAILED. Not found within the settle period -> ask again later. Not found
+    after it -> resend with the same key, but only while the backend still remembers keys (with a
+    margin); otherwise a person must reconcile.
+    """
+    if status is not None and status.state == "applied":
+        return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
+    if status is not None and status.state == "refused":
+        return ReconcileStep(next=Next.FAILED, reason="backend refused the write")
+    if status is None:
+        return ReconcileStep(next=Next.RESCHEDULE, at_ms=now_ms + backoff_ms(checks), reason="status query failed")
+    settle_ms = int(contract.settle_seconds * 1000)
+    if now_ms < dispatched_ms + settle_ms:
+        return ReconcileStep(next=Next.RESCHEDULE, at_ms=dispatched_ms + settle_ms, reason="within settle period")
+    remembered_until = dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
+    if contract.dedupes_on_key and now_ms < remembered_until:
+        return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
+    return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")
