@@ -10,10 +10,17 @@ import importlib
 
 from gateway.tool import Tool
 
-__all__ = ["BUILTIN_ADAPTERS", "load_adapter"]
+__all__ = ["ALWAYS_ON", "BUILTIN_ADAPTERS", "load_adapter"]
 
-BUILTIN_ADAPTERS: dict[str, str] = {"rooms": "adapters.rooms", "orders": "adapters.orders"}
+BUILTIN_ADAPTERS: dict[str, str] = {
+    "rooms": "adapters.rooms",
+    "orders": "adapters.orders",
+    "approvals": "adapters.approvals",
+}
 """Adapter name -> module exporting its TOOLS."""
+
+ALWAYS_ON = frozenset({"approvals"})
+"""Adapters every gateway serves to every org: they call no backend (the caller's own cards)."""
 
 
 def load_adapter(name: str) -> tuple[Tool, ...]:

@@ -8,6 +8,7 @@ embedded defaults before it calls this.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,11 +29,14 @@ from gateway.catalog import Catalog
 from gateway.errors import ConfigError
 from gateway.executor import Executor
 from gateway.keys import KeyStore
+from gateway.ledger import RedisLedger
+from gateway.ledger.guard import LedgerGuard
 from gateway.mcp_surface import McpSurface
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
+from gateway.worker import Worker
 
 __all__ = ["Gateway", "create_app", "redis_client", "tools_for"]
 
@@ -55,10 +59,10 @@ def tools_for(settings: Settings) -> list[Tool]:
     Raises:
         ConfigError: when an adapter name is not known.
     """
-    from adapters import load_adapter  # adapters import the gateway's vocabulary, never this module
+    from adapters import ALWAYS_ON, load_adapter  # adapters import the vocabulary, never this module
 
     tools: list[Tool] = []
-    for name in settings.adapters:
+    for name in [*settings.adapters, *sorted(ALWAYS_ON - set(settings.adapters))]:
         try:
             tools.extend(load_adapter(name))
         except LookupError as error:
@@ -89,6 +93,8 @@ class Gateway:
     executor: Executor
     catalog: Catalog
     clients: Mapping[str, httpx.AsyncClient]
+    ledger: RedisLedger
+    guard: LedgerGuard
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -108,21 +114,45 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     toolbox = Toolbox(tools)
     client = redis_client(settings.redis_url)
     audit = RedisStreamAuditSink(client)
+    from adapters import ALWAYS_ON
+
     used = {tool.adapter for tool in toolbox.values()}
     clients = {name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters}
-    missing = used - set(clients)
+    missing = used - set(clients) - ALWAYS_ON
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     grants = settings.grants
-    executor = Executor(tools=toolbox, grants=grants, audit=audit, clients=clients)
+    keys = KeyStore(client)
+    ledger = RedisLedger(client)
+    guard = LedgerGuard(client)
+    executor = Executor(
+        tools=toolbox, grants=grants, audit=audit, clients=clients, ledger=ledger, guard=guard, keys=keys.get
+    )
     return Gateway(
         redis=client,
-        keys=KeyStore(client),
+        keys=keys,
         audit=audit,
         executor=executor,
         catalog=Catalog(toolbox, grants),
         clients=clients,
+        ledger=ledger,
+        guard=guard,
     )
+
+
+@contextlib.asynccontextmanager
+async def _worker(gateway: Gateway, *, enabled: bool) -> AsyncIterator[None]:
+    """Run the worker beside the app for the app's lifetime."""
+    if not enabled:
+        yield
+        return
+    task = asyncio.create_task(Worker(gateway.executor, gateway.ledger).run(), name="countersign-worker")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Starlette:
@@ -149,7 +179,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            async with surface.session_manager.run():
+            await gateway.guard.check()  # logs loudly at startup when writes will be refused
+            async with surface.session_manager.run(), _worker(gateway, enabled=settings.run_worker):
                 yield
         finally:
             await gateway.aclose()

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 
 from gateway.principal import Principal
 
-__all__ = ["ToolContext"]
+__all__ = ["CallerCards", "ToolContext"]
+
+
+class CallerCards(Protocol):
+    """The caller's own approval cards, as built-in tools see them.
+
+    Bound to one principal: a card of anyone else answers exactly like a card that does not exist
+    (None). Views are safe for the model: no third-party text, no roles.
+    """
+
+    async def status(self, card_id: str) -> Mapping[str, Any] | None: ...
+
+    async def mine(self, limit: int) -> Sequence[Mapping[str, Any]]: ...
+
+    async def cancel(self, card_id: str) -> Mapping[str, Any] | None:
+        """Cancel an own card while PENDING or APPROVED; returns its view (state says if it worked)."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,9 +40,11 @@ class ToolContext:
 
     principal: Principal
     """Who is asking; adapters pass subject and org on so the backend can scope its data."""
-    http: httpx.AsyncClient
-    """Client for this adapter's backend."""
+    http: httpx.AsyncClient | None
+    """Client for this adapter's backend (None for built-in tools that call no backend)."""
     service: str
     """The adapter's name, for error context."""
     idempotency_key: str | None = None
     """Set only when running an approved write: the key minted with its card."""
+    cards: CallerCards | None = None
+    """The caller's cards, for the built-in approvals tools."""

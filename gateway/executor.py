@@ -1,49 +1,63 @@
 """The executor: the only code path that runs a tool.
 
-Who calls it: the MCP surface, once per ``tools/call``, with the authenticated principal, the
-tool name and the raw arguments the model proposed. It returns a sealed `Envelope`, never raises
-for anything a caller did, and audits every call exactly once (allow or deny, with its outcome).
+Who calls it: the MCP surface, once per ``tools/call``, with the authenticated principal, the tool
+name and the raw arguments the model proposed (`execute`); and the worker, with the id of an
+approved card (`run_approved`) or of a write whose outcome is unknown (`reconcile`). It returns
+sealed envelopes or cards, never raises for anything a caller did, and audits every decision.
 
 What it asks of its collaborators: the `Toolbox` (declarations), `Grants` (operator config), an
-`AuditSink`, and one HTTP client per adapter, handed to adapters through `ToolContext`.
+`AuditSink`, one HTTP client per adapter (handed to adapters through `ToolContext`), the
+`RedisLedger` and its `LedgerGuard` (writes only while the ledger is durable), and the key store
+(to re-check a requester's live key before a write runs).
 
 What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
-`Principal` has none), and any particular tool (no per-tool branches: everything is read from
-the declaration). The order of the steps in `execute` is the specification.
+`Principal` has none), and any particular tool (no per-tool branches). The order of the steps in
+`execute` and `_send` is the specification.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
 from pydantic import BaseModel, ValidationError
+from redis.exceptions import RedisError
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.context import ToolContext
+from gateway.card import Card, CardState
+from gateway.context import CallerCards, ToolContext
 from gateway.decision import Code, Decision
 from gateway.envelope import Envelope
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamRefusedError, UpstreamTimeoutError
 from gateway.grants import Grants
+from gateway.keys import KeyRecord
+from gateway.ledger import Proposal, RedisLedger
+from gateway.ledger.guard import LedgerGuard
 from gateway.principal import Principal
-from gateway.tool import Mode, Tool
+from gateway.receipts import card_for_agent
+from gateway.tool import Mode, Tool, is_key_field
 from gateway.toolbox import Toolbox
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
+from policies.approval import approvals_required
+from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
 
 __all__ = ["Executor"]
 
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOOL = Decision.deny(Code.PERMISSION_DENIED, "unknown tool")
+KeyLookup = Callable[[str], Awaitable[KeyRecord | None]]
 
 
 class Executor:
-    """Runs tools for principals: access, approval gate, validation, execution, sealing."""
+    """Runs tools for principals, and approved cards for the worker."""
 
     def __init__(
         self,
@@ -52,13 +66,23 @@ class Executor:
         grants: Grants,
         audit: AuditSink,
         clients: Mapping[str, httpx.AsyncClient],
+        ledger: RedisLedger | None = None,
+        guard: LedgerGuard | None = None,
+        keys: KeyLookup | None = None,
+        lease_ms: int = 30_000,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
         self._grants = grants
         self._audit = audit
         self._clients = clients
+        self._ledger = ledger
+        self._guard = guard
+        self._keys = keys
+        self._lease_ms = lease_ms
         self._clock = clock
+
+    # -- the agent's path --------------------------------------------------------------------------
 
     async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event."""
@@ -71,56 +95,244 @@ class Executor:
         if tool is None or not decision.allowed:
             return await self._refuse(principal, name, decision, started)
 
-        # 2. Approval gate: a write tool never executes on an agent's call.
-        if tool.mode is Mode.WRITE:
-            gate = Decision.deny(Code.APPROVAL_REQUIRED, "write tools run only from an approved card")
-            return await self._refuse(principal, name, gate, started)
-
-        # 3. Input validation against the same closed model the catalog's schema came from.
+        # 2. Input validation against the same closed model the catalog's schema came from. An
+        #    agent that tries to choose an idempotency key is told keys are the gateway's.
+        supplied_keys = sorted(field for field in (arguments or {}) if is_key_field(field))
+        if supplied_keys:
+            refusal = Decision.deny(Code.VALIDATION_ERROR, "agent supplied an idempotency key")
+            details = {
+                "errors": [
+                    {"field": f, "type": "server_minted_key", "message": "idempotency keys are minted by the gateway"}
+                    for f in supplied_keys
+                ]
+            }
+            return await self._refuse(principal, name, refusal, started, details=details)
         try:
             args = tool.arguments.model_validate(arguments or {})
         except ValidationError as error:
             invalid = Decision.deny(Code.VALIDATION_ERROR, f"{error.error_count()} invalid argument(s)")
             return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
 
+        # 3. Approval gate: a write never executes on an agent's call. The most it can do is
+        #    create a card bound to the ledger, which a person must approve.
+        if tool.mode is Mode.WRITE:
+            return await self._propose(tool, args, principal, started)
+
         # 4. Execute with the tool's deadline; 5. validate the output; 6. seal.
         try:
-            envelope = await self._run(tool, args, principal)
+            output = await self._invoke(tool, args, self._context(tool, principal))
         except UpstreamError as error:
-            code = Code(error.code)
-            failed = Decision.deny(code, f"{type(error).__name__}: {error}")
-            details = {"reason": error.reason} if isinstance(error, UpstreamRefusedError) and error.reason else None
-            return await self._refuse(principal, name, failed, started, details=details, allowed=True)
+            return await self._refuse(principal, name, _failure(error), started, details=_details(error), ran=True)
+        safe = withhold_untrusted(output)
+        model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
+        human = tool.human_view(output) if tool.human_view is not None else None
+        await self._record(principal, name, "ok", started, reason=decision.reason)
+        return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
-        await self._audit.record(
-            AuditEvent(
-                action="tool.call",
-                outcome="ok",
-                subject=principal.subject,
-                org=principal.org,
-                key_id=principal.key_id,
-                tool=name,
-                reason=decision.reason,
-                latency_ms=(self._clock() - started) * 1000,
-            )
+    async def _propose(self, tool: Tool, args: BaseModel, principal: Principal, started: float) -> Envelope:
+        """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
+        if self._ledger is None or self._guard is None or not await self._guard.writable():
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
+            return await self._refuse(principal, tool.name, down, started)
+        if tool.preflight is not None:
+            # The target must be one this caller was shown (its own booking, its org's order).
+            try:
+                await tool.preflight(args, self._context(tool, principal))
+            except UpstreamError as error:
+                return await self._refuse(principal, tool.name, _failure(error), started, ran=True)
+        approval, summary = tool.approval, tool.summary
+        if approval is None or summary is None:  # Tool construction makes this unreachable
+            raise RuntimeError(f"write tool {tool.name} has no approval policy")
+        canonical = args.model_dump(mode="json")
+        version = self._tools.version(tool.name)
+        args_hash = _args_hash(tool.name, version, canonical)
+        proposal = Proposal(
+            tool=tool.name,
+            tool_version=version,
+            arguments=canonical,
+            args_hash=args_hash,
+            requester_subject=principal.subject,
+            requester_org=principal.org,
+            requester_key_id=principal.key_id,
+            requester_roles=principal.roles,
+            approvals_required=approvals_required(approval, args),
+            approver_role=approval.approver_role,
+            summary=summary(args),
+            agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
+            decide_within_ms=int(approval.decide_within_seconds * 1000),
+            execute_within_ms=int(approval.execute_within_seconds * 1000),
+            dedupe_key=f"{principal.org}|{principal.subject}|{tool.name}|{args_hash}",
         )
-        return envelope
+        try:
+            created = await self._ledger.propose(proposal)
+        except (RedisError, OSError) as error:
+            self._guard.invalidate()
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {type(error).__name__}")
+            return await self._refuse(principal, tool.name, down, started)
+        card = created.card
+        if card is None:
+            raise RuntimeError(f"ledger answered {created.status} to a proposal")
+        existing = created.status == "EXISTING"
+        await self._record(
+            principal,
+            tool.name,
+            "ok",
+            started,
+            action="card.propose",
+            extra={"card_id": card.card_id, "existing": str(existing).lower()},
+        )
+        return Envelope.ok(card_for_agent(card, existing=existing))
 
-    async def _run(self, tool: Tool, args: BaseModel, principal: Principal) -> Envelope:
-        ctx = ToolContext(principal=principal, http=self._clients[tool.adapter], service=tool.adapter)
+    # -- the worker's path -------------------------------------------------------------------------
+
+    async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
+        """Claim an approved card and run its write once. Returns the card as it ends up."""
+        ledger = self._require_ledger()
+        if self._guard is not None and not await self._guard.writable():
+            return await ledger.get(card_id)  # fail closed: the card stays APPROVED until the ledger is durable
+        claim = await ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
+        if claim.status != "OK" or claim.card is None:
+            return claim.card
+        return await self._send(claim.card)
+
+    async def reconcile(self, card_id: str, *, worker: str) -> Card | None:
+        """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
+        ledger = self._require_ledger()
+        card = await ledger.get(card_id)
+        tool = self._tools.get(card.tool) if card is not None else None
+        if card is None or card.state is not CardState.UNKNOWN:
+            return card
+        if tool is None or tool.write_contract is None:
+            result = await ledger.reconcile(
+                card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": "tool no longer served"}
+            )
+            return result.card
+        contract = tool.write_contract
+        ctx = self._context(tool, _requester(card), idempotency_key=card.idempotency_key)
+        try:
+            status = await contract.status_lookup(card.idempotency_key, ctx)
+        except UpstreamError:
+            status = None
+        now_ms = await ledger.server_time_ms()
+        dispatched_ms = card.dispatched_ms or card.created_ms
+        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=dispatched_ms)
+        evidence: dict[str, Any] = {"reason": step.reason}
+        if status is not None:
+            evidence["status"] = status.state
+            evidence["backend"] = dict(status.detail)
+        if step.next is Next.RESEND:
+            resend = await ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
+            return await self._send(resend.card) if resend.status == "OK" and resend.card else resend.card
+        reference = status.reference or "" if status is not None else ""
+        result = await ledger.reconcile(
+            card_id, result=step.next.value, reference=reference, evidence=evidence, next_at_ms=step.at_ms
+        )
+        if step.next is not Next.RESCHEDULE:
+            await self._record_card(result.card or card, "card.reconcile", step.next.value, step.reason)
+        return result.card
+
+    async def _send(self, card: Card) -> Card | None:
+        """Run a claimed card: re-check, bind, record DISPATCHED, send once with its key, classify."""
+        ledger = self._require_ledger()
+        tool = self._tools.get(card.tool)
+
+        # 1. Re-check what was true at proposal: the tool, its definition, the arguments, access.
+        refusal = await self._binding_refusal(card, tool)
+        if refusal is not None or tool is None or tool.write_contract is None:
+            reason = refusal.reason if refusal is not None else "tool not served"
+            code = refusal.code.value if refusal is not None and refusal.code else Code.PERMISSION_DENIED.value
+            done = await ledger.complete(
+                card.card_id,
+                fence=card.fence,
+                outcome=CardState.FAILED,
+                reference="",
+                evidence={"code": code, "reason": reason, "sent": False},
+                settle_ms=0,
+            )
+            await self._record_card(card, "card.execute", "FAILED", reason, code=code)
+            return done.card
+        contract = tool.write_contract
+        args = tool.arguments.model_validate(card.arguments)
+
+        # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
+        dispatched = await ledger.dispatch(card.card_id, fence=card.fence)
+        if dispatched.status != "OK":
+            return dispatched.card  # the lease was lost: another worker owns the card now
+
+        # 3. Send once, with the key minted when the card was created.
+        ctx = self._context(tool, _requester(card), idempotency_key=card.idempotency_key)
+        error: UpstreamError | None = None
+        reference = ""
+        try:
+            output = await self._invoke(tool, args, ctx)
+            reference = str(getattr(output, contract.reference_field, "") or "")
+        except UpstreamError as caught:
+            error = caught
+
+        # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
+        attempt = classify(error, contract)
+        evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
+        if attempt is Attempt.NOT_SENT:
+            released = await ledger.release(
+                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
+            )
+            await self._record_card(card, "card.execute", "NOT_SENT", "nothing reached the backend; will retry")
+            return released.card
+        outcome = CardState(attempt.value)
+        done = await ledger.complete(
+            card.card_id,
+            fence=card.fence,
+            outcome=outcome,
+            reference=reference,
+            evidence=evidence,
+            settle_ms=int(contract.settle_seconds * 1000),
+        )
+        await self._record_card(card, "card.execute", attempt.value, type(error).__name__ if error else "")
+        return done.card
+
+    async def _binding_refusal(self, card: Card, tool: Tool | None) -> Decision | None:
+        if tool is None:
+            return Decision.deny(Code.PERMISSION_DENIED, "tool is no longer served")
+        if self._tools.version(tool.name) != card.tool_version:
+            return Decision.deny(Code.CONFLICT, "tool definition changed since the card was proposed")
+        if _args_hash(tool.name, card.tool_version, card.arguments) != card.args_hash:
+            return Decision.deny(Code.CONFLICT, "arguments do not match the approved args_hash")
+        record = await self._keys(card.requester_key_id) if self._keys is not None else None
+        if record is None or record.revoked:
+            return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
+        access = decide_access(tool, record.principal(), self._grants)
+        return None if access.allowed else access
+
+    # -- shared steps ------------------------------------------------------------------------------
+
+    async def _invoke(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> BaseModel:
+        """Execute within the tool's deadline and validate the answer against its output model."""
         try:
             async with asyncio.timeout(tool.timeout_seconds):
                 raw = await tool.execute(args, ctx)
         except TimeoutError as error:
-            raise _timeout(tool) from error
+            raise UpstreamTimeoutError(f"no answer within {tool.timeout_seconds}s", service=tool.adapter) from error
         try:
-            output = tool.output.model_validate(raw.model_dump() if isinstance(raw, BaseModel) else raw)
+            return tool.output.model_validate(raw.model_dump() if isinstance(raw, BaseModel) else raw)
         except ValidationError as error:
-            raise _protocol(tool, error.error_count()) from error
-        safe = withhold_untrusted(output)
-        model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
-        human = tool.human_view(output) if tool.human_view is not None else None
-        return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
+            raise UpstreamProtocolError(
+                f"backend answer failed {error.error_count()} output check(s)", service=tool.adapter, status=200
+            ) from error
+
+    def _context(self, tool: Tool, principal: Principal, *, idempotency_key: str | None = None) -> ToolContext:
+        cards = _CallerCards(self._ledger, principal) if self._ledger is not None else None
+        return ToolContext(
+            principal=principal,
+            http=self._clients.get(tool.adapter),
+            service=tool.adapter,
+            idempotency_key=idempotency_key,
+            cards=cards,
+        )
+
+    def _require_ledger(self) -> RedisLedger:
+        if self._ledger is None:
+            raise RuntimeError("this executor has no ledger")
+        return self._ledger
 
     async def _refuse(
         self,
@@ -130,23 +342,107 @@ class Executor:
         started: float,
         *,
         details: Mapping[str, Any] | None = None,
-        allowed: bool = False,
+        ran: bool = False,
     ) -> Envelope:
         code = decision.code or Code.INTERNAL_ERROR
+        await self._record(
+            principal, name, "error" if ran else "deny", started, code=code.value, reason=decision.reason
+        )
+        return Envelope.refused(code, details=details)
+
+    async def _record(
+        self,
+        principal: Principal,
+        name: str,
+        outcome: str,
+        started: float,
+        *,
+        code: str = "",
+        reason: str = "",
+        action: str = "tool.call",
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
         await self._audit.record(
             AuditEvent(
-                action="tool.call",
-                outcome="error" if allowed else "deny",
+                action=action,
+                outcome=outcome,
                 subject=principal.subject,
                 org=principal.org,
                 key_id=principal.key_id,
                 tool=name,
-                code=code.value,
-                reason=decision.reason,
+                code=code,
+                reason=reason,
                 latency_ms=(self._clock() - started) * 1000,
+                extra=extra or {},
             )
         )
-        return Envelope.refused(code, details=details)
+
+    async def _record_card(self, card: Card, action: str, outcome: str, reason: str, *, code: str = "") -> None:
+        await self._audit.record(
+            AuditEvent(
+                action=action,
+                outcome=outcome,
+                subject=card.requester_subject,
+                org=card.requester_org,
+                key_id=card.requester_key_id,
+                tool=card.tool,
+                code=code,
+                reason=reason,
+                extra={"card_id": card.card_id},
+            )
+        )
+
+
+class _CallerCards(CallerCards):
+    """The built-in approvals tools' view of the ledger, bound to one principal."""
+
+    def __init__(self, ledger: RedisLedger, principal: Principal) -> None:
+        self._ledger = ledger
+        self._principal = principal
+
+    def _own(self, card: Card | None) -> Card | None:
+        mine = card is not None and (card.requester_subject, card.requester_org) == (
+            self._principal.subject,
+            self._principal.org,
+        )
+        return card if mine else None
+
+    async def status(self, card_id: str) -> Mapping[str, Any] | None:
+        card = self._own(await self._ledger.get(card_id))
+        return card_for_agent(card) if card is not None else None
+
+    async def mine(self, limit: int) -> list[Mapping[str, Any]]:
+        cards = [card for card in await self._ledger.recent(limit=500) if self._own(card) is not None]
+        return [card_for_agent(card) for card in cards[:limit]]
+
+    async def cancel(self, card_id: str) -> Mapping[str, Any] | None:
+        card = self._own(await self._ledger.get(card_id))
+        if card is None:
+            return None
+        result = await self._ledger.cancel(card_id, actor=self._principal.subject)
+        view = card_for_agent(result.card or card)
+        view["cancelled"] = result.ok
+        return view
+
+
+def _requester(card: Card) -> Principal:
+    return Principal(
+        subject=card.requester_subject, org=card.requester_org, roles=card.requester_roles, key_id=card.requester_key_id
+    )
+
+
+def _args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
+    """SHA-256 over tool, tool version and the canonical (sorted-key) arguments."""
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(f"{tool}\n{version}\n{text}".encode()).hexdigest()
+
+
+def _failure(error: UpstreamError) -> Decision:
+    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}")
+
+
+def _details(error: UpstreamError) -> Mapping[str, Any] | None:
+    return {"reason": error.reason} if isinstance(error, UpstreamRefusedError) and error.reason else None
 
 
 def _error_summary(error: ValidationError) -> list[dict[str, Any]]:
@@ -155,11 +451,3 @@ def _error_summary(error: ValidationError) -> list[dict[str, Any]]:
         {"field": ".".join(str(part) for part in item["loc"]), "type": item["type"], "message": item["msg"]}
         for item in error.errors(include_url=False, include_input=False)
     ]
-
-
-def _timeout(tool: Tool) -> UpstreamError:
-    return UpstreamTimeoutError(f"no answer within {tool.timeout_seconds}s", service=tool.adapter)
-
-
-def _protocol(tool: Tool, count: int) -> UpstreamError:
-    return UpstreamProtocolError(f"backend answer failed {count} output check(s)", service=tool.adapter)

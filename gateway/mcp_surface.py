@@ -97,7 +97,7 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 def _definition(tool: Tool, catalog: Catalog) -> types.Tool:
-    read = tool.mode is Mode.READ
+    read = tool.mode is Mode.READ and not tool.changes_cards
     return types.Tool(
         name=tool.name,
         title=tool.title,
@@ -110,7 +110,6 @@ def _definition(tool: Tool, catalog: Catalog) -> types.Tool:
             # and a repeated proposal returns the open card rather than a second one.
             destructive_hint=False,
             idempotent_hint=True,
-            open_world_hint=read,
         ),
     )
 

@@ -81,10 +81,13 @@ class Settings:
     """Host headers accepted on /mcp (DNS-rebinding protection); None derives them from `host`."""
     mcp_stateless: bool = False
     """Serve the handshake era without sessions (no server-initiated notifications)."""
+    run_worker: bool = True
+    """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
 
     @property
     def grants(self) -> Grants:
-        return Grants({org.name: org.adapters for org in self.orgs})
+        """Adapters per org, plus the built-in approvals tools every configured org gets."""
+        return Grants({org.name: org.adapters | {"approvals"} for org in self.orgs})
 
     def roles_of(self, org: str) -> frozenset[str] | None:
         """Roles configured for `org`, or None when the org is not configured."""
@@ -126,6 +129,7 @@ class Settings:
                 orgs=orgs,
                 allowed_hosts=tuple(allowed) if allowed is not None else None,
                 mcp_stateless=bool(gateway.get("mcp_stateless", False)),
+                run_worker=bool(gateway.get("run_worker", True)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

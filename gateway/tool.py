@@ -7,6 +7,8 @@ are constructed: a bad tool fails when its adapter module is imported, not on th
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Access",
+    "definition_hash",
+    "is_key_field",
     "Approval",
     "Escalation",
     "Execute",
@@ -45,6 +49,47 @@ Execute = Callable[[Any, "ToolContext"], Awaitable[Mapping[str, Any] | BaseModel
 Preflight = Callable[[Any, "ToolContext"], Awaitable[None]]
 """``async (arguments, ctx) -> None``: checks a write's target is one this caller was shown, before
 any card exists. Raises `UpstreamNotFoundError` (NOT_FOUND) otherwise; it never changes anything."""
+
+
+def is_key_field(name: str) -> bool:
+    """Whether an argument name would let a caller choose an idempotency key (any spelling)."""
+    return bool(_KEY_FIELD.search(re.sub(r"[^a-z]", "", name.lower())))
+
+
+def definition_hash(tool: Tool) -> str:
+    """Content hash of everything a tool promises: name, description, mode, schemas, access, contract.
+
+    A card is bound to the hash it was proposed under; executing it against a changed definition
+    is refused.
+    """
+    contract = tool.write_contract
+    approval = tool.approval
+    document = {
+        "name": tool.name,
+        "adapter": tool.adapter,
+        "description": tool.description,
+        "mode": tool.mode.value,
+        "input": tool.arguments.model_json_schema(),
+        "output": tool.output.model_json_schema(),
+        "access": {"roles": sorted(tool.access.any_of_roles), "public": tool.access.public},
+        "approval": None
+        if approval is None
+        else {
+            "role": approval.approver_role,
+            "required": approval.required,
+            "escalations": [[e.field, e.above, e.required] for e in approval.escalations],
+        },
+        "contract": None
+        if contract is None
+        else {
+            "dedupes_on_key": contract.dedupes_on_key,
+            "key_retention_seconds": contract.key_retention_seconds,
+            "reference_field": contract.reference_field,
+            "not_applied": sorted(contract.not_applied_statuses),
+        },
+    }
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 class Mode(StrEnum):
@@ -208,6 +253,8 @@ class Tool:
     """For write tools: checks the target was offered to this caller before a card is created."""
     timeout_seconds: float = 10.0
     """Deadline for one execution, after which the call answers UPSTREAM_TIMEOUT."""
+    changes_cards: bool = False
+    """True for built-in tools that change the caller's own approval cards (never a backend)."""
     title: str | None = None
     """Short human-readable name for clients that show one."""
 
@@ -230,7 +277,7 @@ class Tool:
                 info.alias or "",
                 info.validation_alias if isinstance(info.validation_alias, str) else "",
             }
-            if any(_KEY_FIELD.search(re.sub(r"[^a-z]", "", s.lower())) for s in spellings if s):
+            if any(is_key_field(spelling) for spelling in spellings if spelling):
                 raise ToolDeclarationError(
                     f"input field {field_name!r} would let the caller choose an idempotency key",
                     code="key_field",

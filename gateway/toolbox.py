@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
 from gateway.errors import ToolDeclarationError
-from gateway.tool import Tool
+from gateway.tool import Tool, definition_hash
 
 __all__ = ["Toolbox"]
 
@@ -19,7 +19,7 @@ class Toolbox(Mapping[str, Tool]):
             is refused, not shadowed: which one would run would otherwise depend on ordering.
     """
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_tools", "_versions")
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         by_name: dict[str, Tool] = {}
@@ -28,6 +28,11 @@ class Toolbox(Mapping[str, Tool]):
                 raise ToolDeclarationError(f"duplicate tool name {tool.name!r}", code="duplicate_name", tool=tool.name)
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
+        self._versions = MappingProxyType({name: definition_hash(tool) for name, tool in by_name.items()})
+
+    def version(self, name: str) -> str:
+        """The definition hash of tool `name` (see `definition_hash`)."""
+        return self._versions[name]
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]

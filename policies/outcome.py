@@ -51,13 +51,18 @@ class ReconcileStep:
     reason: str = ""
 
 
-def backoff_ms(checks: int, *, base_ms: int = 500, cap_ms: int = 60_000) -> int:
-    """Delay before the next status query: doubling from `base_ms`, capped."""
-    return int(min(cap_ms, base_ms * (2 ** min(checks, 16))))
+def backoff_ms(attempts: int, *, base_ms: int = 500, cap_ms: int = 60_000) -> int:
+    """Delay before the next try: doubling from `base_ms` with each attempt, capped."""
+    return int(min(cap_ms, base_ms * (2 ** min(max(attempts, 0), 16))))
+
+
+def _recheck_after_ms(elapsed_ms: int) -> int:
+    """Status queries back off with the time already waited: half of it, within 0.5 s .. 60 s."""
+    return int(min(60_000, max(500, elapsed_ms // 2)))
 
 
 def reconcile_step(
-    status: WriteStatus | None, contract: WriteContract, *, now_ms: int, dispatched_ms: int, checks: int
+    status: WriteStatus | None, contract: WriteContract, *, now_ms: int, dispatched_ms: int
 ) -> ReconcileStep:
     """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
 
@@ -70,7 +75,8 @@ def reconcile_step(
     if status is not None and status.state == "refused":
         return ReconcileStep(next=Next.FAILED, reason="backend refused the write")
     if status is None:
-        return ReconcileStep(next=Next.RESCHEDULE, at_ms=now_ms + backoff_ms(checks), reason="status query failed")
+        at_ms = now_ms + _recheck_after_ms(now_ms - dispatched_ms)
+        return ReconcileStep(next=Next.RESCHEDULE, at_ms=at_ms, reason="status query failed")
     settle_ms = int(contract.settle_seconds * 1000)
     if now_ms < dispatched_ms + settle_ms:
         return ReconcileStep(next=Next.RESCHEDULE, at_ms=dispatched_ms + settle_ms, reason="within settle period")

@@ -88,7 +88,7 @@ async def test_forbidden_tool_with_bad_arguments_still_says_permission_denied() 
 
 
 async def test_write_tool_called_by_an_agent_never_executes() -> None:
-    """The approval gate stops a write before validation and execution."""
+    """The approval gate never runs a write; without a ledger it cannot even propose one."""
     executed: list[EchoArgs] = []
 
     async def spy(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
@@ -98,7 +98,7 @@ async def test_write_tool_called_by_an_agent_never_executes() -> None:
     tool = write_tool()
     executor, audit = _executor(Tool(**{**{f: getattr(tool, f) for f in tool.__slots__}, "execute": spy}))
     envelope = await executor.execute(STAFF, "demo_write", {"text": "x"})
-    assert envelope.code is Code.APPROVAL_REQUIRED
+    assert envelope.code is Code.LEDGER_UNAVAILABLE  # no ledger here: not even a card can be made
     assert executed == []
     assert audit.events[-1].outcome == "deny"
 

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "gateway.context": 5,
     "gateway.envelope": 5,
     "gateway.card": 5,
+    "gateway.receipts": 5,
     "gateway": 5,
     "policies": 5,
     "policies.access": 5,
@@ -32,12 +33,14 @@ LAYERS: dict[str, int] = {
     "gateway.embedded": 4,
     "gateway.ledger": 4,
     "gateway.ledger._lua": 4,
+    "gateway.ledger.guard": 4,
     # 3. executor
     "gateway.executor": 3,
     # 2. catalog
     "gateway.catalog": 2,
     # 1. surfaces and the composition root
     "gateway.auth": 1,
+    "gateway.worker": 1,
     "gateway.mcp_surface": 1,
     "gateway.settings": 1,
     "gateway.app": 0,

@@ -1,0 +1,106 @@
+"""The worker: runs approved cards from the outbox, and keeps every card's clock.
+
+Who runs it: `countersign serve` (inside the gateway process, by default) and `countersign worker`
+(its own process; run as many as you like). It is a driver, like the MCP surface: it decides
+nothing itself. Two loops:
+
+* the outbox consumer reads card ids with a consumer group and hands each to
+  `Executor.run_approved`, which claims the card (a compare-and-set with a lease and a fencing
+  token) before anything is sent, so a duplicate or replayed entry can never run a card twice;
+* the sweeper wakes every `sweep_seconds`, asks the ledger which card timers are due (by the Redis
+  server's clock) and moves each on: an undecided or unexecuted card expires, an approved card
+  whose outbox entry may be lost is enqueued again, a lease that ran out is recovered (back to
+  APPROVED if nothing was sent, UNKNOWN if it may have been), and an UNKNOWN write is reconciled
+  by a status query.
+
+An outbox entry is acknowledged only after its card was handled; a worker that dies leaves its
+cards to the sweeper of any other worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+
+from gateway.card import CardState
+from gateway.executor import Executor
+from gateway.ledger import RedisLedger
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger(__name__)
+
+
+class Worker:
+    """One worker process's loops over the shared ledger."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        ledger: RedisLedger,
+        *,
+        name: str | None = None,
+        block_ms: int = 1000,
+        sweep_seconds: float = 0.25,
+        requeue_ms: int = 10_000,
+    ) -> None:
+        self._executor = executor
+        self._ledger = ledger
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self._block_ms = block_ms
+        self._sweep_seconds = sweep_seconds
+        self._requeue_ms = requeue_ms
+
+    async def run(self) -> None:
+        """Run both loops until cancelled. Redis errors are logged and retried, never fatal."""
+        while True:
+            try:
+                await self._ledger.ensure_outbox_group()
+                break
+            except (RedisError, OSError) as error:
+                logger.error("worker cannot reach the ledger (%s); retrying", type(error).__name__)
+                await asyncio.sleep(1.0)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._forever(self.consume_once))
+            group.create_task(self._forever(self.sweep_once, pause=self._sweep_seconds))
+
+    async def _forever(self, step: Callable[[], Awaitable[int]], *, pause: float = 0.0) -> None:
+        while True:
+            try:
+                await step()
+            except (RedisError, OSError) as error:
+                logger.error("worker step failed (%s); retrying", type(error).__name__)
+                await asyncio.sleep(1.0)
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def consume_once(self) -> int:
+        """Handle the outbox entries that arrive within one blocking read. Returns how many."""
+        entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
+        await asyncio.gather(*(self._handle(stream, entry_id, card_id) for stream, entry_id, card_id in entries))
+        return len(entries)
+
+    async def _handle(self, stream: str, entry_id: str, card_id: str) -> None:
+        await self._executor.run_approved(card_id, worker=self.name)
+        await self._ledger.ack(stream, entry_id)
+
+    async def sweep_once(self) -> int:
+        """Move on every card whose timer is due. Returns how many were looked at."""
+        now_ms = await self._ledger.server_time_ms()
+        due = await self._ledger.due(now_ms=now_ms)
+        for card_id in due:
+            card = await self._ledger.get(card_id)
+            if card is None or card.state in (CardState.PENDING, CardState.APPROVED):
+                await self._ledger.sweep_open(card_id, requeue_ms=self._requeue_ms)
+            elif card.state is CardState.EXECUTING:
+                recovered = await self._ledger.recover(card_id)
+                if recovered.extra.get("action") == "unknown":
+                    logger.warning("card %s: worker lost its lease after dispatch; outcome unknown", card_id)
+            elif card.state is CardState.UNKNOWN:
+                await self._executor.reconcile(card_id, worker=self.name)
+        return len(due)
