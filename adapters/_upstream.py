@@ -3,6 +3,9 @@
 Every adapter goes through `request_json`, so the executor never sees an httpx exception and
 every backend learns who is asking the same way. The caller's bearer token is not available
 here (a `Principal` has none), so it cannot be forwarded.
+
+`lookup_by_key` is the status lookup of every write whose backend keeps an idempotency record
+(``GET /idempotency/{key}``): what became of a write whose answer was lost.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
+from gateway.tool import StatusLookup, WriteStatus
 
-__all__ = ["map_upstream_errors", "path", "request_json"]
+__all__ = ["lookup_by_key", "map_upstream_errors", "path", "request_json", "status_by_key"]
 
 SUBJECT_HEADER = "x-countersign-subject"
 ORG_HEADER = "x-countersign-org"
@@ -70,11 +74,7 @@ async def request_json(
         UpstreamTimeoutError: no answer within the client's read timeout.
         UpstreamProtocolError: any other status, or a body that is not JSON.
     """
-    headers = {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
-    if ctx.idempotency_key is not None:
-        headers["idempotency-key"] = ctx.idempotency_key
-    with map_upstream_errors(ctx.service):
-        response = await ctx.http.request(method, url, params=params, json=json, headers=headers)
+    response = await _send(ctx, method, url, params=params, json=json)
     status = response.status_code
     if 200 <= status < 300:
         try:
@@ -82,6 +82,65 @@ async def request_json(
         except ValueError as error:
             raise UpstreamProtocolError("2xx answer is not JSON", service=ctx.service, status=status) from error
     raise _status_error(ctx.service, response)
+
+
+async def lookup_by_key(ctx: ToolContext, key: str, *, reference_field: str) -> WriteStatus:
+    """What became of the write sent with idempotency `key`, as the backend remembers it.
+
+    200 ``applied`` or ``refused`` is the backend's record (``reference`` is the applied answer's
+    `reference_field`); 404 ``{"state": "unknown"}`` means it has none for this caller's org.
+
+    Raises:
+        UpstreamError: no usable answer (transport, 5xx, any other 404 or shape); ask again later.
+    """
+    response = await _send(ctx, "GET", path("/idempotency/{key}", key=key))
+    body = _json_object(response)
+    if response.status_code == 404 and body.get("state") == "unknown":
+        return WriteStatus(state="unknown", detail=body)
+    if response.status_code != 200:
+        raise _status_error(ctx.service, response)
+    state, answer = body.get("state"), body.get("response")
+    if body.get("key") != key or state not in ("applied", "refused") or not isinstance(answer, dict):
+        raise UpstreamProtocolError("unexpected idempotency record", service=ctx.service, status=200)
+    if state == "refused":
+        return WriteStatus(state="refused", detail=body)
+    reference = answer.get(reference_field)
+    return WriteStatus(state="applied", reference=reference if isinstance(reference, str) else None, detail=body)
+
+
+def status_by_key(reference_field: str) -> StatusLookup:
+    """A `WriteContract.status_lookup` that calls `lookup_by_key` with `reference_field`."""
+
+    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+        return await lookup_by_key(ctx, key, reference_field=reference_field)
+
+    return lookup
+
+
+async def _send(
+    ctx: ToolContext,
+    method: str,
+    url: str,
+    *,
+    params: Mapping[str, str] | None = None,
+    json: Mapping[str, Any] | None = None,
+) -> httpx.Response:
+    headers = {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
+    if ctx.idempotency_key is not None:
+        headers["idempotency-key"] = ctx.idempotency_key
+    http = ctx.http
+    if http is None:  # only built-in tools run without a backend client; for an adapter it is a wiring bug
+        raise UpstreamUnavailableError("no client for this backend", service=ctx.service, sent=False)
+    with map_upstream_errors(ctx.service):
+        return await http.request(method, url, params=params, json=json, headers=headers)
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _status_error(service: str, response: httpx.Response) -> UpstreamError:

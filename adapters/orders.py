@@ -1,7 +1,11 @@
-"""Orders and refunds: the read tools of the orders backend.
+"""Orders and refunds: the read tools of the orders backend, and issuing a refund as a write tool.
 
 Customer names and customer notes are third-party text (`Untrusted`); the model sees the order's
 facts (items, amounts, status) and that a note exists, never its words.
+
+A refund only ever runs from an approved card, with the card's key as ``Idempotency-Key``; the
+backend keeps a record per key, which `status_by_key` reads when an answer was lost. Large refunds
+need a second approver. The refund reason is the agent's own words, and no summary quotes it.
 """
 
 from __future__ import annotations
@@ -11,18 +15,29 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters._upstream import path, request_json
+from adapters._upstream import path, request_json, status_by_key
 from gateway.context import ToolContext
-from gateway.tool import Access, Mode, Tool
+from gateway.tool import Access, Approval, Escalation, Mode, Tool, WriteContract
 from gateway.untrusted import WITHHELD, Untrusted
 
 __all__ = ["TOOLS"]
 
 
+_ORDER_ID = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$", description="Order id, e.g. ord-1001.")
+
+
 class OrderArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    order_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$", description="Order id, e.g. ord-1001.")
+    order_id: str = _ORDER_ID
+
+
+class RefundArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    order_id: str = _ORDER_ID
+    amount_cents: int = Field(gt=0, le=10_000_000, description="Amount to refund, in cents of the order's currency.")
+    reason: str = Field(min_length=1, max_length=200, description="Why the refund is due, shown to the approvers.")
 
 
 class Item(BaseModel):
@@ -44,6 +59,13 @@ class Order(BaseModel):
     customer_note: Untrusted | None = None
 
 
+class IssuedRefund(BaseModel):
+    refund_id: str
+    order_id: str
+    amount_cents: int
+    status: str
+
+
 class Eligibility(BaseModel):
     order_id: str
     eligible: bool
@@ -53,6 +75,15 @@ class Eligibility(BaseModel):
 
 async def _get_order(args: OrderArgs, ctx: ToolContext) -> Any:
     return await request_json(ctx, "GET", path("/orders/{order_id}", order_id=args.order_id))
+
+
+async def _order_exists(args: RefundArgs, ctx: ToolContext) -> None:
+    await _get_order(OrderArgs(order_id=args.order_id), ctx)
+
+
+async def _refund(args: RefundArgs, ctx: ToolContext) -> Any:
+    url = path("/orders/{order_id}/refunds", order_id=args.order_id)
+    return await request_json(ctx, "POST", url, json={"amount_cents": args.amount_cents, "reason": args.reason})
 
 
 async def _eligibility(args: OrderArgs, ctx: ToolContext) -> Any:
@@ -101,5 +132,36 @@ TOOLS: tuple[Tool, ...] = (
         output=Eligibility,
         access=Access.roles("support"),
         execute=_eligibility,
+    ),
+    Tool(
+        name="orders_refund_create",
+        adapter="orders",
+        title="Refund an order",
+        description=(
+            "Requests approval to refund part or all of an order; nothing happens until an administrator "
+            "approves (two of them above 50000 cents). Check orders_refund_eligibility first."
+        ),
+        mode=Mode.WRITE,
+        arguments=RefundArgs,
+        output=IssuedRefund,
+        access=Access.roles("support"),
+        execute=_refund,
+        preflight=_order_exists,
+        write_contract=WriteContract(
+            dedupes_on_key=True,
+            key_retention_seconds=86400.0,
+            status_lookup=status_by_key("refund_id"),
+            reference_field="refund_id",
+            not_applied_statuses=frozenset({400, 404, 409, 422}),
+        ),
+        approval=Approval(
+            approver_role="approver",
+            required=1,
+            escalations=(Escalation(field="amount_cents", above=50_000, required=2),),
+            decide_within_seconds=24 * 3600.0,
+            execute_within_seconds=3600.0,
+        ),
+        summary=lambda args: f"Refund {args.amount_cents} cents on order {args.order_id}",
+        agent_text_fields=frozenset({"reason"}),
     ),
 )

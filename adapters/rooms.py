@@ -1,8 +1,12 @@
-"""Meeting rooms: the read tools of the rooms backend.
+"""Meeting rooms: the read tools of the rooms backend, and booking and cancelling as write tools.
 
 Other people's booking titles and names are third-party text (`Untrusted`): the model learns
 that a slot is taken, never what someone wrote about it. The caller's own bookings are not
 third-party text and are shown as they are.
+
+The writes only ever run from an approved card, with the card's key as ``Idempotency-Key``; the
+backend keeps a record per key, which `status_by_key` reads when an answer was lost. A booking
+title is the agent's own words: approvers see it marked as such, and no summary quotes it.
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from adapters._upstream import path, request_json
+from adapters._upstream import path, request_json, status_by_key
 from gateway.context import ToolContext
-from gateway.tool import Access, Mode, Tool
+from gateway.errors import UpstreamNotFoundError, UpstreamProtocolError
+from gateway.tool import Access, Approval, Mode, Tool, WriteContract
 from gateway.untrusted import Untrusted
 
 __all__ = ["TOOLS"]
 
 _ROOM_ID = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$", description="Room id, as rooms_list gives it.")
+_HHMM = r"^(?:[01][0-9]|2[0-3]):[0-5][0-9]$"
 
 
 class _Closed(BaseModel):
@@ -34,6 +40,25 @@ class NoArguments(_Closed):
 class AvailabilityArgs(_Closed):
     room_id: str = _ROOM_ID
     date: dt.date = Field(description="Day to check, YYYY-MM-DD.")
+
+
+class BookArgs(_Closed):
+    room_id: str = _ROOM_ID
+    date: dt.date = Field(description="Day of the meeting, YYYY-MM-DD.")
+    start: str = Field(pattern=_HHMM, description="Start time, HH:MM (24 h).")
+    end: str = Field(pattern=_HHMM, description="End time, HH:MM (24 h), after start.")
+    title: str = Field(min_length=1, max_length=120, description="Meeting title, shown to the approver.")
+
+    @model_validator(mode="after")
+    def _start_before_end(self) -> BookArgs:
+        # Zero-padded HH:MM strings order like the times they name.
+        if not self.start < self.end:
+            raise ValueError("start must be before end")
+        return self
+
+
+class CancelArgs(_Closed):
+    booking_id: str = Field(pattern=r"^bk-[0-9]{1,8}$", description="Id of one of your bookings, e.g. bk-0001.")
 
 
 class Room(BaseModel):
@@ -78,6 +103,11 @@ class MyBookings(BaseModel):
     bookings: list[MyBooking]
 
 
+class Cancelled(BaseModel):
+    booking_id: str
+    status: str
+
+
 async def _list_rooms(args: NoArguments, ctx: ToolContext) -> Any:
     return await request_json(ctx, "GET", "/rooms")
 
@@ -89,6 +119,28 @@ async def _availability(args: AvailabilityArgs, ctx: ToolContext) -> Any:
 
 async def _my_bookings(args: NoArguments, ctx: ToolContext) -> Any:
     return await request_json(ctx, "GET", "/bookings/mine")
+
+
+async def _room_exists(args: BookArgs, ctx: ToolContext) -> None:
+    await _availability(AvailabilityArgs(room_id=args.room_id, date=args.date), ctx)
+
+
+async def _book(args: BookArgs, ctx: ToolContext) -> Any:
+    return await request_json(ctx, "POST", "/bookings", json=args.model_dump(mode="json"))
+
+
+async def _own_active_booking(args: CancelArgs, ctx: ToolContext) -> None:
+    try:
+        mine = MyBookings.model_validate(await request_json(ctx, "GET", "/bookings/mine"))
+    except ValidationError as error:
+        raise UpstreamProtocolError("unexpected list of bookings", service=ctx.service) from error
+    if not any(b.booking_id == args.booking_id and b.status == "active" for b in mine.bookings):
+        # Someone else's booking, a cancelled one and a missing one answer alike.
+        raise UpstreamNotFoundError("not among the caller's active bookings", service=ctx.service)
+
+
+async def _cancel(args: CancelArgs, ctx: ToolContext) -> Any:
+    return await request_json(ctx, "POST", path("/bookings/{booking_id}/cancel", booking_id=args.booking_id))
 
 
 def _free_slots(day: Availability) -> list[dict[str, str]]:
@@ -117,6 +169,12 @@ def _availability_for_people(day: Availability) -> str:
     lines = [f"{day.room_id} on {day.date} ({day.open}-{day.close})"]
     lines += [f"  {s.start}-{s.end}  {s.title}  ({s.booked_by}, {s.org})" for s in day.bookings]
     return "\n".join(lines)
+
+
+_APPROVAL = Approval(
+    approver_role="approver", required=1, decide_within_seconds=24 * 3600.0, execute_within_seconds=3600.0
+)
+_STAFF = Access.roles("staff")
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -156,7 +214,56 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=NoArguments,
         output=MyBookings,
-        access=Access.roles("staff"),
+        access=_STAFF,
         execute=_my_bookings,
+    ),
+    Tool(
+        name="rooms_book",
+        adapter="rooms",
+        title="Book a meeting room",
+        description=(
+            "Requests approval to book a meeting room; nothing happens until an administrator approves. "
+            "Check rooms_availability first. Returns an approval card to follow, not a booking."
+        ),
+        mode=Mode.WRITE,
+        arguments=BookArgs,
+        output=MyBooking,
+        access=_STAFF,
+        execute=_book,
+        preflight=_room_exists,
+        write_contract=WriteContract(
+            dedupes_on_key=True,
+            key_retention_seconds=86400.0,
+            status_lookup=status_by_key("booking_id"),
+            reference_field="booking_id",
+            not_applied_statuses=frozenset({400, 404, 409, 422}),
+        ),
+        approval=_APPROVAL,
+        summary=lambda args: f"Book {args.room_id} on {args.date.isoformat()} from {args.start} to {args.end}",
+        agent_text_fields=frozenset({"title"}),
+    ),
+    Tool(
+        name="rooms_cancel_booking",
+        adapter="rooms",
+        title="Cancel a booking",
+        description=(
+            "Requests approval to cancel one of your own active bookings; nothing happens until an "
+            "administrator approves. Booking ids come from rooms_my_bookings."
+        ),
+        mode=Mode.WRITE,
+        arguments=CancelArgs,
+        output=Cancelled,
+        access=_STAFF,
+        execute=_cancel,
+        preflight=_own_active_booking,
+        write_contract=WriteContract(
+            dedupes_on_key=True,
+            key_retention_seconds=86400.0,
+            status_lookup=status_by_key("booking_id"),
+            reference_field="booking_id",
+            not_applied_statuses=frozenset({400, 404, 409, 422}),
+        ),
+        approval=_APPROVAL,
+        summary=lambda args: f"Cancel booking {args.booking_id}",
     ),
 )
