@@ -25,7 +25,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from gateway.card import CardState
 from gateway.executor import Executor
@@ -74,14 +74,22 @@ class Worker:
             try:
                 await step()
             except (RedisError, OSError) as error:
-                logger.error("worker step failed (%s); retrying", type(error).__name__)
+                logger.error("worker step failed (%s: %s); retrying", type(error).__name__, error)
                 await asyncio.sleep(1.0)
             if pause:
                 await asyncio.sleep(pause)
 
     async def consume_once(self) -> int:
         """Handle the outbox entries that arrive within one blocking read. Returns how many."""
-        entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
+        try:
+            entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
+        except ResponseError as error:
+            if "NOGROUP" not in str(error) and "UNBLOCKED" not in str(error):
+                raise
+            # The streams or the group are gone (a flushed or replaced database): recreate them.
+            # Approved cards whose entries went with them are re-enqueued by the sweeper.
+            await self._ledger.ensure_outbox_group()
+            return 0
         await asyncio.gather(*(self._handle(stream, entry_id, card_id) for stream, entry_id, card_id in entries))
         return len(entries)
 

@@ -1,0 +1,237 @@
+"""Approval-gated writes end to end: real MCP client, real gateway with its worker, real backends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from _agents import agent, error_code, make_key, payload
+from _redis_server import start_redis_server
+from _services import Backend, gateway_settings
+from redis.asyncio import Redis
+
+from backends.serve import serve_app_in_thread
+from gateway.app import create_app
+from gateway.audit import RedisStreamAuditSink
+from gateway.card import Card, CardState
+from gateway.ledger import RedisLedger, verify_chain
+
+pytestmark = pytest.mark.anyio
+
+FINAL = {CardState.SUCCEEDED, CardState.FAILED, CardState.NEEDS_RECONCILIATION}
+
+
+def _booking(day: str, start: str = "09:00", end: str = "10:00", room: str = "room-eos") -> dict[str, Any]:
+    return {"room_id": room, "date": day, "start": start, "end": end, "title": "Planning"}
+
+
+async def _approve(redis: Redis, card_id: str, approver: str = "root@acme.example") -> Card:
+    ledger = RedisLedger(redis)
+    card = await ledger.get(card_id)
+    assert card is not None
+    result = await ledger.approve(card_id, approver=approver, version=card.version, args_hash=card.args_hash,
+                                  comment="fine")  # fmt: skip
+    assert result.ok, result.status
+    assert result.card is not None
+    return result.card
+
+
+async def _settled(redis: Redis, card_id: str, timeout: float = 15.0) -> Card:
+    """Wait (bounded) until the worker has brought the card to a final state."""
+    ledger = RedisLedger(redis)
+    with anyio.fail_after(timeout):
+        while True:
+            card = await ledger.get(card_id)
+            if card is not None and card.state in FINAL:
+                return card
+            await anyio.sleep(0.05)
+
+
+def _bookings(backend: Backend, day: str, room: str = "room-eos") -> list[Any]:
+    service = backend.app.state.service
+    return [b for b in service.bookings.values() if b.date == day and b.room_id == room and b.status == "active"]
+
+
+async def test_proposal_approved_by_a_person_runs_exactly_once(
+    redis: Redis, mcp_url: str, backends: dict[str, Backend]
+) -> None:
+    """propose -> approve -> the backend holds exactly one booking; the agent sees SUCCEEDED."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert tools["rooms_book"].description is not None
+        assert tools["rooms_book"].description.startswith("Requests approval")
+        assert "idempotency" not in json.dumps(tools["rooms_book"].input_schema).lower()
+        receipt = payload(await client.call_tool("rooms_book", _booking("2026-12-10")))
+        assert receipt["status"] == "PENDING" and receipt["approvals_required"] == 1
+        assert receipt["summary"] == "Book room-eos on 2026-12-10 from 09:00 to 10:00"
+        assert _bookings(backends["rooms"], "2026-12-10") == []  # nothing sent before approval
+        await _approve(redis, receipt["card_id"])
+        card = await _settled(redis, receipt["card_id"])
+        status = payload(await client.call_tool("approvals_status", {"card_id": receipt["card_id"]}))
+    assert card.state is CardState.SUCCEEDED and card.reference
+    assert (status["decision"], status["outcome"], status["reference"]) == ("approved", "succeeded", card.reference)
+    [booking] = _bookings(backends["rooms"], "2026-12-10")
+    assert booking.booking_id == card.reference
+    events = await RedisLedger(redis).events(card.card_id)
+    assert [e.type for e in events] == ["created", "approved", "claimed", "dispatched", "completed"]
+    assert verify_chain(events)
+    keys_seen = [r.headers.get("idempotency-key") for r in backends["rooms"].app.state.service.requests
+                 if r.method == "POST" and r.path == "/bookings"]  # fmt: skip
+    assert card.idempotency_key in keys_seen
+
+
+async def test_same_open_proposal_returns_the_same_card(redis: Redis, mcp_url: str) -> None:
+    """Proposing the same write again while it is open returns that card, marked existing."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        first = payload(await client.call_tool("rooms_book", _booking("2026-12-11")))
+        again = payload(await client.call_tool("rooms_book", _booking("2026-12-11")))
+        mine = payload(await client.call_tool("approvals_mine", {}))
+    assert again["card_id"] == first["card_id"] and again["existing"] is True
+    assert [c["card_id"] for c in mine["cards"]] == [first["card_id"]]
+
+
+async def test_agent_supplied_idempotency_key_is_refused_and_audited(redis: Redis, mcp_url: str) -> None:
+    """Keys are the gateway's: an agent's key argument is refused and no card is created."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        result = await client.call_tool("rooms_book", {**_booking("2026-12-12"), "idempotency_key": "mine"})
+    assert error_code(result) == "VALIDATION_ERROR"
+    assert payload(result)["error"]["details"]["errors"][0]["type"] == "server_minted_key"
+    assert await RedisLedger(redis).recent() == []
+    events = await RedisStreamAuditSink(redis).recent(10)
+    assert events[-1].reason == "agent supplied an idempotency key"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "roles"),
+    [
+        ("rooms_cancel_booking", {"booking_id": "bk-0002"}, ("staff",)),  # hank's (globex) booking
+        ("rooms_cancel_booking", {"booking_id": "bk-0003"}, ("staff",)),  # bob's, same org
+        ("rooms_cancel_booking", {"booking_id": "bk-9999"}, ("staff",)),
+        ("orders_refund_create", {"order_id": "ord-1005", "amount_cents": 100, "reason": "x"}, ("support",)),
+        ("orders_refund_create", {"order_id": "ord-9999", "amount_cents": 100, "reason": "x"}, ("support",)),
+    ],
+)
+async def test_targets_not_offered_to_the_caller_are_not_found_and_make_no_card(
+    redis: Redis, mcp_url: str, tool: str, arguments: dict[str, Any], roles: tuple[str, ...]
+) -> None:
+    """Another person's booking, another org's order and a missing one answer NOT_FOUND alike."""
+    token = await make_key(redis, roles=roles)
+    async with agent(mcp_url, token) as client:
+        result = await client.call_tool(tool, arguments)
+    assert error_code(result) == "NOT_FOUND"
+    assert await RedisLedger(redis).recent() == []
+
+
+async def test_cards_of_others_answer_like_missing_cards(redis: Redis, mcp_url: str) -> None:
+    """approvals_status and approvals_cancel cannot see or touch another caller's card."""
+    alice = await make_key(redis, roles=("staff",))
+    bob = await make_key(redis, roles=("staff",), subject="bob@acme.example")
+    async with agent(mcp_url, alice) as client:
+        card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-13")))["card_id"]
+    async with agent(mcp_url, bob) as client:
+        for name in ("approvals_status", "approvals_cancel"):
+            theirs = await client.call_tool(name, {"card_id": card_id})
+            missing = await client.call_tool(name, {"card_id": "crd_1_" + "0" * 32})
+            assert error_code(theirs) == "NOT_FOUND"
+            assert theirs.model_dump_json() == missing.model_dump_json()
+    async with agent(mcp_url, alice) as client:
+        cancelled = payload(await client.call_tool("approvals_cancel", {"card_id": card_id}))
+    assert cancelled["status"] == "CANCELLED" and cancelled["cancelled"] is True
+
+
+async def test_response_dropped_after_commit_is_unknown_then_resolved_by_status_query(
+    redis: Redis, mcp_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """The backend commits and drops the answer: UNKNOWN -> status query -> SUCCEEDED, one booking."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-14")))["card_id"]
+    clean_backends["rooms"].set_faults(drop_after_commit=True, paths=["/bookings"], times=1)
+    await _approve(redis, card_id)
+    card = await _settled(redis, card_id)
+    assert card.state is CardState.SUCCEEDED
+    types = [e.type for e in await RedisLedger(redis).events(card_id)]
+    assert types[:5] == ["created", "approved", "claimed", "dispatched", "completed"]
+    assert "reconciled" in types and types.count("dispatched") == 1  # resolved by query, not by resending
+    [booking] = _bookings(clean_backends["rooms"], "2026-12-14")
+    assert booking.booking_id == card.reference
+
+
+async def test_a_5xx_is_unknown_never_failed_and_resolves_without_a_double_write(
+    redis: Redis, mcp_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """503 may or may not have applied: UNKNOWN, a status query, then a resend with the same key."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-15")))["card_id"]
+    clean_backends["rooms"].set_faults(status=503, paths=["/bookings"], times=1)
+    await _approve(redis, card_id)
+    card = await _settled(redis, card_id, timeout=20)
+    events = await RedisLedger(redis).events(card_id)
+    completed = [e.data["outcome"] for e in events if e.type == "completed"]
+    assert completed[0] == "UNKNOWN" and "FAILED" not in completed
+    assert card.state is CardState.SUCCEEDED
+    assert len(_bookings(clean_backends["rooms"], "2026-12-15")) == 1
+    posts = [
+        r for r in clean_backends["rooms"].app.state.service.requests if r.method == "POST" and r.path == "/bookings"
+    ]
+    sent_keys = [r.headers.get("idempotency-key") for r in posts if r.headers.get("idempotency-key")]
+    assert sent_keys.count(card.idempotency_key) == 2  # the 503'd send and the resend, with one key
+
+
+async def test_a_definitive_refusal_is_failed(redis: Redis, mcp_url: str, backends: dict[str, Backend]) -> None:
+    """409 slot_taken is 'not applied' under the contract: the card ends FAILED, nothing booked."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-01", "09:30", "10:30", "room-atlas")))[
+            "card_id"
+        ]
+    await _approve(redis, card_id)
+    card = await _settled(redis, card_id)
+    assert card.state is CardState.FAILED and card.evidence.get("status") == 409
+
+
+async def test_large_refund_needs_two_distinct_approvers(
+    redis: Redis, mcp_url: str, backends: dict[str, Backend]
+) -> None:
+    """Above the threshold one approval is not enough; the second distinct approver releases it."""
+    token = await make_key(redis, org="globex", roles=("support",), subject="marge@globex.example")
+    arguments = {"order_id": "ord-1005", "amount_cents": 60_000, "reason": "damaged"}
+    async with agent(mcp_url, token) as client:
+        receipt = payload(await client.call_tool("orders_refund_create", arguments))
+    assert receipt["approvals_required"] == 2
+    first = await _approve(redis, receipt["card_id"], "root@globex.example")
+    assert first.state is CardState.PENDING
+    await _approve(redis, receipt["card_id"], "ops@globex.example")
+    card = await _settled(redis, receipt["card_id"])
+    assert card.state is CardState.SUCCEEDED
+    refunds = [r for r in backends["orders"].app.state.service.refunds if r.refund_id == card.reference]
+    assert len(refunds) == 1
+
+
+async def test_with_a_ledger_that_is_not_durable_writes_are_refused_and_reads_work(
+    backends: dict[str, Backend],
+) -> None:
+    """AOF off: no card can be created; read tools keep answering."""
+    with start_redis_server(appendonly=False) as url:
+        client = Redis.from_url(url)
+        try:
+            token = await _make_key_at(client)
+            with serve_app_in_thread(create_app(gateway_settings(url, backends)), lifespan=True) as base:
+                async with agent(f"{base}/mcp", token) as mcp:
+                    refused = await mcp.call_tool("rooms_book", _booking("2026-12-16"))
+                    read = await mcp.call_tool("rooms_list", {})
+            assert error_code(refused) == "LEDGER_UNAVAILABLE"
+            assert not read.is_error
+            assert await RedisLedger(client).recent() == []
+        finally:
+            await client.aclose()
+
+
+async def _make_key_at(client: Redis) -> str:
+    return await make_key(client, roles=("staff",))
