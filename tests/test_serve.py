@@ -11,9 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 from _agents import agent, payload
 from _redis_server import free_port
+from redis.asyncio import Redis
+
+from gateway.card import CardState
+from gateway.embedded import embedded_redis
+from gateway.ledger import RedisLedger
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -85,3 +91,36 @@ async def test_restart_keeps_keys_and_audit(tmp_path: Path) -> None:
     assert tail.returncode == 0, tail.stderr
     assert tail.stdout.count("tool=rooms_list") == 2
     assert "key.create" in tail.stdout
+
+
+async def test_card_approved_while_serve_is_down_runs_once_after_restart(tmp_path: Path) -> None:
+    """Approval lands in the durable ledger while the gateway is stopped; the restarted worker runs it once."""
+    port = free_port()
+    booking = {"room_id": "room-delta", "date": "2026-12-20", "start": "11:00", "end": "12:00", "title": "Retro"}
+    with _serving(tmp_path, port, signal.SIGTERM) as (url, demo_key):
+        async with agent(url, demo_key) as client:
+            card_id = payload(await client.call_tool("rooms_book", booking))["card_id"]
+
+    async with embedded_redis(tmp_path / ".countersign", owner="cli") as handle:
+        client = Redis.from_url(handle.url)
+        try:
+            ledger = RedisLedger(client)
+            card = await ledger.get(card_id)
+            assert card is not None and card.state is CardState.PENDING
+            approved = await ledger.approve(card_id, approver="root@acme.example", version=card.version,
+                                            args_hash=card.args_hash, comment="while down")  # fmt: skip
+            assert approved.ok
+        finally:
+            await client.aclose()
+
+    with _serving(tmp_path, port, signal.SIGINT) as (url, demo_key):
+        async with agent(url, demo_key) as client:
+            with anyio.fail_after(15):
+                while (status := payload(await client.call_tool("approvals_status", {"card_id": card_id})))[
+                    "outcome"
+                ] in ("none", "in_progress"):
+                    await anyio.sleep(0.1)
+            mine = payload(await client.call_tool("rooms_my_bookings", {}))
+    assert status["outcome"] == "succeeded"
+    matching = [b for b in mine["bookings"] if (b["room_id"], b["date"]) == ("room-delta", "2026-12-20")]
+    assert len(matching) == 1 and matching[0]["booking_id"] == status["reference"]
