@@ -38,7 +38,7 @@ from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.worker import Worker
 
-__all__ = ["Gateway", "create_app", "redis_client", "tools_for"]
+__all__ = ["Gateway", "build_gateway", "create_app", "redis_client", "tools_for"]
 
 
 def _version() -> str:
@@ -126,7 +126,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     ledger = RedisLedger(client)
     guard = LedgerGuard(client)
     executor = Executor(
-        tools=toolbox, grants=grants, audit=audit, clients=clients, ledger=ledger, guard=guard, keys=keys.get
+        tools=toolbox,
+        grants=grants,
+        audit=audit,
+        clients=clients,
+        ledger=ledger,
+        guard=guard,
+        keys=keys.get,
+        lease_ms=int(settings.lease_seconds * 1000),
     )
     return Gateway(
         redis=client,

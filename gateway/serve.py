@@ -22,14 +22,15 @@ import uvicorn
 from starlette.datastructures import Secret
 
 from backends.serve import QuietServer
-from gateway.app import create_app, redis_client
+from gateway.app import build_gateway, create_app, redis_client, tools_for
 from gateway.embedded import Owner, embedded_redis
 from gateway.errors import ConfigError
 from gateway.keys import KeyStore
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
+from gateway.worker import Worker
 
-__all__ = ["DEMO_KEY_FILE", "ensure_demo_key", "redis_url_for", "resolved", "run"]
+__all__ = ["DEMO_KEY_FILE", "ensure_demo_key", "redis_url_for", "resolved", "run", "run_worker"]
 
 DEMO_KEY_FILE = "demo-agent.key"
 
@@ -130,6 +131,37 @@ async def run(settings: Settings) -> None:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
         print("Countersign stopped.", flush=True)
+
+
+async def run_worker(settings: Settings) -> None:
+    """`countersign worker`: the approved-card worker on its own, until SIGINT or SIGTERM.
+
+    Every adapter needs a configured backend URL: demo backends live inside `countersign serve`.
+
+    Raises:
+        ConfigError: when an adapter has no URL.
+    """
+    missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)
+    if missing:
+        raise ConfigError(f"a separate worker needs backend URLs for: {', '.join(missing)} (see --config)")
+    # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
+    async with redis_url_for(settings, owner="serve") as url:
+        gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
+        worker = Worker(gateway.executor, gateway.ledger)
+        task = asyncio.create_task(worker.run())
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, task.cancel)
+        print(f"Countersign worker {worker.name} is running.", flush=True)
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+            await gateway.aclose()
+        print("Countersign worker stopped.", flush=True)
 
 
 def _stop(server: uvicorn.Server) -> None:

@@ -83,6 +83,8 @@ class Settings:
     """Serve the handshake era without sessions (no server-initiated notifications)."""
     run_worker: bool = True
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
+    lease_seconds: float = 30.0
+    """How long a worker owns a claimed card; past it another worker recovers the card."""
 
     @property
     def grants(self) -> Grants:
@@ -130,6 +132,7 @@ class Settings:
                 allowed_hosts=tuple(allowed) if allowed is not None else None,
                 mcp_stateless=bool(gateway.get("mcp_stateless", False)),
                 run_worker=bool(gateway.get("run_worker", True)),
+                lease_seconds=float(gateway.get("lease_seconds", 30.0)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error
