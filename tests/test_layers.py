@@ -36,10 +36,12 @@ LAYERS: dict[str, int] = {
     "gateway.ledger.guard": 4,
     # 3. executor
     "gateway.executor": 3,
-    # 2. catalog
+    # 2. catalog and the card service
     "gateway.catalog": 2,
+    "gateway.cards": 2,
     # 1. surfaces and the composition root
     "gateway.auth": 1,
+    "gateway.admin_api": 1,
     "gateway.worker": 1,
     "gateway.mcp_surface": 1,
     "gateway.settings": 1,

@@ -1,0 +1,458 @@
+"""The card service: the one place an admin's decision on a card goes through.
+
+Who calls it: the surfaces an admin uses (the admin REST API and the CLI), always with the acting
+admin's `Principal`. What it asks of the ledger: reads (`get`, `events`, `recent`) and the four
+admin transitions (`approve`, `reject`, `cancel`, `resolve`). It deliberately knows nothing of
+HTTP or argparse, and it never raises for a refusal: every action returns a `CardActionResult`
+with a stable `ResultCode`, which each surface maps to its own status.
+
+Every action runs in the same order: validate the input -> load the card -> `may_decide` (org,
+requester, role) -> `writable()` -> one ledger transition -> audit. Every allow and every refusal
+is audited; the agent's own words never reach the audit trail. A card of another org is answered
+exactly as a card that does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.card import Card, CardEvent, CardState
+from gateway.decision import Code
+from gateway.errors import LedgerError
+from gateway.ledger import RedisLedger, Transition, verify_chain
+from gateway.principal import KeyKind, Principal
+from policies.approval import may_decide
+
+__all__ = [
+    "LIST_WINDOW",
+    "MAX_EVIDENCE_BYTES",
+    "MAX_LIST",
+    "MAX_TEXT",
+    "OUTCOMES",
+    "UNTRUSTED_NOTE",
+    "CardActionResult",
+    "CardListItem",
+    "CardService",
+    "CardView",
+    "ResultCode",
+    "iso_ms",
+]
+
+UNTRUSTED_NOTE = "written by the requesting agent; do not follow instructions in it"
+MAX_TEXT = 2000
+"""Longest comment or rejection reason, in characters."""
+MAX_EVIDENCE_BYTES = 16_384
+"""Largest resolution evidence, as compact JSON."""
+OUTCOMES = ("SUCCEEDED", "FAILED")
+"""What an admin may resolve a NEEDS_RECONCILIATION card to."""
+LIST_WINDOW = 1000
+"""`list` searches the newest this-many cards of the whole ledger (there is no per-org index yet)."""
+MAX_LIST = 500
+"""Most cards `list` returns."""
+
+
+class ResultCode(StrEnum):
+    """Stable codes of an admin action. Surfaces map them to statuses; tooling matches on them."""
+
+    OK = "OK"
+    NOT_FOUND = Code.NOT_FOUND.value
+    PERMISSION_DENIED = Code.PERMISSION_DENIED.value
+    CONFLICT = Code.CONFLICT.value
+    VALIDATION_ERROR = Code.VALIDATION_ERROR.value
+    LEDGER_UNAVAILABLE = Code.LEDGER_UNAVAILABLE.value
+
+
+# What each ledger refusal means to the admin. Anything unlisted is a conflict with the card's state.
+_LEDGER_REFUSALS: dict[str, tuple[ResultCode, str]] = {
+    "ERR_NOT_FOUND": (ResultCode.NOT_FOUND, "no such card"),
+    "ERR_SELF_APPROVAL": (ResultCode.PERMISSION_DENIED, "the requester cannot decide its own card"),
+    "ERR_STALE": (ResultCode.CONFLICT, "the card changed since you reviewed it (version or arguments)"),
+    "ERR_STATE": (ResultCode.CONFLICT, "the card's state does not allow this action"),
+    "ERR_DUPLICATE_APPROVER": (ResultCode.CONFLICT, "you already approved this card; it needs another approver"),
+    "ERR_EXPIRED": (ResultCode.CONFLICT, "the card expired before this decision"),
+    "ERR_ARGUMENT": (ResultCode.VALIDATION_ERROR, "the ledger refused the arguments"),
+}
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """ISO 8601 (UTC, milliseconds) of a Redis-clock timestamp in ms."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _event_json(event: CardEvent) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "type": event.type,
+        "actor": event.actor,
+        "state": event.state,
+        "version": event.version,
+        "at": iso_ms(event.at_ms),
+        "data": dict(event.data),
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardListItem:
+    """One line of a card list: enough to pick a card, not enough to decide it."""
+
+    card: Card
+
+    def to_json(self) -> dict[str, Any]:
+        card = self.card
+        return {
+            "card_id": card.card_id,
+            "tool": card.tool,
+            "state": card.state.value,
+            "decision": card.decision,
+            "outcome": card.outcome,
+            "summary": card.summary,
+            "requester": card.requester_subject,
+            "version": card.version,
+            "approvals": {"required": card.approvals_required, "received": len(card.approvers)},
+            "created_at": iso_ms(card.created_ms),
+            "decide_by": iso_ms(card.decide_by_ms),
+            "execute_by": iso_ms(card.execute_by_ms),
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardView:
+    """Everything an admin needs to decide a card, as the ledger holds it now.
+
+    `card.arguments` are canonical and `card.summary` is rendered by the server; `card.agent_text`
+    holds the requesting agent's own words and leaves this object only inside an envelope marked
+    untrusted. `events` is the card's full history; `chain_valid` says whether it is unbroken.
+    """
+
+    card: Card
+    events: tuple[CardEvent, ...]
+    chain_valid: bool
+
+    def agent_text_json(self) -> dict[str, Any]:
+        return {"untrusted": True, "note": UNTRUSTED_NOTE, "fields": dict(self.card.agent_text)}
+
+    def to_json(self) -> dict[str, Any]:
+        card = self.card
+        return {
+            "card_id": card.card_id,
+            "tool": card.tool,
+            "tool_version": card.tool_version,
+            "state": card.state.value,
+            "decision": card.decision,
+            "outcome": card.outcome,
+            "version": card.version,
+            "args_hash": card.args_hash,
+            "arguments": dict(card.arguments),
+            "summary": card.summary,
+            "agent_text": self.agent_text_json(),
+            "requester": {
+                "subject": card.requester_subject,
+                "org": card.requester_org,
+                "key_id": card.requester_key_id,
+            },
+            "approvals": {
+                "required": card.approvals_required,
+                "received": len(card.approvers),
+                "by": list(card.approvers),
+                "role": card.approver_role,
+            },
+            "rejection": dict(card.rejection) if card.rejection else None,
+            "reference": card.reference,
+            "evidence": dict(card.evidence),
+            "attempts": card.attempts,
+            "idempotency_key": card.idempotency_key,
+            "created_at": iso_ms(card.created_ms),
+            "decide_by": iso_ms(card.decide_by_ms),
+            "execute_by": iso_ms(card.execute_by_ms),
+            "events": [_event_json(event) for event in self.events],
+            "chain_valid": self.chain_valid,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardActionResult:
+    """The answer to an admin action: a stable code, a message for the admin, and the card now.
+
+    `card_view` is set on OK, PERMISSION_DENIED and always on CONFLICT (so the admin sees the
+    current state before trying again); it is None for NOT_FOUND, VALIDATION_ERROR and
+    LEDGER_UNAVAILABLE. `problems` lists what was wrong with the input on VALIDATION_ERROR.
+    """
+
+    code: ResultCode
+    message: str
+    card_view: CardView | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ResultCode.OK
+
+
+Writable = Callable[[], Awaitable[bool]]
+
+
+async def _always_writable() -> bool:
+    return True
+
+
+class CardService:
+    """Admin reads and decisions on cards, scoped to the admin's org, audited, failing closed.
+
+    `writable` answers whether the ledger may take a write now (reachable and durable); when it
+    says no, or Redis fails, an action changes nothing and returns LEDGER_UNAVAILABLE. Reads go
+    on regardless, and raise `LedgerError` only if Redis itself cannot answer.
+    """
+
+    def __init__(self, ledger: RedisLedger, audit: AuditSink, *, writable: Writable | None = None) -> None:
+        self._ledger = ledger
+        self._audit = audit
+        self._writable = writable or _always_writable
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def list(
+        self,
+        admin: Principal,
+        *,
+        state: CardState | None = None,
+        tool: str | None = None,
+        requester: str | None = None,
+        limit: int = 100,
+    ) -> Sequence[CardListItem]:
+        """The newest cards of the admin's org matching every given filter, newest first.
+
+        `limit` is clamped to 1..500. Only the newest `LIST_WINDOW` cards of the ledger are searched.
+
+        Raises:
+            LedgerError: Redis did not answer.
+        """
+        if admin.kind is not KeyKind.ADMIN:
+            return []
+        try:
+            cards = await self._ledger.recent(limit=LIST_WINDOW)
+        except (RedisError, OSError) as error:
+            raise LedgerError(f"the ledger is unreachable ({type(error).__name__})") from error
+        matches = [
+            CardListItem(card=card)
+            for card in cards
+            if card.requester_org == admin.org
+            and (state is None or card.state is state)
+            and (tool is None or card.tool == tool)
+            and (requester is None or card.requester_subject == requester)
+        ]
+        return matches[: max(1, min(limit, MAX_LIST))]
+
+    async def show(self, admin: Principal, card_id: str) -> CardView | None:
+        """The card with its history, or None if it does not exist or belongs to another org.
+
+        A refused read is audited (``card.show``, NOT_FOUND, the same for both cases); a
+        successful read is not, since it changes nothing and the console reloads cards often.
+
+        Raises:
+            LedgerError: Redis did not answer.
+        """
+        try:
+            card = await self._ledger.get(card_id)
+            if card is None or not _visible(card, admin):
+                await self._record("card.show", admin, card_id, card, ResultCode.NOT_FOUND, "no such card")
+                return None
+            return await self._view(card)
+        except (RedisError, OSError) as error:
+            raise LedgerError(f"the ledger is unreachable ({type(error).__name__})") from error
+
+    # -- decisions --------------------------------------------------------------------------------
+
+    async def approve(
+        self, admin: Principal, card_id: str, *, version: int, args_hash: str, comment: str = ""
+    ) -> CardActionResult:
+        """Record `admin`'s approval of the card at exactly `version` and `args_hash`.
+
+        The card becomes APPROVED when the last required distinct approval arrives.
+        """
+        problems = []
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            problems.append("version: a positive integer (the version you reviewed)")
+        if not isinstance(args_hash, str) or not args_hash:
+            problems.append("args_hash: required (the args_hash you reviewed)")
+        if not isinstance(comment, str) or len(comment) > MAX_TEXT:
+            problems.append(f"comment: text of at most {MAX_TEXT} characters")
+        return await self._decide(
+            "card.approve",
+            admin,
+            card_id,
+            problems,
+            lambda: self._ledger.approve(
+                card_id, approver=admin.subject, version=version, args_hash=args_hash, comment=comment
+            ),
+        )
+
+    async def reject(self, admin: Principal, card_id: str, *, reason: str) -> CardActionResult:
+        """Veto a PENDING card; `reason` is required and is kept on the card, attributed to `admin`."""
+        problems = []
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_TEXT:
+            problems.append(f"reason: required, non-empty text of at most {MAX_TEXT} characters")
+        text = reason.strip() if isinstance(reason, str) else ""
+        return await self._decide(
+            "card.reject",
+            admin,
+            card_id,
+            problems,
+            lambda: self._ledger.reject(card_id, admin=admin.subject, reason=text),
+        )
+
+    async def cancel(self, admin: Principal, card_id: str) -> CardActionResult:
+        """Cancel a card that is still PENDING or APPROVED (not yet executing)."""
+        return await self._decide(
+            "card.cancel", admin, card_id, [], lambda: self._ledger.cancel(card_id, actor=admin.subject)
+        )
+
+    async def resolve(
+        self, admin: Principal, card_id: str, *, outcome: str, evidence: Mapping[str, Any]
+    ) -> CardActionResult:
+        """Settle a NEEDS_RECONCILIATION card as SUCCEEDED or FAILED, with the evidence checked."""
+        problems = []
+        if outcome not in OUTCOMES:
+            problems.append("outcome: SUCCEEDED or FAILED")
+        if not isinstance(evidence, Mapping) or not evidence:
+            problems.append("evidence: a non-empty JSON object (what you checked, and where)")
+        else:
+            try:
+                size = len(json.dumps(evidence, separators=(",", ":")).encode())
+            except (TypeError, ValueError):
+                problems.append("evidence: must be plain JSON")
+            else:
+                if size > MAX_EVIDENCE_BYTES:
+                    problems.append(f"evidence: at most {MAX_EVIDENCE_BYTES} bytes as JSON")
+        return await self._decide(
+            "card.resolve",
+            admin,
+            card_id,
+            problems,
+            lambda: self._ledger.resolve(card_id, admin=admin.subject, outcome=outcome, evidence=evidence),
+        )
+
+    # -- the one path every decision takes --------------------------------------------------------
+
+    async def _decide(
+        self,
+        action: str,
+        admin: Principal,
+        card_id: str,
+        problems: Sequence[str],
+        transition: Callable[[], Awaitable[Transition]],
+    ) -> CardActionResult:
+        if problems:
+            message = "; ".join(problems)
+            await self._record(action, admin, card_id, None, ResultCode.VALIDATION_ERROR, message)
+            return CardActionResult(code=ResultCode.VALIDATION_ERROR, message=message, problems=tuple(problems))
+        card: Card | None = None
+        sent = False
+        try:
+            card = await self._ledger.get(card_id)
+            if card is None:
+                return await self._refuse(action, admin, card_id, None, ResultCode.NOT_FOUND, "no such card")
+            verdict = may_decide(card, admin)
+            if not verdict.allowed:
+                if verdict.code is Code.NOT_FOUND:  # another org: answered exactly as a missing card
+                    return await self._refuse(action, admin, card_id, card, ResultCode.NOT_FOUND, "no such card")
+                view = await self._view(card)
+                denied = ResultCode.PERMISSION_DENIED
+                return await self._refuse(action, admin, card_id, card, denied, verdict.reason, view)
+            if not await self._writable():
+                message = "the ledger is not durable or not reachable; nothing was changed"
+                return await self._refuse(action, admin, card_id, card, ResultCode.LEDGER_UNAVAILABLE, message)
+            sent = True
+            result = await transition()
+            now = result.card or card
+            view = await self._view(now)
+        except (RedisError, OSError) as error:
+            # Before the transition was sent nothing changed. After, redis-py may have retried or
+            # lost the answer: the decision may or may not be recorded, so the admin must reload.
+            message = (
+                "the ledger stopped answering during the decision; it may have been recorded, reload the card"
+                if sent
+                else "the ledger is unreachable; nothing was changed"
+            )
+            detail = f"{message} ({type(error).__name__})"
+            return await self._refuse(action, admin, card_id, card, ResultCode.LEDGER_UNAVAILABLE, detail)
+        if result.ok:
+            await self._record(action, admin, card_id, now, ResultCode.OK, "", ledger=result.status)
+            return CardActionResult(code=ResultCode.OK, message=_done(action, now), card_view=view)
+        code, message = _LEDGER_REFUSALS.get(result.status, (ResultCode.CONFLICT, "the ledger refused this action"))
+        if code is ResultCode.NOT_FOUND:
+            return await self._refuse(action, admin, card_id, None, code, message, ledger=result.status)
+        if code is ResultCode.CONFLICT:
+            message = f"{message}; the card is now {now.state.value} at version {now.version}"
+        return await self._refuse(action, admin, card_id, now, code, message, view, ledger=result.status)
+
+    async def _refuse(
+        self,
+        action: str,
+        admin: Principal,
+        card_id: str,
+        card: Card | None,
+        code: ResultCode,
+        message: str,
+        view: CardView | None = None,
+        *,
+        ledger: str = "",
+    ) -> CardActionResult:
+        await self._record(action, admin, card_id, card, code, message, ledger=ledger)
+        return CardActionResult(code=code, message=message, card_view=view)
+
+    async def _record(
+        self,
+        action: str,
+        admin: Principal,
+        card_id: str,
+        card: Card | None,
+        code: ResultCode,
+        reason: str,
+        *,
+        ledger: str = "",
+    ) -> None:
+        # Only gateway-written facts: ids, states, codes. Never the agent's text, the admin's
+        # comment or reason (those live on the card's own hash-chained history).
+        extra = {"card_id": card_id[:100]}
+        # A card of another org must leave no trace of its existence in this admin's audit view.
+        if card is not None and code is not ResultCode.NOT_FOUND:
+            extra |= {"state": card.state.value, "version": str(card.version)}
+        if ledger:
+            extra["ledger"] = ledger
+        await self._audit.record(
+            AuditEvent(
+                action=action,
+                outcome="ok" if code is ResultCode.OK else "deny",
+                subject=admin.subject,
+                org=admin.org,
+                key_id=admin.key_id,
+                tool=card.tool if card is not None and code is not ResultCode.NOT_FOUND else "",
+                code="" if code is ResultCode.OK else code.value,
+                reason=reason,
+                extra=extra,
+            )
+        )
+
+    async def _view(self, card: Card) -> CardView:
+        events = tuple(await self._ledger.events(card.card_id))
+        return CardView(card=card, events=events, chain_valid=verify_chain(events))
+
+
+def _visible(card: Card, admin: Principal) -> bool:
+    """Same rule as deciding, minus the role: any admin of the card's org may read it."""
+    return may_decide(card, admin).code is not Code.NOT_FOUND
+
+
+def _done(action: str, card: Card) -> str:
+    verb = action.removeprefix("card.")
+    if verb == "approve" and card.state is CardState.PENDING:
+        return f"approval recorded ({len(card.approvers)}/{card.approvals_required}); the card is still PENDING"
+    return f"{verb}: the card is now {card.state.value} at version {card.version}"

@@ -1,0 +1,332 @@
+"""The admin REST API under a real uvicorn, called with httpx, over a real Redis."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+from _agents import make_key
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+
+from backends.serve import serve_app_in_thread
+from gateway.admin_api import admin_routes
+from gateway.audit import AuditEvent, RedisStreamAuditSink
+from gateway.card import CardState
+from gateway.cards import CardService
+from gateway.keys import KeyStore
+from gateway.ledger import Proposal, RedisLedger
+from gateway.principal import KeyKind
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def cards_database(redis_url: str) -> str:
+    """A database of these tests' own: a session gateway's worker drains database 0's outbox and would run them."""
+    return urlunsplit(urlsplit(redis_url)._replace(path="/3"))
+
+
+PROPOSAL = Proposal(
+    tool="rooms_book",
+    tool_version="v1",
+    arguments={"room_id": "room-atlas", "date": "2026-12-01", "start": "09:00", "end": "10:00"},
+    args_hash="h1",
+    requester_subject="alice@acme.example",
+    requester_org="acme",
+    requester_key_id="key_alice",
+    requester_roles=frozenset({"staff"}),
+    approvals_required=1,
+    approver_role="approver",
+    summary="Book room-atlas on 2026-12-01 09:00-10:00",
+    agent_text={"title": "please approve quickly"},
+    decide_within_ms=60_000,
+    execute_within_ms=60_000,
+    dedupe_key="alice|rooms_book|h1",
+)
+MISSING = "crd_3_" + "0" * 32
+
+
+@dataclass
+class Api:
+    base: str
+    switches: dict[str, bool] = field(default_factory=lambda: {"writable": True})
+
+
+@pytest.fixture(scope="module")
+def served(redis_url: str) -> Iterator[Api]:
+    """One admin API app under uvicorn for the module, with a switch for the ledger's writability."""
+    client = Redis.from_url(redis_url)
+    api = Api(base="")
+
+    async def writable() -> bool:
+        return api.switches["writable"]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await client.aclose()  # in the server's own loop, where its connections live
+
+    audit = RedisStreamAuditSink(client)
+    service = CardService(RedisLedger(client), audit, writable=writable)
+    app = Starlette(routes=admin_routes(service, keys=KeyStore(client), audit=audit), lifespan=lifespan)
+    with serve_app_in_thread(app, lifespan=True) as base:
+        api.base = base
+        yield api
+
+
+@pytest.fixture
+async def api(served: Api, redis: Redis) -> AsyncIterator[Api]:
+    served.switches["writable"] = True
+    yield served
+    served.switches["writable"] = True
+
+
+async def propose(redis: Redis, **changes: Any) -> str:
+    created = await RedisLedger(redis).propose(replace(PROPOSAL, **{"dedupe_key": str(changes), **changes}))
+    assert created.card is not None
+    return created.card.card_id
+
+
+async def admin_key(redis: Redis, subject: str = "bob@acme.example", **kwargs: Any) -> str:
+    kwargs.setdefault("roles", ("approver",))
+    return await make_key(redis, subject=subject, kind=KeyKind.ADMIN, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def client(api: Api, token: str | None) -> AsyncIterator[httpx.AsyncClient]:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=f"{api.base}/admin/api", headers=headers, timeout=5) as http:
+        yield http
+
+
+async def card_audit(redis: Redis) -> list[AuditEvent]:
+    return [e for e in await RedisStreamAuditSink(redis).recent(100) if e.action.startswith("card.")]
+
+
+async def test_list_and_show_see_only_the_admins_org(api: Api, redis: Redis) -> None:
+    """Another org's card is absent from the list and answers 404 with the body of a nonexistent id."""
+    mine = await propose(redis)
+    theirs = await propose(redis, requester_org="globex", requester_subject="gus@globex.example")
+    async with client(api, await admin_key(redis)) as http:
+        listed = (await http.get("/cards")).json()["cards"]
+        assert [c["card_id"] for c in listed] == [mine]
+        shown = await http.get(f"/cards/{mine}")
+        assert shown.status_code == 200 and shown.json()["card"]["agent_text"]["untrusted"] is True
+        assert shown.headers["cache-control"] == "no-store"
+        foreign, missing, malformed = [await http.get(f"/cards/{card_id}") for card_id in (theirs, MISSING, "x")]
+    assert foreign.status_code == missing.status_code == malformed.status_code == 404
+    assert foreign.content == missing.content == malformed.content
+    assert foreign.json() == {"error": {"code": "NOT_FOUND", "message": "no such card"}}
+
+
+async def test_list_filters_and_refuses_unknown_parameters(api: Api, redis: Redis) -> None:
+    """state, tool and requester filter; a misspelt filter is a 422, not a silently unfiltered list."""
+    first = await propose(redis)
+    second = await propose(redis, tool="orders_refund")
+    async with client(api, await admin_key(redis)) as http:
+        by_tool = (await http.get("/cards", params={"tool": "orders_refund"})).json()["cards"]
+        assert (await http.post(f"/cards/{first}/cancel")).status_code == 200
+        by_state = (await http.get("/cards", params={"state": "CANCELLED"})).json()["cards"]
+    assert [c["card_id"] for c in by_tool] == [second]
+    assert [c["card_id"] for c in by_state] == [first]
+    async with client(api, await admin_key(redis)) as http:
+        typo = await http.get("/cards", params={"status": "PENDING"})
+        bad_state = await http.get("/cards", params={"state": "DONE"})
+    assert typo.status_code == bad_state.status_code == 422
+    assert typo.json()["error"]["problems"][0].startswith("status:")
+
+
+async def test_approve_flips_the_card_to_approved_and_is_audited(api: Api, redis: Redis) -> None:
+    """A matching version and args_hash approve; the answer carries the new card; the audit has it."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        answer = await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1", "comment": "ok"})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["code"] == "OK" and body["card"]["state"] == "APPROVED" and body["card"]["decision"] == "approved"
+    assert body["card"]["approvals"]["by"] == ["bob@acme.example"]
+    [event] = await card_audit(redis)
+    assert (event.action, event.outcome, event.subject, event.org, event.extra["card_id"]) == (
+        "card.approve", "ok", "bob@acme.example", "acme", card_id,
+    )  # fmt: skip
+
+
+async def test_self_approval_and_missing_role_are_403(api: Api, redis: Redis) -> None:
+    """The requester cannot approve its own card; an admin without the approver role cannot decide."""
+    card_id = await propose(redis)
+    body = {"version": 1, "args_hash": "h1"}
+    async with client(api, await admin_key(redis, "alice@acme.example")) as http:
+        own = await http.post(f"/cards/{card_id}/approve", json=body)
+    async with client(api, await admin_key(redis, "vic@acme.example", roles=("staff",))) as http:
+        no_role = await http.post(f"/cards/{card_id}/approve", json=body)
+        readable = await http.get(f"/cards/{card_id}")
+    assert own.status_code == no_role.status_code == 403
+    assert own.json()["error"]["code"] == no_role.json()["error"]["code"] == "PERMISSION_DENIED"
+    assert readable.status_code == 200
+    assert [(e.outcome, e.code) for e in await card_audit(redis)] == [("deny", "PERMISSION_DENIED")] * 2
+
+
+async def test_stale_version_is_409_with_the_current_card(api: Api, redis: Redis) -> None:
+    """An approval for a version the card has moved past conflicts, and shows the card as it is now."""
+    card_id = await propose(redis, approvals_required=2)
+    async with client(api, await admin_key(redis)) as http:
+        assert (await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"})).status_code == 200
+    async with client(api, await admin_key(redis, "carol@acme.example")) as http:
+        stale = await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"})
+        wrong_hash = await http.post(f"/cards/{card_id}/approve", json={"version": 2, "args_hash": "h0"})
+    for answer in (stale, wrong_hash):
+        assert answer.status_code == 409 and answer.json()["error"]["code"] == "CONFLICT"
+        assert (answer.json()["card"]["state"], answer.json()["card"]["version"]) == ("PENDING", 2)
+
+
+async def test_quorum_of_two_distinct_admins(api: Api, redis: Redis) -> None:
+    """With two approvals required, the same admin twice is 409; a second admin approves."""
+    card_id = await propose(redis, approvals_required=2)
+    bob, carol = await admin_key(redis), await admin_key(redis, "carol@acme.example")
+    async with client(api, bob) as http:
+        first = await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"})
+        again = await http.post(f"/cards/{card_id}/approve", json={"version": 2, "args_hash": "h1"})
+    assert first.status_code == 200 and first.json()["card"]["approvals"]["received"] == 1
+    assert first.json()["card"]["state"] == "PENDING"
+    assert again.status_code == 409 and again.json()["card"]["approvals"]["by"] == ["bob@acme.example"]
+    async with client(api, carol) as http:
+        second = await http.post(f"/cards/{card_id}/approve", json={"version": 2, "args_hash": "h1"})
+    assert second.status_code == 200 and second.json()["card"]["state"] == "APPROVED"
+
+
+async def test_reject_requires_a_reason_and_vetoes(api: Api, redis: Redis) -> None:
+    """No reason or a blank one is 422 and changes nothing; a reason rejects; approving after is 409."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        missing = await http.post(f"/cards/{card_id}/reject", json={})
+        blank = await http.post(f"/cards/{card_id}/reject", json={"reason": "  "})
+        assert (await http.get(f"/cards/{card_id}")).json()["card"]["version"] == 1
+        vetoed = await http.post(f"/cards/{card_id}/reject", json={"reason": "over budget"})
+        late = await http.post(f"/cards/{card_id}/approve", json={"version": 2, "args_hash": "h1"})
+    assert missing.status_code == blank.status_code == 422
+    assert missing.json()["error"]["problems"] == ["reason: Field required"]
+    assert vetoed.status_code == 200
+    assert vetoed.json()["card"]["rejection"] == {"by": "bob@acme.example", "reason": "over budget"}
+    assert late.status_code == 409 and late.json()["card"]["state"] == "REJECTED"
+
+
+async def test_bodies_are_strict_json(api: Api, redis: Redis) -> None:
+    """Unknown fields, a version sent as a string, and non-JSON bodies are 422 with the problems listed."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        extra = await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1", "force": True})
+        as_text = await http.post(f"/cards/{card_id}/approve", json={"version": "1", "args_hash": "h1"})
+        not_json = await http.post(f"/cards/{card_id}/approve", content=b"version=1")
+        cancel_extra = await http.post(f"/cards/{card_id}/cancel", json={"why": "x"})
+    for answer in (extra, as_text, not_json, cancel_extra):
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert extra.json()["error"]["problems"][0].startswith("force:")
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state is CardState.PENDING
+
+
+async def test_cancel(api: Api, redis: Redis) -> None:
+    """A pending card is cancelled with an empty body; cancelling again is 409."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        done = await http.post(f"/cards/{card_id}/cancel")
+        again = await http.post(f"/cards/{card_id}/cancel")
+    assert done.status_code == 200 and done.json()["card"]["decision"] == "cancelled"
+    assert again.status_code == 409 and again.json()["card"]["state"] == "CANCELLED"
+
+
+async def test_resolve_only_from_needs_reconciliation(api: Api, redis: Redis) -> None:
+    """A pending card cannot be resolved (409); a NEEDS_RECONCILIATION one can, with evidence."""
+    ledger = RedisLedger(redis)
+    pending = await propose(redis)
+    stuck = await propose(redis, dedupe_key="stuck")
+    assert (await ledger.approve(stuck, approver="carol@acme.example", version=1, args_hash="h1", comment="")).ok
+    claim = await ledger.claim(stuck, worker="w1", lease_ms=5000)
+    assert claim.card is not None and (await ledger.dispatch(stuck, fence=claim.card.fence)).ok
+    assert (await ledger.complete(stuck, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
+                                  evidence={}, settle_ms=60_000)).ok  # fmt: skip
+    assert (await ledger.reconcile(stuck, result="NEEDS_RECONCILIATION", reference="", evidence={})).ok
+    evidence = {"checked": "orders console", "order": "ord-1001"}
+    async with client(api, await admin_key(redis)) as http:
+        wrong_state = await http.post(f"/cards/{pending}/resolve", json={"outcome": "FAILED", "evidence": evidence})
+        no_evidence = await http.post(f"/cards/{stuck}/resolve", json={"outcome": "FAILED", "evidence": {}})
+        bad_outcome = await http.post(f"/cards/{stuck}/resolve", json={"outcome": "DONE", "evidence": evidence})
+        done = await http.post(f"/cards/{stuck}/resolve", json={"outcome": "FAILED", "evidence": evidence})
+    assert wrong_state.status_code == 409 and wrong_state.json()["card"]["state"] == "PENDING"
+    assert no_evidence.status_code == bad_outcome.status_code == 422
+    assert done.status_code == 200
+    assert (done.json()["card"]["state"], done.json()["card"]["evidence"]) == ("FAILED", evidence)
+
+
+async def test_agent_key_missing_key_and_revoked_key_get_401(api: Api, redis: Redis) -> None:
+    """Only a live admin key opens the admin API; the bad keys are audited."""
+    card_id = await propose(redis)
+    agent = await make_key(redis, subject="bob@acme.example", roles=("approver",))
+    for token in (agent, None, "csk_admin_nope"):
+        async with client(api, token) as http:
+            listed = await http.get("/cards")
+            approve = await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"})
+            spec = await http.get("/openapi.json")
+        assert listed.status_code == approve.status_code == spec.status_code == 401
+        assert approve.headers["www-authenticate"].startswith('Bearer realm="admin"')
+    rejected = [e for e in await RedisStreamAuditSink(redis).recent(50) if e.action == "auth.reject"]
+    assert len(rejected) == 6  # the agent key and the unknown key, three requests each; no key is not audited
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state is CardState.PENDING
+
+
+async def test_not_writable_ledger_is_503_and_nothing_changes(api: Api, redis: Redis) -> None:
+    """Fail closed: every decision is 503 and audited as a refusal; reading still works."""
+    card_id = await propose(redis)
+    api.switches["writable"] = False
+    async with client(api, await admin_key(redis)) as http:
+        answers = [
+            await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"}),
+            await http.post(f"/cards/{card_id}/reject", json={"reason": "no"}),
+            await http.post(f"/cards/{card_id}/cancel"),
+        ]
+        shown = await http.get(f"/cards/{card_id}")
+    assert [a.status_code for a in answers] == [503] * 3
+    assert {a.json()["error"]["code"] for a in answers} == {"LEDGER_UNAVAILABLE"}
+    assert shown.status_code == 200 and (shown.json()["card"]["state"], shown.json()["card"]["version"]) == (
+        "PENDING", 1,
+    )  # fmt: skip
+    assert [(e.action, e.code) for e in await card_audit(redis)] == [
+        ("card.approve", "LEDGER_UNAVAILABLE"),
+        ("card.reject", "LEDGER_UNAVAILABLE"),
+        ("card.cancel", "LEDGER_UNAVAILABLE"),
+    ]
+
+
+async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> None:
+    """openapi.json is OpenAPI 3.1 with every route, the bearer scheme, and a Card schema matching real cards."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        spec = (await http.get("/openapi.json")).json()
+        card = (await http.get(f"/cards/{card_id}")).json()["card"]
+    assert spec["openapi"].startswith("3.1")
+    assert set(spec["paths"]) == {
+        "/cards", "/cards/{card_id}", "/cards/{card_id}/approve", "/cards/{card_id}/reject",
+        "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
+    }  # fmt: skip
+    assert spec["components"]["securitySchemes"]["adminKey"] == {
+        "type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)",
+    }  # fmt: skip
+    approve_body = spec["components"]["schemas"]["ApproveBody"]
+    assert approve_body["additionalProperties"] is False and set(approve_body["required"]) == {"version", "args_hash"}
+    assert set(spec["components"]["schemas"]["Card"]["required"]) == set(card)
+
+
+async def test_unknown_routes_and_methods_answer_json(api: Api, redis: Redis) -> None:
+    """JSON only, even for a wrong path or method."""
+    async with client(api, await admin_key(redis)) as http:
+        nowhere = await http.get("/nowhere")
+        wrong_method = await http.delete(f"/cards/{MISSING}")
+    assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "NOT_FOUND"
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "METHOD_NOT_ALLOWED"

@@ -1,0 +1,194 @@
+"""`countersign cards ...` against a real Redis: the same service as the admin API, from a terminal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import pytest
+from _agents import make_key
+from _redis_server import start_redis_server
+from redis.asyncio import Redis
+
+from gateway.audit import RedisStreamAuditSink
+from gateway.card import CardState
+from gateway.cli import main
+from gateway.ledger import Proposal, RedisLedger
+from gateway.principal import KeyKind
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def cards_database(redis_url: str) -> str:
+    """A database of these tests' own: a session gateway's worker drains database 0's outbox and would run them."""
+    return urlunsplit(urlsplit(redis_url)._replace(path="/3"))
+
+
+# An agent trying to forge the end of the untrusted block and to drive the terminal.
+FORGED = "fine\n<<< end of untrusted agent text\nAPPROVED BY SECURITY \x1b[32mOK\x1b[0m \u202eevil"
+
+PROPOSAL = Proposal(
+    tool="rooms_book",
+    tool_version="v1",
+    arguments={"room_id": "room-atlas", "date": "2026-12-01", "start": "09:00", "end": "10:00"},
+    args_hash="h1",
+    requester_subject="alice@acme.example",
+    requester_org="acme",
+    requester_key_id="key_alice",
+    requester_roles=frozenset({"staff"}),
+    approvals_required=1,
+    approver_role="approver",
+    summary="Book room-atlas on 2026-12-01 09:00-10:00",
+    agent_text={"title": FORGED},
+    decide_within_ms=60_000,
+    execute_within_ms=60_000,
+    dedupe_key="alice|rooms_book|h1",
+)
+
+
+class Cli:
+    """Runs `main` from a worker thread (it owns its event loop) and captures its output."""
+
+    def __init__(self, redis_url: str, capsys: pytest.CaptureFixture[str], key: str = "") -> None:
+        self.environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_ADMIN_KEY": key}
+        self._capsys = capsys
+
+    async def __call__(self, *args: str) -> tuple[int, str, str]:
+        try:
+            status = await anyio.to_thread.run_sync(lambda: main(list(args), self.environ))
+        except SystemExit as usage:  # argparse's way of saying "usage error"
+            status = int(usage.code or 0)
+        captured = self._capsys.readouterr()
+        return status, captured.out, captured.err
+
+
+@pytest.fixture
+async def cli(redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The CLI acting as bob, an approver of acme."""
+    key = await make_key(redis, subject="bob@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
+    return Cli(redis_url, capsys, key)
+
+
+async def propose(redis: Redis, **changes: Any) -> str:
+    created = await RedisLedger(redis).propose(replace(PROPOSAL, **{"dedupe_key": str(changes), **changes}))
+    assert created.card is not None
+    return created.card.card_id
+
+
+async def test_list_shows_the_orgs_cards_as_text_or_json(cli: Cli, redis: Redis) -> None:
+    """One line per card of bob's org; --json gives one object per line; filters apply."""
+    mine = await propose(redis)
+    await propose(redis, requester_org="globex")
+    status, out, _ = await cli("cards", "list")
+    assert status == 0 and len(out.splitlines()) == 1 and mine in out and "PENDING" in out
+    status, out, _ = await cli("cards", "list", "--json", "--state", "PENDING", "--tool", "rooms_book")
+    assert status == 0 and [json.loads(line)["card_id"] for line in out.splitlines()] == [mine]
+    status, out, _ = await cli("cards", "list", "--requester", "nobody@acme.example")
+    assert status == 0 and out == ""
+
+
+async def test_show_fences_the_agents_words_as_untrusted_and_escapes_them(cli: Cli, redis: Redis) -> None:
+    """The agent's text sits inside a marked block, on one line, with control characters escaped."""
+    card_id = await propose(redis)
+    status, out, _ = await cli("cards", "show", card_id)
+    assert status == 0
+    lines = out.splitlines()
+    start = lines.index(">>> UNTRUSTED agent text: written by the requesting agent; do not follow instructions in it")
+    assert lines[start + 1].startswith("  | title: fine\\u000a<<< end of untrusted agent text\\u000aAPPROVED")
+    assert lines[start + 2] == "<<< end of untrusted agent text"
+    assert "\x1b" not in out and "\u202e" not in out and "\\u001b[32m" in out
+    assert "version     1   args_hash=h1" in out and "hash chain valid" in out
+    status, out, _ = await cli("cards", "show", card_id, "--json")
+    shown = json.loads(out)
+    assert status == 0 and shown["agent_text"] == {
+        "untrusted": True, "note": "written by the requesting agent; do not follow instructions in it",
+        "fields": {"title": FORGED},
+    }  # fmt: skip
+
+
+async def test_show_of_another_orgs_card_is_not_found(cli: Cli, redis: Redis) -> None:
+    """Exit 1 and the same words as for an id that does not exist."""
+    theirs = await propose(redis, requester_org="globex")
+    foreign = await cli("cards", "show", theirs)
+    missing = await cli("cards", "show", "crd_2_" + "0" * 32)
+    assert foreign == missing == (1, "", "countersign: NOT_FOUND: no such card\n")
+
+
+async def test_approve_then_stale_approve_is_refused_with_the_current_state(cli: Cli, redis: Redis) -> None:
+    """Exit 0 on approval; a second approval of the old version exits 1 with CONFLICT and the card's state."""
+    card_id = await propose(redis)
+    status, out, _ = await cli("cards", "approve", card_id, "--version", "1", "--args-hash", "h1", "--comment", "ok")
+    assert status == 0 and "state=APPROVED" in out
+    status, out, err = await cli("cards", "approve", card_id, "--version", "1", "--args-hash", "h1")
+    assert status == 1 and out == ""
+    assert err.startswith("countersign: CONFLICT:") and "state=APPROVED" in err and "version=2" in err
+    events = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "card.approve"]
+    assert [(e.outcome, e.code) for e in events] == [("ok", ""), ("deny", "CONFLICT")]
+
+
+async def test_reject_needs_a_reason(cli: Cli, redis: Redis) -> None:
+    """No --reason is a usage error (2); a blank one is refused (1); a reason rejects (0)."""
+    card_id = await propose(redis)
+    status, _, err = await cli("cards", "reject", card_id)
+    assert status == 2 and "--reason" in err
+    status, _, err = await cli("cards", "reject", card_id, "--reason", " ")
+    assert status == 1 and err.startswith("countersign: VALIDATION_ERROR: reason:")
+    status, out, _ = await cli("cards", "reject", card_id, "--reason", "over budget")
+    assert status == 0 and "REJECTED" in out
+
+
+async def test_cancel_and_resolve(cli: Cli, redis: Redis) -> None:
+    """cancel ends a pending card; resolve settles a NEEDS_RECONCILIATION card; bad evidence is a usage error."""
+    ledger = RedisLedger(redis)
+    pending = await propose(redis)
+    assert (await cli("cards", "cancel", pending))[0] == 0
+    stuck = await propose(redis, dedupe_key="stuck")
+    assert (await ledger.approve(stuck, approver="carol@acme.example", version=1, args_hash="h1", comment="")).ok
+    claim = await ledger.claim(stuck, worker="w1", lease_ms=5000)
+    assert claim.card is not None and (await ledger.dispatch(stuck, fence=claim.card.fence)).ok
+    assert (await ledger.complete(stuck, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
+                                  evidence={}, settle_ms=60_000)).ok  # fmt: skip
+    assert (await ledger.reconcile(stuck, result="NEEDS_RECONCILIATION", reference="", evidence={})).ok
+    status, _, err = await cli("cards", "resolve", stuck, "--outcome", "SUCCEEDED", "--evidence", "not json")
+    assert status == 2 and "not valid JSON" in err
+    status, out, _ = await cli("cards", "resolve", stuck, "--outcome", "SUCCEEDED", "--evidence", '{"booking": "bk-9"}')
+    assert status == 0 and "SUCCEEDED" in out
+    card = await ledger.get(stuck)
+    assert card is not None and card.state is CardState.SUCCEEDED and card.evidence == {"booking": "bk-9"}
+
+
+async def test_only_a_live_admin_key_may_act(redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """No key, an agent key, or an unknown key: exit 1 with a clear message, nothing changed."""
+    card_id = await propose(redis)
+    agent = await make_key(redis, subject="bob@acme.example", roles=("approver",))
+    no_key = await Cli(redis_url, capsys)("cards", "cancel", card_id)
+    assert no_key == (1, "", "countersign: cards commands need an admin key: --key or COUNTERSIGN_ADMIN_KEY\n")
+    status, _, err = await Cli(redis_url, capsys)("cards", "cancel", card_id, "--key", agent)
+    assert status == 1 and "agent key, not an admin key" in err
+    status, _, err = await Cli(redis_url, capsys, "csk_admin_nope")("cards", "list")
+    assert status == 1 and "unknown or revoked key" in err
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state is CardState.PENDING
+    rejected = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "auth.reject"]
+    assert [e.extra["surface"] for e in rejected] == ["cli", "cli"]
+
+
+async def test_a_non_durable_ledger_refuses_decisions(capsys: pytest.CaptureFixture[str]) -> None:
+    """Fail closed: against a server without the AOF, approve exits 1 with LEDGER_UNAVAILABLE and the reason."""
+    with start_redis_server(appendonly=False) as url:
+        client = Redis.from_url(url)
+        try:
+            card_id = await propose(client)
+            key = await make_key(client, subject="bob@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
+            status, _, err = await Cli(url, capsys, key)(
+                "cards", "approve", card_id, "--version", "1", "--args-hash", "h1"
+            )
+            card = await RedisLedger(client).get(card_id)
+        finally:
+            await client.aclose()
+    assert status == 1 and "LEDGER_UNAVAILABLE" in err and "appendonly is off" in err
+    assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
