@@ -12,6 +12,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from _redis_server import start_redis_server
@@ -38,7 +39,7 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def redis_url(pytestconfig: pytest.Config) -> Iterator[str]:
+def redis_server_url(pytestconfig: pytest.Config) -> Iterator[str]:
     """The URL of a real Redis-compatible server that lives for the whole session."""
     given = pytestconfig.getoption("--redis-url") or os.environ.get("COUNTERSIGN_TEST_REDIS_URL")
     if given:
@@ -46,6 +47,22 @@ def redis_url(pytestconfig: pytest.Config) -> Iterator[str]:
         return
     with start_redis_server(appendonly=True) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server_url: str) -> str:
+    """Database 0 of the session's server: where the session gateway (`mcp_url`) and its worker live."""
+    return redis_server_url
+
+
+@pytest.fixture(scope="session")
+def quiet_redis_url(redis_server_url: str) -> str:
+    """Database 3 of the same server: no worker runs there.
+
+    The session gateway (`mcp_url`) runs a worker on database 0 that drains the outbox, so tests of
+    the ledger and the card service, which drive transitions by hand, point `redis_url` here.
+    """
+    return urlunsplit(urlsplit(redis_server_url)._replace(path="/3"))
 
 
 @pytest.fixture(name="redis")

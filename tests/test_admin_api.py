@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -27,9 +26,9 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module", name="redis_url")
-def cards_database(redis_url: str) -> str:
-    """A database of these tests' own: a session gateway's worker drains database 0's outbox and would run them."""
-    return urlunsplit(urlsplit(redis_url)._replace(path="/3"))
+def cards_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest)."""
+    return quiet_redis_url
 
 
 PROPOSAL = Proposal(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
@@ -23,9 +22,9 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module", name="redis_url")
-def cards_database(redis_url: str) -> str:
-    """A database of these tests' own: a session gateway's worker drains database 0's outbox and would run them."""
-    return urlunsplit(urlsplit(redis_url)._replace(path="/3"))
+def cards_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest)."""
+    return quiet_redis_url
 
 
 # An agent trying to forge the end of the untrusted block and to drive the terminal.

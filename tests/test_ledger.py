@@ -15,6 +15,13 @@ from gateway.ledger import Proposal, RedisLedger, verify_chain
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(scope="module", name="redis_url")
+def ledger_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest)."""
+    return quiet_redis_url
+
+
 PROPOSAL = Proposal(
     tool="rooms_book",
     tool_version="v1",
