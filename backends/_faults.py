@@ -12,6 +12,8 @@ spec to :func:`inject`, which applies its parts in this order:
 4. ``drop_after_commit``: run the request to completion (the write and its idempotency record happen),
    send only the response head, then raise :class:`InjectedDropError` so the server aborts the
    connection; the client sees a response cut short, not an answer.
+5. ``reply_after_commit_ms``: run the request to completion at once, then hold the answer this long (a
+   client that gives up, or dies, meanwhile never learns the write landed).
 
 This module knows nothing of auth, identity or which paths are control paths; the shell decides that.
 """
@@ -46,6 +48,8 @@ class FaultSpec:
     """Never answer; wait for the client to give up."""
     drop_after_commit: bool = False
     """Apply the request, then cut the connection before the body is sent."""
+    reply_after_commit_ms: Annotated[int, Field(ge=0, le=600_000)] = 0
+    """Apply the request at once, then wait this long before answering (a slow network back)."""
     paths: tuple[str, ...] = ()
     """Path prefixes the fault applies to; empty means every non-control path."""
     times: Annotated[int, Field(ge=1)] | None = None
@@ -103,6 +107,12 @@ async def inject(spec: FaultSpec, app: ASGIApp, scope: Scope, receive: Receive, 
         head = await _run_keeping_head(app, scope, receive)
         await send(head)
         raise InjectedDropError(f"fault injection dropped the response to {scope['method']} {scope['path']}")
+    if spec.reply_after_commit_ms:
+        messages = await _run_keeping_all(app, scope, receive)
+        await anyio.sleep(spec.reply_after_commit_ms / 1000)
+        for message in messages:
+            await send(message)
+        return
     await app(scope, receive, send)
 
 
@@ -127,6 +137,17 @@ async def _run_keeping_head(app: ASGIApp, scope: Scope, receive: Receive) -> Mes
     if head is None:
         raise RuntimeError("application finished without starting a response")
     return head
+
+
+async def _run_keeping_all(app: ASGIApp, scope: Scope, receive: Receive) -> list[Message]:
+    """Run the request to completion (the write is applied) and keep its response for later."""
+    messages: list[Message] = []
+
+    async def keep(message: Message) -> None:
+        messages.append(message)
+
+    await app(scope, receive, keep)
+    return messages
 
 
 def faults_endpoint(switch: FaultSwitch) -> Endpoint:

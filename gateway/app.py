@@ -23,8 +23,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from gateway.admin_api import admin_routes
 from gateway.audit import RedisStreamAuditSink
 from gateway.auth import BearerAuth
+from gateway.cards import CardService
 from gateway.catalog import Catalog
 from gateway.errors import ConfigError
 from gateway.executor import Executor
@@ -175,6 +177,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         allowed_hosts=settings.mcp_allowed_hosts(),
     )
     mcp_endpoint = BearerAuth(surface.asgi, keys=gateway.keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
 
     async def health(request: Request) -> JSONResponse:
         try:
@@ -196,6 +199,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit),
         ],
         lifespan=lifespan,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import sys
@@ -28,7 +29,7 @@ from gateway.keys import KeyStore
 from gateway.ledger import RedisLedger
 from gateway.ledger.guard import LedgerGuard
 from gateway.principal import KeyKind, Principal
-from gateway.serve import redis_url_for, run
+from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
 
 __all__ = ["main"]
@@ -42,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the gateway (embedded Redis and demo backends by default)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument("--no-worker", action="store_true", help="run no approved-card worker in this process")
+    commands.add_parser("worker", help="run an approved-card worker on its own (backends need configured URLs)")
 
     keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
     create = keys.add_parser("create", help="mint a key; it is printed once")
@@ -116,12 +119,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         settings = Settings.load(environ or {}, args.config)
         if args.command == "serve":
-            if args.host or args.port:
-                settings = replace(settings, host=args.host or settings.host, port=args.port or settings.port)
-            try:
+            settings = replace(
+                settings,
+                host=args.host or settings.host,
+                port=args.port or settings.port,
+                run_worker=settings.run_worker and not args.no_worker,
+            )
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C before the server took over signals
                 asyncio.run(run(settings))
-            except KeyboardInterrupt:
-                pass
+            return 0
+        if args.command == "worker":
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(run_worker(settings))
             return 0
         if args.command == "cards":
             args.key = args.key or (environ or {}).get("COUNTERSIGN_ADMIN_KEY", "")

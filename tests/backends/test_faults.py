@@ -22,7 +22,15 @@ pytestmark = pytest.mark.anyio
 
 ALICE = {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"}
 DESIGN_REVIEW = {"room_id": "room-borealis", "date": "2026-12-02", "start": "10:00", "end": "11:00", "title": "Review"}
-NO_FAULT = {"latency_ms": 0, "status": None, "hang": False, "drop_after_commit": False, "paths": [], "times": None}
+NO_FAULT = {
+    "latency_ms": 0,
+    "status": None,
+    "hang": False,
+    "drop_after_commit": False,
+    "reply_after_commit_ms": 0,
+    "paths": [],
+    "times": None,
+}
 
 
 def key(value: str) -> dict[str, str]:
@@ -133,3 +141,13 @@ async def test_fault_control_requires_the_service_token(rooms: Running[RoomsServ
         response = await anonymous.put("/_faults", json={"status": 503})
     assert response.status_code == 401
     assert rooms.service.faults.active is None
+
+
+async def test_reply_after_commit_applies_at_once_and_answers_late(rooms: Running[RoomsService]) -> None:
+    """The booking exists while the client still waits for its answer; the client times out."""
+    await install(rooms, reply_after_commit_ms=3000, paths=["/bookings"], times=1)
+    with anyio.fail_after(5), pytest.raises(httpx.ReadTimeout):
+        await rooms.client.post("/bookings", json=DESIGN_REVIEW, headers=ALICE | key("k1"), timeout=0.3)
+    lookup = await rooms.client.get("/idempotency/k1", headers=ALICE)
+    assert lookup.json()["state"] == "applied"
+    assert len(rooms.service.bookings) == 8
