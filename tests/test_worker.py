@@ -1,0 +1,111 @@
+"""The worker's loops, driven step by step on a database no other worker drains."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import anyio
+import pytest
+from _agents import make_key
+from _services import Backend, gateway_settings
+from redis.asyncio import Redis
+
+from gateway.app import Gateway, build_gateway, tools_for
+from gateway.card import CardState
+from gateway.keys import KeyStore
+from gateway.worker import Worker
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def worker_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest)."""
+    return quiet_redis_url
+
+
+@pytest.fixture
+async def gateway(redis: Redis, redis_url: str, backends: dict[str, Backend]) -> AsyncIterator[Gateway]:
+    settings = gateway_settings(redis_url, backends)
+    wired = build_gateway(settings, tools_for(settings))
+    try:
+        yield wired
+    finally:
+        await wired.aclose()
+
+
+async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> str:
+    token = await make_key(redis, roles=("staff",))
+    principal = await KeyStore(redis).resolve(token)
+    assert principal is not None
+    arguments = {"room_id": "room-cirrus", "date": day, "start": "15:00", "end": "16:00", "title": "Sync"}
+    receipt = (await gateway.executor.execute(principal, "rooms_book", arguments)).for_model()
+    card = await gateway.ledger.get(receipt["card_id"])
+    assert card is not None
+    # A short requeue interval, so a lost outbox entry is noticed within the test.
+    result = await gateway.ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
+                                          args_hash=card.args_hash, comment="", requeue_ms=100)  # fmt: skip
+    assert result.ok
+    return card.card_id
+
+
+async def test_an_approved_card_whose_outbox_entry_was_lost_is_requeued_and_runs_once(
+    gateway: Gateway, redis: Redis
+) -> None:
+    """The sweeper re-enqueues an approved card nobody claimed; the claim keeps it to one run."""
+    card_id = await _approved_booking(gateway, redis, "2026-12-23")
+    await gateway.ledger.ensure_outbox_group()
+    for key in gateway.ledger.outbox_keys():  # lose every outbox entry
+        await redis.xtrim(key, maxlen=0)
+    worker = Worker(gateway.executor, gateway.ledger, block_ms=50, requeue_ms=100)
+    assert await worker.consume_once() == 0
+    with anyio.fail_after(10):
+        while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.APPROVED:
+            await worker.sweep_once()
+            await worker.consume_once()
+    assert card is not None and card.state is CardState.SUCCEEDED
+    types = [e.type for e in await gateway.ledger.events(card_id)]
+    assert "requeued" in types and types.count("dispatched") == 1
+
+
+async def test_duplicate_outbox_entries_never_run_a_card_twice(gateway: Gateway, redis: Redis) -> None:
+    """Replayed outbox entries are harmless: only one claim can win."""
+    card_id = await _approved_booking(gateway, redis, "2026-12-24")
+    await gateway.ledger.ensure_outbox_group()
+    for key in gateway.ledger.outbox_keys():
+        if await redis.xlen(key):
+            for _ in range(3):
+                await redis.xadd(key, {"card_id": card_id})
+    workers = [Worker(gateway.executor, gateway.ledger, name=f"w{i}", block_ms=50) for i in range(3)]
+    with anyio.fail_after(10):
+        while sum([await w.consume_once() for w in workers]):
+            pass
+    card = await gateway.ledger.get(card_id)
+    assert card is not None and card.state is CardState.SUCCEEDED
+    assert [e.type for e in await gateway.ledger.events(card_id)].count("dispatched") == 1
+
+
+async def test_an_approved_card_not_run_within_its_window_expires(
+    redis: Redis, redis_url: str, backends: dict[str, Backend]
+) -> None:
+    """Past execute_by, an approved card expires instead of running late."""
+    settings = replace(gateway_settings(redis_url, backends), run_worker=False)
+    tools = [tool for tool in tools_for(settings) if tool.name != "rooms_book"]
+    [book] = [tool for tool in tools_for(settings) if tool.name == "rooms_book"]
+    assert book.approval is not None
+    quick = replace(book, approval=replace(book.approval, execute_within_seconds=0.05))
+    gateway = build_gateway(settings, [*tools, quick])
+    try:
+        card_id = await _approved_booking(gateway, redis, "2026-12-25")
+        worker = Worker(gateway.executor, gateway.ledger, block_ms=10)
+        with anyio.fail_after(5):
+            while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.APPROVED:
+                await anyio.sleep(0.02)
+                await worker.sweep_once()
+        assert card is not None and card.state is CardState.EXPIRED
+        assert await worker.consume_once() >= 0
+        after = await gateway.ledger.get(card_id)
+        assert after is not None and after.state is CardState.EXPIRED  # a late claim cannot revive it
+    finally:
+        await gateway.aclose()
