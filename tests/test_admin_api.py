@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from _agents import make_key
+from _cards import PROPOSAL as BASE_PROPOSAL
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
@@ -19,7 +20,7 @@ from gateway.audit import AuditEvent, RedisStreamAuditSink
 from gateway.card import CardState
 from gateway.cards import CardService
 from gateway.keys import KeyStore
-from gateway.ledger import Proposal, RedisLedger
+from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
 
 pytestmark = pytest.mark.anyio
@@ -31,23 +32,7 @@ def cards_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
 
 
-PROPOSAL = Proposal(
-    tool="rooms_book",
-    tool_version="v1",
-    arguments={"room_id": "room-atlas", "date": "2026-12-01", "start": "09:00", "end": "10:00"},
-    args_hash="h1",
-    requester_subject="alice@acme.example",
-    requester_org="acme",
-    requester_key_id="key_alice",
-    requester_roles=frozenset({"staff"}),
-    approvals_required=1,
-    approver_role="approver",
-    summary="Book room-atlas on 2026-12-01 09:00-10:00",
-    agent_text={"title": "please approve quickly"},
-    decide_within_ms=60_000,
-    execute_within_ms=60_000,
-    dedupe_key="alice|rooms_book|h1",
-)
+PROPOSAL = replace(BASE_PROPOSAL, agent_text={"title": "please approve quickly"})
 MISSING = "crd_3_" + "0" * 32
 
 

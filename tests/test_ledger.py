@@ -8,10 +8,11 @@ from typing import Any
 
 import anyio
 import pytest
+from _cards import PROPOSAL as BASE_PROPOSAL
 from redis.asyncio import Redis
 
 from gateway.card import CardState
-from gateway.ledger import Proposal, RedisLedger, verify_chain
+from gateway.ledger import RedisLedger, verify_chain
 
 pytestmark = pytest.mark.anyio
 
@@ -22,23 +23,7 @@ def ledger_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
 
 
-PROPOSAL = Proposal(
-    tool="rooms_book",
-    tool_version="v1",
-    arguments={"room_id": "room-atlas", "date": "2026-12-01", "start": "09:00", "end": "10:00", "title": "x"},
-    args_hash="h1",
-    requester_subject="alice@acme.example",
-    requester_org="acme",
-    requester_key_id="key_a",
-    requester_roles=frozenset({"staff"}),
-    approvals_required=1,
-    approver_role="approver",
-    summary="Book room-atlas",
-    agent_text={"title": "x"},
-    decide_within_ms=60_000,
-    execute_within_ms=60_000,
-    dedupe_key="alice|rooms_book|h1",
-)
+PROPOSAL = BASE_PROPOSAL
 
 
 async def _pending(ledger: RedisLedger, **changes: Any) -> str:
