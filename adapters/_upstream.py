@@ -84,7 +84,9 @@ async def request_json(
     raise _status_error(ctx.service, response)
 
 
-async def lookup_by_key(ctx: ToolContext, key: str, *, reference_field: str) -> WriteStatus:
+async def lookup_by_key(
+    ctx: ToolContext, key: str, *, reference_field: str, path_template: str = "/idempotency/{key}"
+) -> WriteStatus:
     """What became of the write sent with idempotency `key`, as the backend remembers it.
 
     200 ``applied`` or ``refused`` is the backend's record (``reference`` is the applied answer's
@@ -93,7 +95,7 @@ async def lookup_by_key(ctx: ToolContext, key: str, *, reference_field: str) -> 
     Raises:
         UpstreamError: no usable answer (transport, 5xx, any other 404 or shape); ask again later.
     """
-    response = await _send(ctx, "GET", path("/idempotency/{key}", key=key))
+    response = await _send(ctx, "GET", path(path_template, key=key))
     body = _json_object(response)
     if response.status_code == 404 and body.get("state") == "unknown":
         return WriteStatus(state="unknown", detail=body)
@@ -108,11 +110,11 @@ async def lookup_by_key(ctx: ToolContext, key: str, *, reference_field: str) -> 
     return WriteStatus(state="applied", reference=reference if isinstance(reference, str) else None, detail=body)
 
 
-def status_by_key(reference_field: str) -> StatusLookup:
+def status_by_key(reference_field: str, path_template: str = "/idempotency/{key}") -> StatusLookup:
     """A `WriteContract.status_lookup` that calls `lookup_by_key` with `reference_field`."""
 
     async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
-        return await lookup_by_key(ctx, key, reference_field=reference_field)
+        return await lookup_by_key(ctx, key, reference_field=reference_field, path_template=path_template)
 
     return lookup
 
@@ -125,7 +127,8 @@ async def _send(
     params: Mapping[str, str] | None = None,
     json: Mapping[str, Any] | None = None,
 ) -> httpx.Response:
-    headers = {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
+    # The executor computed who is asking (plain and, when keyed, signed); fall back to the plain pair.
+    headers = dict(ctx.identity) or {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
     if ctx.idempotency_key is not None:
         headers["idempotency-key"] = ctx.idempotency_key
     http = ctx.http

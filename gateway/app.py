@@ -171,7 +171,6 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     surface = McpSurface(
         catalog=gateway.catalog,
         executor=gateway.executor,
-        tools=declared,
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httpx
@@ -48,3 +48,5 @@ class ToolContext:
     """Set only when running an approved write: the key minted with its card."""
     cards: CallerCards | None = None
     """The caller's cards, for the built-in approvals tools."""
+    identity: Mapping[str, str] = field(default_factory=dict)
+    """Headers that tell the backend who is asking (subject, org, and a signed claim when keyed)."""

@@ -36,13 +36,14 @@ from gateway.decision import Code, Decision
 from gateway.envelope import Envelope
 from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamRefusedError, UpstreamTimeoutError
 from gateway.grants import Grants
+from gateway.identity import IdentityHeaders
 from gateway.keys import KeyRecord
 from gateway.ledger import Proposal, RedisLedger
 from gateway.ledger.guard import LedgerGuard
 from gateway.principal import Principal
 from gateway.receipts import card_for_agent
 from gateway.tool import Mode, Tool, is_key_field
-from gateway.toolbox import Toolbox
+from gateway.toolbox import Toolbox, ToolSource
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
 from policies.approval import approvals_required
@@ -62,14 +63,16 @@ class Executor:
     def __init__(
         self,
         *,
-        tools: Toolbox,
+        tools: ToolSource,
         grants: Grants,
         audit: AuditSink,
         clients: Mapping[str, httpx.AsyncClient],
         ledger: RedisLedger | None = None,
         guard: LedgerGuard | None = None,
         keys: KeyLookup | None = None,
+        healthy: Callable[[str], bool] | None = None,
         lease_ms: int = 30_000,
+        identity: Callable[[Principal, str], Mapping[str, str]] | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -80,6 +83,8 @@ class Executor:
         self._guard = guard
         self._keys = keys
         self._lease_ms = lease_ms
+        self._identity = identity or IdentityHeaders()
+        self._healthy = healthy or (lambda adapter: True)
         self._clock = clock
 
     # -- the agent's path --------------------------------------------------------------------------
@@ -87,7 +92,8 @@ class Executor:
     async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event."""
         started = self._clock()
-        tool = self._tools.get(name)
+        toolbox = self._tools.current()
+        tool = toolbox.get(name)
 
         # 1. Access: the same function the catalog uses. An unknown name and a forbidden one
         #    answer identically, so the catalog cannot be probed.
@@ -116,7 +122,12 @@ class Executor:
         # 3. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
         if tool.mode is Mode.WRITE:
-            return await self._propose(tool, args, principal, started)
+            return await self._propose(tool, toolbox.version(tool.name), args, principal, started)
+
+        # A backend known to be down fails fast instead of holding the caller to the deadline.
+        if not self._healthy(tool.adapter):
+            down = Decision.deny(Code.UPSTREAM_UNAVAILABLE, f"adapter {tool.adapter} is unhealthy")
+            return await self._refuse(principal, name, down, started, ran=True)
 
         # 4. Execute with the tool's deadline; 5. validate the output; 6. seal.
         try:
@@ -129,7 +140,9 @@ class Executor:
         await self._record(principal, name, "ok", started, reason=decision.reason)
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
-    async def _propose(self, tool: Tool, args: BaseModel, principal: Principal, started: float) -> Envelope:
+    async def _propose(
+        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
+    ) -> Envelope:
         """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
         if self._ledger is None or self._guard is None or not await self._guard.writable():
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
@@ -144,7 +157,6 @@ class Executor:
         if approval is None or summary is None:  # Tool construction makes this unreachable
             raise RuntimeError(f"write tool {tool.name} has no approval policy")
         canonical = args.model_dump(mode="json")
-        version = self._tools.version(tool.name)
         args_hash = _args_hash(tool.name, version, canonical)
         proposal = Proposal(
             tool=tool.name,
@@ -190,6 +202,10 @@ class Executor:
         ledger = self._require_ledger()
         if self._guard is not None and not await self._guard.writable():
             return await ledger.get(card_id)  # fail closed: the card stays APPROVED until the ledger is durable
+        card = await ledger.get(card_id)
+        tool = self._tools.current().get(card.tool) if card is not None else None
+        if tool is not None and not self._healthy(tool.adapter):
+            return card  # the backend is down: the card waits (APPROVED) and is requeued, never failed
         claim = await ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
         if claim.status != "OK" or claim.card is None:
             return claim.card
@@ -199,7 +215,7 @@ class Executor:
         """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
         ledger = self._require_ledger()
         card = await ledger.get(card_id)
-        tool = self._tools.get(card.tool) if card is not None else None
+        tool = self._tools.current().get(card.tool) if card is not None else None
         if card is None or card.state is not CardState.UNKNOWN:
             return card
         if tool is None or tool.write_contract is None:
@@ -234,10 +250,11 @@ class Executor:
     async def _send(self, card: Card) -> Card | None:
         """Run a claimed card: re-check, bind, record DISPATCHED, send once with its key, classify."""
         ledger = self._require_ledger()
-        tool = self._tools.get(card.tool)
+        toolbox = self._tools.current()
+        tool = toolbox.get(card.tool)
 
         # 1. Re-check what was true at proposal: the tool, its definition, the arguments, access.
-        refusal = await self._binding_refusal(card, tool)
+        refusal = await self._binding_refusal(card, tool, toolbox)
         if refusal is not None or tool is None or tool.write_contract is None:
             reason = refusal.reason if refusal is not None else "tool not served"
             code = refusal.code.value if refusal is not None and refusal.code else Code.PERMISSION_DENIED.value
@@ -290,10 +307,10 @@ class Executor:
         await self._record_card(card, "card.execute", attempt.value, type(error).__name__ if error else "")
         return done.card
 
-    async def _binding_refusal(self, card: Card, tool: Tool | None) -> Decision | None:
+    async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
         if tool is None:
             return Decision.deny(Code.PERMISSION_DENIED, "tool is no longer served")
-        if self._tools.version(tool.name) != card.tool_version:
+        if toolbox.version(tool.name) != card.tool_version:
             return Decision.deny(Code.CONFLICT, "tool definition changed since the card was proposed")
         if _args_hash(tool.name, card.tool_version, card.arguments) != card.args_hash:
             return Decision.deny(Code.CONFLICT, "arguments do not match the approved args_hash")
@@ -327,6 +344,7 @@ class Executor:
             service=tool.adapter,
             idempotency_key=idempotency_key,
             cards=cards,
+            identity=self._identity(principal, tool.adapter),
         )
 
     def _require_ledger(self) -> RedisLedger:

@@ -30,6 +30,7 @@ from gateway.envelope import Envelope
 from gateway.executor import Executor
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
+from gateway.toolbox import Toolbox
 
 __all__ = ["McpSurface"]
 
@@ -42,15 +43,15 @@ class McpSurface:
         *,
         catalog: Catalog,
         executor: Executor,
-        tools: list[Tool],
         version: str,
         stateless: bool,
         allowed_hosts: list[str] | None,
     ) -> None:
         self._catalog = catalog
         self._executor = executor
-        # Wire definitions are built once; a listing only filters them.
-        self._definitions = {tool.name: _definition(tool, catalog) for tool in tools}
+        # Wire definitions are built once per set of tools; a listing only filters them.
+        self._box: Toolbox | None = None
+        self._definitions: dict[str, types.Tool] = {}
         self.server: Server[Any] = Server(
             "countersign",
             version=version,
@@ -80,7 +81,12 @@ class McpSurface:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = _principal(ctx)
-        return types.ListToolsResult(tools=[self._definitions[t.name] for t in self._catalog.visible_to(principal)])
+        box = self._catalog.current()
+        if box is not self._box:
+            self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}
+            self._box = box
+        definitions = self._definitions
+        return types.ListToolsResult(tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)])
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -96,13 +102,13 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
     return principal_of(request.scope)
 
 
-def _definition(tool: Tool, catalog: Catalog) -> types.Tool:
+def _definition(tool: Tool, box: Toolbox) -> types.Tool:
     read = tool.mode is Mode.READ and not tool.changes_cards
     return types.Tool(
         name=tool.name,
         title=tool.title,
         description=tool.description,
-        input_schema=dict(catalog.input_schema(tool.name)),
+        input_schema=dict(box.input_schema(tool.name)),
         annotations=types.ToolAnnotations(
             title=tool.title,
             read_only_hint=read,

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
+from typing import Any, Protocol
 
 from gateway.errors import ToolDeclarationError
 from gateway.tool import Tool, definition_hash
 
-__all__ = ["Toolbox"]
+__all__ = ["ToolSource", "Toolbox"]
+
+
+class ToolSource(Protocol):
+    """Where the tools served right now come from: a fixed `Toolbox`, or a live catalog that swaps
+    in a new `Toolbox` when an adapter is accepted or removed. Callers take one `current()` per
+    operation, so a call never sees two different sets of tools."""
+
+    def current(self) -> Toolbox: ...
 
 
 class Toolbox(Mapping[str, Tool]):
@@ -19,7 +28,7 @@ class Toolbox(Mapping[str, Tool]):
             is refused, not shadowed: which one would run would otherwise depend on ordering.
     """
 
-    __slots__ = ("_tools", "_versions")
+    __slots__ = ("_schemas", "_tools", "_versions")
 
     def __init__(self, tools: Iterable[Tool]) -> None:
         by_name: dict[str, Tool] = {}
@@ -29,6 +38,15 @@ class Toolbox(Mapping[str, Tool]):
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
         self._versions = MappingProxyType({name: definition_hash(tool) for name, tool in by_name.items()})
+        self._schemas = MappingProxyType({name: tool.arguments.model_json_schema() for name, tool in by_name.items()})
+
+    def current(self) -> Toolbox:
+        """A fixed toolbox is its own `ToolSource`."""
+        return self
+
+    def input_schema(self, name: str) -> Mapping[str, Any]:
+        """The JSON Schema of a tool's arguments: generated from the model the executor validates with."""
+        return self._schemas[name]
 
     def version(self, name: str) -> str:
         """The definition hash of tool `name` (see `definition_hash`)."""

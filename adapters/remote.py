@@ -1,0 +1,130 @@
+"""Tools a service offers by manifest, built into the same `Tool` declarations in-process
+adapters use, so the executor treats them exactly alike: one access function, one approval
+gate, one classification of outcomes.
+
+A manifest's tool calls its backend by method and path template: ``{arg}`` placeholders are
+filled from the arguments (percent-encoded); the rest go in the query (GET, DELETE) or the JSON
+body. Write tools carry their contract (idempotency, status lookup by key) from the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from adapters._upstream import path, request_json, status_by_key
+from gateway.context import ToolContext
+from gateway.errors import ToolDeclarationError
+from gateway.registry.manifest import AdapterManifest, ToolSpec
+from gateway.registry.schema import SchemaError, input_model, output_model
+from gateway.tool import Access, Approval, Escalation, Execute, Mode, Tool, WriteContract
+
+__all__ = ["ManifestError", "tools_from_manifest"]
+
+_PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+
+
+class ManifestError(ValueError):
+    """A manifest cannot become tools; `problems` lists every reason, each naming its place."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, ...]:
+    """The tools of `manifest`, declared for adapter `adapter`.
+
+    Raises:
+        ManifestError: with every problem found (schemas, names, placeholders, declarations).
+    """
+    problems: list[str] = []
+    tools: list[Tool] = []
+    for index, spec in enumerate(manifest.tools):
+        where = f"tools[{index}] ({spec.name})"
+        try:
+            tools.append(_tool(adapter, spec))
+        except SchemaError as error:
+            problems.extend(f"{where}: {problem}" for problem in error.problems)
+        except (ToolDeclarationError, ValueError) as error:
+            problems.append(f"{where}: {error}")
+    names = [spec.name for spec in manifest.tools]
+    problems.extend(f"duplicate tool name {name!r}" for name in sorted({n for n in names if names.count(n) > 1}))
+    if problems:
+        raise ManifestError(problems)
+    return tuple(tools)
+
+
+def _tool(adapter: str, spec: ToolSpec) -> Tool:
+    arguments = input_model(spec.name, spec.input_schema)
+    output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
+    placeholders = _PLACEHOLDER.findall(spec.path)
+    required = set(spec.input_schema.get("required", ()))
+    for name in placeholders:
+        if name not in required:
+            raise ValueError(f"path placeholder {{{name}}} must be a required input")
+    write = spec.mode == "write"
+    contract = spec.write_contract
+    approval = spec.approval
+    return Tool(
+        name=spec.name,
+        adapter=adapter,
+        description=spec.description,
+        mode=Mode.WRITE if write else Mode.READ,
+        arguments=arguments,
+        output=output,
+        access=Access.public_() if spec.access.public else Access.roles(*spec.access.roles),
+        execute=_http_call(spec, placeholders),
+        emits_untrusted_text=bool(spec.untrusted_output_fields),
+        write_contract=None
+        if contract is None
+        else WriteContract(
+            dedupes_on_key=contract.dedupes_on_key,
+            key_retention_seconds=contract.key_retention_seconds,
+            status_lookup=status_by_key(contract.reference_field, contract.status_path),
+            reference_field=contract.reference_field,
+            not_applied_statuses=frozenset(contract.not_applied_statuses),
+        ),
+        approval=None
+        if approval is None
+        else Approval(
+            approver_role=approval.approver_role,
+            required=approval.required,
+            escalations=tuple(
+                Escalation(field=e.field, above=e.above, required=e.required) for e in approval.escalations
+            ),
+            decide_within_seconds=approval.decide_within_seconds,
+            execute_within_seconds=approval.execute_within_seconds,
+        ),
+        summary=_summary(spec.summary_template) if write and spec.summary_template else None,
+        agent_text_fields=frozenset(spec.agent_text_fields),
+        timeout_seconds=spec.timeout_seconds,
+    )
+
+
+def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:
+    async def execute(args: BaseModel, ctx: ToolContext) -> Any:
+        data = args.model_dump(mode="json", exclude_none=True)
+        url = path(spec.path, **{name: str(data.pop(name)) for name in placeholders})
+        if spec.method in ("GET", "DELETE"):
+            return await request_json(ctx, spec.method, url, params={k: _text(v) for k, v in data.items()})
+        return await request_json(ctx, spec.method, url, json=data)
+
+    return execute
+
+
+def _summary(template: str) -> Any:
+    """Fill ``{arg}`` placeholders only: `str.format` would let a template reach attributes."""
+
+    def render(args: BaseModel) -> str:
+        values: Mapping[str, Any] = args.model_dump(mode="json")
+        return _PLACEHOLDER.sub(lambda match: _text(values.get(match.group(1), "?")), template)
+
+    return render
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

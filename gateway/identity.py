@@ -1,0 +1,62 @@
+"""Who is asking, as a backend learns it: plain identity headers, and a signed one when keyed.
+
+The gateway never forwards an agent's bearer token. A backend learns the caller from
+``X-Countersign-Subject`` / ``X-Countersign-Org`` and, for adapters with a signing key, from
+``X-Countersign-Identity``: a JWT (HS256) with ``sub``, ``org``, ``aud`` (the adapter),
+``iss`` ``countersign`` and a short ``exp``, so the backend can verify the claim rather than
+trust the network.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import jwt
+
+from gateway.principal import Principal
+
+__all__ = ["IDENTITY_HEADER", "ISSUER", "IdentityHeaders", "verify_identity"]
+
+IDENTITY_HEADER = "x-countersign-identity"
+ISSUER = "countersign"
+
+
+class IdentityHeaders:
+    """Builds the identity headers for one call to one adapter's backend."""
+
+    def __init__(
+        self,
+        signing_keys: Mapping[str, str] | None = None,
+        *,
+        ttl_seconds: int = 60,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._keys = dict(signing_keys or {})
+        self._ttl = ttl_seconds
+        self._clock = clock
+
+    def with_key(self, adapter: str, key: str) -> None:
+        """Sign for `adapter` with `key` from now on (remote adapters are added while running)."""
+        self._keys[adapter] = key
+
+    def __call__(self, principal: Principal, adapter: str) -> dict[str, str]:
+        headers = {"x-countersign-subject": principal.subject, "x-countersign-org": principal.org}
+        key = self._keys.get(adapter)
+        if key:
+            now = int(self._clock())
+            claims = {"iss": ISSUER, "sub": principal.subject, "org": principal.org, "aud": adapter,
+                      "iat": now, "exp": now + self._ttl}  # fmt: skip
+            headers[IDENTITY_HEADER] = jwt.encode(claims, key, algorithm="HS256")
+        return headers
+
+
+def verify_identity(token: str, *, key: str, adapter: str) -> dict[str, str]:
+    """What a backend does with the signed header: verify it and return ``{"sub", "org"}``.
+
+    Raises:
+        jwt.InvalidTokenError: bad signature, wrong audience or issuer, or expired.
+    """
+    claims = jwt.decode(token, key, algorithms=["HS256"], audience=adapter, issuer=ISSUER,
+                        options={"require": ["exp", "sub", "aud", "iss"]})  # fmt: skip
+    return {"sub": str(claims["sub"]), "org": str(claims["org"])}

@@ -1,0 +1,1 @@
+"""Remote adapters: manifests, their review and pinning, and the live catalog they feed."""

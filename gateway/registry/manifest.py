@@ -1,0 +1,139 @@
+"""Adapter manifests: how a service offers tools over HTTP without a gateway release.
+
+A service registers a manifest (`PUT /registry/api/adapters/{name}` with a service key). It is
+plain data, validated here with every problem listed at once. Nothing in it becomes a tool until
+an admin accepts (pins) it; see `gateway.registry.store`.
+
+Input schemas must be closed JSON Schema objects of a small, explicit subset (see
+`gateway.registry.schema`), so the gateway can build the same validator the catalog advertises.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "AccessSpec",
+    "AdapterManifest",
+    "ApprovalSpec",
+    "CredentialSpec",
+    "EscalationSpec",
+    "ToolSpec",
+    "WriteContractSpec",
+]
+
+_NAME = r"^[a-z][a-z0-9]{1,30}$"
+_TOOL_NAME = r"^[a-z][a-z0-9_]{1,62}$"
+_PATH = r"^/[A-Za-z0-9_\-./{}]*$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AccessSpec(_Strict):
+    """Who may see and call the tool: `{"public": true}` or `{"roles": [...]}`. Required; no default."""
+
+    public: bool = False
+    roles: tuple[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")], ...] = ()
+
+    @model_validator(mode="after")
+    def _either_public_or_roles(self) -> AccessSpec:
+        if self.public == bool(self.roles):
+            raise ValueError('access must be {"public": true} or name at least one role, not both')
+        return self
+
+
+class EscalationSpec(_Strict):
+    field: str
+    above: float
+    required: Annotated[int, Field(ge=1, le=10)]
+
+
+class ApprovalSpec(_Strict):
+    approver_role: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+    required: Annotated[int, Field(ge=1, le=10)] = 1
+    escalations: tuple[EscalationSpec, ...] = ()
+    decide_within_seconds: Annotated[float, Field(gt=0, le=30 * 86400)] = 86400.0
+    execute_within_seconds: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
+
+
+class WriteContractSpec(_Strict):
+    dedupes_on_key: bool
+    """Does the service apply a request at most once per `Idempotency-Key`?"""
+    key_retention_seconds: Annotated[float, Field(gt=0)]
+    status_path: Annotated[str, Field(pattern=_PATH)]
+    """Status lookup by key, e.g. ``/idempotency/{key}``: 200 ``{"state": "applied"|"refused", ...}``
+    or 404 ``{"state": "unknown"}``."""
+    reference_field: str
+    """Output field holding the service's id for the effect."""
+    not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = (400, 404, 409, 422)
+
+    @model_validator(mode="after")
+    def _status_path_takes_the_key(self) -> WriteContractSpec:
+        if "{key}" not in self.status_path:
+            raise ValueError("status_path must contain {key}")
+        return self
+
+
+class ToolSpec(_Strict):
+    name: Annotated[str, Field(pattern=_TOOL_NAME)]
+    description: Annotated[str, Field(min_length=1, max_length=1024)]
+    mode: Literal["read", "write"]
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+    path: Annotated[str, Field(pattern=_PATH)]
+    """Path template; ``{arg}`` placeholders are filled (percent-encoded) from the arguments."""
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    access: AccessSpec
+    approval: ApprovalSpec | None = None
+    write_contract: WriteContractSpec | None = None
+    summary_template: Annotated[str, Field(max_length=200)] | None = None
+    """For writes: a one-line preview with ``{arg}`` placeholders; agent text fields may not appear."""
+    agent_text_fields: tuple[str, ...] = ()
+    untrusted_output_fields: tuple[str, ...] = ()
+    """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model."""
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 10.0
+
+    @model_validator(mode="after")
+    def _write_needs_its_contract(self) -> ToolSpec:
+        problems = []
+        if self.mode == "write":
+            if self.approval is None:
+                problems.append("a write tool needs an approval policy")
+            if self.write_contract is None:
+                problems.append("a write tool needs a write contract (idempotency and status lookup)")
+            if not self.summary_template:
+                problems.append("a write tool needs a summary_template")
+        elif self.approval or self.write_contract or self.summary_template:
+            problems.append("approval, write_contract and summary_template are for write tools")
+        placeholders = set(re.findall(r"{([a-z_][a-z0-9_]*)}", self.summary_template or ""))
+        if placeholders & set(self.agent_text_fields):
+            problems.append("summary_template may not quote agent text fields")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class CredentialSpec(_Strict):
+    """A reference to the gateway's own credential for the service, never the secret itself."""
+
+    secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")]
+    """Name of an environment variable on the gateway host that holds the credential."""
+
+
+class AdapterManifest(_Strict):
+    """What a service registers."""
+
+    base_url: Annotated[str, Field(max_length=512)]
+    credential: CredentialSpec | None = None
+    signing_secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")] | None = None
+    """Env var holding the key the gateway signs the identity header with (HMAC-SHA256)."""
+    health_path: Annotated[str, Field(pattern=_PATH)] = "/_health"
+    tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=100)]
+
+
+NAME_PATTERN = re.compile(_NAME)

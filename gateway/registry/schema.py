@@ -1,0 +1,151 @@
+"""JSON Schema (a small, explicit subset) to pydantic models, so a remote tool is validated exactly
+like an in-process one: the schema the agent sees and the validator the executor uses are one.
+
+Input schemas must be closed objects: ``{"type": "object", "properties": {...}, "required": [...],
+"additionalProperties": false}`` whose properties are strings (``minLength``, ``maxLength``,
+``pattern``, ``enum``, ``format: date``), integers and numbers (``minimum``, ``maximum``,
+``exclusiveMinimum``, ``exclusiveMaximum``) or booleans. Output schemas may nest objects and
+arrays; output fields named in ``untrusted`` (``note``, ``reports[].note``) become `Untrusted`.
+Anything outside the subset is refused with a problem naming where it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from gateway.untrusted import Untrusted
+
+__all__ = ["SchemaError", "input_model", "output_model"]
+
+_SCALARS = {"string", "integer", "number", "boolean"}
+_STRING_KEYS = {"minLength": "min_length", "maxLength": "max_length", "pattern": "pattern"}
+_NUMBER_KEYS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
+_ANNOTATIONS = {"title", "description", "examples", "default", "format", "enum", "type"}
+
+
+class SchemaError(ValueError):
+    """The schema is outside the supported subset; `problems` says where and why."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+def input_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
+    """A closed pydantic model for a tool's input schema.
+
+    Raises:
+        SchemaError: the schema is not a closed object of supported scalar properties.
+    """
+    problems: list[str] = []
+    if schema.get("type") != "object":
+        problems.append("input_schema: type must be object")
+    if schema.get("additionalProperties") is not False:
+        problems.append("input_schema: additionalProperties must be false (closed)")
+    required = set(schema.get("required", ()))
+    properties = schema.get("properties", {})
+    if not isinstance(properties, Mapping):
+        raise SchemaError([*problems, "input_schema: properties must be an object"])
+    missing = required - set(properties)
+    if missing:
+        problems.append(f"input_schema: required names unknown properties {sorted(missing)}")
+    fields: dict[str, Any] = {}
+    for prop, spec in properties.items():
+        annotation = _scalar(f"input_schema.properties.{prop}", spec, problems)
+        info = Field(description=spec.get("description")) if isinstance(spec, Mapping) else Field()
+        fields[prop] = (annotation, info) if prop in required else (annotation | None, Field(default=None))
+    if problems:
+        raise SchemaError(problems)
+    model: type[BaseModel] = create_model(
+        f"{_camel(name)}Args", __config__=ConfigDict(extra="forbid", strict=False), **fields
+    )
+    return model
+
+
+def output_model(name: str, schema: Mapping[str, Any], *, untrusted: tuple[str, ...] = ()) -> type[BaseModel]:
+    """A pydantic model for a tool's output; fields at `untrusted` paths become `Untrusted`.
+
+    Raises:
+        SchemaError: the schema is not an object, or an untrusted path names no string field.
+    """
+    problems: list[str] = []
+    marked = {path for path in untrusted}
+    found: set[str] = set()
+    model = _object(f"{_camel(name)}Out", schema, "", marked, found, problems)
+    for path in sorted(marked - found):
+        problems.append(f"untrusted_output_fields: {path!r} is not a string field of the output schema")
+    if problems:
+        raise SchemaError(problems)
+    return model
+
+
+def _object(
+    name: str, schema: Mapping[str, Any], prefix: str, marked: set[str], found: set[str], problems: list[str]
+) -> type[BaseModel]:
+    if schema.get("type") != "object":
+        problems.append(f"output_schema{'.' + prefix if prefix else ''}: type must be object")
+        return create_model(name)
+    required = set(schema.get("required", ()))
+    fields: dict[str, Any] = {}
+    for prop, spec in (schema.get("properties") or {}).items():
+        path = f"{prefix}{prop}"
+        annotation = _output_type(f"{name}{_camel(prop)}", spec, path, marked, found, problems)
+        fields[prop] = (annotation, ...) if prop in required else (annotation | None, None)
+    # Backends may add fields the manifest does not describe; they are dropped, never passed on.
+    return create_model(name, __config__=ConfigDict(extra="ignore"), **fields)
+
+
+def _output_type(name: str, spec: Any, path: str, marked: set[str], found: set[str], problems: list[str]) -> Any:
+    if not isinstance(spec, Mapping):
+        problems.append(f"output_schema.{path}: must be a schema object")
+        return Any
+    kind = spec.get("type")
+    if kind == "object":
+        return _object(name, spec, f"{path}.", marked, found, problems)
+    if kind == "array":
+        items = spec.get("items", {})
+        item: Any = _output_type(name + "Item", items, f"{path}[]", marked, found, problems)
+        return list[item]
+    if path in marked:
+        if kind != "string":
+            problems.append(f"untrusted_output_fields: {path!r} is not a string")
+        found.add(path)
+        return Untrusted
+    return _scalar(f"output_schema.{path}", spec, problems)
+
+
+def _scalar(where: str, spec: Any, problems: list[str]) -> Any:
+    if not isinstance(spec, Mapping):
+        problems.append(f"{where}: must be a schema object")
+        return Any
+    kind = spec.get("type")
+    if kind not in _SCALARS:
+        problems.append(f"{where}: type {kind!r} is not supported (string, integer, number, boolean)")
+        return Any
+    unsupported = set(spec) - _ANNOTATIONS - set(_STRING_KEYS) - set(_NUMBER_KEYS)
+    if unsupported:
+        problems.append(f"{where}: unsupported keyword(s) {sorted(unsupported)}")
+    if "enum" in spec:
+        values = tuple(spec["enum"])
+        if not values:
+            problems.append(f"{where}: enum is empty")
+            return Any
+        return Literal[values]
+    if kind == "string":
+        if spec.get("format") == "date":
+            return dt.date
+        constraints = {_STRING_KEYS[k]: v for k, v in spec.items() if k in _STRING_KEYS}
+        return Annotated[str, Field(**constraints)] if constraints else str
+    if kind == "boolean":
+        return bool
+    base: type = int if kind == "integer" else float
+    bounds = {_NUMBER_KEYS[k]: v for k, v in spec.items() if k in _NUMBER_KEYS}
+    return Annotated[base, Field(**bounds)] if bounds else base
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.replace("-", "_").split("_"))

@@ -1,0 +1,180 @@
+"""Registered manifests in Redis, and their pinning.
+
+A service's registration is stored as *proposed*. Agents only ever see *pinned* definitions, and
+only an admin pins (accepts) a proposal, naming the content hash they reviewed. So a new adapter,
+or a changed definition (a "rug pull": same name, new description or schema), is quarantined
+until accepted, while agents keep the pinned version. Every accept or removal bumps a version
+counter that each gateway watches to rebuild its catalog without a restart.
+
+Keys: ``countersign:registry:{<name>}:proposed`` and ``:pinned`` (JSON records), one hash tag per
+adapter; ``countersign:registry:names`` (set) and ``countersign:registry:version`` (counter).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+
+__all__ = ["Registration", "RegistryStore", "manifest_hash", "tool_hashes"]
+
+_NAMES = "countersign:registry:names"
+_VERSION = "countersign:registry:version"
+
+
+def _key(name: str, which: str) -> str:
+    return f"countersign:registry:{{{name}}}:{which}"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def manifest_hash(manifest: Mapping[str, Any]) -> str:
+    """Content hash of a whole manifest (what an admin accepts)."""
+    return "sha256:" + hashlib.sha256(_canonical(manifest).encode()).hexdigest()
+
+
+def tool_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Content hash of each tool definition (name, description, schemas, mode, contract...)."""
+    return {
+        tool["name"]: "sha256:" + hashlib.sha256(_canonical(tool).encode()).hexdigest()
+        for tool in manifest.get("tools", ())
+    }
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Registration:
+    """An adapter's registry entry: what is pinned (served) and what is proposed (quarantined)."""
+
+    name: str
+    owner: str
+    """Subject of the service key that registered it first; only it may propose changes."""
+    pinned: Mapping[str, Any] | None = None
+    pinned_hash: str | None = None
+    accepted_by: str | None = None
+    proposed: Mapping[str, Any] | None = None
+    proposed_hash: str | None = None
+    flags: Sequence[Mapping[str, str]] = field(default_factory=tuple)
+    """Safety flags of the proposal, for the reviewing admin."""
+
+    @property
+    def state(self) -> str:
+        """``active`` (served, nothing pending), ``quarantined`` (a change awaits review) or ``new``."""
+        if self.pinned is None:
+            return "new"
+        return "active" if self.proposed_hash in (None, self.pinned_hash) else "quarantined"
+
+    def diff(self) -> dict[str, Any]:
+        """What accepting the proposal would change, tool by tool, with a unified diff of each change."""
+        before = {t["name"]: t for t in (self.pinned or {}).get("tools", ())}
+        after = {t["name"]: t for t in (self.proposed or {}).get("tools", ())}
+        changed = {}
+        for name in sorted(before.keys() & after.keys()):
+            if _canonical(before[name]) != _canonical(after[name]):
+                old = json.dumps(before[name], indent=2, sort_keys=True).splitlines()
+                new = json.dumps(after[name], indent=2, sort_keys=True).splitlines()
+                changed[name] = "\n".join(difflib.unified_diff(old, new, "pinned", "proposed", lineterm=""))
+        other = {k: v for k, v in (self.proposed or {}).items() if k != "tools"}
+        pinned_other = {k: v for k, v in (self.pinned or {}).items() if k != "tools"}
+        return {
+            "added": sorted(after.keys() - before.keys()),
+            "removed": sorted(before.keys() - after.keys()),
+            "changed": changed,
+            "settings_changed": other != pinned_other,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "owner": self.owner,
+            "state": self.state,
+            "pinned_hash": self.pinned_hash,
+            "proposed_hash": self.proposed_hash,
+            "accepted_by": self.accepted_by,
+            "flags": [dict(flag) for flag in self.flags],
+            "diff": self.diff() if self.proposed is not None else None,
+            "proposed": self.proposed,
+        }
+
+
+class RegistryStore:
+    """Reads and writes registrations. Validation happens before anything reaches it."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+
+    async def get(self, name: str) -> Registration | None:
+        raw: Any = await self._client.mget(_key(name, "proposed"), _key(name, "pinned"))
+        proposed, pinned = (json.loads(item) if item else None for item in raw)
+        either: Any = proposed or pinned
+        if either is None:
+            return None
+        owner = either["owner"]
+        return Registration(
+            name=name,
+            owner=owner,
+            pinned=pinned["manifest"] if pinned else None,
+            pinned_hash=pinned["hash"] if pinned else None,
+            accepted_by=pinned.get("accepted_by") if pinned else None,
+            proposed=proposed["manifest"] if proposed else None,
+            proposed_hash=proposed["hash"] if proposed else None,
+            flags=tuple(proposed.get("flags", ())) if proposed else (),
+        )
+
+    async def all(self) -> list[Registration]:
+        names: Any = await self._client.smembers(_NAMES)
+        found = [await self.get(n.decode() if isinstance(n, bytes) else n) for n in sorted(names)]
+        return [registration for registration in found if registration is not None]
+
+    async def propose(
+        self, name: str, manifest: Mapping[str, Any], *, owner: str, flags: Sequence[Mapping[str, str]]
+    ) -> Registration:
+        """Store `manifest` as the proposal for `name` (an identical one to the pinned clears it)."""
+        record = {"manifest": manifest, "hash": manifest_hash(manifest), "owner": owner, "flags": list(flags)}
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.set(_key(name, "proposed"), _canonical(record))
+            pipe.sadd(_NAMES, name)
+            await pipe.execute()
+        registration = await self.get(name)
+        if registration is None:  # just written in the same transaction
+            raise RuntimeError(f"registration {name} vanished")
+        return registration
+
+    async def accept(self, name: str, *, expected_hash: str, admin: str) -> Registration | None:
+        """Pin the proposal if it still has `expected_hash` (what the admin reviewed); None otherwise."""
+        key = _key(name, "proposed")
+        async with self._client.pipeline(transaction=True) as pipe:
+            await pipe.watch(key)
+            raw: Any = await pipe.get(key)
+            proposal = json.loads(raw) if raw else None
+            if proposal is None or proposal["hash"] != expected_hash:
+                await pipe.unwatch()  # type: ignore[no-untyped-call]
+                return None
+            pinned = {**proposal, "accepted_by": admin}
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.set(_key(name, "pinned"), _canonical(pinned))
+            pipe.incr(_VERSION)
+            await pipe.execute()
+        return await self.get(name)
+
+    async def remove(self, name: str) -> bool:
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(_key(name, "proposed"), _key(name, "pinned"))
+            pipe.srem(_NAMES, name)
+            pipe.incr(_VERSION)
+            deleted, _removed, _version = await pipe.execute()
+        return bool(deleted)
+
+    async def version(self) -> int:
+        value: Any = await self._client.get(_VERSION)
+        return int(value or 0)
+
+    async def pinned(self) -> dict[str, Mapping[str, Any]]:
+        """Every pinned manifest, by adapter name: what agents are served."""
+        return {r.name: r.pinned for r in await self.all() if r.pinned is not None}
