@@ -1,0 +1,266 @@
+"""The processes under test and their services: ``python -m bench._servers {backends,gateway,bare} ...``.
+
+* ``backends``: the rooms and orders demo backends, both in one process and one event loop.
+* ``gateway``: Countersign as `gateway.app.create_app` builds it with default settings and the rooms and
+  orders adapters (bearer-key auth, executor, audit XADD, and whatever else the default app runs).
+* ``bare``: the floor the gateway is compared with. A low-level SDK `Server` behind the same
+  `StreamableHTTPSessionManager` configuration the gateway uses (stateful, SSE-capable responses,
+  DNS-rebinding protection for 127.0.0.1), with one tool that makes the identical backend GET with
+  one shared `aiohttp.ClientSession`, appends one small audit entry with ``XADD``, and returns the
+  backend's JSON. It registers ``get_tool_input_schema`` (the SDK's documented cheap path for the
+  2026-07-28 ``Mcp-Param`` header check) so the SDK does not run ``tools/list`` inside every call.
+
+Each prints one JSON line (``{"url": ..., "pid": ...}``) on stdout once it accepts connections, then
+serves until SIGTERM. Backend tokens come from the environment, never the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+ROOMS_TOKEN_ENV = "BENCH_ROOMS_TOKEN"
+ORDERS_TOKEN_ENV = "BENCH_ORDERS_TOKEN"
+SUBJECT = "bench@acme.example"
+ORG = "acme"
+BARE_AUDIT_STREAM = "bench:bare:audit"
+TOOL_NAME = "rooms_availability"
+HOST = "127.0.0.1"
+_STARTUP_TIMEOUT_SECONDS = 15.0
+
+AVAILABILITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "room_id": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,63}$"},
+        "date": {"type": "string", "format": "date"},
+    },
+    "required": ["room_id", "date"],
+    "additionalProperties": False,
+}
+
+
+# --- serving ------------------------------------------------------------------------------------
+
+
+def _bind() -> socket.socket:
+    # proto=IPPROTO_TCP matters: the stdlib event loop sets TCP_NODELAY on accepted connections only when the
+    # listening socket says it is TCP (uvloop always does). Without it, uvicorn's separate header and body
+    # writes meet Nagle's algorithm and the client's delayed ACK: about 40 ms per response.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((HOST, 0))
+    return sock
+
+
+async def _serve(app: Any, **announce: Any) -> None:
+    """Run `app` under uvicorn (httptools, no access log, lifespan on), announce readiness, serve until stopped."""
+    import uvicorn
+
+    sock = _bind()
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", ws="none", timeout_graceful_shutdown=2
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _STARTUP_TIMEOUT_SECONDS
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("uvicorn stopped before it started")
+        if loop.time() > deadline:
+            raise TimeoutError("uvicorn did not start in time")
+        await asyncio.sleep(0.01)
+    port = sock.getsockname()[1]
+    http = config.http_protocol_class.__name__ if hasattr(config, "http_protocol_class") else str(config.http)
+    _announce(url=f"http://{HOST}:{port}", pid=os.getpid(), http=http, loop=type(loop).__module__, **announce)
+    try:
+        await task
+    finally:
+        sock.close()
+
+
+def _announce(**fields: Any) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+async def _backends() -> None:
+    """Serve the rooms and orders demo backends until SIGTERM."""
+    import signal
+
+    from backends.orders import create_orders_app
+    from backends.rooms import create_rooms_app
+    from backends.serve import serve_app
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with contextlib.AsyncExitStack() as stack:
+        rooms = await stack.enter_async_context(serve_app(create_rooms_app(service_token=os.environ[ROOMS_TOKEN_ENV])))
+        orders = await stack.enter_async_context(
+            serve_app(create_orders_app(service_token=os.environ[ORDERS_TOKEN_ENV]))
+        )
+        _announce(rooms=rooms, orders=orders, pid=os.getpid())
+        await stop.wait()
+
+
+# --- the gateway --------------------------------------------------------------------------------
+
+
+async def _gateway(redis_url: str, rooms_url: str, orders_url: str) -> None:
+    from starlette.datastructures import Secret
+
+    from gateway.app import create_app
+    from gateway.settings import AdapterSettings, Settings
+
+    settings = Settings(
+        redis_url=redis_url,
+        adapters={
+            "rooms": AdapterSettings(name="rooms", url=rooms_url, token=Secret(os.environ[ROOMS_TOKEN_ENV])),
+            "orders": AdapterSettings(name="orders", url=orders_url, token=Secret(os.environ[ORDERS_TOKEN_ENV])),
+        },
+    )
+    await _serve(create_app(settings))
+
+
+# --- the bare SDK server ------------------------------------------------------------------------
+
+
+@dataclass
+class _Clients:
+    """The bare server's two shared clients, opened in the app's lifespan."""
+
+    http: Any = None
+    redis: Any = None
+
+
+def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
+    """A Starlette app serving one MCP tool over the gateway's transport configuration."""
+    import aiohttp
+    import mcp_types as types
+    import redis.asyncio as aioredis
+    from mcp.server.lowlevel import Server
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import INVALID_PARAMS
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    clients = _Clients()
+    tool = types.Tool(
+        name=TOOL_NAME,
+        description="Show when a meeting room is taken on one day.",
+        input_schema=AVAILABILITY_SCHEMA,
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool])
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name != TOOL_NAME:
+            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name}")
+        arguments = params.arguments or {}
+        url = f"/rooms/{quote(str(arguments['room_id']), safe='')}/availability"
+        headers = {"x-countersign-subject": SUBJECT, "x-countersign-org": ORG}
+        async with clients.http.get(url, params={"date": str(arguments["date"])}, headers=headers) as response:
+            if response.status != 200:
+                text = json.dumps({"error": f"backend answered {response.status}"})
+                return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+            data = await response.json()
+        await clients.redis.xadd(BARE_AUDIT_STREAM, {"action": "tool.call", "tool": TOOL_NAME, "outcome": "ok"})
+        text = json.dumps(data, separators=(",", ":"))
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=data)
+
+    server: Server[Any] = Server(
+        "bare",
+        version="0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema={TOOL_NAME: AVAILABILITY_SCHEMA}.get,
+    )
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
+    )
+    manager = StreamableHTTPSessionManager(
+        app=server, stateless=False, security_settings=security, session_idle_timeout=600.0
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=200, limit_per_host=200)
+        async with aiohttp.ClientSession(
+            base_url=rooms_url,
+            connector=connector,
+            headers={"authorization": f"Bearer {rooms_token}"},
+            timeout=aiohttp.ClientTimeout(total=10.0, connect=2.0),
+        ) as http:
+            clients.http = http
+            clients.redis = aioredis.from_url(redis_url, decode_responses=False, health_check_interval=30)
+            try:
+                async with manager.run():
+                    yield
+            finally:
+                await clients.redis.aclose()
+
+    endpoint = StreamableHTTPASGIApp(manager)
+    return Starlette(routes=[Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
+
+
+async def _bare(redis_url: str, rooms_url: str) -> None:
+    await _serve(bare_app(redis_url, rooms_url, os.environ[ROOMS_TOKEN_ENV]))
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def run_loop(main: Coroutine[Any, Any, None], loop_name: str) -> None:
+    """Run `main` on uvloop (what uvicorn picks by default when installed) or the stdlib loop."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if loop_name == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench._servers")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    sub.add_parser("backends")
+    for kind in ("gateway", "bare"):
+        each = sub.add_parser(kind)
+        each.add_argument("--redis-url", required=True)
+        each.add_argument("--rooms-url", required=True)
+        each.add_argument("--orders-url", required=kind == "gateway")
+    args = parser.parse_args(argv)
+    try:
+        if args.kind == "backends":
+            coroutine = _backends()
+        elif args.kind == "gateway":
+            coroutine = _gateway(args.redis_url, args.rooms_url, args.orders_url)
+        else:
+            coroutine = _bare(args.redis_url, args.rooms_url)
+        run_loop(coroutine, args.loop)
+    except Exception as error:
+        _announce(error=f"{type(error).__name__}: {error}")
+        raise
+
+
+if __name__ == "__main__":
+    main()
