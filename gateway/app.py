@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
@@ -30,17 +31,24 @@ from gateway.cards import CardService
 from gateway.catalog import Catalog
 from gateway.errors import ConfigError
 from gateway.executor import Executor
+from gateway.identity import IdentityHeaders
 from gateway.keys import KeyStore
 from gateway.ledger import RedisLedger
 from gateway.ledger.guard import LedgerGuard
+from gateway.live import AdapterHealth, LiveCatalog
 from gateway.mcp_surface import McpSurface
 from gateway.principal import KeyKind
+from gateway.registry.service import RegistryService
+from gateway.registry.store import RegistryStore
+from gateway.registry_api import registry_routes
 from gateway.settings import AdapterSettings, Settings
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.worker import Worker
 
-__all__ = ["Gateway", "build_gateway", "create_app", "redis_client", "tools_for"]
+__all__ = ["Gateway", "backend_client", "build_gateway", "create_app", "redis_client", "tools_for"]
+
+logger = logging.getLogger(__name__)
 
 
 def _version() -> str:
@@ -75,11 +83,17 @@ def tools_for(settings: Settings) -> list[Tool]:
 def _backend_client(adapter: AdapterSettings) -> httpx.AsyncClient:
     if adapter.url is None:
         raise ConfigError(f"adapter {adapter.name} has no backend URL")
-    headers = {"authorization": f"Bearer {adapter.token}"} if adapter.token is not None else {}
+    return backend_client(adapter.url, str(adapter.token) if adapter.token is not None else None,
+                          timeout_seconds=adapter.timeout_seconds)  # fmt: skip
+
+
+def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> httpx.AsyncClient:
+    """The gateway's client for one backend: its own credential, never an agent's token."""
+    headers = {"authorization": f"Bearer {credential}"} if credential else {}
     return httpx.AsyncClient(
-        base_url=adapter.url,
+        base_url=url,
         headers=headers,
-        timeout=httpx.Timeout(adapter.timeout_seconds, connect=2.0),
+        timeout=httpx.Timeout(timeout_seconds, connect=2.0),
         transport=AiohttpTransport(limits=httpx.Limits(max_connections=200, max_keepalive_connections=100)),
         follow_redirects=False,
     )
@@ -97,6 +111,9 @@ class Gateway:
     clients: Mapping[str, httpx.AsyncClient]
     ledger: RedisLedger
     guard: LedgerGuard
+    live: LiveCatalog
+    health: AdapterHealth
+    registry: RegistryService
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -113,7 +130,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     """
     if settings.redis_url is None:
         raise ConfigError("settings.redis_url must be resolved before building a gateway")
-    toolbox = Toolbox(tools)
+    static = list(tools)
+    toolbox = Toolbox(static)  # refuses duplicate names before anything connects
     client = redis_client(settings.redis_url)
     audit = RedisStreamAuditSink(client)
     from adapters import ALWAYS_ON
@@ -123,12 +141,32 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     missing = used - set(clients) - ALWAYS_ON
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
+    health_paths = {name: settings.adapters[name].health_path for name in clients}
     grants = settings.grants
     keys = KeyStore(client)
     ledger = RedisLedger(client)
     guard = LedgerGuard(client)
+    identity = IdentityHeaders()
+    store = RegistryStore(client)
+    live = LiveCatalog(
+        static=static,
+        store=store,
+        clients=clients,
+        make_client=backend_client,
+        secrets=settings.secrets,
+        identity=identity,
+        health_paths=health_paths,
+    )
+    health = AdapterHealth(clients, health_paths)
+    registry = RegistryService(
+        store,
+        audit,
+        allowed_base_urls=settings.registry_allowed_base_urls,
+        served_tool_names=lambda: frozenset(live.current()),
+        refresh=live.refresh,
+    )
     executor = Executor(
-        tools=toolbox,
+        tools=live,
         grants=grants,
         audit=audit,
         clients=clients,
@@ -136,32 +174,51 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         guard=guard,
         keys=keys.get,
         lease_ms=int(settings.lease_seconds * 1000),
+        identity=identity,
+        healthy=health.healthy,
     )
     return Gateway(
         redis=client,
         keys=keys,
         audit=audit,
         executor=executor,
-        catalog=Catalog(toolbox, grants),
+        catalog=Catalog(live, grants),
         clients=clients,
         ledger=ledger,
         guard=guard,
+        live=live,
+        health=health,
+        registry=registry,
     )
 
 
+async def _every(seconds: float, step: Callable[[], Awaitable[object]], what: str) -> None:
+    """Run `step` forever, `seconds` apart; a failure is logged and retried, never fatal."""
+    while True:
+        try:
+            await step()
+        except (RedisError, OSError, httpx.HTTPError) as error:
+            logger.warning("%s failed: %s", what, type(error).__name__)
+        await asyncio.sleep(seconds)
+
+
 @contextlib.asynccontextmanager
-async def _worker(gateway: Gateway, *, enabled: bool) -> AsyncIterator[None]:
-    """Run the worker beside the app for the app's lifetime."""
-    if not enabled:
-        yield
-        return
-    task = asyncio.create_task(Worker(gateway.executor, gateway.ledger).run(), name="countersign-worker")
+async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
+    """The live catalog's refresh, the health checks, and (by default) the worker."""
+    tasks = [
+        asyncio.create_task(_every(settings.registry_poll_seconds, gateway.live.refresh, "catalog refresh")),
+        asyncio.create_task(_every(settings.health_poll_seconds, gateway.health.check_once, "health check")),
+    ]
+    if settings.run_worker:
+        tasks.append(asyncio.create_task(Worker(gateway.executor, gateway.ledger).run(), name="countersign-worker"))
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Starlette:
@@ -189,7 +246,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
-            async with surface.session_manager.run(), _worker(gateway, enabled=settings.run_worker):
+            await gateway.live.refresh()
+            async with surface.session_manager.run(), _background(gateway, settings):
                 yield
         finally:
             await gateway.aclose()
@@ -198,6 +256,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
+            # The adapter review routes sit under /admin/api too, so they are matched first.
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
             *admin_routes(cards, keys=gateway.keys, audit=gateway.audit),
         ],
         lifespan=lifespan,

@@ -36,7 +36,7 @@ from gateway.grants import Grants
 
 __all__ = ["DEMO_ORGS", "AdapterSettings", "OrgSettings", "Settings"]
 
-_DEMO_ROLES = frozenset({"staff", "support", "approver"})
+_DEMO_ROLES = frozenset({"staff", "support", "approver", "registry"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +49,8 @@ class AdapterSettings:
     token: Secret | None = None
     """The gateway's own credential for the backend. Never an agent's token."""
     timeout_seconds: float = 10.0
+    health_path: str = "/_health"
+    """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -59,8 +61,8 @@ class OrgSettings:
 
 
 DEMO_ORGS: tuple[OrgSettings, ...] = (
-    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders"}), roles=_DEMO_ROLES),
-    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders"}), roles=_DEMO_ROLES),
+    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
+    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
 )
 
 
@@ -85,6 +87,12 @@ class Settings:
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
     """How long a worker owns a claimed card; past it another worker recovers the card."""
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    """Where credential references of registered adapters (``secret_env``) resolve: the environment."""
+    registry_allowed_base_urls: tuple[str, ...] = ("http://127.0.0.1:*",)
+    """Base URLs registered adapters may use (fnmatch patterns on ``scheme://host:port``)."""
+    registry_poll_seconds: float = 1.0
+    health_poll_seconds: float = 5.0
 
     @property
     def grants(self) -> Grants:
@@ -114,7 +122,7 @@ class Settings:
         env = Config(environ=environ, env_prefix="COUNTERSIGN_")
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = _read_toml(path) if path else {}
-        unknown = set(document) - {"gateway", "adapters", "orgs"}
+        unknown = set(document) - {"gateway", "adapters", "orgs", "registry"}
         if unknown:
             raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
         gateway = document.get("gateway", {})
@@ -132,6 +140,10 @@ class Settings:
                 allowed_hosts=tuple(allowed) if allowed is not None else None,
                 mcp_stateless=bool(gateway.get("mcp_stateless", False)),
                 run_worker=bool(gateway.get("run_worker", True)),
+                secrets=dict(environ),
+                registry_allowed_base_urls=tuple(
+                    document.get("registry", {}).get("allowed_base_urls", ("http://127.0.0.1:*",))
+                ),
                 lease_seconds=float(gateway.get("lease_seconds", 30.0)),
             )
         except ValueError as error:
@@ -166,14 +178,11 @@ def _adapters(section: Any, environ: Mapping[str, str]) -> dict[str, AdapterSett
 
 def _orgs(section: Any, adapters: Mapping[str, AdapterSettings]) -> tuple[OrgSettings, ...]:
     if section is None:
-        return tuple(
-            OrgSettings(name=o.name, adapters=o.adapters & frozenset(adapters), roles=o.roles) for o in DEMO_ORGS
-        )
+        return DEMO_ORGS
     orgs = []
     for name, table in section.items():
+        # An org may name adapters that are not configured here: those are registered by manifest
+        # and serve nothing until an admin accepts them.
         named = frozenset(table.get("adapters", ()))
-        missing = named - frozenset(adapters)
-        if missing:
-            raise ConfigError(f"org {name} names unconfigured adapter(s): {', '.join(sorted(missing))}")
         orgs.append(OrgSettings(name=name, adapters=named, roles=frozenset(table.get("roles", ()))))
     return tuple(orgs)

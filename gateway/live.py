@@ -1,0 +1,141 @@
+"""The live catalog: in-process adapters plus every pinned remote adapter, rebuilt on change.
+
+Who uses it: the composition root builds one and hands it to the executor and the catalog as
+their `ToolSource`. `refresh()` is cheap when nothing changed (one GET of the registry version);
+when an admin accepts or removes an adapter, it builds the new tools, opens a client for each new
+backend, and swaps in a new `Toolbox` in one assignment, so every call sees one consistent set.
+Listeners (the MCP surface) are told, so clients can get ``notifications/tools/list_changed``.
+
+`AdapterHealth` polls each backend's health path; an unhealthy adapter's reads fail fast and its
+approved cards wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from adapters.remote import ManifestError, tools_from_manifest
+from gateway.errors import ToolDeclarationError
+from gateway.identity import IdentityHeaders
+from gateway.registry.manifest import AdapterManifest
+from gateway.registry.store import RegistryStore
+from gateway.tool import Tool
+from gateway.toolbox import Toolbox
+
+__all__ = ["AdapterHealth", "LiveCatalog"]
+
+logger = logging.getLogger(__name__)
+
+ClientFactory = Callable[[str, str | None], httpx.AsyncClient]
+"""``(base_url, credential) -> client`` for a backend."""
+
+
+class LiveCatalog:
+    """A `ToolSource` whose tools follow the registry's pinned manifests."""
+
+    def __init__(
+        self,
+        *,
+        static: Sequence[Tool],
+        store: RegistryStore,
+        clients: MutableMapping[str, httpx.AsyncClient],
+        make_client: ClientFactory,
+        secrets: Mapping[str, str],
+        identity: IdentityHeaders,
+        health_paths: MutableMapping[str, str],
+    ) -> None:
+        self._static = tuple(static)
+        self._store = store
+        self._clients = clients
+        self._make_client = make_client
+        self._secrets = secrets
+        self._identity = identity
+        self._health_paths = health_paths
+        self._box = Toolbox(self._static)
+        self._version: int | None = None
+        self._endpoints: dict[str, tuple[str, str | None]] = {}
+        self._listeners: list[Callable[[], Awaitable[None]]] = []
+
+    def current(self) -> Toolbox:
+        return self._box
+
+    def on_change(self, listener: Callable[[], Awaitable[None]]) -> None:
+        self._listeners.append(listener)
+
+    async def refresh(self) -> bool:
+        """Rebuild from the pinned manifests if the registry changed. Returns whether tools changed."""
+        version = await self._store.version()
+        if version == self._version:
+            return False
+        remote: list[Tool] = []
+        for name, document in (await self._store.pinned()).items():
+            try:
+                manifest = AdapterManifest.model_validate(document)
+                tools = tools_from_manifest(name, manifest)
+            except (ValidationError, ManifestError) as error:
+                # Pinned manifests were validated when registered; this only guards against a
+                # gateway upgrade that reads them differently. The adapter stays out, loudly.
+                logger.error("pinned adapter %s cannot be served: %s", name, error)
+                continue
+            self._connect(name, manifest)
+            remote.extend(tools)
+        try:
+            box = Toolbox([*self._static, *remote])
+        except ToolDeclarationError as error:
+            logger.error("registry change refused, keeping the served tools: %s", error)
+            return False
+        changed = set(box) != set(self._box) or any(box.version(n) != self._box.version(n) for n in box)
+        self._box, self._version = box, version
+        if changed:
+            logger.info("catalog now serves %d tools (registry version %d)", len(box), version)
+            for listener in self._listeners:
+                await listener()
+        return changed
+
+    def _connect(self, name: str, manifest: AdapterManifest) -> None:
+        credential = self._secrets.get(manifest.credential.secret_env) if manifest.credential else None
+        endpoint = (manifest.base_url, credential)
+        if self._endpoints.get(name) != endpoint:
+            self._clients[name] = self._make_client(manifest.base_url, credential)
+            self._endpoints[name] = endpoint
+        self._health_paths[name] = manifest.health_path
+        if manifest.signing_secret_env and (key := self._secrets.get(manifest.signing_secret_env)):
+            self._identity.with_key(name, key)
+
+
+class AdapterHealth:
+    """Which backends answer their health check. Unknown adapters count as healthy."""
+
+    def __init__(
+        self, clients: Mapping[str, httpx.AsyncClient], paths: Mapping[str, str], *, failures_to_trip: int = 2
+    ) -> None:
+        self._clients = clients
+        self._paths = paths
+        self._failures: dict[str, int] = {}
+        self._trip = failures_to_trip
+
+    def healthy(self, adapter: str) -> bool:
+        return self._failures.get(adapter, 0) < self._trip
+
+    def report(self) -> dict[str, Any]:
+        return {name: self.healthy(name) for name in self._paths}
+
+    async def check_once(self) -> None:
+        for name, path in list(self._paths.items()):
+            client = self._clients.get(name)
+            if client is None:
+                continue
+            try:
+                response = await client.get(path, timeout=2.0)
+                ok = response.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            before = self.healthy(name)
+            self._failures[name] = 0 if ok else self._failures.get(name, 0) + 1
+            if before != self.healthy(name):
+                logger.warning("adapter %s is now %s", name, "healthy" if ok else "unhealthy")

@@ -1,0 +1,168 @@
+"""Registering, reviewing and pinning remote adapters: the one place those decisions are made.
+
+Who calls it: the registry API (services, with service keys), the admin API and the CLI
+(admins). A registration is validated in full (every problem listed), reviewed for text aimed
+at the model (flags for the admin), checked against the operator's base-URL allowlist, and
+stored as a *proposal*. Only an admin with the ``registry`` role pins it, naming the hash they
+reviewed; then every gateway's live catalog picks it up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from policies.manifest_safety import check_base_url, review_manifest
+from pydantic import ValidationError
+
+from adapters.remote import ManifestError, tools_from_manifest
+from gateway.audit import AuditEvent, AuditSink
+from gateway.principal import KeyKind, Principal
+from gateway.registry.manifest import AdapterManifest
+from gateway.registry.store import Registration, RegistryStore
+
+__all__ = ["REGISTRY_ROLE", "RegistryResult", "RegistryService"]
+
+REGISTRY_ROLE = "registry"
+_NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RegistryResult:
+    code: str
+    """``OK``, ``VALIDATION_ERROR``, ``PERMISSION_DENIED``, ``NOT_FOUND`` or ``CONFLICT``."""
+    message: str = ""
+    problems: tuple[str, ...] = ()
+    registration: Registration | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "OK"
+
+
+class RegistryService:
+    def __init__(
+        self,
+        store: RegistryStore,
+        audit: AuditSink,
+        *,
+        allowed_base_urls: tuple[str, ...],
+        served_tool_names: Callable[[], frozenset[str]],
+        refresh: Callable[[], Awaitable[bool]],
+    ) -> None:
+        self._store = store
+        self._audit = audit
+        self._allowed = allowed_base_urls
+        self._served = served_tool_names
+        self._refresh = refresh
+
+    async def register(self, service: Principal, name: str, document: Mapping[str, Any]) -> RegistryResult:
+        """Validate and store a proposal. Nothing is served until an admin accepts it."""
+        if service.kind is not KeyKind.SERVICE:
+            return await self._done(service, "registry.register", name, RegistryResult(code="PERMISSION_DENIED"))
+        problems, manifest = self._validate(name, document)
+        existing = await self._store.get(name)
+        if existing is not None and existing.owner != service.subject:
+            refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
+            return await self._done(service, "registry.register", name, refused)
+        if problems or manifest is None:
+            invalid = RegistryResult(code="VALIDATION_ERROR", message="manifest refused", problems=tuple(problems))
+            return await self._done(service, "registry.register", name, invalid)
+        own = {tool.name for tool in manifest.tools}
+        flags = review_manifest(manifest, other_tool_names=self._served() - own)
+        registration = await self._store.propose(
+            name, manifest.model_dump(mode="json"), owner=service.subject, flags=[asdict(flag) for flag in flags]
+        )
+        message = {"active": "unchanged; already served", "new": "new adapter quarantined until an admin accepts it"}
+        result = RegistryResult(
+            code="OK",
+            message=message.get(registration.state, "change quarantined until an admin accepts it"),
+            registration=registration,
+        )
+        return await self._done(service, "registry.register", name, result)
+
+    def _validate(self, name: str, document: Mapping[str, Any]) -> tuple[list[str], AdapterManifest | None]:
+        problems: list[str] = []
+        if not _NAME.fullmatch(name):
+            problems.append("name: lower-case letters and digits, 2-31 characters, starting with a letter")
+        try:
+            manifest = AdapterManifest.model_validate(document)
+        except ValidationError as error:
+            problems.extend(
+                f"{'.'.join(str(p) for p in item['loc']) or 'manifest'}: {item['msg']}"
+                for item in error.errors(include_url=False, include_input=False)
+            )
+            return problems, None
+        for index, tool in enumerate(manifest.tools):
+            if not tool.name.startswith(f"{name}_"):
+                problems.append(f"tools[{index}].name: must start with {name}_")
+        problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
+        if not problems:
+            try:
+                tools_from_manifest(name, manifest)
+            except ManifestError as error:
+                problems.extend(error.problems)
+        return problems, manifest
+
+    async def status(self, service: Principal, name: str) -> RegistryResult:
+        registration = await self._store.get(name)
+        if registration is None or registration.owner != service.subject:
+            return RegistryResult(code="NOT_FOUND")
+        return RegistryResult(code="OK", registration=registration)
+
+    async def review(self, admin: Principal) -> Sequence[Registration] | None:
+        """Every registration with its state, flags and diff; None when `admin` may not review."""
+        if not _is_registry_admin(admin):
+            return None
+        return await self._store.all()
+
+    async def accept(self, admin: Principal, name: str, *, expected_hash: str) -> RegistryResult:
+        """Pin the proposal the admin reviewed (by its hash); the live catalog serves it next."""
+        if not _is_registry_admin(admin):
+            return await self._done(admin, "registry.accept", name, RegistryResult(code="PERMISSION_DENIED"))
+        current = await self._store.get(name)
+        if current is None or current.proposed is None:
+            return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
+        pinned = await self._store.accept(name, expected_hash=expected_hash, admin=admin.subject)
+        if pinned is None:
+            stale = RegistryResult(code="CONFLICT", message="the proposal changed since it was reviewed",
+                                   registration=current)  # fmt: skip
+            return await self._done(admin, "registry.accept", name, stale)
+        await self._refresh()
+        return await self._done(admin, "registry.accept", name, RegistryResult(code="OK", registration=pinned))
+
+    async def remove(self, admin: Principal, name: str) -> RegistryResult:
+        if not _is_registry_admin(admin):
+            return await self._done(admin, "registry.remove", name, RegistryResult(code="PERMISSION_DENIED"))
+        if not await self._store.remove(name):
+            return await self._done(admin, "registry.remove", name, RegistryResult(code="NOT_FOUND"))
+        await self._refresh()
+        return await self._done(admin, "registry.remove", name, RegistryResult(code="OK"))
+
+    async def _done(self, who: Principal, action: str, name: str, result: RegistryResult) -> RegistryResult:
+        registration = result.registration
+        extra = {"adapter": name}
+        if registration is not None and registration.proposed_hash:
+            extra["proposed_hash"] = registration.proposed_hash
+        if result.problems:
+            extra["problems"] = str(len(result.problems))
+        await self._audit.record(
+            AuditEvent(
+                action=action,
+                outcome="ok" if result.ok else "deny",
+                subject=who.subject,
+                org=who.org,
+                key_id=who.key_id,
+                code="" if result.ok else result.code,
+                reason=result.message,
+                extra=extra,
+            )  # fmt: skip
+        )
+        return result
+
+
+def _is_registry_admin(admin: Principal) -> bool:
+    return admin.kind is KeyKind.ADMIN and REGISTRY_ROLE in admin.roles
