@@ -32,7 +32,7 @@ from gateway.catalog import Catalog
 from gateway.errors import ConfigError
 from gateway.executor import Executor
 from gateway.identity import IdentityHeaders
-from gateway.keys import KeyStore
+from gateway.keys import KeyCache, KeyStore
 from gateway.ledger import RedisLedger
 from gateway.ledger.guard import LedgerGuard
 from gateway.live import AdapterHealth, LiveCatalog
@@ -232,7 +232,10 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
     )
-    mcp_endpoint = BearerAuth(surface.asgi, keys=gateway.keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
+    # registry keys are looked up on every request, so their revocation is immediate.
+    agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    mcp_endpoint = BearerAuth(surface.asgi, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
 
     async def health(request: Request) -> JSONResponse:

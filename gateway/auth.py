@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.keys import KeyStore
+from gateway.keys import KeyCache, KeyStore
 from gateway.principal import KeyKind, Principal
 
 __all__ = ["PRINCIPAL_SCOPE_KEY", "BearerAuth", "principal_of"]
@@ -42,7 +42,7 @@ def principal_of(scope: Scope) -> Principal:
 class BearerAuth:
     """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyStore, kind: KeyKind, audit: AuditSink, realm: str) -> None:
+    def __init__(self, app: ASGIApp, *, keys: KeyStore | KeyCache, kind: KeyKind, audit: AuditSink, realm: str) -> None:
         self._app = app
         self._keys = keys
         self._kind = kind

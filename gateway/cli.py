@@ -15,10 +15,11 @@ import getpass
 import json
 import sys
 import unicodedata
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from gateway.app import redis_client
 from gateway.audit import AuditEvent, RedisStreamAuditSink
@@ -126,11 +127,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 run_worker=settings.run_worker and not args.no_worker,
             )
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C before the server took over signals
-                asyncio.run(run(settings))
+                _run_fast(run(settings))
             return 0
         if args.command == "worker":
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(run_worker(settings))
+                _run_fast(run_worker(settings))
             return 0
         if args.command == "cards":
             args.key = args.key or (environ or {}).get("COUNTERSIGN_ADMIN_KEY", "")
@@ -139,6 +140,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except GatewayError as error:
         print(f"countersign: {error}", file=sys.stderr)
         return 1
+
+
+def _run_fast(main: Coroutine[Any, Any, None]) -> None:
+    """Run a long-lived coroutine on uvloop when it is installed (uvicorn[standard] brings it)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 class _Store:

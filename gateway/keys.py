@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ import redis.asyncio as aioredis
 from gateway.errors import AuthError
 from gateway.principal import KeyKind, Principal
 
-__all__ = ["KeyRecord", "KeyStore", "hash_token"]
+__all__ = ["KeyCache", "KeyRecord", "KeyStore", "hash_token"]
 
 _INDEX = "countersign:keys"
 _PREFIX = "csk_"
@@ -140,6 +141,44 @@ class KeyStore:
         if record is None:  # the index and the record are written together; this is corruption
             raise AuthError(f"key {key_id} has an index entry but no record")
         return record
+
+
+class KeyCache:
+    """Resolved keys, remembered for `ttl_seconds` so a request costs no Redis round trip.
+
+    The trade-off is stated, not hidden: a key revoked by another process stops working within
+    `ttl_seconds` (one second by default) rather than at once. Unknown tokens are never cached,
+    so a made-up token cannot poison the cache, and the cache holds hashes, never tokens.
+    """
+
+    def __init__(
+        self,
+        store: KeyStore,
+        *,
+        ttl_seconds: float = 1.0,
+        max_entries: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._ttl = ttl_seconds
+        self._max = max_entries
+        self._clock = clock
+        self._entries: dict[str, tuple[Principal, float]] = {}
+
+    async def resolve(self, token: str) -> Principal | None:
+        key = hash_token(token)
+        now = self._clock()
+        cached = self._entries.get(key)
+        if cached is not None and now - cached[1] < self._ttl:
+            return cached[0]
+        principal = await self._store.resolve(token)
+        if principal is None:
+            self._entries.pop(key, None)
+            return None
+        if len(self._entries) >= self._max:
+            self._entries.pop(next(iter(self._entries)))  # oldest insertion first
+        self._entries[key] = (principal, now)
+        return principal
 
 
 def _text(value: bytes | str) -> str:

@@ -61,6 +61,9 @@ class McpSurface:
             ),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            # Without this lookup the SDK runs the whole tools/list handler inside every 2026-era
+            # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
+            get_tool_input_schema=self._input_schema,
         )
         security = (
             TransportSecuritySettings(
@@ -76,6 +79,10 @@ class McpSurface:
             app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
         )
         self.asgi = StreamableHTTPASGIApp(self.session_manager)
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        box = self._catalog.current()
+        return dict(box.input_schema(name)) if name in box else None
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

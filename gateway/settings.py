@@ -91,6 +91,8 @@ class Settings:
     """Where credential references of registered adapters (``secret_env``) resolve: the environment."""
     registry_allowed_base_urls: tuple[str, ...] = ("http://127.0.0.1:*",)
     """Base URLs registered adapters may use (fnmatch patterns on ``scheme://host:port``)."""
+    key_cache_seconds: float = 1.0
+    """How long an agent key stays resolved in a gateway process; revocation takes effect within it."""
     registry_poll_seconds: float = 1.0
     health_poll_seconds: float = 5.0
 
@@ -140,6 +142,7 @@ class Settings:
                 allowed_hosts=tuple(allowed) if allowed is not None else None,
                 mcp_stateless=bool(gateway.get("mcp_stateless", False)),
                 run_worker=bool(gateway.get("run_worker", True)),
+                key_cache_seconds=float(gateway.get("key_cache_seconds", 1.0)),
                 secrets=dict(environ),
                 registry_allowed_base_urls=tuple(
                     document.get("registry", {}).get("allowed_base_urls", ("http://127.0.0.1:*",))
