@@ -1,6 +1,6 @@
 """Calling a backend from an adapter: identity headers, status mapping, error translation.
 
-Every adapter goes through `request_json`, so the executor never sees an httpx exception and
+Every adapter goes through `request_json`, so the executor never sees a library's exception and
 every backend learns who is asking the same way. The caller's bearer token is not available
 here (a `Principal` has none), so it cannot be forwarded.
 
@@ -10,25 +10,22 @@ here (a `Principal` has none), so it cannot be forwarded.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
+from gateway.backend import BackendResponse
 from gateway.context import ToolContext
 from gateway.errors import (
     UpstreamError,
     UpstreamNotFoundError,
     UpstreamProtocolError,
     UpstreamRefusedError,
-    UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
 from gateway.tool import StatusLookup, WriteStatus
 
-__all__ = ["lookup_by_key", "map_upstream_errors", "path", "request_json", "status_by_key"]
+__all__ = ["lookup_by_key", "path", "request_json", "status_by_key"]
 
 SUBJECT_HEADER = "x-countersign-subject"
 ORG_HEADER = "x-countersign-org"
@@ -37,24 +34,6 @@ ORG_HEADER = "x-countersign-org"
 def path(template: str, **values: str) -> str:
     """Fill a path template, percent-encoding every value so an argument cannot add segments."""
     return template.format(**{key: quote(value, safe="") for key, value in values.items()})
-
-
-@contextmanager
-def map_upstream_errors(service: str) -> Iterator[None]:
-    """Translate transport errors, most specific first. `sent` records whether bytes may have left."""
-    try:
-        yield
-    except httpx.ConnectTimeout as error:
-        raise UpstreamUnavailableError("connect timed out", service=service, sent=False) from error
-    except httpx.PoolTimeout as error:
-        raise UpstreamUnavailableError("no free connection", service=service, sent=False) from error
-    except httpx.TimeoutException as error:
-        raise UpstreamTimeoutError("backend did not answer in time", service=service) from error
-    except httpx.ConnectError as error:
-        raise UpstreamUnavailableError("cannot connect to backend", service=service, sent=False) from error
-    except httpx.TransportError as error:
-        # The request may have reached the backend: the connection broke mid-way.
-        raise UpstreamUnavailableError(f"connection failed: {type(error).__name__}", service=service) from error
 
 
 async def request_json(
@@ -75,7 +54,7 @@ async def request_json(
         UpstreamProtocolError: any other status, or a body that is not JSON.
     """
     response = await _send(ctx, method, url, params=params, json=json)
-    status = response.status_code
+    status = response.status
     if 200 <= status < 300:
         try:
             return response.json()
@@ -97,9 +76,9 @@ async def lookup_by_key(
     """
     response = await _send(ctx, "GET", path(path_template, key=key))
     body = _json_object(response)
-    if response.status_code == 404 and body.get("state") == "unknown":
+    if response.status == 404 and body.get("state") == "unknown":
         return WriteStatus(state="unknown", detail=body)
-    if response.status_code != 200:
+    if response.status != 200:
         raise _status_error(ctx.service, response)
     state, answer = body.get("state"), body.get("response")
     if body.get("key") != key or state not in ("applied", "refused") or not isinstance(answer, dict):
@@ -126,7 +105,7 @@ async def _send(
     *,
     params: Mapping[str, str] | None = None,
     json: Mapping[str, Any] | None = None,
-) -> httpx.Response:
+) -> BackendResponse:
     # The executor computed who is asking (plain and, when keyed, signed); fall back to the plain pair.
     headers = dict(ctx.identity) or {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
     if ctx.idempotency_key is not None:
@@ -134,11 +113,10 @@ async def _send(
     http = ctx.http
     if http is None:  # only built-in tools run without a backend client; for an adapter it is a wiring bug
         raise UpstreamUnavailableError("no client for this backend", service=ctx.service, sent=False)
-    with map_upstream_errors(ctx.service):
-        return await http.request(method, url, params=params, json=json, headers=headers)
+    return await http.request(method, url, params=params, json=json, headers=headers)
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+def _json_object(response: BackendResponse) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
@@ -146,8 +124,8 @@ def _json_object(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _status_error(service: str, response: httpx.Response) -> UpstreamError:
-    status = response.status_code
+def _status_error(service: str, response: BackendResponse) -> UpstreamError:
+    status = response.status
     if status == 404:
         return UpstreamNotFoundError("not found", service=service, status=status)
     if status in (409, 422):
@@ -157,7 +135,7 @@ def _status_error(service: str, response: httpx.Response) -> UpstreamError:
     return UpstreamProtocolError(f"backend answered {status}", service=service, status=status)
 
 
-def _reason(response: httpx.Response) -> str:
+def _reason(response: BackendResponse) -> str:
     """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word."""
     try:
         code = response.json().get("error", "")

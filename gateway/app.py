@@ -15,9 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
-import httpx
 import redis.asyncio as aioredis
-from httpx_aiohttp import AiohttpTransport
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -27,9 +25,10 @@ from starlette.routing import Route
 from gateway.admin_api import admin_routes
 from gateway.audit import RedisStreamAuditSink
 from gateway.auth import BearerAuth
+from gateway.backend import AiohttpBackend, BackendClient
 from gateway.cards import CardService
 from gateway.catalog import Catalog
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, UpstreamError
 from gateway.executor import Executor
 from gateway.identity import IdentityHeaders
 from gateway.keys import KeyCache, KeyStore
@@ -80,23 +79,17 @@ def tools_for(settings: Settings) -> list[Tool]:
     return tools
 
 
-def _backend_client(adapter: AdapterSettings) -> httpx.AsyncClient:
+def _backend_client(adapter: AdapterSettings) -> AiohttpBackend:
     if adapter.url is None:
         raise ConfigError(f"adapter {adapter.name} has no backend URL")
-    return backend_client(adapter.url, str(adapter.token) if adapter.token is not None else None,
+    credential = str(adapter.token) if adapter.token is not None else None
+    return AiohttpBackend(adapter.url, service=adapter.name, credential=credential,
                           timeout_seconds=adapter.timeout_seconds)  # fmt: skip
 
 
-def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> httpx.AsyncClient:
+def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpBackend:
     """The gateway's client for one backend: its own credential, never an agent's token."""
-    headers = {"authorization": f"Bearer {credential}"} if credential else {}
-    return httpx.AsyncClient(
-        base_url=url,
-        headers=headers,
-        timeout=httpx.Timeout(timeout_seconds, connect=2.0),
-        transport=AiohttpTransport(limits=httpx.Limits(max_connections=200, max_keepalive_connections=100)),
-        follow_redirects=False,
-    )
+    return AiohttpBackend(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -108,7 +101,7 @@ class Gateway:
     audit: RedisStreamAuditSink
     executor: Executor
     catalog: Catalog
-    clients: Mapping[str, httpx.AsyncClient]
+    clients: Mapping[str, BackendClient]
     ledger: RedisLedger
     guard: LedgerGuard
     live: LiveCatalog
@@ -137,7 +130,9 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     from adapters import ALWAYS_ON
 
     used = {tool.adapter for tool in toolbox.values()}
-    clients = {name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters}
+    clients: dict[str, BackendClient] = {
+        name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters
+    }
     missing = used - set(clients) - ALWAYS_ON
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
@@ -197,7 +192,7 @@ async def _every(seconds: float, step: Callable[[], Awaitable[object]], what: st
     while True:
         try:
             await step()
-        except (RedisError, OSError, httpx.HTTPError) as error:
+        except (RedisError, OSError, UpstreamError) as error:
             logger.warning("%s failed: %s", what, type(error).__name__)
         await asyncio.sleep(seconds)
 

@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
-
+from gateway.backend import BackendClient
 from gateway.principal import Principal
 
 __all__ = ["CallerCards", "ToolContext"]
@@ -40,7 +39,7 @@ class ToolContext:
 
     principal: Principal
     """Who is asking; adapters pass subject and org on so the backend can scope its data."""
-    http: httpx.AsyncClient | None
+    http: BackendClient | None
     """Client for this adapter's backend (None for built-in tools that call no backend)."""
     service: str
     """The adapter's name, for error context."""

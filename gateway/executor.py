@@ -25,11 +25,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
 from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 
 from gateway.audit import AuditEvent, AuditSink
+from gateway.backend import BackendClient
 from gateway.card import Card, CardState
 from gateway.context import CallerCards, ToolContext
 from gateway.decision import Code, Decision
@@ -66,7 +66,7 @@ class Executor:
         tools: ToolSource,
         grants: Grants,
         audit: AuditSink,
-        clients: Mapping[str, httpx.AsyncClient],
+        clients: Mapping[str, BackendClient],
         ledger: RedisLedger | None = None,
         guard: LedgerGuard | None = None,
         keys: KeyLookup | None = None,

@@ -16,11 +16,11 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 
 from adapters.remote import ManifestError, tools_from_manifest
-from gateway.errors import ToolDeclarationError
+from gateway.backend import BackendClient
+from gateway.errors import ToolDeclarationError, UpstreamError
 from gateway.identity import IdentityHeaders
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.store import RegistryStore
@@ -31,7 +31,7 @@ __all__ = ["AdapterHealth", "LiveCatalog"]
 
 logger = logging.getLogger(__name__)
 
-ClientFactory = Callable[[str, str | None], httpx.AsyncClient]
+ClientFactory = Callable[[str, str | None], BackendClient]
 """``(base_url, credential) -> client`` for a backend."""
 
 
@@ -43,7 +43,7 @@ class LiveCatalog:
         *,
         static: Sequence[Tool],
         store: RegistryStore,
-        clients: MutableMapping[str, httpx.AsyncClient],
+        clients: MutableMapping[str, BackendClient],
         make_client: ClientFactory,
         secrets: Mapping[str, str],
         identity: IdentityHeaders,
@@ -112,7 +112,7 @@ class AdapterHealth:
     """Which backends answer their health check. Unknown adapters count as healthy."""
 
     def __init__(
-        self, clients: Mapping[str, httpx.AsyncClient], paths: Mapping[str, str], *, failures_to_trip: int = 2
+        self, clients: Mapping[str, BackendClient], paths: Mapping[str, str], *, failures_to_trip: int = 2
     ) -> None:
         self._clients = clients
         self._paths = paths
@@ -131,9 +131,8 @@ class AdapterHealth:
             if client is None:
                 continue
             try:
-                response = await client.get(path, timeout=2.0)
-                ok = response.status_code == 200
-            except httpx.HTTPError:
+                ok = (await client.request("GET", path, timeout=2.0)).status == 200
+            except UpstreamError:
                 ok = False
             before = self.healthy(name)
             self._failures[name] = 0 if ok else self._failures.get(name, 0) + 1

@@ -6,11 +6,11 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
 import pytest
 from _tools import EchoArgs, note_tool, read_tool, write_tool
 
 from gateway.audit import ListAuditSink
+from gateway.backend import AiohttpBackend
 from gateway.context import ToolContext
 from gateway.decision import Code
 from gateway.errors import UpstreamRefusedError
@@ -30,7 +30,8 @@ NOBODY = Principal(subject="eve@acme.example", org="acme", roles=frozenset(), ke
 
 def _executor(*tools: Tool) -> tuple[Executor, ListAuditSink]:
     audit = ListAuditSink()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: httpx.Response(500)))
+    # These tools call no backend; a client that was never started proves it.
+    client = AiohttpBackend("http://127.0.0.1:9", service="demo")
     executor = Executor(
         tools=Toolbox(tools), grants=Grants({"acme": frozenset({"demo"})}), audit=audit, clients={"demo": client}
     )

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "gateway.tool": 5,
     "gateway.toolbox": 5,
     "gateway.context": 5,
+    "gateway.backend": 5,
     "gateway.envelope": 5,
     "gateway.card": 5,
     "gateway.receipts": 5,

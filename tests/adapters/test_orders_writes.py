@@ -12,13 +12,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import ValidationError
 
 from adapters import orders
 from backends.orders import OrdersService, create_orders_app
 from backends.serve import serve_app_in_thread
+from gateway.backend import AiohttpBackend
 from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError
 from gateway.principal import Principal
@@ -47,9 +47,11 @@ def backend() -> Iterator[Served]:
 
 @asynccontextmanager
 async def context(backend: Served, *, key: str | None = None) -> AsyncIterator[ToolContext]:
-    headers = {"authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=backend.url, headers=headers, timeout=5.0) as http:
+    http = AiohttpBackend(backend.url, service="orders", credential=TOKEN, timeout_seconds=5.0)
+    try:
         yield ToolContext(principal=CAROL, http=http, service="orders", idempotency_key=key)
+    finally:
+        await http.aclose()
 
 
 def new_key() -> str:

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from pydantic import ValidationError
 
@@ -20,6 +19,7 @@ from adapters import orders, rooms
 from backends._faults import FaultSpec
 from backends.rooms import RoomsService, create_rooms_app
 from backends.serve import serve_app_in_thread
+from gateway.backend import AiohttpBackend
 from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError, UpstreamUnavailableError
 from gateway.principal import Principal
@@ -49,9 +49,11 @@ def backend() -> Iterator[Served]:
 
 @asynccontextmanager
 async def context(backend: Served, who: Principal = ALICE, *, key: str | None = None) -> AsyncIterator[ToolContext]:
-    headers = {"authorization": f"Bearer {TOKEN}"}
-    async with httpx.AsyncClient(base_url=backend.url, headers=headers, timeout=5.0) as http:
+    http = AiohttpBackend(backend.url, service="rooms", credential=TOKEN, timeout_seconds=5.0)
+    try:
         yield ToolContext(principal=who, http=http, service="rooms", idempotency_key=key)
+    finally:
+        await http.aclose()
 
 
 def new_key() -> str:
