@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "gateway": 5,
     "policies": 5,
     "policies.access": 5,
+    "policies.manifest_safety": 5,
     # 4. state: audit, keys, embedded server
     "gateway.audit": 4,
     "gateway.keys": 4,
