@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "gateway.registry.schema": 5,
     "gateway.registry.store": 4,
     "gateway.registry.service": 2,
+    "gateway.registry.openapi_import": 2,
     "gateway.live": 1,
     "gateway.registry_api": 1,
     "gateway.ledger": 4,
