@@ -227,6 +227,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
     )
+    gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)

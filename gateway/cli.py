@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gateway import cli_adapters
 from gateway.app import redis_client
 from gateway.audit import AuditEvent, RedisStreamAuditSink
 from gateway.card import CardState
@@ -65,11 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
-    _cards_parser(commands)
+    identity = _cards_parser(commands)
+    cli_adapters.add_parser(commands, identity)
     return parser
 
 
-def _cards_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _cards_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     identity = argparse.ArgumentParser(add_help=False)
     identity.add_argument(
         "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
@@ -102,6 +104,7 @@ def _cards_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     resolve.add_argument(
         "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
     )
+    return identity
 
 
 def _json_object(text: str) -> dict[str, object]:
@@ -133,7 +136,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             with contextlib.suppress(KeyboardInterrupt):
                 _run_fast(run_worker(settings))
             return 0
-        if args.command == "cards":
+        if args.command == "adapters" and args.adapters_command == "import-openapi":
+            return cli_adapters.import_openapi(args)
+        if args.command in ("cards", "adapters"):
             args.key = args.key or (environ or {}).get("COUNTERSIGN_ADMIN_KEY", "")
         handler = _HANDLERS[(args.command, getattr(args, f"{args.command}_command"))]
         return asyncio.run(_with_store(settings, lambda store: handler(store, args)))
@@ -321,7 +326,7 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
 async def _admin(store: _Store, token: str) -> Principal | None:
     """The admin the key stands for; otherwise say why on stderr (and audit a bad key) and return None."""
     if not token:
-        print("countersign: cards commands need an admin key: --key or COUNTERSIGN_ADMIN_KEY", file=sys.stderr)
+        print("countersign: this command needs an admin key: --key or COUNTERSIGN_ADMIN_KEY", file=sys.stderr)
         return None
     principal = await store.keys.resolve(token)
     if principal is not None and principal.kind is KeyKind.ADMIN:
@@ -403,7 +408,19 @@ def _card_text(view: CardView) -> list[str]:
     return lines
 
 
+async def _adapters(store: _Store, args: argparse.Namespace) -> int:
+    admin = await _admin(store, args.key)
+    if admin is None:
+        return 1
+    return await cli_adapters.run(
+        store.redis, store.audit, admin, args, allowed=store.settings.registry_allowed_base_urls
+    )
+
+
 _HANDLERS: dict[tuple[str, str], Callable[[_Store, argparse.Namespace], Awaitable[int]]] = {
+    ("adapters", "review"): _adapters,
+    ("adapters", "accept"): _adapters,
+    ("adapters", "remove"): _adapters,
     ("keys", "create"): _keys_create,
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,

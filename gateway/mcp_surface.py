@@ -14,11 +14,14 @@ and an unknown name reads exactly like a forbidden one.
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -52,7 +55,9 @@ class McpSurface:
         # Wire definitions are built once per set of tools; a listing only filters them.
         self._box: Toolbox | None = None
         self._definitions: dict[str, types.Tool] = {}
-        self.server: Server[Any] = Server(
+        # Stateful sessions that have spoken to us, to tell them when the catalog changes.
+        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.server: Server[Any] = _Server(
             "countersign",
             version=version,
             instructions=(
@@ -84,10 +89,20 @@ class McpSurface:
         box = self._catalog.current()
         return dict(box.input_schema(name)) if name in box else None
 
+    async def tools_changed(self) -> None:
+        """Send ``notifications/tools/list_changed`` to every open session that can receive it."""
+        for session in list(self._sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:  # a closed or stateless session cannot be told; forget it
+                self._sessions.discard(session)
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = _principal(ctx)
+        if ctx.session is not None:
+            self._sessions.add(ctx.session)
         box = self._catalog.current()
         if box is not self._box:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}
@@ -100,6 +115,20 @@ class McpSurface:
     ) -> types.CallToolResult:
         envelope = await self._executor.execute(_principal(ctx), params.name, params.arguments)
         return _result(envelope)
+
+
+class _Server(Server[Any]):
+    """The SDK server, advertising that the tool list can change (adapters are accepted live)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:

@@ -35,9 +35,19 @@ BACKEND_TIMEOUT_SECONDS = 1.0
 """Short backend deadline in tests, so "slow past the deadline" takes about a second."""
 
 
-def gateway_settings(redis_url: str, backends: dict[str, Backend]) -> Settings:
+EXPENSES_SIGNING_KEY = "test-signing-key-for-expenses-0123456789"
+"""The key the gateway signs identity headers for the registered expenses adapter with."""
+
+
+def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: Backend | None = None) -> Settings:
+    """Settings for a test gateway: rooms and orders configured, expenses only by registration."""
+    secrets = {"EXPENSES_SIGNING_KEY": EXPENSES_SIGNING_KEY}
+    if expenses is not None:
+        secrets["EXPENSES_BACKEND_TOKEN"] = expenses.token
     return Settings(
         redis_url=redis_url,
+        secrets=secrets,
+        registry_poll_seconds=0.2,
         adapters={
             name: AdapterSettings(name=name, url=b.url, token=Secret(b.token), timeout_seconds=BACKEND_TIMEOUT_SECONDS)
             for name, b in backends.items()

@@ -19,6 +19,7 @@ from _redis_server import start_redis_server
 from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
+from backends.expenses import create_expenses_app
 from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
@@ -98,8 +99,17 @@ def clean_backends(backends: dict[str, Backend]) -> Iterator[dict[str, Backend]]
 
 
 @pytest.fixture(scope="session")
-def mcp_url(redis_url: str, backends: dict[str, Backend]) -> Iterator[str]:
+def expenses() -> Iterator[Backend]:
+    """The expenses service: not configured in the gateway, offered only by manifest registration."""
+    token = secrets.token_urlsafe(16)
+    app = create_expenses_app(service_token=token)
+    with serve_app_in_thread(app) as url:
+        yield Backend(url=url, token=token, app=app)
+
+
+@pytest.fixture(scope="session")
+def mcp_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> Iterator[str]:
     """A real gateway under uvicorn for the session; tests create their keys after the flush."""
-    app = create_app(gateway_settings(redis_url, backends))
+    app = create_app(gateway_settings(redis_url, backends, expenses=expenses))
     with serve_app_in_thread(app, lifespan=True) as base:
         yield f"{base}/mcp"

@@ -150,7 +150,7 @@ async def test_only_a_live_admin_key_may_act(redis: Redis, redis_url: str, capsy
     card_id = await propose(redis)
     agent = await make_key(redis, subject="bob@acme.example", roles=("approver",))
     no_key = await Cli(redis_url, capsys)("cards", "cancel", card_id)
-    assert no_key == (1, "", "countersign: cards commands need an admin key: --key or COUNTERSIGN_ADMIN_KEY\n")
+    assert no_key == (1, "", "countersign: this command needs an admin key: --key or COUNTERSIGN_ADMIN_KEY\n")
     status, _, err = await Cli(redis_url, capsys)("cards", "cancel", card_id, "--key", agent)
     assert status == 1 and "agent key, not an admin key" in err
     status, _, err = await Cli(redis_url, capsys, "csk_admin_nope")("cards", "list")

@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
     "gateway.app": 0,
     "gateway.serve": 0,
     "gateway.cli": 0,
+    "gateway.cli_adapters": 0,
     "gateway.__main__": 0,
 }
 
