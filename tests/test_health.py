@@ -1,0 +1,74 @@
+"""Adapter health: a backend that fails its checks fails reads fast, and its approved cards wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+from _agents import make_key
+from _cards import PROPOSAL
+from _redis_server import free_port
+from _services import Backend, gateway_settings
+from redis.asyncio import Redis
+
+from gateway.app import Gateway, build_gateway, tools_for
+from gateway.card import CardState
+from gateway.keys import KeyStore
+from gateway.settings import AdapterSettings
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def health_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest)."""
+    return quiet_redis_url
+
+
+@pytest.fixture
+async def gateway(redis: Redis, redis_url: str, backends: dict[str, Backend]) -> AsyncIterator[Gateway]:
+    """A gateway whose rooms backend is down (nothing listens on its port)."""
+    settings = gateway_settings(redis_url, backends)
+    dead = AdapterSettings(name="rooms", url=f"http://127.0.0.1:{free_port()}", timeout_seconds=5.0)
+    settings = replace(settings, adapters={**settings.adapters, "rooms": dead})
+    wired = build_gateway(settings, tools_for(settings))
+    try:
+        yield wired
+    finally:
+        await wired.aclose()
+
+
+async def test_an_unhealthy_backend_fails_reads_fast_and_its_approved_cards_wait(
+    gateway: Gateway, redis: Redis
+) -> None:
+    """Two failed checks mark it unhealthy: reads answer UPSTREAM_UNAVAILABLE at once; cards stay APPROVED."""
+    principal = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
+    assert principal is not None
+    assert gateway.health.healthy("rooms") and gateway.health.healthy("orders")
+    await gateway.health.check_once()
+    await gateway.health.check_once()
+    assert not gateway.health.healthy("rooms") and gateway.health.healthy("orders")
+
+    started = time.monotonic()
+    envelope = await gateway.executor.execute(principal, "rooms_list", {})
+    assert envelope.code is not None and envelope.code.value == "UPSTREAM_UNAVAILABLE"
+    assert time.monotonic() - started < 1.0  # not the backend's 5 s deadline
+    assert not (await gateway.executor.execute(principal, "orders_get", {"order_id": "ord-1001"})).is_error
+
+    ledger = gateway.ledger
+    card = await _approved_card(gateway)
+    after = await gateway.executor.run_approved(card, worker="w1")
+    assert after is not None and after.state is CardState.APPROVED  # waits; never failed for an outage
+    assert [e.type for e in await ledger.events(card)] == ["created", "approved"]
+
+
+async def _approved_card(gateway: Gateway) -> str:
+    """rooms_book's preflight reads the backend, which is down: file the card through the ledger."""
+    created = await gateway.ledger.propose(replace(PROPOSAL, dedupe_key="health"))
+    assert created.card is not None
+    approved = await gateway.ledger.approve(created.card.card_id, approver="root@acme.example", version=1,
+                                            args_hash=created.card.args_hash, comment="")  # fmt: skip
+    assert approved.ok
+    return created.card.card_id
