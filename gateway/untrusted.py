@@ -51,13 +51,25 @@ def _nested_models(annotation: Any) -> tuple[type[BaseModel], ...]:
     return ()
 
 
+def _is_untrusted(annotation: Any, metadata: list[Any]) -> bool:
+    """Whether a field is `Untrusted`, also when optional (``Untrusted | None`` hides the marker)."""
+    if any(isinstance(meta, UntrustedText) for meta in metadata):
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return any(isinstance(meta, UntrustedText) for meta in get_args(annotation)[1:])
+    if origin in (Union, types.UnionType):
+        return any(_is_untrusted(arg, []) for arg in get_args(annotation))
+    return False
+
+
 @cache
 def _plan(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
     """(untrusted field names, field names that may hold nested models) of one model class."""
     untrusted = set()
     nested = set()
     for name, info in model.model_fields.items():
-        if any(isinstance(meta, UntrustedText) for meta in info.metadata):
+        if _is_untrusted(info.annotation, info.metadata):
             untrusted.add(name)
         elif _nested_models(info.annotation):
             nested.add(name)
