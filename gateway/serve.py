@@ -21,18 +21,30 @@ from typing import Any
 import uvicorn
 from starlette.datastructures import Secret
 
+from backends.expenses import create_expenses_app, expenses_manifest
 from backends.serve import QuietServer
 from gateway.app import build_gateway, create_app, redis_client, tools_for
+from gateway.backend import AiohttpBackend
 from gateway.embedded import Owner, embedded_redis
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, UpstreamError
 from gateway.keys import KeyStore
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
 from gateway.worker import Worker
 
-__all__ = ["DEMO_KEY_FILE", "ensure_demo_key", "redis_url_for", "resolved", "run", "run_worker"]
+__all__ = [
+    "DEMO_KEY_FILE",
+    "ensure_demo_key",
+    "redis_url_for",
+    "register_demo_manifest",
+    "resolved",
+    "run",
+    "run_worker",
+]
 
 DEMO_KEY_FILE = "demo-agent.key"
+DEMO_ADMIN_KEY_FILE = "demo-admin.key"
+DEMO_SERVICE_KEY_FILE = "demo-service.key"
 
 
 def _demo_backends() -> dict[str, Callable[..., Any]]:
@@ -54,10 +66,25 @@ async def redis_url_for(settings: Settings, *, owner: Owner) -> AsyncIterator[st
 
 @contextlib.asynccontextmanager
 async def resolved(settings: Settings) -> AsyncIterator[Settings]:
-    """`settings` with a Redis URL and every adapter's backend URL filled in."""
+    """`settings` with a Redis URL and every adapter's backend URL filled in.
+
+    In demo mode the expenses service is started too. It is not configured: it registers itself
+    by manifest over HTTP once the gateway is up (see `register_demo_manifest`), on a stable port
+    so its manifest is the same from one start to the next.
+    """
     from backends.serve import serve_app
 
     async with contextlib.AsyncExitStack() as stack:
+        if settings.demo:
+            token = secrets.token_urlsafe(32)
+            expenses = create_expenses_app(service_token=token)
+            base = await stack.enter_async_context(_serve_on_stable_port(expenses, settings.port + 1))
+            settings = replace(
+                settings,
+                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": token,
+                         "EXPENSES_SIGNING_KEY": secrets.token_urlsafe(32)},
+                demo_services={**settings.demo_services, "expenses": base},
+            )  # fmt: skip
         url = await stack.enter_async_context(redis_url_for(settings, owner="serve"))
         factories = _demo_backends()
         adapters: dict[str, AdapterSettings] = {}
@@ -73,16 +100,54 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
         yield replace(settings, redis_url=url, adapters=adapters)
 
 
-async def ensure_demo_key(keys: KeyStore, data_dir: Path) -> str:
-    """The demo agent key: the one saved in `data_dir` while it is live, else a new one (saved 0600)."""
-    path = data_dir / DEMO_KEY_FILE
+@contextlib.asynccontextmanager
+async def _serve_on_stable_port(app: Any, port: int) -> AsyncIterator[str]:
+    from backends.serve import serve_app
+
+    try:
+        async with serve_app(app, port=port) as base:
+            yield base
+            return
+    except OSError:
+        pass  # taken: any free port will do, at the price of a changed manifest (quarantined again)
+    async with serve_app(app) as base:
+        yield base
+
+
+async def register_demo_manifest(gateway_url: str, service_key: str, expenses_url: str) -> str:
+    """Register the demo expenses service by manifest over HTTP, as any service would."""
+    client = AiohttpBackend(gateway_url, service="registry", credential=service_key)
+    manifest = expenses_manifest(expenses_url)
+    manifest["signing_secret_env"] = "EXPENSES_SIGNING_KEY"
+    try:
+        answer = await client.request("PUT", "/registry/api/adapters/expenses", json=manifest)
+    finally:
+        await client.aclose()
+    body = answer.json()
+    if answer.status not in (200, 202):
+        return f"registration refused ({answer.status}): {body}"
+    adapter = body["adapter"]
+    if adapter["state"] == "active":
+        return "registered by manifest; accepted and served"
+    return f"registered by manifest; quarantined until accepted (proposed {adapter['proposed_hash']})"
+
+
+async def ensure_demo_key(
+    keys: KeyStore,
+    data_dir: Path,
+    *,
+    file: str = DEMO_KEY_FILE,
+    kind: KeyKind = KeyKind.AGENT,
+    subject: str = "demo@acme.example",
+    roles: tuple[str, ...] = ("staff", "support"),
+) -> str:
+    """A demo key: the one saved in `data_dir/file` while it is live, else a new one (saved 0600)."""
+    path = data_dir / file
     if path.exists():
         token = path.read_text().strip()
         if await keys.resolve(token) is not None:
             return token
-    token, _record = await keys.create(
-        kind=KeyKind.AGENT, subject="demo@acme.example", org="acme", roles=("staff", "support")
-    )
+    token, _record = await keys.create(kind=kind, subject=subject, org="acme", roles=roles)
     data_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -102,7 +167,14 @@ async def run(settings: Settings) -> None:
             raise ConfigError("no Redis URL could be resolved")
         client = redis_client(ready.redis_url)
         try:
-            demo_key = await ensure_demo_key(KeyStore(client), settings.data_dir)
+            store = KeyStore(client)
+            demo_key = await ensure_demo_key(store, settings.data_dir)
+            if ready.demo:
+                admin_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_ADMIN_KEY_FILE,
+                                                  kind=KeyKind.ADMIN, subject="root@acme.example",
+                                                  roles=("approver", "registry"))  # fmt: skip
+                service_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_SERVICE_KEY_FILE,
+                                                    kind=KeyKind.SERVICE, subject="expenses-svc", roles=())  # fmt: skip
         finally:
             await client.aclose()
         app = create_app(ready)
@@ -124,10 +196,18 @@ async def run(settings: Settings) -> None:
         for name, adapter in ready.adapters.items():
             print(f"  adapter {name}: {adapter.url}")
         print(f"  demo agent key (demo@acme.example, org acme): {demo_key}", flush=True)
+        if ready.demo:
+            print(f"  demo admin key (root@acme.example; approver, registry): {admin_key}", flush=True)
         print("Press Ctrl-C to stop.", flush=True)
+        tasks = []
+        if ready.demo and "expenses" in ready.demo_services:
+            url = f"http://{shown_host}:{ready.port}"
+            tasks.append(asyncio.create_task(_announce(server, url, service_key, ready.demo_services["expenses"])))
         try:
             await server.serve()
         finally:
+            for task in tasks:
+                task.cancel()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
         print("Countersign stopped.", flush=True)
@@ -162,6 +242,22 @@ async def run_worker(settings: Settings) -> None:
                 loop.remove_signal_handler(signum)
             await gateway.aclose()
         print("Countersign worker stopped.", flush=True)
+
+
+async def _announce(server: uvicorn.Server, gateway_url: str, service_key: str, expenses_url: str) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    try:
+        outcome = await register_demo_manifest(gateway_url, service_key, expenses_url)
+    except UpstreamError as error:
+        outcome = f"registration failed: {error}"
+    print(f"  adapter expenses: {expenses_url} ({outcome})", flush=True)
+    if "quarantined" in outcome:
+        print(
+            "    review and accept it: export COUNTERSIGN_ADMIN_KEY=$(cat .countersign/demo-admin.key);"
+            " countersign adapters review; countersign adapters accept expenses --hash <proposed hash>",
+            flush=True,
+        )
 
 
 def _stop(server: uvicorn.Server) -> None:

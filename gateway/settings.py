@@ -93,6 +93,11 @@ class Settings:
     """Base URLs registered adapters may use (fnmatch patterns on ``scheme://host:port``)."""
     key_cache_seconds: float = 1.0
     """How long an agent key stays resolved in a gateway process; revocation takes effect within it."""
+    demo: bool = False
+    """Demo mode (`countersign serve` without a config file): also start the expenses service, which
+    registers itself by manifest, and create demo admin and service keys."""
+    demo_services: Mapping[str, str] = field(default_factory=dict)
+    """Base URLs of demo services started for demo mode (filled in by `gateway.serve`)."""
     registry_poll_seconds: float = 1.0
     health_poll_seconds: float = 5.0
 
@@ -142,6 +147,7 @@ class Settings:
                 allowed_hosts=tuple(allowed) if allowed is not None else None,
                 mcp_stateless=bool(gateway.get("mcp_stateless", False)),
                 run_worker=bool(gateway.get("run_worker", True)),
+                demo=path is None,
                 key_cache_seconds=float(gateway.get("key_cache_seconds", 1.0)),
                 secrets=dict(environ),
                 registry_allowed_base_urls=tuple(
