@@ -14,7 +14,7 @@ and an unknown name reads exactly like a forbidden one.
 from __future__ import annotations
 
 import json
-import weakref
+import logging
 from typing import Any
 
 import mcp_types as types
@@ -26,6 +26,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from gateway.auth import principal_of
 from gateway.catalog import Catalog
@@ -36,6 +37,10 @@ from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
 
 __all__ = ["McpSurface"]
+
+logger = logging.getLogger(__name__)
+
+MAX_NOTIFIED_SESSIONS = 10_000
 
 
 class McpSurface:
@@ -55,8 +60,10 @@ class McpSurface:
         # Wire definitions are built once per set of tools; a listing only filters them.
         self._box: Toolbox | None = None
         self._definitions: dict[str, types.Tool] = {}
-        # Stateful sessions that have spoken to us, to tell them when the catalog changes.
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        # One request's session proxy per open connection that listed tools, to tell it when the
+        # catalog changes (the proxy's standalone channel outlives the request). Keyed by the
+        # connection so a client that lists often is held once; closed ones drop out on failure.
+        self._sessions: dict[int, Any] = {}
         self.server: Server[Any] = _Server(
             "countersign",
             version=version,
@@ -91,18 +98,26 @@ class McpSurface:
 
     async def tools_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` to every open session that can receive it."""
-        for session in list(self._sessions):
+        told = 0
+        for key, session in list(self._sessions.items()):
             try:
                 await session.send_tool_list_changed()
-            except Exception:  # a closed or stateless session cannot be told; forget it
-                self._sessions.discard(session)
+                told += 1
+            except Exception as error:  # a closed or stateless session cannot be told; forget it
+                logger.debug("could not notify a session: %s", type(error).__name__)
+                self._sessions.pop(key, None)
+        logger.info("tool list changed; told %d of the open sessions", told)
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = _principal(ctx)
-        if ctx.session is not None:
-            self._sessions.add(ctx.session)
+        if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
+            connection = getattr(ctx.session, "_connection", ctx.session)
+            if len(self._sessions) >= MAX_NOTIFIED_SESSIONS:
+                self._sessions.pop(next(iter(self._sessions)))
+            self._sessions[id(connection)] = ctx.session
         box = self._catalog.current()
         if box is not self._box:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}

@@ -7,9 +7,12 @@ from typing import Any
 
 import anyio
 import httpx
+import httpx2
 import pytest
 from _agents import agent, error_code, make_key, payload
 from _services import EXPENSES_SIGNING_KEY, Backend
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
@@ -225,3 +228,28 @@ async def test_accepting_requires_the_registry_role_and_the_reviewed_hash(
     approver = await make_key(redis, kind=KeyKind.ADMIN, subject="ops@acme.example", roles=("approver",))
     assert (await _admin(mcp_url, approver, "POST", "/expenses/accept", {"hash": proposed})).status_code == 403
     assert (await _admin(mcp_url, admin, "POST", "/expenses/accept", {"hash": "sha256:old"})).status_code == 409
+
+
+async def test_sessions_that_listed_tools_are_told_when_the_catalog_changes(
+    redis: Redis, mcp_url: str, expenses: Backend
+) -> None:
+    """A stateful (2025-11-25) session gets notifications/tools/list_changed after an accept."""
+    service, admin, agent_key = await _keys(redis)
+    received: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None)
+        if method:
+            received.append(method)
+
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {agent_key}"}, timeout=10) as http:
+        transport = streamable_http_client(mcp_url, http_client=http)
+        async with Client(transport, mode="legacy", message_handler=on_message) as client:  # type: ignore[arg-type]
+            await client.list_tools()
+            proposed = (await _register(mcp_url, service, _manifest(expenses))).json()["adapter"]["proposed_hash"]
+            assert (await _admin(mcp_url, admin, "POST", "/expenses/accept", {"hash": proposed})).status_code == 200
+            with anyio.fail_after(10):
+                while "notifications/tools/list_changed" not in received:
+                    await anyio.sleep(0.05)
+            assert "expenses_list" in {tool.name for tool in (await client.list_tools()).tools}
+    await _admin(mcp_url, admin, "DELETE", "/expenses")
