@@ -48,6 +48,7 @@ class BearerAuth:
         self._kind = kind
         self._audit = audit
         self._realm = realm
+        self._users: dict[Principal, AuthenticatedUser] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,12 +68,23 @@ class BearerAuth:
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
-        # The SDK binds stateful MCP sessions to the credential that opened them through this
-        # user; it carries the key id, never the token.
-        scope["user"] = AuthenticatedUser(
-            AccessToken(token="", client_id=principal.key_id, scopes=sorted(principal.roles), subject=principal.subject)
-        )
+        scope["user"] = self._user(principal)
         await self._app(scope, receive, send)
+
+    def _user(self, principal: Principal) -> AuthenticatedUser:
+        """The SDK binds stateful MCP sessions to the credential that opened them through this user.
+
+        It carries the key id, never the token. Built once per principal: it is a pydantic model,
+        and building it on every request was a measurable part of the read path.
+        """
+        user = self._users.get(principal)
+        if user is None:
+            if len(self._users) >= 10_000:
+                self._users.clear()
+            token = AccessToken(token="", client_id=principal.key_id, scopes=sorted(principal.roles),
+                                subject=principal.subject)  # fmt: skip
+            user = self._users[principal] = AuthenticatedUser(token)
+        return user
 
     async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool) -> None:
         if audit:

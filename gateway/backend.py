@@ -57,7 +57,7 @@ class AiohttpBackend:
         self._base = base_url.rstrip("/")
         self._service = service
         self._headers = {"authorization": f"Bearer {credential}"} if credential else {}
-        self._timeout = timeout_seconds
+        self._default_limit = _limit(timeout_seconds)
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -77,14 +77,14 @@ class AiohttpBackend:
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> BackendResponse:
-        limit = aiohttp.ClientTimeout(total=timeout or self._timeout, sock_connect=min(2.0, timeout or 2.0))
+        limit = self._default_limit if timeout is None else _limit(timeout)
         try:
             async with self._client().request(
                 method,
                 self._base + path,
                 params=params,
                 json=json,
-                headers={**self._headers, **(headers or {})},
+                headers={**self._headers, **headers} if headers else self._headers,
                 timeout=limit,
                 allow_redirects=False,
             ) as response:
@@ -102,6 +102,10 @@ class AiohttpBackend:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _limit(seconds: float) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=seconds, sock_connect=min(2.0, seconds))
 
 
 def _broken(service: str, error: Exception) -> UpstreamError:

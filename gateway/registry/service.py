@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from policies.manifest_safety import check_base_url, review_manifest
 from pydantic import ValidationError
 
 from adapters.remote import ManifestError, tools_from_manifest
@@ -22,6 +21,7 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.principal import KeyKind, Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.store import Registration, RegistryStore
+from policies.manifest_safety import check_base_url, review_manifest
 
 __all__ = ["REGISTRY_ROLE", "RegistryResult", "RegistryService"]
 
