@@ -198,11 +198,10 @@ async def run(settings: Settings) -> None:
         print(f"  demo agent key (demo@acme.example, org acme): {demo_key}", flush=True)
         if ready.demo:
             print(f"  demo admin key (root@acme.example; approver, registry): {admin_key}", flush=True)
-        print("Press Ctrl-C to stop.", flush=True)
-        tasks = []
+        demo_registration = None
         if ready.demo and "expenses" in ready.demo_services:
-            url = f"http://{shown_host}:{ready.port}"
-            tasks.append(asyncio.create_task(_announce(server, url, service_key, ready.demo_services["expenses"])))
+            demo_registration = (f"http://{shown_host}:{ready.port}", service_key, ready.demo_services["expenses"])
+        tasks = [asyncio.create_task(_announce(server, demo_registration))]
         try:
             await server.serve()
         finally:
@@ -244,9 +243,14 @@ async def run_worker(settings: Settings) -> None:
         print("Countersign worker stopped.", flush=True)
 
 
-async def _announce(server: uvicorn.Server, gateway_url: str, service_key: str, expenses_url: str) -> None:
+async def _announce(server: uvicorn.Server, demo_registration: tuple[str, str, str] | None) -> None:
+    """Once the server listens: say so (scripts wait for this line), then register the demo service."""
     while not server.started:
         await asyncio.sleep(0.05)
+    print("Press Ctrl-C to stop.", flush=True)
+    if demo_registration is None:
+        return
+    gateway_url, service_key, expenses_url = demo_registration
     try:
         outcome = await register_demo_manifest(gateway_url, service_key, expenses_url)
     except UpstreamError as error:
