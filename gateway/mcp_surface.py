@@ -158,7 +158,7 @@ def _definition(tool: Tool, box: Toolbox) -> types.Tool:
     return types.Tool(
         name=tool.name,
         title=tool.title,
-        description=tool.description,
+        description=_described(tool),
         input_schema=dict(box.input_schema(tool.name)),
         annotations=types.ToolAnnotations(
             title=tool.title,
@@ -169,6 +169,16 @@ def _definition(tool: Tool, box: Toolbox) -> types.Tool:
             idempotent_hint=True,
         ),
     )
+
+
+PROPOSAL_PREFIX = "Requests approval"
+
+
+def _described(tool: Tool) -> str:
+    """Every write is described as what it is for an agent: a request for approval, never an action."""
+    if tool.mode is not Mode.WRITE or tool.description.startswith(PROPOSAL_PREFIX):
+        return tool.description
+    return f"{PROPOSAL_PREFIX}; nothing happens until an administrator approves. {tool.description}"
 
 
 def _result(envelope: Envelope) -> types.CallToolResult:

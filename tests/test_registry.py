@@ -57,7 +57,7 @@ async def _until_listed(mcp_url: str, token: str, name: str, description: str | 
     with anyio.fail_after(10):
         while True:
             tools = await _tools(mcp_url, token)
-            if name in tools and (description is None or tools[name].description == description):
+            if name in tools and (description is None or (tools[name].description or "").endswith(description)):
                 return tools
             await anyio.sleep(0.1)
 
@@ -100,6 +100,7 @@ async def test_registered_adapter_is_quarantined_until_accepted_then_served_like
     tools = await _until_listed(mcp_url, agent_key, "expenses_submit")
     assert EXPENSE_TOOLS <= set(tools)
     assert tools["expenses_submit"].input_schema["additionalProperties"] is False
+    assert (tools["expenses_submit"].description or "").startswith("Requests approval; nothing happens until")
     async with agent(mcp_url, agent_key) as client:
         listed = payload(await client.call_tool("expenses_list", {}))
         submission = {"title": "Train to Lyon", "amount_cents": 8_900, "currency": "EUR"}
