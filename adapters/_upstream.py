@@ -23,9 +23,9 @@ from gateway.errors import (
     UpstreamRefusedError,
     UpstreamUnavailableError,
 )
-from gateway.tool import StatusLookup, WriteStatus
+from gateway.tool import StatusLookup, WriteContract, WriteStatus
 
-__all__ = ["lookup_by_key", "path", "request_json", "status_by_key"]
+__all__ = ["keyed_contract", "lookup_by_key", "path", "request_json", "status_by_key"]
 
 SUBJECT_HEADER = "x-countersign-subject"
 ORG_HEADER = "x-countersign-org"
@@ -87,6 +87,18 @@ async def lookup_by_key(
         return WriteStatus(state="refused", detail=body)
     reference = answer.get(reference_field)
     return WriteStatus(state="applied", reference=reference if isinstance(reference, str) else None, detail=body)
+
+
+def keyed_contract(reference_field: str, *, key_retention_seconds: float = 86400.0) -> WriteContract:
+    """The write contract of a backend that dedupes on ``Idempotency-Key`` and answers
+    ``GET /idempotency/{key}``; 400/404/409/422 mean "not applied" (the demo backends' contract)."""
+    return WriteContract(
+        dedupes_on_key=True,
+        key_retention_seconds=key_retention_seconds,
+        status_lookup=status_by_key(reference_field),
+        reference_field=reference_field,
+        not_applied_statuses=frozenset({400, 404, 409, 422}),
+    )
 
 
 def status_by_key(reference_field: str, path_template: str = "/idempotency/{key}") -> StatusLookup:

@@ -4,7 +4,7 @@ Customer names and customer notes are third-party text (`Untrusted`); the model 
 facts (items, amounts, status) and that a note exists, never its words.
 
 A refund only ever runs from an approved card, with the card's key as ``Idempotency-Key``; the
-backend keeps a record per key, which `status_by_key` reads when an answer was lost. Large refunds
+backend keeps a record per key, which `keyed_contract` reads when an answer was lost. Large refunds
 need a second approver. The refund reason is the agent's own words, and no summary quotes it.
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters._upstream import path, request_json, status_by_key
+from adapters._upstream import keyed_contract, path, request_json
 from gateway.context import ToolContext
-from gateway.tool import Access, Approval, Escalation, Mode, Tool, WriteContract
+from gateway.tool import Access, Approval, Escalation, Mode, Tool
 from gateway.untrusted import WITHHELD, Untrusted
 
 __all__ = ["TOOLS"]
@@ -147,13 +147,7 @@ TOOLS: tuple[Tool, ...] = (
         access=Access.roles("support"),
         execute=_refund,
         preflight=_order_exists,
-        write_contract=WriteContract(
-            dedupes_on_key=True,
-            key_retention_seconds=86400.0,
-            status_lookup=status_by_key("refund_id"),
-            reference_field="refund_id",
-            not_applied_statuses=frozenset({400, 404, 409, 422}),
-        ),
+        write_contract=keyed_contract("refund_id"),
         approval=Approval(
             approver_role="approver",
             required=1,

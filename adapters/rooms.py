@@ -5,7 +5,7 @@ that a slot is taken, never what someone wrote about it. The caller's own bookin
 third-party text and are shown as they are.
 
 The writes only ever run from an approved card, with the card's key as ``Idempotency-Key``; the
-backend keeps a record per key, which `status_by_key` reads when an answer was lost. A booking
+backend keeps a record per key, which `keyed_contract` reads when an answer was lost. A booking
 title is the agent's own words: approvers see it marked as such, and no summary quotes it.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from adapters._upstream import path, request_json, status_by_key
+from adapters._upstream import keyed_contract, path, request_json
 from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamProtocolError
-from gateway.tool import Access, Approval, Mode, Tool, WriteContract
+from gateway.tool import Access, Approval, Mode, Tool
 from gateway.untrusted import Untrusted
 
 __all__ = ["TOOLS"]
@@ -231,13 +231,7 @@ TOOLS: tuple[Tool, ...] = (
         access=_STAFF,
         execute=_book,
         preflight=_room_exists,
-        write_contract=WriteContract(
-            dedupes_on_key=True,
-            key_retention_seconds=86400.0,
-            status_lookup=status_by_key("booking_id"),
-            reference_field="booking_id",
-            not_applied_statuses=frozenset({400, 404, 409, 422}),
-        ),
+        write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
         summary=lambda args: f"Book {args.room_id} on {args.date.isoformat()} from {args.start} to {args.end}",
         agent_text_fields=frozenset({"title"}),
@@ -256,13 +250,7 @@ TOOLS: tuple[Tool, ...] = (
         access=_STAFF,
         execute=_cancel,
         preflight=_own_active_booking,
-        write_contract=WriteContract(
-            dedupes_on_key=True,
-            key_retention_seconds=86400.0,
-            status_lookup=status_by_key("booking_id"),
-            reference_field="booking_id",
-            not_applied_statuses=frozenset({400, 404, 409, 422}),
-        ),
+        write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
         summary=lambda args: f"Cancel booking {args.booking_id}",
     ),
