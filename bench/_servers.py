@@ -1,14 +1,20 @@
-"""The processes under test and their services: ``python -m bench._servers {backends,gateway,bare} ...``.
+"""The processes under test and their services: ``python -m bench._servers {backends,gateway,bare,bare-write} ...``.
 
 * ``backends``: the rooms and orders demo backends, both in one process and one event loop.
 * ``gateway``: Countersign as `gateway.app.create_app` builds it with default settings and the rooms and
   orders adapters (bearer-key auth, executor, audit XADD, and whatever else the default app runs).
+  ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``).
 * ``bare``: the floor the gateway is compared with. A low-level SDK `Server` behind the same
   `StreamableHTTPSessionManager` configuration the gateway uses (stateful, SSE-capable responses,
   DNS-rebinding protection for 127.0.0.1), with one tool that makes the identical backend GET with
   one shared `aiohttp.ClientSession`, appends one small audit entry with ``XADD``, and returns the
   backend's JSON. It registers ``get_tool_input_schema`` (the SDK's documented cheap path for the
   2026-07-28 ``Mcp-Param`` header check) so the SDK does not run ``tools/list`` inside every call.
+* ``bare-write``: the floor for a write proposal, on the same transport. Its tool ``rooms_book``
+  builds the `Proposal` the gateway would build for the same arguments (same fields and sizes),
+  calls `RedisLedger.propose` (the same Lua script), appends one small audit entry and returns the
+  agent's receipt (`card_for_agent`). ``rooms_book_checked`` first makes the same availability GET
+  the gateway's ``rooms_book`` makes as its preflight.
 
 Each prints one JSON line (``{"url": ..., "pid": ...}``) on stdout once it accepts connections, then
 serves until SIGTERM. Backend tokens come from the environment, never the command line.
@@ -116,7 +122,7 @@ async def _backends() -> None:
 # --- the gateway --------------------------------------------------------------------------------
 
 
-async def _gateway(redis_url: str, rooms_url: str, orders_url: str) -> None:
+async def _gateway(redis_url: str, rooms_url: str, orders_url: str, *, run_worker: bool = True) -> None:
     from starlette.datastructures import Secret
 
     from gateway.app import create_app
@@ -128,8 +134,9 @@ async def _gateway(redis_url: str, rooms_url: str, orders_url: str) -> None:
             "rooms": AdapterSettings(name="rooms", url=rooms_url, token=Secret(os.environ[ROOMS_TOKEN_ENV])),
             "orders": AdapterSettings(name="orders", url=orders_url, token=Secret(os.environ[ORDERS_TOKEN_ENV])),
         },
+        run_worker=run_worker,
     )
-    await _serve(create_app(settings))
+    await _serve(create_app(settings), run_worker=run_worker)
 
 
 # --- the bare SDK server ------------------------------------------------------------------------
@@ -145,16 +152,10 @@ class _Clients:
 
 def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     """A Starlette app serving one MCP tool over the gateway's transport configuration."""
-    import aiohttp
     import mcp_types as types
-    import redis.asyncio as aioredis
     from mcp.server.lowlevel import Server
-    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
     from mcp.shared.exceptions import MCPError
     from mcp_types.jsonrpc import INVALID_PARAMS
-    from starlette.applications import Starlette
-    from starlette.routing import Route
 
     clients = _Clients()
     tool = types.Tool(
@@ -189,6 +190,42 @@ def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
         on_call_tool=call_tool,
         get_tool_input_schema={TOOL_NAME: AVAILABILITY_SCHEMA}.get,
     )
+    return sdk_app(server, _open_clients(clients, redis_url, rooms_url, rooms_token))
+
+
+def _open_clients(
+    clients: _Clients, redis_url: str, rooms_url: str, rooms_token: str
+) -> Callable[[], contextlib.AbstractAsyncContextManager[None]]:
+    """Open the bare servers' shared aiohttp session and Redis client for the app's lifetime."""
+    import aiohttp
+    import redis.asyncio as aioredis
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[None]:
+        connector = aiohttp.TCPConnector(limit=200, limit_per_host=200)
+        async with aiohttp.ClientSession(
+            base_url=rooms_url,
+            connector=connector,
+            headers={"authorization": f"Bearer {rooms_token}"},
+            timeout=aiohttp.ClientTimeout(total=10.0, connect=2.0),
+        ) as http:
+            clients.http = http
+            clients.redis = aioredis.from_url(redis_url, decode_responses=False, health_check_interval=30)
+            try:
+                yield
+            finally:
+                await clients.redis.aclose()
+
+    return opened
+
+
+def sdk_app(server: Any, open_clients: Callable[[], contextlib.AbstractAsyncContextManager[None]]) -> Any:
+    """`server` behind the gateway's transport configuration, as a Starlette app serving ``/mcp``."""
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
@@ -201,20 +238,8 @@ def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=200, limit_per_host=200)
-        async with aiohttp.ClientSession(
-            base_url=rooms_url,
-            connector=connector,
-            headers={"authorization": f"Bearer {rooms_token}"},
-            timeout=aiohttp.ClientTimeout(total=10.0, connect=2.0),
-        ) as http:
-            clients.http = http
-            clients.redis = aioredis.from_url(redis_url, decode_responses=False, health_check_interval=30)
-            try:
-                async with manager.run():
-                    yield
-            finally:
-                await clients.redis.aclose()
+        async with open_clients(), manager.run():
+            yield
 
     endpoint = StreamableHTTPASGIApp(manager)
     return Starlette(routes=[Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])], lifespan=lifespan)
@@ -222,6 +247,105 @@ def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
 
 async def _bare(redis_url: str, rooms_url: str) -> None:
     await _serve(bare_app(redis_url, rooms_url, os.environ[ROOMS_TOKEN_ENV]))
+
+
+# --- the bare write server ----------------------------------------------------------------------
+
+WRITE_TOOL = "rooms_book"
+CHECKED_WRITE_TOOL = "rooms_book_checked"
+BARE_KEY_ID = "key_000000bench"
+"""The requester key id the bare server puts on its cards (the length of a real key id)."""
+
+
+def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
+    """A Starlette app whose tools file one approval card per call, through the gateway's own ledger."""
+    import hashlib
+
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import INVALID_PARAMS
+
+    from adapters.rooms import TOOLS
+    from gateway.ledger import Proposal, RedisLedger
+    from gateway.receipts import card_for_agent
+    from gateway.tool import definition_hash
+
+    book = next(tool for tool in TOOLS if tool.name == WRITE_TOOL)
+    approval = book.approval
+    if approval is None:
+        raise RuntimeError(f"{WRITE_TOOL} has no approval policy")
+    tool_version = definition_hash(book)  # what the gateway stores as the card's tool_version
+    schema = book.arguments.model_json_schema()
+    clients = _Clients()
+    ledgers: list[RedisLedger] = []
+    definitions = [
+        types.Tool(name=name, description=book.description, input_schema=schema)
+        for name in (WRITE_TOOL, CHECKED_WRITE_TOOL)
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=definitions)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name not in (WRITE_TOOL, CHECKED_WRITE_TOOL):
+            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name}")
+        args = {key: str(value) for key, value in (params.arguments or {}).items()}
+        if params.name == CHECKED_WRITE_TOOL:  # the gateway's preflight: the room must exist
+            url = f"/rooms/{quote(args['room_id'], safe='')}/availability"
+            headers = {"x-countersign-subject": SUBJECT, "x-countersign-org": ORG}
+            async with clients.http.get(url, params={"date": args["date"]}, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    text = json.dumps({"error": f"backend answered {response.status}"})
+                    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+        canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        args_hash = hashlib.sha256(f"{WRITE_TOOL}\n{tool_version}\n{canonical}".encode()).hexdigest()
+        proposal = Proposal(
+            tool=WRITE_TOOL,
+            tool_version=tool_version,
+            arguments=args,
+            args_hash=args_hash,
+            requester_subject=SUBJECT,
+            requester_org=ORG,
+            requester_key_id=BARE_KEY_ID,
+            requester_roles=frozenset({"staff"}),
+            approvals_required=approval.required,
+            approver_role=approval.approver_role,
+            summary=f"Book {args['room_id']} on {args['date']} from {args['start']} to {args['end']}",
+            agent_text={"title": args["title"]},
+            decide_within_ms=int(approval.decide_within_seconds * 1000),
+            execute_within_ms=int(approval.execute_within_seconds * 1000),
+            dedupe_key=f"{ORG}|{SUBJECT}|{WRITE_TOOL}|{args_hash}",
+        )
+        created = await ledgers[0].propose(proposal)
+        if created.card is None:
+            raise RuntimeError(f"ledger answered {created.status} to a proposal")
+        await clients.redis.xadd(BARE_AUDIT_STREAM, {"action": "card.propose", "tool": WRITE_TOOL, "outcome": "ok"})
+        receipt = card_for_agent(created.card, existing=created.status == "EXISTING")
+        text = json.dumps(receipt, ensure_ascii=False, separators=(",", ":"))
+        return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=receipt)
+
+    server: Server[Any] = Server(
+        "bare-write",
+        version="0",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema={WRITE_TOOL: schema, CHECKED_WRITE_TOOL: schema}.get,
+    )
+    open_clients = _open_clients(clients, redis_url, rooms_url, rooms_token)
+
+    @contextlib.asynccontextmanager
+    async def opened() -> AsyncIterator[None]:
+        async with open_clients():
+            ledgers.append(RedisLedger(clients.redis))
+            yield
+
+    return sdk_app(server, opened)
+
+
+async def _bare_write(redis_url: str, rooms_url: str) -> None:
+    await _serve(bare_write_app(redis_url, rooms_url, os.environ[ROOMS_TOKEN_ENV]))
 
 
 # --- entry point --------------------------------------------------------------------------------
@@ -243,17 +367,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     sub = parser.add_subparsers(dest="kind", required=True)
     sub.add_parser("backends")
-    for kind in ("gateway", "bare"):
+    for kind in ("gateway", "bare", "bare-write"):
         each = sub.add_parser(kind)
         each.add_argument("--redis-url", required=True)
         each.add_argument("--rooms-url", required=True)
         each.add_argument("--orders-url", required=kind == "gateway")
+        if kind == "gateway":
+            each.add_argument("--no-worker", action="store_true", help="Settings(run_worker=False)")
     args = parser.parse_args(argv)
     try:
         if args.kind == "backends":
             coroutine = _backends()
         elif args.kind == "gateway":
-            coroutine = _gateway(args.redis_url, args.rooms_url, args.orders_url)
+            coroutine = _gateway(args.redis_url, args.rooms_url, args.orders_url, run_worker=not args.no_worker)
+        elif args.kind == "bare-write":
+            coroutine = _bare_write(args.redis_url, args.rooms_url)
         else:
             coroutine = _bare(args.redis_url, args.rooms_url)
         run_loop(coroutine, args.loop)

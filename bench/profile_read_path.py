@@ -75,8 +75,8 @@ def record(stack: Stack, server: str, seconds: int, concurrency: int, out: Path,
     return float(result["server_cpu_us_per_call"])
 
 
-def buckets(path: Path) -> tuple[Counter[str], int]:
-    """Samples per bucket, and the total, from a py-spy raw (collapsed) file."""
+def buckets(path: Path, table: Sequence[tuple[str, str]] = BUCKETS) -> tuple[Counter[str], int]:
+    """Samples per bucket of `table` (label, pattern; first match wins), and the total, from a py-spy raw file."""
     counts: Counter[str] = Counter()
     total = 0
     for line in path.read_text().splitlines():
@@ -84,7 +84,7 @@ def buckets(path: Path) -> tuple[Counter[str], int]:
         if not number.isdigit():
             continue
         total += int(number)
-        label = next((label for label, pattern in BUCKETS if re.search(pattern, stack)), BUCKETS[-1][0])
+        label = next((label for label, pattern in table if re.search(pattern, stack)), table[-1][0])
         counts[label] += int(number)
     return counts, total
 
