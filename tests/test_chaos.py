@@ -120,7 +120,12 @@ async def test_worker_killed_after_dispatch_ends_with_exactly_one_effect(
     assert approved.ok
 
     with _worker(tmp_path, redis_url, clean_backends, "first") as first:
-        await _until(ledger, card_id, lambda c: c.state is CardState.EXECUTING and c.dispatched, timeout=20)
+        sent = await _until(ledger, card_id, lambda c: c.state is CardState.EXECUTING and c.dispatched, timeout=20)
+        # Kill only once the backend has the request: DISPATCHED is recorded just before sending.
+        requests = clean_backends["rooms"].app.state.service.requests
+        with anyio.fail_after(10):
+            while not any(r.headers.get("idempotency-key") == sent.idempotency_key for r in list(requests)):
+                await anyio.sleep(0.01)
         first.send_signal(signal.SIGKILL)
         assert first.wait(timeout=10) == -signal.SIGKILL
 

@@ -4,14 +4,14 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card's hash, its event stream and its
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string), its event list and its
 applied-transition record share the tag of its shard with the shard's outbox stream, open-card
 (dedupe) hash, index and timers, so every script touches exactly one slot (Redis Cluster safe).
 The shard of a card is chosen from its dedupe key, so an identical proposal always lands where
 the open card it duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
-version, and appends a hash-chained event to the card's stream. A retried call with the same
+version, and appends a hash-chained event to the card's list. A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
 """
@@ -120,9 +120,11 @@ class RedisLedger:
 
     async def propose(self, proposal: Proposal) -> Transition:
         """Create a PENDING card, or return the open card with the same dedupe key (``EXISTING``)."""
-        shard = int(hashlib.sha256(proposal.dedupe_key.encode()).hexdigest()[:8], 16) % SHARDS
+        # The dedupe key is stored hashed: fixed and short (it sits in the shard's open-card hash).
+        dedupe = hashlib.sha256(proposal.dedupe_key.encode()).hexdigest()[:32]
+        shard = int(dedupe[:8], 16) % SHARDS
         card_id = f"crd_{shard}_{secrets.token_hex(16)}"
-        fields = {
+        fields: dict[str, str] = {
             "card_id": card_id,
             "tool": proposal.tool,
             "tool_version": proposal.tool_version,
@@ -132,11 +134,11 @@ class RedisLedger:
             "requester_org": proposal.requester_org,
             "requester_key_id": proposal.requester_key_id,
             "requester_roles": ",".join(sorted(proposal.requester_roles)),
-            "approvals_required": proposal.approvals_required,
+            "approvals_required": str(proposal.approvals_required),
             "approver_role": proposal.approver_role,
             "summary": proposal.summary,
             "agent_text": _canonical(proposal.agent_text),
-            "execute_within_ms": proposal.execute_within_ms,
+            "execute_within_ms": str(proposal.execute_within_ms),
             # Minted once, here, and stored before anything is sent; never regenerated.
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
@@ -144,7 +146,7 @@ class RedisLedger:
         result = _transition(
             await self._scripts["create"](
                 keys=self._keys(card_id, shard),
-                args=[secrets.token_hex(12), json.dumps(fields), proposal.dedupe_key, proposal.decide_within_ms],
+                args=[secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
             )
         )
         if result.status == "EXISTING":
@@ -199,15 +201,15 @@ class RedisLedger:
         shard = card_shard(card_id)
         if shard is None:
             return None
-        fields: Any = await self._client.hgetall(self._keys(card_id, shard)[0])
-        return _card({_text(k): _text(v) for k, v in fields.items()}) if fields else None
+        raw: Any = await self._client.get(self._keys(card_id, shard)[0])
+        return _card(json.loads(raw)) if raw else None
 
     async def events(self, card_id: str) -> list[CardEvent]:
         shard = card_shard(card_id)
         if shard is None:
             return []
-        entries: Any = await self._client.xrange(self._keys(card_id, shard)[1])
-        return [_event({_text(k): _text(v) for k, v in fields.items()}) for _id, fields in entries]
+        entries: Any = await self._client.lrange(self._keys(card_id, shard)[1], 0, -1)
+        return [_event(json.loads(entry)) for entry in entries]
 
     async def recent(self, *, limit: int = 200) -> list[Card]:
         """The newest cards of every shard, newest first."""
