@@ -12,7 +12,7 @@ uvloop, every answer checked), for the three things the write path does:
 * ``{"cmd": "approve", "url", "token", "cards": [[card_id, version, args_hash], ...], "concurrency",
   "server_pid", "service_pids", "watch_redis_url"?}``: approve every card once through the admin API
   (``POST /admin/api/cards/{id}/approve``); a success is HTTP 200 with code OK and the card APPROVED.
-  With ``watch_redis_url`` each approver then follows the card's event stream (``XREAD BLOCK``) until
+  With ``watch_redis_url`` each approver then follows the card's event list (polled every 1 ms) until
   the card reaches an outcome, and the time from the approve call returning to that event arriving
   is its approval-to-outcome latency.
 * ``{"cmd": "verify", "url", "token", "tool", "label"}``: one proposal through the official
@@ -257,19 +257,24 @@ async def _approve_one(
 
 
 async def _watch(redis: Any, events_key: str) -> tuple[str, float | None]:
-    """Follow a card's event stream until it reaches an outcome: (state, ledger ms approved->outcome)."""
-    last_id, approved_at = "0-0", None
+    """Follow a card's event list until it reaches an outcome: (state, ledger ms approved->outcome).
+
+    The history is a Redis list (see gateway/ledger/_lua.py), which cannot be read blocking, so it is
+    polled every millisecond; that bounds the resolution of the client-side outcome latency.
+    """
+    seen, approved_at = 0, None
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
     while time.perf_counter() < deadline:
-        answer = await redis.xread({events_key: last_id}, block=int(OUTCOME_TIMEOUT_SECONDS * 1000), count=16)
-        for _stream, entries in answer or []:
-            for entry_id, fields in entries:
-                last_id = entry_id
-                if fields.get("type") == "approved":
-                    approved_at = int(fields["at"])
-                if fields.get("state") in OUTCOME_STATES:
-                    ledger_ms = int(fields["at"]) - approved_at if approved_at is not None else None
-                    return fields["state"], ledger_ms
+        entries = await redis.lrange(events_key, seen, -1)
+        seen += len(entries)
+        for raw in entries:
+            fields = json.loads(raw)
+            if fields.get("type") == "approved":
+                approved_at = int(fields["at"])
+            if fields.get("state") in OUTCOME_STATES:
+                ledger_ms = int(fields["at"]) - approved_at if approved_at is not None else None
+                return fields["state"], ledger_ms
+        await asyncio.sleep(0.001)
     return "timeout", None
 
 
