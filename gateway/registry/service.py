@@ -99,6 +99,14 @@ class RegistryService:
         for index, tool in enumerate(manifest.tools):
             if not tool.name.startswith(f"{name}_"):
                 problems.append(f"tools[{index}].name: must start with {name}_")
+        # A manifest names secrets by reference only, and only in its own namespace: otherwise a
+        # service could have the gateway send it any secret of the gateway's environment.
+        namespace = f"{name.upper()}_"
+        references = {"credential.secret_env": manifest.credential.secret_env if manifest.credential else None,
+                      "signing_secret_env": manifest.signing_secret_env}  # fmt: skip
+        for where, reference in references.items():
+            if reference is not None and not reference.startswith(namespace):
+                problems.append(f"{where}: secret references of adapter {name} must start with {namespace}")
         problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
         if not problems:
             try:
