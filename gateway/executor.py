@@ -90,8 +90,22 @@ class Executor:
     # -- the agent's path --------------------------------------------------------------------------
 
     async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
-        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event."""
+        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
+
+        A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
+        answered with that code: the caller never sees a stack trace.
+        """
         started = self._clock()
+        try:
+            return await self._execute(principal, name, arguments, started)
+        except Exception:
+            logger.exception("tool %s failed unexpectedly", name)
+            failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
+            return await self._refuse(principal, name, failure, started, ran=True)
+
+    async def _execute(
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float
+    ) -> Envelope:
         toolbox = self._tools.current()
         tool = toolbox.get(name)
 

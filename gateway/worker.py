@@ -76,6 +76,11 @@ class Worker:
             except (RedisError, OSError) as error:
                 logger.error("worker step failed (%s: %s); retrying", type(error).__name__, error)
                 await asyncio.sleep(1.0)
+            except Exception:
+                # A bug must not stop the worker. A card it left mid-way is safe: its lease runs
+                # out and the sweeper recovers it (APPROVED if nothing was sent, else UNKNOWN).
+                logger.exception("worker step failed unexpectedly; continuing")
+                await asyncio.sleep(1.0)
             if pause:
                 await asyncio.sleep(pause)
 

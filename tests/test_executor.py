@@ -151,3 +151,16 @@ async def test_untrusted_text_is_withheld_from_the_model_even_when_the_projectio
     assert HOSTILE in envelope.for_human()
     assert HOSTILE not in repr(envelope)
     assert all(HOSTILE not in json.dumps(e.to_fields()) for e in audit.events)
+
+
+async def test_a_bug_in_an_adapter_is_an_internal_error_not_a_stack_trace() -> None:
+    """An unexpected exception becomes INTERNAL_ERROR, audited; nothing of the exception leaks."""
+
+    async def broken(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
+        raise KeyError("secret internal detail")
+
+    executor, audit = _executor(read_tool(execute=broken))
+    envelope = await executor.execute(STAFF, "demo_echo", {"text": "x"})
+    assert envelope.code is Code.INTERNAL_ERROR
+    assert "secret internal detail" not in json.dumps(envelope.for_model())
+    assert (audit.events[-1].outcome, audit.events[-1].code) == ("error", "INTERNAL_ERROR")
