@@ -287,6 +287,12 @@ class Executor:
 
         # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
         dispatched = await ledger.dispatch(card.card_id, fence=card.fence)
+        if dispatched.status == "ERR_NOT_DURABLE":
+            # DISPATCHED is not on disk: sending now could not be accounted for after a crash.
+            released = await ledger.release(card.card_id, fence=card.fence, reason="ledger fsync unconfirmed",
+                                            requeue_ms=backoff_ms(card.attempts))  # fmt: skip
+            await self._record_card(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
+            return released.card
         if dispatched.status != "OK":
             return dispatched.card  # the lease was lost: another worker owns the card now
 

@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from _cards import PROPOSAL
 from _redis_server import free_port, start_redis_server
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -24,6 +26,7 @@ from redis.asyncio import Redis
 
 from gateway.embedded import DurabilityReport, check_durability, embedded_redis, embedded_redis_sync
 from gateway.errors import ConfigError
+from gateway.ledger import RedisLedger
 
 pytestmark = pytest.mark.anyio
 
@@ -268,3 +271,22 @@ async def test_serve_waits_for_a_cli_owner_and_then_owns_the_server(data_dir: Pa
                 await anyio.sleep(0.01)
             await cli_command.aclose()
     assert outcome == [(True, b"1")]
+
+
+@pytest.mark.anyio
+async def test_dispatch_is_confirmed_on_disk_by_the_embedded_server(tmp_path: Path) -> None:
+    """The embedded Valkey has WAITAOF: DISPATCHED is fsynced before the ledger lets a write go."""
+    async with embedded_redis(tmp_path / "data", owner="serve") as handle:
+        client = Redis.from_url(handle.url)
+        try:
+            ledger = RedisLedger(client)
+            created = await ledger.propose(replace(PROPOSAL, dedupe_key="fsync"))
+            assert created.card is not None
+            card_id = created.card.card_id
+            await ledger.approve(card_id, approver="root@acme.example", version=1, args_hash="h1", comment="")
+            claim = await ledger.claim(card_id, worker="w", lease_ms=5000)
+            assert claim.card is not None
+            dispatched = await ledger.dispatch(card_id, fence=claim.card.fence)
+            assert dispatched.status == "OK" and ledger._waitaof is True
+        finally:
+            await client.aclose()

@@ -91,6 +91,7 @@ class RedisLedger:
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
+        self._waitaof: bool | None = None  # learnt on first use: does the server have WAITAOF?
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -176,7 +177,30 @@ class RedisLedger:
         return await self._run("claim_resend", card_id, worker, lease_ms)
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
-        return await self._run("dispatch", card_id, fence)
+        """Record DISPATCHED, and make sure it is on disk before the caller sends anything.
+
+        With ``appendfsync always`` the reply already means "on disk". Otherwise, on servers that
+        have ``WAITAOF`` (Redis 7.2+, Valkey), wait for the local fsync; if it is not confirmed the
+        answer is ``ERR_NOT_DURABLE`` and nothing may be sent. Servers without ``WAITAOF`` are
+        trusted as configured (the durability check still requires the append-only file).
+        """
+        result = await self._run("dispatch", card_id, fence)
+        if result.status == "OK" and not await self._fsynced():
+            return Transition(status="ERR_NOT_DURABLE", card=result.card, extra={})
+        return result
+
+    async def _fsynced(self) -> bool:
+        if self._waitaof is False:
+            return True
+        try:
+            answer: Any = await self._client.execute_command("WAITAOF", 1, 0, 1000)  # type: ignore[no-untyped-call]
+        except aioredis.ResponseError as error:
+            if "unknown command" not in str(error).lower():
+                raise
+            self._waitaof = False  # Redis 7.0 and older: no way to ask
+            return True
+        self._waitaof = True
+        return int(answer[0]) >= 1
 
     async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
                        evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
