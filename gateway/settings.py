@@ -87,7 +87,7 @@ class Settings:
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
     """How long a worker owns a claimed card; past it another worker recovers the card."""
-    secrets: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Where credential references of registered adapters (``secret_env``) resolve: the environment."""
     registry_allowed_base_urls: tuple[str, ...] = ("http://127.0.0.1:*",)
     """Base URLs registered adapters may use (fnmatch patterns on ``scheme://host:port``)."""
@@ -134,7 +134,7 @@ class Settings:
             raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
         gateway = document.get("gateway", {})
         adapters = _adapters(document.get("adapters"), environ)
-        orgs = _orgs(document.get("orgs"), adapters)
+        orgs = _orgs(document.get("orgs"))
         allowed = gateway.get("allowed_hosts")
         try:
             return cls(
@@ -185,7 +185,7 @@ def _adapters(section: Any, environ: Mapping[str, str]) -> dict[str, AdapterSett
     return adapters
 
 
-def _orgs(section: Any, adapters: Mapping[str, AdapterSettings]) -> tuple[OrgSettings, ...]:
+def _orgs(section: Any) -> tuple[OrgSettings, ...]:
     if section is None:
         return DEMO_ORGS
     orgs = []

@@ -1,0 +1,58 @@
+"""Settings are read once from a mapping and a TOML file; secrets never show in their repr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.settings import Settings
+
+
+def test_environment_and_config_file_are_read_once_into_frozen_settings(tmp_path: Path) -> None:
+    """Adapters, orgs, roles, tokens by reference, registry allowlist; demo off with a config file."""
+    config = tmp_path / "countersign.toml"
+    config.write_text(
+        """
+[gateway]
+port = 9000
+lease_seconds = 5
+
+[adapters.rooms]
+url = "https://rooms.internal.example"
+token_env = "ROOMS_TOKEN"
+
+[orgs.acme]
+adapters = ["rooms", "expenses"]
+roles = ["staff"]
+
+[registry]
+allowed_base_urls = ["https://*.internal.example:443"]
+"""
+    )
+    settings = Settings.load({"ROOMS_TOKEN": "s3cret", "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, config)
+    assert (settings.port, settings.lease_seconds, settings.redis_url) == (9000, 5.0, "redis://r:6379/0")
+    assert str(settings.adapters["rooms"].token) == "s3cret" and settings.demo is False
+    assert settings.grants.enabled("acme", "expenses") and settings.grants.enabled("acme", "approvals")
+    assert settings.registry_allowed_base_urls == ("https://*.internal.example:443",)
+    assert "s3cret" not in repr(settings)
+
+
+def test_without_a_config_file_it_is_the_demo(tmp_path: Path) -> None:
+    """No file: demo mode with the demo orgs."""
+    settings = Settings.load({})
+    assert settings.demo and {org.name for org in settings.orgs} == {"acme", "globex"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['[adapters.rooms]\ntoken_env = "MISSING"\n', "[nonsense]\n", "not toml at all ["],
+)
+def test_bad_configuration_is_a_config_error(tmp_path: Path, text: str) -> None:
+    """A token_env that is not set, an unknown section or unreadable TOML is refused clearly."""
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        Settings.load({}, config)
+    assert str(caught.value)
