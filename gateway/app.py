@@ -28,6 +28,7 @@ from gateway.auth import BearerAuth
 from gateway.backend import AiohttpBackend, BackendClient
 from gateway.cards import CardService
 from gateway.catalog import Catalog
+from gateway.console import console_routes
 from gateway.errors import ConfigError, UpstreamError
 from gateway.executor import Executor
 from gateway.identity import IdentityHeaders
@@ -258,6 +259,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             # The adapter review routes sit under /admin/api too, so they are matched first.
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
             *admin_routes(cards, keys=gateway.keys, audit=gateway.audit),
+            *console_routes(),
         ],
         lifespan=lifespan,
     )

@@ -53,6 +53,7 @@ LAYERS: dict[str, int] = {
     # 1. surfaces and the composition root
     "gateway.auth": 1,
     "gateway.admin_api": 1,
+    "gateway.console": 1,
     "gateway.worker": 1,
     "gateway.mcp_surface": 1,
     "gateway.settings": 1,

@@ -1,0 +1,691 @@
+// Countersign admin console. Vanilla JS, no build step, no third-party code.
+//
+// Everything shown comes from the admin API and is treated as hostile: the agent's own words,
+// arguments, adapter descriptions and diffs. Data only ever becomes text nodes (see `el` and
+// `append`); this file never parses a string as HTML. The admin key lives in sessionStorage
+// and leaves the tab only as the Authorization header of requests to this gateway's API.
+"use strict";
+
+(() => {
+  const KEY_STORAGE = "countersign.adminKey";
+  const API = "api/"; // relative to /admin/, so a gateway behind a path prefix works too
+  const LIST_LIMIT = 200;
+  const STATES = [
+    "PENDING", "NEEDS_RECONCILIATION", "APPROVED", "EXECUTING", "UNKNOWN",
+    "SUCCEEDED", "FAILED", "REJECTED", "CANCELLED", "EXPIRED",
+  ];
+  const KEY_SHAPE = /^[\x21-\x7e]{8,512}$/;
+  const ATTRIBUTES = new Set([
+    "id", "href", "type", "for", "name", "value", "placeholder", "rows", "title", "role",
+    "required", "disabled", "open", "colspan", "autocomplete", "spellcheck", "maxlength", "selected",
+  ]);
+
+  // Characters a reader does not see: controls (but newline and tab), format characters (bidi
+  // overrides, zero-width, tag characters), private use, line/paragraph separators, variation
+  // selectors and invisible fillers. Shown as visible marks, so the admin reads what the text holds.
+  const HIDDEN = /[\p{Cc}\p{Cf}\p{Co}\p{Zl}\p{Zp}\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f\u{e0100}-\u{e01ef}]/gu;
+
+  class SignedOut extends Error {}
+
+  let adminKey = null;
+  let renderToken = 0; // a view renders only if no newer navigation happened while it waited
+
+  const $ = (id) => document.getElementById(id);
+
+  // An event handler that may call the API: signing out midway is not an error, anything else is shown.
+  const guarded = (handler) => async (event) => {
+    try {
+      await handler(event);
+    } catch (error) {
+      if (!(error instanceof SignedOut)) showNotice("error", "The console failed: " + String(error && error.message));
+    }
+  };
+
+  // -- DOM building: data always becomes text ------------------------------------------------------
+
+  function reveal(text) {
+    const fragment = document.createDocumentFragment();
+    let last = 0;
+    for (const match of text.matchAll(HIDDEN)) {
+      const char = match[0];
+      if (char === "\n" || char === "\t") continue;
+      if (match.index > last) fragment.append(document.createTextNode(text.slice(last, match.index)));
+      const code = char.codePointAt(0).toString(16).toUpperCase().padStart(4, "0");
+      const mark = document.createElement("span");
+      mark.className = "hidden-char";
+      mark.title = "invisible character";
+      mark.textContent = "U+" + code;
+      fragment.append(mark);
+      last = match.index + char.length;
+    }
+    if (last < text.length) fragment.append(document.createTextNode(text.slice(last)));
+    return fragment;
+  }
+
+  function append(node, children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : reveal(String(child)));
+    }
+    return node;
+  }
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else if (name.startsWith("data-") || name.startsWith("aria-") || ATTRIBUTES.has(name)) {
+        if (name === "href" && !String(value).startsWith("#")) throw new Error("only in-page links");
+        node.setAttribute(name, value === true ? "" : String(value));
+      } else throw new Error("attribute not allowed: " + name);
+    }
+    return append(node, children);
+  }
+
+  const json = (value) => JSON.stringify(value, null, 2);
+  const mono = (text) => el("code", null, text);
+
+  function when(iso) {
+    if (!iso) return "—";
+    const at = new Date(iso);
+    if (Number.isNaN(at.getTime())) return String(iso);
+    const minutes = Math.round((at.getTime() - Date.now()) / 60000);
+    const span = Math.abs(minutes);
+    const amount = span < 60 ? `${span} min` : span < 2880 ? `${Math.floor(span / 60)} h ${span % 60} min`
+      : `${Math.floor(span / 1440)} days`;
+    const relative = minutes === 0 ? "now" : minutes > 0 ? "in " + amount : amount + " ago";
+    return `${at.toLocaleString()} (${relative})`;
+  }
+
+  function fields(pairs) {
+    return el("dl", { class: "fields" },
+      pairs.filter(Boolean).map(([label, value]) => [el("dt", null, label), el("dd", null, value)]));
+  }
+
+  // -- notices --------------------------------------------------------------------------------------
+
+  function notice(kind, text, problems) {
+    return el("div", { class: "notice " + kind, role: kind === "ok" ? "status" : "alert" },
+      el("p", null, text),
+      problems && problems.length ? el("ul", null, problems.map((p) => el("li", null, String(p)))) : null);
+  }
+
+  function showNotice(kind, text, problems) {
+    const box = $("notice");
+    box.replaceChildren(notice(kind, text, problems));
+    box.hidden = false;
+  }
+
+  function clearNotice() {
+    $("notice").replaceChildren();
+    $("notice").hidden = true;
+  }
+
+  function errorText(res, what) {
+    if (res.network) return "The gateway did not answer (network error); nothing is known to have changed.";
+    const error = res.body && typeof res.body.error === "object" && res.body.error ? res.body.error : {};
+    const message = typeof error.message === "string" ? error.message : "";
+    switch (res.status) {
+      case 403:
+        return "Not allowed: " + (message || "your key lacks the role for this") + ".";
+      case 404:
+        return `Not found: ${message || "no such " + what} (one of another org answers the same way).`;
+      case 409:
+        return "Conflict: " + message + ".";
+      case 422:
+        return "Refused as invalid: " + message;
+      case 503:
+        return "The ledger is unavailable: " + message;
+      default:
+        return `Unexpected answer ${res.status}` + (message ? ": " + message : ".");
+    }
+  }
+
+  const problemsOf = (res) => (res.body && res.body.error && Array.isArray(res.body.error.problems)
+    ? res.body.error.problems : null);
+
+  // -- the API --------------------------------------------------------------------------------------
+
+  async function api(method, path, body) {
+    if (!adminKey) throw new SignedOut();
+    const init = {
+      method,
+      headers: { Authorization: "Bearer " + adminKey, Accept: "application/json" },
+      cache: "no-store",
+      credentials: "omit",
+      redirect: "error",
+      referrerPolicy: "no-referrer",
+    };
+    if (body !== undefined) {
+      init.headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(API + path, init);
+    } catch {
+      return { status: 0, network: true, body: null };
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+    if (response.status === 401) {
+      signOut("The gateway refused this key (unknown, revoked, or not an admin key). Sign in again.");
+      throw new SignedOut();
+    }
+    return { status: response.status, body: data };
+  }
+
+  // -- session --------------------------------------------------------------------------------------
+
+  function useKey(key) {
+    adminKey = key;
+    sessionStorage.setItem(KEY_STORAGE, key);
+  }
+
+  function signOut(message) {
+    adminKey = null;
+    sessionStorage.removeItem(KEY_STORAGE);
+    renderToken += 1;
+    $("view").replaceChildren();
+    history.replaceState(null, "", location.pathname + location.search);
+    showSignIn();
+    if (message) showNotice("error", message);
+  }
+
+  // A link may carry a key once, as #key=...&next=/cards/<id>: it is taken out of the address bar
+  // and this history entry before anything renders, and ignored if the tab is already signed in.
+  function takeKeyFromFragment() {
+    if (!location.hash.startsWith("#key=")) return null;
+    const params = new URLSearchParams(location.hash.slice(1));
+    const key = (params.get("key") || "").trim();
+    const next = params.get("next") || "";
+    const target = /^\/(cards|adapters)([/?][\w\-.:=&%/]*)?$/.test(next) ? "#" + next : "#/cards";
+    history.replaceState(null, "", location.pathname + location.search + target);
+    if (adminKey) return "A key in the link was ignored: this tab is already signed in.";
+    if (!KEY_SHAPE.test(key)) return "The key in the link does not look like a key.";
+    useKey(key);
+    return null;
+  }
+
+  function showSignIn() {
+    $("sign-in").hidden = false;
+    $("view").hidden = true;
+    $("nav").hidden = true;
+    $("session").hidden = true;
+    $("key-input").focus();
+  }
+
+  function showSignedIn() {
+    clearNotice();
+    $("sign-in").hidden = true;
+    $("view").hidden = false;
+    $("nav").hidden = false;
+    $("session").hidden = false;
+    $("key-hint").textContent = "signed in, key …" + adminKey.slice(-4);
+  }
+
+  // -- routing --------------------------------------------------------------------------------------
+
+  async function route() {
+    if (!adminKey) {
+      showSignIn();
+      return;
+    }
+    if ($("view").hidden) showSignedIn();
+    const hash = location.hash;
+    const card = /^#\/cards\/([^/?]+)$/.exec(hash);
+    $("nav-cards").classList.toggle("current", hash.startsWith("#/cards"));
+    $("nav-adapters").classList.toggle("current", hash === "#/adapters");
+    try {
+      if (card) {
+        let cardId = null;
+        try {
+          cardId = decodeURIComponent(card[1]);
+        } catch {
+          cardId = null;
+        }
+        if (cardId === null) location.replace("#/cards");
+        else await cardView(cardId);
+      } else if (hash === "#/adapters") {
+        await adaptersView();
+      } else if (hash === "#/cards" || hash.startsWith("#/cards?")) {
+        const state = new URLSearchParams(hash.slice("#/cards".length).replace(/^\?/, "")).get("state");
+        await listView(state === null ? "PENDING" : state);
+      } else {
+        location.replace("#/cards");
+      }
+    } catch (error) {
+      if (!(error instanceof SignedOut)) {
+        showNotice("error", "The console failed: " + String(error && error.message ? error.message : error));
+      }
+    }
+  }
+
+  function startView(...children) {
+    renderToken += 1;
+    const view = $("view");
+    view.replaceChildren(...children.filter(Boolean));
+    return renderToken;
+  }
+
+  // -- the card list --------------------------------------------------------------------------------
+
+  async function listView(state) {
+    clearNotice();
+    const filter = el("select", {
+      id: "state-filter",
+      "aria-label": "state",
+      onchange: (event) => {
+        const value = event.target.value;
+        location.hash = "#/cards?state=" + encodeURIComponent(value);
+      },
+    },
+    [...STATES, ""].map((s) => el("option", { value: s, selected: s === state }, s || "all states")));
+    const body = el("div", { class: "loading" }, "Loading…");
+    const token = startView(
+      el("div", { class: "toolbar" },
+        el("h2", null, state ? `Cards: ${state}` : "Cards: all states"),
+        el("label", null, "Show ", filter),
+        el("button", { type: "button", onclick: () => route() }, "Reload")),
+      body);
+    const query = new URLSearchParams({ limit: String(LIST_LIMIT) });
+    if (state) query.set("state", state);
+    const res = await api("GET", "cards?" + query.toString());
+    if (token !== renderToken) return;
+    if (res.status !== 200) {
+      body.replaceWith(notice("error", errorText(res, "card"), problemsOf(res)));
+      return;
+    }
+    const cards = Array.isArray(res.body.cards) ? res.body.cards : [];
+    if (cards.length === 0) {
+      body.replaceWith(el("p", { class: "empty" }, "No cards of your org in this state."));
+      return;
+    }
+    const table = el("table", { class: "cards", id: "card-list" },
+      el("thead", null, el("tr", null,
+        ["Summary", "Tool", "Requester", "Approvals", "State", "Expires"].map((h) => el("th", null, h)))),
+      el("tbody", null, cards.map((card) => {
+        const approvals = card.approvals || {};
+        const expiry = card.state === "APPROVED" ? card.execute_by : card.decide_by;
+        return el("tr", { "data-card-id": card.card_id },
+          el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
+          el("td", null, mono(card.tool)),
+          el("td", null, card.requester),
+          el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
+          el("td", null, el("span", { class: "state state-" + card.state }, card.state)),
+          el("td", null, when(expiry)));
+      })));
+    const more = cards.length >= LIST_LIMIT ? el("p", { class: "hint" }, `Showing the newest ${LIST_LIMIT}.`) : null;
+    body.replaceWith(el("div", null, table, more));
+  }
+
+  // -- one card -------------------------------------------------------------------------------------
+
+  async function cardView(cardId) {
+    clearNotice();
+    const body = el("div", { class: "loading" }, "Loading…");
+    const token = startView(backLink(), body);
+    const res = await api("GET", "cards/" + encodeURIComponent(cardId));
+    if (token !== renderToken) return;
+    if (res.status !== 200) {
+      body.replaceWith(notice("error", errorText(res, "card"), problemsOf(res)));
+      return;
+    }
+    renderCard(res.body.card, null);
+  }
+
+  function backLink() {
+    return el("p", { class: "back" }, el("a", { href: "#/cards" }, "← Cards"));
+  }
+
+  function renderCard(card, message) {
+    const token = startView(backLink());
+    $("view").append(cardDetail(card, message, token));
+  }
+
+  function cardDetail(card, message, token) {
+    const approvals = card.approvals || {};
+    const requester = card.requester || {};
+    const rejection = card.rejection;
+    const agent = card.agent_text || {};
+    const agentFields = agent.fields && typeof agent.fields === "object" ? Object.entries(agent.fields) : [];
+    const evidence = card.evidence && typeof card.evidence === "object" ? card.evidence : {};
+    return el("article", { id: "card-detail", "data-card-id": card.card_id, "data-state": card.state },
+      el("div", { class: "toolbar" },
+        el("h2", null, card.summary || card.card_id),
+        el("button", { type: "button", onclick: () => route() }, "Reload")),
+      el("p", { class: "subtle" }, mono(card.tool), " ", card.tool_version ? `(${card.tool_version})` : "", " · ",
+        mono(card.card_id)),
+      message,
+      el("section", { class: "status" },
+        fields([
+          ["Decision", el("span", { class: "decision", id: "card-decision" }, card.decision)],
+          ["Outcome", el("span", { class: "outcome", id: "card-outcome" }, card.outcome)],
+          ["State", el("span", { class: "state state-" + card.state }, card.state)],
+          ["Version", mono(String(card.version))],
+          ["args_hash", mono(card.args_hash)],
+          ["Approvals", `${approvals.received} of ${approvals.required}` +
+            (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
+            (approvals.role ? ` (role ${approvals.role})` : "")],
+          ["Requester", `${requester.subject} (org ${requester.org}, key ${requester.key_id})`],
+          ["Created", when(card.created_at)],
+          ["Decide by", when(card.decide_by)],
+          ["Execute by", when(card.execute_by)],
+          ["Attempts", String(card.attempts)],
+          ["Idempotency key", mono(card.idempotency_key)],
+          ["Reference", card.reference === null || card.reference === undefined ? "—" : mono(card.reference)],
+          rejection ? ["Rejection", `by ${rejection.by}: ${rejection.reason}`] : null,
+        ])),
+      el("section", null,
+        el("h3", null, "Arguments"),
+        el("p", { class: "hint" }, "Canonical: exactly what the write runs with. The summary above is rendered by the gateway."),
+        el("pre", { class: "json", id: "card-arguments" }, json(card.arguments))),
+      el("section", { class: "untrusted", id: "agent-text" },
+        el("h3", null, "Untrusted — written by the requesting agent"),
+        el("p", { class: "untrusted-note" },
+          "The gateway says: ", agent.note || "do not follow instructions in it", "."),
+        agentFields.length === 0
+          ? el("p", { class: "empty" }, "The agent wrote nothing.")
+          : el("dl", { class: "fields" }, agentFields.map(([name, value]) => [
+            el("dt", null, name),
+            el("dd", null, el("pre", { class: "agent-words", "data-field": name }, String(value))),
+          ]))),
+      Object.keys(evidence).length
+        ? el("section", null, el("h3", null, "Evidence"), el("pre", { class: "json" }, json(evidence)))
+        : null,
+      actions(card, token),
+      historySection(card));
+  }
+
+  function historySection(card) {
+    const events = Array.isArray(card.events) ? card.events : [];
+    const chain = card.chain_valid
+      ? el("p", { class: "chain ok", id: "chain" }, "✓ History chain verified: every event is linked to the one before.")
+      : el("p", { class: "chain broken", id: "chain" },
+        "✗ History chain BROKEN: the events below were altered or lost. Do not rely on them.");
+    return el("section", null,
+      el("h3", null, "History"),
+      chain,
+      el("table", { class: "events" },
+        el("thead", null, el("tr", null,
+          ["#", "At", "Event", "Actor", "State", "Version", "Data"].map((h) => el("th", null, h)))),
+        el("tbody", null, events.map((event) => el("tr", null,
+          el("td", null, String(event.seq)),
+          el("td", null, when(event.at)),
+          el("td", null, mono(event.type)),
+          el("td", null, event.actor),
+          el("td", null, event.state),
+          el("td", null, String(event.version)),
+          el("td", null, event.data && Object.keys(event.data).length
+            ? el("pre", { class: "json small" }, json(event.data)) : "—"))))));
+  }
+
+  function actions(card, token) {
+    const path = "cards/" + encodeURIComponent(card.card_id);
+    const buttons = [];
+    const run = guarded(async ([verb, body]) => {
+      for (const button of document.querySelectorAll("#card-actions button")) button.disabled = true;
+      let res;
+      try {
+        res = await api("POST", `${path}/${verb}`, body);
+      } finally {
+        for (const button of document.querySelectorAll("#card-actions button")) button.disabled = false;
+      }
+      if (token !== renderToken) return;
+      actionResult(card, res);
+    });
+
+    if (card.state === "PENDING") {
+      const comment = el("input", { type: "text", id: "approve-comment", maxlength: 2000, placeholder: "comment (optional)" });
+      buttons.push(el("form", {
+        class: "action approve",
+        onsubmit: (event) => {
+          event.preventDefault();
+          // Exactly the version and args_hash on screen: a card that changed since is refused (409).
+          run(["approve", { version: card.version, args_hash: card.args_hash, comment: comment.value }]);
+        },
+      },
+      el("h4", null, "Approve"),
+      el("p", null, "Approve exactly what is shown above: version ", mono(String(card.version)), ", args_hash ",
+        mono(card.args_hash), "."),
+      comment,
+      el("button", { type: "submit", id: "approve-button", class: "primary" }, `Approve version ${card.version}`)));
+
+      const reason = el("textarea", { id: "reject-reason", rows: 2, maxlength: 2000, required: true,
+        placeholder: "reason (required, kept on the card)" });
+      buttons.push(el("form", {
+        class: "action reject",
+        onsubmit: (event) => {
+          event.preventDefault();
+          if (!reason.value.trim()) {
+            showNotice("error", "A rejection needs a reason.");
+            return;
+          }
+          run(["reject", { reason: reason.value }]);
+        },
+      },
+      el("h4", null, "Reject"),
+      reason,
+      el("button", { type: "submit", id: "reject-button", class: "danger" }, "Reject")));
+    }
+
+    if (card.state === "PENDING" || card.state === "APPROVED") {
+      buttons.push(el("div", { class: "action cancel" },
+        el("h4", null, "Cancel"),
+        el("p", null, "Withdraw the card before it runs."),
+        el("button", {
+          type: "button",
+          id: "cancel-button",
+          onclick: () => {
+            if (window.confirm("Cancel this card? It will not run.")) run(["cancel", {}]);
+          },
+        }, "Cancel card")));
+    }
+
+    if (card.state === "NEEDS_RECONCILIATION") {
+      const outcome = el("select", { id: "resolve-outcome", required: true },
+        el("option", { value: "" }, "choose the outcome…"),
+        el("option", { value: "SUCCEEDED" }, "SUCCEEDED: the write landed"),
+        el("option", { value: "FAILED" }, "FAILED: the write did not land"));
+      const evidence = el("textarea", { id: "resolve-evidence", rows: 4, required: true,
+        placeholder: '{"ticket": "OPS-12", "checked": "the backend\'s record"}' });
+      buttons.push(el("form", {
+        class: "action resolve",
+        onsubmit: (event) => {
+          event.preventDefault();
+          let parsed;
+          try {
+            parsed = JSON.parse(evidence.value);
+          } catch {
+            showNotice("error", "The evidence must be JSON.");
+            return;
+          }
+          if (!parsed || typeof parsed !== "object" || Array.isArray(parsed) || !Object.keys(parsed).length) {
+            showNotice("error", "The evidence must be a non-empty JSON object (what you checked, and where).");
+            return;
+          }
+          if (!outcome.value) {
+            showNotice("error", "Choose SUCCEEDED or FAILED.");
+            return;
+          }
+          run(["resolve", { outcome: outcome.value, evidence: parsed }]);
+        },
+      },
+      el("h4", null, "Resolve"),
+      el("p", null, "Nobody knows whether this write landed. Check the backend, then record what you found."),
+      outcome,
+      evidence,
+      el("button", { type: "submit", id: "resolve-button", class: "primary" }, "Resolve")));
+    }
+
+    if (buttons.length === 0) {
+      return el("section", { id: "card-actions" }, el("h3", null, "Actions"),
+        el("p", { class: "empty" }, `No admin action applies to a ${card.state} card.`));
+    }
+    return el("section", { id: "card-actions" },
+      el("h3", null, "Actions"),
+      card.chain_valid ? null : notice("error", "The history chain is broken: investigate before deciding."),
+      el("div", { class: "action-row" }, buttons));
+  }
+
+  function actionResult(previous, res) {
+    const body = res.body || {};
+    const current = body.card && typeof body.card === "object" ? body.card : null;
+    let message;
+    if (res.status === 200) {
+      message = notice("ok", typeof body.message === "string" ? body.message : "Done.");
+    } else if (res.status === 409) {
+      message = notice("warn", errorText(res, "card") +
+        (current ? " Below is the card as it is now: review it again before deciding." : ""));
+    } else {
+      message = notice("error", errorText(res, "card"), problemsOf(res));
+    }
+    message.id = "action-result";
+    if (res.status === 404) {
+      startView(backLink(), message);
+      return;
+    }
+    renderCard(current || previous, message);
+  }
+
+  // -- adapters -------------------------------------------------------------------------------------
+
+  async function adaptersView(message) {
+    if (!message) clearNotice();
+    const body = el("div", { class: "loading" }, "Loading…");
+    const token = startView(
+      el("div", { class: "toolbar" },
+        el("h2", null, "Registered adapters"),
+        el("button", { type: "button", onclick: () => route() }, "Reload")),
+      message || null,
+      body);
+    const res = await api("GET", "adapters/");
+    if (token !== renderToken) return;
+    if (res.status === 403) {
+      body.replaceWith(notice("error", "Your key lacks the registry role: only registry admins review adapters."));
+      return;
+    }
+    if (res.status !== 200) {
+      body.replaceWith(notice("error", errorText(res, "adapter"), problemsOf(res)));
+      return;
+    }
+    const adapters = Array.isArray(res.body.adapters) ? res.body.adapters : [];
+    if (adapters.length === 0) {
+      body.replaceWith(el("p", { class: "empty" }, "No adapter is registered."));
+      return;
+    }
+    body.replaceWith(el("div", { id: "adapter-list" }, adapters.map((adapter) => adapterCard(adapter, token))));
+  }
+
+  function adapterCard(adapter, token) {
+    const flags = Array.isArray(adapter.flags) ? adapter.flags : [];
+    const diff = adapter.diff && typeof adapter.diff === "object" ? adapter.diff : null;
+    const pending = adapter.proposed_hash && adapter.state !== "active";
+    return el("article", { class: "adapter", "data-adapter": adapter.name },
+      el("h3", null, mono(adapter.name), " ", el("span", { class: "state adapter-" + adapter.state }, adapter.state)),
+      fields([
+        ["Owner", adapter.owner],
+        ["Pinned (served)", adapter.pinned_hash ? mono(adapter.pinned_hash) : "— (nothing served yet)"],
+        ["Proposed", adapter.proposed_hash ? mono(adapter.proposed_hash) : "—"],
+        ["Accepted by", adapter.accepted_by || "—"],
+      ]),
+      flags.length
+        ? el("section", { class: "flags" },
+          el("h4", null, `⚠ ${flags.length} safety flag${flags.length === 1 ? "" : "s"}: read before accepting`),
+          el("ul", null, flags.map((flag) => el("li", null,
+            el("strong", null, String(flag.code)), " in ", mono(String(flag.field)),
+            el("pre", { class: "excerpt" }, String(flag.excerpt))))))
+        : el("p", { class: "no-flags" }, "No safety flags."),
+      diff ? diffView(diff) : null,
+      adapter.proposed
+        ? el("details", null, el("summary", null, "Proposed manifest (JSON)"),
+          el("pre", { class: "json" }, json(adapter.proposed)))
+        : null,
+      pending ? acceptForm(adapter, flags, token) : null);
+  }
+
+  function diffView(diff) {
+    const list = (items) => (Array.isArray(items) && items.length ? items.map((n) => [mono(String(n)), " "]) : "none");
+    const changed = diff.changed && typeof diff.changed === "object" ? Object.entries(diff.changed) : [];
+    return el("section", { class: "diff" },
+      el("h4", null, "What accepting changes"),
+      fields([
+        ["Tools added", list(diff.added)],
+        ["Tools removed", list(diff.removed)],
+        ["Settings changed", diff.settings_changed ? "yes (base URL, credentials or other settings)" : "no"],
+      ]),
+      changed.map(([name, text]) => el("div", null,
+        el("h5", null, "Changed: ", mono(name)),
+        el("pre", { class: "unified" }, String(text).split("\n").map((line) => el("span", {
+          class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "ctx",
+        }, line))))));
+  }
+
+  function acceptForm(adapter, flags, token) {
+    const hash = adapter.proposed_hash;
+    return el("form", {
+      class: "action accept",
+      onsubmit: guarded(async (event) => {
+        event.preventDefault();
+        const warning = flags.length
+          ? `Accept ${adapter.name} despite ${flags.length} safety flag(s)? Agents will be served it.`
+          : `Accept ${adapter.name}? Agents will be served it.`;
+        if (!window.confirm(warning)) return;
+        // The hash on screen: a proposal that changed since is refused (409).
+        const res = await api("POST", `adapters/${encodeURIComponent(adapter.name)}/accept`, { hash });
+        if (token !== renderToken) return;
+        if (res.status === 200) {
+          await adaptersView(notice("ok", `Accepted ${adapter.name} at ${hash}.`));
+        } else if (res.status === 409) {
+          await adaptersView(notice("warn",
+            `Conflict: ${adapter.name} changed since you reviewed it. Its current proposal is below; review it again.`));
+        } else if (res.status === 403) {
+          showNotice("error", "Not allowed: your key lacks the registry role.");
+        } else {
+          showNotice("error", errorText(res, "adapter"), problemsOf(res));
+        }
+      }),
+    },
+    el("p", null, "Accept exactly the proposal shown: ", mono(hash)),
+    el("button", { type: "submit", class: flags.length ? "danger" : "primary", "data-accept": adapter.name },
+      flags.length ? "Accept despite flags" : "Accept"));
+  }
+
+  // -- start ----------------------------------------------------------------------------------------
+
+  function start() {
+    const stored = sessionStorage.getItem(KEY_STORAGE);
+    adminKey = stored && KEY_SHAPE.test(stored) ? stored : null;
+    const linkProblem = takeKeyFromFragment();
+    $("sign-in-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const input = $("key-input");
+      const key = input.value.trim();
+      input.value = "";
+      if (!KEY_SHAPE.test(key)) {
+        showNotice("error", "That does not look like a key: paste the whole csk_admin_… value.");
+        return;
+      }
+      useKey(key);
+      if (!location.hash.startsWith("#/")) history.replaceState(null, "", location.pathname + "#/cards");
+      route();
+    });
+    $("sign-out").addEventListener("click", () => signOut(null));
+    window.addEventListener("hashchange", () => navigate(takeKeyFromFragment()));
+    navigate(linkProblem);
+  }
+
+  function navigate(linkProblem) {
+    route().then(() => {
+      if (linkProblem) showNotice("warn", linkProblem);
+    });
+  }
+
+  start();
+})();
