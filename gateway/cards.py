@@ -54,7 +54,7 @@ MAX_EVIDENCE_BYTES = 16_384
 OUTCOMES = ("SUCCEEDED", "FAILED")
 """What an admin may resolve a NEEDS_RECONCILIATION card to."""
 LIST_WINDOW = 1000
-"""`list` searches the newest this-many cards of the whole ledger (there is no per-org index yet)."""
+"""`list` searches the newest this-many cards of the admin's org (the ledger keeps a per-org index)."""
 MAX_LIST = 500
 """Most cards `list` returns."""
 
@@ -229,7 +229,7 @@ class CardService:
     ) -> Sequence[CardListItem]:
         """The newest cards of the admin's org matching every given filter, newest first.
 
-        `limit` is clamped to 1..500. Only the newest `LIST_WINDOW` cards of the ledger are searched.
+        `limit` is clamped to 1..500. The newest `LIST_WINDOW` cards of the admin's org are searched.
 
         Raises:
             LedgerError: Redis did not answer.
@@ -237,7 +237,7 @@ class CardService:
         if admin.kind is not KeyKind.ADMIN:
             return []
         try:
-            cards = await self._ledger.recent(limit=LIST_WINDOW)
+            cards = await self._ledger.recent(limit=LIST_WINDOW, org=admin.org)
         except (RedisError, OSError) as error:
             raise LedgerError(f"the ledger is unreachable ({type(error).__name__})") from error
         matches = [

@@ -450,7 +450,8 @@ class _CallerCards(CallerCards):
         return card_for_agent(card) if card is not None else None
 
     async def mine(self, limit: int) -> list[Mapping[str, Any]]:
-        cards = [card for card in await self._ledger.recent(limit=500) if self._own(card) is not None]
+        own = (self._principal.org, self._principal.subject)
+        cards = [card for card in await self._ledger.recent(limit=limit, requester=own) if self._own(card) is not None]
         return [card_for_agent(card) for card in cards[:limit]]
 
     async def cancel(self, card_id: str) -> Mapping[str, Any] | None:

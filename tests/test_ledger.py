@@ -261,3 +261,17 @@ async def test_malformed_card_ids_are_not_found_without_touching_redis(redis: Re
             "ERR_NOT_FOUND"
         )
         assert await ledger.get(bogus) is None
+
+
+async def test_per_org_and_per_requester_indexes_find_cards_under_any_load_of_others(redis: Redis) -> None:
+    """An org's and a requester's cards are found however many cards other orgs filed since."""
+    ledger = RedisLedger(redis)
+    mine = await _pending(ledger, dedupe_key="mine")
+    for i in range(30):
+        await _pending(
+            ledger, dedupe_key=f"other-{i}", requester_org="globex", requester_subject=f"g{i}@globex.example"
+        )
+    assert [card.card_id for card in await ledger.recent(limit=5, org="acme")] == [mine]
+    assert [c.card_id for c in await ledger.recent(limit=5, requester=("acme", "alice@acme.example"))] == [mine]
+    assert await ledger.recent(limit=5, requester=("acme", "bob@acme.example")) == []
+    assert len(await ledger.recent(limit=5, org="globex")) == 5

@@ -146,7 +146,11 @@ class RedisLedger:
         }
         result = _transition(
             await self._scripts["create"](
-                keys=self._keys(card_id, shard),
+                keys=[
+                    *self._keys(card_id, shard),
+                    _org_index(shard, proposal.requester_org),
+                    _requester_index(shard, proposal.requester_org, proposal.requester_subject),
+                ],
                 args=[secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
             )
         )
@@ -235,11 +239,19 @@ class RedisLedger:
         entries: Any = await self._client.lrange(self._keys(card_id, shard)[1], 0, -1)
         return [_event(json.loads(entry)) for entry in entries]
 
-    async def recent(self, *, limit: int = 200) -> list[Card]:
-        """The newest cards of every shard, newest first."""
+    async def recent(
+        self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
+    ) -> list[Card]:
+        """The newest cards, newest first: of everyone, of one `org`, or of one `(org, subject)`."""
         ids: list[tuple[str, float]] = []
         for shard in range(SHARDS):
-            entries: Any = await self._client.zrevrange(f"{_tag(shard)}:index", 0, limit - 1, withscores=True)
+            if requester is not None:
+                index = _requester_index(shard, *requester)
+            elif org is not None:
+                index = _org_index(shard, org)
+            else:
+                index = f"{_tag(shard)}:index"
+            entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
             ids.extend((_text(member), float(score)) for member, score in entries)
         ids.sort(key=lambda item: item[1], reverse=True)
         cards = [await self.get(card_id) for card_id, _ in ids[:limit]]
@@ -297,6 +309,14 @@ def verify_chain(events: Sequence[CardEvent]) -> bool:
             return False
         previous = event.hash
     return True
+
+
+def _org_index(shard: int, org: str) -> str:
+    return f"{_tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
+
+
+def _requester_index(shard: int, org: str, subject: str) -> str:
+    return f"{_tag(shard)}:by:{hashlib.sha256(f'{org}|{subject}'.encode()).hexdigest()[:16]}"
 
 
 def _canonical(value: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ PRELUDE = r"""
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (JSON string), 2 card events (list of JSON), 3 applied-transition ids (hash),
 --   4 shard outbox stream, 5 shard open-card (dedupe) hash, 6 shard index zset, 7 shard timer zset
+--   (create only: 8 the shard's index of the requester's org, 9 of the requester)
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key, events_key, tx_key = KEYS[1], KEYS[2], KEYS[3]
 local outbox_key, open_key, index_key, timers_key = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -87,6 +88,7 @@ end
 """
 
 SCRIPTS: dict[str, str] = {
+    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms
     "create": """
 local again = replayed(); if again then return again end
@@ -105,6 +107,8 @@ c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), ded
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', index_key, now, c.card_id)
+redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
 save(c)
