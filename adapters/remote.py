@@ -20,7 +20,7 @@ from gateway.context import ToolContext
 from gateway.errors import ToolDeclarationError
 from gateway.registry.manifest import AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
-from gateway.tool import Access, Approval, Escalation, Execute, Mode, Tool, WriteContract
+from gateway.tool import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
 
 __all__ = ["ManifestError", "tools_from_manifest"]
 
@@ -62,8 +62,9 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
     arguments = input_model(spec.name, spec.input_schema)
     output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
     placeholders = _PLACEHOLDER.findall(spec.path)
+    target = _PLACEHOLDER.findall(spec.target_path or "")
     required = set(spec.input_schema.get("required", ()))
-    for name in placeholders:
+    for name in (*placeholders, *target):
         if name not in required:
             raise ValueError(f"path placeholder {{{name}}} must be a required input")
     write = spec.mode == "write"
@@ -101,6 +102,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         ),
         summary=_summary(spec.summary_template) if write and spec.summary_template else None,
         agent_text_fields=frozenset(spec.agent_text_fields),
+        preflight=_target_check(spec.target_path, target) if spec.target_path else None,
         timeout_seconds=spec.timeout_seconds,
     )
 
@@ -114,6 +116,16 @@ def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:
         return await request_json(ctx, spec.method, url, json=data)
 
     return execute
+
+
+def _target_check(template: str, placeholders: list[str]) -> Preflight:
+    """The write's target must be visible to this caller: a GET that answers 2xx (else NOT_FOUND)."""
+
+    async def preflight(args: BaseModel, ctx: ToolContext) -> None:
+        data = args.model_dump(mode="json")
+        await request_json(ctx, "GET", path(template, **{name: str(data[name]) for name in placeholders}))
+
+    return preflight
 
 
 def _summary(template: str) -> Any:

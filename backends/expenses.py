@@ -292,6 +292,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "mode": "write",
             "method": "POST",
             "path": "/reports/{report_id}/withdraw",
+            "target_path": "/reports/{report_id}",
             "input_schema": _closed({"report_id": _REPORT_ID}, ["report_id"]),
             "output_schema": {
                 "type": "object",

@@ -256,3 +256,19 @@ async def test_sessions_that_listed_tools_are_told_when_the_catalog_changes(
                     await anyio.sleep(0.05)
             assert "expenses_list" in {tool.name for tool in (await client.list_tools()).tools}
     await _admin(mcp_url, admin, "DELETE", "/expenses")
+
+
+async def test_a_registered_write_can_only_target_what_the_caller_can_see(
+    redis: Redis, mcp_url: str, expenses: Backend
+) -> None:
+    """With a target_path, another org's report and a missing one answer NOT_FOUND and make no card."""
+    _service, admin, agent_key = await _registered_and_accepted(mcp_url, redis, expenses)
+    async with agent(mcp_url, agent_key) as client:
+        other_org = await client.call_tool("expenses_withdraw", {"report_id": "exp-2005"})  # hank's (globex)
+        missing = await client.call_tool("expenses_withdraw", {"report_id": "exp-9999"})
+        own = payload(await client.call_tool("expenses_withdraw", {"report_id": "exp-2001"}))  # alice's
+    assert error_code(other_org) == error_code(missing) == "NOT_FOUND"
+    assert other_org.model_dump_json() == missing.model_dump_json()
+    assert own["status"] == "PENDING"
+    assert [card.tool for card in await RedisLedger(redis).recent()] == ["expenses_withdraw"]
+    await _admin(mcp_url, admin, "DELETE", "/expenses")

@@ -97,6 +97,9 @@ class ToolSpec(_Strict):
     untrusted_output_fields: tuple[str, ...] = ()
     """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 10.0
+    target_path: Annotated[str, Field(pattern=_PATH)] | None = None
+    """For writes: a GET path template that must answer 2xx for the caller before a card is made
+    (``/reports/{report_id}``), so a write can only target what this caller can see."""
 
     @model_validator(mode="after")
     def _write_needs_its_contract(self) -> ToolSpec:
@@ -108,8 +111,8 @@ class ToolSpec(_Strict):
                 problems.append("a write tool needs a write contract (idempotency and status lookup)")
             if not self.summary_template:
                 problems.append("a write tool needs a summary_template")
-        elif self.approval or self.write_contract or self.summary_template:
-            problems.append("approval, write_contract and summary_template are for write tools")
+        elif self.approval or self.write_contract or self.summary_template or self.target_path:
+            problems.append("approval, write_contract, summary_template and target_path are for write tools")
         placeholders = set(re.findall(r"{([a-z_][a-z0-9_]*)}", self.summary_template or ""))
         if placeholders & set(self.agent_text_fields):
             problems.append("summary_template may not quote agent text fields")
