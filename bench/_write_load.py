@@ -12,7 +12,7 @@ uvloop, every answer checked), for the three things the write path does:
 * ``{"cmd": "approve", "url", "token", "cards": [[card_id, version, args_hash], ...], "concurrency",
   "server_pid", "service_pids", "watch_redis_url"?}``: approve every card once through the admin API
   (``POST /admin/api/cards/{id}/approve``); a success is HTTP 200 with code OK and the card APPROVED.
-  With ``watch_redis_url`` each approver then follows the card's event list (polled every 1 ms) until
+  With ``watch_redis_url`` each approver then follows the card's history (polled every 1 ms) until
   the card reaches an outcome, and the time from the approve call returning to that event arriving
   is its approval-to-outcome latency.
 * ``{"cmd": "verify", "url", "token", "tool", "label"}``: one proposal through the official
@@ -256,24 +256,21 @@ async def _approve_one(
     return None
 
 
-async def _watch(redis: Any, events_key: str) -> tuple[str, float | None]:
-    """Follow a card's event list until it reaches an outcome: (state, ledger ms approved->outcome).
+async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
+    """Follow a card's history until it reaches an outcome: (state, ledger ms approved->outcome).
 
-    The history is a Redis list (see gateway/ledger/_lua.py), which cannot be read blocking, so it is
-    polled every millisecond; that bounds the resolution of the client-side outcome latency.
+    The history lives inside the card (see gateway/ledger/_lua.py), which cannot be read blocking,
+    so the card is polled every millisecond; that bounds the resolution of the outcome latency.
     """
-    seen, approved_at = 0, None
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
     while time.perf_counter() < deadline:
-        entries = await redis.lrange(events_key, seen, -1)
-        seen += len(entries)
-        for raw in entries:
-            fields = json.loads(raw)
-            if fields.get("type") == "approved":
-                approved_at = int(fields["at"])
-            if fields.get("state") in OUTCOME_STATES:
-                ledger_ms = int(fields["at"]) - approved_at if approved_at is not None else None
-                return fields["state"], ledger_ms
+        raw = await redis.get(card_key)
+        events = json.loads(raw).get("events", []) if raw else []
+        approved_at = next((int(e["at"]) for e in events if e.get("type") == "approved"), None)
+        for event in events:
+            if event.get("state") in OUTCOME_STATES:
+                ledger_ms = int(event["at"]) - approved_at if approved_at is not None else None
+                return event["state"], ledger_ms
         await asyncio.sleep(0.001)
     return "timeout", None
 
@@ -296,7 +293,7 @@ async def _approver(
             continue
         shard = card_shard(card[0])
         assert shard is not None
-        outcome, ledger_ms = await _watch(redis, RedisLedger._keys(card[0], shard)[1])
+        outcome, ledger_ms = await _watch(redis, RedisLedger._keys(card[0], shard)[0])
         state.outcomes[outcome] += 1
         if outcome != "timeout":
             state.outcome_latencies.append(time.perf_counter() - returned)

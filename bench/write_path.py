@@ -19,7 +19,7 @@ What is measured, in one run:
    by the same gateway process, which has no worker: approvals alone.
 3. **Approval to outcome.** A second gateway process with the default settings (its worker running)
    on its own Redis database: cards proposed through it, then approved one per approver, and each
-   approver follows the card's event list (polled every 1 ms) until it reaches an outcome against the
+   approver follows the card's history (polled every 1 ms) until it reaches an outcome against the
    demo rooms backend.
 4. **Correctness.** Per database: cards in Redis, their distinct ``args_hash``es, the successful
    proposals and the distinct card ids the calls returned must all be equal; the bookings of the
@@ -190,7 +190,7 @@ def shard_keys() -> list[list[str]]:
 
 
 def card_keys(card_id: str) -> list[str]:
-    """A card's hash, event stream and applied-transition hash."""
+    """A card's key (its history and applied transitions are inside it) and two unused keys."""
     from gateway.ledger import RedisLedger, card_shard
 
     shard = card_shard(card_id)

@@ -4,14 +4,14 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string), its event list and its
-applied-transition record share the tag of its shard with the shard's outbox stream, open-card
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string holding its events
+and applied transition ids) shares the tag of its shard with the shard's outbox stream, open-card
 (dedupe) hash, index and timers, so every script touches exactly one slot (Redis Cluster safe).
 The shard of a card is chosen from its dedupe key, so an identical proposal always lands where
 the open card it duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
-version, and appends a hash-chained event to the card's list. A retried call with the same
+version, and appends a hash-chained event to the card's history. A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
 """
@@ -236,8 +236,8 @@ class RedisLedger:
         shard = card_shard(card_id)
         if shard is None:
             return []
-        entries: Any = await self._client.lrange(self._keys(card_id, shard)[1], 0, -1)
-        return [_event(json.loads(entry)) for entry in entries]
+        raw: Any = await self._client.get(self._keys(card_id, shard)[0])
+        return [_event(entry) for entry in json.loads(raw).get("events", ())] if raw else []
 
     async def recent(
         self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None

@@ -1,9 +1,9 @@
 """The ledger's Lua scripts: one atomic script per card transition, sharing one prelude.
 
-Storage, chosen for size (a card is about 1 KB; see bench/README.md): the card is one JSON
-string whose values are all strings, its history is a list of JSON events, and its applied
-transition ids are a small hash. Each script loads the card, checks every guard before its first
-write, then changes the card, appends its event and saves it.
+Storage, chosen for size (see bench/README.md): a card is one JSON string whose scalar values are
+all strings, and which holds its own history (``events``) and the ids of the transitions applied to
+it (``applied``). Each script loads the card, checks every guard before its first write, then
+changes the card, appends its event and saves it: one key per card.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ __all__ = ["PRELUDE", "SCRIPTS"]
 
 PRELUDE = r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (JSON string), 2 card events (list of JSON), 3 applied-transition ids (hash),
+--   1 card (JSON string, holding its events and applied transition ids), 2 and 3 unused (kept so
+--   every script takes the same keys),
 --   4 shard outbox stream, 5 shard open-card (dedupe) hash, 6 shard index zset, 7 shard timer zset
 --   (create only: 8 the shard's index of the requester's org, 9 of the requester)
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
@@ -42,8 +43,9 @@ local function reply(status, c, extra)
 end
 
 local function replayed()
-  local previous = redis.call('HGET', tx_key, tid)
-  if previous then return reply('ALREADY_APPLIED', nil, {original = previous}) end
+  local c = load()
+  local previous = c and c.applied and c.applied[tid]
+  if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
   return nil
 end
 
@@ -57,9 +59,13 @@ local function transition(c, now, kind, actor, new_state, data)
   local payload = cjson.encode(data or {})
   local hash = redis.sha1hex(table.concat({prev, seq, kind, actor, new_state, version, now, payload}, '|'))
   c.state, c.version, c.seq, c.chain, c.updated_ms = new_state, tostring(version), tostring(seq), hash, tostring(now)
-  redis.call('RPUSH', events_key, cjson.encode({seq = tostring(seq), type = kind, actor = actor, state = new_state,
-    version = tostring(version), at = tostring(now), data = payload, prev = prev, hash = hash}))
-  redis.call('HSET', tx_key, tid, kind)
+  -- The history and the applied transition ids live in the card itself: one key per card, which
+  -- costs a third of a list and a hash beside it (bench/README.md).
+  c.events = c.events or {}
+  c.events[#c.events + 1] = {seq = tostring(seq), type = kind, actor = actor, state = new_state,
+    version = tostring(version), at = tostring(now), data = payload, prev = prev, hash = hash}
+  c.applied = c.applied or {}
+  c.applied[tid] = kind
 end
 
 -- Leaving the open states for good: forget the dedupe entry and any timer.
