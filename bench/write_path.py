@@ -821,7 +821,7 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
             + (f"; failures {result['failures']}" if result["failures"] else "")
         )
     print(
-        "  outcome = approve call returned -> outcome event seen (list polled every 1 ms);"
+        "  outcome = approve call returned -> outcome event seen (card polled every 1 ms);"
         " ledger = approved -> outcome events, Redis clock (ms); CPU = gateway process (admin API + worker) per card"
     )
 

@@ -39,7 +39,12 @@ local function save(c)
 end
 
 local function reply(status, c, extra)
-  return cjson.encode({status = status, card = c or load() or {}, extra = extra or {}})
+  -- The answer carries the card's fields, not its history: callers read that with `events`.
+  local fields = {}
+  for k, v in pairs(c or load() or {}) do
+    if k ~= 'events' and k ~= 'applied' then fields[k] = v end
+  end
+  return cjson.encode({status = status, card = fields, extra = extra or {}})
 end
 
 local function replayed()
