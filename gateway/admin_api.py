@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from gateway.audit import AuditSink
+from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
 from gateway.card import CardState
 from gateway.cards import MAX_LIST, MAX_TEXT, CardActionResult, CardService, ResultCode
@@ -130,14 +130,22 @@ Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult
 
 
 class _Endpoints:
-    def __init__(self, service: CardService) -> None:
+    def __init__(self, service: CardService, audit: AuditSink) -> None:
         self._service = service
+        self._audit = audit
+
+    async def _invalid(self, request: Request, problems: list[str], message: str) -> Response:
+        """A body or query refused before the card service saw it: audited like every refusal."""
+        refusal = AuditEvent.refusal(principal_of(request.scope), "admin.request", ResultCode.VALIDATION_ERROR.value,
+                                     message, {"path": request.url.path})  # fmt: skip
+        await self._audit.record(refusal)
+        return _error(ResultCode.VALIDATION_ERROR, message, status=422, problems=problems)
 
     async def list_cards(self, request: Request) -> Response:
         try:
             query = ListQuery.model_validate(dict(request.query_params))
         except ValidationError as error:
-            return _error(ResultCode.VALIDATION_ERROR, "invalid query", status=422, problems=_problems(error))
+            return await self._invalid(request, _problems(error), "invalid query")
         try:
             items = await self._service.list(
                 principal_of(request.scope),
@@ -163,12 +171,11 @@ class _Endpoints:
         async def endpoint(request: Request) -> Response:
             raw = await _read_body(request)
             if raw is None:
-                too_large = [f"body: at most {MAX_BODY_BYTES} bytes"]
-                return _error(ResultCode.VALIDATION_ERROR, "invalid body", status=422, problems=too_large)
+                return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
             try:
                 body = model.model_validate_json(raw or b"{}")
             except ValidationError as error:
-                return _error(ResultCode.VALIDATION_ERROR, "invalid body", status=422, problems=_problems(error))
+                return await self._invalid(request, _problems(error), "invalid body")
             admin = principal_of(request.scope)
             return _result(await call(self._service, admin, request.path_params["card_id"], body))
 
@@ -218,7 +225,7 @@ def admin_routes(service: CardService, *, keys: KeyStore, audit: AuditSink) -> l
     openapi.json is behind the key too: it holds no secret, but the admin surface tells a caller
     without an admin key nothing at all, and every legitimate consumer of it holds one.
     """
-    endpoints = _Endpoints(service)
+    endpoints = _Endpoints(service, audit)
     document = openapi_document()
 
     async def openapi(request: Request) -> Response:

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.principal import Principal
+
 __all__ = ["AUDIT_STREAM", "AuditEvent", "AuditSink", "ListAuditSink", "RedisStreamAuditSink"]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,14 @@ class AuditEvent:
         if self.extra:
             fields["extra"] = json.dumps(dict(self.extra), sort_keys=True)
         return fields
+
+    @classmethod
+    def refusal(
+        cls, who: Principal, action: str, code: str, reason: str, extra: Mapping[str, str] | None = None
+    ) -> AuditEvent:
+        """A request refused before it reached a service (a malformed body, a missing role)."""
+        return cls(action=action, outcome="deny", subject=who.subject, org=who.org, key_id=who.key_id, code=code,
+                   reason=reason, extra=extra or {})  # fmt: skip
 
     @classmethod
     def from_fields(cls, event_id: str, fields: Mapping[str, str]) -> AuditEvent:

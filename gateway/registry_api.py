@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Mount, Route
 
-from gateway.audit import AuditSink
+from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
 from gateway.keys import KeyStore
 from gateway.principal import KeyKind
@@ -67,11 +67,16 @@ async def _json_body(request: Request) -> Any:
 def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSink) -> list[BaseRoute]:
     """Routes for services (`/registry/api`) and for reviewing admins (`/admin/api/adapters`)."""
 
+    async def refused(request: Request, action: str, problem: str) -> JSONResponse:
+        """A body refused before the registry service saw it: audited like every refusal."""
+        who = principal_of(request.scope)
+        await audit.record(AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem, {"path": request.url.path}))
+        return _answer(RegistryResult(code="VALIDATION_ERROR", problems=(problem,)))
+
     async def register(request: Request) -> JSONResponse:
         document = await _json_body(request)
         if not isinstance(document, dict):
-            invalid = RegistryResult(code="VALIDATION_ERROR", problems=("body: a JSON object is required",))
-            return _answer(invalid)
+            return await refused(request, "registry.register", "body: a JSON object is required")
         result = await service.register(principal_of(request.scope), request.path_params["name"], document)
         return _answer(result, created=True)
 
@@ -95,7 +100,7 @@ def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSin
         try:
             body = AcceptBody.model_validate(await _json_body(request))
         except ValidationError:
-            return _answer(RegistryResult(code="VALIDATION_ERROR", problems=("hash: required",)))
+            return await refused(request, "registry.accept", 'body: {"hash": <proposed_hash>} is required')
         admin = principal_of(request.scope)
         return _answer(await service.accept(admin, request.path_params["name"], expected_hash=body.hash))
 

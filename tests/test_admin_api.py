@@ -314,3 +314,16 @@ async def test_unknown_routes_and_methods_answer_json(api: Api, redis: Redis) ->
         wrong_method = await http.delete(f"/cards/{MISSING}")
     assert nowhere.status_code == 404 and nowhere.json()["error"]["code"] == "NOT_FOUND"
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+
+
+async def test_malformed_requests_are_refused_and_audited(api: Api, redis: Redis) -> None:
+    """A body or query refused before the card service is still an audited refusal, and changes nothing."""
+    card_id = await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        bad_body = await http.post(f"/cards/{card_id}/approve", content=b"not json")
+        bad_query = await http.get("/cards", params={"status": "PENDING"})
+    assert bad_body.status_code == bad_query.status_code == 422
+    refusals = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "admin.request"]
+    assert [(e.outcome, e.code) for e in refusals] == [("deny", "VALIDATION_ERROR")] * 2
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state.value == "PENDING"

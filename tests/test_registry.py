@@ -16,6 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
+from gateway.audit import RedisStreamAuditSink
 from gateway.card import CardState
 from gateway.identity import verify_identity
 from gateway.ledger import RedisLedger
@@ -139,7 +140,10 @@ async def test_a_changed_definition_is_quarantined_and_agents_keep_the_pinned_on
     entry = (await _admin(mcp_url, admin, "GET", "/expenses")).json()
     assert "expenses_list" in entry["diff"]["changed"] and "99999" in entry["diff"]["changed"]["expenses_list"]
     assert {flag["code"] for flag in entry["flags"]} >= {"calls_other_tools", "instruction_to_model"}
-    await anyio.sleep(0.5)  # several refresh periods: nothing may change for agents
+    # Make every gateway rebuild its catalog from the registry, then give it three refresh periods
+    # (0.2 s each in tests): a proposal must still not reach agents. A negative check needs a wait.
+    await redis.incr("countersign:registry:version")
+    await anyio.sleep(0.6)
     assert (await _tools(mcp_url, agent_key))["expenses_list"].description == original
     await _admin(mcp_url, admin, "DELETE", "/expenses")
 
@@ -272,3 +276,18 @@ async def test_a_registered_write_can_only_target_what_the_caller_can_see(
     assert own["status"] == "PENDING"
     assert [card.tool for card in await RedisLedger(redis).recent()] == ["expenses_withdraw"]
     await _admin(mcp_url, admin, "DELETE", "/expenses")
+
+
+async def test_malformed_registrations_and_reviews_without_the_role_are_audited(
+    redis: Redis, mcp_url: str, expenses: Backend
+) -> None:
+    """Refusals the registry answers before its service runs, and a review without the role, are audited."""
+    service, _admin_key, _agent = await _keys(redis)
+    approver = await make_key(redis, kind=KeyKind.ADMIN, subject="ops@acme.example", roles=("approver",))
+    async with httpx.AsyncClient() as http:
+        bad = await http.put(f"{_base(mcp_url)}/registry/api/adapters/expenses", content=b"[1, 2]",
+                             headers={"authorization": f"Bearer {service}"})  # fmt: skip
+    assert bad.status_code == 422
+    assert (await _admin(mcp_url, approver, "GET", "/")).status_code == 403
+    events = {(e.action, e.code) for e in await RedisStreamAuditSink(redis).recent(20) if e.outcome == "deny"}
+    assert {("registry.register", "VALIDATION_ERROR"), ("registry.review", "PERMISSION_DENIED")} <= events

@@ -124,6 +124,8 @@ class RegistryService:
     async def review(self, admin: Principal) -> Sequence[Registration] | None:
         """Every registration with its state, flags and diff; None when `admin` may not review."""
         if not _is_registry_admin(admin):
+            refusal = AuditEvent.refusal(admin, "registry.review", "PERMISSION_DENIED", "needs the registry role")
+            await self._audit.record(refusal)
             return None
         return await self._store.all()
 
