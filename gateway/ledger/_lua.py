@@ -80,6 +80,15 @@ local function close(c)
   redis.call('ZREM', timers_key, c.card_id)
 end
 
+-- ARGV[2] is the worker, ARGV[3] the lease in ms. A new fencing token turns any older holder away.
+local function take_lease(c, now, kind)
+  local fence = num(c.fence) + 1
+  local lease_until = now + tonumber(ARGV[3])
+  c.fence, c.lease_until_ms, c.lease_owner, c.dispatched = tostring(fence), tostring(lease_until), ARGV[2], '0'
+  redis.call('ZADD', timers_key, lease_until, c.card_id)
+  transition(c, now, kind, ARGV[2], 'EXECUTING', {fence = fence})
+end
+
 local function enqueue(c)
   redis.call('XADD', outbox_key, '*', 'card_id', c.card_id)
 end
@@ -211,12 +220,8 @@ if not c then return reply('ERR_NOT_FOUND') end
 local now = now_ms()
 if c.state ~= 'APPROVED' then return reply('ERR_STATE', c) end
 if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
-local fence = num(c.fence) + 1
-local lease_until = now + tonumber(ARGV[3])
-c.fence, c.lease_until_ms, c.lease_owner, c.dispatched = tostring(fence), tostring(lease_until), ARGV[2], '0'
 redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. FOREVER)
-redis.call('ZADD', timers_key, lease_until, c.card_id)
-transition(c, now, 'claimed', ARGV[2], 'EXECUTING', {fence = fence})
+take_lease(c, now, 'claimed')
 save(c)
 return reply('OK', c)
 """,
@@ -227,11 +232,7 @@ local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
-local fence = num(c.fence) + 1
-local lease_until = now + tonumber(ARGV[3])
-c.fence, c.lease_until_ms, c.lease_owner, c.dispatched = tostring(fence), tostring(lease_until), ARGV[2], '0'
-redis.call('ZADD', timers_key, lease_until, c.card_id)
-transition(c, now, 'claimed_for_resend', ARGV[2], 'EXECUTING', {fence = fence})
+take_lease(c, now, 'claimed_for_resend')
 save(c)
 return reply('OK', c)
 """,
