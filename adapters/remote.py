@@ -9,7 +9,6 @@ body. Write tools carry their contract (idempotency, status lookup by key) from 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,13 +17,13 @@ from pydantic import BaseModel
 from adapters._upstream import path, request_json, status_by_key
 from gateway.context import ToolContext
 from gateway.errors import ToolDeclarationError
-from gateway.registry.manifest import AdapterManifest, ToolSpec
+from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
 from gateway.tool import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
 
 __all__ = ["ManifestError", "tools_from_manifest"]
 
-_PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+_PLACEHOLDER = PLACEHOLDER
 
 
 class ManifestError(ValueError):

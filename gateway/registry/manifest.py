@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "PLACEHOLDER",
     "AccessSpec",
     "AdapterManifest",
     "ApprovalSpec",
@@ -26,6 +27,8 @@ __all__ = [
 ]
 
 _NAME = r"^[a-z][a-z0-9]{1,30}$"
+PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
+"""``{arg}`` in path and summary templates; one pattern, so what is checked is what is filled."""
 _TOOL_NAME = r"^[a-z][a-z0-9_]{1,62}$"
 _PATH = r"^/[A-Za-z0-9_\-./{}]*$"
 
@@ -113,7 +116,7 @@ class ToolSpec(_Strict):
                 problems.append("a write tool needs a summary_template")
         elif self.approval or self.write_contract or self.summary_template or self.target_path:
             problems.append("approval, write_contract, summary_template and target_path are for write tools")
-        placeholders = set(re.findall(r"{([a-z_][a-z0-9_]*)}", self.summary_template or ""))
+        placeholders = set(PLACEHOLDER.findall(self.summary_template or ""))
         if placeholders & set(self.agent_text_fields):
             problems.append("summary_template may not quote agent text fields")
         if problems:
