@@ -214,12 +214,17 @@ class Executor:
     async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
         """Claim an approved card and run its write once. Returns the card as it ends up."""
         ledger = self._require_ledger()
-        if self._guard is not None and not await self._guard.writable():
-            return await ledger.get(card_id)  # fail closed: the card stays APPROVED until the ledger is durable
         card = await ledger.get(card_id)
-        tool = self._tools.current().get(card.tool) if card is not None else None
+        if card is None or card.state is not CardState.APPROVED:
+            return card
+        # Deferrals are not failures: the card stays APPROVED and the sweeper enqueues it again.
+        if self._guard is not None and not await self._guard.writable():
+            await self._record_card(card, "card.execute", "DEFERRED", "ledger not durable or unreachable")
+            return card
+        tool = self._tools.current().get(card.tool)
         if tool is not None and not self._healthy(tool.adapter):
-            return card  # the backend is down: the card waits (APPROVED) and is requeued, never failed
+            await self._record_card(card, "card.execute", "DEFERRED", f"adapter {tool.adapter} is unhealthy")
+            return card
         claim = await ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
         if claim.status != "OK" or claim.card is None:
             return claim.card

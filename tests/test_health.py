@@ -62,6 +62,8 @@ async def test_an_unhealthy_backend_fails_reads_fast_and_its_approved_cards_wait
     after = await gateway.executor.run_approved(card, worker="w1")
     assert after is not None and after.state is CardState.APPROVED  # waits; never failed for an outage
     assert [e.type for e in await ledger.events(card)] == ["created", "approved"]
+    deferred = [e for e in await gateway.audit.recent(10) if e.action == "card.execute"]
+    assert [(e.outcome, e.reason) for e in deferred] == [("DEFERRED", "adapter rooms is unhealthy")]
 
 
 async def _approved_card(gateway: Gateway) -> str:
