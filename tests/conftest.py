@@ -15,8 +15,6 @@ from contextlib import ExitStack
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from _redis_server import start_redis_server
-from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
 from backends.expenses import create_expenses_app
@@ -24,6 +22,8 @@ from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
+from tests.support.redis_server import start_redis_server
+from tests.support.services import Backend, gateway_settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from _agents import make_key
-from _cards import PROPOSAL as BASE_PROPOSAL
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
@@ -22,6 +20,8 @@ from gateway.cards import CardService
 from gateway.keys import KeyStore
 from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from tests.support.agents import make_key
+from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
 pytestmark = pytest.mark.anyio
 

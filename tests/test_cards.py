@@ -8,8 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from _cards import PROPOSAL as BASE_PROPOSAL
-from _redis_server import free_port
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -20,6 +18,8 @@ from gateway.cards import MAX_EVIDENCE_BYTES, UNTRUSTED_NOTE, CardService, Resul
 from gateway.errors import LedgerError
 from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind, Principal
+from tests.support.cards import PROPOSAL as BASE_PROPOSAL
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.anyio
 

@@ -14,14 +14,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
-from _agents import agent, make_key, payload
-from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.card import Card, CardState
 from gateway.ledger import RedisLedger, verify_chain
+from tests.support.agents import agent, make_key, payload
+from tests.support.services import Backend, gateway_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import anyio
 import pytest
-from _agents import agent
 from redis.asyncio import Redis
 
 from gateway.cli import main
 from gateway.keys import KeyStore
 from gateway.principal import KeyKind
+from tests.support.agents import agent
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from _agents import make_key
-from _services import Backend
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
@@ -17,6 +15,8 @@ from gateway.cli import main
 from gateway.principal import KeyKind, Principal
 from gateway.registry.service import RegistryService
 from gateway.registry.store import RegistryStore
+from tests.support.agents import make_key
+from tests.support.services import Backend
 
 pytestmark = pytest.mark.anyio
 

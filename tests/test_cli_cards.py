@@ -8,9 +8,6 @@ from typing import Any
 
 import anyio
 import pytest
-from _agents import make_key
-from _cards import PROPOSAL as BASE_PROPOSAL
-from _redis_server import start_redis_server
 from redis.asyncio import Redis
 
 from gateway.audit import RedisStreamAuditSink
@@ -18,6 +15,9 @@ from gateway.card import CardState
 from gateway.cli import main
 from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from tests.support.agents import make_key
+from tests.support.cards import PROPOSAL as BASE_PROPOSAL
+from tests.support.redis_server import start_redis_server
 
 pytestmark = pytest.mark.anyio
 

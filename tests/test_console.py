@@ -19,14 +19,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from _agents import make_key
-from _cards import PROPOSAL
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from gateway.console import console_routes
 from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from tests.support.agents import make_key
+from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio
 

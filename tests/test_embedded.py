@@ -18,8 +18,6 @@ from typing import Any
 
 import anyio
 import pytest
-from _cards import PROPOSAL
-from _redis_server import free_port, start_redis_server
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from redis.asyncio import Redis
@@ -27,6 +25,8 @@ from redis.asyncio import Redis
 from gateway.embedded import DurabilityReport, check_durability, embedded_redis, embedded_redis_sync
 from gateway.errors import ConfigError
 from gateway.ledger import RedisLedger
+from tests.support.cards import PROPOSAL
+from tests.support.redis_server import free_port, start_redis_server
 
 pytestmark = pytest.mark.anyio
 

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from _tools import EchoArgs, note_tool, read_tool, write_tool
 
 from gateway.audit import ListAuditSink
 from gateway.backend import AiohttpBackend
@@ -20,6 +19,7 @@ from gateway.principal import Principal
 from gateway.tool import Access, Tool
 from gateway.toolbox import Toolbox
 from gateway.untrusted import WITHHELD
+from tests.support.tools import EchoArgs, note_tool, read_tool, write_tool
 
 pytestmark = pytest.mark.anyio
 

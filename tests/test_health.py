@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
-from _agents import make_key
-from _cards import PROPOSAL
-from _redis_server import free_port
-from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState
 from gateway.keys import KeyStore
 from gateway.settings import AdapterSettings
+from tests.support.agents import make_key
+from tests.support.cards import PROPOSAL
+from tests.support.redis_server import free_port
+from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import anyio
 import pytest
-from _cards import PROPOSAL as BASE_PROPOSAL
 from redis.asyncio import Redis
 
 from gateway.card import CardState
 from gateway.ledger import RedisLedger, verify_chain
+from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
 pytestmark = pytest.mark.anyio
 

@@ -8,13 +8,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from _agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
-from _services import Backend
 from redis.asyncio import Redis
 
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_NOTE, HOSTILE_TITLE
 from gateway.audit import RedisStreamAuditSink
 from gateway.keys import KeyStore
+from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
+from tests.support.services import Backend
 
 pytestmark = pytest.mark.anyio
 

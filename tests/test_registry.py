@@ -9,8 +9,6 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from _agents import agent, error_code, make_key, payload
-from _services import EXPENSES_SIGNING_KEY, Backend
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
@@ -21,6 +19,8 @@ from gateway.card import CardState
 from gateway.identity import verify_identity
 from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.services import EXPENSES_SIGNING_KEY, Backend
 
 pytestmark = pytest.mark.anyio
 

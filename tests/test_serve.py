@@ -13,13 +13,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from _agents import agent, payload
-from _redis_server import free_port
 from redis.asyncio import Redis
 
 from gateway.card import CardState
 from gateway.embedded import embedded_redis
 from gateway.ledger import RedisLedger
+from tests.support.agents import agent, payload
+from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

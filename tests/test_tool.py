@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _tools import CONTRACT, EchoArgs, EchoOut, NoteOut, echo, read_tool, write_tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ToolDeclarationError
 from gateway.tool import Access, Mode, Tool
 from gateway.toolbox import Toolbox
+from tests.support.tools import CONTRACT, EchoArgs, EchoOut, NoteOut, echo, read_tool, write_tool
 
 
 def test_a_tool_without_access_cannot_be_constructed() -> None:

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import anyio
 import pytest
-from _agents import make_key
-from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState
 from gateway.keys import KeyStore
 from gateway.worker import Worker
+from tests.support.agents import make_key
+from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
 

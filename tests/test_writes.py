@@ -7,9 +7,6 @@ from typing import Any
 
 import anyio
 import pytest
-from _agents import agent, error_code, make_key, payload
-from _redis_server import start_redis_server
-from _services import Backend, gateway_settings
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
@@ -17,6 +14,9 @@ from gateway.app import create_app
 from gateway.audit import RedisStreamAuditSink
 from gateway.card import Card, CardState
 from gateway.ledger import RedisLedger, verify_chain
+from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.redis_server import start_redis_server
+from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
 

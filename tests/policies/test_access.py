@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from _tools import read_tool
 
 from gateway.decision import Code
 from gateway.grants import Grants
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Access
 from policies.access import decide_access
+from tests.support.tools import read_tool
 
 GRANTS = Grants({"acme": frozenset({"demo"}), "globex": frozenset()})
 STAFF_ONLY = read_tool(access=Access.roles("staff", "support"))
