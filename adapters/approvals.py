@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamUnavailableError
 from gateway.tool import Access, Mode, Tool
+from gateway.tool_context import ToolContext
 
 __all__ = ["TOOLS"]
 
@@ -94,7 +94,7 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=CardArgs,
         output=CardView,
-        access=Access.public_(),
+        access=Access.public(),
         execute=_status,
     ),
     Tool(
@@ -105,7 +105,7 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=MineArgs,
         output=MyCards,
-        access=Access.public_(),
+        access=Access.public(),
         execute=_mine,
     ),
     Tool(
@@ -116,7 +116,7 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=CardArgs,
         output=CardView,
-        access=Access.public_(),
+        access=Access.public(),
         execute=_cancel,
         changes_cards=True,
     ),

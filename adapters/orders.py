@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from adapters._upstream import keyed_contract, path, request_json
-from gateway.context import ToolContext
+from gateway.adapter_http import fill_path, keyed_contract, request_json
 from gateway.tool import Access, Approval, Escalation, Mode, Tool
+from gateway.tool_context import ToolContext
 from gateway.untrusted import WITHHELD, Untrusted
 
 __all__ = ["TOOLS"]
@@ -74,7 +74,7 @@ class Eligibility(BaseModel):
 
 
 async def _get_order(args: OrderArgs, ctx: ToolContext) -> Any:
-    return await request_json(ctx, "GET", path("/orders/{order_id}", order_id=args.order_id))
+    return await request_json(ctx, "GET", fill_path("/orders/{order_id}", order_id=args.order_id))
 
 
 async def _order_exists(args: RefundArgs, ctx: ToolContext) -> None:
@@ -82,12 +82,12 @@ async def _order_exists(args: RefundArgs, ctx: ToolContext) -> None:
 
 
 async def _refund(args: RefundArgs, ctx: ToolContext) -> Any:
-    url = path("/orders/{order_id}/refunds", order_id=args.order_id)
+    url = fill_path("/orders/{order_id}/refunds", order_id=args.order_id)
     return await request_json(ctx, "POST", url, json={"amount_cents": args.amount_cents, "reason": args.reason})
 
 
 async def _eligibility(args: OrderArgs, ctx: ToolContext) -> Any:
-    return await request_json(ctx, "GET", path("/orders/{order_id}/refund-eligibility", order_id=args.order_id))
+    return await request_json(ctx, "GET", fill_path("/orders/{order_id}/refund-eligibility", order_id=args.order_id))
 
 
 def _order_for_model(order: Order) -> Mapping[str, Any]:

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from adapters._upstream import keyed_contract, path, request_json
-from gateway.context import ToolContext
+from gateway.adapter_http import fill_path, keyed_contract, request_json
 from gateway.errors import UpstreamNotFoundError, UpstreamProtocolError
 from gateway.tool import Access, Approval, Mode, Tool
+from gateway.tool_context import ToolContext
 from gateway.untrusted import Untrusted
 
 __all__ = ["TOOLS"]
@@ -113,7 +113,7 @@ async def _list_rooms(args: NoArguments, ctx: ToolContext) -> Any:
 
 
 async def _availability(args: AvailabilityArgs, ctx: ToolContext) -> Any:
-    url = path("/rooms/{room_id}/availability", room_id=args.room_id)
+    url = fill_path("/rooms/{room_id}/availability", room_id=args.room_id)
     return await request_json(ctx, "GET", url, params={"date": args.date.isoformat()})
 
 
@@ -140,7 +140,7 @@ async def _own_active_booking(args: CancelArgs, ctx: ToolContext) -> None:
 
 
 async def _cancel(args: CancelArgs, ctx: ToolContext) -> Any:
-    return await request_json(ctx, "POST", path("/bookings/{booking_id}/cancel", booking_id=args.booking_id))
+    return await request_json(ctx, "POST", fill_path("/bookings/{booking_id}/cancel", booking_id=args.booking_id))
 
 
 def _free_slots(day: Availability) -> list[dict[str, str]]:
@@ -186,7 +186,7 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=NoArguments,
         output=RoomList,
-        access=Access.public_(),
+        access=Access.public(),
         execute=_list_rooms,
     ),
     Tool(
@@ -200,7 +200,7 @@ TOOLS: tuple[Tool, ...] = (
         mode=Mode.READ,
         arguments=AvailabilityArgs,
         output=Availability,
-        access=Access.public_(),
+        access=Access.public(),
         execute=_availability,
         model_view=_availability_for_model,
         human_view=_availability_for_people,

@@ -267,8 +267,8 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     from mcp_types.jsonrpc import INVALID_PARAMS
 
     from adapters.rooms import TOOLS
-    from gateway.ledger import Proposal, RedisLedger
-    from gateway.receipts import card_for_agent
+    from gateway.card_views import card_for_agent
+    from gateway.store.ledger import Proposal, RedisLedger
     from gateway.tool import definition_hash
 
     book = next(tool for tool in TOOLS if tool.name == WRITE_TOOL)

@@ -259,7 +259,7 @@ async def _approve_one(
 async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
     """Follow a card's history until it reaches an outcome: (state, ledger ms approved->outcome).
 
-    The history lives inside the card (see gateway/ledger/_lua.py), which cannot be read blocking,
+    The history lives inside the card (see gateway/store/ledger_scripts.py), which cannot be read blocking,
     so the card is polled every millisecond; that bounds the resolution of the outcome latency.
     """
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
@@ -278,7 +278,7 @@ async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
 async def _approver(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str], redis: Any, state: ApproveState
 ) -> None:
-    from gateway.ledger import RedisLedger, card_shard
+    from gateway.store.ledger import RedisLedger, card_shard
 
     while state.queue:
         card = state.queue.pop()

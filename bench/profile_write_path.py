@@ -33,7 +33,7 @@ from bench.write_path import parse_args as write_args  # noqa: E402
 VARIANTS = ("gateway", "bare+GET", "bare")
 BUCKETS: tuple[tuple[str, str], ...] = (
     ("ledger create script (RedisLedger.propose)", r"RedisLedger\.propose"),
-    ("preflight GET to the rooms backend", r"_room_exists|request_json|ClientSession\._request|AiohttpBackend"),
+    ("preflight GET to the rooms backend", r"_room_exists|request_json|ClientSession\._request|AiohttpUpstream"),
     ("audit XADD", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
     ("bearer key lookup (KeyCache / KeyStore)", r"KeyCache\.resolve|KeyStore\.resolve"),
     ("ledger durability guard", r"LedgerGuard\."),

@@ -144,8 +144,8 @@ def _create_key(redis_url: str) -> str:
     """A demo agent key for the gateway, created in Redis before any load."""
     import redis.asyncio as aioredis
 
-    from gateway.keys import KeyStore
     from gateway.principal import KeyKind
+    from gateway.store.keys import KeyStore
 
     async def create() -> str:
         client = aioredis.from_url(redis_url)

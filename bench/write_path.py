@@ -160,8 +160,8 @@ def _keys(redis_url: str) -> dict[str, str]:
     """An agent key (the proposer, role staff) and an admin key (approver) in one database."""
     import redis.asyncio as aioredis
 
-    from gateway.keys import KeyStore
     from gateway.principal import KeyKind
+    from gateway.store.keys import KeyStore
 
     async def create() -> dict[str, str]:
         client = aioredis.from_url(redis_url)
@@ -184,14 +184,14 @@ def _sync_redis(redis_url: str) -> Any:
 
 def shard_keys() -> list[list[str]]:
     """Per shard: its outbox, open-card hash, index and timers (the ledger's own key layout)."""
-    from gateway.ledger import SHARDS, RedisLedger
+    from gateway.store.ledger import SHARDS, RedisLedger
 
     return [RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[3:] for shard in range(SHARDS)]
 
 
 def card_keys(card_id: str) -> list[str]:
     """A card's key (its history and applied transitions are inside it) and two unused keys."""
-    from gateway.ledger import RedisLedger, card_shard
+    from gateway.store.ledger import RedisLedger, card_shard
 
     shard = card_shard(card_id)
     assert shard is not None
@@ -199,7 +199,7 @@ def card_keys(card_id: str) -> list[str]:
 
 
 def _fields(raw: str | None, *names: str) -> tuple[Any, ...]:
-    """Named fields of a stored card (one JSON string; see gateway/ledger/_lua.py)."""
+    """Named fields of a stored card (one JSON string; see gateway/store/ledger_scripts.py)."""
     card = json.loads(raw) if raw else {}
     return tuple(card.get(name) for name in names)
 

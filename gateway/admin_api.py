@@ -33,10 +33,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
 from gateway.card import CardState
-from gateway.cards import MAX_LIST, MAX_TEXT, CardActionResult, CardService, ResultCode
-from gateway.errors import LedgerError
-from gateway.keys import KeyStore
+from gateway.card_service import MAX_LIST, MAX_TEXT, CardActionResult, CardService, ResultCode
+from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
+from gateway.store.keys import KeyStore
 
 __all__ = ["ApproveBody", "CancelBody", "ListQuery", "RejectBody", "ResolveBody", "admin_routes", "openapi_document"]
 
@@ -154,14 +154,14 @@ class _Endpoints:
                 requester=query.requester,
                 limit=query.limit,
             )
-        except LedgerError as error:
+        except StoreUnavailableError as error:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
         return _json(200, {"cards": [item.to_json() for item in items]})
 
     async def show_card(self, request: Request) -> Response:
         try:
             view = await self._service.show(principal_of(request.scope), request.path_params["card_id"])
-        except LedgerError as error:
+        except StoreUnavailableError as error:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
         if view is None:
             return _error(ResultCode.NOT_FOUND, "no such card", status=404)

@@ -11,42 +11,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
-from gateway.audit import RedisStreamAuditSink
 from gateway.auth import BearerAuth
-from gateway.backend import AiohttpBackend, BackendClient
-from gateway.cards import CardService
+from gateway.card_service import CardService
 from gateway.catalog import Catalog
 from gateway.console import console_routes
-from gateway.errors import ConfigError, UpstreamError
+from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
+from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
-from gateway.keys import KeyCache, KeyStore
-from gateway.ledger import RedisLedger
-from gateway.ledger.guard import LedgerGuard
-from gateway.live import AdapterHealth, LiveCatalog
+from gateway.loops import run_forever
 from gateway.mcp_surface import McpSurface
 from gateway.principal import KeyKind
+from gateway.registry.api import registry_routes
+from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
-from gateway.registry.store import RegistryStore
-from gateway.registry_api import registry_routes
 from gateway.settings import AdapterSettings, Settings
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.client import Connection, connect
+from gateway.store.durability import LedgerGuard
+from gateway.store.keys import KeyCache, KeyStore
+from gateway.store.ledger import RedisLedger
+from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
+from gateway.upstream import UpstreamClient
+from gateway.upstream_aiohttp import AiohttpUpstream
 from gateway.worker import Worker
 
-__all__ = ["Gateway", "backend_client", "build_gateway", "create_app", "redis_client", "tools_for"]
+__all__ = ["Gateway", "backend_client", "build_gateway", "create_app", "tools_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +59,6 @@ def _version() -> str:
         return version("countersign")
     except PackageNotFoundError:  # running from a source tree without installing
         return "0.0.0"
-
-
-def redis_client(url: str) -> aioredis.Redis:
-    """The gateway's Redis client. Callers own it and must `aclose()` it."""
-    return aioredis.from_url(url, decode_responses=False, health_check_interval=30)
 
 
 def tools_for(settings: Settings) -> list[Tool]:
@@ -80,32 +78,32 @@ def tools_for(settings: Settings) -> list[Tool]:
     return tools
 
 
-def _backend_client(adapter: AdapterSettings) -> AiohttpBackend:
+def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
     if adapter.url is None:
         raise ConfigError(f"adapter {adapter.name} has no backend URL")
     credential = str(adapter.token) if adapter.token is not None else None
-    return AiohttpBackend(adapter.url, service=adapter.name, credential=credential,
+    return AiohttpUpstream(adapter.url, service=adapter.name, credential=credential,
                           timeout_seconds=adapter.timeout_seconds)  # fmt: skip
 
 
-def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpBackend:
+def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
     """The gateway's client for one backend: its own credential, never an agent's token."""
-    return AiohttpBackend(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
+    return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Gateway:
     """The wired parts of one gateway, exposed for the CLI and tests."""
 
-    redis: aioredis.Redis
+    redis: Connection
     keys: KeyStore
     audit: RedisStreamAuditSink
     executor: Executor
     catalog: Catalog
-    clients: Mapping[str, BackendClient]
+    clients: Mapping[str, UpstreamClient]
     ledger: RedisLedger
     guard: LedgerGuard
-    live: LiveCatalog
+    live: LiveToolSource
     health: AdapterHealth
     registry: RegistryService
 
@@ -126,25 +124,26 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         raise ConfigError("settings.redis_url must be resolved before building a gateway")
     static = list(tools)
     toolbox = Toolbox(static)  # refuses duplicate names before anything connects
-    client = redis_client(settings.redis_url)
+    connection = connect(settings.redis_url)
+    client = connection.client
     audit = RedisStreamAuditSink(client)
     from adapters import ALWAYS_ON
 
     used = {tool.adapter for tool in toolbox.values()}
-    clients: dict[str, BackendClient] = {
+    clients: dict[str, UpstreamClient] = {
         name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters
     }
     missing = used - set(clients) - ALWAYS_ON
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     health_paths = {name: settings.adapters[name].health_path for name in clients}
-    grants = settings.grants
+    org_adapters = settings.org_adapters
     keys = KeyStore(client)
     ledger = RedisLedger(client)
     guard = LedgerGuard(client)
     identity = IdentityHeaders()
     store = RegistryStore(client)
-    live = LiveCatalog(
+    live = LiveToolSource(
         static=static,
         store=store,
         clients=clients,
@@ -163,7 +162,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     )
     executor = Executor(
         tools=live,
-        grants=grants,
+        org_adapters=org_adapters,
         audit=audit,
         clients=clients,
         ledger=ledger,
@@ -174,11 +173,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         healthy=health.healthy,
     )
     return Gateway(
-        redis=client,
+        redis=connection,
         keys=keys,
         audit=audit,
         executor=executor,
-        catalog=Catalog(live, grants),
+        catalog=Catalog(live, org_adapters),
         clients=clients,
         ledger=ledger,
         guard=guard,
@@ -188,22 +187,16 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     )
 
 
-async def _every(seconds: float, step: Callable[[], Awaitable[object]], what: str) -> None:
-    """Run `step` forever, `seconds` apart; a failure is logged and retried, never fatal."""
-    while True:
-        try:
-            await step()
-        except (RedisError, OSError, UpstreamError) as error:
-            logger.warning("%s failed: %s", what, type(error).__name__)
-        await asyncio.sleep(seconds)
+def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:
+    return run_forever(step, what=what, pause_seconds=seconds, retry_on=(StoreUnavailableError, UpstreamError))
 
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
     """The live catalog's refresh, the health checks, and (by default) the worker."""
     tasks = [
-        asyncio.create_task(_every(settings.registry_poll_seconds, gateway.live.refresh, "catalog refresh")),
-        asyncio.create_task(_every(settings.health_poll_seconds, gateway.health.check_once, "health check")),
+        asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "catalog refresh")),
+        asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
     ]
     if settings.run_worker:
         tasks.append(asyncio.create_task(Worker(gateway.executor, gateway.ledger).run(), name="countersign-worker"))
@@ -238,8 +231,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     async def health(request: Request) -> JSONResponse:
         try:
             await gateway.redis.ping()
-        except (RedisError, OSError) as error:
-            return JSONResponse({"ok": False, "redis": type(error).__name__}, status_code=503)
+        except StoreUnavailableError as error:
+            return JSONResponse({"ok": False, "redis": error.cause}, status_code=503)
         return JSONResponse({"ok": True})
 
     @contextlib.asynccontextmanager

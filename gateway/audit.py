@@ -1,25 +1,21 @@
-"""The audit trail: every allow, deny and outcome, appended to a Redis stream.
+"""The audit trail's vocabulary: an event, the sink Protocol, and an in-memory sink.
 
 Who calls it: the executor (one event per call), the key store, the CLI (`audit tail`). An
 event never holds a bearer token or third-party text; `AuditEvent` has no field for either.
-If the stream cannot be written, the event goes to the process log instead, so nothing is
-silent even when Redis is down (reads keep working; invariant 7).
+The Redis stream that holds the trail is `gateway.store.audit.RedisStreamAuditSink`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from typing import Protocol
 
 from gateway.principal import Principal
 
-__all__ = ["AUDIT_STREAM", "AuditEvent", "AuditSink", "ListAuditSink", "RedisStreamAuditSink"]
+__all__ = ["AUDIT_STREAM", "AuditEvent", "AuditSink", "ListAuditSink"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,30 +91,6 @@ class AuditSink(Protocol):
         ...
 
 
-class RedisStreamAuditSink:
-    """Appends events to the `countersign:audit` stream. The stream is never trimmed by length."""
-
-    def __init__(self, client: aioredis.Redis, *, stream: str = AUDIT_STREAM) -> None:
-        self._client = client
-        self._stream = stream
-
-    async def record(self, event: AuditEvent) -> None:
-        try:
-            await self._client.xadd(self._stream, event.to_fields())  # type: ignore[arg-type]
-        except (RedisError, OSError) as error:
-            # The fallback is itself recorded, in the log, with the whole event.
-            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
-
-    async def recent(self, count: int) -> list[AuditEvent]:
-        entries: Any = await self._client.xrevrange(self._stream, count=count)
-        return _events(reversed(entries or []))
-
-    async def after(self, last_id: str, *, block_ms: int, count: int = 100) -> list[AuditEvent]:
-        """Events newer than `last_id`, waiting up to `block_ms` for the first one (for `tail -f`)."""
-        answer: Any = await self._client.xread({self._stream: last_id}, block=block_ms, count=count)
-        return [event for _stream, entries in answer or [] for event in _events(entries)]
-
-
 class ListAuditSink:
     """In-memory sink for executor tests: keeps events in order."""
 
@@ -130,13 +102,3 @@ class ListAuditSink:
 
     async def recent(self, count: int) -> list[AuditEvent]:
         return self.events[-count:]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _events(entries: Iterable[tuple[Any, Any]]) -> list[AuditEvent]:
-    return [
-        AuditEvent.from_fields(_text(eid), {_text(k): _text(v) for k, v in fields.items()}) for eid, fields in entries
-    ]

@@ -13,12 +13,12 @@ import logging
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.keys import KeyCache, KeyStore
+from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
+from gateway.store.keys import KeyCache, KeyStore
 
 __all__ = ["PRINCIPAL_SCOPE_KEY", "BearerAuth", "principal_of"]
 
@@ -60,8 +60,8 @@ class BearerAuth:
             return
         try:
             principal = await self._keys.resolve(token)
-        except (RedisError, OSError) as error:
-            logger.error("key store unavailable: %s", type(error).__name__)
+        except StoreUnavailableError as error:
+            logger.error("key store unavailable: %s", error.cause)
             await _send_json(send, 503, {"error": "unavailable", "error_description": "key store unavailable"}, [])
             return
         if principal is None or principal.kind is not self._kind:

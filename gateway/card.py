@@ -12,12 +12,13 @@ Every transition is one atomic script in the ledger; this module is only the voc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["TERMINAL", "Card", "CardEvent", "CardState", "decision_of", "outcome_of"]
+__all__ = ["OPEN", "TERMINAL", "Card", "CardEvent", "CardState", "decision_of", "outcome_of", "verify_chain"]
 
 
 class CardState(StrEnum):
@@ -123,3 +124,16 @@ class Card:
     @property
     def outcome(self) -> str:
         return outcome_of(self.state)
+
+
+def verify_chain(events: Sequence[CardEvent]) -> bool:
+    """Whether a card's events form an unbroken hash chain, numbered 1..n."""
+    previous = ""
+    for expected_seq, event in enumerate(events, start=1):
+        parts = [previous, str(event.seq), event.type, event.actor, event.state, str(event.version), str(event.at_ms)]
+        material = "|".join([*parts, event.data_raw])
+        digest = hashlib.sha1(material.encode()).hexdigest()
+        if event.seq != expected_seq or event.prev != previous or digest != event.hash:
+            return False
+        previous = event.hash
+    return True

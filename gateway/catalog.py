@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.grants import Grants
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox, ToolSource
@@ -22,9 +22,9 @@ __all__ = ["Catalog"]
 class Catalog:
     """Tools as each principal may see them, from the tools served right now."""
 
-    def __init__(self, tools: ToolSource, grants: Grants) -> None:
+    def __init__(self, tools: ToolSource, org_adapters: OrgAdapters) -> None:
         self._tools = tools
-        self._grants = grants
+        self._org_adapters = org_adapters
 
     def current(self) -> Toolbox:
         return self._tools.current()
@@ -32,7 +32,7 @@ class Catalog:
     def visible_to(self, principal: Principal, toolbox: Toolbox | None = None) -> list[Tool]:
         """The tools `principal` may call, in declaration order."""
         box = toolbox or self._tools.current()
-        return [tool for tool in box.values() if decide_access(tool, principal, self._grants).allowed]
+        return [tool for tool in box.values() if decide_access(tool, principal, self._org_adapters).allowed]
 
     def input_schema(self, name: str, toolbox: Toolbox | None = None) -> Mapping[str, Any]:
         """The JSON Schema of a tool's arguments: generated from the model the executor validates with."""

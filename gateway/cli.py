@@ -22,17 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from gateway import cli_adapters
-from gateway.app import redis_client
-from gateway.audit import AuditEvent, RedisStreamAuditSink
+from gateway.audit import AuditEvent
 from gateway.card import CardState
-from gateway.cards import OUTCOMES, UNTRUSTED_NOTE, CardActionResult, CardService, CardView, ResultCode
+from gateway.card_service import OUTCOMES, UNTRUSTED_NOTE, CardActionResult, CardService, CardView, ResultCode
 from gateway.errors import GatewayError
-from gateway.keys import KeyStore
-from gateway.ledger import RedisLedger
-from gateway.ledger.guard import LedgerGuard
 from gateway.principal import KeyKind, Principal
 from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.client import connect
+from gateway.store.durability import LedgerGuard
+from gateway.store.keys import KeyStore
+from gateway.store.ledger import RedisLedger
 
 __all__ = ["main"]
 
@@ -161,7 +162,8 @@ def _run_fast(main: Coroutine[Any, Any, None]) -> None:
 class _Store:
     def __init__(self, settings: Settings, url: str) -> None:
         self.settings = settings
-        self.redis = redis_client(url)
+        self.connection = connect(url)
+        self.redis = self.connection.client
         self.keys = KeyStore(self.redis)
         self.audit = RedisStreamAuditSink(self.redis)
 
@@ -172,7 +174,7 @@ async def _with_store(settings: Settings, action: Callable[[_Store], Awaitable[i
         try:
             return await action(store)
         finally:
-            await store.redis.aclose()
+            await store.connection.aclose()
 
 
 async def _keys_create(store: _Store, args: argparse.Namespace) -> int:

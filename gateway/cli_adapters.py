@@ -19,7 +19,7 @@ from gateway.audit import AuditSink
 from gateway.principal import Principal
 from gateway.registry.openapi_import import draft_manifest
 from gateway.registry.service import RegistryResult, RegistryService
-from gateway.registry.store import RegistryStore
+from gateway.store.registry import RegistryStore
 
 __all__ = ["add_parser", "import_openapi", "run"]
 

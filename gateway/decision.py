@@ -1,35 +1,12 @@
-"""Verdicts and the stable codes every refusal carries."""
+"""A policy's verdict: allowed, or denied with one of the stable refusal codes of `gateway.codes`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-__all__ = ["Code", "Decision"]
+from gateway.codes import Code
 
-
-class Code(StrEnum):
-    """Stable refusal codes. Agents and tooling match on these, never on messages."""
-
-    PERMISSION_DENIED = "PERMISSION_DENIED"
-    VALIDATION_ERROR = "VALIDATION_ERROR"
-    NOT_FOUND = "NOT_FOUND"
-    CONFLICT = "CONFLICT"
-    RATE_LIMITED = "RATE_LIMITED"
-    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
-    UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
-    UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
-    UPSTREAM_ERROR = "UPSTREAM_ERROR"
-    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
-    INTERNAL_ERROR = "INTERNAL_ERROR"
-
-    @property
-    def retryable(self) -> bool:
-        """Whether the same call may succeed later without changing its arguments."""
-        return self in _RETRYABLE
-
-
-_RETRYABLE = frozenset({Code.RATE_LIMITED, Code.UPSTREAM_UNAVAILABLE, Code.UPSTREAM_TIMEOUT, Code.LEDGER_UNAVAILABLE})
+__all__ = ["Decision"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.decision import Code
+from gateway.codes import Code
 
 __all__ = ["Envelope"]
 

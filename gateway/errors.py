@@ -5,7 +5,7 @@
   x ToolDeclarationError      (programmer: bad Tool, duplicate name; has .code)
   x ConfigError               (operator: missing or invalid setting)
   x AuthError                 (operator/CLI: unknown key, bad key kind)
-  x LedgerError               (state store: unreachable or not durable)
+  x StoreUnavailableError     (the state store did not answer; fail closed, retry later)
   x UpstreamError             (an adapter could not complete the call)
     + UpstreamTimeoutError      (no answer within the deadline)
     + UpstreamUnavailableError  (could not connect, or the backend said it is down)
@@ -25,7 +25,7 @@ __all__ = [
     "AuthError",
     "ConfigError",
     "GatewayError",
-    "LedgerError",
+    "StoreUnavailableError",
     "ToolDeclarationError",
     "UpstreamError",
     "UpstreamNotFoundError",
@@ -61,8 +61,16 @@ class AuthError(GatewayError):
     """A key operation could not be carried out (unknown key id, bad kind)."""
 
 
-class LedgerError(GatewayError):
-    """The state store is unreachable or not durable; writes must not proceed."""
+class StoreUnavailableError(GatewayError):
+    """The state store (Redis) did not answer, or failed mid-command; writes must not proceed.
+
+    Raised only by `gateway.store`, which translates every Redis and socket failure into it.
+    `cause` names the underlying failure (``ConnectionError``, ``TimeoutError``) for logs and audit.
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class UpstreamError(GatewayError):

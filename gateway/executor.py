@@ -5,9 +5,9 @@ name and the raw arguments the model proposed (`execute`); and the worker, with 
 approved card (`run_approved`) or of a write whose outcome is unknown (`reconcile`). It returns
 sealed envelopes or cards, never raises for anything a caller did, and audits every decision.
 
-What it asks of its collaborators: the `Toolbox` (declarations), `Grants` (operator config), an
+What it asks of its collaborators: the `Toolbox` (declarations), `OrgAdapters` (operator config), an
 `AuditSink`, one HTTP client per adapter (handed to adapters through `ToolContext`), the
-`RedisLedger` and its `LedgerGuard` (writes only while the ledger is durable), and the key store
+`Ledger` and its `LedgerGuard` (writes only while the ledger is durable), and the key store
 (to re-check a requester's live key before a write runs).
 
 What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
@@ -19,32 +19,38 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from redis.exceptions import RedisError
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.backend import BackendClient
+from gateway.canonical import canonical_json
 from gateway.card import Card, CardState
-from gateway.context import CallerCards, ToolContext
-from gateway.decision import Code, Decision
+from gateway.card_views import card_for_agent
+from gateway.codes import Code
+from gateway.decision import Decision
 from gateway.envelope import Envelope
-from gateway.errors import UpstreamError, UpstreamProtocolError, UpstreamRefusedError, UpstreamTimeoutError
-from gateway.grants import Grants
+from gateway.errors import (
+    StoreUnavailableError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRefusedError,
+    UpstreamTimeoutError,
+)
 from gateway.identity import IdentityHeaders
-from gateway.keys import KeyRecord
-from gateway.ledger import Proposal, RedisLedger
-from gateway.ledger.guard import LedgerGuard
+from gateway.ledger import Ledger, Proposal, TransitionStatus
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
-from gateway.receipts import card_for_agent
+from gateway.store.durability import LedgerGuard
+from gateway.store.keys import KeyRecord
 from gateway.tool import Mode, Tool, is_key_field
+from gateway.tool_context import CallerCards, ToolContext
 from gateway.toolbox import Toolbox, ToolSource
 from gateway.untrusted import withhold_untrusted
+from gateway.upstream import UpstreamClient
 from policies.access import decide_access
 from policies.approval import approvals_required
 from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
@@ -64,10 +70,10 @@ class Executor:
         self,
         *,
         tools: ToolSource,
-        grants: Grants,
+        org_adapters: OrgAdapters,
         audit: AuditSink,
-        clients: Mapping[str, BackendClient],
-        ledger: RedisLedger | None = None,
+        clients: Mapping[str, UpstreamClient],
+        ledger: Ledger | None = None,
         guard: LedgerGuard | None = None,
         keys: KeyLookup | None = None,
         healthy: Callable[[str], bool] | None = None,
@@ -76,7 +82,7 @@ class Executor:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
-        self._grants = grants
+        self._org_adapters = org_adapters
         self._audit = audit
         self._clients = clients
         self._ledger = ledger
@@ -111,7 +117,7 @@ class Executor:
 
         # 1. Access: the same function the catalog uses. An unknown name and a forbidden one
         #    answer identically, so the catalog cannot be probed.
-        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._grants)
+        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._org_adapters)
         if tool is None or not decision.allowed:
             return await self._refuse(principal, name, decision, started)
 
@@ -181,7 +187,7 @@ class Executor:
             requester_org=principal.org,
             requester_key_id=principal.key_id,
             requester_roles=principal.roles,
-            approvals_required=approvals_required(approval, args),
+            approvals_required=approvals_required(approval, canonical),
             approver_role=approval.approver_role,
             summary=summary(args),
             agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
@@ -191,14 +197,14 @@ class Executor:
         )
         try:
             created = await self._ledger.propose(proposal)
-        except (RedisError, OSError) as error:
+        except StoreUnavailableError as error:
             self._guard.invalidate()
-            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {type(error).__name__}")
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {error.cause}")
             return await self._refuse(principal, tool.name, down, started)
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
-        existing = created.status == "EXISTING"
+        existing = created.status is TransitionStatus.EXISTING
         await self._record(
             principal,
             tool.name,
@@ -226,7 +232,7 @@ class Executor:
             await self._record_card(card, "card.execute", "DEFERRED", f"adapter {tool.adapter} is unhealthy")
             return card
         claim = await ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
-        if claim.status != "OK" or claim.card is None:
+        if claim.status is not TransitionStatus.OK or claim.card is None:
             return claim.card
         return await self._send(claim.card)
 
@@ -257,7 +263,9 @@ class Executor:
             evidence["backend"] = dict(status.detail)
         if step.next is Next.RESEND:
             resend = await ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
-            return await self._send(resend.card) if resend.status == "OK" and resend.card else resend.card
+            return (
+                await self._send(resend.card) if resend.status is TransitionStatus.OK and resend.card else resend.card
+            )
         reference = status.reference or "" if status is not None else ""
         result = await ledger.reconcile(
             card_id, result=step.next.value, reference=reference, evidence=evidence, next_at_ms=step.at_ms
@@ -292,13 +300,13 @@ class Executor:
 
         # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
         dispatched = await ledger.dispatch(card.card_id, fence=card.fence)
-        if dispatched.status == "ERR_NOT_DURABLE":
+        if dispatched.status is TransitionStatus.ERR_NOT_DURABLE:
             # DISPATCHED is not on disk: sending now could not be accounted for after a crash.
             released = await ledger.release(card.card_id, fence=card.fence, reason="ledger fsync unconfirmed",
                                             requeue_ms=backoff_ms(card.attempts))  # fmt: skip
             await self._record_card(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
             return released.card
-        if dispatched.status != "OK":
+        if dispatched.status is not TransitionStatus.OK:
             return dispatched.card  # the lease was lost: another worker owns the card now
 
         # 3. Send once, with the key minted when the card was created.
@@ -342,7 +350,7 @@ class Executor:
         record = await self._keys(card.requester_key_id) if self._keys is not None else None
         if record is None or record.revoked:
             return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
-        access = decide_access(tool, record.principal(), self._grants)
+        access = decide_access(tool, record.principal(), self._org_adapters)
         return None if access.allowed else access
 
     # -- shared steps ------------------------------------------------------------------------------
@@ -372,7 +380,7 @@ class Executor:
             identity=self._identity(principal, tool.adapter),
         )
 
-    def _require_ledger(self) -> RedisLedger:
+    def _require_ledger(self) -> Ledger:
         if self._ledger is None:
             raise RuntimeError("this executor has no ledger")
         return self._ledger
@@ -439,7 +447,7 @@ class Executor:
 class _CallerCards(CallerCards):
     """The built-in approvals tools' view of the ledger, bound to one principal."""
 
-    def __init__(self, ledger: RedisLedger, principal: Principal) -> None:
+    def __init__(self, ledger: Ledger, principal: Principal) -> None:
         self._ledger = ledger
         self._principal = principal
 
@@ -477,8 +485,7 @@ def _requester(card: Card) -> Principal:
 
 def _args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
     """SHA-256 over tool, tool version and the canonical (sorted-key) arguments."""
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{tool}\n{version}\n{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{tool}\n{version}\n{canonical_json(canonical)}".encode()).hexdigest()
 
 
 def _failure(error: UpstreamError) -> Decision:

@@ -23,13 +23,14 @@ from starlette.datastructures import Secret
 
 from backends.expenses import create_expenses_app, expenses_manifest
 from backends.serve import QuietServer
-from gateway.app import build_gateway, create_app, redis_client, tools_for
-from gateway.backend import AiohttpBackend
-from gateway.embedded import Owner, embedded_redis
+from gateway.app import build_gateway, create_app, tools_for
 from gateway.errors import ConfigError, UpstreamError
-from gateway.keys import KeyStore
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
+from gateway.store.client import connect
+from gateway.store.embedded import Owner, embedded_redis
+from gateway.store.keys import KeyStore
+from gateway.upstream_aiohttp import AiohttpUpstream
 from gateway.worker import Worker
 
 __all__ = [
@@ -116,7 +117,7 @@ async def _serve_on_stable_port(app: Any, port: int) -> AsyncIterator[str]:
 
 async def register_demo_manifest(gateway_url: str, service_key: str, expenses_url: str) -> str:
     """Register the demo expenses service by manifest over HTTP, as any service would."""
-    client = AiohttpBackend(gateway_url, service="registry", credential=service_key)
+    client = AiohttpUpstream(gateway_url, service="registry", credential=service_key)
     manifest = expenses_manifest(expenses_url)
     manifest["signing_secret_env"] = "EXPENSES_SIGNING_KEY"
     try:
@@ -165,9 +166,9 @@ async def run(settings: Settings) -> None:
     async with resolved(settings) as ready:
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
-        client = redis_client(ready.redis_url)
+        connection = connect(ready.redis_url)
         try:
-            store = KeyStore(client)
+            store = KeyStore(connection.client)
             demo_key = await ensure_demo_key(store, settings.data_dir)
             if ready.demo:
                 admin_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_ADMIN_KEY_FILE,
@@ -176,7 +177,7 @@ async def run(settings: Settings) -> None:
                 service_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_SERVICE_KEY_FILE,
                                                     kind=KeyKind.SERVICE, subject="expenses-svc", roles=())  # fmt: skip
         finally:
-            await client.aclose()
+            await connection.aclose()
         app = create_app(ready)
         config = uvicorn.Config(
             app,

@@ -32,7 +32,7 @@ from starlette.config import Config
 from starlette.datastructures import Secret
 
 from gateway.errors import ConfigError
-from gateway.grants import Grants
+from gateway.org_adapters import OrgAdapters
 
 __all__ = ["DEMO_ORGS", "AdapterSettings", "OrgSettings", "Settings"]
 
@@ -102,9 +102,9 @@ class Settings:
     health_poll_seconds: float = 5.0
 
     @property
-    def grants(self) -> Grants:
+    def org_adapters(self) -> OrgAdapters:
         """Adapters per org, plus the built-in approvals tools every configured org gets."""
-        return Grants({org.name: org.adapters | {"approvals"} for org in self.orgs})
+        return OrgAdapters({org.name: org.adapters | {"approvals"} for org in self.orgs})
 
     def roles_of(self, org: str) -> frozenset[str] | None:
         """Roles configured for `org`, or None when the org is not configured."""

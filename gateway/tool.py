@@ -8,7 +8,6 @@ are constructed: a bad tool fails when its adapter module is imported, not on th
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,11 +16,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from gateway.canonical import canonical_json
 from gateway.errors import ToolDeclarationError
 from gateway.untrusted import has_untrusted_fields
 
 if TYPE_CHECKING:
-    from gateway.context import ToolContext
+    from gateway.tool_context import ToolContext
 
 __all__ = [
     "Access",
@@ -71,7 +71,7 @@ def definition_hash(tool: Tool) -> str:
         "mode": tool.mode.value,
         "input": tool.arguments.model_json_schema(),
         "output": tool.output.model_json_schema(),
-        "access": {"roles": sorted(tool.access.any_of_roles), "public": tool.access.public},
+        "access": {"roles": sorted(tool.access.any_of_roles), "public": tool.access.is_public},
         "approval": None
         if approval is None
         else {
@@ -88,8 +88,7 @@ def definition_hash(tool: Tool) -> str:
             "not_applied": sorted(contract.not_applied_statuses),
         },
     }
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(document).encode()).hexdigest()
 
 
 class Mode(StrEnum):
@@ -110,24 +109,24 @@ class Access:
 
     any_of_roles: frozenset[str]
     """Roles of which the caller needs at least one. Empty only for public access."""
-    public: bool
+    is_public: bool
     """True when every authenticated agent may call the tool."""
 
     def __post_init__(self) -> None:
-        if self.public and self.any_of_roles:
+        if self.is_public and self.any_of_roles:
             raise ToolDeclarationError("public access cannot also list roles", code="invalid_access")
-        if not self.public and not self.any_of_roles:
+        if not self.is_public and not self.any_of_roles:
             raise ToolDeclarationError(
                 "access names no role; write Access.public() if everyone may call it", code="invalid_access"
             )
 
     @classmethod
-    def public_(cls) -> Access:
-        return cls(any_of_roles=frozenset(), public=True)
+    def public(cls) -> Access:
+        return cls(any_of_roles=frozenset(), is_public=True)
 
     @classmethod
     def roles(cls, *roles: str) -> Access:
-        return cls(any_of_roles=frozenset(roles), public=False)
+        return cls(any_of_roles=frozenset(roles), is_public=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

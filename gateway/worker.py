@@ -23,13 +23,12 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
-
-from redis.exceptions import RedisError, ResponseError
 
 from gateway.card import CardState
+from gateway.errors import StoreUnavailableError
 from gateway.executor import Executor
-from gateway.ledger import RedisLedger
+from gateway.ledger import Ledger, OutboxEntry
+from gateway.loops import run_forever
 
 __all__ = ["Worker"]
 
@@ -42,7 +41,7 @@ class Worker:
     def __init__(
         self,
         executor: Executor,
-        ledger: RedisLedger,
+        ledger: Ledger,
         *,
         name: str | None = None,
         block_ms: int = 1000,
@@ -57,50 +56,32 @@ class Worker:
         self._requeue_ms = requeue_ms
 
     async def run(self) -> None:
-        """Run both loops until cancelled. Redis errors are logged and retried, never fatal."""
+        """Run both loops until cancelled. A store that does not answer is logged and retried, never fatal."""
         while True:
             try:
                 await self._ledger.ensure_outbox_group()
                 break
-            except (RedisError, OSError) as error:
-                logger.error("worker cannot reach the ledger (%s); retrying", type(error).__name__)
+            except StoreUnavailableError as error:
+                logger.error("worker cannot reach the ledger (%s); retrying", error.cause)
                 await asyncio.sleep(1.0)
+        # A bug in a step does not stop the worker: a card it left mid-way is safe, its lease runs
+        # out and the sweeper recovers it (APPROVED if nothing was sent, else UNKNOWN).
+        retry = (StoreUnavailableError,)
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._forever(self.consume_once))
-            group.create_task(self._forever(self.sweep_once, pause=self._sweep_seconds))
-
-    async def _forever(self, step: Callable[[], Awaitable[int]], *, pause: float = 0.0) -> None:
-        while True:
-            try:
-                await step()
-            except (RedisError, OSError) as error:
-                logger.error("worker step failed (%s: %s); retrying", type(error).__name__, error)
-                await asyncio.sleep(1.0)
-            except Exception:
-                # A bug must not stop the worker. A card it left mid-way is safe: its lease runs
-                # out and the sweeper recovers it (APPROVED if nothing was sent, else UNKNOWN).
-                logger.exception("worker step failed unexpectedly; continuing")
-                await asyncio.sleep(1.0)
-            if pause:
-                await asyncio.sleep(pause)
+            group.create_task(run_forever(self.consume_once, what="outbox read", pause_seconds=0, retry_on=retry))
+            group.create_task(
+                run_forever(self.sweep_once, what="sweep", pause_seconds=self._sweep_seconds, retry_on=retry)
+            )
 
     async def consume_once(self) -> int:
         """Handle the outbox entries that arrive within one blocking read. Returns how many."""
-        try:
-            entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
-        except ResponseError as error:
-            if "NOGROUP" not in str(error) and "UNBLOCKED" not in str(error):
-                raise
-            # The streams or the group are gone (a flushed or replaced database): recreate them.
-            # Approved cards whose entries went with them are re-enqueued by the sweeper.
-            await self._ledger.ensure_outbox_group()
-            return 0
-        await asyncio.gather(*(self._handle(stream, entry_id, card_id) for stream, entry_id, card_id in entries))
+        entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
+        await asyncio.gather(*(self._handle(entry) for entry in entries))
         return len(entries)
 
-    async def _handle(self, stream: str, entry_id: str, card_id: str) -> None:
-        await self._executor.run_approved(card_id, worker=self.name)
-        await self._ledger.ack(stream, entry_id)
+    async def _handle(self, entry: OutboxEntry) -> None:
+        await self._executor.run_approved(entry.card_id, worker=self.name)
+        await self._ledger.ack(entry)
 
     async def sweep_once(self) -> int:
         """Move on every card whose timer is due. Returns how many were looked at."""

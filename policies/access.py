@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from gateway.decision import Code, Decision
-from gateway.grants import Grants
+from gateway.codes import Code
+from gateway.decision import Decision
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Tool
 
 __all__ = ["decide_access"]
 
 
-def decide_access(tool: Tool, principal: Principal, grants: Grants) -> Decision:
+def decide_access(tool: Tool, principal: Principal, org_adapters: OrgAdapters) -> Decision:
     """Whether `principal` may see and call `tool`.
 
     Allowed exactly when the caller holds an agent key, the caller's org has the tool's adapter
@@ -19,9 +20,9 @@ def decide_access(tool: Tool, principal: Principal, grants: Grants) -> Decision:
     """
     if principal.kind is not KeyKind.AGENT:
         return Decision.deny(Code.PERMISSION_DENIED, f"{principal.kind} keys cannot call tools")
-    if not grants.enabled(principal.org, tool.adapter):
+    if not org_adapters.enabled(principal.org, tool.adapter):
         return Decision.deny(Code.PERMISSION_DENIED, f"adapter {tool.adapter} is not enabled for org {principal.org}")
-    if tool.access.public:
+    if tool.access.is_public:
         return Decision.allow("public")
     matched = tool.access.any_of_roles & principal.roles
     if not matched:

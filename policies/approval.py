@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from gateway.card import Card
-from gateway.decision import Code, Decision
+from gateway.codes import Code
+from gateway.decision import Decision
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Approval
 
 __all__ = ["approvals_required", "may_decide"]
 
 
-def approvals_required(approval: Approval, arguments: BaseModel) -> int:
-    """Distinct approvers a proposal needs: the base number, raised by any escalation that applies."""
+def approvals_required(approval: Approval, arguments: Mapping[str, Any]) -> int:
+    """Distinct approvers a proposal needs: the base number, raised by any escalation that applies.
+
+    `arguments` are the proposal's canonical arguments; an escalation applies when its field holds a
+    number above its threshold (a missing or non-numeric field never lowers the requirement).
+    """
     required = approval.required
     for escalation in approval.escalations:
-        value: Any = getattr(arguments, escalation.field)
-        if isinstance(value, int | float) and value > escalation.above:
+        value = arguments.get(escalation.field)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > escalation.above:
             required = max(required, escalation.required)
     return required
 

@@ -1,8 +1,9 @@
 """Review of what a manifest says to the model, and of where it points the gateway. Pure functions.
 
 A registered tool's descriptions reach the model verbatim in ``tools/list``, so a hostile or careless
-service could steer every agent through them. :func:`review_manifest` returns :class:`Flag` values for
-the admin deciding whether to accept a manifest; it refuses nothing itself. :func:`check_base_url` is
+service could steer every agent through them. `review_texts` returns :class:`Flag` values for
+the admin deciding whether to accept a manifest (the registry hands it the manifest's texts with their
+locations, `gateway.registry.manifest.model_facing_texts`); it refuses nothing itself. :func:`check_base_url` is
 the egress rule for the URL the gateway will call, so a manifest cannot aim it at its own network.
 
 Text is matched as a model reads it: tag characters decoded to the ASCII they spell, other hidden
@@ -16,16 +17,13 @@ from __future__ import annotations
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
-from typing import Any
 from urllib.parse import urlsplit
 
-from gateway.registry.manifest import AdapterManifest
-
-__all__ = ["Flag", "FlagCode", "check_base_url", "review_manifest", "review_text"]
+__all__ = ["Flag", "FlagCode", "check_base_url", "review_text", "review_texts"]
 
 EXCERPT_MAX = 80
 """Longest excerpt a flag carries, escapes included."""
@@ -108,26 +106,17 @@ def review_text(
     return _review(tool_name, text, others=other_tool_names - own_tool_names - {tool_name}, own=own_tool_names)
 
 
-def review_manifest(manifest: AdapterManifest, *, other_tool_names: frozenset[str]) -> tuple[Flag, ...]:
-    """Review every text of ``manifest`` that reaches the model or an approver.
+def review_texts(
+    texts: Sequence[tuple[str, str]], *, own_tool_names: frozenset[str], other_tool_names: frozenset[str]
+) -> tuple[Flag, ...]:
+    """Review every ``(location, text)`` of one manifest that reaches the model or an approver.
 
-    That is each tool's description and summary template, and the ``title``, ``description``,
-    ``default``, ``examples``, ``enum`` and ``const`` strings anywhere in its input and output schemas.
-    Names in ``other_tool_names`` that are also this manifest's (a re-registration) count as its own.
+    ``own_tool_names`` are the manifest's own tools, which its texts may mention freely; names in
+    ``other_tool_names`` that are also its own (a re-registration) count as its own. Each flag's
+    ``field`` is the text's location.
     """
-    own = frozenset(tool.name for tool in manifest.tools)
-    others = other_tool_names - own
-    flags: list[Flag] = []
-    for index, tool in enumerate(manifest.tools):
-        where = f"tools[{index}]"
-        texts = [(f"{where}.description", tool.description)]
-        texts += _schema_texts(f"{where}.input_schema", tool.input_schema)
-        texts += _schema_texts(f"{where}.output_schema", tool.output_schema)
-        if tool.summary_template is not None:
-            texts.append((f"{where}.summary_template", tool.summary_template))
-        for field, text in texts:
-            flags += _review(field, text, others=others, own=own)
-    return tuple(flags)
+    others = other_tool_names - own_tool_names
+    return tuple(flag for field, text in texts for flag in _review(field, text, others=others, own=own_tool_names))
 
 
 def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str]) -> tuple[Flag, ...]:
@@ -198,22 +187,6 @@ def _excerpt(text: str, at: int) -> str:
             return out + "…"
         out += piece
     return out
-
-
-_TEXT_KEYS = frozenset({"title", "description", "default", "examples", "enum", "const"})
-
-
-def _schema_texts(where: str, node: Any, text_here: bool = False) -> list[tuple[str, str]]:
-    """``(location, string)`` for each string under a text keyword (``_TEXT_KEYS``) anywhere in a schema."""
-    if isinstance(node, str):
-        return [(where, node)] if text_here else []
-    if isinstance(node, Mapping):
-        items = [(f"{where}.{key}", value, key in _TEXT_KEYS) for key, value in node.items()]
-    elif isinstance(node, list | tuple):
-        items = [(f"{where}[{index}]", item, text_here) for index, item in enumerate(node)]
-    else:
-        return []
-    return [found for at, value, text in items for found in _schema_texts(at, value, text)]
 
 
 # ---- base URLs ----------------------------------------------------------------------------------

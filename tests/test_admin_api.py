@@ -14,12 +14,13 @@ from starlette.applications import Starlette
 
 from backends.serve import serve_app_in_thread
 from gateway.admin_api import admin_routes
-from gateway.audit import AuditEvent, RedisStreamAuditSink
+from gateway.audit import AuditEvent
 from gateway.card import CardState
-from gateway.cards import CardService
-from gateway.keys import KeyStore
-from gateway.ledger import RedisLedger
+from gateway.card_service import CardService
 from gateway.principal import KeyKind
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.keys import KeyStore
+from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 

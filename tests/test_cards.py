@@ -12,12 +12,13 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.audit import AuditEvent, RedisStreamAuditSink
+from gateway.audit import AuditEvent
 from gateway.card import CardState
-from gateway.cards import MAX_EVIDENCE_BYTES, UNTRUSTED_NOTE, CardService, ResultCode
-from gateway.errors import LedgerError
-from gateway.ledger import RedisLedger
+from gateway.card_service import MAX_EVIDENCE_BYTES, UNTRUSTED_NOTE, CardService, ResultCode
+from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.redis_server import free_port
 
@@ -231,15 +232,15 @@ async def test_not_writable_ledger_refuses_every_decision_and_changes_nothing(re
 
 
 async def test_unreachable_redis_is_ledger_unavailable() -> None:
-    """No Redis at all: decisions answer LEDGER_UNAVAILABLE and reads raise LedgerError."""
+    """No Redis at all: decisions answer LEDGER_UNAVAILABLE and reads raise StoreUnavailableError."""
     nowhere = Redis.from_url(f"redis://127.0.0.1:{free_port()}", retry=Retry(NoBackoff(), 0))
     try:
         cards = CardService(RedisLedger(nowhere), RedisStreamAuditSink(nowhere))
         result = await cards.approve(BOB, "crd_1_" + "0" * 32, version=1, args_hash="h1")
         assert result.code is ResultCode.LEDGER_UNAVAILABLE and "nothing was changed" in result.message
-        with pytest.raises(LedgerError):
+        with pytest.raises(StoreUnavailableError):
             await cards.show(BOB, "crd_1_" + "0" * 32)
-        with pytest.raises(LedgerError):
+        with pytest.raises(StoreUnavailableError):
             await cards.list(BOB)
     finally:
         await nowhere.aclose()

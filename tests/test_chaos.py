@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
-from gateway.card import Card, CardState
-from gateway.ledger import RedisLedger, verify_chain
+from gateway.card import Card, CardState, verify_chain
+from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, make_key, payload
 from tests.support.services import Backend, gateway_settings
 

@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cli import main
-from gateway.keys import KeyStore
 from gateway.principal import KeyKind
+from gateway.store.keys import KeyStore
 from tests.support.agents import agent
 
 pytestmark = pytest.mark.anyio

@@ -10,11 +10,11 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
-from gateway.audit import RedisStreamAuditSink
 from gateway.cli import main
 from gateway.principal import KeyKind, Principal
 from gateway.registry.service import RegistryService
-from gateway.registry.store import RegistryStore
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.registry import RegistryStore
 from tests.support.agents import make_key
 from tests.support.services import Backend
 

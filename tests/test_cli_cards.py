@@ -10,11 +10,11 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.audit import RedisStreamAuditSink
 from gateway.card import CardState
 from gateway.cli import main
-from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.redis_server import start_redis_server

@@ -23,8 +23,8 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from gateway.console import console_routes
-from gateway.ledger import RedisLedger
 from gateway.principal import KeyKind
+from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
 

@@ -22,9 +22,10 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from redis.asyncio import Redis
 
-from gateway.embedded import DurabilityReport, check_durability, embedded_redis, embedded_redis_sync
 from gateway.errors import ConfigError
-from gateway.ledger import RedisLedger
+from gateway.store.durability import DurabilityReport, check_durability
+from gateway.store.embedded import embedded_redis, embedded_redis_sync
+from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL
 from tests.support.redis_server import free_port, start_redis_server
 
@@ -38,7 +39,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 import redis
-from gateway.embedded import embedded_redis_sync
+from gateway.store.embedded import embedded_redis_sync
 with embedded_redis_sync(Path(sys.argv[1]), owner="serve") as handle:
     with redis.Redis.from_url(handle.url) as client:
         client.incr("opens")

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 
 from gateway.audit import ListAuditSink
-from gateway.backend import AiohttpBackend
-from gateway.context import ToolContext
-from gateway.decision import Code
+from gateway.codes import Code
 from gateway.errors import UpstreamRefusedError
 from gateway.executor import Executor
-from gateway.grants import Grants
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
 from gateway.tool import Access, Tool
+from gateway.tool_context import ToolContext
 from gateway.toolbox import Toolbox
 from gateway.untrusted import WITHHELD
+from gateway.upstream_aiohttp import AiohttpUpstream
 from tests.support.tools import EchoArgs, note_tool, read_tool, write_tool
 
 pytestmark = pytest.mark.anyio
@@ -31,9 +31,12 @@ NOBODY = Principal(subject="eve@acme.example", org="acme", roles=frozenset(), ke
 def _executor(*tools: Tool) -> tuple[Executor, ListAuditSink]:
     audit = ListAuditSink()
     # These tools call no backend; a client that was never started proves it.
-    client = AiohttpBackend("http://127.0.0.1:9", service="demo")
+    client = AiohttpUpstream("http://127.0.0.1:9", service="demo")
     executor = Executor(
-        tools=Toolbox(tools), grants=Grants({"acme": frozenset({"demo"})}), audit=audit, clients={"demo": client}
+        tools=Toolbox(tools),
+        org_adapters=OrgAdapters({"acme": frozenset({"demo"})}),
+        audit=audit,
+        clients={"demo": client},
     )
     return executor, audit
 

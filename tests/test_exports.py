@@ -27,3 +27,20 @@ def test_importing_gateway_does_not_import_the_composition_root() -> None:
     code = "import sys, gateway; print(any(m in sys.modules for m in ('gateway.app', 'gateway.executor')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_importing_gateway_imports_no_server_or_store_library() -> None:
+    """The vocabulary stays plain: `import gateway` loads no Redis, aiohttp, Starlette or MCP module."""
+    code = (
+        "import sys, gateway; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'redis', 'aiohttp', 'starlette', 'mcp', 'uvicorn'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_adapter_can_be_declared_from_the_public_api_alone() -> None:
+    """Everything a third-party adapter needs is exported: tools, access, approval, contract, calls."""
+    needed = {"Tool", "Access", "Approval", "Escalation", "Mode", "WriteContract", "ToolContext", "request_json",
+              "fill_path", "keyed_contract", "Untrusted"}  # fmt: skip
+    assert needed <= set(gateway.__all__)

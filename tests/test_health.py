@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState
-from gateway.keys import KeyStore
 from gateway.settings import AdapterSettings
+from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
 from tests.support.redis_server import free_port

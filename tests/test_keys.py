@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from gateway.keys import KeyCache, KeyStore, hash_token
 from gateway.principal import KeyKind
+from gateway.store.keys import KeyCache, KeyStore, hash_token
 
 pytestmark = pytest.mark.anyio
 

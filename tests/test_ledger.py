@@ -10,8 +10,8 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.ledger import RedisLedger, verify_chain
+from gateway.card import CardState, verify_chain
+from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
 pytestmark = pytest.mark.anyio

@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_NOTE, HOSTILE_TITLE
-from gateway.audit import RedisStreamAuditSink
-from gateway.keys import KeyStore
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.keys import KeyStore
 from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
 from tests.support.services import Backend
 
@@ -50,7 +50,7 @@ async def _audit(redis: Redis) -> list[Any]:
 async def test_each_principal_sees_exactly_the_tools_its_access_allows(
     redis: Redis, mcp_url: str, org: str, roles: tuple[str, ...], expected: list[str]
 ) -> None:
-    """tools/list is per caller: org grants and roles decide, in declaration order."""
+    """tools/list is per caller: org org_adapters and roles decide, in declaration order."""
     token = await make_key(redis, org=org, roles=roles)
     listed = await _listed(mcp_url, token)
     assert [name for name in listed if name in ALL_TOOLS] == expected

@@ -16,8 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.card import CardState
-from gateway.embedded import embedded_redis
-from gateway.ledger import RedisLedger
+from gateway.store.embedded import embedded_redis
+from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, payload
 from tests.support.redis_server import free_port
 

@@ -34,7 +34,7 @@ allowed_base_urls = ["https://*.internal.example:443"]
     settings = Settings.load({"ROOMS_TOKEN": "s3cret", "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, config)
     assert (settings.port, settings.lease_seconds, settings.redis_url) == (9000, 5.0, "redis://r:6379/0")
     assert str(settings.adapters["rooms"].token) == "s3cret" and settings.demo is False
-    assert settings.grants.enabled("acme", "expenses") and settings.grants.enabled("acme", "approvals")
+    assert settings.org_adapters.enabled("acme", "expenses") and settings.org_adapters.enabled("acme", "approvals")
     assert settings.registry_allowed_base_urls == ("https://*.internal.example:443",)
     assert "s3cret" not in repr(settings)
 

@@ -31,7 +31,7 @@ def test_a_tool_without_access_cannot_be_constructed() -> None:
 def test_access_is_either_public_or_names_roles(roles: frozenset[str], public: bool) -> None:
     """An access rule naming nobody, or public and roles at once, is refused."""
     with pytest.raises(ToolDeclarationError) as caught:
-        Access(any_of_roles=roles, public=public)
+        Access(any_of_roles=roles, is_public=public)
     assert caught.value.code == "invalid_access"
 
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState
-from gateway.keys import KeyStore
+from gateway.store.keys import KeyStore
 from gateway.worker import Worker
 from tests.support.agents import make_key
 from tests.support.services import Backend, gateway_settings

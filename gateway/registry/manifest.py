@@ -2,7 +2,7 @@
 
 A service registers a manifest (`PUT /registry/api/adapters/{name}` with a service key). It is
 plain data, validated here with every problem listed at once. Nothing in it becomes a tool until
-an admin accepts (pins) it; see `gateway.registry.store`.
+an admin accepts (pins) it; see `gateway.store.registry`.
 
 Input schemas must be closed JSON Schema objects of a small, explicit subset (see
 `gateway.registry.schema`), so the gateway can build the same validator the catalog advertises.
@@ -11,9 +11,12 @@ Input schemas must be closed JSON Schema objects of a small, explicit subset (se
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from policies.manifest_safety import Flag, review_texts
 
 __all__ = [
     "PLACEHOLDER",
@@ -24,6 +27,8 @@ __all__ = [
     "EscalationSpec",
     "ToolSpec",
     "WriteContractSpec",
+    "model_facing_texts",
+    "review_manifest",
 ]
 
 _NAME = r"^[a-z][a-z0-9]{1,30}$"
@@ -143,3 +148,42 @@ class AdapterManifest(_Strict):
 
 
 NAME_PATTERN = re.compile(_NAME)
+
+
+_TEXT_KEYS = frozenset({"title", "description", "default", "examples", "enum", "const"})
+
+
+def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:
+    """``(location, text)`` of every text of `manifest` that reaches the model or an approver.
+
+    That is each tool's description and summary template, and the ``title``, ``description``,
+    ``default``, ``examples``, ``enum`` and ``const`` strings anywhere in its input and output schemas.
+    """
+    texts: list[tuple[str, str]] = []
+    for index, tool in enumerate(manifest.tools):
+        where = f"tools[{index}]"
+        texts.append((f"{where}.description", tool.description))
+        texts += _schema_texts(f"{where}.input_schema", tool.input_schema)
+        texts += _schema_texts(f"{where}.output_schema", tool.output_schema)
+        if tool.summary_template is not None:
+            texts.append((f"{where}.summary_template", tool.summary_template))
+    return texts
+
+
+def _schema_texts(where: str, node: Any, text_here: bool = False) -> list[tuple[str, str]]:
+    """``(location, string)`` for each string under a text keyword (``_TEXT_KEYS``) anywhere in a schema."""
+    if isinstance(node, str):
+        return [(where, node)] if text_here else []
+    if isinstance(node, Mapping):
+        items = [(f"{where}.{key}", value, key in _TEXT_KEYS) for key, value in node.items()]
+    elif isinstance(node, list | tuple):
+        items = [(f"{where}[{index}]", item, text_here) for index, item in enumerate(node)]
+    else:
+        return []
+    return [found for at, value, text in items for found in _schema_texts(at, value, text)]
+
+
+def review_manifest(manifest: AdapterManifest, *, other_tool_names: frozenset[str]) -> tuple[Flag, ...]:
+    """The safety review of every model-facing text of `manifest` (see `policies.manifest_safety`)."""
+    own = frozenset(tool.name for tool in manifest.tools)
+    return review_texts(model_facing_texts(manifest), own_tool_names=own, other_tool_names=other_tool_names)

@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from adapters.remote import ManifestError, tools_from_manifest
 from gateway.audit import AuditEvent, AuditSink
 from gateway.principal import KeyKind, Principal
-from gateway.registry.manifest import AdapterManifest
-from gateway.registry.store import Registration, RegistryStore
-from policies.manifest_safety import check_base_url, review_manifest
+from gateway.registry.manifest import AdapterManifest, review_manifest
+from gateway.registry.tools import ManifestError, tools_from_manifest
+from gateway.store.registry import Registration, RegistryStore
+from policies.manifest_safety import check_base_url
 
 __all__ = ["REGISTRY_ROLE", "RegistryResult", "RegistryService"]
 
@@ -71,8 +71,7 @@ class RegistryService:
         if problems or manifest is None:
             invalid = RegistryResult(code="VALIDATION_ERROR", message="manifest refused", problems=tuple(problems))
             return await self._done(service, "registry.register", name, invalid)
-        own = {tool.name for tool in manifest.tools}
-        flags = review_manifest(manifest, other_tool_names=self._served() - own)
+        flags = review_manifest(manifest, other_tool_names=self._served())
         registration = await self._store.propose(
             name, manifest.model_dump(mode="json"), owner=service.subject, flags=[asdict(flag) for flag in flags]
         )

@@ -18,10 +18,10 @@ from pydantic import ValidationError
 from adapters import orders
 from backends.orders import OrdersService, create_orders_app
 from backends.serve import serve_app_in_thread
-from gateway.backend import AiohttpBackend
-from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError
 from gateway.principal import Principal
+from gateway.tool_context import ToolContext
+from gateway.upstream_aiohttp import AiohttpUpstream
 from policies.approval import approvals_required
 
 pytestmark = pytest.mark.anyio
@@ -47,7 +47,7 @@ def backend() -> Iterator[Served]:
 
 @asynccontextmanager
 async def context(backend: Served, *, key: str | None = None) -> AsyncIterator[ToolContext]:
-    http = AiohttpBackend(backend.url, service="orders", credential=TOKEN, timeout_seconds=5.0)
+    http = AiohttpUpstream(backend.url, service="orders", credential=TOKEN, timeout_seconds=5.0)
     try:
         yield ToolContext(principal=CAROL, http=http, service="orders", idempotency_key=key)
     finally:
@@ -74,7 +74,7 @@ def test_orders_declares_its_read_tools_and_the_refund_write_with_unique_names()
 def test_refund_needs_support_an_approver_and_a_contract_keyed_on_the_refund_id() -> None:
     """Support proposes, an approver countersigns within a day, and the backend dedupes on the key."""
     assert REFUND.approval is not None and REFUND.write_contract is not None
-    assert REFUND.access.any_of_roles == {"support"} and not REFUND.access.public
+    assert REFUND.access.any_of_roles == {"support"} and not REFUND.access.is_public
     assert (REFUND.approval.approver_role, REFUND.approval.required) == ("approver", 1)
     assert (REFUND.approval.decide_within_seconds, REFUND.approval.execute_within_seconds) == (86400, 3600)
     contract = REFUND.write_contract
@@ -90,7 +90,7 @@ def test_refund_needs_support_an_approver_and_a_contract_keyed_on_the_refund_id(
 def test_refunds_above_fifty_thousand_cents_need_two_approvers(amount_cents: int, required: int) -> None:
     """The escalation names a numeric input, so the approval policy can read it."""
     assert REFUND.approval is not None
-    assert approvals_required(REFUND.approval, refund(amount_cents=amount_cents)) == required
+    assert approvals_required(REFUND.approval, refund(amount_cents=amount_cents).model_dump(mode="json")) == required
 
 
 def test_summary_states_amount_and_order_but_never_the_reason() -> None:

@@ -19,11 +19,11 @@ from adapters import orders, rooms
 from backends._faults import FaultSpec
 from backends.rooms import RoomsService, create_rooms_app
 from backends.serve import serve_app_in_thread
-from gateway.backend import AiohttpBackend
-from gateway.context import ToolContext
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError, UpstreamUnavailableError
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
+from gateway.tool_context import ToolContext
+from gateway.upstream_aiohttp import AiohttpUpstream
 
 pytestmark = pytest.mark.anyio
 
@@ -49,7 +49,7 @@ def backend() -> Iterator[Served]:
 
 @asynccontextmanager
 async def context(backend: Served, who: Principal = ALICE, *, key: str | None = None) -> AsyncIterator[ToolContext]:
-    http = AiohttpBackend(backend.url, service="rooms", credential=TOKEN, timeout_seconds=5.0)
+    http = AiohttpUpstream(backend.url, service="rooms", credential=TOKEN, timeout_seconds=5.0)
     try:
         yield ToolContext(principal=who, http=http, service="rooms", idempotency_key=key)
     finally:
@@ -82,7 +82,7 @@ def test_both_adapters_declare_read_and_write_tools_with_unique_names() -> None:
 def test_room_writes_need_staff_and_one_approver_within_a_day_then_an_hour() -> None:
     """Both writes: staff may propose, one approver decides within 24 h, execution within 1 h."""
     for tool in (BOOK, CANCEL):
-        assert tool.access.any_of_roles == {"staff"} and not tool.access.public
+        assert tool.access.any_of_roles == {"staff"} and not tool.access.is_public
         assert tool.approval is not None and tool.write_contract is not None
         assert (tool.approval.approver_role, tool.approval.required, tool.approval.escalations) == ("approver", 1, ())
         assert (tool.approval.decide_within_seconds, tool.approval.execute_within_seconds) == (86400, 3600)

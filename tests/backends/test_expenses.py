@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from backends.expenses import HOSTILE_EXPENSE_NOTE, ExpensesService, create_expenses_app, expenses_manifest
-from gateway.registry.manifest import AdapterManifest
+from gateway.registry.manifest import AdapterManifest, review_manifest
 from gateway.registry.schema import output_model
-from policies.manifest_safety import check_base_url, review_manifest
+from policies.manifest_safety import check_base_url
 
 if TYPE_CHECKING:
     from conftest import AppHost, FakeClock

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.decision import Code
-from gateway.grants import Grants
+from gateway.codes import Code
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Access
 from policies.access import decide_access
 from tests.support.tools import read_tool
 
-GRANTS = Grants({"acme": frozenset({"demo"}), "globex": frozenset()})
+GRANTS = OrgAdapters({"acme": frozenset({"demo"}), "globex": frozenset()})
 STAFF_ONLY = read_tool(access=Access.roles("staff", "support"))
-PUBLIC = read_tool(access=Access.public_())
+PUBLIC = read_tool(access=Access.public())
 
 
 def _principal(org: str = "acme", roles: frozenset[str] = frozenset(), kind: KeyKind = KeyKind.AGENT) -> Principal:

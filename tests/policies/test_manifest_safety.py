@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.registry.manifest import AdapterManifest
-from policies.manifest_safety import EXCERPT_MAX, Flag, FlagCode, check_base_url, review_manifest, review_text
+from gateway.registry.manifest import AdapterManifest, review_manifest
+from policies.manifest_safety import EXCERPT_MAX, Flag, FlagCode, check_base_url, review_text
 
 OTHER_TOOLS = frozenset({"orders_refund_create", "rooms_cancel_booking"})
 OWN_TOOLS = frozenset({"expenses_list", "expenses_get"})

@@ -13,8 +13,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 from redis.asyncio import Redis
 
-from gateway.keys import KeyStore
 from gateway.principal import KeyKind
+from gateway.store.keys import KeyStore
 
 MODERN = "2026-07-28"
 LEGACY = "legacy"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.ledger import Proposal
+from gateway.store.ledger import Proposal
 
 PROPOSAL = Proposal(
     tool="rooms_book",

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway.context import ToolContext
 from gateway.tool import Access, Approval, Mode, Tool, WriteContract, WriteStatus
+from gateway.tool_context import ToolContext
 from gateway.untrusted import Untrusted
 
 
@@ -53,7 +53,7 @@ def read_tool(name: str = "demo_echo", access: Access | None = None, **overrides
         "mode": Mode.READ,
         "arguments": EchoArgs,
         "output": EchoOut,
-        "access": access or Access.public_(),
+        "access": access or Access.public(),
         "execute": echo,
     }
     fields.update(overrides)

@@ -21,6 +21,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.canonical import canonical_json
+from gateway.store.client import store_boundary
+
 __all__ = ["Registration", "RegistryStore", "manifest_hash", "tool_hashes"]
 
 _NAMES = "countersign:registry:names"
@@ -31,19 +34,15 @@ def _key(name: str, which: str) -> str:
     return f"countersign:registry:{{{name}}}:{which}"
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
     """Content hash of a whole manifest (what an admin accepts)."""
-    return "sha256:" + hashlib.sha256(_canonical(manifest).encode()).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(manifest).encode()).hexdigest()
 
 
 def tool_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     """Content hash of each tool definition (name, description, schemas, mode, contract...)."""
     return {
-        tool["name"]: "sha256:" + hashlib.sha256(_canonical(tool).encode()).hexdigest()
+        tool["name"]: "sha256:" + hashlib.sha256(canonical_json(tool).encode()).hexdigest()
         for tool in manifest.get("tools", ())
     }
 
@@ -76,7 +75,7 @@ class Registration:
         after = {t["name"]: t for t in (self.proposed or {}).get("tools", ())}
         changed = {}
         for name in sorted(before.keys() & after.keys()):
-            if _canonical(before[name]) != _canonical(after[name]):
+            if canonical_json(before[name]) != canonical_json(after[name]):
                 old = json.dumps(before[name], indent=2, sort_keys=True).splitlines()
                 new = json.dumps(after[name], indent=2, sort_keys=True).splitlines()
                 changed[name] = "\n".join(difflib.unified_diff(old, new, "pinned", "proposed", lineterm=""))
@@ -103,6 +102,7 @@ class Registration:
         }
 
 
+@store_boundary
 class RegistryStore:
     """Reads and writes registrations. Validation happens before anything reaches it."""
 
@@ -138,7 +138,7 @@ class RegistryStore:
         """Store `manifest` as the proposal for `name` (an identical one to the pinned clears it)."""
         record = {"manifest": manifest, "hash": manifest_hash(manifest), "owner": owner, "flags": list(flags)}
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.set(_key(name, "proposed"), _canonical(record))
+            pipe.set(_key(name, "proposed"), canonical_json(record))
             pipe.sadd(_NAMES, name)
             await pipe.execute()
         registration = await self.get(name)
@@ -158,7 +158,7 @@ class RegistryStore:
                 return None
             pinned = {**proposal, "accepted_by": admin}
             pipe.multi()  # type: ignore[no-untyped-call]
-            pipe.set(_key(name, "pinned"), _canonical(pinned))
+            pipe.set(_key(name, "pinned"), canonical_json(pinned))
             pipe.incr(_VERSION)
             await pipe.execute()
         return await self.get(name)

@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from adapters._upstream import path, request_json, status_by_key
-from gateway.context import ToolContext
+from gateway.adapter_http import fill_path, request_json, status_by_key
 from gateway.errors import ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
 from gateway.tool import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
+from gateway.tool_context import ToolContext
 
 __all__ = ["ManifestError", "tools_from_manifest"]
 
@@ -76,7 +76,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         mode=Mode.WRITE if write else Mode.READ,
         arguments=arguments,
         output=output,
-        access=Access.public_() if spec.access.public else Access.roles(*spec.access.roles),
+        access=Access.public() if spec.access.public else Access.roles(*spec.access.roles),
         execute=_http_call(spec, placeholders),
         emits_untrusted_text=bool(spec.untrusted_output_fields),
         write_contract=None
@@ -109,7 +109,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
 def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:
     async def execute(args: BaseModel, ctx: ToolContext) -> Any:
         data = args.model_dump(mode="json", exclude_none=True)
-        url = path(spec.path, **{name: str(data.pop(name)) for name in placeholders})
+        url = fill_path(spec.path, **{name: str(data.pop(name)) for name in placeholders})
         if spec.method in ("GET", "DELETE"):
             return await request_json(ctx, spec.method, url, params={k: _text(v) for k, v in data.items()})
         return await request_json(ctx, spec.method, url, json=data)
@@ -122,7 +122,7 @@ def _target_check(template: str, placeholders: list[str]) -> Preflight:
 
     async def preflight(args: BaseModel, ctx: ToolContext) -> None:
         data = args.model_dump(mode="json")
-        await request_json(ctx, "GET", path(template, **{name: str(data[name]) for name in placeholders}))
+        await request_json(ctx, "GET", fill_path(template, **{name: str(data[name]) for name in placeholders}))
 
     return preflight
 

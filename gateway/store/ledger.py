@@ -22,16 +22,18 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState
-from gateway.ledger._lua import PRELUDE, SCRIPTS
+from gateway.ledger import OutboxEntry, Proposal, Transition, TransitionStatus
+from gateway.store.client import store_boundary
+from gateway.store.ledger_scripts import PRELUDE, SCRIPTS
 
-__all__ = ["SHARDS", "Proposal", "RedisLedger", "Transition", "card_shard", "verify_chain"]
+__all__ = ["SHARDS", "RedisLedger", "card_shard"]
 
 SHARDS = 8
 OUTBOX_GROUP = "workers"
@@ -50,43 +52,9 @@ def _tag(shard: int) -> str:
     return f"cs:{{cs{shard}}}"
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Proposal:
-    """Everything a new card is made of; built by the executor, never by the caller."""
-
-    tool: str
-    tool_version: str
-    arguments: Mapping[str, Any]
-    args_hash: str
-    requester_subject: str
-    requester_org: str
-    requester_key_id: str
-    requester_roles: frozenset[str]
-    approvals_required: int
-    approver_role: str
-    summary: str
-    agent_text: Mapping[str, str]
-    decide_within_ms: int
-    execute_within_ms: int
-    dedupe_key: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Transition:
-    """The answer of one script: a status and the card as it is now (None if it does not exist)."""
-
-    status: str
-    """``OK``, ``ALREADY_APPLIED``, ``EXISTING``, ``NOT_DUE`` or an ``ERR_*`` code."""
-    card: Card | None
-    extra: Mapping[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("OK", "ALREADY_APPLIED")
-
-
+@store_boundary
 class RedisLedger:
-    """Cards in Redis. All methods may raise redis errors; callers fail closed on them."""
+    """The `Ledger` in Redis: one Lua script per transition, cards spread over `SHARDS` hash tags."""
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
@@ -104,7 +72,7 @@ class RedisLedger:
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
         shard = card_shard(card_id)
         if shard is None:
-            return Transition(status="ERR_NOT_FOUND", card=None, extra={})
+            return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
         transition_id = secrets.token_hex(12)
         raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
         return _transition(raw)
@@ -113,7 +81,7 @@ class RedisLedger:
         """Run a script with a caller-chosen transition id (tests of replay safety use this)."""
         shard = card_shard(card_id)
         if shard is None:
-            return Transition(status="ERR_NOT_FOUND", card=None, extra={})
+            return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
         raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
         return _transition(raw)
 
@@ -129,7 +97,7 @@ class RedisLedger:
             "card_id": card_id,
             "tool": proposal.tool,
             "tool_version": proposal.tool_version,
-            "arguments": _canonical(proposal.arguments),
+            "arguments": canonical_json(proposal.arguments),
             "args_hash": proposal.args_hash,
             "requester_subject": proposal.requester_subject,
             "requester_org": proposal.requester_org,
@@ -138,7 +106,7 @@ class RedisLedger:
             "approvals_required": str(proposal.approvals_required),
             "approver_role": proposal.approver_role,
             "summary": proposal.summary,
-            "agent_text": _canonical(proposal.agent_text),
+            "agent_text": canonical_json(proposal.agent_text),
             "execute_within_ms": str(proposal.execute_within_ms),
             # Minted once, here, and stored before anything is sent; never regenerated.
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
@@ -154,9 +122,9 @@ class RedisLedger:
                 args=[secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
             )
         )
-        if result.status == "EXISTING":
+        if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))
-            return Transition(status="EXISTING", card=existing, extra=result.extra)
+            return Transition(status=TransitionStatus.EXISTING, card=existing, extra=result.extra)
         return result
 
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
@@ -170,7 +138,7 @@ class RedisLedger:
         return await self._run("cancel", card_id, actor)
 
     async def resolve(self, card_id: str, *, admin: str, outcome: str, evidence: Mapping[str, Any]) -> Transition:
-        return await self._run("resolve", card_id, admin, outcome, _canonical(evidence))
+        return await self._run("resolve", card_id, admin, outcome, canonical_json(evidence))
 
     # -- executing --------------------------------------------------------------------------------
 
@@ -189,8 +157,8 @@ class RedisLedger:
         trusted as configured (the durability check still requires the append-only file).
         """
         result = await self._run("dispatch", card_id, fence)
-        if result.status == "OK" and not await self._fsynced():
-            return Transition(status="ERR_NOT_DURABLE", card=result.card, extra={})
+        if result.status is TransitionStatus.OK and not await self._fsynced():
+            return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra={})
         return result
 
     async def _fsynced(self) -> bool:
@@ -208,7 +176,9 @@ class RedisLedger:
 
     async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
                        evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
-        return await self._run("complete", card_id, fence, outcome.value, reference, _canonical(evidence), settle_ms)
+        return await self._run(
+            "complete", card_id, fence, outcome.value, reference, canonical_json(evidence), settle_ms
+        )
 
     async def release(self, card_id: str, *, fence: int, reason: str, requeue_ms: int) -> Transition:
         return await self._run("release", card_id, fence, reason, requeue_ms)
@@ -218,7 +188,7 @@ class RedisLedger:
 
     async def reconcile(self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any],
                         next_at_ms: int = 0) -> Transition:  # fmt: skip
-        return await self._run("reconcile", card_id, result, reference, _canonical(evidence), next_at_ms)
+        return await self._run("reconcile", card_id, result, reference, canonical_json(evidence), next_at_ms)
 
     async def sweep_open(self, card_id: str, *, requeue_ms: int) -> Transition:
         return await self._run("sweep_open", card_id, requeue_ms, card_id)
@@ -282,33 +252,31 @@ class RedisLedger:
                 if "BUSYGROUP" not in str(error):
                     raise
 
-    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> list[tuple[str, str, str]]:
-        """New outbox entries for `consumer`: (stream, entry id, card id)."""
-        answer: Any = await self._client.xreadgroup(
-            OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
-        )
-        entries = []
-        for stream, items in answer or []:
-            for entry_id, fields in items:
-                entries.append((_text(stream), _text(entry_id), _text(fields[b"card_id"])))
-        return entries
+    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> list[OutboxEntry]:
+        """New outbox entries for `consumer`, waiting up to `block_ms` for the first.
 
-    async def ack(self, stream: str, entry_id: str) -> None:
-        await self._client.xack(stream, OUTBOX_GROUP, entry_id)
-        await self._client.xdel(stream, entry_id)
+        When the streams or the group are gone (a flushed or replaced database) they are made
+        again and the answer is empty: approved cards whose entries went with them are enqueued
+        again by the sweeper.
+        """
+        try:
+            answer: Any = await self._client.xreadgroup(
+                OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
+            )
+        except aioredis.ResponseError as error:
+            if "NOGROUP" not in str(error) and "UNBLOCKED" not in str(error):
+                raise
+            await self.ensure_outbox_group()
+            return []
+        return [
+            OutboxEntry(stream=_text(stream), entry_id=_text(entry_id), card_id=_text(fields[b"card_id"]))
+            for stream, items in answer or []
+            for entry_id, fields in items
+        ]
 
-
-def verify_chain(events: Sequence[CardEvent]) -> bool:
-    """Whether a card's events form an unbroken hash chain, numbered 1..n."""
-    previous = ""
-    for expected_seq, event in enumerate(events, start=1):
-        parts = [previous, str(event.seq), event.type, event.actor, event.state, str(event.version), str(event.at_ms)]
-        material = "|".join([*parts, event.data_raw])
-        digest = hashlib.sha1(material.encode()).hexdigest()
-        if event.seq != expected_seq or event.prev != previous or digest != event.hash:
-            return False
-        previous = event.hash
-    return True
+    async def ack(self, entry: OutboxEntry) -> None:
+        await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
+        await self._client.xdel(entry.stream, entry.entry_id)
 
 
 def _org_index(shard: int, org: str) -> str:
@@ -319,10 +287,6 @@ def _requester_index(shard: int, org: str, subject: str) -> str:
     return f"{_tag(shard)}:by:{hashlib.sha256(f'{org}|{subject}'.encode()).hexdigest()[:16]}"
 
 
-def _canonical(value: Mapping[str, Any]) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -331,7 +295,9 @@ def _transition(raw: bytes | str) -> Transition:
     answer = json.loads(_text(raw))
     fields = answer.get("card") or {}
     extra = answer.get("extra") or {}
-    return Transition(status=answer["status"], card=_card(fields) if fields else None, extra=extra if extra else {})
+    return Transition(
+        status=TransitionStatus(answer["status"]), card=_card(fields) if fields else None, extra=extra if extra else {}
+    )
 
 
 def _optional_int(value: str | None) -> int | None:

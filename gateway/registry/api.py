@@ -23,9 +23,9 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
-from gateway.keys import KeyStore
 from gateway.principal import KeyKind
 from gateway.registry.service import RegistryResult, RegistryService
+from gateway.store.keys import KeyStore
 
 __all__ = ["registry_routes"]
 

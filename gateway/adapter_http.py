@@ -1,5 +1,8 @@
 """Calling a backend from an adapter: identity headers, status mapping, error translation.
 
+Part of the public `gateway` API, so an adapter package declares its tools and calls its backend
+with nothing but `gateway`.
+
 Every adapter goes through `request_json`, so the executor never sees a library's exception and
 every backend learns who is asking the same way. The caller's bearer token is not available
 here (a `Principal` has none), so it cannot be forwarded.
@@ -14,8 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from gateway.backend import BackendResponse
-from gateway.context import ToolContext
 from gateway.errors import (
     UpstreamError,
     UpstreamNotFoundError,
@@ -24,14 +25,16 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.tool import StatusLookup, WriteContract, WriteStatus
+from gateway.tool_context import ToolContext
+from gateway.upstream import UpstreamResponse
 
-__all__ = ["keyed_contract", "lookup_by_key", "path", "request_json", "status_by_key"]
+__all__ = ["fill_path", "keyed_contract", "lookup_by_key", "request_json", "status_by_key"]
 
 SUBJECT_HEADER = "x-countersign-subject"
 ORG_HEADER = "x-countersign-org"
 
 
-def path(template: str, **values: str) -> str:
+def fill_path(template: str, **values: str) -> str:
     """Fill a path template, percent-encoding every value so an argument cannot add segments."""
     return template.format(**{key: quote(value, safe="") for key, value in values.items()})
 
@@ -74,7 +77,7 @@ async def lookup_by_key(
     Raises:
         UpstreamError: no usable answer (transport, 5xx, any other 404 or shape); ask again later.
     """
-    response = await _send(ctx, "GET", path(path_template, key=key))
+    response = await _send(ctx, "GET", fill_path(path_template, key=key))
     body = _json_object(response)
     if response.status == 404 and body.get("state") == "unknown":
         return WriteStatus(state="unknown", detail=body)
@@ -117,7 +120,7 @@ async def _send(
     *,
     params: Mapping[str, str] | None = None,
     json: Mapping[str, Any] | None = None,
-) -> BackendResponse:
+) -> UpstreamResponse:
     # The executor computed who is asking (plain and, when keyed, signed); fall back to the plain pair.
     headers = dict(ctx.identity) or {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
     if ctx.idempotency_key is not None:
@@ -128,7 +131,7 @@ async def _send(
     return await http.request(method, url, params=params, json=json, headers=headers)
 
 
-def _json_object(response: BackendResponse) -> dict[str, Any]:
+def _json_object(response: UpstreamResponse) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
@@ -136,7 +139,7 @@ def _json_object(response: BackendResponse) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _status_error(service: str, response: BackendResponse) -> UpstreamError:
+def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
     status = response.status
     if status == 404:
         return UpstreamNotFoundError("not found", service=service, status=status)
@@ -147,7 +150,7 @@ def _status_error(service: str, response: BackendResponse) -> UpstreamError:
     return UpstreamProtocolError(f"backend answered {status}", service=service, status=status)
 
 
-def _reason(response: BackendResponse) -> str:
+def _reason(response: UpstreamResponse) -> str:
     """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word."""
     try:
         code = response.json().get("error", "")

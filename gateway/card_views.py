@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
+from gateway.canonical import iso_from_ms
 from gateway.card import Card, CardState
 
-__all__ = ["card_for_agent", "iso_ms"]
+__all__ = ["card_for_agent"]
 
 PROPOSAL_NOTE = "Approval requested. Nothing happens until an administrator approves; follow it with approvals_status."
-
-
-def iso_ms(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
@@ -27,7 +23,7 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
         "outcome": card.outcome,
         "approvals_required": card.approvals_required,
         "approvals_received": len(card.approvers),
-        "expires_at": iso_ms(card.execute_by_ms if card.state is CardState.APPROVED else card.decide_by_ms),
+        "expires_at": iso_from_ms(card.execute_by_ms if card.state is CardState.APPROVED else card.decide_by_ms),
     }
     if existing:
         view["existing"] = True

@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["Grants"]
+__all__ = ["OrgAdapters"]
 
 
 @dataclass(frozen=True, slots=True)
-class Grants:
+class OrgAdapters:
     """Adapters enabled per organisation. An organisation that is not listed gets nothing."""
 
     adapters_by_org: Mapping[str, frozenset[str]] = field(default_factory=dict)

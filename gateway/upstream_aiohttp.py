@@ -1,4 +1,4 @@
-"""The gateway's HTTP client for one backend, on aiohttp.
+"""The gateway's `UpstreamClient` for one business backend, on aiohttp.
 
 Why not httpx: measured on this project's read path, httpx (even over an aiohttp transport)
 cost 270-330 µs of CPU per backend call against about 45 µs for aiohttp itself, the largest
@@ -9,46 +9,18 @@ purpose: one method, JSON in, bytes out, and transport failures raised as the ga
 
 from __future__ import annotations
 
-import json as jsonlib
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.upstream import UpstreamResponse
 
-__all__ = ["AiohttpBackend", "BackendClient", "BackendResponse"]
-
-
-@dataclass(frozen=True, slots=True)
-class BackendResponse:
-    status: int
-    body: bytes
-
-    def json(self) -> Any:
-        """The body as JSON. Raises ValueError when it is not JSON."""
-        return jsonlib.loads(self.body)
+__all__ = ["AiohttpUpstream"]
 
 
-class BackendClient(Protocol):
-    """What adapters call. Implementations raise `UpstreamError`s, never a library's exceptions."""
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        json: Any = None,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> BackendResponse: ...
-
-    async def aclose(self) -> None: ...
-
-
-class AiohttpBackend:
+class AiohttpUpstream:
     """One backend: its base URL and the gateway's own credential (never an agent's token)."""
 
     def __init__(
@@ -76,7 +48,7 @@ class AiohttpBackend:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
-    ) -> BackendResponse:
+    ) -> UpstreamResponse:
         limit = self._default_limit if timeout is None else _limit(timeout)
         try:
             async with self._client().request(
@@ -88,7 +60,7 @@ class AiohttpBackend:
                 timeout=limit,
                 allow_redirects=False,
             ) as response:
-                return BackendResponse(status=response.status, body=await response.read())
+                return UpstreamResponse(status=response.status, body=await response.read())
         except aiohttp.ConnectionTimeoutError as error:
             raise UpstreamUnavailableError("connect timed out", service=self._service, sent=False) from error
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:

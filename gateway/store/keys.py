@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from gateway.errors import AuthError
 from gateway.principal import KeyKind, Principal
+from gateway.store.client import store_boundary
 
 __all__ = ["KeyCache", "KeyRecord", "KeyStore", "hash_token"]
 
@@ -54,6 +55,7 @@ class KeyRecord:
         return Principal(subject=self.subject, org=self.org, roles=self.roles, kind=self.kind, key_id=self.key_id)
 
 
+@store_boundary
 class KeyStore:
     """Creates, lists, revokes and resolves API keys in Redis."""
 

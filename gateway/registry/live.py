@@ -1,41 +1,37 @@
-"""The live catalog: in-process adapters plus every pinned remote adapter, rebuilt on change.
+"""The live tool source: in-process adapters plus every pinned registered adapter, rebuilt on change.
 
 Who uses it: the composition root builds one and hands it to the executor and the catalog as
 their `ToolSource`. `refresh()` is cheap when nothing changed (one GET of the registry version);
 when an admin accepts or removes an adapter, it builds the new tools, opens a client for each new
 backend, and swaps in a new `Toolbox` in one assignment, so every call sees one consistent set.
 Listeners (the MCP surface) are told, so clients can get ``notifications/tools/list_changed``.
-
-`AdapterHealth` polls each backend's health path; an unhealthy adapter's reads fail fast and its
-approved cards wait.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from typing import Any
 
 from pydantic import ValidationError
 
-from adapters.remote import ManifestError, tools_from_manifest
-from gateway.backend import BackendClient
-from gateway.errors import ToolDeclarationError, UpstreamError
+from gateway.errors import ToolDeclarationError
 from gateway.identity import IdentityHeaders
 from gateway.registry.manifest import AdapterManifest
-from gateway.registry.store import RegistryStore
+from gateway.registry.tools import ManifestError, tools_from_manifest
+from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
+from gateway.upstream import UpstreamClient
 
-__all__ = ["AdapterHealth", "LiveCatalog"]
+__all__ = ["LiveToolSource"]
 
 logger = logging.getLogger(__name__)
 
-ClientFactory = Callable[[str, str | None], BackendClient]
+ClientFactory = Callable[[str, str | None], UpstreamClient]
 """``(base_url, credential) -> client`` for a backend."""
 
 
-class LiveCatalog:
+class LiveToolSource:
     """A `ToolSource` whose tools follow the registry's pinned manifests."""
 
     def __init__(
@@ -43,7 +39,7 @@ class LiveCatalog:
         *,
         static: Sequence[Tool],
         store: RegistryStore,
-        clients: MutableMapping[str, BackendClient],
+        clients: MutableMapping[str, UpstreamClient],
         make_client: ClientFactory,
         secrets: Mapping[str, str],
         identity: IdentityHeaders,
@@ -106,35 +102,3 @@ class LiveCatalog:
         self._health_paths[name] = manifest.health_path
         if manifest.signing_secret_env and (key := self._secrets.get(manifest.signing_secret_env)):
             self._identity.with_key(name, key)
-
-
-class AdapterHealth:
-    """Which backends answer their health check. Unknown adapters count as healthy."""
-
-    def __init__(
-        self, clients: Mapping[str, BackendClient], paths: Mapping[str, str], *, failures_to_trip: int = 2
-    ) -> None:
-        self._clients = clients
-        self._paths = paths
-        self._failures: dict[str, int] = {}
-        self._trip = failures_to_trip
-
-    def healthy(self, adapter: str) -> bool:
-        return self._failures.get(adapter, 0) < self._trip
-
-    def report(self) -> dict[str, Any]:
-        return {name: self.healthy(name) for name in self._paths}
-
-    async def check_once(self) -> None:
-        for name, path in list(self._paths.items()):
-            client = self._clients.get(name)
-            if client is None:
-                continue
-            try:
-                ok = (await client.request("GET", path, timeout=2.0)).status == 200
-            except UpstreamError:
-                ok = False
-            before = self.healthy(name)
-            self._failures[name] = 0 if ok else self._failures.get(name, 0) + 1
-            if before != self.healthy(name):
-                logger.warning("adapter %s is now %s", name, "healthy" if ok else "unhealthy")

@@ -1,0 +1,31 @@
+"""The stable refusal codes: what every refusal carries, to the model, the admin and the audit trail."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["Code"]
+
+
+class Code(StrEnum):
+    """Stable refusal codes. Agents and tooling match on these, never on messages."""
+
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    VALIDATION_ERROR = "VALIDATION_ERROR"
+    NOT_FOUND = "NOT_FOUND"
+    CONFLICT = "CONFLICT"
+    RATE_LIMITED = "RATE_LIMITED"
+    APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
+    UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
+    UPSTREAM_ERROR = "UPSTREAM_ERROR"
+    LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call may succeed later without changing its arguments."""
+        return self in _RETRYABLE
+
+
+_RETRYABLE = frozenset({Code.RATE_LIMITED, Code.UPSTREAM_UNAVAILABLE, Code.UPSTREAM_TIMEOUT, Code.LEDGER_UNAVAILABLE})

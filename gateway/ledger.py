@@ -1,0 +1,175 @@
+"""The ledger's contract: what a card store must do, as the executor, card service and worker see it.
+
+`Ledger` is the seam between the layers that decide (the executor's write path, the admin card
+service, the worker) and the store that keeps cards (`gateway.store.ledger.RedisLedger`). Every
+transition is one atomic step that checks all its guards before its first write and answers with a
+`Transition`: a `TransitionStatus` and the card as it is now. A transition retried with the same
+transition id answers ``ALREADY_APPLIED`` and changes nothing.
+
+Which transitions exist, from which states and by whom, is written once in `gateway.card.TRANSITIONS`.
+Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
+closed on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from gateway.card import Card, CardEvent, CardState
+
+__all__ = ["Ledger", "OutboxEntry", "Proposal", "Transition", "TransitionStatus"]
+
+
+class TransitionStatus(StrEnum):
+    """The answer of one transition."""
+
+    OK = "OK"
+    ALREADY_APPLIED = "ALREADY_APPLIED"
+    """The same transition id was applied before; nothing changed this time."""
+    EXISTING = "EXISTING"
+    """A proposal matched an open card with the same dedupe key; that card is the answer."""
+    NOT_DUE = "NOT_DUE"
+    """A timer step found nothing to do yet."""
+    ERR_NOT_FOUND = "ERR_NOT_FOUND"
+    ERR_EXISTS = "ERR_EXISTS"
+    ERR_STATE = "ERR_STATE"
+    """The card's state does not allow this transition."""
+    ERR_EXPIRED = "ERR_EXPIRED"
+    """The card's deadline passed; it is EXPIRED now."""
+    ERR_SELF_APPROVAL = "ERR_SELF_APPROVAL"
+    ERR_STALE = "ERR_STALE"
+    """The decision named a version or args_hash the card no longer has."""
+    ERR_DUPLICATE_APPROVER = "ERR_DUPLICATE_APPROVER"
+    ERR_FENCE = "ERR_FENCE"
+    """A worker's fencing token is no longer the card's: another worker owns it."""
+    ERR_LEASE = "ERR_LEASE"
+    """The worker's lease ran out before it could dispatch."""
+    ERR_ARGUMENT = "ERR_ARGUMENT"
+    ERR_NOT_DURABLE = "ERR_NOT_DURABLE"
+    """DISPATCHED was recorded but the store could not confirm it is on disk: send nothing."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Proposal:
+    """Everything a new card is made of; built by the executor, never by the caller."""
+
+    tool: str
+    tool_version: str
+    arguments: Mapping[str, Any]
+    args_hash: str
+    requester_subject: str
+    requester_org: str
+    requester_key_id: str
+    requester_roles: frozenset[str]
+    approvals_required: int
+    approver_role: str
+    summary: str
+    agent_text: Mapping[str, str]
+    decide_within_ms: int
+    execute_within_ms: int
+    dedupe_key: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transition:
+    """The answer of one transition: a status and the card as it is now (None if it does not exist)."""
+
+    status: TransitionStatus
+    card: Card | None
+    extra: Mapping[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (TransitionStatus.OK, TransitionStatus.ALREADY_APPLIED)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutboxEntry:
+    """One approved card waiting for a worker: the stream it was read from, its entry id, the card."""
+
+    stream: str
+    entry_id: str
+    card_id: str
+
+
+class Ledger(Protocol):
+    """Cards and their state machine. See the module docstring for the contract every method keeps."""
+
+    # -- creating and deciding (the executor, the card service) ------------------------------------
+
+    async def propose(self, proposal: Proposal) -> Transition:
+        """Create a PENDING card with a freshly minted idempotency key, or answer ``EXISTING`` with
+        the open card of the same dedupe key."""
+        ...
+
+    async def approve(
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str
+    ) -> Transition: ...
+
+    async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition: ...
+
+    async def cancel(self, card_id: str, *, actor: str) -> Transition: ...
+
+    async def resolve(self, card_id: str, *, admin: str, outcome: str, evidence: Mapping[str, Any]) -> Transition: ...
+
+    # -- executing (the worker and the executor's write path) --------------------------------------
+
+    async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
+
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
+
+    async def dispatch(self, card_id: str, *, fence: int) -> Transition:
+        """Record DISPATCHED, durably, before anything is sent (``ERR_NOT_DURABLE`` otherwise)."""
+        ...
+
+    async def complete(
+        self,
+        card_id: str,
+        *,
+        fence: int,
+        outcome: CardState,
+        reference: str,
+        evidence: Mapping[str, Any],
+        settle_ms: int,
+    ) -> Transition: ...
+
+    async def release(self, card_id: str, *, fence: int, reason: str, requeue_ms: int) -> Transition: ...
+
+    async def recover(self, card_id: str) -> Transition: ...
+
+    async def reconcile(
+        self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any], next_at_ms: int = 0
+    ) -> Transition: ...
+
+    async def sweep_open(self, card_id: str, *, requeue_ms: int) -> Transition: ...
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def get(self, card_id: str) -> Card | None: ...
+
+    async def events(self, card_id: str) -> Sequence[CardEvent]: ...
+
+    async def recent(
+        self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
+    ) -> Sequence[Card]:
+        """The newest cards, newest first: of everyone, of one `org`, or of one `(org, subject)`."""
+        ...
+
+    async def due(self, *, now_ms: int, limit: int = 100) -> Sequence[str]:
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due."""
+        ...
+
+    async def server_time_ms(self) -> int:
+        """The store's clock: every deadline is measured against it, never a process's clock."""
+        ...
+
+    # -- the outbox ---------------------------------------------------------------------------------
+
+    async def ensure_outbox_group(self) -> None: ...
+
+    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> Sequence[OutboxEntry]: ...
+
+    async def ack(self, entry: OutboxEntry) -> None: ...
