@@ -38,7 +38,7 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("bearer key lookup (KeyStore.resolve)", r"KeyStore\.resolve"),
     ("audit XADD", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
     ("backend GET (gateway: httpx over httpx-aiohttp; bare: aiohttp)", r"request_json|ClientSession\._request|httpx"),
-    ("executor: validation, withholding, views, envelope", r"Executor\.|withhold_untrusted"),
+    ("executor: validation, withholding, views, envelope", r"AgentPath\.|Invoker\.|withhold_untrusted"),
     ("tool result building (surface / bare handler)", r"McpSurface\.|call_tool \(bench"),
     ("SDK result serialization", r"serialize_server_result|ServerRunner\._serialize"),
     ("SDK dispatch (serve_one, runner, middleware)", r"serve_one|ServerRunner"),

@@ -37,7 +37,7 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("audit XADD", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
     ("bearer key lookup (KeyCache / KeyStore)", r"KeyCache\.resolve|KeyStore\.resolve"),
     ("ledger durability guard", r"LedgerGuard\."),
-    ("executor: validation, proposal, envelope, audit event", r"Executor\.|_args_hash"),
+    ("executor: validation, proposal, envelope, audit event", r"AgentPath\.|Invoker\.|args_hash"),
     ("receipt and tool result (surface / bare handler)", r"McpSurface\.|card_for_agent|call_tool \(bench"),
     ("SDK result serialization", r"serialize_server_result|ServerRunner\._serialize"),
     ("SDK dispatch (serve_one, runner, middleware)", r"serve_one|ServerRunner"),

@@ -160,17 +160,17 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         served_tool_names=lambda: frozenset(live.current()),
         refresh=live.refresh,
     )
-    executor = Executor(
+    executor = Executor.build(
         tools=live,
         org_adapters=org_adapters,
         audit=audit,
         clients=clients,
+        identity=identity,
         ledger=ledger,
         guard=guard,
-        keys=keys.get,
-        lease_ms=int(settings.lease_seconds * 1000),
-        identity=identity,
+        live_principal=keys.live_principal,
         healthy=health.healthy,
+        lease_ms=int(settings.lease_seconds * 1000),
     )
     return Gateway(
         redis=connection,
@@ -199,7 +199,9 @@ async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[Non
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
     ]
     if settings.run_worker:
-        tasks.append(asyncio.create_task(Worker(gateway.executor, gateway.ledger).run(), name="countersign-worker"))
+        tasks.append(
+            asyncio.create_task(Worker(gateway.executor.writes, gateway.ledger).run(), name="countersign-worker")
+        )
     try:
         yield
     finally:
@@ -216,7 +218,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     gateway = build_gateway(settings, declared)
     surface = McpSurface(
         catalog=gateway.catalog,
-        executor=gateway.executor,
+        executor=gateway.executor.agent,
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),

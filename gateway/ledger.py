@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from gateway.card import Card, CardEvent, CardState
 
-__all__ = ["Ledger", "OutboxEntry", "Proposal", "Transition", "TransitionStatus"]
+__all__ = ["DurabilityGuard", "Ledger", "OutboxEntry", "Proposal", "Transition", "TransitionStatus"]
 
 
 class TransitionStatus(StrEnum):
@@ -173,3 +173,15 @@ class Ledger(Protocol):
     async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> Sequence[OutboxEntry]: ...
 
     async def ack(self, entry: OutboxEntry) -> None: ...
+
+
+class DurabilityGuard(Protocol):
+    """Fail closed: "may a write go through the ledger now?" (`gateway.store.durability.LedgerGuard`)."""
+
+    async def writable(self) -> bool:
+        """True only while the ledger is reachable and keeps every acknowledged write."""
+        ...
+
+    def invalidate(self) -> None:
+        """Forget the verdict after a store failure, so the next call checks again."""
+        ...

@@ -1,7 +1,7 @@
 """The MCP surface: ``/mcp`` over Streamable HTTP, built on the official SDK's low-level `Server`.
 
 It translates and decides nothing. ``tools/list`` is the caller's `Catalog` view; ``tools/call``
-hands the principal, the name and the raw arguments to the `Executor` and returns its envelope's
+hands the principal, the name and the raw arguments to the executor's `AgentPath` and returns its envelope's
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
 per-request 2026-07-28 envelope.
@@ -31,7 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.auth import principal_of
 from gateway.catalog import Catalog
 from gateway.envelope import Envelope
-from gateway.executor import Executor
+from gateway.executor import AgentPath
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
@@ -50,7 +50,7 @@ class McpSurface:
         self,
         *,
         catalog: Catalog,
-        executor: Executor,
+        executor: AgentPath,
         version: str,
         stateless: bool,
         allowed_hosts: list[str] | None,

@@ -227,7 +227,7 @@ async def run_worker(settings: Settings) -> None:
     # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
-        worker = Worker(gateway.executor, gateway.ledger)
+        worker = Worker(gateway.executor.writes, gateway.ledger)
         task = asyncio.create_task(worker.run())
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -5,7 +5,7 @@ Who runs it: `countersign serve` (inside the gateway process, by default) and `c
 nothing itself. Two loops:
 
 * the outbox consumer reads card ids with a consumer group and hands each to
-  `Executor.run_approved`, which claims the card (a compare-and-set with a lease and a fencing
+  `WritePath.run_approved`, which claims the card (a compare-and-set with a lease and a fencing
   token) before anything is sent, so a duplicate or replayed entry can never run a card twice;
 * the sweeper wakes every `sweep_seconds`, asks the ledger which card timers are due (by the Redis
   server's clock) and moves each on: an undecided or unexecuted card expires, an approved card
@@ -26,7 +26,7 @@ import socket
 
 from gateway.card import CardState
 from gateway.errors import StoreUnavailableError
-from gateway.executor import Executor
+from gateway.executor import WritePath
 from gateway.ledger import Ledger, OutboxEntry
 from gateway.loops import run_forever
 
@@ -40,7 +40,7 @@ class Worker:
 
     def __init__(
         self,
-        executor: Executor,
+        executor: WritePath,
         ledger: Ledger,
         *,
         name: str | None = None,

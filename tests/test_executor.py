@@ -1,4 +1,4 @@
-"""The executor's fixed order, with in-memory collaborators (no transport, no Redis)."""
+"""The agent's path in its fixed order, with in-memory collaborators (no transport, no Redis)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,13 @@ import pytest
 from gateway.audit import ListAuditSink
 from gateway.codes import Code
 from gateway.errors import UpstreamRefusedError
-from gateway.executor import Executor
+from gateway.executor import AgentPath, Invoker
+from gateway.identity import IdentityHeaders
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
+from gateway.store.client import connect
+from gateway.store.durability import LedgerGuard
+from gateway.store.ledger import RedisLedger
 from gateway.tool import Access, Tool
 from gateway.tool_context import ToolContext
 from gateway.toolbox import Toolbox
@@ -28,15 +32,21 @@ STAFF = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"st
 NOBODY = Principal(subject="eve@acme.example", org="acme", roles=frozenset(), key_id="key_e")
 
 
-def _executor(*tools: Tool) -> tuple[Executor, ListAuditSink]:
+def _executor(*tools: Tool) -> tuple[AgentPath, ListAuditSink]:
     audit = ListAuditSink()
-    # These tools call no backend; a client that was never started proves it.
+    # These tools call no backend and no ledger; clients that were never started prove it. A
+    # ledger nothing listens for is also one that is not durable: proposals must be refused.
     client = AiohttpUpstream("http://127.0.0.1:9", service="demo")
-    executor = Executor(
+    nowhere = connect("redis://127.0.0.1:9/0").client
+    ledger = RedisLedger(nowhere)
+    executor = AgentPath(
         tools=Toolbox(tools),
         org_adapters=OrgAdapters({"acme": frozenset({"demo"})}),
         audit=audit,
-        clients={"demo": client},
+        invoker=Invoker(clients={"demo": client}, identity=IdentityHeaders(), ledger=ledger),
+        ledger=ledger,
+        guard=LedgerGuard(nowhere),
+        healthy=lambda adapter: True,
     )
     return executor, audit
 
@@ -92,7 +102,7 @@ async def test_forbidden_tool_with_bad_arguments_still_says_permission_denied() 
 
 
 async def test_write_tool_called_by_an_agent_never_executes() -> None:
-    """The approval gate never runs a write; without a ledger it cannot even propose one."""
+    """The approval gate never runs a write; without a durable ledger it cannot even propose one."""
     executed: list[EchoArgs] = []
 
     async def spy(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
@@ -102,7 +112,7 @@ async def test_write_tool_called_by_an_agent_never_executes() -> None:
     tool = write_tool()
     executor, audit = _executor(Tool(**{**{f: getattr(tool, f) for f in tool.__slots__}, "execute": spy}))
     envelope = await executor.execute(STAFF, "demo_write", {"text": "x"})
-    assert envelope.code is Code.LEDGER_UNAVAILABLE  # no ledger here: not even a card can be made
+    assert envelope.code is Code.LEDGER_UNAVAILABLE  # no reachable ledger: not even a card can be made
     assert executed == []
     assert audit.events[-1].outcome == "deny"
 

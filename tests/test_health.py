@@ -52,14 +52,14 @@ async def test_an_unhealthy_backend_fails_reads_fast_and_its_approved_cards_wait
     assert not gateway.health.healthy("rooms") and gateway.health.healthy("orders")
 
     started = time.monotonic()
-    envelope = await gateway.executor.execute(principal, "rooms_list", {})
+    envelope = await gateway.executor.agent.execute(principal, "rooms_list", {})
     assert envelope.code is not None and envelope.code.value == "UPSTREAM_UNAVAILABLE"
     assert time.monotonic() - started < 1.0  # not the backend's 5 s deadline
-    assert not (await gateway.executor.execute(principal, "orders_get", {"order_id": "ord-1001"})).is_error
+    assert not (await gateway.executor.agent.execute(principal, "orders_get", {"order_id": "ord-1001"})).is_error
 
     ledger = gateway.ledger
     card = await _approved_card(gateway)
-    after = await gateway.executor.run_approved(card, worker="w1")
+    after = await gateway.executor.writes.run_approved(card, worker="w1")
     assert after is not None and after.state is CardState.APPROVED  # waits; never failed for an outage
     assert [e.type for e in await ledger.events(card)] == ["created", "approved"]
     deferred = [e for e in await gateway.audit.recent(10) if e.action == "card.execute"]

@@ -40,7 +40,7 @@ async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> str:
     principal = await KeyStore(redis).resolve(token)
     assert principal is not None
     arguments = {"room_id": "room-cirrus", "date": day, "start": "15:00", "end": "16:00", "title": "Sync"}
-    receipt = (await gateway.executor.execute(principal, "rooms_book", arguments)).for_model()
+    receipt = (await gateway.executor.agent.execute(principal, "rooms_book", arguments)).for_model()
     card = await gateway.ledger.get(receipt["card_id"])
     assert card is not None
     # A short requeue interval, so a lost outbox entry is noticed within the test.
@@ -58,7 +58,7 @@ async def test_an_approved_card_whose_outbox_entry_was_lost_is_requeued_and_runs
     await gateway.ledger.ensure_outbox_group()
     for key in gateway.ledger.outbox_keys():  # lose every outbox entry
         await redis.xtrim(key, maxlen=0)
-    worker = Worker(gateway.executor, gateway.ledger, block_ms=50, requeue_ms=100)
+    worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50, requeue_ms=100)
     assert await worker.consume_once() == 0
     with anyio.fail_after(10):
         while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.APPROVED:
@@ -77,7 +77,7 @@ async def test_duplicate_outbox_entries_never_run_a_card_twice(gateway: Gateway,
         if await redis.xlen(key):
             for _ in range(3):
                 await redis.xadd(key, {"card_id": card_id})
-    workers = [Worker(gateway.executor, gateway.ledger, name=f"w{i}", block_ms=50) for i in range(3)]
+    workers = [Worker(gateway.executor.writes, gateway.ledger, name=f"w{i}", block_ms=50) for i in range(3)]
     with anyio.fail_after(10):
         while sum([await w.consume_once() for w in workers]):
             pass
@@ -98,7 +98,7 @@ async def test_an_approved_card_not_run_within_its_window_expires(
     gateway = build_gateway(settings, [*tools, quick])
     try:
         card_id = await _approved_booking(gateway, redis, "2026-12-25")
-        worker = Worker(gateway.executor, gateway.ledger, block_ms=10)
+        worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=10)
         with anyio.fail_after(5):
             while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.APPROVED:
                 await anyio.sleep(0.02)

@@ -129,6 +129,11 @@ class KeyStore:
             return None
         return _parse(await self._client.hgetall(_record_key(_text(token_hash))))
 
+    async def live_principal(self, key_id: str) -> Principal | None:
+        """The principal of key `key_id` as it stands now: None when the key is unknown or revoked."""
+        record = await self.get(key_id)
+        return None if record is None or record.revoked else record.principal()
+
     async def revoke(self, key_id: str) -> KeyRecord:
         """Revoke a key by id; it stops working on the next request.
 

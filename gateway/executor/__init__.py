@@ -1,0 +1,68 @@
+"""The executor: the only code path that runs a tool, in two halves that share one invoke step.
+
+* `AgentPath` (``agent.py``) serves the MCP surface: access, validation, the approval gate (a
+  write becomes a card, never an execution), reads within their deadline, sealing.
+* `WritePath` (``writes.py``) serves the worker: claim, binding re-checks, DISPATCHED before the
+  send, one send with the card's own key, classification, and reconciliation of unknown outcomes.
+* `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`.
+
+What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
+an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
+`Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), and the live
+principal of a key id (a requester's key is re-checked before its write runs). Every one is a
+required constructor argument: nothing is optional and checked at run time.
+
+What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
+`Principal` has none), the store behind the `Ledger` Protocol, and any particular tool (no
+per-tool branches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gateway.audit import AuditSink
+from gateway.executor.agent import AgentPath
+from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.writes import LivePrincipal, WritePath
+from gateway.ledger import DurabilityGuard, Ledger
+from gateway.org_adapters import OrgAdapters
+from gateway.toolbox import ToolSource
+from gateway.upstream import UpstreamClient
+
+__all__ = ["AgentPath", "Executor", "Invoker", "WritePath"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Executor:
+    """Both paths of one gateway, wired to the same collaborators."""
+
+    agent: AgentPath
+    writes: WritePath
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        tools: ToolSource,
+        org_adapters: OrgAdapters,
+        audit: AuditSink,
+        clients: Mapping[str, UpstreamClient],
+        identity: IdentityHeaders,
+        ledger: Ledger,
+        guard: DurabilityGuard,
+        live_principal: LivePrincipal,
+        healthy: Callable[[str], bool],
+        lease_ms: int,
+    ) -> Executor:
+        invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
+        agent = AgentPath(
+            tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
+            healthy=healthy,
+        )  # fmt: skip
+        writes = WritePath(
+            tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
+            live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
+        )  # fmt: skip
+        return cls(agent=agent, writes=writes)

@@ -1,0 +1,47 @@
+"""The built-in approvals tools' view of the ledger, bound to one principal (`CallerCards`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.card import Card
+from gateway.card_views import card_for_agent
+from gateway.ledger import Ledger
+from gateway.principal import Principal
+from gateway.tool_context import CallerCards
+
+__all__ = ["LedgerCallerCards"]
+
+
+class LedgerCallerCards(CallerCards):
+    """A caller's own cards. Anyone else's card answers exactly like one that does not exist."""
+
+    def __init__(self, ledger: Ledger, principal: Principal) -> None:
+        self._ledger = ledger
+        self._principal = principal
+
+    def _own(self, card: Card | None) -> Card | None:
+        mine = card is not None and (card.requester_subject, card.requester_org) == (
+            self._principal.subject,
+            self._principal.org,
+        )
+        return card if mine else None
+
+    async def status(self, card_id: str) -> Mapping[str, Any] | None:
+        card = self._own(await self._ledger.get(card_id))
+        return card_for_agent(card) if card is not None else None
+
+    async def mine(self, limit: int) -> list[Mapping[str, Any]]:
+        own = (self._principal.org, self._principal.subject)
+        cards = [card for card in await self._ledger.recent(limit=limit, requester=own) if self._own(card) is not None]
+        return [card_for_agent(card) for card in cards[:limit]]
+
+    async def cancel(self, card_id: str) -> Mapping[str, Any] | None:
+        card = self._own(await self._ledger.get(card_id))
+        if card is None:
+            return None
+        result = await self._ledger.cancel(card_id, actor=self._principal.subject)
+        view = card_for_agent(result.card or card)
+        view["cancelled"] = result.ok
+        return view

@@ -1,0 +1,84 @@
+"""The one step both paths share: give a tool its context, run it within its deadline, check its answer.
+
+The agent's path calls `Invoker.invoke` for reads; the write path calls it, once per dispatched
+attempt, for an approved card. Nothing else in the gateway runs a tool's `execute`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from gateway.canonical import canonical_json
+from gateway.card import Card
+from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError
+from gateway.executor.caller_cards import LedgerCallerCards
+from gateway.ledger import Ledger
+from gateway.principal import Principal
+from gateway.tool import Tool
+from gateway.tool_context import ToolContext
+from gateway.upstream import UpstreamClient
+
+__all__ = ["IdentityHeaders", "Invoker", "args_hash", "requester_of"]
+
+IdentityHeaders = Callable[[Principal, str], Mapping[str, str]]
+"""``(principal, adapter) -> headers`` that tell a backend who is asking (`gateway.identity`)."""
+
+
+class Invoker:
+    """Runs one tool call with the collaborators every call needs."""
+
+    def __init__(self, *, clients: Mapping[str, UpstreamClient], identity: IdentityHeaders, ledger: Ledger) -> None:
+        self._clients = clients
+        self._identity = identity
+        self._ledger = ledger
+
+    def context(self, tool: Tool, principal: Principal, *, idempotency_key: str | None = None) -> ToolContext:
+        """What `tool` receives for `principal`: its backend client, identity headers, the caller's cards.
+
+        `idempotency_key` is set only for an approved write: the key minted with its card.
+        """
+        return ToolContext(
+            principal=principal,
+            http=self._clients.get(tool.adapter),
+            service=tool.adapter,
+            idempotency_key=idempotency_key,
+            cards=LedgerCallerCards(self._ledger, principal),
+            identity=self._identity(principal, tool.adapter),
+        )
+
+    async def invoke(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> BaseModel:
+        """Execute within the tool's deadline and validate the answer against its output model.
+
+        Raises:
+            UpstreamTimeoutError: no answer within `tool.timeout_seconds`.
+            UpstreamProtocolError: the answer does not fit the tool's output model.
+            UpstreamError: whatever the adapter raised for its backend.
+        """
+        try:
+            async with asyncio.timeout(tool.timeout_seconds):
+                raw = await tool.execute(args, ctx)
+        except TimeoutError as error:
+            raise UpstreamTimeoutError(f"no answer within {tool.timeout_seconds}s", service=tool.adapter) from error
+        try:
+            return tool.output.model_validate(raw.model_dump() if isinstance(raw, BaseModel) else raw)
+        except ValidationError as error:
+            raise UpstreamProtocolError(
+                f"backend answer failed {error.error_count()} output check(s)", service=tool.adapter, status=200
+            ) from error
+
+
+def args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
+    """SHA-256 over tool, tool version and the canonical arguments: what an approval is bound to."""
+    return hashlib.sha256(f"{tool}\n{version}\n{canonical_json(canonical)}".encode()).hexdigest()
+
+
+def requester_of(card: Card) -> Principal:
+    """The principal a card's write runs for, as recorded when it was proposed."""
+    return Principal(
+        subject=card.requester_subject, org=card.requester_org, roles=card.requester_roles, key_id=card.requester_key_id
+    )

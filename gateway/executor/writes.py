@@ -1,0 +1,207 @@
+"""The write path: an approved card, claimed, re-checked, dispatched once with its key, classified.
+
+Who calls it: the worker, with the id of an approved card (`run_approved`) or of a write whose
+outcome is unknown (`reconcile`). It returns the card as it ends up and audits every outcome.
+
+The order of the steps in `WritePath._send` is the specification: re-check the binding (the tool
+is still served with the same definition, the arguments still hash to the approved args_hash, the
+requester's key is live and still has access) -> record DISPATCHED, durably, before anything is
+sent -> send once with the key minted when the card was created -> classify the attempt by policy
+(nothing sent: release and retry with the same key; definitive refusal: FAILED; anything that may
+have landed: UNKNOWN, settled by a status query, never a blind resend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.card import Card, CardState
+from gateway.codes import Code
+from gateway.decision import Decision
+from gateway.errors import UpstreamError
+from gateway.executor.invoke import Invoker, args_hash, requester_of
+from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
+from gateway.org_adapters import OrgAdapters
+from gateway.principal import Principal
+from gateway.tool import Tool
+from gateway.toolbox import Toolbox, ToolSource
+from policies.access import decide_access
+from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+
+__all__ = ["LivePrincipal", "WritePath"]
+
+LivePrincipal = Callable[[str], Awaitable[Principal | None]]
+"""``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
+
+
+class WritePath:
+    """Runs approved cards and settles unknown outcomes, for the worker."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolSource,
+        org_adapters: OrgAdapters,
+        audit: AuditSink,
+        invoker: Invoker,
+        ledger: Ledger,
+        guard: DurabilityGuard,
+        live_principal: LivePrincipal,
+        healthy: Callable[[str], bool],
+        lease_ms: int,
+    ) -> None:
+        self._tools = tools
+        self._org_adapters = org_adapters
+        self._audit = audit
+        self._invoker = invoker
+        self._ledger = ledger
+        self._guard = guard
+        self._live_principal = live_principal
+        self._healthy = healthy
+        self._lease_ms = lease_ms
+
+    async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
+        """Claim an approved card and run its write once. Returns the card as it ends up."""
+        card = await self._ledger.get(card_id)
+        if card is None or card.state is not CardState.APPROVED:
+            return card
+        # Deferrals are not failures: the card stays APPROVED and the sweeper enqueues it again.
+        if not await self._guard.writable():
+            await self._record(card, "card.execute", "DEFERRED", "ledger not durable or unreachable")
+            return card
+        tool = self._tools.current().get(card.tool)
+        if tool is not None and not self._healthy(tool.adapter):
+            await self._record(card, "card.execute", "DEFERRED", f"adapter {tool.adapter} is unhealthy")
+            return card
+        claim = await self._ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
+        if claim.status is not TransitionStatus.OK or claim.card is None:
+            return claim.card
+        return await self._send(claim.card)
+
+    async def reconcile(self, card_id: str, *, worker: str) -> Card | None:
+        """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
+        card = await self._ledger.get(card_id)
+        tool = self._tools.current().get(card.tool) if card is not None else None
+        if card is None or card.state is not CardState.UNKNOWN:
+            return card
+        if tool is None or tool.write_contract is None:
+            result = await self._ledger.reconcile(
+                card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": "tool no longer served"}
+            )
+            return result.card
+        contract = tool.write_contract
+        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
+        try:
+            status = await contract.status_lookup(card.idempotency_key, ctx)
+        except UpstreamError:
+            status = None
+        now_ms = await self._ledger.server_time_ms()
+        dispatched_ms = card.dispatched_ms or card.created_ms
+        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=dispatched_ms)
+        evidence: dict[str, Any] = {"reason": step.reason}
+        if status is not None:
+            evidence["status"] = status.state
+            evidence["backend"] = dict(status.detail)
+        if step.next is Next.RESEND:
+            resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
+            if resend.status is TransitionStatus.OK and resend.card is not None:
+                return await self._send(resend.card)
+            return resend.card
+        reference = status.reference or "" if status is not None else ""
+        result = await self._ledger.reconcile(
+            card_id, result=step.next.value, reference=reference, evidence=evidence, next_at_ms=step.at_ms
+        )
+        if step.next is not Next.RESCHEDULE:
+            await self._record(result.card or card, "card.reconcile", step.next.value, step.reason)
+        return result.card
+
+    async def _send(self, card: Card) -> Card | None:
+        """Run a claimed card: re-check, bind, record DISPATCHED, send once with its key, classify."""
+        toolbox = self._tools.current()
+        tool = toolbox.get(card.tool)
+
+        # 1. Re-check what was true at proposal: the tool, its definition, the arguments, access.
+        refusal = await self._binding_refusal(card, tool, toolbox)
+        if refusal is not None or tool is None or tool.write_contract is None:
+            reason = refusal.reason if refusal is not None else "tool not served"
+            code = refusal.code.value if refusal is not None and refusal.code else Code.PERMISSION_DENIED.value
+            evidence = {"code": code, "reason": reason, "sent": False}
+            done = await self._ledger.complete(
+                card.card_id, fence=card.fence, outcome=CardState.FAILED, reference="", evidence=evidence, settle_ms=0
+            )
+            await self._record(card, "card.execute", "FAILED", reason, code=code)
+            return done.card
+        contract = tool.write_contract
+        args = tool.arguments.model_validate(card.arguments)
+
+        # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
+        dispatched = await self._ledger.dispatch(card.card_id, fence=card.fence)
+        if dispatched.status is TransitionStatus.ERR_NOT_DURABLE:
+            # DISPATCHED is not on disk: sending now could not be accounted for after a crash.
+            released = await self._ledger.release(
+                card.card_id, fence=card.fence, reason="ledger fsync unconfirmed", requeue_ms=backoff_ms(card.attempts)
+            )
+            await self._record(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
+            return released.card
+        if dispatched.status is not TransitionStatus.OK:
+            return dispatched.card  # the lease was lost: another worker owns the card now
+
+        # 3. Send once, with the key minted when the card was created.
+        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
+        error: UpstreamError | None = None
+        reference = ""
+        try:
+            output = await self._invoker.invoke(tool, args, ctx)
+            reference = str(getattr(output, contract.reference_field, "") or "")
+        except UpstreamError as caught:
+            error = caught
+
+        # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
+        attempt = classify(error, contract)
+        evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
+        if attempt is Attempt.NOT_SENT:
+            released = await self._ledger.release(
+                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
+            )
+            await self._record(card, "card.execute", "NOT_SENT", "nothing reached the backend; will retry")
+            return released.card
+        done = await self._ledger.complete(
+            card.card_id,
+            fence=card.fence,
+            outcome=CardState(attempt.value),
+            reference=reference,
+            evidence=evidence,
+            settle_ms=int(contract.settle_seconds * 1000),
+        )
+        await self._record(card, "card.execute", attempt.value, type(error).__name__ if error else "")
+        return done.card
+
+    async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
+        if tool is None:
+            return Decision.deny(Code.PERMISSION_DENIED, "tool is no longer served")
+        if toolbox.version(tool.name) != card.tool_version:
+            return Decision.deny(Code.CONFLICT, "tool definition changed since the card was proposed")
+        if args_hash(tool.name, card.tool_version, card.arguments) != card.args_hash:
+            return Decision.deny(Code.CONFLICT, "arguments do not match the approved args_hash")
+        requester = await self._live_principal(card.requester_key_id)
+        if requester is None:
+            return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
+        access = decide_access(tool, requester, self._org_adapters)
+        return None if access.allowed else access
+
+    async def _record(self, card: Card, action: str, outcome: str, reason: str, *, code: str = "") -> None:
+        await self._audit.record(
+            AuditEvent(
+                action=action,
+                outcome=outcome,
+                subject=card.requester_subject,
+                org=card.requester_org,
+                key_id=card.requester_key_id,
+                tool=card.tool,
+                code=code,
+                reason=reason,
+                extra={"card_id": card.card_id},
+            )
+        )
