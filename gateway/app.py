@@ -193,9 +193,9 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live catalog's refresh, the health checks, and (by default) the worker."""
+    """The live tool source's refresh, the health checks, and (by default) the worker."""
     tasks = [
-        asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "catalog refresh")),
+        asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
     ]
     if settings.run_worker:

@@ -13,7 +13,7 @@ __all__ = ["ToolSource", "Toolbox"]
 
 
 class ToolSource(Protocol):
-    """Where the tools served right now come from: a fixed `Toolbox`, or a live catalog that swaps
+    """Where the tools served right now come from: a fixed `Toolbox`, or the registry's `LiveToolSource` that swaps
     in a new `Toolbox` when an adapter is accepted or removed. Callers take one `current()` per
     operation, so a call never sees two different sets of tools."""
 

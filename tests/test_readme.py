@@ -25,3 +25,16 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     _run, test = _readme_commands()
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test in ci
+
+
+def test_the_readme_adapter_example_declares_a_valid_tool_from_the_public_api() -> None:
+    """The adapter example runs as written: it imports only `gateway` and its `Tool` is accepted."""
+    text = (ROOT / "README.md").read_text()
+    [example] = [block.split("```", 1)[0] for block in text.split("```python\n")[1:] if "TOOLS = (" in block]
+    namespace: dict[str, object] = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    tools = namespace["TOOLS"]
+    assert isinstance(tools, tuple) and [tool.name for tool in tools] == ["billing_get_invoice"]
+    assert [line for line in example.splitlines() if line.startswith(("from gateway", "import gateway"))] == [
+        "from gateway import Access, Mode, Tool, ToolContext, fill_path, request_json"
+    ]

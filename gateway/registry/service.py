@@ -4,7 +4,7 @@ Who calls it: the registry API (services, with service keys), the admin API and 
 (admins). A registration is validated in full (every problem listed), reviewed for text aimed
 at the model (flags for the admin), checked against the operator's base-URL allowlist, and
 stored as a *proposal*. Only an admin with the ``registry`` role pins it, naming the hash they
-reviewed; then every gateway's live catalog picks it up.
+reviewed; then every gateway's live tool source picks it up.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class RegistryService:
         return await self._store.all()
 
     async def accept(self, admin: Principal, name: str, *, expected_hash: str) -> RegistryResult:
-        """Pin the proposal the admin reviewed (by its hash); the live catalog serves it next."""
+        """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next."""
         if not _is_registry_admin(admin):
             return await self._done(admin, "registry.accept", name, RegistryResult(code="PERMISSION_DENIED"))
         current = await self._store.get(name)
