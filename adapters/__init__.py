@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from gateway.tool import Tool
+from gateway import Tool
 
 __all__ = ["ALWAYS_ON", "BUILTIN_ADAPTERS", "ENTRY_POINT_GROUP", "load_adapter"]
 

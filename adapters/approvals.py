@@ -11,9 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.errors import UpstreamNotFoundError, UpstreamUnavailableError
-from gateway.tool import Access, Mode, Tool
-from gateway.tool_context import ToolContext
+from gateway import Access, Mode, Tool, ToolContext, UpstreamNotFoundError, UpstreamUnavailableError
 
 __all__ = ["TOOLS"]
 

@@ -15,10 +15,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.adapter_http import fill_path, keyed_contract, request_json
-from gateway.tool import Access, Approval, Escalation, Mode, Tool
-from gateway.tool_context import ToolContext
-from gateway.untrusted import WITHHELD, Untrusted
+from gateway import (
+    WITHHELD,
+    Access,
+    Approval,
+    Escalation,
+    Mode,
+    Tool,
+    ToolContext,
+    Untrusted,
+    fill_path,
+    keyed_contract,
+    request_json,
+)
 
 __all__ = ["TOOLS"]
 

@@ -17,11 +17,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gateway.adapter_http import fill_path, keyed_contract, request_json
-from gateway.errors import UpstreamNotFoundError, UpstreamProtocolError
-from gateway.tool import Access, Approval, Mode, Tool
-from gateway.tool_context import ToolContext
-from gateway.untrusted import Untrusted
+from gateway import (
+    Access,
+    Approval,
+    Mode,
+    Tool,
+    ToolContext,
+    Untrusted,
+    UpstreamNotFoundError,
+    UpstreamProtocolError,
+    fill_path,
+    keyed_contract,
+    request_json,
+)
 
 __all__ = ["TOOLS"]
 

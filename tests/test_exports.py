@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 import gateway
+
+ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
 
 
 def test_all_is_sorted_and_every_name_exists() -> None:
@@ -44,3 +50,44 @@ def test_an_adapter_can_be_declared_from_the_public_api_alone() -> None:
     needed = {"Tool", "Access", "Approval", "Escalation", "Mode", "WriteContract", "ToolContext", "request_json",
               "fill_path", "keyed_contract", "Untrusted"}  # fmt: skip
     assert needed <= set(gateway.__all__)
+
+
+def _private_gateway_imports(source: str) -> list[str]:
+    """Every import in `source` that reaches `gateway` other than as `from gateway import <public name>`."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] == "gateway"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "gateway":
+            if node.module != "gateway":
+                found.append(node.module or "")
+            else:
+                found += [f"gateway.{alias.name}" for alias in node.names if alias.name not in gateway.__all__]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("from gateway import Tool, request_json", []),
+        ("from pydantic import BaseModel\nfrom . import rooms", []),
+        ("from gateway.tool import Tool", ["gateway.tool"]),
+        ("from gateway import tool_context", ["gateway.tool_context"]),
+        ("import gateway", ["gateway"]),
+        ("import gateway.errors as errors", ["gateway.errors"]),
+        ("def f():\n    from gateway.untrusted import Untrusted", ["gateway.untrusted"]),
+        ("if TYPE_CHECKING:\n    from gateway.adapter_http import fill_path", ["gateway.adapter_http"]),
+    ],
+)
+def test_the_public_import_rule_tells_public_from_private(source: str, found: list[str]) -> None:
+    """The rule below accepts only `from gateway import` of exported names, wherever the import stands."""
+    assert _private_gateway_imports(source) == found
+
+
+def test_built_in_adapters_import_gateway_only_through_its_public_names() -> None:
+    """Every module in `adapters/` uses `from gateway import ...` of `gateway.__all__` and nothing deeper,
+    so the built-in adapters prove a third-party adapter can be written from the public API alone."""
+    modules = sorted(ADAPTERS.rglob("*.py"))
+    assert {"rooms.py", "orders.py", "approvals.py"} <= {path.name for path in modules}
+    private = {str(path.relative_to(ADAPTERS)): _private_gateway_imports(path.read_text()) for path in modules}
+    assert {name: imports for name, imports in private.items() if imports} == {}

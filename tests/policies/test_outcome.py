@@ -1,0 +1,291 @@
+"""The outcome policy: what an attempt at a write means, and what to do about an uncertain one.
+
+Tables of verdicts over `classify`, `reconcile_step` and `backoff_ms`, and the invariant behind
+them as a property: anything that may have reached the backend is UNKNOWN, never NOT_SENT or
+FAILED (ARCHITECTURE.md, invariant 5).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway import errors
+from gateway.errors import (
+    UpstreamError,
+    UpstreamNotFoundError,
+    UpstreamProtocolError,
+    UpstreamRefusedError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
+from gateway.tool import WriteContract, WriteStatus
+from gateway.tool_context import ToolContext
+from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+
+
+async def _never_called(key: str, ctx: ToolContext) -> WriteStatus:
+    raise AssertionError("a policy never looks anything up")
+
+
+def _contract(*, dedupes: bool, not_applied: frozenset[int] = frozenset({400, 404, 409, 422})) -> WriteContract:
+    return WriteContract(
+        dedupes_on_key=dedupes,
+        key_retention_seconds=100.0,
+        status_lookup=_never_called,
+        reference_field="booking_id",
+        not_applied_statuses=not_applied,
+        settle_seconds=2.0,
+    )
+
+
+KEYED = _contract(dedupes=True)
+UNKEYED = _contract(dedupes=False)
+CONTRACTS = pytest.mark.parametrize("contract", [KEYED, UNKEYED], ids=["dedupes", "no-dedupe"])
+
+# Every UpstreamError class the gateway defines, found rather than listed, so a new one is covered.
+UPSTREAM_ERRORS: tuple[type[UpstreamError], ...] = tuple(
+    value for _, value in inspect.getmembers(errors, inspect.isclass) if issubclass(value, UpstreamError)
+)
+STATUSES: tuple[int | None, ...] = (None, *range(100, 600))
+
+
+def _sent(cls: type[UpstreamError], status: int | None) -> UpstreamError:
+    """An error of `cls` for a request that left the gateway (`UpstreamRefusedError` always has)."""
+    if cls is UpstreamRefusedError:
+        return UpstreamRefusedError("refused", service="rooms", status=status)
+    return cls("failed", service="rooms", status=status, sent=True)
+
+
+# What the adapters raise in each phase of a send (gateway/adapter_http.py, gateway/upstream_aiohttp.py,
+# and the executor's deadline and output check).
+NOT_SENT_CASES = [
+    pytest.param(UpstreamUnavailableError("cannot connect", service="rooms", sent=False), id="connect-refused"),
+    pytest.param(UpstreamUnavailableError("connect timed out", service="rooms", sent=False), id="connect-timeout"),
+    pytest.param(UpstreamUnavailableError("no client for this backend", service="rooms", sent=False), id="no-client"),
+]
+REFUSED_CASES = [
+    pytest.param(UpstreamRefusedError("refused", service="rooms", status=409, reason="slot_taken"), id="409"),
+    pytest.param(UpstreamRefusedError("refused", service="rooms", status=422), id="422"),
+    pytest.param(UpstreamProtocolError("backend answered 400", service="rooms", status=400), id="400"),
+    pytest.param(UpstreamNotFoundError("not found", service="rooms", status=404), id="404"),
+]
+MAY_HAVE_LANDED_CASES = [
+    pytest.param(UpstreamProtocolError("backend answered 500", service="rooms", status=500), id="500"),
+    pytest.param(UpstreamUnavailableError("backend answered 502", service="rooms", status=502), id="502"),
+    pytest.param(UpstreamUnavailableError("backend answered 503", service="rooms", status=503), id="503"),
+    pytest.param(UpstreamUnavailableError("backend answered 504", service="rooms", status=504), id="504"),
+    pytest.param(UpstreamUnavailableError("backend answered 429", service="rooms", status=429), id="429"),
+    pytest.param(UpstreamTimeoutError("no answer in time", service="rooms"), id="timeout-after-send"),
+    pytest.param(UpstreamUnavailableError("connection failed", service="rooms"), id="dropped-connection"),
+    pytest.param(UpstreamProtocolError("2xx answer is not JSON", service="rooms", status=200), id="200-not-json"),
+    pytest.param(UpstreamProtocolError("failed output check", service="rooms", status=200), id="200-bad-shape"),
+    pytest.param(UpstreamProtocolError("backend answered 302", service="rooms", status=302), id="302"),
+    pytest.param(UpstreamRefusedError("refused without a status", service="rooms"), id="refusal-no-status"),
+]
+
+
+# -- classify: one table per send phase --------------------------------------------------------------
+
+
+@CONTRACTS
+def test_confirmed_write_succeeded(contract: WriteContract) -> None:
+    """No error means the backend answered 2xx with an output that passed its check."""
+    assert classify(None, contract) is Attempt.SUCCEEDED
+
+
+@CONTRACTS
+@pytest.mark.parametrize("error", NOT_SENT_CASES)
+def test_request_that_never_left_is_not_sent(error: UpstreamError, contract: WriteContract) -> None:
+    """An error whose request certainly never left the gateway is NOT_SENT: retried with the same key,
+    whether or not the backend dedupes, because nothing reached it."""
+    assert classify(error, contract) is Attempt.NOT_SENT
+
+
+@CONTRACTS
+@pytest.mark.parametrize("error", REFUSED_CASES)
+def test_definitive_refusal_failed(error: UpstreamError, contract: WriteContract) -> None:
+    """A status the contract calls "not applied" is FAILED, whichever error class carried it."""
+    assert classify(error, contract) is Attempt.FAILED
+
+
+@CONTRACTS
+@pytest.mark.parametrize("error", MAY_HAVE_LANDED_CASES)
+def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract) -> None:
+    """A 5xx, a 429, a timeout after sending, a dropped connection, a 2xx we cannot read, a refusal
+    without a status: the write may have landed, so it is UNKNOWN and goes to a status query."""
+    assert classify(error, contract) is Attempt.UNKNOWN
+
+
+@pytest.mark.parametrize(("status", "attempt"), [(409, Attempt.FAILED), (422, Attempt.UNKNOWN), (404, Attempt.UNKNOWN)])
+def test_only_the_contracts_own_statuses_mean_not_applied(status: int, attempt: Attempt) -> None:
+    """The contract, not the adapter's error class, says which statuses prove "not applied": a 422
+    refusal from a backend that only promises it for 409 may still have landed."""
+    narrow = _contract(dedupes=True, not_applied=frozenset({409}))
+    assert classify(UpstreamRefusedError("refused", service="rooms", status=status), narrow) is attempt
+
+
+# -- classify: the invariant as a property ---------------------------------------------------------
+
+
+def test_every_upstream_error_class_is_covered() -> None:
+    """The sweep below iterates over the real error tree, not an empty or partial list."""
+    assert {UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError, UpstreamProtocolError} <= set(
+        UPSTREAM_ERRORS
+    )
+    assert {UpstreamNotFoundError, UpstreamRefusedError} <= set(UPSTREAM_ERRORS)
+
+
+@CONTRACTS
+@pytest.mark.parametrize("cls", UPSTREAM_ERRORS, ids=lambda cls: cls.__name__)
+def test_sent_error_outside_not_applied_is_always_unknown(cls: type[UpstreamError], contract: WriteContract) -> None:
+    """For every error class and every status (or none) the contract does not call "not applied", a
+    sent request is UNKNOWN; every status it does call so is FAILED. Nothing sent is ever NOT_SENT."""
+    for status in STATUSES:
+        expected = Attempt.FAILED if status in contract.not_applied_statuses else Attempt.UNKNOWN
+        assert classify(_sent(cls, status), contract) is expected, (cls.__name__, status)
+
+
+@settings(database=None, deadline=None, max_examples=300)
+@given(
+    cls=st.sampled_from(UPSTREAM_ERRORS),
+    status=st.none() | st.integers(min_value=100, max_value=599),
+    not_applied=st.frozensets(st.integers(min_value=100, max_value=499)),
+    dedupes=st.booleans(),
+)
+def test_sent_error_is_unknown_for_any_contract(
+    cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool
+) -> None:
+    """Whatever statuses a contract declares, a sent request is FAILED exactly when its status is one
+    of them and UNKNOWN otherwise: never NOT_SENT, and never FAILED on a status the contract omits."""
+    contract = _contract(dedupes=dedupes, not_applied=not_applied)
+    expected = Attempt.FAILED if status in not_applied else Attempt.UNKNOWN
+    assert classify(_sent(cls, status), contract) is expected
+
+
+# -- reconcile_step ------------------------------------------------------------------------------------
+
+DISPATCHED = 1_000_000
+SETTLED = DISPATCHED + 2_000  # settle_seconds=2.0
+REMEMBERED = DISPATCHED + 90_000  # 90% of key_retention_seconds=100.0: the margin
+FORGOTTEN = DISPATCHED + 100_000
+
+APPLIED = WriteStatus(state="applied", reference="bk_1")
+REFUSED = WriteStatus(state="refused")
+NO_RECORD = WriteStatus(state="unknown")
+NOW_CASES = pytest.mark.parametrize(
+    "now_ms",
+    [DISPATCHED, SETTLED - 1, SETTLED, REMEMBERED - 1, REMEMBERED, FORGOTTEN, FORGOTTEN * 10],
+    ids=["at-send", "settling", "settled", "remembered", "margin", "forgotten", "long-after"],
+)
+
+
+@CONTRACTS
+@NOW_CASES
+@pytest.mark.parametrize(("status", "expected"), [(APPLIED, Next.SUCCEEDED), (REFUSED, Next.FAILED)])
+def test_backend_record_settles_the_write(
+    status: WriteStatus, expected: Next, contract: WriteContract, now_ms: int
+) -> None:
+    """A record of the key is the backend's own account of the write, so it decides at any time, in
+    either direction, whether or not the backend dedupes."""
+    step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    assert step.next is expected
+
+
+@CONTRACTS
+@pytest.mark.parametrize(
+    ("now_ms", "at_ms"),
+    [
+        (DISPATCHED, DISPATCHED + 500),
+        (DISPATCHED + 4_000, DISPATCHED + 6_000),
+        (FORGOTTEN, FORGOTTEN + 50_000),
+        (FORGOTTEN * 10, FORGOTTEN * 10 + 60_000),
+        (DISPATCHED - 5_000, DISPATCHED - 4_500),
+    ],
+    ids=["at-send", "half-the-wait", "forgotten", "capped", "clock-behind"],
+)
+def test_failed_status_query_asks_again_later(now_ms: int, at_ms: int, contract: WriteContract) -> None:
+    """No answer to the status query proves nothing, so the card stays UNKNOWN and is asked again
+    after half the time already waited (0.5 s .. 60 s); it is never resent on no information."""
+    step = reconcile_step(None, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    assert (step.next, step.at_ms) == (Next.RESCHEDULE, at_ms)
+
+
+@CONTRACTS
+@pytest.mark.parametrize("now_ms", [DISPATCHED, SETTLED - 1], ids=["at-send", "settling"])
+def test_no_record_within_settle_period_asks_again_when_it_ends(now_ms: int, contract: WriteContract) -> None:
+    """Shortly after a send the backend may not show a write that did land, so "no record" then is
+    not evidence: ask again when the settle period is over."""
+    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    assert (step.next, step.at_ms) == (Next.RESCHEDULE, SETTLED)
+
+
+@pytest.mark.parametrize(
+    ("contract", "now_ms", "expected"),
+    [
+        (KEYED, SETTLED, Next.RESEND),
+        (KEYED, REMEMBERED - 1, Next.RESEND),
+        (KEYED, REMEMBERED, Next.NEEDS_RECONCILIATION),
+        (KEYED, FORGOTTEN, Next.NEEDS_RECONCILIATION),
+        (UNKEYED, SETTLED, Next.NEEDS_RECONCILIATION),
+        (UNKEYED, REMEMBERED - 1, Next.NEEDS_RECONCILIATION),
+        (UNKEYED, FORGOTTEN, Next.NEEDS_RECONCILIATION),
+    ],
+    ids=[
+        "keyed-settled",
+        "keyed-remembered",
+        "keyed-margin",
+        "keyed-forgotten",
+        "unkeyed-settled",
+        "unkeyed-remembered",
+        "unkeyed-forgotten",
+    ],
+)
+def test_no_record_after_settling_resends_only_while_the_key_dedupes(
+    contract: WriteContract, now_ms: int, expected: Next
+) -> None:
+    """A settled "no record" means the write did not land; a resend with the same key is then safe only
+    while the backend would still dedupe it (within 90% of its retention). Otherwise a person decides."""
+    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    assert step.next is expected
+    assert step.reason
+
+
+@pytest.mark.parametrize(
+    "status", [None, APPLIED, REFUSED, NO_RECORD], ids=["no-answer", "applied", "refused", "no-record"]
+)
+@CONTRACTS
+def test_resend_needs_a_settled_no_record_from_a_deduping_backend(
+    status: WriteStatus | None, contract: WriteContract
+) -> None:
+    """Invariant 5 for the reconciler: over a sweep of times, RESEND comes only from the backend's
+    settled "no record" of the key, for a backend that dedupes on it, before it may have forgotten it."""
+    for now_ms in range(DISPATCHED - 10_000, FORGOTTEN + 10_000, 500):
+        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+        safe = status is NO_RECORD and contract.dedupes_on_key and SETTLED <= now_ms < REMEMBERED
+        assert (step.next is Next.RESEND) is safe, now_ms
+
+
+# -- backoff_ms --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempts", "delay"),
+    [(-3, 500), (0, 500), (1, 1_000), (2, 2_000), (6, 32_000), (7, 60_000), (16, 60_000), (10**6, 60_000)],
+)
+def test_backoff_doubles_from_the_base_up_to_the_cap(attempts: int, delay: int) -> None:
+    """Each attempt doubles the delay from 0.5 s until the 60 s cap; a negative count is the first try."""
+    assert backoff_ms(attempts) == delay
+
+
+@pytest.mark.parametrize(("base_ms", "cap_ms"), [(500, 60_000), (1, 10), (250, 250), (0, 1_000), (7_000, 5_000)])
+def test_backoff_never_shrinks_never_exceeds_the_cap_and_is_never_negative(base_ms: int, cap_ms: int) -> None:
+    """Over any number of attempts the delay is non-decreasing, within 0 .. cap, and reaches the cap
+    whenever the base is positive."""
+    delays = [backoff_ms(attempts, base_ms=base_ms, cap_ms=cap_ms) for attempts in range(-5, 100)]
+    assert delays == sorted(delays)
+    assert all(0 <= delay <= cap_ms for delay in delays)
+    assert delays[-1] == (cap_ms if base_ms > 0 else 0)
