@@ -67,8 +67,7 @@ class RedisLedger:
     def _keys(card_id: str, shard: int) -> list[str]:
         """The keys every script gets, in the order the KEYS comment of `PRELUDE` gives them."""
         tag = _tag(shard)
-        base = f"{tag}:card:{card_id}"
-        return [base, f"{base}:events", f"{base}:tx", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
+        return [f"{tag}:card:{card_id}", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
 
     @classmethod
     def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:

@@ -16,13 +16,13 @@ __all__ = ["PRELUDE", "SCRIPTS"]
 
 PRELUDE = r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (JSON string, holding its events and applied transition ids), 2 and 3 unused (kept so
---   every script takes the same keys),
---   4 shard outbox stream, 5 shard open-card (dedupe) hash, 6 shard index zset, 7 shard timer zset
---   (propose only: 8 the shard's index of the requester's org, 9 of the requester)
+--   1 card (JSON string, holding its events and applied transition ids),
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
+--   (propose only: 6 the shard's index of the requester's org, 7 of the requester)
+-- Every script gets keys 1-5, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
-local card_key, events_key, tx_key = KEYS[1], KEYS[2], KEYS[3]
-local outbox_key, open_key, index_key, timers_key = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local card_key = KEYS[1]
+local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 
@@ -112,7 +112,7 @@ end
 """
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
+    # KEYS 6 and 7: the shard's index of the requester's org, and of the requester.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms
     "propose": """
 local again = replayed(); if again then return again end
@@ -131,8 +131,8 @@ c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), ded
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', index_key, now, c.card_id)
-redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
-redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
+redis.call('ZADD', KEYS[6], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[7], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
 save(c)
