@@ -186,16 +186,16 @@ def shard_keys() -> list[list[str]]:
     """Per shard: its outbox, open-card hash, index and timers (the ledger's own key layout)."""
     from gateway.store.ledger import SHARDS, RedisLedger
 
-    return [RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[3:] for shard in range(SHARDS)]
+    return [RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:] for shard in range(SHARDS)]
 
 
 def card_keys(card_id: str) -> list[str]:
-    """A card's key (its history and applied transitions are inside it) and two unused keys."""
+    """A card's own keys: just the one, which holds its history and applied transitions too."""
     from gateway.store.ledger import RedisLedger, card_shard
 
     shard = card_shard(card_id)
     assert shard is not None
-    return RedisLedger._keys(card_id, shard)[:3]
+    return RedisLedger._keys(card_id, shard)[:1]
 
 
 def _fields(raw: str | None, *names: str) -> tuple[Any, ...]:
@@ -255,13 +255,9 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
         shared = sum(int(client.memory_usage(key, samples=0) or 0) for keys in shard_keys() for key in keys)
         pipe = client.pipeline(transaction=False)
         for card_id in ids:
-            for key in card_keys(card_id):
-                pipe.memory_usage(key, samples=0)
+            pipe.memory_usage(card_keys(card_id)[0], samples=0)
             pipe.get(card_keys(card_id)[0])
-        answers = [
-            _fields(answer, "state", "arguments") if position % 4 == 3 else answer
-            for position, answer in enumerate(pipe.execute())
-        ]
+        answers = pipe.execute()
         audit = {
             stream: (int(client.memory_usage(stream, samples=0) or 0), int(client.xlen(stream)))
             for stream in (GATEWAY_AUDIT_STREAM, BARE_AUDIT_STREAM)
@@ -269,21 +265,13 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
         }
     share = shared / total_cards if total_cards else math.nan
     rows = []
-    for position in range(0, len(answers), 4):
-        card_hash, events, applied, (card_state, arguments) = answers[position : position + 4]
+    for position in range(0, len(answers), 2):
+        card_size, (card_state, arguments) = answers[position], _fields(answers[position + 1], "state", "arguments")
         if card_state != state:
             continue
         argument_bytes = len((arguments or "").encode())
-        own = int(card_hash or 0) + int(events or 0) + int(applied or 0)
-        rows.append(
-            {
-                "card": int(card_hash or 0),
-                "events": int(events or 0),
-                "tx": int(applied or 0),
-                "arguments": argument_bytes,
-                "net": own + share - argument_bytes,
-            }
-        )
+        own = int(card_size or 0)
+        rows.append({"card": own, "arguments": argument_bytes, "net": own + share - argument_bytes})
     nets = sorted(row["net"] for row in rows)
     return {
         "state": state,
@@ -848,18 +836,14 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
     print("  cards FAILED/UNKNOWN/NEEDS_RECONCILIATION/EXPIRED/EXECUTING: " + str(counts["bad_states"]))
 
     print("\nRedis bytes per card (MEMORY USAGE ... SAMPLES 0), median parts and net = own keys + shared - arguments")
-    header = (
-        f"  {'state':<10} {'cards':>16} | {'card':>5} {'events':>6} {'tx':>4} {'shared':>6} {'args':>5} | "
-        f"{'net median':>10} {'max':>6}"
-    )
+    header = f"  {'state':<10} {'cards':>16} | {'card':>5} {'shared':>6} {'args':>5} | {'net median':>10} {'max':>6}"
     print(header)
     for key in ("bytes_pending", "bytes_succeeded"):
         measured = document[key]
         parts = measured["median"]
         print(
             f"  {measured['state']:<10} {measured['cards_measured']:>6,} of {measured['cards_in_database']:>6,} | "
-            f"{_fmt(parts.get('card', math.nan)):>5} {_fmt(parts.get('events', math.nan)):>6} "
-            f"{_fmt(parts.get('tx', math.nan)):>4} {_fmt(measured['shared_bytes_per_card']):>6} "
+            f"{_fmt(parts.get('card', math.nan)):>5} {_fmt(measured['shared_bytes_per_card']):>6} "
             f"{_fmt(parts.get('arguments', math.nan)):>5} | {_fmt(measured['median_net']):>10} "
             f"{_fmt(measured['max_net']):>6}"
         )

@@ -3,11 +3,18 @@
 ```text
 PENDING -> APPROVED -> EXECUTING -> SUCCEEDED | FAILED | UNKNOWN
 UNKNOWN -> (status query) -> SUCCEEDED | FAILED | NEEDS_RECONCILIATION -> (admin) SUCCEEDED | FAILED
+UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key)
 PENDING -> REJECTED | CANCELLED | EXPIRED;  APPROVED -> CANCELLED | EXPIRED
-EXECUTING (never sent, lease lost) -> APPROVED;  EXECUTING (sent, worker died) -> UNKNOWN
+EXECUTING (never sent: released, or lease lost) -> APPROVED, or EXPIRED once past execute_by
+EXECUTING (sent, lease lost) -> UNKNOWN
 ```
 
-Every transition is one atomic script in the ledger; this module is only the vocabulary.
+Some steps change a card but not its state: an approval below quorum (PENDING), a requeue
+(APPROVED), the dispatch record (EXECUTING), a status query that finds nothing settled yet
+(UNKNOWN), and a late worker result, which is recorded in whatever state the card is in.
+
+Every transition is one atomic script in the ledger, and the table `gateway.card_transitions.TRANSITIONS`
+is this diagram as data; this module is only the vocabulary.
 """
 
 from __future__ import annotations
@@ -37,10 +44,11 @@ class CardState(StrEnum):
 TERMINAL = frozenset(
     {CardState.SUCCEEDED, CardState.FAILED, CardState.REJECTED, CardState.CANCELLED, CardState.EXPIRED}
 )
-"""States no transition ever leaves."""
+"""States no transition starts from, so a card in one never changes state again (a late worker
+result is still recorded on it). Checked against the transition table by tests/test_transitions.py."""
 
 OPEN = frozenset({CardState.PENDING, CardState.APPROVED})
-"""States in which a card still waits for a person or a worker (and can be cancelled)."""
+"""States in which a card still waits for a person or a worker: the states `cancel` starts from."""
 
 
 def decision_of(state: CardState) -> str:

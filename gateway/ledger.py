@@ -6,7 +6,8 @@ transition is one atomic step that checks all its guards before its first write 
 `Transition`: a `TransitionStatus` and the card as it is now. A transition retried with the same
 transition id answers ``ALREADY_APPLIED`` and changes nothing.
 
-Which transitions exist, from which states and by whom, is written once in `gateway.card.TRANSITIONS`.
+Which transitions exist, from which states to which, by whom and behind which guards, is written
+once in `gateway.card_transitions.TRANSITIONS`.
 Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
 closed on it.
 """

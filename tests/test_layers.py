@@ -60,6 +60,7 @@ PLACES: dict[str, int] = {
     "gateway.audit": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,
+    "gateway.card_transitions": VOCABULARY,
     "gateway.card_views": VOCABULARY,
     "gateway.codes": VOCABULARY,
     "gateway.decision": VOCABULARY,

@@ -65,25 +65,28 @@ class RedisLedger:
 
     @staticmethod
     def _keys(card_id: str, shard: int) -> list[str]:
+        """The keys every script gets, in the order the KEYS comment of `PRELUDE` gives them."""
         tag = _tag(shard)
-        base = f"{tag}:card:{card_id}"
-        return [base, f"{base}:events", f"{base}:tx", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
+        return [f"{tag}:card:{card_id}", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
+
+    @classmethod
+    def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:
+        """The keys of `propose`: every script's, then the shard's index of the org and of the requester."""
+        return [*cls._keys(card_id, shard), _org_index(shard, org), _requester_index(shard, org, subject)]
+
+    async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
+        """Run one script; every script call goes through here."""
+        return _transition(await self._scripts[name](keys=keys, args=args))
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
-        shard = card_shard(card_id)
-        if shard is None:
-            return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
-        transition_id = secrets.token_hex(12)
-        raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
-        return _transition(raw)
+        return await self._replay(name, card_id, secrets.token_hex(12), *args)
 
     async def _replay(self, name: str, card_id: str, transition_id: str, *args: str | int) -> Transition:
-        """Run a script with a caller-chosen transition id (tests of replay safety use this)."""
+        """Run a script under `transition_id` (`_run` mints a fresh one; tests of replay safety choose theirs)."""
         shard = card_shard(card_id)
         if shard is None:
             return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
-        raw = await self._scripts[name](keys=self._keys(card_id, shard), args=[transition_id, *args])
-        return _transition(raw)
+        return await self._eval(name, self._keys(card_id, shard), [transition_id, *args])
 
     # -- creating and deciding --------------------------------------------------------------------
 
@@ -112,15 +115,10 @@ class RedisLedger:
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
         }
-        result = _transition(
-            await self._scripts["create"](
-                keys=[
-                    *self._keys(card_id, shard),
-                    _org_index(shard, proposal.requester_org),
-                    _requester_index(shard, proposal.requester_org, proposal.requester_subject),
-                ],
-                args=[secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
-            )
+        result = await self._eval(
+            "propose",
+            self._proposal_keys(card_id, shard, proposal.requester_org, proposal.requester_subject),
+            [secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
         )
         if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))

@@ -4,6 +4,10 @@ Storage, chosen for size (see bench/README.md): a card is one JSON string whose 
 all strings, and which holds its own history (``events``) and the ids of the transitions applied to
 it (``applied``). Each script loads the card, checks every guard before its first write, then
 changes the card, appends its event and saves it: one key per card.
+
+Which script may start from which state, ends in which, for whom and behind which guards is the
+table `gateway.card_transitions.TRANSITIONS`, one row per script of the same name;
+tests/test_transitions.py runs every script from every state and holds it to that table.
 """
 
 from __future__ import annotations
@@ -12,13 +16,13 @@ __all__ = ["PRELUDE", "SCRIPTS"]
 
 PRELUDE = r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (JSON string, holding its events and applied transition ids), 2 and 3 unused (kept so
---   every script takes the same keys),
---   4 shard outbox stream, 5 shard open-card (dedupe) hash, 6 shard index zset, 7 shard timer zset
---   (create only: 8 the shard's index of the requester's org, 9 of the requester)
+--   1 card (JSON string, holding its events and applied transition ids),
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
+--   (propose only: 6 the shard's index of the requester's org, 7 of the requester)
+-- Every script gets keys 1-5, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
-local card_key, events_key, tx_key = KEYS[1], KEYS[2], KEYS[3]
-local outbox_key, open_key, index_key, timers_key = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local card_key = KEYS[1]
+local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 
@@ -108,9 +112,9 @@ end
 """
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
+    # KEYS 6 and 7: the shard's index of the requester's org, and of the requester.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms
-    "create": """
+    "propose": """
 local again = replayed(); if again then return again end
 local c, dedupe, window = cjson.decode(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local now = now_ms()
@@ -127,8 +131,8 @@ c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), ded
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', index_key, now, c.card_id)
-redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
-redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
+redis.call('ZADD', KEYS[6], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[7], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
 save(c)
@@ -142,6 +146,7 @@ local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 local now = now_ms()
 if c.state ~= 'PENDING' then return reply('ERR_STATE', c) end
+-- Past the deadline the refusal still writes: the card expires here, and the answer shows it.
 if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
 if approver == c.requester_subject then return reply('ERR_SELF_APPROVAL', c) end
 if version ~= num(c.version) or args_hash ~= c.args_hash then return reply('ERR_STALE', c) end
@@ -151,6 +156,7 @@ for _, who in ipairs(approvers) do
 end
 approvers[#approvers + 1] = approver
 c.approvers = cjson.encode(approvers)
+-- Below quorum: recorded, and the card stays PENDING.
 if #approvers < num(c.approvals_required) then
   transition(c, now, 'approval_recorded', approver, 'PENDING', {comment = comment, approvals = #approvers})
   save(c)
@@ -209,6 +215,7 @@ if c.state == 'APPROVED' then
   save(c)
   return reply('OK', c, {action = 'requeued'})
 end
+-- PENDING before its deadline: nothing due, the card is left as it is; only its timer is set again.
 redis.call('ZADD', timers_key, num(c.decide_by_ms), c.card_id)
 return reply('NOT_DUE', c)
 """,
@@ -282,6 +289,7 @@ return reply('OK', c)
 local again = replayed(); if again then return again end
 local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
+-- A wrong state is answered like a lost fence: either way the caller no longer holds the card.
 if c.state ~= 'EXECUTING' or tonumber(ARGV[2]) ~= num(c.fence) then return reply('ERR_FENCE', c) end
 local now = now_ms()
 c.dispatched, c.fence = '0', tostring(num(c.fence) + 1)
@@ -335,6 +343,7 @@ if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
 local result, evidence = ARGV[2], cjson.decode(ARGV[4])
 if result == 'RESCHEDULE' then
+  -- Not settled yet: recorded, the card stays UNKNOWN until the next status query.
   redis.call('ZADD', timers_key, tonumber(ARGV[5]), c.card_id)
   transition(c, now, 'status_checked', 'reconciler', 'UNKNOWN', {evidence = evidence})
   save(c)
