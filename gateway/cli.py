@@ -24,7 +24,8 @@ from typing import Any
 from gateway import cli_adapters
 from gateway.audit import AuditEvent
 from gateway.card import CardState
-from gateway.card_service import OUTCOMES, UNTRUSTED_NOTE, CardActionResult, CardService, CardView, ResultCode
+from gateway.card_service import OUTCOMES, CardService
+from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.errors import GatewayError
 from gateway.principal import KeyKind, Principal
 from gateway.serve import redis_url_for, run, run_worker
@@ -295,7 +296,7 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
         state = CardState(args.state) if args.state else None
         items = await service.list(admin, state=state, tool=args.tool, requester=args.requester, limit=args.limit)
         for item in items:
-            row = item.to_json()
+            row = item.model_dump(mode="json")
             if args.json:
                 print(json.dumps(row, sort_keys=True))
                 continue
@@ -308,7 +309,8 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
         if view is None:
             print("countersign: NOT_FOUND: no such card", file=sys.stderr)
             return 1
-        print(json.dumps(view.to_json(), indent=2, sort_keys=True) if args.json else "\n".join(_card_text(view)))
+        shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
+        print(shown if args.json else "\n".join(_card_text(view)))
         return 0
     if command == "approve":
         result = await service.approve(
@@ -355,11 +357,10 @@ def _report(result: CardActionResult) -> int:
     else:
         print(f"countersign: {result.code.value}: {_safe(result.message)}", file=sys.stderr)
     if view is not None:
-        card = view.card
         where = sys.stdout if result.ok else sys.stderr
         print(
-            f"{card.card_id}  state={card.state.value}  decision={card.decision}  outcome={card.outcome}  "
-            f"version={card.version}  args_hash={_safe(card.args_hash)}",
+            f"{view.card_id}  state={view.state.value}  decision={view.decision}  outcome={view.outcome}  "
+            f"version={view.version}  args_hash={_safe(view.args_hash)}",
             file=where,
         )
     return 0 if result.ok else 1
@@ -374,38 +375,38 @@ def _safe(value: object) -> str:
     return "".join(ch if unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}" for ch in str(value))
 
 
-def _card_text(view: CardView) -> list[str]:
-    card, data = view.card, view.to_json()
-    approvals = data["approvals"]
+def _card_text(view: AdminCard) -> list[str]:
+    approvals, requester = view.approvals, view.requester
     lines = [
-        f"card        {card.card_id}",
-        f"tool        {_safe(card.tool)} ({_safe(card.tool_version)})",
-        f"state       {card.state.value}   decision={card.decision}   outcome={card.outcome}",
-        f"version     {card.version}   args_hash={_safe(card.args_hash)}   (approve with both)",
-        f"summary     {_safe(card.summary)}",
-        f"requester   {_safe(card.requester_subject)}  (org {_safe(card.requester_org)}, key {card.requester_key_id})",
-        f"approvals   {approvals['received']}/{approvals['required']} (role {_safe(card.approver_role)})"
-        + (f"  by {', '.join(_safe(a) for a in card.approvers)}" if card.approvers else ""),
-        f"times       created {data['created_at']}  decide by {data['decide_by']}"
-        + (f"  execute by {data['execute_by']}" if data["execute_by"] else ""),
+        f"card        {view.card_id}",
+        f"tool        {_safe(view.tool)} ({_safe(view.tool_version)})",
+        f"state       {view.state.value}   decision={view.decision}   outcome={view.outcome}",
+        f"version     {view.version}   args_hash={_safe(view.args_hash)}   (approve with both)",
+        f"summary     {_safe(view.summary)}",
+        f"requester   {_safe(requester.subject)}  (org {_safe(requester.org)}, key {requester.key_id})",
+        f"approvals   {approvals.received}/{approvals.required} (role {_safe(approvals.role)})"
+        + (f"  by {', '.join(_safe(a) for a in approvals.by)}" if approvals.by else ""),
+        f"times       created {view.created_at}  decide by {view.decide_by}"
+        + (f"  execute by {view.execute_by}" if view.execute_by else ""),
     ]
-    if card.rejection:
-        lines.append(f"rejected    by {_safe(card.rejection.get('by', ''))}: {_safe(card.rejection.get('reason', ''))}")
-    if card.reference or card.evidence:
+    if view.rejection is not None:
+        lines.append(f"rejected    by {_safe(view.rejection.by)}: {_safe(view.rejection.reason)}")
+    if view.reference or view.evidence:
         lines.append(
-            f"result      reference={_safe(card.reference or '-')}  evidence={_safe(json.dumps(card.evidence))}"
+            f"result      reference={_safe(view.reference or '-')}  evidence={_safe(json.dumps(view.evidence))}"
         )
     lines.append("arguments (canonical; what will run)")
-    lines += [f"  {_safe(line)}" for line in json.dumps(card.arguments, indent=2, sort_keys=True).splitlines()]
-    lines.append(f">>> UNTRUSTED agent text: {UNTRUSTED_NOTE}")
-    lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(card.agent_text.items())] or ["  | (none)"]
+    lines += [f"  {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]
+    agent_text = view.agent_text
+    lines.append(f">>> UNTRUSTED agent text: {agent_text.note}")
+    lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(agent_text.fields.items())] or ["  | (none)"]
     lines.append("<<< end of untrusted agent text")
     lines.append(f"history     ({'hash chain valid' if view.chain_valid else 'HASH CHAIN BROKEN: do not trust it'})")
-    for event in data["events"]:
-        detail = f"  {_safe(json.dumps(event['data'], sort_keys=True))}" if event["data"] else ""
+    for event in view.events:
+        detail = f"  {_safe(json.dumps(event.data, sort_keys=True))}" if event.data else ""
         lines.append(
-            f"  {event['seq']:>3}  {event['at']}  {_safe(event['type'])}  by {_safe(event['actor'])}  "
-            f"-> {event['state']} v{event['version']}{detail}"
+            f"  {event.seq:>3}  {event.at}  {_safe(event.type)}  by {_safe(event.actor)}  "
+            f"-> {event.state} v{event.version}{detail}"
         )
     return lines
 

@@ -38,6 +38,8 @@ PLACES: dict[str, int] = {
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
     "gateway.admin_api": SURFACE,
+    "gateway.admin_bodies": SURFACE,
+    "gateway.route_table": SURFACE,
     "gateway.console": SURFACE,
     "gateway.auth": SURFACE,
     "gateway.registry.api": SURFACE,
