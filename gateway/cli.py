@@ -2,8 +2,9 @@
 
 Every command acts on the data of the configured Redis, or of the embedded server of the data
 directory (attaching to a running `serve`, or starting the server for the command's duration).
-`cards` commands act as an admin, identified by an admin key (``--key`` or
-``COUNTERSIGN_ADMIN_KEY``), through the same `CardService` as the admin API.
+`cards` (`gateway.cli_cards`) and `adapters` (`gateway.cli_adapters`) commands act as an admin,
+identified by an admin key (``--key`` or ``COUNTERSIGN_ADMIN_KEY``), which this module resolves
+(and audits when it is refused) before handing the admin to them.
 """
 
 from __future__ import annotations
@@ -14,27 +15,21 @@ import contextlib
 import getpass
 import json
 import sys
-import unicodedata
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway import cli_adapters
+from gateway import cli_adapters, cli_cards
 from gateway.audit import AuditEvent
-from gateway.card import CardState
-from gateway.card_service import OUTCOMES, CardService
-from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.errors import GatewayError
 from gateway.principal import KeyKind, Principal
 from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.client import connect
-from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
 
 __all__ = ["main"]
 
@@ -68,55 +63,19 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
-    identity = _cards_parser(commands)
+    identity = _identity()
+    cli_cards.add_parser(commands, identity)
     cli_adapters.add_parser(commands, identity)
     return parser
 
 
-def _cards_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+def _identity() -> argparse.ArgumentParser:
+    """The ``--key`` option every admin command (cards, adapters) takes."""
     identity = argparse.ArgumentParser(add_help=False)
     identity.add_argument(
         "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
     )
-    cards = commands.add_parser("cards", help="review and decide approval cards").add_subparsers(
-        dest="cards_command", required=True
-    )
-    listing = cards.add_parser("list", parents=[identity], help="cards of your org, newest first")
-    listing.add_argument("--state", choices=[state.value for state in CardState])
-    listing.add_argument("--tool")
-    listing.add_argument("--requester", help="the requesting agent's subject")
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true", help="one JSON object per card")
-    show = cards.add_parser("show", parents=[identity], help="one card with its history")
-    show.add_argument("card_id")
-    show.add_argument("--json", action="store_true")
-    approve = cards.add_parser("approve", parents=[identity], help="approve a card exactly as you reviewed it")
-    approve.add_argument("card_id")
-    approve.add_argument("--version", type=int, required=True, help="the version shown by `cards show`")
-    approve.add_argument("--args-hash", required=True, help="the args_hash shown by `cards show`")
-    approve.add_argument("--comment", default="")
-    reject = cards.add_parser("reject", parents=[identity], help="veto a pending card")
-    reject.add_argument("card_id")
-    reject.add_argument("--reason", required=True)
-    cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
-    cancel.add_argument("card_id")
-    resolve = cards.add_parser("resolve", parents=[identity], help="settle a NEEDS_RECONCILIATION card")
-    resolve.add_argument("card_id")
-    resolve.add_argument("--outcome", choices=OUTCOMES, required=True)
-    resolve.add_argument(
-        "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
-    )
     return identity
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not valid JSON") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -282,49 +241,14 @@ async def _audit_tail(store: _Store, args: argparse.Namespace) -> int:
     return 0
 
 
-# -- cards ----------------------------------------------------------------------------------------
+# -- admin commands -------------------------------------------------------------------------------
 
 
 async def _cards(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
         return 1
-    guard = LedgerGuard(store.redis)
-    service = CardService(RedisLedger(store.redis), store.audit, writable=guard.writable)
-    command = args.cards_command
-    if command == "list":
-        state = CardState(args.state) if args.state else None
-        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester, limit=args.limit)
-        for item in items:
-            row = item.model_dump(mode="json")
-            if args.json:
-                print(json.dumps(row, sort_keys=True))
-                continue
-            approvals = f"{row['approvals']['received']}/{row['approvals']['required']}"
-            fields = (row["card_id"], row["state"], row["tool"], row["requester"], approvals, row["created_at"])
-            print("  ".join(_safe(value) for value in (*fields, row["summary"])))
-        return 0
-    if command == "show":
-        view = await service.show(admin, args.card_id)
-        if view is None:
-            print("countersign: NOT_FOUND: no such card", file=sys.stderr)
-            return 1
-        shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
-        print(shown if args.json else "\n".join(_card_text(view)))
-        return 0
-    if command == "approve":
-        result = await service.approve(
-            admin, args.card_id, version=args.version, args_hash=args.args_hash, comment=args.comment
-        )
-    elif command == "reject":
-        result = await service.reject(admin, args.card_id, reason=args.reason)
-    elif command == "cancel":
-        result = await service.cancel(admin, args.card_id)
-    else:
-        result = await service.resolve(admin, args.card_id, outcome=args.outcome, evidence=args.evidence)
-    if result.code is ResultCode.LEDGER_UNAVAILABLE:
-        print(f"countersign: ledger: {'; '.join(guard.problems)}", file=sys.stderr)
-    return _report(result)
+    return await cli_cards.run(store.redis, store.audit, admin, args)
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:
@@ -350,67 +274,6 @@ async def _admin(store: _Store, token: str) -> Principal | None:
     return None
 
 
-def _report(result: CardActionResult) -> int:
-    view = result.card_view
-    if result.ok:
-        print(_safe(result.message))
-    else:
-        print(f"countersign: {result.code.value}: {_safe(result.message)}", file=sys.stderr)
-    if view is not None:
-        where = sys.stdout if result.ok else sys.stderr
-        print(
-            f"{view.card_id}  state={view.state.value}  decision={view.decision}  outcome={view.outcome}  "
-            f"version={view.version}  args_hash={_safe(view.args_hash)}",
-            file=where,
-        )
-    return 0 if result.ok else 1
-
-
-def _safe(value: object) -> str:
-    """One line with every control and format character escaped.
-
-    Card text can come from an agent: it must not be able to drive the terminal (ANSI escapes),
-    reorder what is shown (bidi overrides) or forge a line such as the end of the untrusted block.
-    """
-    return "".join(ch if unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}" for ch in str(value))
-
-
-def _card_text(view: AdminCard) -> list[str]:
-    approvals, requester = view.approvals, view.requester
-    lines = [
-        f"card        {view.card_id}",
-        f"tool        {_safe(view.tool)} ({_safe(view.tool_version)})",
-        f"state       {view.state.value}   decision={view.decision}   outcome={view.outcome}",
-        f"version     {view.version}   args_hash={_safe(view.args_hash)}   (approve with both)",
-        f"summary     {_safe(view.summary)}",
-        f"requester   {_safe(requester.subject)}  (org {_safe(requester.org)}, key {requester.key_id})",
-        f"approvals   {approvals.received}/{approvals.required} (role {_safe(approvals.role)})"
-        + (f"  by {', '.join(_safe(a) for a in approvals.by)}" if approvals.by else ""),
-        f"times       created {view.created_at}  decide by {view.decide_by}"
-        + (f"  execute by {view.execute_by}" if view.execute_by else ""),
-    ]
-    if view.rejection is not None:
-        lines.append(f"rejected    by {_safe(view.rejection.by)}: {_safe(view.rejection.reason)}")
-    if view.reference or view.evidence:
-        lines.append(
-            f"result      reference={_safe(view.reference or '-')}  evidence={_safe(json.dumps(view.evidence))}"
-        )
-    lines.append("arguments (canonical; what will run)")
-    lines += [f"  {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]
-    agent_text = view.agent_text
-    lines.append(f">>> UNTRUSTED agent text: {agent_text.note}")
-    lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(agent_text.fields.items())] or ["  | (none)"]
-    lines.append("<<< end of untrusted agent text")
-    lines.append(f"history     ({'hash chain valid' if view.chain_valid else 'HASH CHAIN BROKEN: do not trust it'})")
-    for event in view.events:
-        detail = f"  {_safe(json.dumps(event.data, sort_keys=True))}" if event.data else ""
-        lines.append(
-            f"  {event.seq:>3}  {event.at}  {_safe(event.type)}  by {_safe(event.actor)}  "
-            f"-> {event.state} v{event.version}{detail}"
-        )
-    return lines
-
-
 async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
@@ -428,5 +291,5 @@ _HANDLERS: dict[tuple[str, str], Callable[[_Store, argparse.Namespace], Awaitabl
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,
     ("audit", "tail"): _audit_tail,
-    **{("cards", name): _cards for name in ("list", "show", "approve", "reject", "cancel", "resolve")},
+    **{("cards", name): _cards for name in cli_cards.COMMANDS},
 }
