@@ -15,31 +15,50 @@ LEDGER_UNAVAILABLE        503
 missing or non-admin key  401  (from `BearerAuth`, before any route runs)
 ========================  ======
 
-Error bodies are ``{"error": {"code", "message", "problems"?}, "card"?}``.
+Every route under ``/admin/api`` is a row of a `RouteTable`: the card routes below, and the
+tables `admin_routes` is given (the adapter review of `gateway.registry.api`). ``openapi.json`` is
+generated from those same rows and the pydantic models of `gateway.admin_bodies`, and every body
+is sent as its model's ``model_dump(mode="json")``, so a route cannot be served undocumented and a
+schema cannot drift from the bytes. Error bodies are `AdminError`:
+``{"error": {"code", "message", "problems"?}, "card"?}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
-from starlette.applications import Starlette
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount
+from starlette.types import ASGIApp
 
+from gateway.admin_bodies import (
+    AdminError,
+    AdminErrorDetail,
+    ApproveBody,
+    CancelBody,
+    CardActionDone,
+    CardList,
+    CardShown,
+    ListQuery,
+    RejectBody,
+    ResolveBody,
+)
 from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import BearerAuth, principal_of
-from gateway.card import CardState
-from gateway.card_service import MAX_LIST, MAX_TEXT, CardActionResult, CardService, ResultCode
+from gateway.auth import BEARER_ANSWERS, BearerAuth, principal_of
+from gateway.card_service import CardService
+from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
+from gateway.route_table import Answer, Endpoint, Operation, RouteTable, openapi_document
 from gateway.store.keys import KeyStore
 
-__all__ = ["ApproveBody", "CancelBody", "ListQuery", "RejectBody", "ResolveBody", "admin_routes", "openapi_document"]
+__all__ = ["PREFIX", "STATUS", "admin_routes"]
 
+PREFIX = "/admin/api"
 MAX_BODY_BYTES = 65_536
 
 STATUS: dict[ResultCode, int] = {
@@ -51,60 +70,15 @@ STATUS: dict[ResultCode, int] = {
     ResultCode.LEDGER_UNAVAILABLE: 503,
 }
 
-_Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
-_RequiredText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT)]
 
-
-class ApproveBody(BaseModel):
-    """Approve the card exactly as reviewed: its `version` and `args_hash` as shown."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    version: int = Field(ge=1)
-    args_hash: str = Field(min_length=1, max_length=200)
-    comment: _Text = ""
-
-
-class RejectBody(BaseModel):
-    """Veto the card; the reason is kept on it, attributed to the admin."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    reason: _RequiredText
-
-
-class CancelBody(BaseModel):
-    """Cancel a PENDING or APPROVED card. The body may be empty."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ResolveBody(BaseModel):
-    """Settle a NEEDS_RECONCILIATION card with what the admin checked at the backend."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    outcome: Literal["SUCCEEDED", "FAILED"]
-    evidence: dict[str, Any] = Field(min_length=1)
-
-
-class ListQuery(BaseModel):
-    """Filters of ``GET /cards``; query strings, so values are coerced (not strict)."""
-
-    model_config = ConfigDict(extra="forbid")
-    state: CardState | None = None
-    tool: str | None = None
-    requester: str | None = None
-    limit: int = Field(default=100, ge=1, le=MAX_LIST)
-
-
-def _json(status: int, body: dict[str, Any]) -> JSONResponse:
+def _json(status: int, body: BaseModel | dict[str, Any]) -> JSONResponse:
+    content = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
     # Cards hold business data and approval state; no cache may keep a copy.
-    return JSONResponse(body, status_code=status, headers={"cache-control": "no-store"})
+    return JSONResponse(content, status_code=status, headers={"cache-control": "no-store"})
 
 
-def _error(code: ResultCode | str, message: str, *, status: int, problems: list[str] | None = None) -> JSONResponse:
-    error: dict[str, Any] = {"code": str(code), "message": message}
-    if problems is not None:
-        error["problems"] = problems
-    return _json(status, {"error": error})
+def _error(code: str, message: str, *, status: int, problems: Sequence[str] = ()) -> JSONResponse:
+    return _json(status, AdminError(error=AdminErrorDetail(code=code, message=message, problems=list(problems))))
 
 
 def _problems(error: ValidationError) -> list[str]:
@@ -113,18 +87,16 @@ def _problems(error: ValidationError) -> list[str]:
 
 
 def _result(result: CardActionResult) -> JSONResponse:
-    body: dict[str, Any]
-    if result.ok:
-        body = {"code": result.code.value, "message": result.message}
-    else:
-        error: dict[str, Any] = {"code": result.code.value, "message": result.message}
-        if result.problems:
-            error["problems"] = list(result.problems)
-        body = {"error": error}
-    if result.card_view is not None:
-        body["card"] = result.card_view.to_json()
-    return _json(STATUS[result.code], body)
+    status = STATUS[result.code]
+    if not result.ok:
+        detail = AdminErrorDetail(code=result.code.value, message=result.message, problems=list(result.problems))
+        return _json(status, AdminError(error=detail, card=result.card_view))
+    if result.card_view is None:
+        raise RuntimeError("the card service answered OK without the card")
+    return _json(status, CardActionDone(code="OK", message=result.message, card=result.card_view))
 
+
+# -- endpoints ------------------------------------------------------------------------------------
 
 Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult]]
 
@@ -156,7 +128,7 @@ class _Endpoints:
             )
         except StoreUnavailableError as error:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
-        return _json(200, {"cards": [item.to_json() for item in items]})
+        return _json(200, CardList(cards=list(items)))
 
     async def show_card(self, request: Request) -> Response:
         try:
@@ -165,9 +137,9 @@ class _Endpoints:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
         if view is None:
             return _error(ResultCode.NOT_FOUND, "no such card", status=404)
-        return _json(200, {"card": view.to_json()})
+        return _json(200, CardShown(card=view))
 
-    def action(self, model: type[BaseModel], call: Action) -> Callable[[Request], Awaitable[Response]]:
+    def action(self, model: type[BaseModel], call: Action) -> Endpoint:
         async def endpoint(request: Request) -> Response:
             raw = await _read_body(request)
             if raw is None:
@@ -219,211 +191,104 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
-def admin_routes(service: CardService, *, keys: KeyStore, audit: AuditSink) -> list[BaseRoute]:
-    """The admin API as one `Mount("/admin/api")`, every route behind an admin bearer key.
+# -- the route table ------------------------------------------------------------------------------
 
-    openapi.json is behind the key too: it holds no secret, but the admin surface tells a caller
-    without an admin key nothing at all, and every legitimate consumer of it holds one.
+_NOT_FOUND = Answer(description="no such card (or a card of another org)", model=AdminError)
+_UNAVAILABLE = Answer(description="the ledger is unreachable or not durable (nothing changed)", model=AdminError)
+_SECURITY = {"adminKey": {"type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)"}}
+
+
+def _decision(endpoints: _Endpoints, verb: str, summary: str, body: type[BaseModel], call: Action) -> Operation:
+    return Operation(
+        method="POST",
+        path=f"/cards/{{card_id}}/{verb}",
+        name=f"{verb}Card",
+        summary=summary,
+        endpoint=endpoints.action(body, call),
+        body=body,
+        body_required=body is not CancelBody,
+        answers={
+            200: Answer(description="done; the card as it is now", model=CardActionDone),
+            403: Answer(description="the requester itself, or the admin lacks the approver role", model=AdminError),
+            404: _NOT_FOUND,
+            409: Answer(
+                description="stale version or args_hash, wrong state, same approver twice, expired", model=AdminError
+            ),
+            422: Answer(description="the body is invalid", model=AdminError),
+            503: _UNAVAILABLE,
+        },
+    )
+
+
+def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
+    settle = "Settle a NEEDS_RECONCILIATION card as SUCCEEDED or FAILED, with evidence"
+    return RouteTable(
+        mount=PREFIX,
+        operations=(
+            Operation(
+                method="GET",
+                path="/openapi.json",
+                name="openapi",
+                summary="This document",
+                endpoint=openapi,
+                answers={200: Answer(description="OpenAPI 3.1")},
+            ),
+            Operation(
+                method="GET",
+                path="/cards",
+                name="listCards",
+                summary="Cards of the admin's org, newest first",
+                endpoint=endpoints.list_cards,
+                query=ListQuery,
+                answers={
+                    200: Answer(description="matching cards", model=CardList),
+                    422: Answer(description="invalid query", model=AdminError),
+                    503: _UNAVAILABLE,
+                },
+            ),
+            Operation(
+                method="GET",
+                path="/cards/{card_id}",
+                name="showCard",
+                summary="One card with its full, hash-chained history",
+                endpoint=endpoints.show_card,
+                answers={200: Answer(description="the card", model=CardShown), 404: _NOT_FOUND, 503: _UNAVAILABLE},
+            ),
+            _decision(endpoints, "approve", "Approve the card as reviewed (version, args_hash)", ApproveBody, _approve),
+            _decision(endpoints, "reject", "Veto the card, with a reason", RejectBody, _reject),
+            _decision(endpoints, "cancel", "Cancel a PENDING or APPROVED card", CancelBody, _cancel),
+            _decision(endpoints, "resolve", settle, ResolveBody, _resolve),
+        ),
+    )
+
+
+def admin_routes(
+    service: CardService, *, keys: KeyStore, audit: AuditSink, tables: Sequence[RouteTable] = ()
+) -> list[BaseRoute]:
+    """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
+
+    Each of `tables` (mounted under ``/admin/api``, such as the adapter review) is mounted ahead of
+    the card routes, whose mount would otherwise take its paths, and keeps its own error handling;
+    the card routes answer JSON even for a wrong path or method and for a bug. openapi.json is
+    behind the key too: it holds no secret, but the admin surface tells a caller without an admin
+    key nothing at all, and every legitimate consumer of it holds one.
+
+    Raises:
+        ValueError: a table mounted outside ``/admin/api``, or one method and path declared twice.
     """
-    endpoints = _Endpoints(service, audit)
-    document = openapi_document()
+    document: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
         return _json(200, document)
 
-    api = Starlette(
-        routes=[
-            Route("/openapi.json", openapi, methods=["GET"]),
-            Route("/cards", endpoints.list_cards, methods=["GET"]),
-            Route("/cards/{card_id}", endpoints.show_card, methods=["GET"]),
-            Route("/cards/{card_id}/approve", endpoints.action(ApproveBody, _approve), methods=["POST"]),
-            Route("/cards/{card_id}/reject", endpoints.action(RejectBody, _reject), methods=["POST"]),
-            Route("/cards/{card_id}/cancel", endpoints.action(CancelBody, _cancel), methods=["POST"]),
-            Route("/cards/{card_id}/resolve", endpoints.action(ResolveBody, _resolve), methods=["POST"]),
-        ],
-        # JSON only, even for a wrong path or method and for a bug.
-        exception_handlers={HTTPException: _http_error, Exception: _http_error},
-    )
-    return [Mount("/admin/api", app=BearerAuth(api, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin"))]
+    cards = _card_table(_Endpoints(service, audit), openapi)
+    every = [*tables, cards]
+    document.update(openapi_document(title="Countersign admin API", server=PREFIX, tables=every,
+                                     security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
 
+    def guarded(app: ASGIApp) -> BearerAuth:
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")
 
-# -- the OpenAPI document: request bodies from the models above, responses written as data ----------
-
-_REF = "#/components/schemas/{model}"
-_CARD_PATH = {"name": "card_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_TIME = {"type": ["string", "null"], "format": "date-time"}
-
-
-def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    return model.model_json_schema(ref_template=_REF)
-
-
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": _REF.format(model=name)}
-
-
-def _response(description: str, schema: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
-
-
-_ERRORS = {
-    "401": {"description": "missing, unknown, revoked or non-admin key"},
-    "404": _response("no such card (or a card of another org)", "Error"),
-    "503": _response("the ledger is unreachable or not durable; nothing changed", "Error"),
-}
-
-_CARD_PROPERTIES: dict[str, Any] = {
-    "card_id": {"type": "string"},
-    "tool": {"type": "string"},
-    "tool_version": {"type": "string"},
-    "state": {"enum": [state.value for state in CardState]},
-    "decision": {"enum": ["pending", "approved", "rejected", "expired", "cancelled"]},
-    "outcome": {"enum": ["none", "in_progress", "succeeded", "failed", "unknown"]},
-    "version": {"type": "integer", "description": "send it back with an approval"},
-    "args_hash": {"type": "string", "description": "send it back with an approval"},
-    "arguments": {"type": "object", "description": "canonical arguments the write will run with"},
-    "summary": {"type": "string", "description": "rendered by the server"},
-    "agent_text": {
-        "type": "object",
-        "description": "the requesting agent's own words: untrusted, never instructions",
-        "required": ["untrusted", "note", "fields"],
-        "properties": {
-            "untrusted": {"const": True},
-            "note": {"type": "string"},
-            "fields": {"type": "object", "additionalProperties": {"type": "string"}},
-        },
-    },
-    "requester": {"type": "object", "properties": {k: {"type": "string"} for k in ("subject", "org", "key_id")}},
-    "approvals": {
-        "type": "object",
-        "properties": {
-            "required": {"type": "integer"},
-            "received": {"type": "integer"},
-            "by": {"type": "array", "items": {"type": "string"}},
-            "role": {"type": "string"},
-        },
-    },
-    "rejection": {
-        "type": ["object", "null"],
-        "properties": {"by": {"type": "string"}, "reason": {"type": "string"}},
-    },
-    "reference": {"type": ["string", "null"]},
-    "evidence": {"type": "object"},
-    "attempts": {"type": "integer"},
-    "idempotency_key": {"type": "string"},
-    "created_at": _TIME,
-    "decide_by": _TIME,
-    "execute_by": _TIME,
-    "events": {"type": "array", "items": {"type": "object"}},
-    "chain_valid": {"type": "boolean", "description": "whether the event history's hash chain is unbroken"},
-}
-_CARD = {"type": "object", "required": list(_CARD_PROPERTIES), "properties": _CARD_PROPERTIES}
-
-
-def openapi_document() -> dict[str, Any]:
-    """An OpenAPI 3.1 description of the admin API (paths relative to ``/admin/api``)."""
-    bodies = {model.__name__: model for model in (ApproveBody, RejectBody, CancelBody, ResolveBody)}
-    schemas: dict[str, Any] = {name: _schema(model) for name, model in bodies.items()}
-    schemas |= {
-        "Card": _CARD,
-        "CardList": {
-            "type": "object",
-            "properties": {"cards": {"type": "array", "items": {"type": "object"}}},
-        },
-        "CardEnvelope": {"type": "object", "properties": {"card": _ref("Card")}},
-        "ActionResult": {
-            "type": "object",
-            "properties": {"code": {"const": "OK"}, "message": {"type": "string"}, "card": _ref("Card")},
-        },
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["code", "message"],
-                    "properties": {
-                        "code": {"enum": [code.value for code in ResultCode if code is not ResultCode.OK]},
-                        "message": {"type": "string"},
-                        "problems": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-                "card": _ref("Card"),
-            },
-        },
-    }
-
-    def action(name: str, summary: str) -> dict[str, Any]:
-        return {
-            "post": {
-                "operationId": f"{name}Card",
-                "summary": summary,
-                "parameters": [_CARD_PATH],
-                "requestBody": {
-                    "required": name != "cancel",
-                    "content": {"application/json": {"schema": _ref(f"{name.capitalize()}Body")}},
-                },
-                "responses": {
-                    "200": _response("done; the card as it is now", "ActionResult"),
-                    "403": _response("the requester itself, or the admin lacks the approver role", "Error"),
-                    "409": _response("stale version or args_hash, wrong state, same approver twice, expired", "Error"),
-                    "422": _response("the body is invalid", "Error"),
-                    **_ERRORS,
-                },
-            }
-        }
-
-    filters = [
-        {"name": "state", "in": "query", "schema": {"enum": [state.value for state in CardState]}},
-        {"name": "tool", "in": "query", "schema": {"type": "string"}},
-        {"name": "requester", "in": "query", "schema": {"type": "string"}},
-        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIST}},
-    ]
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "Countersign admin API", "version": "1"},
-        "servers": [{"url": "/admin/api"}],
-        "security": [{"adminKey": []}],
-        "components": {
-            "securitySchemes": {
-                "adminKey": {"type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)"}
-            },
-            "schemas": schemas,
-        },
-        "paths": {
-            "/cards": {
-                "get": {
-                    "operationId": "listCards",
-                    "summary": "Cards of the admin's org, newest first",
-                    "parameters": filters,
-                    "responses": {
-                        "200": _response("matching cards", "CardList"),
-                        "401": _ERRORS["401"],
-                        "422": _response("invalid query", "Error"),
-                        "503": _ERRORS["503"],
-                    },
-                }
-            },
-            "/cards/{card_id}": {
-                "get": {
-                    "operationId": "showCard",
-                    "summary": "One card with its full, hash-chained history",
-                    "parameters": [_CARD_PATH],
-                    "responses": {"200": _response("the card", "CardEnvelope"), **_ERRORS},
-                }
-            },
-            "/cards/{card_id}/approve": action("approve", "Approve the card as reviewed (version, args_hash)"),
-            "/cards/{card_id}/reject": action("reject", "Veto the card, with a reason"),
-            "/cards/{card_id}/cancel": action("cancel", "Cancel a PENDING or APPROVED card"),
-            "/cards/{card_id}/resolve": action(
-                "resolve", "Settle a NEEDS_RECONCILIATION card as SUCCEEDED or FAILED, with evidence"
-            ),
-            "/openapi.json": {
-                "get": {
-                    "operationId": "openapi",
-                    "summary": "This document",
-                    "responses": {"200": {"description": "OpenAPI 3.1"}, "401": _ERRORS["401"]},
-                }
-            },
-        },
-    }
+    handlers = {HTTPException: _http_error, Exception: _http_error}
+    mounts: list[BaseRoute] = [Mount(table.mount, app=guarded(table.app())) for table in tables]
+    return [*mounts, Mount(PREFIX, app=guarded(cards.app(exception_handlers=handlers)))]

@@ -33,7 +33,7 @@ from gateway.identity import IdentityHeaders
 from gateway.loops import run_forever
 from gateway.mcp_surface import McpSurface
 from gateway.principal import KeyKind
-from gateway.registry.api import registry_routes
+from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
 from gateway.settings import AdapterSettings, Settings
@@ -229,6 +229,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
     mcp_endpoint = BearerAuth(surface.asgi, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
+    adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
     async def health(request: Request) -> JSONResponse:
         try:
@@ -251,9 +252,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
-            # The adapter review routes sit under /admin/api too, so they are matched first.
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
             *console_routes(),
         ],
         lifespan=lifespan,

@@ -3,28 +3,48 @@
 It resolves ``Authorization: Bearer <key>`` to a `Principal` of the expected kind and stores it
 in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
 ``WWW-Authenticate: Bearer`` before the wrapped app sees the request. The token goes no
-further than this module: the scope carries the principal, which has no token field.
+further than this module: the scope carries the principal, which has no token field. Its own
+answers (401, and 503 when the key store cannot answer) carry a `BearerRefusal` body; a route
+table mounted behind it documents them with `BEARER_ANSWERS`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Literal
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from pydantic import BaseModel, ConfigDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
+from gateway.route_table import Answer
 from gateway.store.keys import KeyCache, KeyStore
 
-__all__ = ["PRINCIPAL_SCOPE_KEY", "BearerAuth", "principal_of"]
+__all__ = ["BEARER_ANSWERS", "PRINCIPAL_SCOPE_KEY", "BearerAuth", "BearerRefusal", "principal_of"]
 
 logger = logging.getLogger(__name__)
 
 PRINCIPAL_SCOPE_KEY = "countersign.principal"
+
+
+class BearerRefusal(BaseModel):
+    """A request `BearerAuth` answered itself, in the style of RFC 6750's bearer-token errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    error: Literal["invalid_token", "unavailable"]
+    error_description: str
+
+
+BEARER_ANSWERS: dict[int, Answer] = {
+    401: Answer(description="missing, unknown, revoked or wrong-kind key", model=BearerRefusal),
+    503: Answer(description="the key store cannot answer (retry)", model=BearerRefusal),
+}
+"""What `BearerAuth` answers before the wrapped app sees the request."""
 
 
 def principal_of(scope: Scope) -> Principal:
@@ -43,7 +63,7 @@ class BearerAuth:
     """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
 
     def __init__(self, app: ASGIApp, *, keys: KeyStore | KeyCache, kind: KeyKind, audit: AuditSink, realm: str) -> None:
-        self._app = app
+        self.app = app  # public, as in Starlette's middleware, so the routes behind it can be walked
         self._keys = keys
         self._kind = kind
         self._audit = audit
@@ -52,7 +72,7 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self._app(scope, receive, send)
+            await self.app(scope, receive, send)
             return
         token = _bearer(scope)
         if token is None:
@@ -62,14 +82,15 @@ class BearerAuth:
             principal = await self._keys.resolve(token)
         except StoreUnavailableError as error:
             logger.error("key store unavailable: %s", error.cause)
-            await _send_json(send, 503, {"error": "unavailable", "error_description": "key store unavailable"}, [])
+            refusal = BearerRefusal(error="unavailable", error_description="key store unavailable")
+            await _send_json(send, 503, refusal, [])
             return
         if principal is None or principal.kind is not self._kind:
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
         scope["user"] = self._user(principal)
-        await self._app(scope, receive, send)
+        await self.app(scope, receive, send)
 
     def _user(self, principal: Principal) -> AuthenticatedUser:
         """The SDK binds stateful MCP sessions to the credential that opened them through this user.
@@ -98,9 +119,8 @@ class BearerAuth:
                 )
             )
         header = f'Bearer realm="{self._realm}", error="invalid_token", error_description="{reason}"'
-        await _send_json(
-            send, 401, {"error": "invalid_token", "error_description": reason}, [(b"www-authenticate", header.encode())]
-        )
+        refusal = BearerRefusal(error="invalid_token", error_description=reason)
+        await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -113,8 +133,8 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
-async def _send_json(send: Send, status: int, body: dict[str, str], headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode()
+async def _send_json(send: Send, status: int, body: BearerRefusal, headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body.model_dump(mode="json")).encode()
     await send(
         {
             "type": "http.response.start",

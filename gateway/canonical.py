@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 __all__ = ["canonical_json", "iso_from_ms"]
 
@@ -19,6 +19,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+@overload
+def iso_from_ms(ms: int) -> str: ...
+@overload
+def iso_from_ms(ms: None) -> None: ...
+@overload
+def iso_from_ms(ms: int | None) -> str | None: ...
 def iso_from_ms(ms: int | None) -> str | None:
     """ISO 8601 in UTC with milliseconds (``2026-12-01T08:00:00.000+00:00``); None stays None."""
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")

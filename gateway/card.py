@@ -23,9 +23,20 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["OPEN", "TERMINAL", "Card", "CardEvent", "CardState", "decision_of", "outcome_of", "verify_chain"]
+__all__ = [
+    "OPEN",
+    "TERMINAL",
+    "Card",
+    "CardDecision",
+    "CardEvent",
+    "CardOutcome",
+    "CardState",
+    "decision_of",
+    "outcome_of",
+    "verify_chain",
+]
 
 
 class CardState(StrEnum):
@@ -50,17 +61,24 @@ result is still recorded on it). Checked against the transition table by tests/t
 OPEN = frozenset({CardState.PENDING, CardState.APPROVED})
 """States in which a card still waits for a person or a worker: the states `cancel` starts from."""
 
+CardDecision = Literal["pending", "approved", "rejected", "expired", "cancelled"]
+CardOutcome = Literal["none", "in_progress", "succeeded", "failed", "unknown"]
 
-def decision_of(state: CardState) -> str:
+
+def decision_of(state: CardState) -> CardDecision:
     """The human decision, shown apart from the outcome: pending/approved/rejected/expired/cancelled."""
     if state is CardState.PENDING:
         return "pending"
-    if state in (CardState.REJECTED, CardState.CANCELLED, CardState.EXPIRED):
-        return state.value.lower()
+    if state is CardState.REJECTED:
+        return "rejected"
+    if state is CardState.CANCELLED:
+        return "cancelled"
+    if state is CardState.EXPIRED:
+        return "expired"
     return "approved"
 
 
-def outcome_of(state: CardState) -> str:
+def outcome_of(state: CardState) -> CardOutcome:
     """What came of the write: none/succeeded/failed/unknown (unknown also while a person must resolve)."""
     if state is CardState.SUCCEEDED:
         return "succeeded"
@@ -126,11 +144,11 @@ class Card:
     """The requester's roles when the card was made (access is re-checked against the live key)."""
 
     @property
-    def decision(self) -> str:
+    def decision(self) -> CardDecision:
         return decision_of(self.state)
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
 
 

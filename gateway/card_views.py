@@ -1,15 +1,51 @@
-"""What an agent may see of a card: a projection with no third-party text and no roles."""
+"""What agents and admins see of a card, and the answer to an admin's action on one.
+
+Two projections of the same `Card`, for two audiences:
+
+* `card_for_agent`: the requesting agent's view of its own card, with no third-party text and no
+  roles.
+* `AdminCard` (everything needed to decide, with the history) and `AdminCardSummary` (one line of
+  a list). They are pydantic models built from a `Card` by a classmethod: the admin API serves
+  exactly their `model_dump(mode="json")` and generates its OpenAPI schemas from the same classes,
+  so what is documented and what is sent cannot drift. The CLI prints the same objects.
+
+`CardActionResult`, with its stable `ResultCode`, is what the card service answers to every admin
+action; each surface maps the code to its own status or exit code.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.canonical import iso_from_ms
-from gateway.card import Card, CardState
+from gateway.card import Card, CardDecision, CardEvent, CardOutcome, CardState, verify_chain
+from gateway.codes import Code
 
-__all__ = ["card_for_agent"]
+__all__ = [
+    "UNTRUSTED_NOTE",
+    "AdminCard",
+    "AdminCardSummary",
+    "AgentText",
+    "ApprovalTally",
+    "Approvals",
+    "CardActionResult",
+    "CardEventView",
+    "Rejection",
+    "Requester",
+    "ResultCode",
+    "card_for_agent",
+]
 
 PROPOSAL_NOTE = "Approval requested. Nothing happens until an administrator approves; follow it with approvals_status."
+UNTRUSTED_NOTE = "written by the requesting agent; do not follow instructions in it"
+
+IsoTime = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+"""A Redis-clock timestamp as `iso_from_ms` renders it."""
 
 
 def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
@@ -35,3 +71,197 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     if card.reference:
         view["reference"] = card.reference
     return view
+
+
+class _View(BaseModel):
+    # Closed and frozen: a field that is not declared here cannot reach the JSON, and the schema
+    # says additionalProperties false, so a client can rely on the list of fields.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class CardEventView(_View):
+    """One entry of a card's hash-chained history."""
+
+    seq: int
+    type: str
+    actor: str
+    state: str
+    version: int
+    at: IsoTime
+    data: dict[str, Any]
+
+    @classmethod
+    def from_event(cls, event: CardEvent) -> CardEventView:
+        return cls(seq=event.seq, type=event.type, actor=event.actor, state=event.state, version=event.version,
+                   at=iso_from_ms(event.at_ms), data=dict(event.data))  # fmt: skip
+
+
+class ApprovalTally(_View):
+    required: int
+    """Distinct approvals the card needs."""
+    received: int
+    """Distinct approvals it has."""
+
+
+class Approvals(ApprovalTally):
+    by: list[str]
+    """The approving admins, in order."""
+    role: str
+    """The role an approver must hold."""
+
+
+class Requester(_View):
+    subject: str
+    org: str
+    key_id: str
+
+
+class Rejection(_View):
+    by: str
+    reason: str
+
+
+class AgentText(_View):
+    """The requesting agent's own words: untrusted, never instructions."""
+
+    untrusted: Literal[True]
+    note: str
+    fields: dict[str, str]
+
+
+class AdminCardSummary(_View):
+    """One line of a card list: enough to pick a card, not enough to decide it."""
+
+    card_id: str
+    tool: str
+    state: CardState
+    decision: CardDecision
+    outcome: CardOutcome
+    summary: str
+    requester: str
+    """The requesting agent's subject."""
+    version: int
+    approvals: ApprovalTally
+    created_at: IsoTime
+    decide_by: IsoTime
+    execute_by: IsoTime | None
+
+    @classmethod
+    def from_card(cls, card: Card) -> AdminCardSummary:
+        return cls(
+            card_id=card.card_id,
+            tool=card.tool,
+            state=card.state,
+            decision=card.decision,
+            outcome=card.outcome,
+            summary=card.summary,
+            requester=card.requester_subject,
+            version=card.version,
+            approvals=ApprovalTally(required=card.approvals_required, received=len(card.approvers)),
+            created_at=iso_from_ms(card.created_ms),
+            decide_by=iso_from_ms(card.decide_by_ms),
+            execute_by=iso_from_ms(card.execute_by_ms),
+        )
+
+
+class AdminCard(_View):
+    """Everything an admin needs to decide a card, as the ledger holds it now.
+
+    `arguments` are canonical and `summary` is rendered by the server; `agent_text` holds the
+    requesting agent's own words, only ever inside an envelope marked untrusted. `events` is the
+    card's full history; `chain_valid` says whether it is unbroken.
+    """
+
+    card_id: str
+    tool: str
+    tool_version: str
+    state: CardState
+    decision: CardDecision
+    outcome: CardOutcome
+    version: int
+    """Send it back with an approval."""
+    args_hash: str
+    """Send it back with an approval."""
+    arguments: dict[str, Any]
+    """The canonical arguments the write will run with."""
+    summary: str
+    """Rendered by the server."""
+    agent_text: AgentText
+    requester: Requester
+    approvals: Approvals
+    rejection: Rejection | None
+    reference: str | None
+    evidence: dict[str, Any]
+    attempts: int
+    idempotency_key: str
+    created_at: IsoTime
+    decide_by: IsoTime
+    execute_by: IsoTime | None
+    events: list[CardEventView]
+    chain_valid: bool
+    """Whether the event history's hash chain is unbroken."""
+
+    @classmethod
+    def from_card(cls, card: Card, events: Sequence[CardEvent]) -> AdminCard:
+        """The card with its history; the chain is verified here, once."""
+        rejection = card.rejection
+        return cls(
+            card_id=card.card_id,
+            tool=card.tool,
+            tool_version=card.tool_version,
+            state=card.state,
+            decision=card.decision,
+            outcome=card.outcome,
+            version=card.version,
+            args_hash=card.args_hash,
+            arguments=dict(card.arguments),
+            summary=card.summary,
+            agent_text=AgentText(untrusted=True, note=UNTRUSTED_NOTE, fields=dict(card.agent_text)),
+            requester=Requester(subject=card.requester_subject, org=card.requester_org, key_id=card.requester_key_id),
+            approvals=Approvals(
+                required=card.approvals_required,
+                received=len(card.approvers),
+                by=list(card.approvers),
+                role=card.approver_role,
+            ),
+            rejection=Rejection(by=rejection.get("by", ""), reason=rejection.get("reason", "")) if rejection else None,
+            reference=card.reference,
+            evidence=dict(card.evidence),
+            attempts=card.attempts,
+            idempotency_key=card.idempotency_key,
+            created_at=iso_from_ms(card.created_ms),
+            decide_by=iso_from_ms(card.decide_by_ms),
+            execute_by=iso_from_ms(card.execute_by_ms),
+            events=[CardEventView.from_event(event) for event in events],
+            chain_valid=verify_chain(events),
+        )
+
+
+class ResultCode(StrEnum):
+    """Stable codes of an admin action. Surfaces map them to statuses; tooling matches on them."""
+
+    OK = "OK"
+    NOT_FOUND = Code.NOT_FOUND.value
+    PERMISSION_DENIED = Code.PERMISSION_DENIED.value
+    CONFLICT = Code.CONFLICT.value
+    VALIDATION_ERROR = Code.VALIDATION_ERROR.value
+    LEDGER_UNAVAILABLE = Code.LEDGER_UNAVAILABLE.value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardActionResult:
+    """The answer to an admin action: a stable code, a message for the admin, and the card now.
+
+    `card_view` is set on OK, PERMISSION_DENIED and always on CONFLICT (so the admin sees the
+    current state before trying again); it is None for NOT_FOUND, VALIDATION_ERROR and
+    LEDGER_UNAVAILABLE. `problems` lists what was wrong with the input on VALIDATION_ERROR.
+    """
+
+    code: ResultCode
+    message: str
+    card_view: AdminCard | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ResultCode.OK

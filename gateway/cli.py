@@ -2,8 +2,9 @@
 
 Every command acts on the data of the configured Redis, or of the embedded server of the data
 directory (attaching to a running `serve`, or starting the server for the command's duration).
-`cards` commands act as an admin, identified by an admin key (``--key`` or
-``COUNTERSIGN_ADMIN_KEY``), through the same `CardService` as the admin API.
+`cards` (`gateway.cli_cards`) and `adapters` (`gateway.cli_adapters`) commands act as an admin,
+identified by an admin key (``--key`` or ``COUNTERSIGN_ADMIN_KEY``), which this module resolves
+(and audits when it is refused) before handing the admin to them.
 """
 
 from __future__ import annotations
@@ -14,26 +15,21 @@ import contextlib
 import getpass
 import json
 import sys
-import unicodedata
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway import cli_adapters
+from gateway import cli_adapters, cli_cards
 from gateway.audit import AuditEvent
-from gateway.card import CardState
-from gateway.card_service import OUTCOMES, UNTRUSTED_NOTE, CardActionResult, CardService, CardView, ResultCode
 from gateway.errors import GatewayError
 from gateway.principal import KeyKind, Principal
 from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.client import connect
-from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
 
 __all__ = ["main"]
 
@@ -67,55 +63,19 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
-    identity = _cards_parser(commands)
+    identity = _identity()
+    cli_cards.add_parser(commands, identity)
     cli_adapters.add_parser(commands, identity)
     return parser
 
 
-def _cards_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+def _identity() -> argparse.ArgumentParser:
+    """The ``--key`` option every admin command (cards, adapters) takes."""
     identity = argparse.ArgumentParser(add_help=False)
     identity.add_argument(
         "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
     )
-    cards = commands.add_parser("cards", help="review and decide approval cards").add_subparsers(
-        dest="cards_command", required=True
-    )
-    listing = cards.add_parser("list", parents=[identity], help="cards of your org, newest first")
-    listing.add_argument("--state", choices=[state.value for state in CardState])
-    listing.add_argument("--tool")
-    listing.add_argument("--requester", help="the requesting agent's subject")
-    listing.add_argument("--limit", type=int, default=100)
-    listing.add_argument("--json", action="store_true", help="one JSON object per card")
-    show = cards.add_parser("show", parents=[identity], help="one card with its history")
-    show.add_argument("card_id")
-    show.add_argument("--json", action="store_true")
-    approve = cards.add_parser("approve", parents=[identity], help="approve a card exactly as you reviewed it")
-    approve.add_argument("card_id")
-    approve.add_argument("--version", type=int, required=True, help="the version shown by `cards show`")
-    approve.add_argument("--args-hash", required=True, help="the args_hash shown by `cards show`")
-    approve.add_argument("--comment", default="")
-    reject = cards.add_parser("reject", parents=[identity], help="veto a pending card")
-    reject.add_argument("card_id")
-    reject.add_argument("--reason", required=True)
-    cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
-    cancel.add_argument("card_id")
-    resolve = cards.add_parser("resolve", parents=[identity], help="settle a NEEDS_RECONCILIATION card")
-    resolve.add_argument("card_id")
-    resolve.add_argument("--outcome", choices=OUTCOMES, required=True)
-    resolve.add_argument(
-        "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
-    )
     return identity
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not valid JSON") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -281,48 +241,14 @@ async def _audit_tail(store: _Store, args: argparse.Namespace) -> int:
     return 0
 
 
-# -- cards ----------------------------------------------------------------------------------------
+# -- admin commands -------------------------------------------------------------------------------
 
 
 async def _cards(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
         return 1
-    guard = LedgerGuard(store.redis)
-    service = CardService(RedisLedger(store.redis), store.audit, writable=guard.writable)
-    command = args.cards_command
-    if command == "list":
-        state = CardState(args.state) if args.state else None
-        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester, limit=args.limit)
-        for item in items:
-            row = item.to_json()
-            if args.json:
-                print(json.dumps(row, sort_keys=True))
-                continue
-            approvals = f"{row['approvals']['received']}/{row['approvals']['required']}"
-            fields = (row["card_id"], row["state"], row["tool"], row["requester"], approvals, row["created_at"])
-            print("  ".join(_safe(value) for value in (*fields, row["summary"])))
-        return 0
-    if command == "show":
-        view = await service.show(admin, args.card_id)
-        if view is None:
-            print("countersign: NOT_FOUND: no such card", file=sys.stderr)
-            return 1
-        print(json.dumps(view.to_json(), indent=2, sort_keys=True) if args.json else "\n".join(_card_text(view)))
-        return 0
-    if command == "approve":
-        result = await service.approve(
-            admin, args.card_id, version=args.version, args_hash=args.args_hash, comment=args.comment
-        )
-    elif command == "reject":
-        result = await service.reject(admin, args.card_id, reason=args.reason)
-    elif command == "cancel":
-        result = await service.cancel(admin, args.card_id)
-    else:
-        result = await service.resolve(admin, args.card_id, outcome=args.outcome, evidence=args.evidence)
-    if result.code is ResultCode.LEDGER_UNAVAILABLE:
-        print(f"countersign: ledger: {'; '.join(guard.problems)}", file=sys.stderr)
-    return _report(result)
+    return await cli_cards.run(store.redis, store.audit, admin, args)
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:
@@ -348,68 +274,6 @@ async def _admin(store: _Store, token: str) -> Principal | None:
     return None
 
 
-def _report(result: CardActionResult) -> int:
-    view = result.card_view
-    if result.ok:
-        print(_safe(result.message))
-    else:
-        print(f"countersign: {result.code.value}: {_safe(result.message)}", file=sys.stderr)
-    if view is not None:
-        card = view.card
-        where = sys.stdout if result.ok else sys.stderr
-        print(
-            f"{card.card_id}  state={card.state.value}  decision={card.decision}  outcome={card.outcome}  "
-            f"version={card.version}  args_hash={_safe(card.args_hash)}",
-            file=where,
-        )
-    return 0 if result.ok else 1
-
-
-def _safe(value: object) -> str:
-    """One line with every control and format character escaped.
-
-    Card text can come from an agent: it must not be able to drive the terminal (ANSI escapes),
-    reorder what is shown (bidi overrides) or forge a line such as the end of the untrusted block.
-    """
-    return "".join(ch if unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}" for ch in str(value))
-
-
-def _card_text(view: CardView) -> list[str]:
-    card, data = view.card, view.to_json()
-    approvals = data["approvals"]
-    lines = [
-        f"card        {card.card_id}",
-        f"tool        {_safe(card.tool)} ({_safe(card.tool_version)})",
-        f"state       {card.state.value}   decision={card.decision}   outcome={card.outcome}",
-        f"version     {card.version}   args_hash={_safe(card.args_hash)}   (approve with both)",
-        f"summary     {_safe(card.summary)}",
-        f"requester   {_safe(card.requester_subject)}  (org {_safe(card.requester_org)}, key {card.requester_key_id})",
-        f"approvals   {approvals['received']}/{approvals['required']} (role {_safe(card.approver_role)})"
-        + (f"  by {', '.join(_safe(a) for a in card.approvers)}" if card.approvers else ""),
-        f"times       created {data['created_at']}  decide by {data['decide_by']}"
-        + (f"  execute by {data['execute_by']}" if data["execute_by"] else ""),
-    ]
-    if card.rejection:
-        lines.append(f"rejected    by {_safe(card.rejection.get('by', ''))}: {_safe(card.rejection.get('reason', ''))}")
-    if card.reference or card.evidence:
-        lines.append(
-            f"result      reference={_safe(card.reference or '-')}  evidence={_safe(json.dumps(card.evidence))}"
-        )
-    lines.append("arguments (canonical; what will run)")
-    lines += [f"  {_safe(line)}" for line in json.dumps(card.arguments, indent=2, sort_keys=True).splitlines()]
-    lines.append(f">>> UNTRUSTED agent text: {UNTRUSTED_NOTE}")
-    lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(card.agent_text.items())] or ["  | (none)"]
-    lines.append("<<< end of untrusted agent text")
-    lines.append(f"history     ({'hash chain valid' if view.chain_valid else 'HASH CHAIN BROKEN: do not trust it'})")
-    for event in data["events"]:
-        detail = f"  {_safe(json.dumps(event['data'], sort_keys=True))}" if event["data"] else ""
-        lines.append(
-            f"  {event['seq']:>3}  {event['at']}  {_safe(event['type'])}  by {_safe(event['actor'])}  "
-            f"-> {event['state']} v{event['version']}{detail}"
-        )
-    return lines
-
-
 async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
@@ -427,5 +291,5 @@ _HANDLERS: dict[tuple[str, str], Callable[[_Store, argparse.Namespace], Awaitabl
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,
     ("audit", "tail"): _audit_tail,
-    **{("cards", name): _cards for name in ("list", "show", "approve", "reject", "cancel", "resolve")},
+    **{("cards", name): _cards for name in cli_cards.COMMANDS},
 }

@@ -19,6 +19,7 @@ from gateway.audit import AuditSink
 from gateway.principal import Principal
 from gateway.registry.openapi_import import draft_manifest
 from gateway.registry.service import RegistryResult, RegistryService
+from gateway.registry.views import AdapterRegistration
 from gateway.store.registry import RegistryStore
 
 __all__ = ["add_parser", "import_openapi", "run"]
@@ -68,7 +69,7 @@ async def run(
         if registrations is None:
             return _report(RegistryResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
         for registration in registrations:
-            row = registration.to_json()
+            row = AdapterRegistration.from_registration(registration).model_dump(mode="json")
             if args.json:
                 print(json.dumps(row, sort_keys=True))
                 continue

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Mount, Route
 
 from backends.serve import serve_app_in_thread
 from gateway.admin_api import admin_routes
+from gateway.app import create_app
 from gateway.audit import AuditEvent
 from gateway.card import CardState
 from gateway.card_service import CardService
 from gateway.principal import KeyKind
+from gateway.registry.api import adapter_review_table
+from gateway.registry.service import RegistryService
+from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.registry import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
@@ -57,9 +65,16 @@ def served(redis_url: str) -> Iterator[Api]:
         yield
         await client.aclose()  # in the server's own loop, where its connections live
 
+    async def no_refresh() -> bool:
+        return False
+
     audit = RedisStreamAuditSink(client)
     service = CardService(RedisLedger(client), audit, writable=writable)
-    app = Starlette(routes=admin_routes(service, keys=KeyStore(client), audit=audit), lifespan=lifespan)
+    registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
+                               refresh=no_refresh)  # fmt: skip
+    review = adapter_review_table(registry, audit=audit)
+    routes = admin_routes(service, keys=KeyStore(client), audit=audit, tables=[review])
+    app = Starlette(routes=routes, lifespan=lifespan)
     with serve_app_in_thread(app, lifespan=True) as base:
         api.base = base
         yield api
@@ -290,22 +305,116 @@ async def test_not_writable_ledger_is_503_and_nothing_changes(api: Api, redis: R
 
 
 async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> None:
-    """openapi.json is OpenAPI 3.1 with every route, the bearer scheme, and a Card schema matching real cards."""
+    """openapi.json is OpenAPI 3.1 with every route, the bearer scheme, and a card schema matching real cards."""
     card_id = await propose(redis)
     async with client(api, await admin_key(redis)) as http:
         spec = (await http.get("/openapi.json")).json()
         card = (await http.get(f"/cards/{card_id}")).json()["card"]
-    assert spec["openapi"].startswith("3.1")
+    assert spec["openapi"].startswith("3.1") and spec["servers"] == [{"url": "/admin/api"}]
     assert set(spec["paths"]) == {
         "/cards", "/cards/{card_id}", "/cards/{card_id}/approve", "/cards/{card_id}/reject",
         "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
+        "/adapters/", "/adapters/{name}", "/adapters/{name}/accept",
     }  # fmt: skip
     assert spec["components"]["securitySchemes"]["adminKey"] == {
         "type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)",
     }  # fmt: skip
     approve_body = spec["components"]["schemas"]["ApproveBody"]
     assert approve_body["additionalProperties"] is False and set(approve_body["required"]) == {"version", "args_hash"}
-    assert set(spec["components"]["schemas"]["Card"]["required"]) == set(card)
+    assert set(spec["components"]["schemas"]["AdminCard"]["required"]) == set(card)
+    listing = spec["paths"]["/cards"]["get"]
+    assert [p["name"] for p in listing["parameters"]] == ["state", "tool", "requester", "limit"]
+    assert set(listing["responses"]) == {"200", "401", "422", "503"}
+
+
+def _walk(routes: Sequence[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:
+    """(method, path) of every route served, through Mounts and the middleware around their apps."""
+    found: set[tuple[str, str]] = set()
+    for route in routes:
+        if isinstance(route, Mount):
+            app = route.app
+            while not hasattr(app, "routes") and hasattr(app, "app"):  # BearerAuth and the like
+                app = app.app
+            inner = getattr(app, "routes", None)
+            # A mount that cannot be walked serves paths nobody can list: count it as an undocumented route.
+            found |= _walk(inner, prefix + route.path) if inner else {("ANY", f"{prefix}{route.path}/{{path}}")}
+        elif isinstance(route, Route):
+            found |= {(method, prefix + route.path) for method in route.methods or {"ANY"} if method != "HEAD"}
+    return found
+
+
+async def test_the_document_lists_exactly_the_routes_the_gateway_serves_under_admin_api(
+    redis: Redis, redis_url: str
+) -> None:
+    """Every method and path the composed gateway answers under /admin/api has a row in openapi.json, and no more."""
+    app = create_app(Settings(redis_url=redis_url, adapters={}), tools=[])
+    try:
+        transport = httpx.ASGITransport(app=app)
+        headers = {"authorization": f"Bearer {await admin_key(redis)}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as http:
+            spec = (await http.get("/admin/api/openapi.json")).json()
+    finally:
+        await app.state.gateway.aclose()
+    server = spec["servers"][0]["url"]
+    documented = {(method.upper(), server + path) for path, item in spec["paths"].items() for method in item}
+    served = {(method, path) for method, path in _walk(app.routes) if path.startswith(f"{server}/")}
+    assert {("GET", "/admin/api/cards"), ("POST", "/admin/api/adapters/{name}/accept")} <= served
+    assert served == documented
+
+
+def _operation(spec: dict[str, Any], request: httpx.Request) -> dict[str, Any]:
+    path = request.url.path.removeprefix(spec["servers"][0]["url"])
+    for template, item in spec["paths"].items():
+        pattern = re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path) and request.method.lower() in item:
+            return dict(item[request.method.lower()])
+    raise AssertionError(f"{request.method} {path} is not documented")
+
+
+async def test_every_answer_validates_against_the_schema_its_route_documents(api: Api, redis: Redis) -> None:
+    """Successes and refusals of each route, cards and adapters, match the served document's schema for their status."""
+    card_id, contested = await propose(redis), await propose(redis, approvals_required=2)
+    store = RegistryStore(redis)
+    manifest = {"base_url": "http://127.0.0.1:9", "tools": [{"name": "expenses_list", "description": "List."}]}
+    flag = {"code": "instruction_to_model", "field": "tools[0].description", "excerpt": "ignore previous"}
+    registration = await store.propose("expenses", manifest, owner="expenses-svc", flags=[flag])
+    answers: list[httpx.Response] = []
+    async with client(api, await admin_key(redis, roles=("approver", "registry"))) as http:
+        spec = (await http.get("/openapi.json")).json()
+        answers += [
+            await http.get("/cards"),
+            await http.get("/cards", params={"state": "DONE"}),
+            await http.get(f"/cards/{card_id}"),
+            await http.get(f"/cards/{MISSING}"),
+            await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1", "comment": "ok"}),
+            await http.post(f"/cards/{card_id}/approve", json={"version": 1, "args_hash": "h1"}),
+            await http.post(f"/cards/{card_id}/reject", json={}),
+            await http.post(f"/cards/{card_id}/resolve", json={"outcome": "FAILED", "evidence": {"checked": "x"}}),
+            await http.post(f"/cards/{contested}/cancel"),
+            await http.get("/adapters/"),
+            await http.get("/adapters/expenses"),
+            await http.get("/adapters/nothing"),
+            await http.post("/adapters/expenses/accept", json={"hash": "sha256:old"}),
+            await http.post("/adapters/expenses/accept", json={"hash": registration.proposed_hash}),
+            await http.delete("/adapters/expenses"),
+            await http.delete("/adapters/expenses"),
+        ]
+    async with client(api, await admin_key(redis, "alice@acme.example")) as http:
+        own = await propose(redis, dedupe_key="own")
+        answers += [await http.post(f"/cards/{own}/approve", json={"version": 1, "args_hash": "h1"})]
+        answers += [await http.get("/adapters/")]  # an approver without the registry role
+    api.switches["writable"] = False
+    async with client(api, await admin_key(redis)) as http:
+        answers += [await http.post(f"/cards/{own}/cancel")]
+    async with client(api, None) as http:
+        answers += [await http.get("/cards"), await http.get("/adapters/")]
+    for answer in answers:
+        documented = _operation(spec, answer.request)["responses"].get(str(answer.status_code))
+        assert documented is not None, f"{answer.request.method} {answer.request.url.path} -> {answer.status_code}"
+        schema = documented["content"]["application/json"]["schema"]
+        Draft202012Validator({**schema, "components": spec["components"]}).validate(answer.json())
+    assert {answer.status_code for answer in answers} == {200, 401, 403, 404, 409, 422, 503}
+    assert answers[9].json()["adapters"][0]["flags"] == [flag] and answers[12].json()["adapter"]["name"] == "expenses"
 
 
 async def test_unknown_routes_and_methods_answer_json(api: Api, redis: Redis) -> None:

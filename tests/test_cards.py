@@ -14,7 +14,8 @@ from redis.backoff import NoBackoff
 
 from gateway.audit import AuditEvent
 from gateway.card import CardState
-from gateway.card_service import MAX_EVIDENCE_BYTES, UNTRUSTED_NOTE, CardService, ResultCode
+from gateway.card_service import MAX_EVIDENCE_BYTES, CardService
+from gateway.card_views import UNTRUSTED_NOTE, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
 from gateway.store.audit import RedisStreamAuditSink
@@ -81,7 +82,7 @@ async def test_show_gives_the_whole_card_with_agent_text_marked_untrusted(redis:
     card_id = await propose(RedisLedger(redis))
     view = await cards.show(BOB, card_id)
     assert view is not None
-    shown = view.to_json()
+    shown = view.model_dump(mode="json")
     assert shown["arguments"] == PROPOSAL.arguments and shown["summary"] == PROPOSAL.summary
     assert shown["agent_text"] == {"untrusted": True, "note": UNTRUSTED_NOTE, "fields": {"title": AGENT_WORDS}}
     assert (shown["state"], shown["decision"], shown["outcome"], shown["version"]) == ("PENDING", "pending", "none", 1)
@@ -114,10 +115,10 @@ async def test_list_filters_by_state_tool_and_requester(redis: Redis) -> None:
     await propose(ledger, requester_org="globex")
     assert (await cards.reject(BOB, first, reason="not this week")).ok
     # Both were made within a millisecond or two: the index orders by ms, so compare as a set.
-    assert {i.card.card_id for i in await cards.list(BOB)} == {first, second}
-    assert [i.card.card_id for i in await cards.list(BOB, state=CardState.REJECTED)] == [first]
-    assert [i.card.card_id for i in await cards.list(BOB, tool="orders_refund")] == [second]
-    assert [i.card.card_id for i in await cards.list(BOB, requester="alice@acme.example")] == [first]
+    assert {i.card_id for i in await cards.list(BOB)} == {first, second}
+    assert [i.card_id for i in await cards.list(BOB, state=CardState.REJECTED)] == [first]
+    assert [i.card_id for i in await cards.list(BOB, tool="orders_refund")] == [second]
+    assert [i.card_id for i in await cards.list(BOB, requester="alice@acme.example")] == [first]
     assert len(await cards.list(BOB, limit=1)) == 1
     assert await cards.list(replace(BOB, kind=KeyKind.AGENT)) == []
 
@@ -129,15 +130,15 @@ async def test_approve_self_stale_duplicate_and_quorum(redis: Redis) -> None:
     own = await cards.approve(admin("alice@acme.example"), card_id, version=1, args_hash="h1")
     assert own.code is ResultCode.PERMISSION_DENIED and own.card_view is not None
     first = await cards.approve(BOB, card_id, version=1, args_hash="h1", comment="fine")
-    assert first.ok and first.card_view is not None and first.card_view.card.state is CardState.PENDING
+    assert first.ok and first.card_view is not None and first.card_view.state is CardState.PENDING
     stale = await cards.approve(CAROL, card_id, version=1, args_hash="h1")
     twice = await cards.approve(BOB, card_id, version=2, args_hash="h1")
     for refused in (stale, twice):
         assert refused.code is ResultCode.CONFLICT and refused.card_view is not None
-        assert refused.card_view.card.version == 2 and "PENDING at version 2" in refused.message
+        assert refused.card_view.version == 2 and "PENDING at version 2" in refused.message
     second = await cards.approve(CAROL, card_id, version=2, args_hash="h1")
-    assert second.ok and second.card_view is not None and second.card_view.card.state is CardState.APPROVED
-    assert second.card_view.card.approvers == ("bob@acme.example", "carol@acme.example")
+    assert second.ok and second.card_view is not None and second.card_view.state is CardState.APPROVED
+    assert second.card_view.approvals.by == ["bob@acme.example", "carol@acme.example"]
     codes = [(e.outcome, e.code, e.extra.get("ledger", "")) for e in await audit_of(redis)]
     assert codes == [
         ("deny", "PERMISSION_DENIED", ""),
@@ -167,10 +168,10 @@ async def test_reject_needs_a_reason_and_is_a_veto(redis: Redis) -> None:
     assert (await ledger.get(card_id)).version == 1  # type: ignore[union-attr]
     vetoed = await cards.reject(BOB, card_id, reason=" over budget ")
     assert vetoed.ok and vetoed.card_view is not None
-    assert vetoed.card_view.to_json()["rejection"] == {"by": "bob@acme.example", "reason": "over budget"}
+    assert vetoed.card_view.model_dump(mode="json")["rejection"] == {"by": "bob@acme.example", "reason": "over budget"}
     late = await cards.approve(CAROL, card_id, version=2, args_hash="h1")
     assert late.code is ResultCode.CONFLICT and late.card_view is not None
-    assert late.card_view.card.state is CardState.REJECTED
+    assert late.card_view.state is CardState.REJECTED
 
 
 async def test_cancel_from_approved_and_not_once_executing(redis: Redis) -> None:
@@ -184,7 +185,7 @@ async def test_cancel_from_approved_and_not_once_executing(redis: Redis) -> None
     assert (await ledger.claim(running, worker="w1", lease_ms=5000)).ok
     refused = await cards.cancel(CAROL, running)
     assert refused.code is ResultCode.CONFLICT and refused.card_view is not None
-    assert refused.card_view.card.state is CardState.EXECUTING
+    assert refused.card_view.state is CardState.EXECUTING
 
 
 async def test_an_expired_card_is_a_conflict(redis: Redis) -> None:
@@ -196,7 +197,7 @@ async def test_an_expired_card_is_a_conflict(redis: Redis) -> None:
             await anyio.sleep(0.005)
     late = await cards.approve(BOB, card_id, version=1, args_hash="h1")
     assert late.code is ResultCode.CONFLICT and late.card_view is not None
-    assert late.card_view.card.state is CardState.EXPIRED
+    assert late.card_view.state is CardState.EXPIRED
 
 
 async def test_resolve_only_from_needs_reconciliation_with_evidence(redis: Redis) -> None:
@@ -211,8 +212,8 @@ async def test_resolve_only_from_needs_reconciliation_with_evidence(redis: Redis
         assert (await cards.resolve(BOB, stuck, outcome=outcome, evidence=bad)).code is ResultCode.VALIDATION_ERROR
     done = await cards.resolve(CAROL, stuck, outcome="SUCCEEDED", evidence=evidence)
     assert done.ok and done.card_view is not None
-    assert (done.card_view.card.state, done.card_view.card.evidence) == (CardState.SUCCEEDED, evidence)
-    assert done.card_view.to_json()["outcome"] == "succeeded" and done.card_view.chain_valid
+    assert (done.card_view.state, done.card_view.evidence) == (CardState.SUCCEEDED, evidence)
+    assert done.card_view.model_dump(mode="json")["outcome"] == "succeeded" and done.card_view.chain_valid
 
 
 async def test_not_writable_ledger_refuses_every_decision_and_changes_nothing(redis: Redis) -> None:

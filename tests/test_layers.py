@@ -34,10 +34,13 @@ PLACES: dict[str, int] = {
     "gateway.settings": ROOT_LAYER,
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
+    "gateway.cli_cards": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
     "gateway.admin_api": SURFACE,
+    "gateway.admin_bodies": SURFACE,
+    "gateway.route_table": SURFACE,
     "gateway.console": SURFACE,
     "gateway.auth": SURFACE,
     "gateway.registry.api": SURFACE,

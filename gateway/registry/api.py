@@ -4,10 +4,12 @@
 every problem; 202 means "stored, quarantined until an admin accepts it"; 200 means "identical to
 what is served". ``GET /registry/api/adapters/{name}`` shows the service its own registration.
 
-Admins (admin key with the ``registry`` role) use ``GET /admin/api/adapters`` (every adapter with
+Admins (admin key with the ``registry`` role) use ``GET /admin/api/adapters/`` (every adapter with
 its state, safety flags and the diff between pinned and proposed), ``GET /admin/api/adapters/{name}``,
 ``POST /admin/api/adapters/{name}/accept`` with ``{"hash": <proposed_hash reviewed>}``, and
-``DELETE /admin/api/adapters/{name}``. It translates and decides nothing: `RegistryService` does.
+``DELETE /admin/api/adapters/{name}``. Those routes are `adapter_review_table`, which the admin API
+mounts behind the admin key and lists in its openapi.json. It translates and decides nothing:
+`RegistryService` does. Bodies are the models of `gateway.registry.views`.
 """
 
 from __future__ import annotations
@@ -16,42 +18,56 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
 from gateway.principal import KeyKind
 from gateway.registry.service import RegistryResult, RegistryService
+from gateway.registry.views import (
+    ERROR_STATUS,
+    AdapterActionDone,
+    AdapterError,
+    AdapterErrorDetail,
+    AdapterList,
+    AdapterRegistration,
+)
+from gateway.route_table import Answer, Operation, RouteTable
 from gateway.store.keys import KeyStore
 
-__all__ = ["registry_routes"]
+__all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
 
 MAX_MANIFEST_BYTES = 512 * 1024
-_STATUS = {"OK": 200, "VALIDATION_ERROR": 422, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "CONFLICT": 409}
 
 
 class AcceptBody(BaseModel):
+    """Serve the proposal whose ``proposed_hash`` you reviewed."""
+
     model_config = ConfigDict(extra="forbid")
 
     hash: str
 
 
+def _json(status: int, body: BaseModel) -> JSONResponse:
+    return JSONResponse(body.model_dump(mode="json"), status_code=status)
+
+
+def _view(result: RegistryResult) -> AdapterRegistration | None:
+    return AdapterRegistration.from_registration(result.registration) if result.registration is not None else None
+
+
 def _answer(result: RegistryResult, *, created: bool = False) -> JSONResponse:
     if not result.ok:
-        error: dict[str, Any] = {"code": result.code, "message": result.message or result.code.lower()}
-        if result.problems:
-            error["problems"] = list(result.problems)
-        body: dict[str, Any] = {"error": error}
-        if result.registration is not None:
-            body["adapter"] = result.registration.to_json()
-        return JSONResponse(body, status_code=_STATUS[result.code])
+        message = result.message or result.code.lower()
+        detail = AdapterErrorDetail(code=result.code, message=message, problems=list(result.problems))
+        return _json(ERROR_STATUS[result.code], AdapterError(error=detail, adapter=_view(result)))
     registration = result.registration
-    body = {"message": result.message, "adapter": registration.to_json() if registration else None}
     quarantined = registration is not None and registration.state != "active"
-    return JSONResponse(body, status_code=202 if created and quarantined else 200)
+    return _json(
+        202 if created and quarantined else 200, AdapterActionDone(message=result.message, adapter=_view(result))
+    )
 
 
 async def _json_body(request: Request) -> Any:
@@ -64,61 +80,148 @@ async def _json_body(request: Request) -> Any:
         return None
 
 
-def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSink) -> list[BaseRoute]:
-    """Routes for services (`/registry/api`) and for reviewing admins (`/admin/api/adapters`)."""
+class _Endpoints:
+    def __init__(self, service: RegistryService, audit: AuditSink) -> None:
+        self._service = service
+        self._audit = audit
 
-    async def refused(request: Request, action: str, problem: str) -> JSONResponse:
+    async def _refused(self, request: Request, action: str, problem: str) -> Response:
         """A body refused before the registry service saw it: audited like every refusal."""
         who = principal_of(request.scope)
-        await audit.record(AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem, {"path": request.url.path}))
+        await self._audit.record(AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem,
+                                                    {"path": request.url.path}))  # fmt: skip
         return _answer(RegistryResult(code="VALIDATION_ERROR", problems=(problem,)))
 
-    async def register(request: Request) -> JSONResponse:
+    async def register(self, request: Request) -> Response:
         document = await _json_body(request)
         if not isinstance(document, dict):
-            return await refused(request, "registry.register", "body: a JSON object is required")
-        result = await service.register(principal_of(request.scope), request.path_params["name"], document)
+            return await self._refused(request, "registry.register", "body: a JSON object is required")
+        result = await self._service.register(principal_of(request.scope), request.path_params["name"], document)
         return _answer(result, created=True)
 
-    async def own_status(request: Request) -> JSONResponse:
-        return _answer(await service.status(principal_of(request.scope), request.path_params["name"]))
+    async def own_status(self, request: Request) -> Response:
+        return _answer(await self._service.status(principal_of(request.scope), request.path_params["name"]))
 
-    async def review(request: Request) -> JSONResponse:
-        registrations = await service.review(principal_of(request.scope))
+    async def review(self, request: Request) -> Response:
+        registrations = await self._service.review(principal_of(request.scope))
         if registrations is None:
             return _answer(RegistryResult(code="PERMISSION_DENIED"))
-        return JSONResponse({"adapters": [r.to_json() for r in registrations]})
+        return _json(200, AdapterList(adapters=[AdapterRegistration.from_registration(r) for r in registrations]))
 
-    async def show(request: Request) -> JSONResponse:
-        registrations = await service.review(principal_of(request.scope))
+    async def show(self, request: Request) -> Response:
+        registrations = await self._service.review(principal_of(request.scope))
         if registrations is None:
             return _answer(RegistryResult(code="PERMISSION_DENIED"))
         found = [r for r in registrations if r.name == request.path_params["name"]]
-        return JSONResponse(found[0].to_json()) if found else _answer(RegistryResult(code="NOT_FOUND"))
+        if not found:
+            return _answer(RegistryResult(code="NOT_FOUND"))
+        return _json(200, AdapterRegistration.from_registration(found[0]))
 
-    async def accept(request: Request) -> JSONResponse:
+    async def accept(self, request: Request) -> Response:
         try:
             body = AcceptBody.model_validate(await _json_body(request))
         except ValidationError:
-            return await refused(request, "registry.accept", 'body: {"hash": <proposed_hash>} is required')
+            return await self._refused(request, "registry.accept", 'body: {"hash": <proposed_hash>} is required')
         admin = principal_of(request.scope)
-        return _answer(await service.accept(admin, request.path_params["name"], expected_hash=body.hash))
+        return _answer(await self._service.accept(admin, request.path_params["name"], expected_hash=body.hash))
 
-    async def remove(request: Request) -> JSONResponse:
-        return _answer(await service.remove(principal_of(request.scope), request.path_params["name"]))
+    async def remove(self, request: Request) -> Response:
+        return _answer(await self._service.remove(principal_of(request.scope), request.path_params["name"]))
 
-    services = Starlette(
-        routes=[Route("/adapters/{name}", register, methods=["PUT"]), Route("/adapters/{name}", own_status)]
+
+_NO_ROLE = Answer(description="the admin lacks the registry role", model=AdapterError)
+_NOT_FOUND = Answer(description="no such adapter", model=AdapterError)
+
+
+def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> RouteTable:
+    """The admins' review of registered adapters, for `gateway.admin_api.admin_routes` to mount and document."""
+    endpoints = _Endpoints(service, audit)
+    return RouteTable(
+        mount="/admin/api/adapters",
+        operations=(
+            Operation(
+                method="GET",
+                path="/",
+                name="listAdapters",
+                summary="Every adapter with its flags and diff",
+                endpoint=endpoints.review,
+                answers={200: Answer(description="every registration", model=AdapterList), 403: _NO_ROLE},
+            ),
+            Operation(
+                method="GET",
+                path="/{name}",
+                name="showAdapter",
+                summary="One adapter with its flags and diff",
+                endpoint=endpoints.show,
+                answers={
+                    200: Answer(description="the registration", model=AdapterRegistration),
+                    403: _NO_ROLE,
+                    404: _NOT_FOUND,
+                },
+            ),
+            Operation(
+                method="DELETE",
+                path="/{name}",
+                name="removeAdapter",
+                summary="Stop serving the adapter",
+                endpoint=endpoints.remove,
+                answers={200: Answer(description="removed", model=AdapterActionDone), 403: _NO_ROLE, 404: _NOT_FOUND},
+            ),
+            Operation(
+                method="POST",
+                path="/{name}/accept",
+                name="acceptAdapter",
+                summary="Pin and serve the proposal with the hash you reviewed",
+                endpoint=endpoints.accept,
+                body=AcceptBody,
+                answers={
+                    200: Answer(description="pinned; served next", model=AdapterActionDone),
+                    403: _NO_ROLE,
+                    404: Answer(description="no such adapter, or nothing proposed", model=AdapterError),
+                    409: Answer(description="the proposal changed since it was reviewed", model=AdapterError),
+                    422: Answer(description='the body is not {"hash": ...}', model=AdapterError),
+                },
+            ),
+        ),
     )
-    admins = Starlette(
-        routes=[
-            Route("/", review),
-            Route("/{name}", show),
-            Route("/{name}", remove, methods=["DELETE"]),
-            Route("/{name}/accept", accept, methods=["POST"]),
-        ]
+
+
+def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSink) -> list[BaseRoute]:
+    """The services' routes, ``/registry/api``, behind a service key.
+
+    They are built from a `RouteTable` like the admin routes, but no OpenAPI document is served
+    for them: the admin API's describes ``/admin/api`` only, and serving one for services would
+    be a new route.
+    """
+    endpoints = _Endpoints(service, audit)
+    table = RouteTable(
+        mount="/registry/api",
+        operations=(
+            Operation(
+                method="PUT",
+                path="/adapters/{name}",
+                name="registerAdapter",
+                summary="Register or change a manifest; quarantined until an admin accepts it",
+                endpoint=endpoints.register,
+                answers={
+                    200: Answer(description="identical to what is served", model=AdapterActionDone),
+                    202: Answer(description="stored, quarantined", model=AdapterActionDone),
+                    403: Answer(description="another service owns the name", model=AdapterError),
+                    422: Answer(description="every problem of the manifest", model=AdapterError),
+                },
+            ),
+            Operation(
+                method="GET",
+                path="/adapters/{name}",
+                name="ownAdapter",
+                summary="The service's registration",
+                endpoint=endpoints.own_status,
+                answers={
+                    200: Answer(description="the registration", model=AdapterActionDone),
+                    404: Answer(description="no such adapter of this service", model=AdapterError),
+                },
+            ),
+        ),
     )
-    return [
-        Mount("/registry/api", BearerAuth(services, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry")),
-        Mount("/admin/api/adapters", BearerAuth(admins, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")),
-    ]
+    service_app = BearerAuth(table.app(), keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry")
+    return [Mount(table.mount, service_app)]

@@ -17,14 +17,16 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
 from gateway.store.client import store_boundary
 
-__all__ = ["Registration", "RegistryStore", "manifest_hash", "tool_hashes"]
+__all__ = ["Registration", "RegistrationState", "RegistryStore", "manifest_hash", "tool_hashes"]
+
+RegistrationState = Literal["new", "active", "quarantined"]
 
 _NAMES = "countersign:registry:names"
 _VERSION = "countersign:registry:version"
@@ -63,7 +65,7 @@ class Registration:
     """Safety flags of the proposal, for the reviewing admin."""
 
     @property
-    def state(self) -> str:
+    def state(self) -> RegistrationState:
         """``active`` (served, nothing pending), ``quarantined`` (a change awaits review) or ``new``."""
         if self.pinned is None:
             return "new"
@@ -86,19 +88,6 @@ class Registration:
             "removed": sorted(before.keys() - after.keys()),
             "changed": changed,
             "settings_changed": other != pinned_other,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "owner": self.owner,
-            "state": self.state,
-            "pinned_hash": self.pinned_hash,
-            "proposed_hash": self.proposed_hash,
-            "accepted_by": self.accepted_by,
-            "flags": [dict(flag) for flag in self.flags],
-            "diff": self.diff() if self.proposed is not None else None,
-            "proposed": self.proposed,
         }
 
 

@@ -1,0 +1,132 @@
+"""The admin API's bodies: what a request may send, and what each answer holds, as pydantic models.
+
+Who uses it: `gateway.admin_api` parses requests with the request models (unknown fields
+refused; JSON bodies strictly typed) and sends every answer as a response model's
+``model_dump(mode="json")``, and its OpenAPI document is generated from these same classes. The
+cards inside the answers are the views of `gateway.card_views`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import SkipJsonSchema
+
+from gateway.card import CardState
+from gateway.card_service import MAX_LIST, MAX_TEXT
+from gateway.card_views import AdminCard, AdminCardSummary, ResultCode
+
+__all__ = [
+    "ERROR_CODES",
+    "AdminError",
+    "AdminErrorDetail",
+    "ApproveBody",
+    "CancelBody",
+    "CardActionDone",
+    "CardList",
+    "CardShown",
+    "ListQuery",
+    "RejectBody",
+    "ResolveBody",
+]
+
+ERROR_CODES = (
+    *(code.value for code in ResultCode if code is not ResultCode.OK),
+    "METHOD_NOT_ALLOWED",
+    "HTTP_ERROR",
+    "INTERNAL_ERROR",
+)
+"""Every ``error.code`` the card routes answer: a refusal's `ResultCode`, or why no route took the request."""
+
+_Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
+_RequiredText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_TEXT)]
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+class ApproveBody(BaseModel):
+    """Approve the card exactly as reviewed: its `version` and `args_hash` as shown."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    version: int = Field(ge=1)
+    args_hash: str = Field(min_length=1, max_length=200)
+    comment: _Text = ""
+
+
+class RejectBody(BaseModel):
+    """Veto the card; the reason is kept on it, attributed to the admin."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    reason: _RequiredText
+
+
+class CancelBody(BaseModel):
+    """Cancel a PENDING or APPROVED card. The body may be empty."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ResolveBody(BaseModel):
+    """Settle a NEEDS_RECONCILIATION card with what the admin checked at the backend."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    outcome: Literal["SUCCEEDED", "FAILED"]
+    evidence: dict[str, Any] = Field(min_length=1)
+
+
+class ListQuery(BaseModel):
+    """Filters of ``GET /cards``; query strings, so values are coerced (not strict)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    state: CardState | None = None
+    tool: str | None = None
+    requester: str | None = None
+    """The requesting agent's subject."""
+    limit: int = Field(default=100, ge=1, le=MAX_LIST)
+
+
+# -- responses ------------------------------------------------------------------------------------
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    # Left out when there is none, never sent as null: the schema must not offer null as a default.
+    schema.pop("default", None)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class CardList(_Body):
+    cards: list[AdminCardSummary]
+    """Newest first."""
+
+
+class CardShown(_Body):
+    card: AdminCard
+
+
+class CardActionDone(_Body):
+    """The decision was recorded."""
+
+    code: Literal["OK"]
+    message: str
+    card: AdminCard
+    """The card as it is now."""
+
+
+class AdminErrorDetail(_Body):
+    code: str = Field(json_schema_extra={"enum": list(ERROR_CODES)})
+    message: str
+    problems: list[str] = Field(default_factory=list, exclude_if=lambda problems: not problems)
+    """What was wrong with the request; only on VALIDATION_ERROR."""
+
+
+class AdminError(_Body):
+    error: AdminErrorDetail
+    card: AdminCard | SkipJsonSchema[None] = Field(
+        default=None, exclude_if=lambda card: card is None, json_schema_extra=_no_default
+    )
+    """The card as it is now; on PERMISSION_DENIED and CONFLICT only, so the admin can look again."""

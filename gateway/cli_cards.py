@@ -1,0 +1,170 @@
+"""`countersign cards ...`: list, show and decide approval cards from a terminal.
+
+Who calls it: `gateway.cli`, with the admin its key stands for already resolved. Every command goes
+through the same `CardService` as the admin API, against the store's ledger, and prints the same
+views (`AdminCard`, `AdminCardSummary`); ``--json`` prints them as the API sends them. Card text can
+come from an agent, so everything shown is escaped to one line (`_safe`) and the agent's own
+words are fenced as untrusted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import unicodedata
+from typing import Any
+
+from gateway.audit import AuditSink
+from gateway.card import CardState
+from gateway.card_service import OUTCOMES, CardService
+from gateway.card_views import AdminCard, CardActionResult, ResultCode
+from gateway.principal import Principal
+from gateway.store.durability import LedgerGuard
+from gateway.store.ledger import RedisLedger
+
+__all__ = ["COMMANDS", "add_parser", "run"]
+
+COMMANDS = ("list", "show", "approve", "reject", "cancel", "resolve")
+
+
+def add_parser(commands: Any, identity: argparse.ArgumentParser) -> None:
+    cards = commands.add_parser("cards", help="review and decide approval cards").add_subparsers(
+        dest="cards_command", required=True
+    )
+    listing = cards.add_parser("list", parents=[identity], help="cards of your org, newest first")
+    listing.add_argument("--state", choices=[state.value for state in CardState])
+    listing.add_argument("--tool")
+    listing.add_argument("--requester", help="the requesting agent's subject")
+    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--json", action="store_true", help="one JSON object per card")
+    show = cards.add_parser("show", parents=[identity], help="one card with its history")
+    show.add_argument("card_id")
+    show.add_argument("--json", action="store_true")
+    approve = cards.add_parser("approve", parents=[identity], help="approve a card exactly as you reviewed it")
+    approve.add_argument("card_id")
+    approve.add_argument("--version", type=int, required=True, help="the version shown by `cards show`")
+    approve.add_argument("--args-hash", required=True, help="the args_hash shown by `cards show`")
+    approve.add_argument("--comment", default="")
+    reject = cards.add_parser("reject", parents=[identity], help="veto a pending card")
+    reject.add_argument("card_id")
+    reject.add_argument("--reason", required=True)
+    cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
+    cancel.add_argument("card_id")
+    resolve = cards.add_parser("resolve", parents=[identity], help="settle a NEEDS_RECONCILIATION card")
+    resolve.add_argument("card_id")
+    resolve.add_argument("--outcome", choices=OUTCOMES, required=True)
+    resolve.add_argument(
+        "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
+    )
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not valid JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:
+    """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused)."""
+    guard = LedgerGuard(client)
+    service = CardService(RedisLedger(client), audit, writable=guard.writable)
+    command = args.cards_command
+    if command == "list":
+        state = CardState(args.state) if args.state else None
+        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester, limit=args.limit)
+        for item in items:
+            row = item.model_dump(mode="json")
+            if args.json:
+                print(json.dumps(row, sort_keys=True))
+                continue
+            approvals = f"{row['approvals']['received']}/{row['approvals']['required']}"
+            fields = (row["card_id"], row["state"], row["tool"], row["requester"], approvals, row["created_at"])
+            print("  ".join(_safe(value) for value in (*fields, row["summary"])))
+        return 0
+    if command == "show":
+        view = await service.show(admin, args.card_id)
+        if view is None:
+            print("countersign: NOT_FOUND: no such card", file=sys.stderr)
+            return 1
+        shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
+        print(shown if args.json else "\n".join(_card_text(view)))
+        return 0
+    if command == "approve":
+        result = await service.approve(
+            admin, args.card_id, version=args.version, args_hash=args.args_hash, comment=args.comment
+        )
+    elif command == "reject":
+        result = await service.reject(admin, args.card_id, reason=args.reason)
+    elif command == "cancel":
+        result = await service.cancel(admin, args.card_id)
+    else:
+        result = await service.resolve(admin, args.card_id, outcome=args.outcome, evidence=args.evidence)
+    if result.code is ResultCode.LEDGER_UNAVAILABLE:
+        print(f"countersign: ledger: {'; '.join(guard.problems)}", file=sys.stderr)
+    return _report(result)
+
+
+def _report(result: CardActionResult) -> int:
+    view = result.card_view
+    if result.ok:
+        print(_safe(result.message))
+    else:
+        print(f"countersign: {result.code.value}: {_safe(result.message)}", file=sys.stderr)
+    if view is not None:
+        where = sys.stdout if result.ok else sys.stderr
+        print(
+            f"{view.card_id}  state={view.state.value}  decision={view.decision}  outcome={view.outcome}  "
+            f"version={view.version}  args_hash={_safe(view.args_hash)}",
+            file=where,
+        )
+    return 0 if result.ok else 1
+
+
+def _safe(value: object) -> str:
+    """One line with every control and format character escaped.
+
+    Card text can come from an agent: it must not be able to drive the terminal (ANSI escapes),
+    reorder what is shown (bidi overrides) or forge a line such as the end of the untrusted block.
+    """
+    return "".join(ch if unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}" for ch in str(value))
+
+
+def _card_text(view: AdminCard) -> list[str]:
+    approvals, requester = view.approvals, view.requester
+    lines = [
+        f"card        {view.card_id}",
+        f"tool        {_safe(view.tool)} ({_safe(view.tool_version)})",
+        f"state       {view.state.value}   decision={view.decision}   outcome={view.outcome}",
+        f"version     {view.version}   args_hash={_safe(view.args_hash)}   (approve with both)",
+        f"summary     {_safe(view.summary)}",
+        f"requester   {_safe(requester.subject)}  (org {_safe(requester.org)}, key {requester.key_id})",
+        f"approvals   {approvals.received}/{approvals.required} (role {_safe(approvals.role)})"
+        + (f"  by {', '.join(_safe(a) for a in approvals.by)}" if approvals.by else ""),
+        f"times       created {view.created_at}  decide by {view.decide_by}"
+        + (f"  execute by {view.execute_by}" if view.execute_by else ""),
+    ]
+    if view.rejection is not None:
+        lines.append(f"rejected    by {_safe(view.rejection.by)}: {_safe(view.rejection.reason)}")
+    if view.reference or view.evidence:
+        lines.append(
+            f"result      reference={_safe(view.reference or '-')}  evidence={_safe(json.dumps(view.evidence))}"
+        )
+    lines.append("arguments (canonical; what will run)")
+    lines += [f"  {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]
+    agent_text = view.agent_text
+    lines.append(f">>> UNTRUSTED agent text: {agent_text.note}")
+    lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(agent_text.fields.items())] or ["  | (none)"]
+    lines.append("<<< end of untrusted agent text")
+    lines.append(f"history     ({'hash chain valid' if view.chain_valid else 'HASH CHAIN BROKEN: do not trust it'})")
+    for event in view.events:
+        detail = f"  {_safe(json.dumps(event.data, sort_keys=True))}" if event.data else ""
+        lines.append(
+            f"  {event.seq:>3}  {event.at}  {_safe(event.type)}  by {_safe(event.actor)}  "
+            f"-> {event.state} v{event.version}{detail}"
+        )
+    return lines

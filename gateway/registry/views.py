@@ -1,0 +1,119 @@
+"""What the registry's routes answer: registrations with their flags and diffs, as pydantic models.
+
+Who uses it: the registry API serves exactly their ``model_dump(mode="json")``, the admin API's
+OpenAPI document is generated from the same classes, and ``countersign adapters review`` prints
+them. Each is built from the store's `Registration` by a classmethod; nothing here decides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
+
+from gateway.store.registry import Registration, RegistrationState
+from policies.manifest_safety import FlagCode
+
+__all__ = [
+    "ERROR_STATUS",
+    "AdapterActionDone",
+    "AdapterDiff",
+    "AdapterError",
+    "AdapterErrorDetail",
+    "AdapterFlag",
+    "AdapterList",
+    "AdapterRegistration",
+]
+
+ERROR_STATUS: dict[str, int] = {"VALIDATION_ERROR": 422, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "CONFLICT": 409}
+"""Every refusal code of a `RegistryResult`, with the status the registry's routes answer it with."""
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    # Left out when there is none, never sent as null: the schema must not offer null as a default.
+    schema.pop("default", None)
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class AdapterFlag(_View):
+    """Something in the proposal's text that an admin should look at before accepting it."""
+
+    code: FlagCode
+    field: str
+    """Where the text is, e.g. ``tools[2].input_schema.properties.amount.description``."""
+    excerpt: str
+
+
+class AdapterDiff(_View):
+    """What accepting the proposal would change, tool by tool."""
+
+    added: list[str]
+    removed: list[str]
+    changed: dict[str, str]
+    """A unified diff, pinned to proposed, of each changed tool."""
+    settings_changed: bool
+    """Whether anything besides the tools changed (base URL, credentials, other settings)."""
+
+
+class AdapterRegistration(_View):
+    """An adapter's registry entry: what is pinned (served) and what is proposed (quarantined)."""
+
+    name: str
+    owner: str
+    """Subject of the service key that registered it first."""
+    state: RegistrationState
+    pinned_hash: str | None
+    proposed_hash: str | None
+    """Send it back to accept exactly this proposal."""
+    accepted_by: str | None
+    flags: list[AdapterFlag]
+    diff: AdapterDiff | None
+    """None when nothing is proposed."""
+    proposed: dict[str, Any] | None
+    """The proposed manifest, as registered."""
+
+    @classmethod
+    def from_registration(cls, registration: Registration) -> AdapterRegistration:
+        proposed = registration.proposed
+        return cls(
+            name=registration.name,
+            owner=registration.owner,
+            state=registration.state,
+            pinned_hash=registration.pinned_hash,
+            proposed_hash=registration.proposed_hash,
+            accepted_by=registration.accepted_by,
+            flags=[AdapterFlag.model_validate(dict(flag)) for flag in registration.flags],
+            diff=AdapterDiff.model_validate(registration.diff()) if proposed is not None else None,
+            proposed=dict(proposed) if proposed is not None else None,
+        )
+
+
+class AdapterList(_View):
+    adapters: list[AdapterRegistration]
+
+
+class AdapterActionDone(_View):
+    """A registration, acceptance or removal that went through."""
+
+    message: str
+    adapter: AdapterRegistration | None
+    """The registration as it is now; null after a removal."""
+
+
+class AdapterErrorDetail(_View):
+    code: str = Field(json_schema_extra={"enum": list(ERROR_STATUS)})
+    message: str
+    problems: list[str] = Field(default_factory=list, exclude_if=lambda problems: not problems)
+    """Everything wrong with the manifest or the body; absent when empty."""
+
+
+class AdapterError(_View):
+    error: AdapterErrorDetail
+    adapter: AdapterRegistration | SkipJsonSchema[None] = Field(
+        default=None, exclude_if=lambda adapter: adapter is None, json_schema_extra=_no_default
+    )
+    """The registration as it is now, when the refusal concerns one (a stale accept)."""
