@@ -343,8 +343,8 @@ def _post_paths(routes: list[BaseRoute], prefix: str = "") -> Iterator[str]:
     for route in routes:
         if isinstance(route, Mount):
             app = route.app
-            while not hasattr(app, "routes") and hasattr(app, "_app"):
-                app = app._app  # a mounted app behind an authenticating wrapper
+            while not hasattr(app, "routes") and hasattr(app, "app"):
+                app = app.app  # a mounted app behind an authenticating wrapper
             yield from _post_paths(list(getattr(app, "routes", [])), prefix + route.path)
         elif isinstance(route, Route) and "POST" in (route.methods or ()):
             yield prefix + route.path
