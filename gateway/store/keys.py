@@ -23,6 +23,7 @@ import redis.asyncio as aioredis
 
 from gateway.errors import AuthError
 from gateway.principal import KeyKind, Principal
+from gateway.printable import is_printable
 from gateway.store.client import store_boundary
 
 __all__ = ["KeyCache", "KeyRecord", "KeyStore", "hash_token"]
@@ -66,11 +67,15 @@ class KeyStore:
         """Mint a key. Returns the plaintext (shown once) and its record.
 
         Raises:
-            AuthError: when subject or org is empty, or a role is not a plain word.
+            AuthError: when subject or org is empty or holds a character that is not printable
+                (`gateway.printable`: no control, separator or bidi character), or a role is not a
+                plain word.
         """
         role_set = frozenset(role.strip() for role in roles if role.strip())
         if not subject.strip() or not org.strip():
             raise AuthError("a key needs a subject and an org")
+        if not is_printable(subject.strip()) or not is_printable(org.strip()):
+            raise AuthError("a subject and an org are printable text: no control, separator or bidi characters")
         if any(not role.replace("-", "").replace("_", "").isalnum() for role in role_set):
             raise AuthError("roles are plain words (letters, digits, - and _)")
         token = f"{_PREFIX}{kind.value}_{secrets.token_urlsafe(32)}"
