@@ -41,10 +41,10 @@ def quiet_database(quiet_redis_url: str) -> str:
 @pytest.fixture(scope="module")
 def rooms() -> Iterator[Backend]:
     """A rooms backend for this module alone."""
-    token = secrets.token_urlsafe(16)
-    app = create_rooms_app(service_token=token)
+    token, key = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+    app = create_rooms_app(service_token=token, signing_key=key)
     with serve_app_in_thread(app) as url:
-        yield Backend(url=url, token=token, app=app)
+        yield Backend(url=url, token=token, app=app, signing_key=key)
 
 
 @pytest.fixture
