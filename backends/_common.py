@@ -7,7 +7,9 @@
 2. ``GET /_health`` answers without auth;
 3. ``Authorization: Bearer <service_token>`` or 401 ``unauthorized``;
 4. control paths (``/_faults``, ``/_requests``) go straight to their routes: no identity, never faulted;
-5. ``X-Countersign-Subject`` and ``X-Countersign-Org`` or 400 ``missing_identity``;
+5. ``X-Countersign-Identity``, signed by the gateway for this service, or 400 ``missing_identity``
+   when it is absent and 401 ``invalid_identity`` when it does not verify (``backends._http``); the
+   caller is taken from its claims only;
 6. the active fault, if it matches the path (see ``backends._faults``), else the route.
 
 Unknown paths and methods answer in the same ``{"error": ...}`` shape, so an unknown path under
@@ -31,7 +33,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends._faults import FaultSwitch, faults_endpoint, inject
-from backends._http import Endpoint, caller_from_headers, error
+from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Endpoint, error, verified_caller
 from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
 
 CONTROL_PATHS = frozenset({"/_faults", "/_health", "/_requests"})
@@ -73,10 +75,14 @@ class ServiceState:
 class ServiceShell:
     """ASGI middleware applying the request order in the module docstring to every HTTP request."""
 
-    def __init__(self, app: ASGIApp, *, service: ServiceState, service_token: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, service: ServiceState, service_token: str, signing_key: str, audience: str
+    ) -> None:
         self.app = app
         self._service = service
         self._token = service_token.encode()
+        self._signing_key = signing_key
+        self._audience = audience
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,12 +97,16 @@ class ServiceShell:
             await error(401, "unauthorized", headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
         elif path in CONTROL_PATHS:
             await self.app(scope, receive, send)
-        elif caller_from_headers(headers) is None:
+        elif (identity := headers.get(IDENTITY_HEADER)) is None:
             await error(400, "missing_identity")(scope, receive, send)
-        elif (fault := self._service.faults.take(path)) is not None:
-            await inject(fault, self.app, scope, receive, send)
+        elif (caller := verified_caller(identity, signing_key=self._signing_key, audience=self._audience)) is None:
+            await error(401, "invalid_identity")(scope, receive, send)
         else:
-            await self.app(scope, receive, send)
+            scope[CALLER_SCOPE_KEY] = caller
+            if (fault := self._service.faults.take(path)) is not None:
+                await inject(fault, self.app, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
 
     def _authorized(self, headers: Headers) -> bool:
         scheme, _, credential = headers.get("authorization", "").partition(" ")
@@ -104,14 +114,22 @@ class ServiceShell:
         return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode("latin-1"), self._token)
 
 
-def build_service_app(*, service: ServiceState, service_token: str, routes: Sequence[BaseRoute]) -> Starlette:
+def build_service_app(
+    *, service: ServiceState, service_token: str, signing_key: str, audience: str, routes: Sequence[BaseRoute]
+) -> Starlette:
     """Put the shell, the control routes and ``GET /idempotency/{key}`` around a service's own routes.
 
+    `signing_key` is the key the gateway signs callers' identities with for this service, and
+    `audience` the name the gateway knows the service by (the adapter's name).
+
     Raises:
-        ValueError: if ``service_token`` is empty, which would let any bearer in.
+        ValueError: if ``service_token`` is empty, which would let any bearer in, or ``signing_key``
+            is empty, which would make any caller's claim as good as another's.
     """
     if not service_token:
         raise ValueError("service_token must not be empty")
+    if not signing_key:
+        raise ValueError("signing_key must not be empty")
     app = Starlette(
         routes=[
             *routes,
@@ -120,7 +138,11 @@ def build_service_app(*, service: ServiceState, service_token: str, routes: Sequ
             Route("/_faults", faults_endpoint(service.faults), methods=["GET", "PUT", "DELETE"]),
             Route("/_requests", _requests_endpoint(service), methods=["GET", "DELETE"]),
         ],
-        middleware=[Middleware(ServiceShell, service=service, service_token=service_token)],
+        middleware=[
+            Middleware(
+                ServiceShell, service=service, service_token=service_token, signing_key=signing_key, audience=audience
+            )
+        ],
         exception_handlers={HTTPException: _http_error},
     )
     app.state.service = service

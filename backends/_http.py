@@ -1,7 +1,13 @@
 """HTTP vocabulary shared by the demo backends: caller identity, error bodies, argument parsing.
 
-This is a leaf: it imports Starlette and pydantic only, never another ``backends`` module, so the
-idempotency layer, the fault switch and both services can all build on it.
+This is a leaf: it imports Starlette, pydantic and the gateway's published `verify_identity` only,
+never another ``backends`` module, so the idempotency layer, the fault switch and every service can
+all build on it.
+
+A backend learns who is asking from one thing: ``X-Countersign-Identity``, a JWT the gateway signed
+for this service with a key the two share. The plain ``X-Countersign-Subject`` and
+``X-Countersign-Org`` headers the gateway also sends are not trusted: anyone on the network path
+could write them.
 
 Error bodies are always ``{"error": <machine code>}`` (plus extra fields only where a contract says
 so), so the gateway and the tests compare codes, never prose.
@@ -13,15 +19,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+import jwt
 from pydantic import TypeAdapter, ValidationError
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-SUBJECT_HEADER = "x-countersign-subject"
-"""Who is asking, as the gateway authenticated them (``alice@acme.example``)."""
-ORG_HEADER = "x-countersign-org"
-"""The org the subject acts for (``acme``); every object is scoped to exactly one org."""
+from gateway.identity import verify_identity
+
+IDENTITY_HEADER = "x-countersign-identity"
+"""Who is asking, as the gateway authenticated them: a JWT signed for this service (`gateway.identity`)."""
+CALLER_SCOPE_KEY = "countersign.caller"
+"""Where the service shell puts the verified `Caller` in the ASGI scope, for `caller_of`."""
 
 ArgsT = TypeVar("ArgsT")
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -37,24 +45,29 @@ class Caller:
     """The caller's org; an object of another org must look exactly like a missing one."""
 
 
-def caller_from_headers(headers: Headers) -> Caller | None:
-    """Return the caller named by the identity headers, or ``None`` when either is missing or blank."""
-    subject = headers.get(SUBJECT_HEADER, "").strip()
-    org = headers.get(ORG_HEADER, "").strip()
-    if not subject or not org:
+def verified_caller(token: str, *, signing_key: str, audience: str) -> Caller | None:
+    """The caller a signed identity names, or ``None`` when it does not verify.
+
+    It does not verify when its signature is not by `signing_key`, it was signed for another service
+    than `audience`, it has expired, its issuer is not the gateway, or its subject or org is blank.
+    """
+    try:
+        claims = verify_identity(token, key=signing_key, adapter=audience)
+    except jwt.InvalidTokenError:
         return None
-    return Caller(subject=subject, org=org)
+    subject, org = claims["sub"].strip(), claims["org"].strip()
+    return Caller(subject=subject, org=org) if subject and org else None
 
 
 def caller_of(request: Request) -> Caller:
     """Return the caller of a request the service shell has already admitted.
 
     Raises:
-        RuntimeError: if the identity headers are missing, which means a route was reached without
-            passing through the shell (a wiring bug, not a client error).
+        RuntimeError: if no verified caller is in the request's scope, which means a route was
+            reached without passing through the shell (a wiring bug, not a client error).
     """
-    caller = caller_from_headers(request.headers)
-    if caller is None:
+    caller = request.scope.get(CALLER_SCOPE_KEY)
+    if not isinstance(caller, Caller):
         raise RuntimeError("route reached without caller identity; is the service shell installed?")
     return caller
 

@@ -152,12 +152,16 @@ class ExpensesService(ServiceState):
 def create_expenses_app(
     *,
     service_token: str,
+    signing_key: str,
+    audience: str = "expenses",
     data: ExpensesData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
 ) -> Starlette:
     """Build an expenses service with its own copy of ``data`` (the demo data by default).
 
+    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
+    adapter's name); a request whose identity it does not verify reaches no route.
     ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
     The state is ``app.state.service``, an :class:`ExpensesService`.
     """
@@ -191,7 +195,9 @@ def create_expenses_app(
             methods=["POST"],
         ),
     ]
-    return build_service_app(service=service, service_token=service_token, routes=routes)
+    return build_service_app(
+        service=service, service_token=service_token, signing_key=signing_key, audience=audience, routes=routes
+    )
 
 
 _NEW_REPORT = TypeAdapter(NewReport)

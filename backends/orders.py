@@ -112,12 +112,16 @@ class OrdersService(ServiceState):
 def create_orders_app(
     *,
     service_token: str,
+    signing_key: str,
+    audience: str = "orders",
     data: OrdersData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
 ) -> Starlette:
     """Build an orders service with its own copy of ``data`` (the demo data by default).
 
+    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
+    adapter's name); a request whose identity it does not verify reaches no route.
     ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
     The state is ``app.state.service``, an :class:`OrdersService`.
     """
@@ -154,7 +158,9 @@ def create_orders_app(
         Route("/orders/{order_id}/refunds", list_refunds, methods=["GET"]),
         Route("/orders/{order_id}/refunds", refunds_write, methods=["POST"]),
     ]
-    return build_service_app(service=service, service_token=service_token, routes=routes)
+    return build_service_app(
+        service=service, service_token=service_token, signing_key=signing_key, audience=audience, routes=routes
+    )
 
 
 _NEW_REFUND = TypeAdapter(NewRefund)

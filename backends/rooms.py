@@ -107,12 +107,16 @@ class RoomsService(ServiceState):
 def create_rooms_app(
     *,
     service_token: str,
+    signing_key: str,
+    audience: str = "rooms",
     data: RoomsData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
 ) -> Starlette:
     """Build a rooms service with its own copy of ``data`` (the demo data by default).
 
+    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
+    adapter's name); a request whose identity it does not verify reaches no route.
     ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
     The state is ``app.state.service``, a :class:`RoomsService`.
     """
@@ -162,7 +166,9 @@ def create_rooms_app(
             methods=["POST"],
         ),
     ]
-    return build_service_app(service=service, service_token=service_token, routes=routes)
+    return build_service_app(
+        service=service, service_token=service_token, signing_key=signing_key, audience=audience, routes=routes
+    )
 
 
 _NEW_BOOKING = TypeAdapter(NewBooking)

@@ -35,7 +35,19 @@ from urllib.parse import quote
 
 ROOMS_TOKEN_ENV = "BENCH_ROOMS_TOKEN"
 ORDERS_TOKEN_ENV = "BENCH_ORDERS_TOKEN"
+ROOMS_SIGNING_KEY_ENV = "BENCH_ROOMS_SIGNING_KEY"
+ORDERS_SIGNING_KEY_ENV = "BENCH_ORDERS_SIGNING_KEY"
 SUBJECT = "bench@acme.example"
+
+
+def fresh_secrets() -> dict[str, str]:
+    """New backend tokens and identity signing keys, by environment variable, for one run's processes."""
+    import secrets
+
+    names = (ROOMS_TOKEN_ENV, ORDERS_TOKEN_ENV, ROOMS_SIGNING_KEY_ENV, ORDERS_SIGNING_KEY_ENV)
+    return {name: secrets.token_urlsafe(32) for name in names}
+
+
 ORG = "acme"
 BARE_AUDIT_STREAM = "bench:bare:audit"
 TOOL_NAME = "rooms_availability"
@@ -111,9 +123,19 @@ async def _backends() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with contextlib.AsyncExitStack() as stack:
-        rooms = await stack.enter_async_context(serve_app(create_rooms_app(service_token=os.environ[ROOMS_TOKEN_ENV])))
+        rooms = await stack.enter_async_context(
+            serve_app(
+                create_rooms_app(
+                    service_token=os.environ[ROOMS_TOKEN_ENV], signing_key=os.environ[ROOMS_SIGNING_KEY_ENV]
+                )
+            )
+        )
         orders = await stack.enter_async_context(
-            serve_app(create_orders_app(service_token=os.environ[ORDERS_TOKEN_ENV]))
+            serve_app(
+                create_orders_app(
+                    service_token=os.environ[ORDERS_TOKEN_ENV], signing_key=os.environ[ORDERS_SIGNING_KEY_ENV]
+                )
+            )
         )
         _announce(rooms=rooms, orders=orders, pid=os.getpid())
         await stop.wait()
@@ -131,8 +153,18 @@ async def _gateway(redis_url: str, rooms_url: str, orders_url: str, *, run_worke
     settings = Settings(
         redis_url=redis_url,
         adapters={
-            "rooms": AdapterSettings(name="rooms", url=rooms_url, token=Secret(os.environ[ROOMS_TOKEN_ENV])),
-            "orders": AdapterSettings(name="orders", url=orders_url, token=Secret(os.environ[ORDERS_TOKEN_ENV])),
+            "rooms": AdapterSettings(
+                name="rooms",
+                url=rooms_url,
+                token=Secret(os.environ[ROOMS_TOKEN_ENV]),
+                signing_key=Secret(os.environ[ROOMS_SIGNING_KEY_ENV]),
+            ),
+            "orders": AdapterSettings(
+                name="orders",
+                url=orders_url,
+                token=Secret(os.environ[ORDERS_TOKEN_ENV]),
+                signing_key=Secret(os.environ[ORDERS_SIGNING_KEY_ENV]),
+            ),
         },
         run_worker=run_worker,
     )
@@ -148,6 +180,15 @@ class _Clients:
 
     http: Any = None
     redis: Any = None
+
+
+def _signed_identity() -> dict[str, str]:
+    """The identity headers the gateway would send the rooms backend for the bench caller, signed per call."""
+    from gateway.identity import IdentityHeaders
+    from gateway.principal import Principal
+
+    caller = Principal(subject=SUBJECT, org=ORG, roles=frozenset())
+    return IdentityHeaders({"rooms": os.environ[ROOMS_SIGNING_KEY_ENV]})(caller, "rooms")
 
 
 def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
@@ -173,7 +214,7 @@ def bare_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name}")
         arguments = params.arguments or {}
         url = f"/rooms/{quote(str(arguments['room_id']), safe='')}/availability"
-        headers = {"x-countersign-subject": SUBJECT, "x-countersign-org": ORG}
+        headers = _signed_identity()
         async with clients.http.get(url, params={"date": str(arguments["date"])}, headers=headers) as response:
             if response.status != 200:
                 text = json.dumps({"error": f"backend answered {response.status}"})
@@ -293,7 +334,7 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
         args = {key: str(value) for key, value in (params.arguments or {}).items()}
         if params.name == CHECKED_WRITE_TOOL:  # the gateway's preflight: the room must exist
             url = f"/rooms/{quote(args['room_id'], safe='')}/availability"
-            headers = {"x-countersign-subject": SUBJECT, "x-countersign-org": ORG}
+            headers = _signed_identity()
             async with clients.http.get(url, params={"date": args["date"]}, headers=headers) as response:
                 await response.read()
                 if response.status != 200:

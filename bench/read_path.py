@@ -38,7 +38,6 @@ import contextlib
 import json
 import math
 import platform
-import secrets
 import signal
 import sys
 import tempfile
@@ -66,7 +65,7 @@ from bench._harness import (  # noqa: E402
     spread,
     start_python,
 )
-from bench._servers import BARE_AUDIT_STREAM, ORDERS_TOKEN_ENV, ROOMS_TOKEN_ENV, SUBJECT  # noqa: E402
+from bench._servers import BARE_AUDIT_STREAM, SUBJECT, fresh_secrets  # noqa: E402
 
 SERVERS = ("gateway", "bare")
 GATEWAY_AUDIT_STREAM = "countersign:audit"
@@ -163,7 +162,7 @@ def started_stack(args: argparse.Namespace, pinning: Pinning, log_dir: Path) -> 
     """Redis, the backends, both servers and the load generator; all stopped on the way out."""
     with contextlib.ExitStack() as stack:
         redis, redis_url = stack.enter_context(redis_server(pinning.others, log_dir))
-        tokens = {ROOMS_TOKEN_ENV: secrets.token_urlsafe(24), ORDERS_TOKEN_ENV: secrets.token_urlsafe(24)}
+        tokens = fresh_secrets()
 
         def start(name: str, module: str, argv: list[str], cores: frozenset[int], **kw: Any) -> Child:
             child = start_python(name, module, argv, cores=cores, log_dir=log_dir, env=tokens, **kw)

@@ -47,7 +47,6 @@ import json
 import math
 import random
 import re
-import secrets
 import signal
 import statistics
 import sys
@@ -75,10 +74,11 @@ from bench._harness import (  # noqa: E402
 from bench._servers import (  # noqa: E402
     BARE_AUDIT_STREAM,
     CHECKED_WRITE_TOOL,
-    ORDERS_TOKEN_ENV,
+    ROOMS_SIGNING_KEY_ENV,
     ROOMS_TOKEN_ENV,
     SUBJECT,
     WRITE_TOOL,
+    fresh_secrets,
 )
 from bench._write_load import FIRST_DAY, ROOM  # noqa: E402
 from bench.read_path import (  # noqa: E402
@@ -287,13 +287,17 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
     }
 
 
-def backend_bookings(rooms_url: str, token: str) -> list[dict[str, Any]]:
+def backend_bookings(rooms_url: str, token: str, signing_key: str) -> list[dict[str, Any]]:
     """The bench subject's active bookings at the rooms backend from the bench's first day on."""
     import urllib.request
 
+    from gateway.identity import IdentityHeaders
+    from gateway.principal import Principal
+
+    caller = Principal(subject=SUBJECT, org=ORG, roles=frozenset())
+    identity = IdentityHeaders({"rooms": signing_key})(caller, "rooms")
     request = urllib.request.Request(
-        f"{rooms_url}/bookings/mine",
-        headers={"authorization": f"Bearer {token}", "x-countersign-subject": SUBJECT, "x-countersign-org": ORG},
+        f"{rooms_url}/bookings/mine", headers={"authorization": f"Bearer {token}", **identity}
     )
     with urllib.request.urlopen(request, timeout=30) as response:
         bookings = json.loads(response.read())["bookings"]
@@ -355,7 +359,7 @@ def started_stack(args: argparse.Namespace, pinning: Pinning, log_dir: Path) -> 
     """Redis, the backends, the load generator and keys; the servers start as the steps need them."""
     with contextlib.ExitStack() as exit_stack:
         redis, redis_url = exit_stack.enter_context(redis_server(pinning.others, log_dir))
-        tokens = {ROOMS_TOKEN_ENV: secrets.token_urlsafe(24), ORDERS_TOKEN_ENV: secrets.token_urlsafe(24)}
+        tokens = fresh_secrets()
         backends = start_python(
             "backends", "bench._servers", ["backends"], cores=pinning.others, log_dir=log_dir, env=tokens
         )
@@ -590,7 +594,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     document["bytes_succeeded"] = card_bytes(worker_db, card_ids(worker_db), "SUCCEEDED")
 
     census = {name: ledger_census(db_url(stack.redis_url, database)) for name, database in DATABASES.items()}
-    bookings = backend_bookings(stack.rooms_url, stack.tokens[ROOMS_TOKEN_ENV])
+    bookings = backend_bookings(stack.rooms_url, stack.tokens[ROOMS_TOKEN_ENV], stack.tokens[ROOMS_SIGNING_KEY_ENV])
     document["census"] = census
     document["bookings"] = {"count": len(bookings), "ids": sorted(b["booking_id"] for b in bookings)}
     document["load_totals"] = stack.ask({"cmd": "totals"}, 10)

@@ -86,6 +86,22 @@ def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
                           timeout_seconds=adapter.timeout_seconds)  # fmt: skip
 
 
+def _signing_key(adapter: AdapterSettings) -> str:
+    """The key the caller's identity is signed with for `adapter`'s backend.
+
+    Raises:
+        ConfigError: when none is configured. The gateway does not start rather than send an identity
+            the backend cannot verify, and never makes up a key the backend could not know.
+    """
+    key = str(adapter.signing_key) if adapter.signing_key is not None else ""
+    if not key:
+        raise ConfigError(
+            f"adapter {adapter.name} has no signing key: set signing_key_env in [adapters.{adapter.name}] "
+            "to the variable holding the key its backend verifies the caller's identity with"
+        )
+    return key
+
+
 def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
     """The gateway's client for one backend: its own credential, never an agent's token."""
     return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
@@ -117,7 +133,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     """Wire the layers (no I/O yet: clients connect on first use).
 
     Raises:
-        ConfigError: for an unresolved Redis URL or backend URL.
+        ConfigError: for an unresolved Redis URL or backend URL, or a configured backend without a
+            signing key.
         ToolDeclarationError: for duplicate tool names.
     """
     if settings.redis_url is None:
@@ -141,7 +158,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     keys = KeyStore(client)
     ledger = RedisLedger(client)
     guard = LedgerGuard(client)
-    identity = IdentityHeaders()
+    identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     store = RegistryStore(client)
     live = LiveToolSource(
         static=static,

@@ -3,10 +3,15 @@
 Who calls it: the executor (one event per call), the key store, the CLI (`audit tail`). An
 event never holds a bearer token or third-party text; `AuditEvent` has no field for either.
 The Redis stream that holds the trail is `gateway.store.audit.RedisStreamAuditSink`.
+
+Some fields still hold what an agent chose (the name of the tool it called), so an event bounds
+every field when it is made (`MAX_FIELD_CHARS`), and whoever renders one as text escapes it
+(`gateway.printable`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -15,16 +20,38 @@ from typing import Protocol
 
 from gateway.principal import Principal
 
-__all__ = ["AUDIT_STREAM", "AuditEvent", "AuditSink", "ListAuditSink"]
+__all__ = ["AUDIT_STREAM", "MAX_FIELD_CHARS", "AuditEvent", "AuditSink", "ListAuditSink", "bounded"]
 
 logger = logging.getLogger(__name__)
 
 AUDIT_STREAM = "countersign:audit"
+MAX_FIELD_CHARS = 512
+"""The longest value an audit field holds, in characters: each text field, and each key and value of
+`extra`. A longer value is kept as its prefix plus a marker naming its length and SHA-256 (`bounded`)."""
+
+
+def bounded(value: str) -> str:
+    """`value` as an audit field stores it: at most `MAX_FIELD_CHARS` characters, and encodable as UTF-8.
+
+    A longer value keeps its first characters and ends in ``…[<n> chars, sha256 <32 hex>]``, so two
+    long values with one prefix are still told apart. Lone surrogates (which UTF-8 cannot carry)
+    are written as ``\\udXXX`` escapes rather than failing the write.
+    """
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            value = value.encode("utf-8", "backslashreplace").decode()
+    if len(value) <= MAX_FIELD_CHARS:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:32]
+    marker = f"…[{len(value)} chars, sha256 {digest}]"
+    return value[: MAX_FIELD_CHARS - len(marker)] + marker
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AuditEvent:
-    """One audited fact."""
+    """One audited fact. Every text field, and each key and value of `extra`, is `bounded` on construction."""
 
     action: str
     """What happened: ``tool.call``, ``key.create``, ``key.revoke``, ``auth.reject``..."""
@@ -42,6 +69,14 @@ class AuditEvent:
     extra: Mapping[str, str] = field(default_factory=dict)
     id: str = ""
     """Stream id once stored (its first part is the Redis server's time in ms)."""
+
+    def __post_init__(self) -> None:
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if len(value) > MAX_FIELD_CHARS or not value.isascii():
+                object.__setattr__(self, name, bounded(value))
+        if self.extra:
+            object.__setattr__(self, "extra", {bounded(k): bounded(v) for k, v in self.extra.items()})
 
     def to_fields(self) -> dict[str, str]:
         # Plain attribute reads: dataclasses.asdict deep-copies and costs more than the XADD's encoding.

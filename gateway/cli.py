@@ -25,6 +25,7 @@ from gateway import cli_adapters, cli_cards
 from gateway.audit import AuditEvent
 from gateway.errors import GatewayError
 from gateway.principal import KeyKind, Principal
+from gateway.printable import escape_unprintable
 from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
@@ -140,10 +141,12 @@ async def _with_store(settings: Settings, action: Callable[[_Store], Awaitable[i
 async def _keys_create(store: _Store, args: argparse.Namespace) -> int:
     roles = [role for chunk in args.roles for role in chunk.split(",") if role.strip()]
     known = store.settings.roles_of(args.org)
+    org = escape_unprintable(args.org)
     if known is None:
-        print(f"warning: org {args.org!r} is not configured; its keys will see no tools", file=sys.stderr)
+        print(f"warning: org {org} is not configured; its keys will see no tools", file=sys.stderr)
     elif unknown := sorted(set(roles) - known):
-        print(f"warning: role(s) {', '.join(unknown)} are not configured for org {args.org}", file=sys.stderr)
+        named = escape_unprintable(", ".join(unknown))
+        print(f"warning: role(s) {named} are not configured for org {org}", file=sys.stderr)
     token, record = await store.keys.create(kind=KeyKind(args.kind), subject=args.subject, org=args.org, roles=roles)
     await store.audit.record(
         AuditEvent(
@@ -171,7 +174,8 @@ async def _keys_create(store: _Store, args: argparse.Namespace) -> int:
     else:
         print(token)
         print(
-            f"{record.key_id}  {record.kind.value}  {record.subject}  org={record.org}  "
+            f"{record.key_id}  {record.kind.value}  {escape_unprintable(record.subject)}  "
+            f"org={escape_unprintable(record.org)}  "
             f"roles={','.join(sorted(record.roles)) or '-'}  (shown once; only its hash is stored)",
             file=sys.stderr,
         )
@@ -184,7 +188,8 @@ async def _keys_list(store: _Store, args: argparse.Namespace) -> int:
         state = "revoked" if record.revoked else "active"
         roles = ",".join(sorted(record.roles)) or "-"
         kind = record.kind.value
-        print(f"{record.key_id}  {kind:<7}  {state:<7}  {created}Z  {record.org:<10}  {record.subject}  {roles}")
+        org, subject = escape_unprintable(record.org), escape_unprintable(record.subject)
+        print(f"{record.key_id}  {kind:<7}  {state:<7}  {created}Z  {org:<10}  {subject}  {roles}")
     return 0
 
 
@@ -200,18 +205,22 @@ async def _keys_revoke(store: _Store, args: argparse.Namespace) -> int:
             extra={"by": getpass.getuser()},
         )
     )
-    print(f"revoked {record.key_id} ({record.subject})")
+    print(f"revoked {record.key_id} ({escape_unprintable(record.subject)})")
     return 0
 
 
 def _format(event: AuditEvent, as_json: bool) -> str:
+    """One line per event, whatever its fields hold: an agent named the tool, so every value is escaped.
+
+    As JSON, `json.dumps` escapes every control character but DEL, which is escaped here.
+    """
     if as_json:
-        return json.dumps({"id": event.id, **event.to_fields()}, sort_keys=True)
+        return json.dumps({"id": event.id, **event.to_fields()}, sort_keys=True).replace("\x7f", "\\u007f")
     millis = int(event.id.split("-")[0]) if event.id else 0
     when = datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    parts = [f"{when}Z", event.action, event.outcome]
+    parts = [f"{when}Z", escape_unprintable(event.action), escape_unprintable(event.outcome)]
     parts += [
-        f"{name}={value}"
+        f"{name}={escape_unprintable(value)}"
         for name, value in (
             ("subject", event.subject),
             ("org", event.org),
@@ -224,7 +233,7 @@ def _format(event: AuditEvent, as_json: bool) -> str:
     if event.latency_ms is not None:
         parts.append(f"{event.latency_ms:.1f}ms")
     if event.reason:
-        parts.append(f"({event.reason})")
+        parts.append(f"({escape_unprintable(event.reason)})")
     return "  ".join(parts)
 
 

@@ -1,10 +1,14 @@
-"""Who is asking, as a backend learns it: plain identity headers, and a signed one when keyed.
+"""Who is asking, as a backend learns it: a signed identity header, and plain ones beside it.
 
 The gateway never forwards an agent's bearer token. A backend learns the caller from
-``X-Countersign-Subject`` / ``X-Countersign-Org`` and, for adapters with a signing key, from
 ``X-Countersign-Identity``: a JWT (HS256) with ``sub``, ``org``, ``aud`` (the adapter),
 ``iss`` ``countersign`` and a short ``exp``, so the backend can verify the claim rather than
-trust the network.
+trust the network (`verify_identity` is what it does with it). ``X-Countersign-Subject`` /
+``X-Countersign-Org`` say the same in plain text, for logs; a backend must not trust them.
+
+Every configured adapter has a signing key (the composition root refuses to start without one),
+and the gateway generates one for each demo backend it starts; a registered adapter is keyed when
+its manifest names a ``signing_secret_env`` that is set.
 """
 
 from __future__ import annotations
@@ -55,8 +59,8 @@ def verify_identity(token: str, *, key: str, adapter: str) -> dict[str, str]:
     """What a backend does with the signed header: verify it and return ``{"sub", "org"}``.
 
     Raises:
-        jwt.InvalidTokenError: bad signature, wrong audience or issuer, or expired.
+        jwt.InvalidTokenError: bad signature, wrong audience or issuer, expired, or a claim missing.
     """
     claims = jwt.decode(token, key, algorithms=["HS256"], audience=adapter, issuer=ISSUER,
-                        options={"require": ["exp", "sub", "aud", "iss"]})  # fmt: skip
+                        options={"require": ["exp", "sub", "org", "aud", "iss"]})  # fmt: skip
     return {"sub": str(claims["sub"]), "org": str(claims["org"])}

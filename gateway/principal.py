@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["KeyKind", "Principal"]
+__all__ = ["KeyKind", "Principal", "normalize_subject"]
 
 
 class KeyKind(StrEnum):
@@ -34,3 +35,25 @@ class Principal:
     """Which surface the key opens."""
     key_id: str = ""
     """Public identifier of the key (safe to log and audit)."""
+
+
+def normalize_subject(subject: str) -> str:
+    """The one spelling of an identity: what a key stores, and what every comparison of two subjects compares.
+
+    NFKC folds compatibility forms into one (fullwidth ``ａｌｉｃｅ`` and mathematical letters are
+    ``alice``; ``＠`` is ``@``); an email-like subject, one holding ``@`` once folded, is also
+    case-folded, since nobody is told apart from another by the case of their mail address; any
+    other subject (a service's name) keeps its case. Surrounding whitespace is trimmed. Normalizing
+    twice changes nothing.
+
+    Where it applies: `KeyStore` stores a key's subject normalized (and normalizes what it reads, for
+    keys stored earlier), so every `Principal` it resolves carries the normal form, and so does every
+    card, which copies its requester's subject from the key. That is why the ledger's approve script,
+    which compares approver and requester (and approvers with each other) as plain strings, compares
+    identities. `policies.approval.may_decide` normalizes both sides again, so a card stored before
+    subjects were normalized still cannot be approved by its requester under another spelling.
+    """
+    text = unicodedata.normalize("NFKC", subject)
+    if "@" in text:
+        text = unicodedata.normalize("NFKC", text.casefold())
+    return text.strip()

@@ -2,7 +2,8 @@
 
 Resolution, in order: a Redis URL (`COUNTERSIGN_REDIS_URL`, or the embedded server of the data
 directory, started or attached to), a backend URL for every adapter (a configured URL, or the
-demo backend started in-process on a free port with a fresh credential), and a demo agent key
+demo backend started in-process on a free port with a fresh credential and a fresh key to verify the
+callers' signed identity with), and a demo agent key
 (created once and kept in ``<data_dir>/demo-agent.key``, reused while it is still live).
 """
 
@@ -77,15 +78,14 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
 
     async with contextlib.AsyncExitStack() as stack:
         if settings.demo:
-            token = secrets.token_urlsafe(32)
-            expenses = create_expenses_app(service_token=token)
+            token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+            expenses = create_expenses_app(service_token=token, signing_key=signing_key)
             base = await stack.enter_async_context(_serve_on_stable_port(expenses, settings.port + 1))
             settings = replace(
                 settings,
-                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": token,
-                         "EXPENSES_SIGNING_KEY": secrets.token_urlsafe(32)},
+                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": token, "EXPENSES_SIGNING_KEY": signing_key},
                 demo_services={**settings.demo_services, "expenses": base},
-            )  # fmt: skip
+            )
         url = await stack.enter_async_context(redis_url_for(settings, owner="serve"))
         factories = _demo_backends()
         adapters: dict[str, AdapterSettings] = {}
@@ -95,9 +95,11 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
                 continue
             if name not in factories:
                 raise ConfigError(f"adapter {name} has no url and no demo backend")
-            token = secrets.token_urlsafe(32)
-            base = await stack.enter_async_context(serve_app(factories[name](service_token=token)))
-            adapters[name] = replace(adapter, url=base, token=Secret(token))
+            # This backend is the gateway's own, so the gateway may make up the key both sides share.
+            token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+            backend = factories[name](service_token=token, signing_key=signing_key)
+            base = await stack.enter_async_context(serve_app(backend))
+            adapters[name] = replace(adapter, url=base, token=Secret(token), signing_key=Secret(signing_key))
         yield replace(settings, redis_url=url, adapters=adapters)
 
 

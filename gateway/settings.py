@@ -14,6 +14,7 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
     token_env = "ROOMS_BACKEND_TOKEN"             # env var holding the gateway's own credential
+    signing_key_env = "ROOMS_SIGNING_KEY"         # env var holding the key it signs callers' identity with
 
     [orgs.acme]
     adapters = ["rooms", "orders"]
@@ -48,6 +49,11 @@ class AdapterSettings:
     """Backend base URL; None means "start the demo backend in-process" (demo mode only)."""
     token: Secret | None = None
     """The gateway's own credential for the backend. Never an agent's token."""
+    signing_key: Secret | None = None
+    """The key the gateway signs each caller's identity with for this backend (``X-Countersign-Identity``,
+    HS256), shared with the backend, which verifies it. Required for a backend with a `url`: the gateway
+    refuses to start without one (it never invents a key a backend could not know). A demo backend the
+    gateway starts itself gets a fresh one."""
     timeout_seconds: float = 10.0
     health_path: str = "/_health"
     """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""
@@ -124,7 +130,7 @@ class Settings:
 
         Raises:
             ConfigError: for an unreadable file, an unknown section, an org naming an adapter that
-                is not configured, or a `token_env` that is not set.
+                is not configured, or a `token_env` or `signing_key_env` that is not set.
         """
         env = Config(environ=environ, env_prefix="COUNTERSIGN_")
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
@@ -174,15 +180,22 @@ def _adapters(section: Any, environ: Mapping[str, str]) -> dict[str, AdapterSett
         raise ConfigError("[adapters] must be a table of adapter tables")
     adapters = {}
     for name, table in section.items():
-        token = None
-        if token_env := table.get("token_env"):
-            if token_env not in environ:
-                raise ConfigError(f"adapter {name}: environment variable {token_env} is not set")
-            token = Secret(environ[token_env])
         adapters[name] = AdapterSettings(
-            name=name, url=table.get("url"), token=token, timeout_seconds=float(table.get("timeout_seconds", 10.0))
+            name=name,
+            url=table.get("url"),
+            token=_secret(name, table.get("token_env"), environ),
+            signing_key=_secret(name, table.get("signing_key_env"), environ),
+            timeout_seconds=float(table.get("timeout_seconds", 10.0)),
         )
     return adapters
+
+
+def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> Secret | None:
+    if not env_name:
+        return None
+    if env_name not in environ:
+        raise ConfigError(f"adapter {adapter}: environment variable {env_name} is not set")
+    return Secret(environ[env_name])
 
 
 def _orgs(section: Any) -> tuple[OrgSettings, ...]:

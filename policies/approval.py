@@ -8,7 +8,7 @@ from typing import Any
 from gateway.card import Card
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.principal import KeyKind, Principal
+from gateway.principal import KeyKind, Principal, normalize_subject
 from gateway.tool import Approval
 
 __all__ = ["approvals_required", "may_decide"]
@@ -32,11 +32,12 @@ def may_decide(card: Card, admin: Principal) -> Decision:
     """Whether `admin` may approve, reject, cancel or resolve `card`.
 
     A card of another org is NOT_FOUND (exactly as if it did not exist); the requester is never
-    its own approver; the admin needs the card's approver role.
+    its own approver, under any spelling of its subject (`normalize_subject`); the admin needs the
+    card's approver role.
     """
     if admin.kind is not KeyKind.ADMIN or admin.org != card.requester_org:
         return Decision.deny(Code.NOT_FOUND, "card is not visible to this admin")
-    if admin.subject == card.requester_subject:
+    if normalize_subject(admin.subject) == normalize_subject(card.requester_subject):
         return Decision.deny(Code.PERMISSION_DENIED, "the requester cannot decide its own card")
     if card.approver_role not in admin.roles:
         return Decision.deny(Code.PERMISSION_DENIED, f"deciding needs role {card.approver_role}")

@@ -23,7 +23,7 @@ from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
-from tests.support.services import Backend, gateway_settings
+from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -80,13 +80,14 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
 
 @pytest.fixture(scope="session")
 def backends() -> Iterator[dict[str, Backend]]:
-    """The rooms and orders services, each with its own credential for the gateway."""
+    """The rooms and orders services, each with its own credential and identity signing key for the gateway."""
     with ExitStack() as stack:
         started = {}
         for name, factory in (("rooms", create_rooms_app), ("orders", create_orders_app)):
-            token = secrets.token_urlsafe(16)
-            app = factory(service_token=token)
-            started[name] = Backend(url=stack.enter_context(serve_app_in_thread(app)), token=token, app=app)
+            token, key = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+            app = factory(service_token=token, signing_key=key)
+            url = stack.enter_context(serve_app_in_thread(app))
+            started[name] = Backend(url=url, token=token, app=app, signing_key=key)
         yield started
 
 
@@ -102,9 +103,9 @@ def clean_backends(backends: dict[str, Backend]) -> Iterator[dict[str, Backend]]
 def expenses() -> Iterator[Backend]:
     """The expenses service: not configured in the gateway, offered only by manifest registration."""
     token = secrets.token_urlsafe(16)
-    app = create_expenses_app(service_token=token)
+    app = create_expenses_app(service_token=token, signing_key=EXPENSES_SIGNING_KEY)
     with serve_app_in_thread(app) as url:
-        yield Backend(url=url, token=token, app=app)
+        yield Backend(url=url, token=token, app=app, signing_key=EXPENSES_SIGNING_KEY)
 
 
 @pytest.fixture(scope="session")

@@ -48,10 +48,12 @@ lease_seconds = {LEASE_SECONDS}
 [adapters.rooms]
 url = "{backends["rooms"].url}"
 token_env = "TEST_ROOMS_TOKEN"
+signing_key_env = "TEST_ROOMS_SIGNING_KEY"
 
 [adapters.orders]
 url = "{backends["orders"].url}"
 token_env = "TEST_ORDERS_TOKEN"
+signing_key_env = "TEST_ORDERS_SIGNING_KEY"
 
 [orgs.acme]
 adapters = ["rooms", "orders"]
@@ -60,7 +62,9 @@ roles = ["staff", "support", "approver"]
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
     env |= {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_CONFIG": str(config),
-            "TEST_ROOMS_TOKEN": backends["rooms"].token, "TEST_ORDERS_TOKEN": backends["orders"].token}  # fmt: skip
+            "TEST_ROOMS_TOKEN": backends["rooms"].token, "TEST_ORDERS_TOKEN": backends["orders"].token,
+            "TEST_ROOMS_SIGNING_KEY": backends["rooms"].signing_key,
+            "TEST_ORDERS_SIGNING_KEY": backends["orders"].signing_key}  # fmt: skip
     log = (tmp_path / f"{name}.log").open("w")
     process = subprocess.Popen([sys.executable, "-m", "gateway", "worker"], env=env, stdout=log, stderr=log)
     try:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, example, given, settings
 from redis.asyncio import Redis
 
+from gateway.audit import AUDIT_STREAM
 from gateway.cli import main
 from gateway.principal import KeyKind
 from gateway.store.keys import KeyStore
-from tests.support.agents import agent
+from tests.support.agents import agent, make_key
+from tests.support.hostile_text import FORGED_LINE, TERMINAL_ESCAPES, hostile_text
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +86,59 @@ async def test_audit_tail_shows_calls_and_key_events(
 async def _to_thread(run: Callable[..., tuple[int, str, str]], *args: Any) -> tuple[int, str, str]:
     """The CLI runs its own event loop (asyncio.run), so it is called from a worker thread."""
     return await anyio.to_thread.run_sync(lambda: run(*args))
+
+
+def _audit_tail(redis_url: str, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["audit", "tail", "-n", "1000", *args], {"COUNTERSIGN_REDIS_URL": redis_url})
+    return status, out.getvalue()
+
+
+async def _hostile_calls(redis_url: str, mcp_url: str, text: str) -> int:
+    """Flush, then call a tool named `text` and a real tool with `text` in its arguments; the audit length."""
+    client = Redis.from_url(redis_url)
+    try:
+        await client.flushdb()
+        token = await make_key(client)
+        async with agent(mcp_url, token) as mcp:
+            await mcp.call_tool(text, {text: text})
+            await mcp.call_tool("rooms_availability", {"room_id": text, "date": text})
+            await mcp.call_tool("rooms_book", {"room_id": "room-atlas", "date": "2027-02-01", "start": "09:00",
+                                               "end": "10:00", "title": text})  # fmt: skip
+        return int(await client.xlen(AUDIT_STREAM))
+    finally:
+        await client.aclose()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(FORGED_LINE)
+@example(TERMINAL_ESCAPES)
+@given(text=hostile_text)
+def test_audit_tail_prints_one_line_per_event_whatever_an_agent_calls_its_tool(
+    redis_url: str, mcp_url: str, text: str
+) -> None:
+    """Control characters in a tool name or arguments reach `audit tail` escaped: one line per event, none raw."""
+    stored = anyio.run(_hostile_calls, redis_url, mcp_url, text)
+    for as_json in (False, True):
+        status, out = _audit_tail(redis_url, *(["--json"] if as_json else []))
+        lines = out.split("\n")
+        assert status == 0 and lines.pop() == ""
+        assert len(lines) == stored >= 3
+        assert all(ch.isprintable() for line in lines for ch in line), lines
+        if as_json:
+            assert [json.loads(line).get("tool") for line in lines][-3] == text
+
+
+async def test_keys_create_refuses_a_subject_that_would_drive_the_terminal(
+    redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An escape sequence in `--subject` is refused with status 1, and no key is made."""
+    subject = f"root@acme.example{TERMINAL_ESCAPES}"
+    status, out, err = await _to_thread(
+        _run, redis_url, capsys, "keys", "create", "--kind", "admin", "--subject", subject,
+        "--org", "acme", "--roles", "approver",
+    )  # fmt: skip
+    assert (status, out) == (1, "") and "countersign:" in err
+    assert all(ch.isprintable() for ch in err.rstrip("\n"))
+    assert await KeyStore(redis).list() == []

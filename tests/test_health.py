@@ -11,7 +11,6 @@ from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState
-from gateway.settings import AdapterSettings
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
@@ -31,7 +30,7 @@ def health_database(quiet_redis_url: str) -> str:
 async def gateway(redis: Redis, redis_url: str, backends: dict[str, Backend]) -> AsyncIterator[Gateway]:
     """A gateway whose rooms backend is down (nothing listens on its port)."""
     settings = gateway_settings(redis_url, backends)
-    dead = AdapterSettings(name="rooms", url=f"http://127.0.0.1:{free_port()}", timeout_seconds=5.0)
+    dead = replace(settings.adapters["rooms"], url=f"http://127.0.0.1:{free_port()}", timeout_seconds=5.0)
     settings = replace(settings, adapters={**settings.adapters, "rooms": dead})
     wired = build_gateway(settings, tools_for(settings))
     try:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
+from hypothesis import given, settings
 from redis.asyncio import Redis
 
+from gateway.errors import AuthError
 from gateway.principal import KeyKind
 from gateway.store.keys import KeyCache, KeyStore, hash_token
+from tests.support.hostile_text import hostile_text
 
 pytestmark = pytest.mark.anyio
 
@@ -44,3 +48,26 @@ async def test_unknown_tokens_are_not_cached_and_only_hashes_are_stored(redis: R
     for key in await redis.keys("*"):
         if await redis.type(key) == b"hash":
             assert token.encode() not in b"".join(v for kv in (await redis.hgetall(key)).items() for v in kv)
+
+
+async def _create(redis_url: str, subject: str) -> tuple[type[Exception] | None, int]:
+    client = Redis.from_url(redis_url)
+    try:
+        await client.flushdb()
+        try:
+            await KeyStore(client).create(kind=KeyKind.ADMIN, subject=subject, org="acme", roles=("approver",))
+        except AuthError as error:
+            return type(error), len(await KeyStore(client).list())
+        return None, len(await KeyStore(client).list())
+    finally:
+        await client.aclose()
+
+
+@settings(max_examples=60, deadline=None)
+@given(hostile=hostile_text)
+def test_a_subject_with_a_control_character_is_refused_and_nothing_is_stored(
+    quiet_redis_url: str, hostile: str
+) -> None:
+    """A subject must show as what it is: control, separator and bidi characters inside it are refused."""
+    refused, stored = anyio.run(_create, quiet_redis_url, f"alice{hostile}@acme.example")
+    assert (refused, stored) == (AuthError, 0)

@@ -72,6 +72,7 @@ PLACES: dict[str, int] = {
     "gateway.ledger": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
+    "gateway.printable": VOCABULARY,
     "gateway.tool": VOCABULARY,
     "gateway.tool_context": VOCABULARY,
     "gateway.toolbox": VOCABULARY,

@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_NOTE, HOSTILE_TITLE
+from gateway.identity import IDENTITY_HEADER, verify_identity
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
@@ -214,6 +215,23 @@ async def test_another_orgs_order_and_a_missing_order_answer_identically(redis: 
             missing = await client.call_tool(tool, {"order_id": "ord-9999"})
             assert error_code(other_org) == "NOT_FOUND"
             assert everything_the_model_sees(other_org) == everything_the_model_sees(missing)
+
+
+async def test_every_configured_backend_gets_the_callers_identity_signed_with_its_own_key(
+    redis: Redis, mcp_url: str, backends: dict[str, Backend]
+) -> None:
+    """Each call carries an identity the backend verifies with its key, for its own name and this caller."""
+    token = await make_key(redis, roles=("staff", "support"), subject="carol@acme.example")
+    async with agent(mcp_url, token) as client:
+        for name in ALL_TOOLS:
+            assert not (await client.call_tool(name, VALID_ARGUMENTS[name])).is_error, name
+    for adapter, backend in backends.items():
+        signed = [r.headers[IDENTITY_HEADER] for r in backend.app.state.service.requests
+                  if r.headers.get("x-countersign-subject") == "carol@acme.example"]  # fmt: skip
+        assert signed, adapter
+        for identity in signed:
+            claims = verify_identity(identity, key=backend.signing_key, adapter=adapter)
+            assert claims == {"sub": "carol@acme.example", "org": "acme"}
 
 
 async def test_the_agents_token_never_reaches_a_backend(

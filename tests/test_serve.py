@@ -12,10 +12,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from redis.asyncio import Redis
+from starlette.datastructures import Secret
 
 from gateway.card import CardState
+from gateway.identity import IDENTITY_HEADER, IdentityHeaders
+from gateway.principal import Principal
+from gateway.serve import resolved
+from gateway.settings import Settings
 from gateway.store.embedded import embedded_redis
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, payload
@@ -124,3 +130,29 @@ async def test_card_approved_while_serve_is_down_runs_once_after_restart(tmp_pat
     assert status["outcome"] == "succeeded"
     matching = [b for b in mine["bookings"] if (b["room_id"], b["date"]) == ("room-delta", "2026-12-20")]
     assert len(matching) == 1 and matching[0]["booking_id"] == status["reference"]
+
+
+async def test_each_demo_backend_gets_a_fresh_signing_key_and_refuses_callers_not_signed_with_it(
+    redis_url: str,
+) -> None:
+    """In demo mode the gateway makes up the key, and hands it to the backends it starts, which verify it."""
+    settings = Settings(redis_url=redis_url, demo=True, port=free_port())
+    async with resolved(settings) as ready:
+        services = {name: (str(a.url), str(a.token), a.signing_key) for name, a in ready.adapters.items()}
+        services["expenses"] = (ready.demo_services["expenses"], ready.secrets["EXPENSES_BACKEND_TOKEN"],
+                                Secret(ready.secrets["EXPENSES_SIGNING_KEY"]))  # fmt: skip
+        keys = {str(key) for _url, _token, key in services.values() if key is not None}
+        assert len(keys) == len(services) == 3  # one key per backend, none shared
+        for name, (url, token, key) in services.items():
+            assert key is not None
+            alice = Principal(subject="alice@acme.example", org="acme", roles=frozenset())
+            signed = IdentityHeaders({name: str(key)})(alice, name)
+            forged = IdentityHeaders({name: "a-key-the-backend-does-not-know-0123456789"})(alice, name)
+            path = {"rooms": "/bookings/mine", "orders": "/orders/ord-1001", "expenses": "/reports"}[name]
+            async with httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {token}"}) as client:
+                admitted = await client.get(path, headers=signed)
+                unsigned = await client.get(path, headers={k: v for k, v in signed.items() if k != IDENTITY_HEADER})
+                refused = await client.get(path, headers=forged)
+            assert admitted.status_code == 200, (name, admitted.text)
+            assert (unsigned.status_code, unsigned.json()) == (400, {"error": "missing_identity"})
+            assert (refused.status_code, refused.json()) == (401, {"error": "invalid_identity"})

@@ -22,6 +22,7 @@ lease_seconds = 5
 [adapters.rooms]
 url = "https://rooms.internal.example"
 token_env = "ROOMS_TOKEN"
+signing_key_env = "ROOMS_SIGNING_KEY"
 
 [orgs.acme]
 adapters = ["rooms", "expenses"]
@@ -31,11 +32,13 @@ roles = ["staff"]
 allowed_base_urls = ["https://*.internal.example:443"]
 """
     )
-    settings = Settings.load({"ROOMS_TOKEN": "s3cret", "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, config)
+    environ = {"ROOMS_TOKEN": "s3cret", "ROOMS_SIGNING_KEY": "k3y-s3cret", "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}
+    settings = Settings.load(environ, config)
     assert (settings.port, settings.lease_seconds, settings.redis_url) == (9000, 5.0, "redis://r:6379/0")
     assert str(settings.adapters["rooms"].token) == "s3cret" and settings.demo is False
     assert settings.org_adapters.enabled("acme", "expenses") and settings.org_adapters.enabled("acme", "approvals")
     assert settings.registry_allowed_base_urls == ("https://*.internal.example:443",)
+    assert str(settings.adapters["rooms"].signing_key) == "k3y-s3cret"
     assert "s3cret" not in repr(settings)
 
 
@@ -47,10 +50,15 @@ def test_without_a_config_file_it_is_the_demo(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ['[adapters.rooms]\ntoken_env = "MISSING"\n', "[nonsense]\n", "not toml at all ["],
+    [
+        '[adapters.rooms]\ntoken_env = "MISSING"\n',
+        '[adapters.rooms]\nsigning_key_env = "MISSING"\n',
+        "[nonsense]\n",
+        "not toml at all [",
+    ],
 )
 def test_bad_configuration_is_a_config_error(tmp_path: Path, text: str) -> None:
-    """A token_env that is not set, an unknown section or unreadable TOML is refused clearly."""
+    """A token_env or signing_key_env that is not set, an unknown section or unreadable TOML is refused clearly."""
     config = tmp_path / "bad.toml"
     config.write_text(text)
     with pytest.raises(ConfigError) as caught:

@@ -28,6 +28,7 @@ from gateway.executor.invoke import Invoker, args_hash
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
+from gateway.printable import escape_unprintable
 from gateway.tool import Mode, Tool, is_key_field
 from gateway.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
@@ -75,7 +76,7 @@ class AgentPath:
         try:
             return await self._execute(principal, name, arguments, started)
         except Exception:
-            logger.exception("tool %s failed unexpectedly", name)
+            logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
             failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
             return await self._refuse(principal, name, failure, started, ran=True)
 

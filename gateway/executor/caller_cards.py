@@ -8,7 +8,7 @@ from typing import Any
 from gateway.card import Card
 from gateway.card_views import card_for_agent
 from gateway.ledger import Ledger
-from gateway.principal import Principal
+from gateway.principal import Principal, normalize_subject
 from gateway.tool_context import CallerCards
 
 __all__ = ["LedgerCallerCards"]
@@ -22,9 +22,10 @@ class LedgerCallerCards(CallerCards):
         self._principal = principal
 
     def _own(self, card: Card | None) -> Card | None:
-        mine = card is not None and (card.requester_subject, card.requester_org) == (
-            self._principal.subject,
-            self._principal.org,
+        mine = (
+            card is not None
+            and card.requester_org == self._principal.org
+            and normalize_subject(card.requester_subject) == normalize_subject(self._principal.subject)
         )
         return card if mine else None
 

@@ -22,7 +22,8 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.errors import AuthError
-from gateway.principal import KeyKind, Principal
+from gateway.principal import KeyKind, Principal, normalize_subject
+from gateway.printable import is_printable
 from gateway.store.client import store_boundary
 
 __all__ = ["KeyCache", "KeyRecord", "KeyStore", "hash_token"]
@@ -63,14 +64,20 @@ class KeyStore:
         self._client = client
 
     async def create(self, *, kind: KeyKind, subject: str, org: str, roles: Iterable[str]) -> tuple[str, KeyRecord]:
-        """Mint a key. Returns the plaintext (shown once) and its record.
+        """Mint a key for `subject`, stored in its normal form (`normalize_subject`). Returns the
+        plaintext (shown once) and its record.
 
         Raises:
-            AuthError: when subject or org is empty, or a role is not a plain word.
+            AuthError: when subject or org is empty or holds a character that is not printable
+                (`gateway.printable`: no control, separator or bidi character), or a role is not a
+                plain word.
         """
         role_set = frozenset(role.strip() for role in roles if role.strip())
-        if not subject.strip() or not org.strip():
+        subject, org = normalize_subject(subject), org.strip()
+        if not subject or not org:
             raise AuthError("a key needs a subject and an org")
+        if not is_printable(subject) or not is_printable(org):
+            raise AuthError("a subject and an org are printable text: no control, separator or bidi characters")
         if any(not role.replace("-", "").replace("_", "").isalnum() for role in role_set):
             raise AuthError("roles are plain words (letters, digits, - and _)")
         token = f"{_PREFIX}{kind.value}_{secrets.token_urlsafe(32)}"
@@ -80,8 +87,8 @@ class KeyStore:
         record = KeyRecord(
             key_id=key_id,
             kind=kind,
-            subject=subject.strip(),
-            org=org.strip(),
+            subject=subject,
+            org=org,
             roles=role_set,
             created_at=f"{seconds}.{micros:06d}",
         )
@@ -200,7 +207,7 @@ def _parse(fields: Mapping[Any, Any]) -> KeyRecord | None:
         return KeyRecord(
             key_id=data["key_id"],
             kind=KeyKind(data["kind"]),
-            subject=data["subject"],
+            subject=normalize_subject(data["subject"]),  # keys stored before subjects were normalized
             org=data["org"],
             roles=frozenset(r for r in data.get("roles", "").split(",") if r),
             created_at=data.get("created_at", "0"),

@@ -19,10 +19,12 @@ from adapters import orders
 from backends.orders import OrdersService, create_orders_app
 from backends.serve import serve_app_in_thread
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError
+from gateway.identity import IdentityHeaders
 from gateway.principal import Principal
 from gateway.tool_context import ToolContext
 from gateway.upstream_aiohttp import AiohttpUpstream
 from policies.approval import approvals_required
+from tests.support.services import TEST_SIGNING_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +42,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[Served]:
-    app = create_orders_app(service_token=TOKEN)
+    app = create_orders_app(service_token=TOKEN, signing_key=TEST_SIGNING_KEY)
     with serve_app_in_thread(app) as url:
         yield Served(url=url, service=app.state.service)
 
@@ -49,7 +51,8 @@ def backend() -> Iterator[Served]:
 async def context(backend: Served, *, key: str | None = None) -> AsyncIterator[ToolContext]:
     http = AiohttpUpstream(backend.url, service="orders", credential=TOKEN, timeout_seconds=5.0)
     try:
-        yield ToolContext(principal=CAROL, http=http, service="orders", idempotency_key=key)
+        identity = IdentityHeaders({"orders": TEST_SIGNING_KEY})(CAROL, "orders")
+        yield ToolContext(principal=CAROL, http=http, service="orders", idempotency_key=key, identity=identity)
     finally:
         await http.aclose()
 

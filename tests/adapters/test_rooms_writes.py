@@ -20,10 +20,12 @@ from backends._faults import FaultSpec
 from backends.rooms import RoomsService, create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError, UpstreamUnavailableError
+from gateway.identity import IdentityHeaders
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.tool_context import ToolContext
 from gateway.upstream_aiohttp import AiohttpUpstream
+from tests.support.services import TEST_SIGNING_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +44,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def backend() -> Iterator[Served]:
-    app = create_rooms_app(service_token=TOKEN)
+    app = create_rooms_app(service_token=TOKEN, signing_key=TEST_SIGNING_KEY)
     with serve_app_in_thread(app) as url:
         yield Served(url=url, service=app.state.service)
 
@@ -51,7 +53,8 @@ def backend() -> Iterator[Served]:
 async def context(backend: Served, who: Principal = ALICE, *, key: str | None = None) -> AsyncIterator[ToolContext]:
     http = AiohttpUpstream(backend.url, service="rooms", credential=TOKEN, timeout_seconds=5.0)
     try:
-        yield ToolContext(principal=who, http=http, service="rooms", idempotency_key=key)
+        identity = IdentityHeaders({"rooms": TEST_SIGNING_KEY})(who, "rooms")
+        yield ToolContext(principal=who, http=http, service="rooms", idempotency_key=key, identity=identity)
     finally:
         await http.aclose()
 

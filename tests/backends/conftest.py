@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends import OrdersService, RoomsService, create_orders_app, create_rooms_app, serve_app_in_thread
+from tests.support.services import TEST_SIGNING_KEY
 
 TOKEN = "backend-test-token"
 KEY_TTL_SECONDS = 60.0
@@ -95,7 +96,9 @@ def clock() -> FakeClock:
 @pytest.fixture
 async def rooms(app_host: AppHost, clock: FakeClock) -> AsyncIterator[Running[RoomsService]]:
     """A fresh rooms service with the demo data, reachable over loopback."""
-    app = create_rooms_app(service_token=TOKEN, key_ttl_seconds=KEY_TTL_SECONDS, clock=clock)
+    app = create_rooms_app(
+        service_token=TOKEN, signing_key=TEST_SIGNING_KEY, key_ttl_seconds=KEY_TTL_SECONDS, clock=clock
+    )
     async for running in _run(app_host, app, clock):
         yield running
 
@@ -103,7 +106,9 @@ async def rooms(app_host: AppHost, clock: FakeClock) -> AsyncIterator[Running[Ro
 @pytest.fixture
 async def orders(app_host: AppHost, clock: FakeClock) -> AsyncIterator[Running[OrdersService]]:
     """A fresh orders service with the demo data, reachable over loopback."""
-    app = create_orders_app(service_token=TOKEN, key_ttl_seconds=KEY_TTL_SECONDS, clock=clock)
+    app = create_orders_app(
+        service_token=TOKEN, signing_key=TEST_SIGNING_KEY, key_ttl_seconds=KEY_TTL_SECONDS, clock=clock
+    )
     async for running in _run(app_host, app, clock):
         yield running
 

@@ -18,6 +18,7 @@ from backends.expenses import HOSTILE_EXPENSE_NOTE, ExpensesService, create_expe
 from gateway.registry.manifest import AdapterManifest, review_manifest
 from gateway.registry.schema import output_model
 from policies.manifest_safety import check_base_url
+from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:
     from conftest import AppHost, FakeClock
@@ -25,9 +26,9 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 TOKEN = "expenses-test-token"
-ALICE = {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"}
-BOB = {"X-Countersign-Subject": "bob@acme.example", "X-Countersign-Org": "acme"}
-HANK = {"X-Countersign-Subject": "hank@globex.example", "X-Countersign-Org": "globex"}
+ALICE = signed_identity("alice@acme.example", "acme", audience="expenses", key=TEST_SIGNING_KEY)
+BOB = signed_identity("bob@acme.example", "acme", audience="expenses", key=TEST_SIGNING_KEY)
+HANK = signed_identity("hank@globex.example", "globex", audience="expenses", key=TEST_SIGNING_KEY)
 TAXI = {"title": "Taxi to the client", "amount_cents": 3_400, "currency": "EUR"}
 
 
@@ -46,7 +47,7 @@ class Expenses:
 @pytest.fixture
 async def expenses(app_host: AppHost, clock: FakeClock) -> AsyncIterator[Expenses]:
     """A fresh expenses service with the demo data, on the session's uvicorn."""
-    app = create_expenses_app(service_token=TOKEN, key_ttl_seconds=60.0, clock=clock)
+    app = create_expenses_app(service_token=TOKEN, signing_key=TEST_SIGNING_KEY, key_ttl_seconds=60.0, clock=clock)
     with app_host.hosting(app):
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx.AsyncClient(base_url=app_host.url, headers=headers, timeout=5.0) as client:

@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from backends import RoomsService
+from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:
     from conftest import Running
 
 pytestmark = pytest.mark.anyio
 
-ALICE = {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"}
+ALICE = signed_identity("alice@acme.example", "acme", audience="rooms", key=TEST_SIGNING_KEY)
 DESIGN_REVIEW = {"room_id": "room-borealis", "date": "2026-12-02", "start": "10:00", "end": "11:00", "title": "Review"}
 NO_FAULT = {
     "latency_ms": 0,

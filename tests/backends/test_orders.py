@@ -10,15 +10,16 @@ import pytest
 
 from backends import OrdersService, create_orders_app
 from backends.demo_data import HOSTILE_NOTE
+from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:
     from conftest import Running
 
 pytestmark = pytest.mark.anyio
 
-ALICE = {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"}
-BOB = {"X-Countersign-Subject": "bob@acme.example", "X-Countersign-Org": "acme"}
-HANK = {"X-Countersign-Subject": "hank@globex.example", "X-Countersign-Org": "globex"}
+ALICE = signed_identity("alice@acme.example", "acme", audience="orders", key=TEST_SIGNING_KEY)
+BOB = signed_identity("bob@acme.example", "acme", audience="orders", key=TEST_SIGNING_KEY)
+HANK = signed_identity("hank@globex.example", "globex", audience="orders", key=TEST_SIGNING_KEY)
 GOODWILL = {"amount_cents": 2_500, "reason": "Goodwill"}
 
 
@@ -231,4 +232,4 @@ async def test_dropped_refund_answer_is_found_applied_by_key(orders: Running[Ord
 def test_an_empty_service_token_is_refused_at_construction() -> None:
     """An empty token would let any bearer in, so the factory refuses it."""
     with pytest.raises(ValueError):
-        create_orders_app(service_token="")
+        create_orders_app(service_token="", signing_key=TEST_SIGNING_KEY)

@@ -5,22 +5,31 @@ Faults are tested in ``test_faults.py``; they live in the shared service shell.
 
 from __future__ import annotations
 
+import base64
+import json
+import time
 from typing import TYPE_CHECKING
 
 import httpx
+import jwt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends import RoomsService, create_rooms_app
+from backends._http import IDENTITY_HEADER
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_TITLE
+from gateway.identity import ISSUER
+from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:
-    from conftest import Running
+    from conftest import AppHost, Running
 
 pytestmark = pytest.mark.anyio
 
-ALICE = {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"}
-BOB = {"X-Countersign-Subject": "bob@acme.example", "X-Countersign-Org": "acme"}
-HANK = {"X-Countersign-Subject": "hank@globex.example", "X-Countersign-Org": "globex"}
+ALICE = signed_identity("alice@acme.example", "acme", audience="rooms", key=TEST_SIGNING_KEY)
+BOB = signed_identity("bob@acme.example", "acme", audience="rooms", key=TEST_SIGNING_KEY)
+HANK = signed_identity("hank@globex.example", "globex", audience="rooms", key=TEST_SIGNING_KEY)
 DESIGN_REVIEW = {"room_id": "room-borealis", "date": "2026-12-02", "start": "10:00", "end": "11:00", "title": "Review"}
 
 
@@ -56,14 +65,79 @@ async def test_request_without_the_service_token_is_refused_401(
 
 
 @pytest.mark.parametrize(
-    "identity", [{}, {"X-Countersign-Subject": "alice@acme.example"}, ALICE | {"X-Countersign-Org": ""}]
+    "identity",
+    [
+        {},
+        {"X-Countersign-Subject": "alice@acme.example"},
+        {"X-Countersign-Subject": "alice@acme.example", "X-Countersign-Org": "acme"},
+    ],
 )
-async def test_request_without_caller_identity_is_refused_400(
+async def test_request_without_a_signed_identity_is_refused_400(
     rooms: Running[RoomsService], identity: dict[str, str]
 ) -> None:
-    """Both identity headers are required, and blank counts as missing."""
+    """The plain identity headers alone name nobody: without the signed one the request reaches no route."""
     response = await rooms.client.get("/bookings/mine", headers=identity)
     assert (response.status_code, response.json()) == (400, {"error": "missing_identity"})
+
+
+def _claims(**changes: object) -> dict[str, object]:
+    now = int(time.time())
+    claims: dict[str, object] = {"iss": ISSUER, "sub": "hank@globex.example", "org": "globex", "aud": "rooms",
+                                 "iat": now, "exp": now + 60}  # fmt: skip
+    claims.update(changes)
+    return {name: value for name, value in claims.items() if value is not None}
+
+
+def _tampered() -> str:
+    """Alice's valid token with Hank's claims pasted in: the signature no longer matches."""
+    header, _payload, signature = ALICE[IDENTITY_HEADER].split(".")
+    payload = base64.urlsafe_b64encode(json.dumps(_claims()).encode()).rstrip(b"=").decode()
+    return f"{header}.{payload}.{signature}"
+
+
+INVALID_IDENTITIES = {
+    "another key": jwt.encode(_claims(), "not-the-backends-key-0123456789abcdef", algorithm="HS256"),
+    "another service": signed_identity("hank@globex.example", "globex", audience="orders", key=TEST_SIGNING_KEY)[
+        IDENTITY_HEADER
+    ],
+    "expired": jwt.encode(_claims(exp=int(time.time()) - 5), TEST_SIGNING_KEY, algorithm="HS256"),
+    "another issuer": jwt.encode(_claims(iss="mallory"), TEST_SIGNING_KEY, algorithm="HS256"),
+    "no org": jwt.encode(_claims(org=None), TEST_SIGNING_KEY, algorithm="HS256"),
+    "blank org": jwt.encode(_claims(org=" "), TEST_SIGNING_KEY, algorithm="HS256"),
+    "unsigned": jwt.encode(_claims(), None, algorithm="none"),
+    "tampered": _tampered(),
+    "not a token": "hank@globex.example",
+}
+
+
+@pytest.mark.parametrize("identity", INVALID_IDENTITIES.values(), ids=INVALID_IDENTITIES.keys())
+async def test_a_write_whose_signed_identity_does_not_verify_is_refused_401_and_applies_nothing(
+    rooms: Running[RoomsService], identity: str
+) -> None:
+    """Wrong key, audience or issuer, expired, unsigned or tampered: refused, whatever the plain headers say."""
+    before = dict(rooms.service.bookings)
+    headers = {**HANK, IDENTITY_HEADER: identity, **key("forged")}
+    response = await rooms.client.post("/bookings", json=DESIGN_REVIEW, headers=headers)
+    mine = await rooms.client.get("/bookings/mine", headers={**HANK, IDENTITY_HEADER: identity})
+    assert (response.status_code, response.json()) == (401, {"error": "invalid_identity"})
+    assert (mine.status_code, mine.json()) == (401, {"error": "invalid_identity"})
+    assert rooms.service.bookings == before
+
+
+@settings(max_examples=50, deadline=None)
+@given(token=st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=300))
+def test_no_made_up_identity_reaches_a_route(app_host: AppHost, token: str) -> None:
+    """Whatever text stands in the signed header, without the gateway's signature nothing is admitted."""
+    app = create_rooms_app(service_token="t", signing_key=TEST_SIGNING_KEY)
+    with app_host.hosting(app), httpx.Client(base_url=app_host.url, timeout=5) as client:
+        response = client.get("/bookings/mine", headers={"Authorization": "Bearer t", IDENTITY_HEADER: token})
+    assert (response.status_code, response.json()) == (401, {"error": "invalid_identity"})
+
+
+def test_an_empty_signing_key_is_refused_at_construction() -> None:
+    """An empty key would make anyone's claim verify, so the factory refuses it."""
+    with pytest.raises(ValueError):
+        create_rooms_app(service_token="t", signing_key="")
 
 
 async def test_every_room_is_listed_to_both_orgs(rooms: Running[RoomsService]) -> None:
@@ -359,7 +433,7 @@ async def test_unknown_path_and_method_answer_in_the_error_shape(rooms: Running[
 
 async def test_each_app_starts_from_its_own_copy_of_the_demo_data(rooms: Running[RoomsService]) -> None:
     """A booking in one app leaves a second app's bookings untouched."""
-    other = create_rooms_app(service_token="t")
+    other = create_rooms_app(service_token="t", signing_key=TEST_SIGNING_KEY)
     await rooms.client.post("/bookings", json=DESIGN_REVIEW, headers=ALICE | key("k1"))
     assert (len(rooms.service.bookings), len(other.state.service.bookings)) == (8, 7)
 
@@ -367,4 +441,4 @@ async def test_each_app_starts_from_its_own_copy_of_the_demo_data(rooms: Running
 def test_an_empty_service_token_is_refused_at_construction() -> None:
     """An empty token would let any bearer in, so the factory refuses it."""
     with pytest.raises(ValueError):
-        create_rooms_app(service_token="")
+        create_rooms_app(service_token="", signing_key=TEST_SIGNING_KEY)

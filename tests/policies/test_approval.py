@@ -6,12 +6,14 @@ import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given
 
 from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Approval, Escalation
 from policies.approval import approvals_required, may_decide
+from tests.support.spellings import spellings
 
 REFUNDS = Approval(required=1, escalations=(Escalation(field="amount_cents", above=50_000, required=2),))
 TIERED = Approval(
@@ -184,3 +186,11 @@ def test_non_admin_keys_cannot_decide(kind: KeyKind) -> None:
     decision = may_decide(CARD, _admin(kind=kind))
     assert decision.allowed is False
     assert decision.code is Code.NOT_FOUND
+
+
+@given(spelling=spellings("alice@acme.example"))
+def test_the_requester_under_any_spelling_of_its_subject_may_not_decide(spelling: str) -> None:
+    """Case, compatibility forms and whitespace do not make another person, even on a card stored unnormalized."""
+    card = dataclasses.replace(CARD, requester_subject=" ALICE@acme.EXAMPLE ")
+    decision = may_decide(card, _admin(subject=spelling))
+    assert (decision.allowed, decision.code) == (False, Code.PERMISSION_DENIED)

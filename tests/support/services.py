@@ -8,6 +8,8 @@ import httpx
 from starlette.applications import Starlette
 from starlette.datastructures import Secret
 
+from gateway.identity import IdentityHeaders
+from gateway.principal import Principal
 from gateway.settings import AdapterSettings, Settings
 
 
@@ -18,6 +20,8 @@ class Backend:
     url: str
     token: str
     app: Starlette
+    signing_key: str
+    """The key the backend verifies callers' signed identity with (the gateway signs with it)."""
 
     def control(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"authorization": f"Bearer {self.token}"}, timeout=5)
@@ -35,6 +39,9 @@ BACKEND_TIMEOUT_SECONDS = 1.0
 """Short backend deadline in tests, so "slow past the deadline" takes about a second."""
 
 
+TEST_SIGNING_KEY = "test-signing-key-for-backend-tests-0123456789"
+"""The key backend tests sign callers' identity with, and their backends verify it with."""
+
 EXPENSES_SIGNING_KEY = "test-signing-key-for-expenses-0123456789"
 """The key the gateway signs identity headers for the registered expenses adapter with."""
 
@@ -49,7 +56,22 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
         secrets=secrets,
         registry_poll_seconds=0.2,
         adapters={
-            name: AdapterSettings(name=name, url=b.url, token=Secret(b.token), timeout_seconds=BACKEND_TIMEOUT_SECONDS)
+            name: AdapterSettings(
+                name=name,
+                url=b.url,
+                token=Secret(b.token),
+                signing_key=Secret(b.signing_key),
+                timeout_seconds=BACKEND_TIMEOUT_SECONDS,
+            )
             for name, b in backends.items()
         },
     )
+
+
+def signed_identity(subject: str, org: str, *, audience: str, key: str, ttl_seconds: int = 86_400) -> dict[str, str]:
+    """The identity headers the gateway sends `audience`'s backend for this caller, signed with `key`.
+
+    Valid for a day by default, so module-level constants outlive any test session.
+    """
+    caller = Principal(subject=subject, org=org, roles=frozenset())
+    return IdentityHeaders({audience: key}, ttl_seconds=ttl_seconds)(caller, audience)

@@ -1,0 +1,140 @@
+"""What the write path re-checks when it runs an approved card, each check on its own.
+
+Through a real worker run against a real rooms backend: a card is proposed by the executor,
+approved in the ledger, then one thing that was true at approval stops being true before the
+worker runs it. Each test proves its check: the card ends FAILED with that check's code, and the
+backend received nothing. The backend is this module's own, so "nothing" is counted exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+
+from backends._common import CONTROL_PATHS
+from backends.rooms import create_rooms_app
+from backends.serve import serve_app_in_thread
+from gateway.app import Gateway, build_gateway, tools_for
+from gateway.card import Card, CardState
+from gateway.principal import KeyKind
+from gateway.store.keys import hash_token
+from gateway.store.ledger import card_shard
+from gateway.worker import Worker
+from tests.support.services import Backend, gateway_settings
+
+pytestmark = pytest.mark.anyio
+
+ROOM = "room-cirrus"
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def quiet_database(quiet_redis_url: str) -> str:
+    """A database no worker drains (see conftest): the worker here runs only when a test says so."""
+    return quiet_redis_url
+
+
+@pytest.fixture(scope="module")
+def rooms() -> Iterator[Backend]:
+    """A rooms backend for this module alone."""
+    token, key = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+    app = create_rooms_app(service_token=token, signing_key=key)
+    with serve_app_in_thread(app) as url:
+        yield Backend(url=url, token=token, app=app, signing_key=key)
+
+
+@pytest.fixture
+async def gateway(redis: Redis, redis_url: str, rooms: Backend) -> AsyncIterator[Gateway]:
+    settings = gateway_settings(redis_url, {"rooms": rooms})
+    wired = build_gateway(settings, tools_for(settings))
+    try:
+        yield wired
+    finally:
+        await wired.aclose()
+
+
+async def _approved(gateway: Gateway, token: str, day: str) -> Card:
+    """A rooms_book card for `day` proposed with `token` through the executor, then approved by someone else."""
+    principal = await gateway.keys.resolve(token)
+    assert principal is not None
+    booking = {"room_id": ROOM, "date": day, "start": "09:00", "end": "10:00", "title": "Sync"}
+    receipt = (await gateway.executor.agent.execute(principal, "rooms_book", booking)).for_model()
+    card = await gateway.ledger.get(receipt["card_id"])
+    assert card is not None and card.state is CardState.PENDING
+    approved = await gateway.ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
+                                            args_hash=card.args_hash, comment="")  # fmt: skip
+    assert approved.ok and approved.card is not None and approved.card.state is CardState.APPROVED
+    return approved.card
+
+
+def _calls(rooms: Backend) -> list[tuple[str, str]]:
+    """Every request the backend received for a caller (health checks and control routes aside)."""
+    return [(r.method, r.path) for r in rooms.app.state.service.requests if r.path not in CONTROL_PATHS]
+
+
+async def _run_worker(gateway: Gateway, card_id: str) -> Card:
+    """Run a real worker until the card is final (bounded)."""
+    worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
+    with anyio.fail_after(10):
+        while True:
+            await worker.consume_once()
+            card = await gateway.ledger.get(card_id)
+            if card is not None and card.state not in (CardState.APPROVED, CardState.EXECUTING):
+                return card
+
+
+async def _assert_refused_unsent(gateway: Gateway, rooms: Backend, card: Card, code: str) -> None:
+    before = _calls(rooms)
+    done = await _run_worker(gateway, card.card_id)
+    assert done.state is CardState.FAILED
+    assert (done.evidence["code"], done.evidence["sent"]) == (code, False)
+    assert _calls(rooms) == before, "the backend received a request"
+    assert "dispatched" not in [event.type for event in await gateway.ledger.events(card.card_id)]
+    day = card.arguments["date"]
+    assert not [b for b in rooms.app.state.service.bookings.values() if (b.room_id, b.date) == (ROOM, day)]
+
+
+async def test_a_card_whose_requester_key_was_revoked_after_approval_fails_unsent(
+    gateway: Gateway, redis: Redis, rooms: Backend
+) -> None:
+    """Revoking the requester's key between approval and execution stops the write: PERMISSION_DENIED."""
+    token, record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
+                                              roles=("staff",))  # fmt: skip
+    card = await _approved(gateway, token, "2027-03-01")
+    await gateway.keys.revoke(record.key_id)
+    await _assert_refused_unsent(gateway, rooms, card, "PERMISSION_DENIED")
+
+
+async def test_a_card_whose_requester_lost_the_role_after_approval_fails_unsent(
+    gateway: Gateway, redis: Redis, rooms: Backend
+) -> None:
+    """The key still works but no longer holds the tool's role (edited in the key store): PERMISSION_DENIED."""
+    token, _record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
+                                               roles=("staff", "support"))  # fmt: skip
+    card = await _approved(gateway, token, "2027-03-02")
+    # The key store's layout (gateway/store/keys.py): the key's record is a hash holding its roles.
+    await redis.hset(f"countersign:key:{{{hash_token(token)}}}", "roles", "support")
+    live = await gateway.keys.resolve(token)
+    assert live is not None and live.roles == frozenset({"support"})
+    await _assert_refused_unsent(gateway, rooms, card, "PERMISSION_DENIED")
+
+
+async def test_a_card_whose_stored_arguments_were_altered_after_approval_fails_unsent(
+    gateway: Gateway, redis: Redis, rooms: Backend
+) -> None:
+    """Arguments changed in the stored card no longer hash to the approved args_hash: CONFLICT."""
+    token, _record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
+                                               roles=("staff",))  # fmt: skip
+    card = await _approved(gateway, token, "2027-03-03")
+    # The ledger's layout (gateway/store/ledger.py): one JSON string per card, arguments as canonical JSON.
+    key = f"cs:{{cs{card_shard(card.card_id)}}}:card:{card.card_id}"
+    stored = json.loads(await redis.get(key))
+    stored["arguments"] = json.dumps({**json.loads(stored["arguments"]), "start": "11:00", "end": "12:00"})
+    await redis.set(key, json.dumps(stored))
+    altered = await gateway.ledger.get(card.card_id)
+    assert altered is not None and altered.arguments["start"] == "11:00" and altered.args_hash == card.args_hash
+    await _assert_refused_unsent(gateway, rooms, card, "CONFLICT")
