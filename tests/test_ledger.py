@@ -222,13 +222,15 @@ async def test_lost_lease_before_dispatch_goes_back_to_approved_and_after_dispat
     quiet = await _approved(ledger, dedupe_key="quiet")
     sent = await _approved(ledger, dedupe_key="sent")
     q = await ledger.claim(quiet, worker="w1", lease_ms=30)
-    s = await ledger.claim(sent, worker="w1", lease_ms=30)
+    # Long enough to dispatch within it on a loaded machine; the recovery below waits for it to end.
+    s = await ledger.claim(sent, worker="w1", lease_ms=500)
     assert q.card is not None and s.card is not None
     assert (await ledger.dispatch(sent, fence=s.card.fence)).status == "OK"
     with anyio.fail_after(5):
         while (await ledger.recover(quiet)).status == "NOT_DUE":
             await anyio.sleep(0.01)
-    recovered = await ledger.recover(sent)
+        while (recovered := await ledger.recover(sent)).status == "NOT_DUE":
+            await anyio.sleep(0.01)
     assert recovered.card is not None and recovered.card.state is CardState.UNKNOWN
     back = await ledger.get(quiet)
     assert back is not None and back.state is CardState.APPROVED
