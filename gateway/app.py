@@ -171,6 +171,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         live_principal=keys.live_principal,
         healthy=health.healthy,
         lease_ms=int(settings.lease_seconds * 1000),
+        reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
     return Gateway(
         redis=connection,

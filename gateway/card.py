@@ -117,6 +117,9 @@ class Card:
     dispatched: bool = False
     attempts: int = 0
     dispatched_ms: int | None = None
+    """When the latest send was recorded (DISPATCHED), by the Redis clock."""
+    first_dispatched_ms: int | None = None
+    """When the first send was recorded: from then on the backend may know the key."""
     reference: str | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     rejection: Mapping[str, str] = field(default_factory=dict)

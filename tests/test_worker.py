@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import CardState
+from gateway.card import CardState, verify_chain
 from gateway.store.keys import KeyStore
 from gateway.worker import Worker
 from tests.support.agents import make_key
@@ -107,5 +107,33 @@ async def test_an_approved_card_not_run_within_its_window_expires(
         assert await worker.consume_once() >= 0
         after = await gateway.ledger.get(card_id)
         assert after is not None and after.state is CardState.EXPIRED  # a late claim cannot revive it
+    finally:
+        await gateway.aclose()
+
+
+async def test_an_unknown_write_whose_status_query_keeps_failing_goes_to_a_person_at_the_horizon(
+    redis: Redis, redis_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """The backend answers 503 to the send and to every status query: the card is asked about again
+    until the reconciliation horizon, then it is NEEDS_RECONCILIATION for an admin, never rescheduled forever."""
+    settings = replace(gateway_settings(redis_url, clean_backends), run_worker=False, reconcile_horizon_seconds=3.0)
+    gateway = build_gateway(settings, tools_for(settings))
+    try:
+        card_id = await _approved_booking(gateway, redis, "2026-12-26")
+        clean_backends["rooms"].set_faults(status=503, paths=["/bookings", "/idempotency"])
+        worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
+        with anyio.fail_after(15):
+            while (card := await gateway.ledger.get(card_id)) is None or card.state is not CardState.UNKNOWN:
+                await worker.consume_once()
+            while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.UNKNOWN:
+                await anyio.sleep(0.05)
+                await worker.sweep_once()
+        assert card is not None and card.state is CardState.NEEDS_RECONCILIATION
+        assert "first send" in card.evidence["reason"]
+        events = await gateway.ledger.events(card_id)
+        assert [e.type for e in events].count("dispatched") == 1  # handed over, never resent on no answer
+        checks = [e for e in events if e.type == "status_checked"]
+        assert checks and all(e.data["evidence"]["reason"] == "status query failed" for e in checks)
+        assert verify_chain(events)
     finally:
         await gateway.aclose()

@@ -51,6 +51,7 @@ class WritePath:
         live_principal: LivePrincipal,
         healthy: Callable[[str], bool],
         lease_ms: int,
+        reconcile_horizon_ms: int,
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
@@ -61,6 +62,7 @@ class WritePath:
         self._live_principal = live_principal
         self._healthy = healthy
         self._lease_ms = lease_ms
+        self._horizon_ms = reconcile_horizon_ms
 
     async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
         """Claim an approved card and run its write once. Returns the card as it ends up."""
@@ -99,7 +101,14 @@ class WritePath:
             status = None
         now_ms = await self._ledger.server_time_ms()
         dispatched_ms = card.dispatched_ms or card.created_ms
-        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=dispatched_ms)
+        step = reconcile_step(
+            status,
+            contract,
+            now_ms=now_ms,
+            first_dispatched_ms=card.first_dispatched_ms or dispatched_ms,
+            dispatched_ms=dispatched_ms,
+            horizon_ms=self._horizon_ms,
+        )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
             evidence["status"] = status.state

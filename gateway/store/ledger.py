@@ -327,6 +327,7 @@ def _card(f: Mapping[str, str]) -> Card:
         dispatched=f.get("dispatched") == "1",
         attempts=int(f.get("attempts") or 0),
         dispatched_ms=_optional_int(f.get("dispatched_ms")),
+        first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
         reference=f.get("reference") or None,
         evidence=json.loads(f.get("evidence") or "{}"),
         rejection=json.loads(f.get("rejection") or "{}"),

@@ -254,6 +254,8 @@ local now = now_ms()
 if now >= num(c.lease_until_ms) then return reply('ERR_LEASE', c) end
 local attempt = num(c.attempts) + 1
 c.dispatched, c.attempts, c.dispatched_ms = '1', tostring(attempt), tostring(now)
+-- The first send starts the reconciliation horizon; a resend does not restart it.
+c.first_dispatched_ms = c.first_dispatched_ms or tostring(now)
 transition(c, now, 'dispatched', c.lease_owner, 'EXECUTING', {fence = num(c.fence), attempt = attempt})
 save(c)
 return reply('OK', c)

@@ -24,7 +24,7 @@ from gateway.errors import (
 )
 from gateway.tool import WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
-from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step
 
 
 async def _never_called(key: str, ctx: ToolContext) -> WriteStatus:
@@ -172,10 +172,29 @@ DISPATCHED = 1_000_000
 SETTLED = DISPATCHED + 2_000  # settle_seconds=2.0
 REMEMBERED = DISPATCHED + 90_000  # 90% of key_retention_seconds=100.0: the margin
 FORGOTTEN = DISPATCHED + 100_000
+DAY = 24 * 3600 * 1000
+"""The default reconciliation horizon (`gateway.settings.Settings.reconcile_horizon_seconds`)."""
 
 APPLIED = WriteStatus(state="applied", reference="bk_1")
 REFUSED = WriteStatus(state="refused")
 NO_RECORD = WriteStatus(state="unknown")
+
+
+def _step(
+    status: WriteStatus | None,
+    contract: WriteContract,
+    *,
+    now_ms: int,
+    first_ms: int = DISPATCHED,
+    last_ms: int = DISPATCHED,
+    horizon_ms: int = DAY,
+) -> ReconcileStep:
+    """`reconcile_step` for a write first sent at `first_ms` and last at `last_ms` (both DISPATCHED unless said)."""
+    return reconcile_step(
+        status, contract, now_ms=now_ms, first_dispatched_ms=first_ms, dispatched_ms=last_ms, horizon_ms=horizon_ms
+    )
+
+
 NOW_CASES = pytest.mark.parametrize(
     "now_ms",
     [DISPATCHED, SETTLED - 1, SETTLED, REMEMBERED - 1, REMEMBERED, FORGOTTEN, FORGOTTEN * 10],
@@ -191,7 +210,7 @@ def test_backend_record_settles_the_write(
 ) -> None:
     """A record of the key is the backend's own account of the write, so it decides at any time, in
     either direction, whether or not the backend dedupes."""
-    step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(status, contract, now_ms=now_ms)
     assert step.next is expected
 
 
@@ -210,7 +229,7 @@ def test_backend_record_settles_the_write(
 def test_failed_status_query_asks_again_later(now_ms: int, at_ms: int, contract: WriteContract) -> None:
     """No answer to the status query proves nothing, so the card stays UNKNOWN and is asked again
     after half the time already waited (0.5 s .. 60 s); it is never resent on no information."""
-    step = reconcile_step(None, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(None, contract, now_ms=now_ms)
     assert (step.next, step.at_ms) == (Next.RESCHEDULE, at_ms)
 
 
@@ -219,7 +238,7 @@ def test_failed_status_query_asks_again_later(now_ms: int, at_ms: int, contract:
 def test_no_record_within_settle_period_asks_again_when_it_ends(now_ms: int, contract: WriteContract) -> None:
     """Shortly after a send the backend may not show a write that did land, so "no record" then is
     not evidence: ask again when the settle period is over."""
-    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(NO_RECORD, contract, now_ms=now_ms)
     assert (step.next, step.at_ms) == (Next.RESCHEDULE, SETTLED)
 
 
@@ -249,7 +268,7 @@ def test_no_record_after_settling_resends_only_while_the_key_dedupes(
 ) -> None:
     """A settled "no record" means the write did not land; a resend with the same key is then safe only
     while the backend would still dedupe it (within 90% of its retention). Otherwise a person decides."""
-    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(NO_RECORD, contract, now_ms=now_ms)
     assert step.next is expected
     assert step.reason
 
@@ -264,7 +283,7 @@ def test_resend_needs_a_settled_no_record_from_a_deduping_backend(
     """Invariant 5 for the reconciler: over a sweep of times, RESEND comes only from the backend's
     settled "no record" of the key, for a backend that dedupes on it, before it may have forgotten it."""
     for now_ms in range(DISPATCHED - 10_000, FORGOTTEN + 10_000, 500):
-        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+        step = _step(status, contract, now_ms=now_ms)
         safe = status is NO_RECORD and contract.dedupes_on_key and SETTLED <= now_ms < REMEMBERED
         assert (step.next is Next.RESEND) is safe, now_ms
 
@@ -289,3 +308,68 @@ def test_backoff_never_shrinks_never_exceeds_the_cap_and_is_never_negative(base_
     assert delays == sorted(delays)
     assert all(0 <= delay <= cap_ms for delay in delays)
     assert delays[-1] == (cap_ms if base_ms > 0 else 0)
+
+
+# -- the reconciliation horizon -------------------------------------------------------------------
+
+
+@CONTRACTS
+@pytest.mark.parametrize("status", [None, NO_RECORD], ids=["no-answer", "no-record"])
+@pytest.mark.parametrize("late_ms", [DAY, DAY + 1, 7 * DAY], ids=["at-horizon", "past-horizon", "a-week"])
+def test_write_unsettled_past_the_horizon_goes_to_a_person(
+    status: WriteStatus | None, contract: WriteContract, late_ms: int
+) -> None:
+    """However often the status query fails or finds nothing, once the default 24 h horizon since the
+    first send has passed the card is NEEDS_RECONCILIATION: it is never rescheduled or resent forever."""
+    step = _step(status, contract, now_ms=DISPATCHED + late_ms)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@CONTRACTS
+@pytest.mark.parametrize(("status", "expected"), [(APPLIED, Next.SUCCEEDED), (REFUSED, Next.FAILED)])
+def test_backend_record_settles_the_write_even_past_the_horizon(
+    status: WriteStatus, expected: Next, contract: WriteContract
+) -> None:
+    """The horizon hands over only what is still uncertain: the backend's own record settles the write."""
+    assert _step(status, contract, now_ms=DISPATCHED + 7 * DAY).next is expected
+
+
+@CONTRACTS
+def test_horizon_counts_from_the_first_send_not_a_later_resend(contract: WriteContract) -> None:
+    """A resend does not restart the horizon: it runs from the first time the key went out."""
+    step = _step(NO_RECORD, contract, now_ms=DISPATCHED + DAY, last_ms=DISPATCHED + DAY - 1_000)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@CONTRACTS
+@pytest.mark.parametrize("status", [None, NO_RECORD], ids=["no-answer", "no-record"])
+def test_a_rescheduled_query_is_never_later_than_the_horizon(
+    status: WriteStatus | None, contract: WriteContract
+) -> None:
+    """Close to the horizon the next query is due at the horizon itself, so the card reaches a person on time."""
+    step = _step(status, contract, now_ms=DISPATCHED + DAY - 100, last_ms=DISPATCHED + DAY - 200)
+    assert (step.next, step.at_ms) == (Next.RESCHEDULE, DISPATCHED + DAY)
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    status=st.sampled_from([None, NO_RECORD]),
+    dedupes=st.booleans(),
+    horizon_ms=st.integers(min_value=1, max_value=30 * DAY),
+    since_first_ms=st.integers(min_value=0, max_value=40 * DAY),
+    since_last_ms=st.integers(min_value=0, max_value=40 * DAY),
+)
+def test_an_uncertain_write_is_handed_over_exactly_at_the_horizon(
+    status: WriteStatus | None, dedupes: bool, horizon_ms: int, since_first_ms: int, since_last_ms: int
+) -> None:
+    """For any horizon and any times since the first and the latest send, an unsettled write is
+    NEEDS_RECONCILIATION from the horizon on; before it, nothing is scheduled past the horizon."""
+    now_ms = DISPATCHED + since_first_ms
+    last_ms = now_ms - min(since_last_ms, since_first_ms)
+    step = _step(status, _contract(dedupes=dedupes), now_ms=now_ms, last_ms=last_ms, horizon_ms=horizon_ms)
+    if since_first_ms >= horizon_ms:
+        assert step.next is Next.NEEDS_RECONCILIATION
+    elif step.next is Next.RESCHEDULE:
+        assert now_ms <= step.at_ms <= DISPATCHED + horizon_ms
+    else:
+        assert step.next in (Next.RESEND, Next.NEEDS_RECONCILIATION)
