@@ -77,8 +77,8 @@ def reconcile_step(
     first send (`first_dispatched_ms`), a person must reconcile: an uncertain write is never
     rescheduled or resent forever. Before that: not found within the settle period of the latest
     send (`dispatched_ms`) -> ask again later; not found after it -> resend with the same key, but only
-    while the backend still remembers keys (with a margin); otherwise a person must reconcile. A
-    rescheduled query is never later than the horizon.
+    while the backend still remembers the key of the first send (with a margin); otherwise a person
+    must reconcile. A rescheduled query is never later than the horizon.
     """
     if status is not None and status.state == "applied":
         return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
@@ -95,7 +95,9 @@ def reconcile_step(
     if now_ms < dispatched_ms + settle_ms:
         at_ms = min(dispatched_ms + settle_ms, horizon_at)
         return ReconcileStep(next=Next.RESCHEDULE, at_ms=at_ms, reason="within settle period")
-    remembered_until = dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
+    # The first send may have landed and been remembered from then: a later resend does not make the
+    # backend remember that record any longer, so "still remembered" counts from the first send.
+    remembered_until = first_dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
     if contract.dedupes_on_key and now_ms < remembered_until:
         return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
     return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")

@@ -288,6 +288,29 @@ def test_resend_needs_a_settled_no_record_from_a_deduping_backend(
         assert (step.next is Next.RESEND) is safe, now_ms
 
 
+@pytest.mark.parametrize("resent_before_ms", [5_000, 60_000, 89_000], ids=["5s", "60s", "89s"])
+def test_a_resend_does_not_extend_how_long_the_first_sends_key_is_remembered(resent_before_ms: int) -> None:
+    """The backend may have applied the first send and remembered its key from then: a resend found
+    nothing because that record is gone is a second write. So "still remembered" counts from the first
+    send, and a later resend never pushes it out (the margin is 90% of the retention)."""
+    step = _step(NO_RECORD, KEYED, now_ms=REMEMBERED, last_ms=REMEMBERED - resent_before_ms)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    since_first_ms=st.integers(min_value=0, max_value=300_000),
+    since_last_ms=st.integers(min_value=0, max_value=300_000),
+)
+def test_resend_only_while_the_first_sends_key_is_remembered(since_first_ms: int, since_last_ms: int) -> None:
+    """For any first and latest send, RESEND comes only before 90% of the retention since the first one."""
+    now_ms = DISPATCHED + since_first_ms
+    last_ms = now_ms - min(since_last_ms, since_first_ms)
+    step = _step(NO_RECORD, KEYED, now_ms=now_ms, last_ms=last_ms)
+    if step.next is Next.RESEND:
+        assert now_ms < REMEMBERED and now_ms >= last_ms + 2_000
+
+
 # -- backoff_ms --------------------------------------------------------------------------------------
 
 
