@@ -6,7 +6,7 @@ UNKNOWN -> (status query) -> SUCCEEDED | FAILED | NEEDS_RECONCILIATION -> (admin
 UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key)
 PENDING -> REJECTED | CANCELLED | EXPIRED;  APPROVED -> CANCELLED | EXPIRED
 EXECUTING (never sent: released, or lease lost) -> APPROVED, or EXPIRED once past execute_by
-EXECUTING (sent, lease lost) -> UNKNOWN
+EXECUTING (sent, lease lost; or a resend, sent or not) -> UNKNOWN
 ```
 
 Some steps change a card but not its state: an approval below quorum (PENDING), a requeue
@@ -120,6 +120,9 @@ class Card:
     """When the latest send was recorded (DISPATCHED), by the Redis clock."""
     first_dispatched_ms: int | None = None
     """When the first send was recorded: from then on the backend may know the key."""
+    resend: bool = False
+    """Claimed again after an UNKNOWN outcome: the key may already have reached the backend, so the
+    card never goes back to APPROVED or EXPIRED, and a refusal of its send proves nothing."""
     reference: str | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     rejection: Mapping[str, str] = field(default_factory=dict)

@@ -223,8 +223,8 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED),
         wrong_state=IN_A_SOURCE_STATE,
     ),
-    # A resend of an UNKNOWN write with the same key, once the backend said it never saw the key.
-    # No deadline: the card was approved long ago and may already have been sent once.
+    # A resend of an UNKNOWN write with the same key, once the backend said it never saw the key. It
+    # marks the card a resend for good: it can no longer go back to APPROVED or EXPIRED.
     CardTransition(
         name="claim_resend",
         actors=frozenset({Actor.RECONCILER}),
@@ -250,17 +250,18 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         guards=(OUTCOME_IS_A_TARGET, NOT_A_LATE_RESULT),
         wrong_state=NOT_A_LATE_RESULT,
     ),
-    # Nothing was sent: back to APPROVED with the same key, or EXPIRED once past execute_by.
+    # Nothing was sent: back to APPROVED with the same key, or EXPIRED once past execute_by. A resend
+    # that was not sent goes back to UNKNOWN instead: its earlier send may have landed.
     CardTransition(
         name="release",
         actors=frozenset({Actor.WORKER}),
         sources=frozenset({CardState.EXECUTING}),
-        targets=frozenset({CardState.APPROVED, CardState.EXPIRED}),
+        targets=frozenset({CardState.APPROVED, CardState.EXPIRED, CardState.UNKNOWN}),
         guards=(EXECUTING_UNDER_THIS_FENCE,),
         wrong_state=EXECUTING_UNDER_THIS_FENCE,
     ),
-    # The lease ran out. Sent: UNKNOWN, never a blind resend. Never sent: APPROVED and enqueued
-    # again, or EXPIRED once past execute_by.
+    # The lease ran out. Sent, or a resend (sent or not): UNKNOWN, never a blind resend. Never sent:
+    # APPROVED and enqueued again, or EXPIRED once past execute_by.
     CardTransition(
         name="recover",
         actors=frozenset({Actor.LEDGER_TIMER}),

@@ -1,9 +1,10 @@
 """What an attempt at a write means, and what to do about an uncertain one. Pure functions.
 
 Every attempt is classified: nothing sent -> safe to retry with the same key; a definitive
-refusal -> FAILED; anything that may have reached the backend -> UNKNOWN, which leads to a status
-query and never to a blind resend. An UNKNOWN write that no status query settles within the
-reconciliation horizon goes to a person (NEEDS_RECONCILIATION): nothing is asked about forever.
+refusal of the first send -> FAILED; anything that may have reached the backend, and a resend's
+refusal -> UNKNOWN, which leads to a status query and never to a blind resend. An UNKNOWN write
+that no status query settles within the reconciliation horizon goes to a person
+(NEEDS_RECONCILIATION): nothing is asked about forever.
 """
 
 from __future__ import annotations
@@ -24,13 +25,19 @@ class Attempt(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
-def classify(error: UpstreamError | None, contract: WriteContract) -> Attempt:
-    """Classify one attempt from the error it raised (None: the backend confirmed the write)."""
+def classify(error: UpstreamError | None, contract: WriteContract, *, resend: bool) -> Attempt:
+    """Classify one attempt from the error it raised (None: the backend confirmed the write).
+
+    `resend`: the card's key was sent before (the write was UNKNOWN and is being sent again). A
+    refusal then answers only this request: the earlier one may still be in flight or may have
+    landed, and a backend may refuse a key it is still working on (409). So a resend is never
+    FAILED here; only the backend's record, read by a status query, can say it did not apply.
+    """
     if error is None:
         return Attempt.SUCCEEDED
     if not error.sent:
         return Attempt.NOT_SENT
-    if error.status is not None and error.status in contract.not_applied_statuses:
+    if error.status is not None and error.status in contract.not_applied_statuses and not resend:
         return Attempt.FAILED
     # A timeout after sending, a 5xx, a dropped connection, a 2xx we cannot parse, a status the
     # contract does not call "not applied": the write may have landed.

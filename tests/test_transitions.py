@@ -295,6 +295,7 @@ REACH: Mapping[tuple[str, CardState], Setup] = {
     **{("complete", state): Setup(call=Call(outcome=state)) for state in TRANSITIONS["complete"].targets},
     ("release", CardState.APPROVED): Setup(),
     ("release", CardState.EXPIRED): Setup(fields={"execute_by_ms": PAST}),
+    ("release", CardState.UNKNOWN): Setup(fields={"resend": "1"}),
     ("recover", CardState.APPROVED): Setup(),
     ("recover", CardState.UNKNOWN): Setup(fields={"dispatched": "1"}),
     ("recover", CardState.EXPIRED): Setup(fields={"execute_by_ms": PAST}),
@@ -322,6 +323,23 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     result = await RUNS[row.name](ledger, card, setup.call)
     assert result.status is TransitionStatus.OK and result.card is not None and result.card.state is target
+
+
+@pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])
+@pytest.mark.parametrize("name", ["release", "recover"])
+async def test_a_resend_that_was_not_sent_goes_back_to_unknown(redis: Redis, name: str, deadline: str) -> None:
+    """A resend released, or recovered from its worker, before it was sent is UNKNOWN again with its
+    status query due, whether or not execute_by passed: its earlier send may have landed, so it never
+    goes back to APPROVED (to be sent as if for the first time) or EXPIRED."""
+    ledger = RedisLedger(redis)
+    fields = {**SATISFY.get(name, {}), "resend": "1", "dispatched": "0", "execute_by_ms": deadline}
+    card = await _store(ledger, redis, CardState.EXECUTING, fields)
+    result = await RUNS[name](ledger, card, Call())
+    assert result.status is TransitionStatus.OK and result.card is not None
+    assert result.card.state is CardState.UNKNOWN and result.card.resend
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    assert await redis.zscore(RedisLedger._keys(card.card_id, shard)[4], card.card_id) is not None
 
 
 # -- the table against the code around it -----------------------------------------------------------

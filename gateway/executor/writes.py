@@ -7,8 +7,9 @@ The order of the steps in `WritePath._send` is the specification: re-check the b
 is still served with the same definition, the arguments still hash to the approved args_hash, the
 requester's key is live and still has access) -> record DISPATCHED, durably, before anything is
 sent -> send once with the key minted when the card was created -> classify the attempt by policy
-(nothing sent: release and retry with the same key; definitive refusal: FAILED; anything that may
-have landed: UNKNOWN, settled by a status query, never a blind resend).
+(nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
+anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
+blind resend).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class WritePath:
             error = caught
 
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
-        attempt = classify(error, contract)
+        attempt = classify(error, contract, resend=card.resend)
         evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
         if attempt is Attempt.NOT_SENT:
             released = await self._ledger.release(

@@ -328,6 +328,7 @@ def _card(f: Mapping[str, str]) -> Card:
         attempts=int(f.get("attempts") or 0),
         dispatched_ms=_optional_int(f.get("dispatched_ms")),
         first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
+        resend=f.get("resend") == "1",
         reference=f.get("reference") or None,
         evidence=json.loads(f.get("evidence") or "{}"),
         rejection=json.loads(f.get("rejection") or "{}"),

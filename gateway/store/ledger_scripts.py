@@ -239,6 +239,9 @@ local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
+-- A resend for good: the key may already have reached the backend, so from here the card never goes
+-- back to APPROVED or EXPIRED (release and recover return it to UNKNOWN), and a refusal proves nothing.
+c.resend = '1'
 take_lease(c, now, 'claimed_for_resend')
 save(c)
 return reply('OK', c)
@@ -286,7 +289,7 @@ end
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, fence, reason, requeue_ms. Nothing was sent: back to APPROVED, same key.
+    # ARGV: tid, fence, reason, requeue_ms. Nothing was sent: back to APPROVED, same key (a resend: UNKNOWN).
     "release": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -295,6 +298,14 @@ if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'EXECUTING' or tonumber(ARGV[2]) ~= num(c.fence) then return reply('ERR_FENCE', c) end
 local now = now_ms()
 c.dispatched, c.fence = '0', tostring(num(c.fence) + 1)
+if c.resend == '1' then
+  -- A resend that was not sent: an earlier send may still have landed. Back to UNKNOWN and its
+  -- status query, never to APPROVED or EXPIRED.
+  transition(c, now, 'released', c.lease_owner, 'UNKNOWN', {reason = ARGV[3]})
+  redis.call('ZADD', timers_key, now + tonumber(ARGV[4]), c.card_id)
+  save(c)
+  return reply('OK', c, {action = 'unknown'})
+end
 if c.execute_by_ms and now >= num(c.execute_by_ms) then
   transition(c, now, 'expired', 'ledger', 'EXPIRED', {deadline = 'execute_by', reason = ARGV[3]})
   close(c)
@@ -307,7 +318,7 @@ redis.call('ZADD', timers_key, math.min(num(c.execute_by_ms), now + tonumber(ARG
 save(c)
 return reply('OK', c, {action = 'released'})
 """,
-    # ARGV: tid. A lease ran out: never sent -> APPROVED again; sent -> UNKNOWN (never a blind resend).
+    # ARGV: tid. A lease ran out: never sent -> APPROVED again; sent, or a resend -> UNKNOWN (never a blind resend).
     "recover": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -317,8 +328,10 @@ local now = now_ms()
 if now < num(c.lease_until_ms) then return reply('NOT_DUE', c) end
 local old_fence = num(c.fence)
 c.fence = tostring(old_fence + 1)
-if c.dispatched == '1' then
-  transition(c, now, 'lease_lost_after_dispatch', 'ledger', 'UNKNOWN', {fence = old_fence})
+if c.dispatched == '1' or c.resend == '1' then
+  -- Sent, or a resend not yet sent whose earlier send may have landed: UNKNOWN, settled by a status query.
+  local kind = c.dispatched == '1' and 'lease_lost_after_dispatch' or 'lease_lost_before_resend'
+  transition(c, now, kind, 'ledger', 'UNKNOWN', {fence = old_fence})
   redis.call('ZADD', timers_key, now, c.card_id)
   save(c)
   return reply('OK', c, {action = 'unknown'})

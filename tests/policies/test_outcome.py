@@ -45,6 +45,7 @@ def _contract(*, dedupes: bool, not_applied: frozenset[int] = frozenset({400, 40
 KEYED = _contract(dedupes=True)
 UNKEYED = _contract(dedupes=False)
 CONTRACTS = pytest.mark.parametrize("contract", [KEYED, UNKEYED], ids=["dedupes", "no-dedupe"])
+EITHER_SEND = pytest.mark.parametrize("resend", [False, True], ids=["first-send", "resend"])
 
 # Every UpstreamError class the gateway defines, found rather than listed, so a new one is covered.
 UPSTREAM_ERRORS: tuple[type[UpstreamError], ...] = tuple(
@@ -92,32 +93,45 @@ MAY_HAVE_LANDED_CASES = [
 
 
 @CONTRACTS
-def test_confirmed_write_succeeded(contract: WriteContract) -> None:
+@EITHER_SEND
+def test_confirmed_write_succeeded(contract: WriteContract, resend: bool) -> None:
     """No error means the backend answered 2xx with an output that passed its check."""
-    assert classify(None, contract) is Attempt.SUCCEEDED
+    assert classify(None, contract, resend=resend) is Attempt.SUCCEEDED
 
 
 @CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("error", NOT_SENT_CASES)
-def test_request_that_never_left_is_not_sent(error: UpstreamError, contract: WriteContract) -> None:
+def test_request_that_never_left_is_not_sent(error: UpstreamError, contract: WriteContract, resend: bool) -> None:
     """An error whose request certainly never left the gateway is NOT_SENT: retried with the same key,
-    whether or not the backend dedupes, because nothing reached it."""
-    assert classify(error, contract) is Attempt.NOT_SENT
+    whether or not the backend dedupes, because nothing reached it (for a resend: nothing this time)."""
+    assert classify(error, contract, resend=resend) is Attempt.NOT_SENT
 
 
 @CONTRACTS
 @pytest.mark.parametrize("error", REFUSED_CASES)
-def test_definitive_refusal_failed(error: UpstreamError, contract: WriteContract) -> None:
-    """A status the contract calls "not applied" is FAILED, whichever error class carried it."""
-    assert classify(error, contract) is Attempt.FAILED
+def test_definitive_refusal_of_a_first_send_failed(error: UpstreamError, contract: WriteContract) -> None:
+    """A status the contract calls "not applied" is FAILED, whichever error class carried it, when it
+    answers the first request ever sent with the card's key."""
+    assert classify(error, contract, resend=False) is Attempt.FAILED
 
 
 @CONTRACTS
+@pytest.mark.parametrize("error", REFUSED_CASES)
+def test_refusal_of_a_resend_is_unknown(error: UpstreamError, contract: WriteContract) -> None:
+    """A resend's refusal answers that request only: the first send with the same key may still be in
+    flight or may have landed (a backend may well answer 409 to a key in use). So it is UNKNOWN, and
+    only the backend's record, through a status query, can make the card FAILED."""
+    assert classify(error, contract, resend=True) is Attempt.UNKNOWN
+
+
+@CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("error", MAY_HAVE_LANDED_CASES)
-def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract) -> None:
+def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract, resend: bool) -> None:
     """A 5xx, a 429, a timeout after sending, a dropped connection, a 2xx we cannot read, a refusal
     without a status: the write may have landed, so it is UNKNOWN and goes to a status query."""
-    assert classify(error, contract) is Attempt.UNKNOWN
+    assert classify(error, contract, resend=resend) is Attempt.UNKNOWN
 
 
 @pytest.mark.parametrize(("status", "attempt"), [(409, Attempt.FAILED), (422, Attempt.UNKNOWN), (404, Attempt.UNKNOWN)])
@@ -125,7 +139,8 @@ def test_only_the_contracts_own_statuses_mean_not_applied(status: int, attempt: 
     """The contract, not the adapter's error class, says which statuses prove "not applied": a 422
     refusal from a backend that only promises it for 409 may still have landed."""
     narrow = _contract(dedupes=True, not_applied=frozenset({409}))
-    assert classify(UpstreamRefusedError("refused", service="rooms", status=status), narrow) is attempt
+    refusal = UpstreamRefusedError("refused", service="rooms", status=status)
+    assert classify(refusal, narrow, resend=False) is attempt
 
 
 # -- classify: the invariant as a property ---------------------------------------------------------
@@ -140,13 +155,18 @@ def test_every_upstream_error_class_is_covered() -> None:
 
 
 @CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("cls", UPSTREAM_ERRORS, ids=lambda cls: cls.__name__)
-def test_sent_error_outside_not_applied_is_always_unknown(cls: type[UpstreamError], contract: WriteContract) -> None:
+def test_sent_error_outside_not_applied_is_always_unknown(
+    cls: type[UpstreamError], contract: WriteContract, resend: bool
+) -> None:
     """For every error class and every status (or none) the contract does not call "not applied", a
-    sent request is UNKNOWN; every status it does call so is FAILED. Nothing sent is ever NOT_SENT."""
+    sent request is UNKNOWN; every status it does call so is FAILED for a first send and UNKNOWN for a
+    resend. Nothing sent is ever NOT_SENT."""
     for status in STATUSES:
-        expected = Attempt.FAILED if status in contract.not_applied_statuses else Attempt.UNKNOWN
-        assert classify(_sent(cls, status), contract) is expected, (cls.__name__, status)
+        refused = status in contract.not_applied_statuses and not resend
+        expected = Attempt.FAILED if refused else Attempt.UNKNOWN
+        assert classify(_sent(cls, status), contract, resend=resend) is expected, (cls.__name__, status)
 
 
 @settings(database=None, deadline=None, max_examples=300)
@@ -155,15 +175,17 @@ def test_sent_error_outside_not_applied_is_always_unknown(cls: type[UpstreamErro
     status=st.none() | st.integers(min_value=100, max_value=599),
     not_applied=st.frozensets(st.integers(min_value=100, max_value=499)),
     dedupes=st.booleans(),
+    resend=st.booleans(),
 )
 def test_sent_error_is_unknown_for_any_contract(
-    cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool
+    cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool, resend: bool
 ) -> None:
-    """Whatever statuses a contract declares, a sent request is FAILED exactly when its status is one
-    of them and UNKNOWN otherwise: never NOT_SENT, and never FAILED on a status the contract omits."""
+    """Whatever statuses a contract declares, a sent request is FAILED exactly when it is a first send
+    and its status is one of them, and UNKNOWN otherwise: never NOT_SENT, never FAILED on a status the
+    contract omits, and a resend never FAILED at all."""
     contract = _contract(dedupes=dedupes, not_applied=not_applied)
-    expected = Attempt.FAILED if status in not_applied else Attempt.UNKNOWN
-    assert classify(_sent(cls, status), contract) is expected
+    expected = Attempt.FAILED if status in not_applied and not resend else Attempt.UNKNOWN
+    assert classify(_sent(cls, status), contract, resend=resend) is expected
 
 
 # -- reconcile_step ------------------------------------------------------------------------------------
