@@ -10,7 +10,7 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     host = "127.0.0.1"
     port = 8765
     allowed_hosts = ["127.0.0.1:*", "localhost:*"]   # Host headers accepted on /mcp
-    lease_seconds = 30                            # how long a worker owns a claimed card
+    lease_seconds = 30                            # how long a worker owns a claimed card (> write timeouts + 5 s)
     reconcile_horizon_seconds = 86400             # an UNKNOWN write unsettled this long goes to an admin
 
     [adapters.rooms]
@@ -88,7 +88,9 @@ class Settings:
     run_worker: bool = True
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
-    """How long a worker owns a claimed card; past it another worker recovers the card."""
+    """How long a worker owns a claimed card; past it another worker recovers the card. It must outlast
+    every served write tool's `timeout_seconds` by more than `gateway.toolbox.LEASE_MARGIN_SECONDS`
+    (a tool or a registered manifest that does not fit is refused)."""
     reconcile_horizon_seconds: float = 24 * 3600.0
     """How long a write whose outcome is UNKNOWN may stay unsettled, counted from its first send, before
     it is handed to an admin as NEEDS_RECONCILIATION, however often its status query fails meanwhile."""

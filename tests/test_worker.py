@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
 from gateway.card import CardState, verify_chain
+from gateway.errors import ToolDeclarationError
 from gateway.store.keys import KeyStore
 from gateway.worker import Worker
 from tests.support.agents import make_key
@@ -137,3 +138,18 @@ async def test_an_unknown_write_whose_status_query_keeps_failing_goes_to_a_perso
         assert verify_chain(events)
     finally:
         await gateway.aclose()
+
+
+@pytest.mark.parametrize("lease_seconds", [5.0, 10.0, 15.0])
+def test_a_gateway_whose_lease_a_write_tool_could_outlast_is_refused_at_construction(
+    redis_url: str, backends: dict[str, Backend], lease_seconds: float
+) -> None:
+    """rooms_book may take 10 s: a lease not longer than that plus the margin could run out mid-send
+    and let another worker resend it, so such a gateway is never built."""
+    settings = replace(gateway_settings(redis_url, backends), lease_seconds=lease_seconds)
+    with pytest.raises(ToolDeclarationError) as refused:
+        build_gateway(settings, tools_for(settings))
+    assert refused.value.code == "timeout_exceeds_lease" and refused.value.tool in {
+        "rooms_book",
+        "rooms_cancel_booking",
+    }
