@@ -3,9 +3,11 @@
 ```text
 PENDING -> APPROVED -> EXECUTING -> SUCCEEDED | FAILED | UNKNOWN
 UNKNOWN -> (status query) -> SUCCEEDED | FAILED | NEEDS_RECONCILIATION -> (admin) SUCCEEDED | FAILED
-UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key)
+UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key, before execute_by)
+UNKNOWN | EXECUTING a resend -> (execute_by passed) -> NEEDS_RECONCILIATION   (never a late send)
 PENDING -> REJECTED | CANCELLED | EXPIRED;  APPROVED -> CANCELLED | EXPIRED
 EXECUTING (never sent: released, or lease lost) -> APPROVED, or EXPIRED once past execute_by
+EXECUTING (never sent, execute_by passed at dispatch) -> EXPIRED   (never a late send)
 EXECUTING (sent, lease lost; or a resend, sent or not) -> UNKNOWN
 ```
 

@@ -76,6 +76,7 @@ def reconcile_step(
     now_ms: int,
     first_dispatched_ms: int,
     dispatched_ms: int,
+    execute_by_ms: int,
     horizon_ms: int,
 ) -> ReconcileStep:
     """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
@@ -84,8 +85,9 @@ def reconcile_step(
     first send (`first_dispatched_ms`), a person must reconcile: an uncertain write is never
     rescheduled or resent forever. Before that: not found within the settle period of the latest
     send (`dispatched_ms`) -> ask again later; not found after it -> resend with the same key, but only
-    while the backend still remembers the key of the first send (with a margin); otherwise a person
-    must reconcile. A rescheduled query is never later than the horizon.
+    while the backend still remembers the key of the first send (with a margin) and only before the
+    card's `execute_by_ms` (a write is never sent late); otherwise a person must reconcile. A
+    rescheduled query is never later than the horizon.
     """
     if status is not None and status.state == "applied":
         return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
@@ -106,5 +108,8 @@ def reconcile_step(
     # backend remember that record any longer, so "still remembered" counts from the first send.
     remembered_until = first_dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
     if contract.dedupes_on_key and now_ms < remembered_until:
+        if now_ms >= execute_by_ms:
+            reason = "not found after settling, but execute_by has passed: a resend would be late"
+            return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
         return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
     return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")

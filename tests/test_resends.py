@@ -131,3 +131,34 @@ async def test_a_refused_resend_while_the_first_send_is_still_in_flight_never_fa
     assert "claimed_for_resend" in [e.type for e in events]
     assert not [e for e in events if e.type == "completed" and e.data["outcome"] == "FAILED"]
     assert verify_chain(events)
+
+
+async def test_a_resend_never_starts_after_the_cards_execute_by(
+    redis: Redis, redis_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """The first send is answered 503 (UNKNOWN) and the status query finds no record. By the time a
+    resend would be safe (after the settle period) the card's execute_by has passed: nothing more is
+    sent, and the card goes to a person with the reason, never a late send."""
+    rooms = clean_backends["rooms"]
+    settings = _settings(redis_url, clean_backends)
+    tools = tools_for(settings)
+    [book] = [tool for tool in tools if tool.name == "rooms_book"]
+    assert book.approval is not None and book.write_contract is not None
+    assert book.write_contract.settle_seconds > 1.5  # the first safe resend falls after execute_by
+    quick = replace(book, approval=replace(book.approval, execute_within_seconds=1.5))
+    gateway = build_gateway(settings, [tool for tool in tools if tool is not book] + [quick])
+    try:
+        card = await _approved_booking(gateway, redis, "2026-11-03")
+        rooms.set_faults(status=503, paths=["/bookings"], times=1)
+        worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
+        with anyio.fail_after(20):
+            while (now := await gateway.ledger.get(card.card_id)) is None or now.state not in FINAL:
+                await worker.consume_once()
+                await worker.sweep_once()
+        events = await gateway.ledger.events(card.card_id)
+    finally:
+        await gateway.aclose()
+    assert _posts_with(rooms, card.idempotency_key) == 1  # the 503'd send, and no other
+    assert now.state is CardState.NEEDS_RECONCILIATION and "execute_by" in now.evidence["reason"]
+    assert _bookings(rooms, "2026-11-03") == []
+    assert "claimed_for_resend" not in [e.type for e in events] and verify_chain(events)

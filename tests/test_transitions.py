@@ -35,6 +35,7 @@ from gateway.card_transitions import (
     NOT_ALREADY_AN_APPROVER,
     NOT_THE_REQUESTER,
     OUTCOME_IS_A_TARGET,
+    RESEND_BEFORE_DEADLINE,
     TIMER_DUE,
     TRANSITIONS,
     VERSION_AND_ARGS_HASH_MATCH,
@@ -196,11 +197,16 @@ def _assert_refused(guard: Guard, result: Transition, before: bytes, after: byte
     if guard.aftermath is Aftermath.NOTHING:
         assert after == before
         return
-    assert _beyond_history(new, {"state"}) == _beyond_history(old, {"state"})
+    also = {"state", "evidence"} if guard.aftermath is Aftermath.HANDS_OVER else {"state"}
+    assert _beyond_history(new, also) == _beyond_history(old, also)
     assert len(new["events"]) == len(old["events"]) + 1
     if guard.aftermath is Aftermath.EXPIRES:
         assert new["state"] == CardState.EXPIRED and new["events"][-1]["type"] == "expired"
         assert result.card is not None and result.card.state is CardState.EXPIRED
+    elif guard.aftermath is Aftermath.HANDS_OVER:
+        assert new["state"] == CardState.NEEDS_RECONCILIATION and new["events"][-1]["type"] == "handed_over"
+        assert result.card is not None and result.card.state is CardState.NEEDS_RECONCILIATION
+        assert "execute_by" in result.card.evidence["reason"]
     else:
         assert new["state"] == old["state"]
 
@@ -237,6 +243,7 @@ async def test_each_transition_applies_exactly_from_the_states_the_table_lists(
 VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
     NO_OPEN_DUPLICATE: lambda row: [Setup(call=Call(proposal="duplicate"), start=CardState.PENDING)],
     DEADLINE_NOT_PASSED: lambda row: [Setup(fields={"decide_by_ms": PAST, "execute_by_ms": PAST})],
+    RESEND_BEFORE_DEADLINE: lambda row: [Setup(fields={"execute_by_ms": PAST, "resend": "1"})],
     NOT_THE_REQUESTER: lambda row: [Setup(call=Call(approver=PROPOSAL.requester_subject))],
     VERSION_AND_ARGS_HASH_MATCH: lambda row: [Setup(call=Call(version_offset=-1)), Setup(call=Call(args_hash="h2"))],
     NOT_ALREADY_AN_APPROVER: lambda row: [
@@ -340,6 +347,23 @@ async def test_a_resend_that_was_not_sent_goes_back_to_unknown(redis: Redis, nam
     shard = card_shard(card.card_id)
     assert shard is not None
     assert await redis.zscore(RedisLedger._keys(card.card_id, shard)[4], card.card_id) is not None
+
+
+@pytest.mark.parametrize(("name", "start"), [("claim_resend", CardState.UNKNOWN), ("dispatch", CardState.EXECUTING)])
+async def test_a_resend_past_execute_by_is_handed_over_with_no_timer_left(
+    redis: Redis, name: str, start: CardState
+) -> None:
+    """Handed to a person, a card waits for them alone: the sweeper has nothing more due on it."""
+    ledger = RedisLedger(redis)
+    card = await _store(ledger, redis, start, {"resend": "1", "execute_by_ms": PAST})
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    timers = RedisLedger._keys(card.card_id, shard)[4]
+    await redis.zadd(timers, {card.card_id: 0})
+    result = await RUNS[name](ledger, card, Call())
+    assert result.status is TransitionStatus.ERR_EXPIRED and result.card is not None
+    assert result.card.state is CardState.NEEDS_RECONCILIATION
+    assert await redis.zscore(timers, card.card_id) is None
 
 
 # -- the table against the code around it -----------------------------------------------------------

@@ -36,6 +36,8 @@ __all__ = ["LivePrincipal", "WritePath"]
 LivePrincipal = Callable[[str], Awaitable[Principal | None]]
 """``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
 
+_LATE_RESEND = "execute_by passed before a resend; the earlier send may have landed"
+
 
 class WritePath:
     """Runs approved cards and settles unknown outcomes, for the worker."""
@@ -108,6 +110,7 @@ class WritePath:
             now_ms=now_ms,
             first_dispatched_ms=card.first_dispatched_ms or dispatched_ms,
             dispatched_ms=dispatched_ms,
+            execute_by_ms=card.execute_by_ms or 0,  # none recorded: treated as passed, never a resend
             horizon_ms=self._horizon_ms,
         )
         evidence: dict[str, Any] = {"reason": step.reason}
@@ -118,6 +121,8 @@ class WritePath:
             resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
             if resend.status is TransitionStatus.OK and resend.card is not None:
                 return await self._send(resend.card)
+            if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
+                await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", _LATE_RESEND)
             return resend.card
         reference = status.reference or "" if status is not None else ""
         result = await self._ledger.reconcile(
@@ -155,6 +160,12 @@ class WritePath:
             )
             await self._record(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
             return released.card
+        if dispatched.status is TransitionStatus.ERR_EXPIRED:
+            # execute_by passed before the send: nothing is sent. A first send expires; a resend goes
+            # to a person, since its earlier send may have landed.
+            late = dispatched.card.state.value if dispatched.card is not None else CardState.EXPIRED.value
+            await self._record(card, "card.execute", late, _LATE_RESEND if card.resend else "execute_by passed")
+            return dispatched.card
         if dispatched.status is not TransitionStatus.OK:
             return dispatched.card  # the lease was lost: another worker owns the card now
 

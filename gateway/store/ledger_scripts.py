@@ -97,6 +97,17 @@ local function enqueue(c)
   redis.call('XADD', outbox_key, '*', 'card_id', c.card_id)
 end
 
+-- Past execute_by, a card whose key may already have reached the backend (UNKNOWN, or EXECUTING a
+-- resend) is sent nothing more, and cannot expire either: the earlier send may have landed. It goes
+-- to a person, with the reason.
+local function hand_over_late(c, now)
+  local reason = 'execute_by passed before a resend; the earlier send may have landed'
+  c.evidence = cjson.encode({reason = reason})
+  transition(c, now, 'handed_over', 'ledger', 'NEEDS_RECONCILIATION', {deadline = 'execute_by', reason = reason})
+  redis.call('ZREM', timers_key, c.card_id)
+  save(c)
+end
+
 local function expire_if_due(c, now)
   local deadline = nil
   if c.state == 'PENDING' then deadline = 'decide_by' end
@@ -232,13 +243,15 @@ take_lease(c, now, 'claimed')
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, worker, lease_ms. A resend of an UNKNOWN write with the same key.
+    # ARGV: tid, worker, lease_ms. A resend of an UNKNOWN write with the same key, before execute_by.
     "claim_resend": """
 local again = replayed(); if again then return again end
 local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
+-- Past execute_by no resend starts: the card goes to a person instead.
+if now >= num(c.execute_by_ms) then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
 -- A resend for good: the key may already have reached the backend, so from here the card never goes
 -- back to APPROVED or EXPIRED (release and recover return it to UNKNOWN), and a refusal proves nothing.
 c.resend = '1'
@@ -246,7 +259,7 @@ take_lease(c, now, 'claimed_for_resend')
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, fence. Recorded before anything is sent.
+    # ARGV: tid, fence. Recorded before anything is sent, and only before execute_by.
     "dispatch": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -255,6 +268,14 @@ if c.state ~= 'EXECUTING' then return reply('ERR_STATE', c) end
 if tonumber(ARGV[2]) ~= num(c.fence) then return reply('ERR_FENCE', c) end
 local now = now_ms()
 if now >= num(c.lease_until_ms) then return reply('ERR_LEASE', c) end
+-- Past execute_by nothing is sent. Never sent before: the card expires. A resend: a person decides.
+if c.execute_by_ms and now >= num(c.execute_by_ms) then
+  if c.resend == '1' then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
+  transition(c, now, 'expired', 'ledger', 'EXPIRED', {deadline = 'execute_by'})
+  close(c)
+  save(c)
+  return reply('ERR_EXPIRED', c)
+end
 local attempt = num(c.attempts) + 1
 c.dispatched, c.attempts, c.dispatched_ms = '1', tostring(attempt), tostring(now)
 -- The first send starts the reconciliation horizon; a resend does not restart it.

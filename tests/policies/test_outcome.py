@@ -196,6 +196,8 @@ REMEMBERED = DISPATCHED + 90_000  # 90% of key_retention_seconds=100.0: the marg
 FORGOTTEN = DISPATCHED + 100_000
 DAY = 24 * 3600 * 1000
 """The default reconciliation horizon (`gateway.settings.Settings.reconcile_horizon_seconds`)."""
+EXECUTE_BY = DISPATCHED + 365 * DAY
+"""An execute_by no case here reaches, unless it says otherwise."""
 
 APPLIED = WriteStatus(state="applied", reference="bk_1")
 REFUSED = WriteStatus(state="refused")
@@ -209,11 +211,19 @@ def _step(
     now_ms: int,
     first_ms: int = DISPATCHED,
     last_ms: int = DISPATCHED,
+    execute_by_ms: int = EXECUTE_BY,
     horizon_ms: int = DAY,
 ) -> ReconcileStep:
-    """`reconcile_step` for a write first sent at `first_ms` and last at `last_ms` (both DISPATCHED unless said)."""
+    """`reconcile_step` for a write first sent at `first_ms` and last at `last_ms` (both DISPATCHED unless
+    said), whose execute_by is far off unless said."""
     return reconcile_step(
-        status, contract, now_ms=now_ms, first_dispatched_ms=first_ms, dispatched_ms=last_ms, horizon_ms=horizon_ms
+        status,
+        contract,
+        now_ms=now_ms,
+        first_dispatched_ms=first_ms,
+        dispatched_ms=last_ms,
+        execute_by_ms=execute_by_ms,
+        horizon_ms=horizon_ms,
     )
 
 
@@ -331,6 +341,37 @@ def test_resend_only_while_the_first_sends_key_is_remembered(since_first_ms: int
     step = _step(NO_RECORD, KEYED, now_ms=now_ms, last_ms=last_ms)
     if step.next is Next.RESEND:
         assert now_ms < REMEMBERED and now_ms >= last_ms + 2_000
+
+
+@pytest.mark.parametrize(
+    ("execute_by_ms", "expected"),
+    [(SETTLED + 1, Next.RESEND), (SETTLED, Next.NEEDS_RECONCILIATION), (DISPATCHED + 1_000, Next.NEEDS_RECONCILIATION)],
+    ids=["before-execute-by", "at-execute-by", "long-past"],
+)
+def test_no_resend_starts_at_or_after_execute_by(execute_by_ms: int, expected: Next) -> None:
+    """Where a resend would be safe, it still goes out only before the card's execute_by: past it the
+    write would be sent late, so a person decides, and the reason says why."""
+    step = _step(NO_RECORD, KEYED, now_ms=SETTLED, execute_by_ms=execute_by_ms)
+    assert step.next is expected
+    if expected is Next.NEEDS_RECONCILIATION:
+        assert "execute_by" in step.reason
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    status=st.sampled_from([None, APPLIED, REFUSED, NO_RECORD]),
+    dedupes=st.booleans(),
+    since_first_ms=st.integers(min_value=0, max_value=200_000),
+    execute_by_after_first_ms=st.integers(min_value=-10_000, max_value=200_000),
+)
+def test_a_resend_is_never_late(
+    status: WriteStatus | None, dedupes: bool, since_first_ms: int, execute_by_after_first_ms: int
+) -> None:
+    """For any status, contract, time and execute_by, RESEND comes only strictly before execute_by."""
+    now_ms = DISPATCHED + since_first_ms
+    execute_by_ms = DISPATCHED + execute_by_after_first_ms
+    step = _step(status, _contract(dedupes=dedupes), now_ms=now_ms, execute_by_ms=execute_by_ms)
+    assert step.next is not Next.RESEND or now_ms < execute_by_ms
 
 
 # -- backoff_ms --------------------------------------------------------------------------------------
