@@ -13,7 +13,8 @@ How to read a row:
   `wrong_state` guard.
 * `targets`: the states an applied run may leave the card in. A target that is also a source is a
   step that changes the card (version, history) but not its state: an approval below quorum, a
-  requeue, a dispatch, a status check.
+  requeue, a dispatch, a status check. (A requeue or a status check that repeats the card's last
+  event is counted on that event rather than appended: `gateway.store.ledger_history`.)
 * `guards`: what must hold, in the order the script checks them, each with the status it refuses
   with and what a refusal still leaves behind (`Aftermath`). Most refusals leave the card exactly as
   it was; a passed deadline expires the card (approve, reject, cancel and claim then answer

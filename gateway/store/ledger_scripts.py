@@ -1,9 +1,10 @@
 """The ledger's Lua scripts: one atomic script per card transition, sharing one prelude.
 
 Storage, chosen for size (see bench/README.md): a card is one JSON string whose scalar values are
-all strings, and which holds its own history (``events``) and the ids of the transitions applied to
-it (``applied``). Each script loads the card, checks every guard before its first write, then
-changes the card, appends its event and saves it: one key per card.
+all strings, and which holds its own history (``events``) and the ids of the latest transitions
+applied to it (``applied``), both bounded (`gateway.store.ledger_history`). Each script loads the
+card, checks every guard before its first write, then changes the card, records its event and
+saves it: one key per card.
 
 Which script may start from which state, ends in which, for whom and behind which guards is the
 table `gateway.card_transitions.TRANSITIONS`, one row per script of the same name;
@@ -12,9 +13,12 @@ tests/test_transitions.py runs every script from every state and holds it to tha
 
 from __future__ import annotations
 
+from gateway.store.ledger_history import HISTORY
+
 __all__ = ["PRELUDE", "SCRIPTS"]
 
-PRELUDE = r"""
+PRELUDE = (
+    r"""
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (JSON string, holding its events and applied transition ids),
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
@@ -51,30 +55,17 @@ local function reply(status, c, extra)
   return cjson.encode({status = status, card = fields, extra = extra or {}})
 end
 
+-- The history and the applied transition ids live in the card itself: one key per card, which
+-- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
+"""
+    + HISTORY
+    + r"""
 local function replayed()
   local c = load()
-  local previous = c and c.applied and c.applied[tid]
+  local previous = c and applied_before(c, tid)
   if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
   return nil
-end
-
-local function num(value) return tonumber(value or '0') end
-
--- Bump the version, set the new state, and append a hash-chained event. Values stay strings.
-local function transition(c, now, kind, actor, new_state, data)
-  local version = num(c.version) + 1
-  local seq = num(c.seq) + 1
-  local prev = c.chain or ''
-  local payload = cjson.encode(data or {})
-  local hash = redis.sha1hex(table.concat({prev, seq, kind, actor, new_state, version, now, payload}, '|'))
-  c.state, c.version, c.seq, c.chain, c.updated_ms = new_state, tostring(version), tostring(seq), hash, tostring(now)
-  -- The history and the applied transition ids live in the card itself: one key per card, which
-  -- costs a third of a list and a hash beside it (bench/README.md).
-  c.events = c.events or {}
-  c.events[#c.events + 1] = {seq = tostring(seq), type = kind, actor = actor, state = new_state,
-    version = tostring(version), at = tostring(now), data = payload, prev = prev, hash = hash}
-  c.applied = c.applied or {}
-  c.applied[tid] = kind
 end
 
 -- Leaving the open states for good: forget the dedupe entry and any timer.
@@ -121,6 +112,7 @@ local function expire_if_due(c, now)
   return false
 end
 """
+)
 
 SCRIPTS: dict[str, str] = {
     # KEYS 6 and 7: the shard's index of the requester's org, and of the requester.
