@@ -135,12 +135,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     Raises:
         ConfigError: for an unresolved Redis URL or backend URL, or a configured backend without a
             signing key.
-        ToolDeclarationError: for duplicate tool names.
+        ToolDeclarationError: for duplicate tool names, or a write tool whose timeout the worker
+            lease (`settings.lease_seconds`) does not outlast by `LEASE_MARGIN_SECONDS`.
     """
     if settings.redis_url is None:
         raise ConfigError("settings.redis_url must be resolved before building a gateway")
     static = list(tools)
-    toolbox = Toolbox(static)  # refuses duplicate names before anything connects
+    # Refuses duplicate names, and writes that could outlast the lease, before anything connects.
+    toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
     connection = connect(settings.redis_url)
     client = connection.client
     audit = RedisStreamAuditSink(client)
@@ -168,6 +170,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         secrets=settings.secrets,
         identity=identity,
         health_paths=health_paths,
+        lease_seconds=settings.lease_seconds,
     )
     health = AdapterHealth(clients, health_paths)
     registry = RegistryService(
@@ -176,6 +179,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         allowed_base_urls=settings.registry_allowed_base_urls,
         served_tool_names=lambda: frozenset(live.current()),
         refresh=live.refresh,
+        lease_seconds=settings.lease_seconds,
     )
     executor = Executor.build(
         tools=live,
@@ -188,6 +192,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         live_principal=keys.live_principal,
         healthy=health.healthy,
         lease_ms=int(settings.lease_seconds * 1000),
+        reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
     return Gateway(
         redis=connection,

@@ -3,10 +3,12 @@
 ```text
 PENDING -> APPROVED -> EXECUTING -> SUCCEEDED | FAILED | UNKNOWN
 UNKNOWN -> (status query) -> SUCCEEDED | FAILED | NEEDS_RECONCILIATION -> (admin) SUCCEEDED | FAILED
-UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key)
+UNKNOWN -> (status query: key never seen) -> EXECUTING   (resent with the same key, before execute_by)
+UNKNOWN | EXECUTING a resend -> (execute_by passed) -> NEEDS_RECONCILIATION   (never a late send)
 PENDING -> REJECTED | CANCELLED | EXPIRED;  APPROVED -> CANCELLED | EXPIRED
 EXECUTING (never sent: released, or lease lost) -> APPROVED, or EXPIRED once past execute_by
-EXECUTING (sent, lease lost) -> UNKNOWN
+EXECUTING (never sent, execute_by passed at dispatch) -> EXPIRED   (never a late send)
+EXECUTING (sent, lease lost; or a resend, sent or not) -> UNKNOWN
 ```
 
 Some steps change a card but not its state: an approval below quorum (PENDING), a requeue
@@ -26,6 +28,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 __all__ = [
+    "COMPACTED",
     "OPEN",
     "TERMINAL",
     "Card",
@@ -91,9 +94,19 @@ def outcome_of(state: CardState) -> CardOutcome:
     return "none"
 
 
+COMPACTED = "compacted"
+"""The type of the event that stands in for the middle of a long history (see `verify_chain`)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CardEvent:
-    """One entry of a card's hash-chained history."""
+    """One entry of a card's hash-chained history.
+
+    A history is bounded (`gateway.store.ledger_history`): back-to-back repeats of a housekeeping
+    step are counted on one event (`repeats`, `last_at_ms`), and past its bound the middle of the
+    history is replaced by one `COMPACTED` event whose data names the last event it replaced
+    (``through``, ``through_hash``) and counts the steps it replaced by type (``steps``).
+    """
 
     seq: int
     type: str
@@ -106,6 +119,11 @@ class CardEvent:
     """`data` exactly as stored and hashed."""
     prev: str = ""
     hash: str = ""
+    repeats: int = 0
+    """How many more times the same step (same type, actor, state and data) happened right after this
+    one. Bookkeeping outside the hashed material: the chain proves the first time, at `at_ms`."""
+    last_at_ms: int | None = None
+    """When the last of those repeats happened."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,6 +153,12 @@ class Card:
     dispatched: bool = False
     attempts: int = 0
     dispatched_ms: int | None = None
+    """When the latest send was recorded (DISPATCHED), by the Redis clock."""
+    first_dispatched_ms: int | None = None
+    """When the first send was recorded: from then on the backend may know the key."""
+    resend: bool = False
+    """Claimed again after an UNKNOWN outcome: the key may already have reached the backend, so the
+    card never goes back to APPROVED or EXPIRED, and a refusal of its send proves nothing."""
     reference: str | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     rejection: Mapping[str, str] = field(default_factory=dict)
@@ -153,13 +177,24 @@ class Card:
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:
-    """Whether a card's events form an unbroken hash chain, numbered 1..n."""
-    previous = ""
-    for expected_seq, event in enumerate(events, start=1):
+    """Whether a card's events form an unbroken hash chain, numbered from 1 with no gap.
+
+    Each event's hash covers the previous event's hash, its own number, type, actor, state, version,
+    time and data (not `CardEvent.repeats`). A `COMPACTED` event is checked like any other, and stands
+    for the events numbered up to its ``through``: the event after it must be numbered
+    ``through`` + 1 and link to ``through_hash``. What it replaced is gone and cannot be checked.
+    """
+    previous, expected = "", 1
+    for event in events:
         parts = [previous, str(event.seq), event.type, event.actor, event.state, str(event.version), str(event.at_ms)]
-        material = "|".join([*parts, event.data_raw])
-        digest = hashlib.sha1(material.encode()).hexdigest()
-        if event.seq != expected_seq or event.prev != previous or digest != event.hash:
+        digest = hashlib.sha1("|".join([*parts, event.data_raw]).encode()).hexdigest()
+        if event.seq != expected or event.prev != previous or digest != event.hash:
             return False
-        previous = event.hash
+        if event.type == COMPACTED:
+            through, through_hash = event.data.get("through"), event.data.get("through_hash")
+            if not isinstance(through, int) or through < event.seq or not isinstance(through_hash, str):
+                return False
+            previous, expected = through_hash, through + 1
+        else:
+            previous, expected = event.hash, expected + 1
     return True

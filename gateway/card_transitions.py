@@ -13,11 +13,13 @@ How to read a row:
   `wrong_state` guard.
 * `targets`: the states an applied run may leave the card in. A target that is also a source is a
   step that changes the card (version, history) but not its state: an approval below quorum, a
-  requeue, a dispatch, a status check.
+  requeue, a dispatch, a status check. (A requeue or a status check that repeats the card's last
+  event is counted on that event rather than appended: `gateway.store.ledger_history`.)
 * `guards`: what must hold, in the order the script checks them, each with the status it refuses
   with and what a refusal still leaves behind (`Aftermath`). Most refusals leave the card exactly as
   it was; a passed deadline expires the card (approve, reject, cancel and claim then answer
-  ``ERR_EXPIRED``), and a late worker result is recorded.
+  ``ERR_EXPIRED``), a resend past execute_by hands the card to a person, and a late worker result is
+  recorded.
 
 Before any guard, every script answers ``ALREADY_APPLIED`` to a transition id it applied before,
 and every script but `propose` answers ``ERR_NOT_FOUND`` for a card that does not exist.
@@ -46,6 +48,7 @@ __all__ = [
     "NO_CARD_YET",
     "NO_OPEN_DUPLICATE",
     "OUTCOME_IS_A_TARGET",
+    "RESEND_BEFORE_DEADLINE",
     "TIMER_DUE",
     "TRANSITIONS",
     "VERSION_AND_ARGS_HASH_MATCH",
@@ -79,6 +82,9 @@ class Aftermath(StrEnum):
     """The stored card is byte-identical to before."""
     EXPIRES = "expires"
     """The card was past its deadline: it is EXPIRED now (event ``expired``, actor ``ledger``)."""
+    HANDS_OVER = "hands-over"
+    """The card was past its execute_by with a send that may have landed: it is NEEDS_RECONCILIATION now
+    (event ``handed_over``, actor ``ledger``), with the reason in its evidence, for a person to resolve."""
     RECORDS = "records"
     """The attempt is appended to the card's history (and its version moves on); every other field stays."""
 
@@ -105,7 +111,8 @@ IN_A_SOURCE_STATE = Guard(name="in a source state", refusal=TransitionStatus.ERR
 DEADLINE_NOT_PASSED = Guard(
     name="deadline not passed", refusal=TransitionStatus.ERR_EXPIRED, aftermath=Aftermath.EXPIRES
 )
-"""A PENDING card is before its decide_by, an APPROVED one before its execute_by (Redis clock)."""
+"""A PENDING card is before its decide_by, an APPROVED one before its execute_by, and a card never sent
+before is dispatched only before its execute_by (Redis clock)."""
 NOT_THE_REQUESTER = Guard(name="not the requester", refusal=TransitionStatus.ERR_SELF_APPROVAL)
 """Nobody approves their own card."""
 VERSION_AND_ARGS_HASH_MATCH = Guard(name="version and args_hash match", refusal=TransitionStatus.ERR_STALE)
@@ -126,6 +133,12 @@ EXECUTING_UNDER_THIS_FENCE = Guard(name="executing under the caller's fence", re
 NOT_A_LATE_RESULT = Guard(name="not a late result", refusal=TransitionStatus.ERR_FENCE, aftermath=Aftermath.RECORDS)
 """As `EXECUTING_UNDER_THIS_FENCE`, but a late or fenced-off result is recorded (``late_result_ignored``),
 in any state, terminal ones included: it is evidence of a send, and it never overwrites the card."""
+RESEND_BEFORE_DEADLINE = Guard(
+    name="a resend starts before execute_by", refusal=TransitionStatus.ERR_EXPIRED, aftermath=Aftermath.HANDS_OVER
+)
+"""A card whose key may already have reached the backend (UNKNOWN, or EXECUTING a resend) is claimed for a
+resend, and dispatched, only before its execute_by: a write is never sent late, and one that may have
+landed cannot simply expire either."""
 OUTCOME_IS_A_TARGET = Guard(name="outcome is a target", refusal=TransitionStatus.ERR_ARGUMENT)
 """The outcome asked for is one of the row's `targets` (reconcile asks for UNKNOWN as ``RESCHEDULE``)."""
 
@@ -223,23 +236,25 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED),
         wrong_state=IN_A_SOURCE_STATE,
     ),
-    # A resend of an UNKNOWN write with the same key, once the backend said it never saw the key.
-    # No deadline: the card was approved long ago and may already have been sent once.
+    # A resend of an UNKNOWN write with the same key, once the backend said it never saw the key. It
+    # marks the card a resend for good: it can no longer go back to APPROVED or EXPIRED. Past
+    # execute_by none starts: the card goes to a person.
     CardTransition(
         name="claim_resend",
         actors=frozenset({Actor.RECONCILER}),
         sources=frozenset({CardState.UNKNOWN}),
         targets=frozenset({CardState.EXECUTING}),
-        guards=(IN_A_SOURCE_STATE,),
+        guards=(IN_A_SOURCE_STATE, RESEND_BEFORE_DEADLINE),
         wrong_state=IN_A_SOURCE_STATE,
     ),
-    # Recorded, durably, before anything is sent; the card stays EXECUTING.
+    # Recorded, durably, before anything is sent; the card stays EXECUTING. Past execute_by nothing is
+    # sent: a first send expires the card, a resend hands it to a person.
     CardTransition(
         name="dispatch",
         actors=frozenset({Actor.WORKER}),
         sources=frozenset({CardState.EXECUTING}),
         targets=frozenset({CardState.EXECUTING}),
-        guards=(IN_A_SOURCE_STATE, FENCE_MATCHES, LEASE_NOT_EXPIRED),
+        guards=(IN_A_SOURCE_STATE, FENCE_MATCHES, LEASE_NOT_EXPIRED, DEADLINE_NOT_PASSED, RESEND_BEFORE_DEADLINE),
         wrong_state=IN_A_SOURCE_STATE,
     ),
     CardTransition(
@@ -250,17 +265,18 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         guards=(OUTCOME_IS_A_TARGET, NOT_A_LATE_RESULT),
         wrong_state=NOT_A_LATE_RESULT,
     ),
-    # Nothing was sent: back to APPROVED with the same key, or EXPIRED once past execute_by.
+    # Nothing was sent: back to APPROVED with the same key, or EXPIRED once past execute_by. A resend
+    # that was not sent goes back to UNKNOWN instead: its earlier send may have landed.
     CardTransition(
         name="release",
         actors=frozenset({Actor.WORKER}),
         sources=frozenset({CardState.EXECUTING}),
-        targets=frozenset({CardState.APPROVED, CardState.EXPIRED}),
+        targets=frozenset({CardState.APPROVED, CardState.EXPIRED, CardState.UNKNOWN}),
         guards=(EXECUTING_UNDER_THIS_FENCE,),
         wrong_state=EXECUTING_UNDER_THIS_FENCE,
     ),
-    # The lease ran out. Sent: UNKNOWN, never a blind resend. Never sent: APPROVED and enqueued
-    # again, or EXPIRED once past execute_by.
+    # The lease ran out. Sent, or a resend (sent or not): UNKNOWN, never a blind resend. Never sent:
+    # APPROVED and enqueued again, or EXPIRED once past execute_by.
     CardTransition(
         name="recover",
         actors=frozenset({Actor.LEDGER_TIMER}),

@@ -20,6 +20,7 @@ from gateway.principal import Principal
 from gateway.registry.openapi_import import draft_manifest
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import AdapterRegistration
+from gateway.settings import Settings
 from gateway.store.registry import RegistryStore
 
 __all__ = ["add_parser", "import_openapi", "run"]
@@ -61,9 +62,12 @@ def import_openapi(args: argparse.Namespace) -> int:
 async def run(
     client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, *, allowed: tuple[str, ...]
 ) -> int:
+    # The CLI reviews, accepts and removes; it never validates a registration, so the lease a
+    # registration is held to (each gateway's own) plays no part here.
     service = RegistryService(
-        RegistryStore(client), audit, allowed_base_urls=allowed, served_tool_names=frozenset, refresh=_no_refresh
-    )
+        RegistryStore(client), audit, allowed_base_urls=allowed, served_tool_names=frozenset, refresh=_no_refresh,
+        lease_seconds=Settings().lease_seconds,
+    )  # fmt: skip
     if args.adapters_command == "review":
         registrations = await service.review(admin)
         if registrations is None:

@@ -10,6 +10,8 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     host = "127.0.0.1"
     port = 8765
     allowed_hosts = ["127.0.0.1:*", "localhost:*"]   # Host headers accepted on /mcp
+    lease_seconds = 30                            # how long a worker owns a claimed card (> write timeouts + 5 s)
+    reconcile_horizon_seconds = 86400             # an UNKNOWN write unsettled this long goes to an admin
 
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
@@ -92,7 +94,12 @@ class Settings:
     run_worker: bool = True
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
-    """How long a worker owns a claimed card; past it another worker recovers the card."""
+    """How long a worker owns a claimed card; past it another worker recovers the card. It must outlast
+    every served write tool's `timeout_seconds` by more than `gateway.toolbox.LEASE_MARGIN_SECONDS`
+    (a tool or a registered manifest that does not fit is refused)."""
+    reconcile_horizon_seconds: float = 24 * 3600.0
+    """How long a write whose outcome is UNKNOWN may stay unsettled, counted from its first send, before
+    it is handed to an admin as NEEDS_RECONCILIATION, however often its status query fails meanwhile."""
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Where credential references of registered adapters (``secret_env``) resolve: the environment."""
     registry_allowed_base_urls: tuple[str, ...] = ("http://127.0.0.1:*",)
@@ -106,6 +113,10 @@ class Settings:
     """Base URLs of demo services started for demo mode (filled in by `gateway.serve`)."""
     registry_poll_seconds: float = 1.0
     health_poll_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
+            raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
 
     @property
     def org_adapters(self) -> OrgAdapters:
@@ -160,6 +171,7 @@ class Settings:
                     document.get("registry", {}).get("allowed_base_urls", ("http://127.0.0.1:*",))
                 ),
                 lease_seconds=float(gateway.get("lease_seconds", 30.0)),
+                reconcile_horizon_seconds=float(gateway.get("reconcile_horizon_seconds", 24 * 3600.0)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

@@ -1,4 +1,9 @@
-"""The set of tools one gateway serves: an immutable name -> `Tool` mapping."""
+"""The set of tools one gateway serves: an immutable name -> `Tool` mapping.
+
+It is also the one place that decides whether a set of tools can be served together: every tool the
+gateway serves, declared in-process or registered by manifest, is in a `Toolbox`, and a `Toolbox`
+refuses duplicate names and write tools whose send could outlast the worker's lease.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,12 @@ from typing import Any, Protocol
 from gateway.errors import ToolDeclarationError
 from gateway.tool import Tool, definition_hash
 
-__all__ = ["ToolSource", "Toolbox"]
+__all__ = ["LEASE_MARGIN_SECONDS", "ToolSource", "Toolbox"]
+
+LEASE_MARGIN_SECONDS = 5.0
+"""How much longer than a write tool's timeout the worker's lease must be: room for the binding
+re-check and the durable DISPATCHED record between the claim and the send, and for a slow event loop
+after the deadline fires."""
 
 
 class ToolSource(Protocol):
@@ -21,20 +31,32 @@ class ToolSource(Protocol):
 
 
 class Toolbox(Mapping[str, Tool]):
-    """Tools by name, in declaration order.
+    """Tools by name, in declaration order, served by workers that hold a card for `lease_seconds`.
 
     Raises:
         ToolDeclarationError: (code ``duplicate_name``) when two tools share a name. A duplicate
             is refused, not shadowed: which one would run would otherwise depend on ordering.
+            (code ``timeout_exceeds_lease``) when a write tool's `timeout_seconds` plus
+            `LEASE_MARGIN_SECONDS` is not shorter than `lease_seconds`: its send could outlast the
+            lease, and another worker could then recover the card and resend the write while the
+            first send is still in flight.
     """
 
     __slots__ = ("_schemas", "_tools", "_versions")
 
-    def __init__(self, tools: Iterable[Tool]) -> None:
+    def __init__(self, tools: Iterable[Tool], *, lease_seconds: float) -> None:
         by_name: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in by_name:
                 raise ToolDeclarationError(f"duplicate tool name {tool.name!r}", code="duplicate_name", tool=tool.name)
+            if not tool.read_only and tool.timeout_seconds + LEASE_MARGIN_SECONDS >= lease_seconds:
+                raise ToolDeclarationError(
+                    f"write tool {tool.name!r} may run {tool.timeout_seconds:g} s, which the worker lease of "
+                    f"{lease_seconds:g} s must outlast by more than {LEASE_MARGIN_SECONDS:g} s: lower its "
+                    "timeout_seconds or raise [gateway] lease_seconds",
+                    code="timeout_exceeds_lease",
+                    tool=tool.name,
+                )
             by_name[tool.name] = tool
         self._tools = MappingProxyType(by_name)
         self._versions = MappingProxyType({name: definition_hash(tool) for name, tool in by_name.items()})

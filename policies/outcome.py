@@ -1,8 +1,10 @@
 """What an attempt at a write means, and what to do about an uncertain one. Pure functions.
 
 Every attempt is classified: nothing sent -> safe to retry with the same key; a definitive
-refusal -> FAILED; anything that may have reached the backend -> UNKNOWN, which leads to a status
-query and never to a blind resend.
+refusal of the first send -> FAILED; anything that may have reached the backend, and a resend's
+refusal -> UNKNOWN, which leads to a status query and never to a blind resend. An UNKNOWN write
+that no status query settles within the reconciliation horizon goes to a person
+(NEEDS_RECONCILIATION): nothing is asked about forever.
 """
 
 from __future__ import annotations
@@ -23,13 +25,19 @@ class Attempt(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
-def classify(error: UpstreamError | None, contract: WriteContract) -> Attempt:
-    """Classify one attempt from the error it raised (None: the backend confirmed the write)."""
+def classify(error: UpstreamError | None, contract: WriteContract, *, resend: bool) -> Attempt:
+    """Classify one attempt from the error it raised (None: the backend confirmed the write).
+
+    `resend`: the card's key was sent before (the write was UNKNOWN and is being sent again). A
+    refusal then answers only this request: the earlier one may still be in flight or may have
+    landed, and a backend may refuse a key it is still working on (409). So a resend is never
+    FAILED here; only the backend's record, read by a status query, can say it did not apply.
+    """
     if error is None:
         return Attempt.SUCCEEDED
     if not error.sent:
         return Attempt.NOT_SENT
-    if error.status is not None and error.status in contract.not_applied_statuses:
+    if error.status is not None and error.status in contract.not_applied_statuses and not resend:
         return Attempt.FAILED
     # A timeout after sending, a 5xx, a dropped connection, a 2xx we cannot parse, a status the
     # contract does not call "not applied": the write may have landed.
@@ -62,25 +70,46 @@ def _recheck_after_ms(elapsed_ms: int) -> int:
 
 
 def reconcile_step(
-    status: WriteStatus | None, contract: WriteContract, *, now_ms: int, dispatched_ms: int
+    status: WriteStatus | None,
+    contract: WriteContract,
+    *,
+    now_ms: int,
+    first_dispatched_ms: int,
+    dispatched_ms: int,
+    execute_by_ms: int,
+    horizon_ms: int,
 ) -> ReconcileStep:
     """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
 
-    Found -> SUCCEEDED or FAILED. Not found within the settle period -> ask again later. Not found
-    after it -> resend with the same key, but only while the backend still remembers keys (with a
-    margin); otherwise a person must reconcile.
+    Found -> SUCCEEDED or FAILED, at any time. Otherwise, once `horizon_ms` has passed since the
+    first send (`first_dispatched_ms`), a person must reconcile: an uncertain write is never
+    rescheduled or resent forever. Before that: not found within the settle period of the latest
+    send (`dispatched_ms`) -> ask again later; not found after it -> resend with the same key, but only
+    while the backend still remembers the key of the first send (with a margin) and only before the
+    card's `execute_by_ms` (a write is never sent late); otherwise a person must reconcile. A
+    rescheduled query is never later than the horizon.
     """
     if status is not None and status.state == "applied":
         return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
     if status is not None and status.state == "refused":
         return ReconcileStep(next=Next.FAILED, reason="backend refused the write")
+    horizon_at = first_dispatched_ms + horizon_ms
+    if now_ms >= horizon_at:
+        reason = f"not settled within {horizon_ms / 1000:g} s of the first send; a person must reconcile"
+        return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
     if status is None:
         at_ms = now_ms + _recheck_after_ms(now_ms - dispatched_ms)
-        return ReconcileStep(next=Next.RESCHEDULE, at_ms=at_ms, reason="status query failed")
+        return ReconcileStep(next=Next.RESCHEDULE, at_ms=min(at_ms, horizon_at), reason="status query failed")
     settle_ms = int(contract.settle_seconds * 1000)
     if now_ms < dispatched_ms + settle_ms:
-        return ReconcileStep(next=Next.RESCHEDULE, at_ms=dispatched_ms + settle_ms, reason="within settle period")
-    remembered_until = dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
+        at_ms = min(dispatched_ms + settle_ms, horizon_at)
+        return ReconcileStep(next=Next.RESCHEDULE, at_ms=at_ms, reason="within settle period")
+    # The first send may have landed and been remembered from then: a later resend does not make the
+    # backend remember that record any longer, so "still remembered" counts from the first send.
+    remembered_until = first_dispatched_ms + int(contract.key_retention_seconds * 1000 * 0.9)
     if contract.dedupes_on_key and now_ms < remembered_until:
+        if now_ms >= execute_by_ms:
+            reason = "not found after settling, but execute_by has passed: a resend would be late"
+            return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
         return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
     return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")

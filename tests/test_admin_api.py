@@ -71,7 +71,7 @@ def served(redis_url: str) -> Iterator[Api]:
     audit = RedisStreamAuditSink(client)
     service = CardService(RedisLedger(client), audit, writable=writable)
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
-                               refresh=no_refresh)  # fmt: skip
+                               refresh=no_refresh, lease_seconds=30.0)  # fmt: skip
     review = adapter_review_table(registry, audit=audit)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, tables=[review])
     app = Starlette(routes=routes, lifespan=lifespan)

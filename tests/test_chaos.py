@@ -25,7 +25,9 @@ from tests.support.services import Backend, gateway_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-LEASE_SECONDS = 1.5
+LEASE_SECONDS = 15.5
+"""The shortest lease the worker accepts with the rooms tools: it must outlast their 10 s timeout by
+more than the 5 s margin (`gateway.toolbox.LEASE_MARGIN_SECONDS`)."""
 
 
 @pytest.fixture(scope="module", name="redis_url")
@@ -134,7 +136,7 @@ async def test_worker_killed_after_dispatch_ends_with_exactly_one_effect(
         assert first.wait(timeout=10) == -signal.SIGKILL
 
     with _worker(tmp_path, redis_url, clean_backends, "second"):
-        final = await _until(ledger, card_id, lambda c: c.state in (CardState.SUCCEEDED, CardState.FAILED), 30)
+        final = await _until(ledger, card_id, lambda c: c.state in (CardState.SUCCEEDED, CardState.FAILED), 60)
 
     assert final.state is CardState.SUCCEEDED
     bookings = [b for b in clean_backends["rooms"].app.state.service.bookings.values()

@@ -40,7 +40,7 @@ def _executor(*tools: Tool) -> tuple[AgentPath, ListAuditSink]:
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
     executor = AgentPath(
-        tools=Toolbox(tools),
+        tools=Toolbox(tools, lease_seconds=30.0),
         org_adapters=OrgAdapters({"acme": frozenset({"demo"})}),
         audit=audit,
         invoker=Invoker(clients={"demo": client}, identity=IdentityHeaders(), ledger=ledger),

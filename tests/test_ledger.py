@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -10,8 +11,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.card import CardState, verify_chain
-from gateway.store.ledger import RedisLedger
+from gateway.card import COMPACTED, CardState, verify_chain
+from gateway.store.ledger import RedisLedger, card_shard
+from gateway.store.ledger_history import HEAD_EVENTS, MAX_APPLIED, MAX_EVENTS
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
 pytestmark = pytest.mark.anyio
@@ -277,3 +279,152 @@ async def test_per_org_and_per_requester_indexes_find_cards_under_any_load_of_ot
     assert [c.card_id for c in await ledger.recent(limit=5, requester=("acme", "alice@acme.example"))] == [mine]
     assert await ledger.recent(limit=5, requester=("acme", "bob@acme.example")) == []
     assert len(await ledger.recent(limit=5, org="globex")) == 5
+
+
+CARD_BYTES_BOUND = 32 * 1024
+"""A card's stored size may not pass this, however long it waits (its history is bounded)."""
+
+
+def _card_key(card_id: str) -> str:
+    shard = card_shard(card_id)
+    assert shard is not None
+    return RedisLedger._keys(card_id, shard)[0]
+
+
+async def _stored_bytes(redis: Redis, card_id: str) -> int:
+    return int(await redis.strlen(_card_key(card_id)))
+
+
+async def test_an_approved_card_requeued_thousands_of_times_stays_small(redis: Redis) -> None:
+    """An approved card waiting for a backend that stays down is requeued by the sweeper every 10 s:
+    3,000 sweeps (over eight hours) leave it under a fixed size, with a verifiable chain that counts them.
+    Counting a repeat changes no hash: the chain after the first requeue is the chain after the last."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    assert (await ledger.sweep_open(card_id, requeue_ms=10_000)).status == "OK"
+    after_one = await ledger.events(card_id)
+    for _ in range(2999):
+        assert (await ledger.sweep_open(card_id, requeue_ms=10_000)).status == "OK"
+    assert await _stored_bytes(redis, card_id) < CARD_BYTES_BOUND
+    assert await redis.memory_usage(_card_key(card_id)) < CARD_BYTES_BOUND
+    events = await ledger.events(card_id)
+    assert verify_chain(events)
+    assert [e.type for e in events] == ["created", "approved", "requeued"] and events[-1].repeats == 2999
+    assert [e.hash for e in events] == [e.hash for e in after_one]
+    assert events[-1].last_at_ms is not None and events[-1].last_at_ms >= events[-1].at_ms
+    card = await ledger.get(card_id)
+    assert card is not None and card.version == 2 + 3000  # every sweep is still a transition of the card
+
+
+async def test_a_status_query_rescheduled_thousands_of_times_stays_small(redis: Redis) -> None:
+    """A status query that keeps failing reschedules its card: 3,000 reschedules stay under the bound."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    claimed = await ledger.claim(card_id, worker="w1", lease_ms=60_000)
+    assert claimed.card is not None
+    assert (await ledger.dispatch(card_id, fence=claimed.card.fence)).status == "OK"
+    await ledger.complete(card_id, fence=claimed.card.fence, outcome=CardState.UNKNOWN, reference="",
+                          evidence={}, settle_ms=0)  # fmt: skip
+    for _ in range(3000):
+        rescheduled = await ledger.reconcile(
+            card_id, result="RESCHEDULE", reference="", evidence={"reason": "status query failed"}, next_at_ms=0
+        )
+        assert rescheduled.status == "OK"
+    assert await _stored_bytes(redis, card_id) < CARD_BYTES_BOUND
+    events = await ledger.events(card_id)
+    assert verify_chain(events) and events[-1].type == "status_checked" and events[-1].repeats == 2999
+
+
+async def test_only_a_repeat_identical_but_for_its_time_is_counted(redis: Redis) -> None:
+    """Status checks with new evidence are each recorded; only back-to-back identical ones are counted."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    claimed = await ledger.claim(card_id, worker="w1", lease_ms=60_000)
+    assert claimed.card is not None
+    await ledger.dispatch(card_id, fence=claimed.card.fence)
+    await ledger.complete(card_id, fence=claimed.card.fence, outcome=CardState.UNKNOWN, reference="",
+                          evidence={}, settle_ms=0)  # fmt: skip
+    for reason in ("status query failed", "within settle period", "within settle period", "status query failed"):
+        await ledger.reconcile(card_id, result="RESCHEDULE", reference="", evidence={"reason": reason}, next_at_ms=0)
+    checks = [e for e in await ledger.events(card_id) if e.type == "status_checked"]
+    assert [(e.data["evidence"]["reason"], e.repeats) for e in checks] == [
+        ("status query failed", 0),
+        ("within settle period", 1),
+        ("status query failed", 0),
+    ]
+
+
+async def test_a_card_that_cycles_thousands_of_times_keeps_a_bounded_verifiable_history(redis: Redis) -> None:
+    """Claimed and released 1,500 times (3,000 events that never repeat back to back): the history keeps
+    its first events and its latest ones, stays under the size bound, and its chain still verifies."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    for _ in range(1500):
+        claimed = await ledger.claim(card_id, worker="w1", lease_ms=60_000)
+        assert claimed.card is not None
+        released = await ledger.release(card_id, fence=claimed.card.fence, reason="x", requeue_ms=10_000)
+        assert released.status == "OK"
+    assert await _stored_bytes(redis, card_id) < CARD_BYTES_BOUND
+    events = await ledger.events(card_id)
+    assert verify_chain(events) and len(events) == MAX_EVENTS
+    assert [e.type for e in events[:2]] == ["created", "approved"] and events[-1].type == "released"
+    assert events[-1].seq == 2 + 3000
+    [marker] = [e for e in events if e.type == COMPACTED]
+    assert marker is events[HEAD_EVENTS] and sum(marker.data["steps"].values()) == 3002 - (MAX_EVENTS - 1)
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda events: [*events[:HEAD_EVENTS], *events[HEAD_EVENTS + 1 :]],  # the marker removed
+        lambda events: [*events[:-1], replace(events[-1], actor="mallory@acme.example")],  # a kept event changed
+        lambda events: [
+            *events[:HEAD_EVENTS],
+            replace(events[HEAD_EVENTS], data_raw=events[HEAD_EVENTS].data_raw.replace('"claimed":', '"claimed":1')),
+            *events[HEAD_EVENTS + 1 :],
+        ],  # the marker's count of what it replaced changed
+        lambda events: [*events[: HEAD_EVENTS + 1], *events[HEAD_EVENTS + 2 :]],  # the event after the marker dropped
+    ],
+    ids=["marker-removed", "kept-event-changed", "marker-count-changed", "event-after-marker-dropped"],
+)
+async def test_tampering_with_a_compacted_history_breaks_the_chain(redis: Redis, forge: Any) -> None:
+    """A compacted history is as checkable as a short one, for everything it still holds."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    for _ in range(40):
+        claimed = await ledger.claim(card_id, worker="w1", lease_ms=60_000)
+        assert claimed.card is not None
+        await ledger.release(card_id, fence=claimed.card.fence, reason="x", requeue_ms=10_000)
+    events = await ledger.events(card_id)
+    assert verify_chain(events) and events[HEAD_EVENTS].type == COMPACTED
+    assert not verify_chain(forge(events))
+
+
+async def test_only_the_latest_transition_ids_are_kept_and_a_retry_is_still_recognised(redis: Redis) -> None:
+    """Replay protection keeps the ids of the latest transitions: a retry right after its call answers
+    ALREADY_APPLIED, and thousands of sweeps leave a fixed number of ids on the card."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    first = await ledger._replay("sweep_open", card_id, "tid-sweep", 10_000, card_id)
+    again = await ledger._replay("sweep_open", card_id, "tid-sweep", 10_000, card_id)
+    assert (first.status, again.status) == ("OK", "ALREADY_APPLIED")
+    for _ in range(500):
+        await ledger.sweep_open(card_id, requeue_ms=10_000)
+    stored = json.loads(await redis.get(_card_key(card_id)))
+    assert len(stored["applied"]) == MAX_APPLIED
+
+
+async def test_a_card_stored_with_every_applied_id_still_recognises_them_and_is_bounded_at_its_next_step(
+    redis: Redis,
+) -> None:
+    """A card written before the ids were bounded held a map of every id: a retry of one of them is still
+    ALREADY_APPLIED, and the card's next transition replaces the map by the bounded list."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    stored = json.loads(await redis.get(_card_key(card_id)))
+    stored["applied"] = {f"old-{n}": "requeued" for n in range(1000)} | {"tid-old": "approved"}
+    await redis.set(_card_key(card_id), json.dumps(stored))
+    again = await ledger._replay("approve", card_id, "tid-old", "bob@acme.example", 2, "h1", "", 10_000)
+    assert again.status == "ALREADY_APPLIED" and again.extra["original"] == "approved"
+    assert (await ledger.sweep_open(card_id, requeue_ms=10_000)).status == "OK"
+    assert len(json.loads(await redis.get(_card_key(card_id)))["applied"]) == 1

@@ -117,8 +117,30 @@ def test_untrusted_flag_must_match_the_output_model(output: type[BaseModel], fla
 def test_duplicate_names_are_refused_not_shadowed() -> None:
     """Two tools with one name make a toolbox impossible to build."""
     with pytest.raises(ToolDeclarationError) as caught:
-        Toolbox([read_tool(), read_tool()])
+        Toolbox([read_tool(), read_tool()], lease_seconds=30.0)
     assert caught.value.code == "duplicate_name"
+
+
+@pytest.mark.parametrize(
+    ("timeout_seconds", "served"),
+    [(1.0, True), (24.9, True), (25.0, False), (29.0, False), (60.0, False)],
+    ids=["short", "within-margin", "at-margin", "within-lease", "past-lease"],
+)
+def test_a_write_whose_send_could_outlast_the_lease_is_refused(timeout_seconds: float, served: bool) -> None:
+    """Under a 30 s lease a write tool may run for less than 25 s (the margin is 5 s); any longer and
+    the lease could run out mid-send, letting another worker resend it while it is still in flight."""
+    tool = write_tool(timeout_seconds=timeout_seconds)
+    if served:
+        assert list(Toolbox([tool], lease_seconds=30.0)) == ["demo_write"]
+        return
+    with pytest.raises(ToolDeclarationError) as caught:
+        Toolbox([tool], lease_seconds=30.0)
+    assert (caught.value.code, caught.value.tool) == ("timeout_exceeds_lease", "demo_write")
+
+
+def test_a_read_tool_is_not_held_to_the_lease() -> None:
+    """Reads run on the agent's call, never under a worker's lease: a long read timeout is fine."""
+    assert list(Toolbox([read_tool(timeout_seconds=60.0)], lease_seconds=30.0)) == ["demo_echo"]
 
 
 def test_declarations_are_frozen() -> None:

@@ -35,6 +35,7 @@ from gateway.card_transitions import (
     NOT_ALREADY_AN_APPROVER,
     NOT_THE_REQUESTER,
     OUTCOME_IS_A_TARGET,
+    RESEND_BEFORE_DEADLINE,
     TIMER_DUE,
     TRANSITIONS,
     VERSION_AND_ARGS_HASH_MATCH,
@@ -196,11 +197,16 @@ def _assert_refused(guard: Guard, result: Transition, before: bytes, after: byte
     if guard.aftermath is Aftermath.NOTHING:
         assert after == before
         return
-    assert _beyond_history(new, {"state"}) == _beyond_history(old, {"state"})
+    also = {"state", "evidence"} if guard.aftermath is Aftermath.HANDS_OVER else {"state"}
+    assert _beyond_history(new, also) == _beyond_history(old, also)
     assert len(new["events"]) == len(old["events"]) + 1
     if guard.aftermath is Aftermath.EXPIRES:
         assert new["state"] == CardState.EXPIRED and new["events"][-1]["type"] == "expired"
         assert result.card is not None and result.card.state is CardState.EXPIRED
+    elif guard.aftermath is Aftermath.HANDS_OVER:
+        assert new["state"] == CardState.NEEDS_RECONCILIATION and new["events"][-1]["type"] == "handed_over"
+        assert result.card is not None and result.card.state is CardState.NEEDS_RECONCILIATION
+        assert "execute_by" in result.card.evidence["reason"]
     else:
         assert new["state"] == old["state"]
 
@@ -237,6 +243,7 @@ async def test_each_transition_applies_exactly_from_the_states_the_table_lists(
 VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
     NO_OPEN_DUPLICATE: lambda row: [Setup(call=Call(proposal="duplicate"), start=CardState.PENDING)],
     DEADLINE_NOT_PASSED: lambda row: [Setup(fields={"decide_by_ms": PAST, "execute_by_ms": PAST})],
+    RESEND_BEFORE_DEADLINE: lambda row: [Setup(fields={"execute_by_ms": PAST, "resend": "1"})],
     NOT_THE_REQUESTER: lambda row: [Setup(call=Call(approver=PROPOSAL.requester_subject))],
     VERSION_AND_ARGS_HASH_MATCH: lambda row: [Setup(call=Call(version_offset=-1)), Setup(call=Call(args_hash="h2"))],
     NOT_ALREADY_AN_APPROVER: lambda row: [
@@ -295,6 +302,7 @@ REACH: Mapping[tuple[str, CardState], Setup] = {
     **{("complete", state): Setup(call=Call(outcome=state)) for state in TRANSITIONS["complete"].targets},
     ("release", CardState.APPROVED): Setup(),
     ("release", CardState.EXPIRED): Setup(fields={"execute_by_ms": PAST}),
+    ("release", CardState.UNKNOWN): Setup(fields={"resend": "1"}),
     ("recover", CardState.APPROVED): Setup(),
     ("recover", CardState.UNKNOWN): Setup(fields={"dispatched": "1"}),
     ("recover", CardState.EXPIRED): Setup(fields={"execute_by_ms": PAST}),
@@ -322,6 +330,40 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     result = await RUNS[row.name](ledger, card, setup.call)
     assert result.status is TransitionStatus.OK and result.card is not None and result.card.state is target
+
+
+@pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])
+@pytest.mark.parametrize("name", ["release", "recover"])
+async def test_a_resend_that_was_not_sent_goes_back_to_unknown(redis: Redis, name: str, deadline: str) -> None:
+    """A resend released, or recovered from its worker, before it was sent is UNKNOWN again with its
+    status query due, whether or not execute_by passed: its earlier send may have landed, so it never
+    goes back to APPROVED (to be sent as if for the first time) or EXPIRED."""
+    ledger = RedisLedger(redis)
+    fields = {**SATISFY.get(name, {}), "resend": "1", "dispatched": "0", "execute_by_ms": deadline}
+    card = await _store(ledger, redis, CardState.EXECUTING, fields)
+    result = await RUNS[name](ledger, card, Call())
+    assert result.status is TransitionStatus.OK and result.card is not None
+    assert result.card.state is CardState.UNKNOWN and result.card.resend
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    assert await redis.zscore(RedisLedger._keys(card.card_id, shard)[4], card.card_id) is not None
+
+
+@pytest.mark.parametrize(("name", "start"), [("claim_resend", CardState.UNKNOWN), ("dispatch", CardState.EXECUTING)])
+async def test_a_resend_past_execute_by_is_handed_over_with_no_timer_left(
+    redis: Redis, name: str, start: CardState
+) -> None:
+    """Handed to a person, a card waits for them alone: the sweeper has nothing more due on it."""
+    ledger = RedisLedger(redis)
+    card = await _store(ledger, redis, start, {"resend": "1", "execute_by_ms": PAST})
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    timers = RedisLedger._keys(card.card_id, shard)[4]
+    await redis.zadd(timers, {card.card_id: 0})
+    result = await RUNS[name](ledger, card, Call())
+    assert result.status is TransitionStatus.ERR_EXPIRED and result.card is not None
+    assert result.card.state is CardState.NEEDS_RECONCILIATION
+    assert await redis.zscore(timers, card.card_id) is None
 
 
 # -- the table against the code around it -----------------------------------------------------------

@@ -10,7 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import CardState
+from gateway.card import CardState, verify_chain
+from gateway.errors import ToolDeclarationError
 from gateway.store.keys import KeyStore
 from gateway.worker import Worker
 from tests.support.agents import make_key
@@ -109,3 +110,46 @@ async def test_an_approved_card_not_run_within_its_window_expires(
         assert after is not None and after.state is CardState.EXPIRED  # a late claim cannot revive it
     finally:
         await gateway.aclose()
+
+
+async def test_an_unknown_write_whose_status_query_keeps_failing_goes_to_a_person_at_the_horizon(
+    redis: Redis, redis_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """The backend answers 503 to the send and to every status query: the card is asked about again
+    until the reconciliation horizon, then it is NEEDS_RECONCILIATION for an admin, never rescheduled forever."""
+    settings = replace(gateway_settings(redis_url, clean_backends), run_worker=False, reconcile_horizon_seconds=3.0)
+    gateway = build_gateway(settings, tools_for(settings))
+    try:
+        card_id = await _approved_booking(gateway, redis, "2026-12-26")
+        clean_backends["rooms"].set_faults(status=503, paths=["/bookings", "/idempotency"])
+        worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
+        with anyio.fail_after(15):
+            while (card := await gateway.ledger.get(card_id)) is None or card.state is not CardState.UNKNOWN:
+                await worker.consume_once()
+            while (card := await gateway.ledger.get(card_id)) is not None and card.state is CardState.UNKNOWN:
+                await anyio.sleep(0.05)
+                await worker.sweep_once()
+        assert card is not None and card.state is CardState.NEEDS_RECONCILIATION
+        assert "first send" in card.evidence["reason"]
+        events = await gateway.ledger.events(card_id)
+        assert [e.type for e in events].count("dispatched") == 1  # handed over, never resent on no answer
+        checks = [e for e in events if e.type == "status_checked"]
+        assert checks and all(e.data["evidence"]["reason"] == "status query failed" for e in checks)
+        assert verify_chain(events)
+    finally:
+        await gateway.aclose()
+
+
+@pytest.mark.parametrize("lease_seconds", [5.0, 10.0, 15.0])
+def test_a_gateway_whose_lease_a_write_tool_could_outlast_is_refused_at_construction(
+    redis_url: str, backends: dict[str, Backend], lease_seconds: float
+) -> None:
+    """rooms_book may take 10 s: a lease not longer than that plus the margin could run out mid-send
+    and let another worker resend it, so such a gateway is never built."""
+    settings = replace(gateway_settings(redis_url, backends), lease_seconds=lease_seconds)
+    with pytest.raises(ToolDeclarationError) as refused:
+        build_gateway(settings, tools_for(settings))
+    assert refused.value.code == "timeout_exceeds_lease" and refused.value.tool in {
+        "rooms_book",
+        "rooms_cancel_booking",
+    }

@@ -55,6 +55,7 @@ class Executor:
         live_principal: LivePrincipal,
         healthy: Callable[[str], bool],
         lease_ms: int,
+        reconcile_horizon_ms: int,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
@@ -64,5 +65,6 @@ class Executor:
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
             live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
+            reconcile_horizon_ms=reconcile_horizon_ms,
         )  # fmt: skip
         return cls(agent=agent, writes=writes)

@@ -7,8 +7,9 @@ The order of the steps in `WritePath._send` is the specification: re-check the b
 is still served with the same definition, the arguments still hash to the approved args_hash, the
 requester's key is live and still has access) -> record DISPATCHED, durably, before anything is
 sent -> send once with the key minted when the card was created -> classify the attempt by policy
-(nothing sent: release and retry with the same key; definitive refusal: FAILED; anything that may
-have landed: UNKNOWN, settled by a status query, never a blind resend).
+(nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
+anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
+blind resend).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ __all__ = ["LivePrincipal", "WritePath"]
 LivePrincipal = Callable[[str], Awaitable[Principal | None]]
 """``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
 
+_LATE_RESEND = "execute_by passed before a resend; the earlier send may have landed"
+
 
 class WritePath:
     """Runs approved cards and settles unknown outcomes, for the worker."""
@@ -51,6 +54,7 @@ class WritePath:
         live_principal: LivePrincipal,
         healthy: Callable[[str], bool],
         lease_ms: int,
+        reconcile_horizon_ms: int,
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
@@ -61,6 +65,7 @@ class WritePath:
         self._live_principal = live_principal
         self._healthy = healthy
         self._lease_ms = lease_ms
+        self._horizon_ms = reconcile_horizon_ms
 
     async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
         """Claim an approved card and run its write once. Returns the card as it ends up."""
@@ -99,7 +104,15 @@ class WritePath:
             status = None
         now_ms = await self._ledger.server_time_ms()
         dispatched_ms = card.dispatched_ms or card.created_ms
-        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=dispatched_ms)
+        step = reconcile_step(
+            status,
+            contract,
+            now_ms=now_ms,
+            first_dispatched_ms=card.first_dispatched_ms or dispatched_ms,
+            dispatched_ms=dispatched_ms,
+            execute_by_ms=card.execute_by_ms or 0,  # none recorded: treated as passed, never a resend
+            horizon_ms=self._horizon_ms,
+        )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
             evidence["status"] = status.state
@@ -108,6 +121,8 @@ class WritePath:
             resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
             if resend.status is TransitionStatus.OK and resend.card is not None:
                 return await self._send(resend.card)
+            if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
+                await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", _LATE_RESEND)
             return resend.card
         reference = status.reference or "" if status is not None else ""
         result = await self._ledger.reconcile(
@@ -145,6 +160,12 @@ class WritePath:
             )
             await self._record(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
             return released.card
+        if dispatched.status is TransitionStatus.ERR_EXPIRED:
+            # execute_by passed before the send: nothing is sent. A first send expires; a resend goes
+            # to a person, since its earlier send may have landed.
+            late = dispatched.card.state.value if dispatched.card is not None else CardState.EXPIRED.value
+            await self._record(card, "card.execute", late, _LATE_RESEND if card.resend else "execute_by passed")
+            return dispatched.card
         if dispatched.status is not TransitionStatus.OK:
             return dispatched.card  # the lease was lost: another worker owns the card now
 
@@ -159,7 +180,7 @@ class WritePath:
             error = caught
 
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
-        attempt = classify(error, contract)
+        attempt = classify(error, contract, resend=card.resend)
         evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
         if attempt is Attempt.NOT_SENT:
             released = await self._ledger.release(

@@ -44,15 +44,17 @@ class LiveToolSource:
         secrets: Mapping[str, str],
         identity: IdentityHeaders,
         health_paths: MutableMapping[str, str],
+        lease_seconds: float,
     ) -> None:
         self._static = tuple(static)
+        self._lease_seconds = lease_seconds
         self._store = store
         self._clients = clients
         self._make_client = make_client
         self._secrets = secrets
         self._identity = identity
         self._health_paths = health_paths
-        self._box = Toolbox(self._static)
+        self._box = Toolbox(self._static, lease_seconds=lease_seconds)
         self._version: int | None = None
         self._endpoints: dict[str, tuple[str, str | None]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
@@ -72,16 +74,17 @@ class LiveToolSource:
         for name, document in (await self._store.pinned()).items():
             try:
                 manifest = AdapterManifest.model_validate(document)
-                tools = tools_from_manifest(name, manifest)
-            except (ValidationError, ManifestError) as error:
+                tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
+            except (ValidationError, ManifestError, ToolDeclarationError) as error:
                 # Pinned manifests were validated when registered; this only guards against a
-                # gateway upgrade that reads them differently. The adapter stays out, loudly.
+                # gateway upgrade that reads them differently, or a lease shortened since. The
+                # adapter stays out, loudly.
                 logger.error("pinned adapter %s cannot be served: %s", name, error)
                 continue
             self._connect(name, manifest)
-            remote.extend(tools)
+            remote.extend(tools.values())
         try:
-            box = Toolbox([*self._static, *remote])
+            box = Toolbox([*self._static, *remote], lease_seconds=self._lease_seconds)
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False

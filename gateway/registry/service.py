@@ -17,10 +17,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.audit import AuditEvent, AuditSink
+from gateway.errors import ToolDeclarationError
 from gateway.principal import KeyKind, Principal
 from gateway.registry.manifest import AdapterManifest, review_manifest
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.store.registry import Registration, RegistryStore
+from gateway.toolbox import Toolbox
 from policies.manifest_safety import check_base_url
 
 __all__ = ["REGISTRY_ROLE", "RegistryResult", "RegistryService"]
@@ -52,8 +54,10 @@ class RegistryService:
         allowed_base_urls: tuple[str, ...],
         served_tool_names: Callable[[], frozenset[str]],
         refresh: Callable[[], Awaitable[bool]],
+        lease_seconds: float,
     ) -> None:
         self._store = store
+        self._lease_seconds = lease_seconds
         self._audit = audit
         self._allowed = allowed_base_urls
         self._served = served_tool_names
@@ -109,9 +113,13 @@ class RegistryService:
         problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
         if not problems:
             try:
-                tools_from_manifest(name, manifest)
+                # Built as this gateway would serve them: a write that could outlast the lease is refused.
+                Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
             except ManifestError as error:
                 problems.extend(error.problems)
+            except ToolDeclarationError as error:
+                places = [f"tools[{i}] ({t.name})" for i, t in enumerate(manifest.tools) if t.name == error.tool]
+                problems.append(f"{places[0] if places else 'tools'}: {error}")
         return problems, manifest
 
     async def status(self, service: Principal, name: str) -> RegistryResult:

@@ -11,7 +11,8 @@ The shard of a card is chosen from its dedupe key, so an identical proposal alwa
 the open card it duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
-version, and appends a hash-chained event to the card's history. A retried call with the same
+version, and records a hash-chained event in the card's history, which stays bounded (repeats
+counted, long histories compacted: `gateway.store.ledger_history`). A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
 """
@@ -327,6 +328,8 @@ def _card(f: Mapping[str, str]) -> Card:
         dispatched=f.get("dispatched") == "1",
         attempts=int(f.get("attempts") or 0),
         dispatched_ms=_optional_int(f.get("dispatched_ms")),
+        first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
+        resend=f.get("resend") == "1",
         reference=f.get("reference") or None,
         evidence=json.loads(f.get("evidence") or "{}"),
         rejection=json.loads(f.get("rejection") or "{}"),
@@ -347,4 +350,6 @@ def _event(f: Mapping[str, str]) -> CardEvent:
         data_raw=f["data"],
         prev=f["prev"],
         hash=f["hash"],
+        repeats=int(f.get("repeats") or 0),
+        last_at_ms=_optional_int(f.get("last_at")),
     )

@@ -1,9 +1,10 @@
 """The ledger's Lua scripts: one atomic script per card transition, sharing one prelude.
 
 Storage, chosen for size (see bench/README.md): a card is one JSON string whose scalar values are
-all strings, and which holds its own history (``events``) and the ids of the transitions applied to
-it (``applied``). Each script loads the card, checks every guard before its first write, then
-changes the card, appends its event and saves it: one key per card.
+all strings, and which holds its own history (``events``) and the ids of the latest transitions
+applied to it (``applied``), both bounded (`gateway.store.ledger_history`). Each script loads the
+card, checks every guard before its first write, then changes the card, records its event and
+saves it: one key per card.
 
 Which script may start from which state, ends in which, for whom and behind which guards is the
 table `gateway.card_transitions.TRANSITIONS`, one row per script of the same name;
@@ -12,9 +13,12 @@ tests/test_transitions.py runs every script from every state and holds it to tha
 
 from __future__ import annotations
 
+from gateway.store.ledger_history import HISTORY
+
 __all__ = ["PRELUDE", "SCRIPTS"]
 
-PRELUDE = r"""
+PRELUDE = (
+    r"""
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (JSON string, holding its events and applied transition ids),
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
@@ -51,30 +55,17 @@ local function reply(status, c, extra)
   return cjson.encode({status = status, card = fields, extra = extra or {}})
 end
 
+-- The history and the applied transition ids live in the card itself: one key per card, which
+-- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
+"""
+    + HISTORY
+    + r"""
 local function replayed()
   local c = load()
-  local previous = c and c.applied and c.applied[tid]
+  local previous = c and applied_before(c, tid)
   if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
   return nil
-end
-
-local function num(value) return tonumber(value or '0') end
-
--- Bump the version, set the new state, and append a hash-chained event. Values stay strings.
-local function transition(c, now, kind, actor, new_state, data)
-  local version = num(c.version) + 1
-  local seq = num(c.seq) + 1
-  local prev = c.chain or ''
-  local payload = cjson.encode(data or {})
-  local hash = redis.sha1hex(table.concat({prev, seq, kind, actor, new_state, version, now, payload}, '|'))
-  c.state, c.version, c.seq, c.chain, c.updated_ms = new_state, tostring(version), tostring(seq), hash, tostring(now)
-  -- The history and the applied transition ids live in the card itself: one key per card, which
-  -- costs a third of a list and a hash beside it (bench/README.md).
-  c.events = c.events or {}
-  c.events[#c.events + 1] = {seq = tostring(seq), type = kind, actor = actor, state = new_state,
-    version = tostring(version), at = tostring(now), data = payload, prev = prev, hash = hash}
-  c.applied = c.applied or {}
-  c.applied[tid] = kind
 end
 
 -- Leaving the open states for good: forget the dedupe entry and any timer.
@@ -97,6 +88,17 @@ local function enqueue(c)
   redis.call('XADD', outbox_key, '*', 'card_id', c.card_id)
 end
 
+-- Past execute_by, a card whose key may already have reached the backend (UNKNOWN, or EXECUTING a
+-- resend) is sent nothing more, and cannot expire either: the earlier send may have landed. It goes
+-- to a person, with the reason.
+local function hand_over_late(c, now)
+  local reason = 'execute_by passed before a resend; the earlier send may have landed'
+  c.evidence = cjson.encode({reason = reason})
+  transition(c, now, 'handed_over', 'ledger', 'NEEDS_RECONCILIATION', {deadline = 'execute_by', reason = reason})
+  redis.call('ZREM', timers_key, c.card_id)
+  save(c)
+end
+
 local function expire_if_due(c, now)
   local deadline = nil
   if c.state == 'PENDING' then deadline = 'decide_by' end
@@ -110,6 +112,7 @@ local function expire_if_due(c, now)
   return false
 end
 """
+)
 
 SCRIPTS: dict[str, str] = {
     # KEYS 6 and 7: the shard's index of the requester's org, and of the requester.
@@ -232,18 +235,23 @@ take_lease(c, now, 'claimed')
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, worker, lease_ms. A resend of an UNKNOWN write with the same key.
+    # ARGV: tid, worker, lease_ms. A resend of an UNKNOWN write with the same key, before execute_by.
     "claim_resend": """
 local again = replayed(); if again then return again end
 local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
+-- Past execute_by no resend starts: the card goes to a person instead.
+if now >= num(c.execute_by_ms) then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
+-- A resend for good: the key may already have reached the backend, so from here the card never goes
+-- back to APPROVED or EXPIRED (release and recover return it to UNKNOWN), and a refusal proves nothing.
+c.resend = '1'
 take_lease(c, now, 'claimed_for_resend')
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, fence. Recorded before anything is sent.
+    # ARGV: tid, fence. Recorded before anything is sent, and only before execute_by.
     "dispatch": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -252,8 +260,18 @@ if c.state ~= 'EXECUTING' then return reply('ERR_STATE', c) end
 if tonumber(ARGV[2]) ~= num(c.fence) then return reply('ERR_FENCE', c) end
 local now = now_ms()
 if now >= num(c.lease_until_ms) then return reply('ERR_LEASE', c) end
+-- Past execute_by nothing is sent. Never sent before: the card expires. A resend: a person decides.
+if c.execute_by_ms and now >= num(c.execute_by_ms) then
+  if c.resend == '1' then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
+  transition(c, now, 'expired', 'ledger', 'EXPIRED', {deadline = 'execute_by'})
+  close(c)
+  save(c)
+  return reply('ERR_EXPIRED', c)
+end
 local attempt = num(c.attempts) + 1
 c.dispatched, c.attempts, c.dispatched_ms = '1', tostring(attempt), tostring(now)
+-- The first send starts the reconciliation horizon; a resend does not restart it.
+c.first_dispatched_ms = c.first_dispatched_ms or tostring(now)
 transition(c, now, 'dispatched', c.lease_owner, 'EXECUTING', {fence = num(c.fence), attempt = attempt})
 save(c)
 return reply('OK', c)
@@ -284,7 +302,7 @@ end
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, fence, reason, requeue_ms. Nothing was sent: back to APPROVED, same key.
+    # ARGV: tid, fence, reason, requeue_ms. Nothing was sent: back to APPROVED, same key (a resend: UNKNOWN).
     "release": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -293,6 +311,14 @@ if not c then return reply('ERR_NOT_FOUND') end
 if c.state ~= 'EXECUTING' or tonumber(ARGV[2]) ~= num(c.fence) then return reply('ERR_FENCE', c) end
 local now = now_ms()
 c.dispatched, c.fence = '0', tostring(num(c.fence) + 1)
+if c.resend == '1' then
+  -- A resend that was not sent: an earlier send may still have landed. Back to UNKNOWN and its
+  -- status query, never to APPROVED or EXPIRED.
+  transition(c, now, 'released', c.lease_owner, 'UNKNOWN', {reason = ARGV[3]})
+  redis.call('ZADD', timers_key, now + tonumber(ARGV[4]), c.card_id)
+  save(c)
+  return reply('OK', c, {action = 'unknown'})
+end
 if c.execute_by_ms and now >= num(c.execute_by_ms) then
   transition(c, now, 'expired', 'ledger', 'EXPIRED', {deadline = 'execute_by', reason = ARGV[3]})
   close(c)
@@ -305,7 +331,7 @@ redis.call('ZADD', timers_key, math.min(num(c.execute_by_ms), now + tonumber(ARG
 save(c)
 return reply('OK', c, {action = 'released'})
 """,
-    # ARGV: tid. A lease ran out: never sent -> APPROVED again; sent -> UNKNOWN (never a blind resend).
+    # ARGV: tid. A lease ran out: never sent -> APPROVED again; sent, or a resend -> UNKNOWN (never a blind resend).
     "recover": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -315,8 +341,10 @@ local now = now_ms()
 if now < num(c.lease_until_ms) then return reply('NOT_DUE', c) end
 local old_fence = num(c.fence)
 c.fence = tostring(old_fence + 1)
-if c.dispatched == '1' then
-  transition(c, now, 'lease_lost_after_dispatch', 'ledger', 'UNKNOWN', {fence = old_fence})
+if c.dispatched == '1' or c.resend == '1' then
+  -- Sent, or a resend not yet sent whose earlier send may have landed: UNKNOWN, settled by a status query.
+  local kind = c.dispatched == '1' and 'lease_lost_after_dispatch' or 'lease_lost_before_resend'
+  transition(c, now, kind, 'ledger', 'UNKNOWN', {fence = old_fence})
   redis.call('ZADD', timers_key, now, c.card_id)
   save(c)
   return reply('OK', c, {action = 'unknown'})

@@ -24,7 +24,7 @@ from gateway.errors import (
 )
 from gateway.tool import WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
-from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step
 
 
 async def _never_called(key: str, ctx: ToolContext) -> WriteStatus:
@@ -45,6 +45,7 @@ def _contract(*, dedupes: bool, not_applied: frozenset[int] = frozenset({400, 40
 KEYED = _contract(dedupes=True)
 UNKEYED = _contract(dedupes=False)
 CONTRACTS = pytest.mark.parametrize("contract", [KEYED, UNKEYED], ids=["dedupes", "no-dedupe"])
+EITHER_SEND = pytest.mark.parametrize("resend", [False, True], ids=["first-send", "resend"])
 
 # Every UpstreamError class the gateway defines, found rather than listed, so a new one is covered.
 UPSTREAM_ERRORS: tuple[type[UpstreamError], ...] = tuple(
@@ -92,32 +93,45 @@ MAY_HAVE_LANDED_CASES = [
 
 
 @CONTRACTS
-def test_confirmed_write_succeeded(contract: WriteContract) -> None:
+@EITHER_SEND
+def test_confirmed_write_succeeded(contract: WriteContract, resend: bool) -> None:
     """No error means the backend answered 2xx with an output that passed its check."""
-    assert classify(None, contract) is Attempt.SUCCEEDED
+    assert classify(None, contract, resend=resend) is Attempt.SUCCEEDED
 
 
 @CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("error", NOT_SENT_CASES)
-def test_request_that_never_left_is_not_sent(error: UpstreamError, contract: WriteContract) -> None:
+def test_request_that_never_left_is_not_sent(error: UpstreamError, contract: WriteContract, resend: bool) -> None:
     """An error whose request certainly never left the gateway is NOT_SENT: retried with the same key,
-    whether or not the backend dedupes, because nothing reached it."""
-    assert classify(error, contract) is Attempt.NOT_SENT
+    whether or not the backend dedupes, because nothing reached it (for a resend: nothing this time)."""
+    assert classify(error, contract, resend=resend) is Attempt.NOT_SENT
 
 
 @CONTRACTS
 @pytest.mark.parametrize("error", REFUSED_CASES)
-def test_definitive_refusal_failed(error: UpstreamError, contract: WriteContract) -> None:
-    """A status the contract calls "not applied" is FAILED, whichever error class carried it."""
-    assert classify(error, contract) is Attempt.FAILED
+def test_definitive_refusal_of_a_first_send_failed(error: UpstreamError, contract: WriteContract) -> None:
+    """A status the contract calls "not applied" is FAILED, whichever error class carried it, when it
+    answers the first request ever sent with the card's key."""
+    assert classify(error, contract, resend=False) is Attempt.FAILED
 
 
 @CONTRACTS
+@pytest.mark.parametrize("error", REFUSED_CASES)
+def test_refusal_of_a_resend_is_unknown(error: UpstreamError, contract: WriteContract) -> None:
+    """A resend's refusal answers that request only: the first send with the same key may still be in
+    flight or may have landed (a backend may well answer 409 to a key in use). So it is UNKNOWN, and
+    only the backend's record, through a status query, can make the card FAILED."""
+    assert classify(error, contract, resend=True) is Attempt.UNKNOWN
+
+
+@CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("error", MAY_HAVE_LANDED_CASES)
-def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract) -> None:
+def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract, resend: bool) -> None:
     """A 5xx, a 429, a timeout after sending, a dropped connection, a 2xx we cannot read, a refusal
     without a status: the write may have landed, so it is UNKNOWN and goes to a status query."""
-    assert classify(error, contract) is Attempt.UNKNOWN
+    assert classify(error, contract, resend=resend) is Attempt.UNKNOWN
 
 
 @pytest.mark.parametrize(("status", "attempt"), [(409, Attempt.FAILED), (422, Attempt.UNKNOWN), (404, Attempt.UNKNOWN)])
@@ -125,7 +139,8 @@ def test_only_the_contracts_own_statuses_mean_not_applied(status: int, attempt: 
     """The contract, not the adapter's error class, says which statuses prove "not applied": a 422
     refusal from a backend that only promises it for 409 may still have landed."""
     narrow = _contract(dedupes=True, not_applied=frozenset({409}))
-    assert classify(UpstreamRefusedError("refused", service="rooms", status=status), narrow) is attempt
+    refusal = UpstreamRefusedError("refused", service="rooms", status=status)
+    assert classify(refusal, narrow, resend=False) is attempt
 
 
 # -- classify: the invariant as a property ---------------------------------------------------------
@@ -140,13 +155,18 @@ def test_every_upstream_error_class_is_covered() -> None:
 
 
 @CONTRACTS
+@EITHER_SEND
 @pytest.mark.parametrize("cls", UPSTREAM_ERRORS, ids=lambda cls: cls.__name__)
-def test_sent_error_outside_not_applied_is_always_unknown(cls: type[UpstreamError], contract: WriteContract) -> None:
+def test_sent_error_outside_not_applied_is_always_unknown(
+    cls: type[UpstreamError], contract: WriteContract, resend: bool
+) -> None:
     """For every error class and every status (or none) the contract does not call "not applied", a
-    sent request is UNKNOWN; every status it does call so is FAILED. Nothing sent is ever NOT_SENT."""
+    sent request is UNKNOWN; every status it does call so is FAILED for a first send and UNKNOWN for a
+    resend. Nothing sent is ever NOT_SENT."""
     for status in STATUSES:
-        expected = Attempt.FAILED if status in contract.not_applied_statuses else Attempt.UNKNOWN
-        assert classify(_sent(cls, status), contract) is expected, (cls.__name__, status)
+        refused = status in contract.not_applied_statuses and not resend
+        expected = Attempt.FAILED if refused else Attempt.UNKNOWN
+        assert classify(_sent(cls, status), contract, resend=resend) is expected, (cls.__name__, status)
 
 
 @settings(database=None, deadline=None, max_examples=300)
@@ -155,15 +175,17 @@ def test_sent_error_outside_not_applied_is_always_unknown(cls: type[UpstreamErro
     status=st.none() | st.integers(min_value=100, max_value=599),
     not_applied=st.frozensets(st.integers(min_value=100, max_value=499)),
     dedupes=st.booleans(),
+    resend=st.booleans(),
 )
 def test_sent_error_is_unknown_for_any_contract(
-    cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool
+    cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool, resend: bool
 ) -> None:
-    """Whatever statuses a contract declares, a sent request is FAILED exactly when its status is one
-    of them and UNKNOWN otherwise: never NOT_SENT, and never FAILED on a status the contract omits."""
+    """Whatever statuses a contract declares, a sent request is FAILED exactly when it is a first send
+    and its status is one of them, and UNKNOWN otherwise: never NOT_SENT, never FAILED on a status the
+    contract omits, and a resend never FAILED at all."""
     contract = _contract(dedupes=dedupes, not_applied=not_applied)
-    expected = Attempt.FAILED if status in not_applied else Attempt.UNKNOWN
-    assert classify(_sent(cls, status), contract) is expected
+    expected = Attempt.FAILED if status in not_applied and not resend else Attempt.UNKNOWN
+    assert classify(_sent(cls, status), contract, resend=resend) is expected
 
 
 # -- reconcile_step ------------------------------------------------------------------------------------
@@ -172,10 +194,39 @@ DISPATCHED = 1_000_000
 SETTLED = DISPATCHED + 2_000  # settle_seconds=2.0
 REMEMBERED = DISPATCHED + 90_000  # 90% of key_retention_seconds=100.0: the margin
 FORGOTTEN = DISPATCHED + 100_000
+DAY = 24 * 3600 * 1000
+"""The default reconciliation horizon (`gateway.settings.Settings.reconcile_horizon_seconds`)."""
+EXECUTE_BY = DISPATCHED + 365 * DAY
+"""An execute_by no case here reaches, unless it says otherwise."""
 
 APPLIED = WriteStatus(state="applied", reference="bk_1")
 REFUSED = WriteStatus(state="refused")
 NO_RECORD = WriteStatus(state="unknown")
+
+
+def _step(
+    status: WriteStatus | None,
+    contract: WriteContract,
+    *,
+    now_ms: int,
+    first_ms: int = DISPATCHED,
+    last_ms: int = DISPATCHED,
+    execute_by_ms: int = EXECUTE_BY,
+    horizon_ms: int = DAY,
+) -> ReconcileStep:
+    """`reconcile_step` for a write first sent at `first_ms` and last at `last_ms` (both DISPATCHED unless
+    said), whose execute_by is far off unless said."""
+    return reconcile_step(
+        status,
+        contract,
+        now_ms=now_ms,
+        first_dispatched_ms=first_ms,
+        dispatched_ms=last_ms,
+        execute_by_ms=execute_by_ms,
+        horizon_ms=horizon_ms,
+    )
+
+
 NOW_CASES = pytest.mark.parametrize(
     "now_ms",
     [DISPATCHED, SETTLED - 1, SETTLED, REMEMBERED - 1, REMEMBERED, FORGOTTEN, FORGOTTEN * 10],
@@ -191,7 +242,7 @@ def test_backend_record_settles_the_write(
 ) -> None:
     """A record of the key is the backend's own account of the write, so it decides at any time, in
     either direction, whether or not the backend dedupes."""
-    step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(status, contract, now_ms=now_ms)
     assert step.next is expected
 
 
@@ -210,7 +261,7 @@ def test_backend_record_settles_the_write(
 def test_failed_status_query_asks_again_later(now_ms: int, at_ms: int, contract: WriteContract) -> None:
     """No answer to the status query proves nothing, so the card stays UNKNOWN and is asked again
     after half the time already waited (0.5 s .. 60 s); it is never resent on no information."""
-    step = reconcile_step(None, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(None, contract, now_ms=now_ms)
     assert (step.next, step.at_ms) == (Next.RESCHEDULE, at_ms)
 
 
@@ -219,7 +270,7 @@ def test_failed_status_query_asks_again_later(now_ms: int, at_ms: int, contract:
 def test_no_record_within_settle_period_asks_again_when_it_ends(now_ms: int, contract: WriteContract) -> None:
     """Shortly after a send the backend may not show a write that did land, so "no record" then is
     not evidence: ask again when the settle period is over."""
-    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(NO_RECORD, contract, now_ms=now_ms)
     assert (step.next, step.at_ms) == (Next.RESCHEDULE, SETTLED)
 
 
@@ -249,7 +300,7 @@ def test_no_record_after_settling_resends_only_while_the_key_dedupes(
 ) -> None:
     """A settled "no record" means the write did not land; a resend with the same key is then safe only
     while the backend would still dedupe it (within 90% of its retention). Otherwise a person decides."""
-    step = reconcile_step(NO_RECORD, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+    step = _step(NO_RECORD, contract, now_ms=now_ms)
     assert step.next is expected
     assert step.reason
 
@@ -264,9 +315,63 @@ def test_resend_needs_a_settled_no_record_from_a_deduping_backend(
     """Invariant 5 for the reconciler: over a sweep of times, RESEND comes only from the backend's
     settled "no record" of the key, for a backend that dedupes on it, before it may have forgotten it."""
     for now_ms in range(DISPATCHED - 10_000, FORGOTTEN + 10_000, 500):
-        step = reconcile_step(status, contract, now_ms=now_ms, dispatched_ms=DISPATCHED)
+        step = _step(status, contract, now_ms=now_ms)
         safe = status is NO_RECORD and contract.dedupes_on_key and SETTLED <= now_ms < REMEMBERED
         assert (step.next is Next.RESEND) is safe, now_ms
+
+
+@pytest.mark.parametrize("resent_before_ms", [5_000, 60_000, 89_000], ids=["5s", "60s", "89s"])
+def test_a_resend_does_not_extend_how_long_the_first_sends_key_is_remembered(resent_before_ms: int) -> None:
+    """The backend may have applied the first send and remembered its key from then: a resend found
+    nothing because that record is gone is a second write. So "still remembered" counts from the first
+    send, and a later resend never pushes it out (the margin is 90% of the retention)."""
+    step = _step(NO_RECORD, KEYED, now_ms=REMEMBERED, last_ms=REMEMBERED - resent_before_ms)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    since_first_ms=st.integers(min_value=0, max_value=300_000),
+    since_last_ms=st.integers(min_value=0, max_value=300_000),
+)
+def test_resend_only_while_the_first_sends_key_is_remembered(since_first_ms: int, since_last_ms: int) -> None:
+    """For any first and latest send, RESEND comes only before 90% of the retention since the first one."""
+    now_ms = DISPATCHED + since_first_ms
+    last_ms = now_ms - min(since_last_ms, since_first_ms)
+    step = _step(NO_RECORD, KEYED, now_ms=now_ms, last_ms=last_ms)
+    if step.next is Next.RESEND:
+        assert now_ms < REMEMBERED and now_ms >= last_ms + 2_000
+
+
+@pytest.mark.parametrize(
+    ("execute_by_ms", "expected"),
+    [(SETTLED + 1, Next.RESEND), (SETTLED, Next.NEEDS_RECONCILIATION), (DISPATCHED + 1_000, Next.NEEDS_RECONCILIATION)],
+    ids=["before-execute-by", "at-execute-by", "long-past"],
+)
+def test_no_resend_starts_at_or_after_execute_by(execute_by_ms: int, expected: Next) -> None:
+    """Where a resend would be safe, it still goes out only before the card's execute_by: past it the
+    write would be sent late, so a person decides, and the reason says why."""
+    step = _step(NO_RECORD, KEYED, now_ms=SETTLED, execute_by_ms=execute_by_ms)
+    assert step.next is expected
+    if expected is Next.NEEDS_RECONCILIATION:
+        assert "execute_by" in step.reason
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    status=st.sampled_from([None, APPLIED, REFUSED, NO_RECORD]),
+    dedupes=st.booleans(),
+    since_first_ms=st.integers(min_value=0, max_value=200_000),
+    execute_by_after_first_ms=st.integers(min_value=-10_000, max_value=200_000),
+)
+def test_a_resend_is_never_late(
+    status: WriteStatus | None, dedupes: bool, since_first_ms: int, execute_by_after_first_ms: int
+) -> None:
+    """For any status, contract, time and execute_by, RESEND comes only strictly before execute_by."""
+    now_ms = DISPATCHED + since_first_ms
+    execute_by_ms = DISPATCHED + execute_by_after_first_ms
+    step = _step(status, _contract(dedupes=dedupes), now_ms=now_ms, execute_by_ms=execute_by_ms)
+    assert step.next is not Next.RESEND or now_ms < execute_by_ms
 
 
 # -- backoff_ms --------------------------------------------------------------------------------------
@@ -289,3 +394,68 @@ def test_backoff_never_shrinks_never_exceeds_the_cap_and_is_never_negative(base_
     assert delays == sorted(delays)
     assert all(0 <= delay <= cap_ms for delay in delays)
     assert delays[-1] == (cap_ms if base_ms > 0 else 0)
+
+
+# -- the reconciliation horizon -------------------------------------------------------------------
+
+
+@CONTRACTS
+@pytest.mark.parametrize("status", [None, NO_RECORD], ids=["no-answer", "no-record"])
+@pytest.mark.parametrize("late_ms", [DAY, DAY + 1, 7 * DAY], ids=["at-horizon", "past-horizon", "a-week"])
+def test_write_unsettled_past_the_horizon_goes_to_a_person(
+    status: WriteStatus | None, contract: WriteContract, late_ms: int
+) -> None:
+    """However often the status query fails or finds nothing, once the default 24 h horizon since the
+    first send has passed the card is NEEDS_RECONCILIATION: it is never rescheduled or resent forever."""
+    step = _step(status, contract, now_ms=DISPATCHED + late_ms)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@CONTRACTS
+@pytest.mark.parametrize(("status", "expected"), [(APPLIED, Next.SUCCEEDED), (REFUSED, Next.FAILED)])
+def test_backend_record_settles_the_write_even_past_the_horizon(
+    status: WriteStatus, expected: Next, contract: WriteContract
+) -> None:
+    """The horizon hands over only what is still uncertain: the backend's own record settles the write."""
+    assert _step(status, contract, now_ms=DISPATCHED + 7 * DAY).next is expected
+
+
+@CONTRACTS
+def test_horizon_counts_from_the_first_send_not_a_later_resend(contract: WriteContract) -> None:
+    """A resend does not restart the horizon: it runs from the first time the key went out."""
+    step = _step(NO_RECORD, contract, now_ms=DISPATCHED + DAY, last_ms=DISPATCHED + DAY - 1_000)
+    assert step.next is Next.NEEDS_RECONCILIATION
+
+
+@CONTRACTS
+@pytest.mark.parametrize("status", [None, NO_RECORD], ids=["no-answer", "no-record"])
+def test_a_rescheduled_query_is_never_later_than_the_horizon(
+    status: WriteStatus | None, contract: WriteContract
+) -> None:
+    """Close to the horizon the next query is due at the horizon itself, so the card reaches a person on time."""
+    step = _step(status, contract, now_ms=DISPATCHED + DAY - 100, last_ms=DISPATCHED + DAY - 200)
+    assert (step.next, step.at_ms) == (Next.RESCHEDULE, DISPATCHED + DAY)
+
+
+@settings(database=None, deadline=None, max_examples=400)
+@given(
+    status=st.sampled_from([None, NO_RECORD]),
+    dedupes=st.booleans(),
+    horizon_ms=st.integers(min_value=1, max_value=30 * DAY),
+    since_first_ms=st.integers(min_value=0, max_value=40 * DAY),
+    since_last_ms=st.integers(min_value=0, max_value=40 * DAY),
+)
+def test_an_uncertain_write_is_handed_over_exactly_at_the_horizon(
+    status: WriteStatus | None, dedupes: bool, horizon_ms: int, since_first_ms: int, since_last_ms: int
+) -> None:
+    """For any horizon and any times since the first and the latest send, an unsettled write is
+    NEEDS_RECONCILIATION from the horizon on; before it, nothing is scheduled past the horizon."""
+    now_ms = DISPATCHED + since_first_ms
+    last_ms = now_ms - min(since_last_ms, since_first_ms)
+    step = _step(status, _contract(dedupes=dedupes), now_ms=now_ms, last_ms=last_ms, horizon_ms=horizon_ms)
+    if since_first_ms >= horizon_ms:
+        assert step.next is Next.NEEDS_RECONCILIATION
+    elif step.next is Next.RESCHEDULE:
+        assert now_ms <= step.at_ms <= DISPATCHED + horizon_ms
+    else:
+        assert step.next in (Next.RESEND, Next.NEEDS_RECONCILIATION)
