@@ -151,7 +151,8 @@ def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
 
 
 def _reason(response: UpstreamResponse) -> str:
-    """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word."""
+    """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word: for the audit
+    and the card's evidence, which people read. It is never shown to the model."""
     try:
         code = response.json().get("error", "")
     except (ValueError, AttributeError):

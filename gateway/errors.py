@@ -121,3 +121,5 @@ class UpstreamRefusedError(UpstreamError):
     def __init__(self, message: str, *, service: str, status: int | None = None, reason: str = "") -> None:
         super().__init__(message, service=service, status=status, sent=True)
         self.reason = reason
+        """The backend's machine code for the refusal (``slot_taken``), or empty. Backend text: it goes to
+        people (the audit event's reason, the card's evidence), never to the model."""

@@ -143,15 +143,17 @@ async def test_answer_that_fails_the_output_model_is_an_upstream_error() -> None
     assert HOSTILE not in json.dumps(envelope.for_model())
 
 
-async def test_business_refusal_reason_reaches_the_model_as_a_code() -> None:
-    """A backend's refusal becomes CONFLICT with its machine reason."""
+async def test_business_refusal_reaches_the_model_as_our_code_and_its_reason_only_the_audit() -> None:
+    """A backend's refusal becomes CONFLICT for the model; the backend's own code is in the audit's reason."""
 
     async def refuse(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
         raise UpstreamRefusedError("refused", service="demo", status=409, reason="slot_taken")
 
-    executor, _ = _executor(read_tool(execute=refuse))
+    executor, audit = _executor(read_tool(execute=refuse))
     envelope = await executor.execute(STAFF, "demo_echo", {"text": "x"})
-    assert envelope.for_model()["error"]["details"] == {"reason": "slot_taken"}
+    assert envelope.code is Code.CONFLICT and "details" not in envelope.for_model()["error"]
+    assert "slot_taken" not in json.dumps(envelope.for_model())
+    assert "slot_taken" in audit.events[-1].reason
 
 
 async def test_untrusted_text_is_withheld_from_the_model_even_when_the_projection_copies_it() -> None:

@@ -7,6 +7,9 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> refuse agent-chosen keys -> validate the arguments -> the approval gate (a
 write only ever becomes a card) -> backend health -> invoke -> withhold untrusted text -> seal.
+
+Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
+message only; the backend's refusal code goes to the audit event's reason, for people.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class AgentPath:
         try:
             output = await self._invoker.invoke(tool, args, self._invoker.context(tool, principal))
         except UpstreamError as error:
-            return await self._refuse(principal, name, _failure(error), started, details=_details(error), ran=True)
+            return await self._refuse(principal, name, _failure(error), started, ran=True)
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
@@ -224,11 +227,10 @@ class AgentPath:
 
 
 def _failure(error: UpstreamError) -> Decision:
-    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}")
-
-
-def _details(error: UpstreamError) -> Mapping[str, Any] | None:
-    return {"reason": error.reason} if isinstance(error, UpstreamRefusedError) and error.reason else None
+    """The refusal for a failed call. A backend's own words (its refusal code) go in the reason, which only
+    the audit keeps: the model gets the code of our vocabulary and its fixed message, nothing the backend wrote."""
+    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
+    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}{backend}")
 
 
 def _error_summary(error: ValidationError) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -160,7 +160,7 @@ class WritePath:
 
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
         attempt = classify(error, contract)
-        evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
+        evidence = _evidence(error)
         if attempt is Attempt.NOT_SENT:
             released = await self._ledger.release(
                 card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
@@ -175,7 +175,7 @@ class WritePath:
             evidence=evidence,
             settle_ms=int(contract.settle_seconds * 1000),
         )
-        await self._record(card, "card.execute", attempt.value, type(error).__name__ if error else "")
+        await self._record(card, "card.execute", attempt.value, _what_failed(error))
         return done.card
 
     async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
@@ -205,3 +205,20 @@ class WritePath:
                 extra={"card_id": card.card_id},
             )
         )
+
+
+def _evidence(error: UpstreamError | None) -> dict[str, Any]:
+    """What the card keeps of a failed attempt, for people: the error, the status, the backend's refusal code."""
+    if error is None:
+        return {}
+    evidence: dict[str, Any] = {"error": type(error).__name__, "status": error.status}
+    if isinstance(error, UpstreamRefusedError) and error.reason:
+        evidence["reason"] = error.reason
+    return evidence
+
+
+def _what_failed(error: UpstreamError | None) -> str:
+    if error is None:
+        return ""
+    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
+    return f"{type(error).__name__}{backend}"

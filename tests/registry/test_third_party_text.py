@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.agents import agent, everything_the_model_sees, payload
+from gateway.store.audit import RedisStreamAuditSink
+from tests.support.agents import agent, error_code, everything_the_model_sees, payload
 from tests.support.canaries import CANARY, HOSTILE
 from tests.support.planted import PlantedBackend
 from tests.support.registration import register_and_accept, remove
@@ -92,3 +93,22 @@ async def test_marked_strings_in_every_shape_never_reach_the_model(
     assert not result.is_error
     assert CANARY not in everything_the_model_sees(result)
     assert [note["id"] for note in payload(result)["notes"]] == ["n1", "n2"]
+
+
+async def test_a_refusal_reaches_the_model_as_a_code_and_the_backends_words_reach_the_audit(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
+) -> None:
+    """A 409 whose error code carries a canary: the model reads CONFLICT and the fixed message; the code
+    itself is on the human channel, the audit event's reason."""
+    url, backend = planted_backend
+    backend.plant({"error": f"taken_{CANARY}", "message": _hostile(8)}, status=409)
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
+    try:
+        async with agent(notes_mcp_url, agent_key) as client:
+            result = await client.call_tool("notes_list", {})
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    assert error_code(result) == "CONFLICT"
+    assert CANARY not in everything_the_model_sees(result)
+    calls = [e for e in await RedisStreamAuditSink(notes_redis).recent(50) if e.action == "tool.call"]
+    assert any(f"taken_{CANARY}" in e.reason for e in calls)
