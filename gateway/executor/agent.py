@@ -26,7 +26,7 @@ from gateway.card_views import card_for_agent
 from gateway.codes import Code
 from gateway.decision import Decision
 from gateway.envelope import Envelope
-from gateway.errors import StoreUnavailableError, UpstreamError, UpstreamRefusedError
+from gateway.errors import PathArgumentError, StoreUnavailableError, UpstreamError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -125,6 +125,8 @@ class AgentPath:
         # 4. Execute with the tool's deadline; 5. validate the output; 6. seal.
         try:
             output = await self._invoker.invoke(tool, args, self._invoker.context(tool, principal))
+        except PathArgumentError as error:
+            return await self._refuse_path(principal, name, error, started)
         except UpstreamError as error:
             return await self._refuse(principal, name, _failure(error), started, ran=True)
         safe = withhold_untrusted(output)
@@ -144,6 +146,8 @@ class AgentPath:
             # The target must be one this caller was shown (its own booking, its org's order).
             try:
                 await tool.preflight(args, self._invoker.context(tool, principal))
+            except PathArgumentError as error:
+                return await self._refuse_path(principal, tool.name, error, started)
             except UpstreamError as error:
                 return await self._refuse(principal, tool.name, _failure(error), started, ran=True)
         approval, summary = tool.approval, tool.summary
@@ -181,6 +185,12 @@ class AgentPath:
         extra = {"card_id": card.card_id, "existing": str(existing).lower()}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         return Envelope.ok(card_for_agent(card, existing=existing))
+
+    async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
+        """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
+        invalid = Decision.deny(Code.VALIDATION_ERROR, str(error))
+        problem = {"field": error.argument, "type": "path_segment", "message": "not usable as a path segment"}
+        return await self._refuse(principal, name, invalid, started, details={"errors": [problem]})
 
     async def _refuse(
         self,

@@ -8,7 +8,8 @@ is still served with the same definition, the arguments still hash to the approv
 requester's key is live and still has access) -> record DISPATCHED, durably, before anything is
 sent -> send once with the key minted when the card was created -> classify the attempt by policy
 (nothing sent: release and retry with the same key; definitive refusal: FAILED; anything that may
-have landed: UNKNOWN, settled by a status query, never a blind resend).
+have landed: UNKNOWN, settled by a status query, never a blind resend). An argument the adapter
+cannot put in its request path (`PathArgumentError`) is FAILED, unsent: no retry could send it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.errors import UpstreamError, UpstreamRefusedError
+from gateway.errors import PathArgumentError, UpstreamError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -155,6 +156,19 @@ class WritePath:
         try:
             output = await self._invoker.invoke(tool, args, ctx)
             reference = str(getattr(output, contract.reference_field, "") or "")
+        except PathArgumentError as refused:
+            # An argument would have changed the endpoint: nothing was sent, and it never can be.
+            code = Code.VALIDATION_ERROR.value
+            done = await self._ledger.complete(
+                card.card_id,
+                fence=card.fence,
+                outcome=CardState.FAILED,
+                reference="",
+                evidence={"code": code, "reason": str(refused), "sent": False},
+                settle_ms=0,
+            )
+            await self._record(card, "card.execute", "FAILED", str(refused), code=code)
+            return done.card
         except UpstreamError as caught:
             error = caught
 
