@@ -1,4 +1,4 @@
-"""What an agent may see of a card: a projection with no third-party text and no roles."""
+"""What an agent may see of a card: a projection with no third-party text, no roles and no one else's identity."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     elif card.state is CardState.PENDING:
         view["note"] = PROPOSAL_NOTE
     if card.rejection:
-        view["rejection"] = {"by": card.rejection.get("by", ""), "reason": card.rejection.get("reason", "")}
+        # Who rejected it is another person's identity: the admin console shows it, the agent does not.
+        view["rejection"] = {"reason": card.rejection.get("reason", "")}
     if card.reference:
         view["reference"] = card.reference
     return view
