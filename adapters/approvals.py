@@ -31,7 +31,6 @@ class MineArgs(BaseModel):
 
 
 class Rejection(BaseModel):
-    by: str
     reason: str
 
 

@@ -11,7 +11,7 @@ need a second approver. The refund reason is the agent's own words, and no summa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,7 +79,8 @@ class Eligibility(BaseModel):
     order_id: str
     eligible: bool
     max_refundable_cents: int
-    reason: str = Field(pattern=r"^[a-z_]{1,40}$")
+    reason: Literal["ok", "cancelled", "fully_refunded", "window_closed"]
+    """One of the codes this adapter knows; any other word from the backend fails the output check."""
 
 
 async def _get_order(args: OrderArgs, ctx: ToolContext) -> Any:

@@ -5,7 +5,9 @@ Who sees what:
 
 * A report belongs to its org; to any other org it does not exist, exactly like a missing one.
 * Everyone in the org may list and read the org's reports. Titles and notes are free text written by
-  other people (a note may be hostile), which is why the manifest marks them untrusted.
+  other people (a note may be hostile), which is why the manifest marks them untrusted. Who submitted a
+  report is another person's identity: every report says whether the caller submitted it (``mine``), and
+  the manifest offers the model that, never ``submitted_by``.
 * Only the submitter may withdraw a report, and only while it is ``submitted``; it goes back to ``draft``.
   For anyone else in the org the report does not exist for this purpose (404); a report in another state
   is refused 409 ``not_submitted``.
@@ -108,6 +110,11 @@ class Withdrawal:
     """Body of ``POST /reports/{report_id}/withdraw``: empty or ``{}``."""
 
 
+def report_json(report: ExpenseReport, caller: Caller) -> dict[str, Any]:
+    """A report as the service answers it: its fields, and whether `caller` submitted it (``mine``)."""
+    return {**asdict(report), "mine": report.submitted_by == caller.subject}
+
+
 class ExpensesService(ServiceState):
     """The expenses app's state: every report by id, plus the shared service state."""
 
@@ -131,7 +138,7 @@ class ExpensesService(ServiceState):
             status="submitted",
         )
         self.reports[report.report_id] = report
-        return Outcome(status_code=201, body=asdict(report))
+        return Outcome(status_code=201, body=report_json(report, caller))
 
     def withdraw(self, caller: Caller, params: Mapping[str, Any], args: Withdrawal) -> Outcome:
         report = self.owned_report(caller, params["report_id"])
@@ -175,15 +182,16 @@ def create_expenses_app(
         if status is not None and status not in get_args(ReportStatus):
             return error(400, "invalid_status")
         listed = [
-            asdict(report)
+            report_json(report, caller)
             for report in sorted(service.reports.values(), key=lambda r: r.report_id)
             if report.org == caller.org and status in (None, report.status)
         ]
         return JSONResponse({"reports": listed})
 
     async def get_report(request: Request) -> Response:
-        report = service.owned_report(caller_of(request), request.path_params["report_id"])
-        return not_found() if report is None else JSONResponse(asdict(report))
+        caller = caller_of(request)
+        report = service.owned_report(caller, request.path_params["report_id"])
+        return not_found() if report is None else JSONResponse(report_json(report, caller))
 
     routes = [
         Route("/reports", list_reports, methods=["GET"]),
@@ -215,7 +223,7 @@ _REPORT: dict[str, Any] = {
     "properties": {
         "report_id": _TEXT,
         "org": _TEXT,
-        "submitted_by": _TEXT,
+        "mine": {"type": "boolean", "description": "Whether you submitted this report; if not, a colleague did."},
         "title": _TEXT,
         "amount_cents": {"type": "integer"},
         "currency": _CURRENCY,
@@ -223,7 +231,8 @@ _REPORT: dict[str, Any] = {
         "note": _TEXT,
     },
     # Every field is always sent; marking them required keeps the untrusted ones plain strings, never null.
-    "required": ["report_id", "org", "submitted_by", "title", "amount_cents", "currency", "status", "note"],
+    # ``submitted_by`` is left out on purpose: a colleague's identity is not the model's to see.
+    "required": ["report_id", "org", "mine", "title", "amount_cents", "currency", "status", "note"],
 }
 _WRITE_CONTRACT = {
     "dedupes_on_key": True,

@@ -13,11 +13,14 @@ here (a `Principal` has none), so it cannot be forwarded.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from gateway.errors import (
+    PathArgumentError,
     UpstreamError,
     UpstreamNotFoundError,
     UpstreamProtocolError,
@@ -28,15 +31,54 @@ from gateway.tool import StatusLookup, WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
 from gateway.upstream import UpstreamResponse
 
-__all__ = ["fill_path", "keyed_contract", "lookup_by_key", "request_json", "status_by_key"]
+__all__ = ["fill_path", "keyed_contract", "lookup_by_key", "path_segment_problem", "request_json", "status_by_key"]
 
 SUBJECT_HEADER = "x-countersign-subject"
 ORG_HEADER = "x-countersign-org"
 
 
 def fill_path(template: str, **values: str) -> str:
-    """Fill a path template, percent-encoding every value so an argument cannot add segments."""
-    return template.format(**{key: quote(value, safe="") for key, value in values.items()})
+    """Fill a path template so that no value can change which endpoint is called.
+
+    Every value is percent-encoded whole (a ``/`` in it cannot add a segment). A value that is empty,
+    is a dot segment (``.``, ``..``) or holds one, whether written plainly, percent-encoded at any depth,
+    behind a backslash or in full-width dots, is refused: an HTTP client or server would normalise it
+    away (``/notes/../detail`` is sent as ``GET /detail``).
+
+    Raises:
+        PathArgumentError: for such a value, or one that is not valid text (a lone surrogate); nothing is sent.
+    """
+    filled = {}
+    for key, value in values.items():
+        problem = path_segment_problem(value)
+        if problem is not None:
+            raise PathArgumentError(f"path argument {key!r} {problem}", argument=key)
+        filled[key] = quote(value, safe="")
+    return template.format(**filled)
+
+
+_DOT_SEGMENTS = frozenset({".", ".."})
+_MAX_DECODINGS = 8
+
+
+def path_segment_problem(value: str) -> str | None:
+    """Why `value` cannot be one path segment, or None when it can (see `fill_path`)."""
+    if not value:
+        return "is empty"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid text"
+    seen = value
+    for _ in range(_MAX_DECODINGS):
+        for form in (seen, unicodedata.normalize("NFKC", seen)):
+            if _DOT_SEGMENTS & set(re.split(r"[/\\;]", form)):
+                return "is or holds a dot segment"
+        decoded = unquote(seen, errors="replace") if "%" in seen else seen
+        if decoded == seen:
+            return None
+        seen = decoded
+    return "is percent-encoded too many times"
 
 
 async def request_json(
@@ -151,7 +193,8 @@ def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
 
 
 def _reason(response: UpstreamResponse) -> str:
-    """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word."""
+    """The backend's machine code for a refusal (``slot_taken``), if it is a short plain word: for the audit
+    and the card's evidence, which people read. It is never shown to the model."""
     try:
         code = response.json().get("error", "")
     except (ValueError, AttributeError):

@@ -2,8 +2,8 @@
 
 Two projections of the same `Card`, for two audiences:
 
-* `card_for_agent`: the requesting agent's view of its own card, with no third-party text and no
-  roles.
+* `card_for_agent`: the requesting agent's view of its own card, with no third-party text, no
+  roles and no one else's identity.
 * `AdminCard` (everything needed to decide, with the history) and `AdminCardSummary` (one line of
   a list). They are pydantic models built from a `Card` by a classmethod: the admin API serves
   exactly their `model_dump(mode="json")` and generates its OpenAPI schemas from the same classes,
@@ -67,7 +67,8 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     elif card.state is CardState.PENDING:
         view["note"] = PROPOSAL_NOTE
     if card.rejection:
-        view["rejection"] = {"by": card.rejection.get("by", ""), "reason": card.rejection.get("reason", "")}
+        # Who rejected it is another person's identity: the admin console shows it, the agent does not.
+        view["rejection"] = {"reason": card.rejection.get("reason", "")}
     if card.reference:
         view["reference"] = card.reference
     return view

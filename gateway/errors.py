@@ -6,6 +6,7 @@
   x ConfigError               (operator: missing or invalid setting)
   x AuthError                 (operator/CLI: unknown key, bad key kind)
   x StoreUnavailableError     (the state store did not answer; fail closed, retry later)
+  x PathArgumentError         (the caller: a value that would change the endpoint; nothing sent)
   x UpstreamError             (an adapter could not complete the call)
     + UpstreamTimeoutError      (no answer within the deadline)
     + UpstreamUnavailableError  (could not connect, or the backend said it is down)
@@ -25,6 +26,7 @@ __all__ = [
     "AuthError",
     "ConfigError",
     "GatewayError",
+    "PathArgumentError",
     "StoreUnavailableError",
     "ToolDeclarationError",
     "UpstreamError",
@@ -71,6 +73,19 @@ class StoreUnavailableError(GatewayError):
     def __init__(self, message: str, *, cause: str) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class PathArgumentError(GatewayError, ValueError):
+    """A value cannot be a path segment as given: empty, a dot segment (``.``, ``..``) in any encoding,
+    or not valid text. Filled in, it would change which endpoint is called, so nothing is sent.
+
+    Raised by `gateway.adapter_http.fill_path`; the agent's path answers it as VALIDATION_ERROR.
+    `argument` names the placeholder.
+    """
+
+    def __init__(self, message: str, *, argument: str) -> None:
+        super().__init__(message)
+        self.argument = argument
 
 
 class UpstreamError(GatewayError):
@@ -121,3 +136,5 @@ class UpstreamRefusedError(UpstreamError):
     def __init__(self, message: str, *, service: str, status: int | None = None, reason: str = "") -> None:
         super().__init__(message, service=service, status=status, sent=True)
         self.reason = reason
+        """The backend's machine code for the refusal (``slot_taken``), or empty. Backend text: it goes to
+        people (the audit event's reason, the card's evidence), never to the model."""

@@ -2,14 +2,23 @@
 
 A field annotated `Untrusted` holds text written by someone other than the caller and the
 gateway (another person's booking title, a customer's note). The executor hands model
-projections a copy of the output in which every such field is replaced by `WITHHELD`, so a
+projections a copy of the output in which every such string is replaced by `WITHHELD`, so a
 projection cannot leak the text even by mistake: it never receives it.
+
+The mark works at any depth and in any shape an output model can declare: a field, an optional
+field, the items of lists, tuples and sets, dict values (and dict keys), fields of models,
+dataclasses and TypedDicts inside any of those. `Annotated[X, UntrustedText()]` marks a whole
+container: every string anywhere inside it is withheld. A shape this module does not take apart
+but that can hold marked text is withheld whole, every string in it, rather than passed through.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from functools import cache
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
@@ -33,83 +42,163 @@ class UntrustedText:
 Untrusted = Annotated[str, UntrustedText()]
 """A string written by a third party. Reaches people only, never the model."""
 
+_UNIONS = (Union, types.UnionType)
+_COLLECTIONS = (list, tuple, set, frozenset, typing.Sequence, typing.AbstractSet, typing.MutableSequence)
 
-def _nested_models(annotation: Any) -> tuple[type[BaseModel], ...]:
-    """BaseModel classes reachable through an annotation (``list[Booking]``, ``Booking | None``)."""
+
+def _marks(metadata: Any) -> bool:
+    return any(isinstance(meta, UntrustedText) for meta in metadata)
+
+
+def _hints(cls: Any) -> Mapping[str, Any] | None:
+    """Field annotations of a dataclass, TypedDict or NamedTuple class; None for any other type."""
+    if isinstance(cls, type) and (
+        dataclasses.is_dataclass(cls)
+        or (issubclass(cls, dict) and hasattr(cls, "__required_keys__"))  # typing's and typing_extensions' TypedDict
+        or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+    ):
+        return typing.get_type_hints(cls, include_extras=True)
+    return None
+
+
+def _mentions(annotation: Any, seen: frozenset[Any]) -> bool:
+    """Whether a value of `annotation` can hold marked text, at any depth (models included)."""
+    if get_origin(annotation) is Annotated:
+        base, *metadata = get_args(annotation)
+        return _marks(metadata) or _mentions(base, seen)
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return (annotation,)
-    origin = get_origin(annotation)
-    if origin is None:
-        return ()
-    if origin is Annotated:
-        return _nested_models(get_args(annotation)[0])
-    if origin in (Union, types.UnionType, list, tuple, set, frozenset, typing.Sequence) or origin is dict:
-        found: tuple[type[BaseModel], ...] = ()
-        for arg in get_args(annotation):
-            found += _nested_models(arg)
-        return found
-    return ()
+        if annotation in seen:
+            return False
+        return any(_field_mentions(info, seen | {annotation}) for info in annotation.model_fields.values())
+    hints = _hints(annotation)
+    if hints is not None:
+        return annotation not in seen and any(_mentions(hint, seen | {annotation}) for hint in hints.values())
+    return any(_mentions(arg, seen) for arg in get_args(annotation))
 
 
-def _is_untrusted(annotation: Any, metadata: list[Any]) -> bool:
-    """Whether a field is `Untrusted`, also when optional (``Untrusted | None`` hides the marker)."""
-    if any(isinstance(meta, UntrustedText) for meta in metadata):
-        return True
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return any(isinstance(meta, UntrustedText) for meta in get_args(annotation)[1:])
-    if origin in (Union, types.UnionType):
-        return any(_is_untrusted(arg, []) for arg in get_args(annotation))
-    return False
+def _field_mentions(info: Any, seen: frozenset[Any]) -> bool:
+    return _marks(info.metadata) or _mentions(info.annotation, seen)
 
 
 @cache
-def _plan(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
-    """(untrusted field names, field names that may hold nested models) of one model class."""
-    untrusted = set()
-    nested = set()
+def _can_hold(annotation: Any) -> bool:
+    return _mentions(annotation, frozenset())
+
+
+def _holds_marked(annotation: Any) -> bool:
+    try:
+        return _can_hold(annotation)
+    except TypeError:  # an unhashable annotation (metadata without __hash__): no cache
+        return _mentions(annotation, frozenset())
+
+
+@cache
+def _plan(model: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """``(field name, annotation)`` of each field of `model` that can hold marked text.
+
+    A field marked as a whole (``body: Untrusted``, where pydantic moves the mark into the field's
+    metadata) gets its annotation wrapped again, so one walk handles both spellings.
+    """
+    plan: list[tuple[str, Any]] = []
     for name, info in model.model_fields.items():
-        if _is_untrusted(info.annotation, info.metadata):
-            untrusted.add(name)
-        elif _nested_models(info.annotation):
-            nested.add(name)
-    return frozenset(untrusted), frozenset(nested)
+        if _marks(info.metadata):
+            plan.append((name, Annotated[info.annotation, UntrustedText()]))
+        elif _holds_marked(info.annotation):
+            plan.append((name, info.annotation))
+    return tuple(plan)
 
 
-def has_untrusted_fields(model: type[BaseModel], _seen: frozenset[type[BaseModel]] = frozenset()) -> bool:
-    """Whether `model`, or any model nested in it, has an `Untrusted` field."""
-    if model in _seen:
-        return False
-    untrusted, nested = _plan(model)
-    if untrusted:
-        return True
-    seen = _seen | {model}
-    return any(
-        has_untrusted_fields(inner, seen)
-        for name in nested
-        for inner in _nested_models(model.model_fields[name].annotation)
-    )
-
-
-def _withhold_value(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return withhold_untrusted(value)
-    if isinstance(value, list | tuple):
-        return type(value)(_withhold_value(item) for item in value)
-    if isinstance(value, dict):
-        return {key: _withhold_value(item) for key, item in value.items()}
-    return value
+def has_untrusted_fields(model: type[BaseModel]) -> bool:
+    """Whether `model`, or anything nested in it, can hold `Untrusted` text."""
+    return _holds_marked(model)
 
 
 def withhold_untrusted(instance: M) -> M:
-    """A copy of `instance` with every `Untrusted` string, at any depth, replaced by `WITHHELD`."""
-    untrusted, nested = _plan(type(instance))
-    if not untrusted and not nested:
+    """A copy of `instance` with every `Untrusted` string, at any depth and in any shape, replaced by `WITHHELD`."""
+    plan = _plan(type(instance))
+    if not plan:
         return instance
-    updates: dict[str, Any] = {}
-    for name in untrusted:
-        if getattr(instance, name) is not None:
-            updates[name] = WITHHELD
-    for name in nested:
-        updates[name] = _withhold_value(getattr(instance, name))
-    return instance.model_copy(update=updates)
+    return instance.model_copy(update={name: _scrub(annotation, getattr(instance, name)) for name, annotation in plan})
+
+
+def _scrub(annotation: Any, value: Any) -> Any:
+    """`value`, as validated for `annotation`, with the marked strings in it withheld."""
+    if value is None:
+        return None
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        base, *metadata = get_args(annotation)
+        return _withhold_all(value) if _marks(metadata) else _scrub(base, value)
+    if isinstance(value, BaseModel):
+        return withhold_untrusted(value)  # its own class says which of its fields are marked
+    if origin in _UNIONS:
+        # Each member scrubs only what has its shape, and scrubbing only ever withholds more.
+        for member in get_args(annotation):
+            value = _scrub(member, value)
+        return value
+    if not _holds_marked(annotation):
+        return value
+    args = get_args(annotation)
+    hints = _hints(annotation)
+    if hints is not None and isinstance(value, Mapping):  # a TypedDict
+        return {key: _scrub(hints.get(key, Any), item) for key, item in value.items()}
+    if hints is not None and dataclasses.is_dataclass(value):
+        return _replaced(value, {name: _scrub(hints[name], getattr(value, name)) for name in hints})
+    if origin in (dict, typing.Mapping, typing.MutableMapping):
+        if not isinstance(value, Mapping):
+            return value  # another member of a union describes this value, and scrubs it
+        key_type, item_type = args if len(args) == 2 else (Any, Any)
+        marked_keys = _holds_marked(key_type)
+        return {
+            (_withheld_key(index) if marked_keys else key): _scrub(item_type, item)
+            for index, (key, item) in enumerate(value.items())
+        }
+    if origin in _COLLECTIONS:
+        if not isinstance(value, list | tuple | set | frozenset):
+            return value  # as above
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            items = [_scrub(item_type, item) for item_type, item in zip(args, value, strict=False)]
+        else:
+            items = [_scrub(args[0] if args else Any, item) for item in value]
+        return _rebuilt(value, items)
+    # A shape not taken apart here (a NamedTuple, an unusual generic) that can hold marked text.
+    return _withhold_all(value)
+
+
+def _withhold_all(value: Any) -> Any:
+    """`value` with every string in it, at any depth, withheld (dict keys too)."""
+    if isinstance(value, str):
+        return WITHHELD
+    if isinstance(value, BaseModel):
+        names = [*type(value).model_fields, *(value.__pydantic_extra__ or {})]
+        return value.model_copy(update={name: _withhold_all(getattr(value, name)) for name in names})
+    if isinstance(value, Mapping):
+        return {
+            (_withheld_key(index) if isinstance(key, str) else key): _withhold_all(item)
+            for index, (key, item) in enumerate(value.items())
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return _rebuilt(value, [_withhold_all(item) for item in value])
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return _replaced(value, {field.name: _withhold_all(getattr(value, field.name)) for field in fields})
+    return value
+
+
+def _withheld_key(index: int) -> str:
+    """Third-party dict keys, withheld but still distinct."""
+    return f"{WITHHELD} #{index + 1}"
+
+
+def _rebuilt(value: Any, items: list[Any]) -> Any:
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a NamedTuple takes its fields positionally
+        return type(value)(*items)
+    return type(value)(items)
+
+
+def _replaced(value: Any, updates: Mapping[str, Any]) -> Any:
+    # Not dataclasses.replace: that re-runs validation, which a withheld string may not pass.
+    clone = copy.copy(value)
+    for name, item in updates.items():
+        object.__setattr__(clone, name, item)
+    return clone

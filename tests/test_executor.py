@@ -11,18 +11,13 @@ import pytest
 from gateway.audit import ListAuditSink
 from gateway.codes import Code
 from gateway.errors import UpstreamRefusedError
-from gateway.executor import AgentPath, Invoker
-from gateway.identity import IdentityHeaders
-from gateway.org_adapters import OrgAdapters
+from gateway.executor import AgentPath
 from gateway.principal import Principal
-from gateway.store.client import connect
-from gateway.store.durability import LedgerGuard
-from gateway.store.ledger import RedisLedger
 from gateway.tool import Access, Tool
 from gateway.tool_context import ToolContext
-from gateway.toolbox import Toolbox
 from gateway.untrusted import WITHHELD
 from gateway.upstream_aiohttp import AiohttpUpstream
+from tests.support.executors import agent_path
 from tests.support.tools import EchoArgs, note_tool, read_tool, write_tool
 
 pytestmark = pytest.mark.anyio
@@ -33,22 +28,9 @@ NOBODY = Principal(subject="eve@acme.example", org="acme", roles=frozenset(), ke
 
 
 def _executor(*tools: Tool) -> tuple[AgentPath, ListAuditSink]:
-    audit = ListAuditSink()
     # These tools call no backend and no ledger; clients that were never started prove it. A
     # ledger nothing listens for is also one that is not durable: proposals must be refused.
-    client = AiohttpUpstream("http://127.0.0.1:9", service="demo")
-    nowhere = connect("redis://127.0.0.1:9/0").client
-    ledger = RedisLedger(nowhere)
-    executor = AgentPath(
-        tools=Toolbox(tools, lease_seconds=30.0),
-        org_adapters=OrgAdapters({"acme": frozenset({"demo"})}),
-        audit=audit,
-        invoker=Invoker(clients={"demo": client}, identity=IdentityHeaders(), ledger=ledger),
-        ledger=ledger,
-        guard=LedgerGuard(nowhere),
-        healthy=lambda adapter: True,
-    )
-    return executor, audit
+    return agent_path(*tools, clients={"demo": AiohttpUpstream("http://127.0.0.1:9", service="demo")})
 
 
 async def test_allowed_call_returns_result_and_is_audited_once() -> None:
@@ -143,15 +125,17 @@ async def test_answer_that_fails_the_output_model_is_an_upstream_error() -> None
     assert HOSTILE not in json.dumps(envelope.for_model())
 
 
-async def test_business_refusal_reason_reaches_the_model_as_a_code() -> None:
-    """A backend's refusal becomes CONFLICT with its machine reason."""
+async def test_business_refusal_reaches_the_model_as_our_code_and_its_reason_only_the_audit() -> None:
+    """A backend's refusal becomes CONFLICT for the model; the backend's own code is in the audit's reason."""
 
     async def refuse(args: EchoArgs, ctx: ToolContext) -> dict[str, Any]:
         raise UpstreamRefusedError("refused", service="demo", status=409, reason="slot_taken")
 
-    executor, _ = _executor(read_tool(execute=refuse))
+    executor, audit = _executor(read_tool(execute=refuse))
     envelope = await executor.execute(STAFF, "demo_echo", {"text": "x"})
-    assert envelope.for_model()["error"]["details"] == {"reason": "slot_taken"}
+    assert envelope.code is Code.CONFLICT and "details" not in envelope.for_model()["error"]
+    assert "slot_taken" not in json.dumps(envelope.for_model())
+    assert "slot_taken" in audit.events[-1].reason
 
 
 async def test_untrusted_text_is_withheld_from_the_model_even_when_the_projection_copies_it() -> None:

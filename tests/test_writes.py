@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
+from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
+from gateway import Access, Approval, Mode, Tool, ToolContext, fill_path, keyed_contract, request_json
+from gateway.app import build_gateway, create_app
 from gateway.card import Card, CardState, verify_chain
+from gateway.settings import AdapterSettings, OrgSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
 from tests.support.services import Backend, gateway_settings
 
@@ -185,7 +192,8 @@ async def test_a_5xx_is_unknown_never_failed_and_resolves_without_a_double_write
 
 
 async def test_a_definitive_refusal_is_failed(redis: Redis, mcp_url: str, backends: dict[str, Backend]) -> None:
-    """409 slot_taken is 'not applied' under the contract: the card ends FAILED, nothing booked."""
+    """409 slot_taken is 'not applied' under the contract: the card ends FAILED, nothing booked, and the
+    backend's code is kept for people in the card's evidence and the audit."""
     token = await make_key(redis, roles=("staff",))
     async with agent(mcp_url, token) as client:
         card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-01", "09:30", "10:30", "room-atlas")))[
@@ -194,6 +202,11 @@ async def test_a_definitive_refusal_is_failed(redis: Redis, mcp_url: str, backen
     await _approve(redis, card_id)
     card = await _settled(redis, card_id)
     assert card.state is CardState.FAILED and card.evidence.get("status") == 409
+    assert card.evidence.get("reason") == "slot_taken"
+    audit = RedisStreamAuditSink(redis)
+    with anyio.fail_after(5):  # the worker audits the outcome just after settling the card
+        while not any(e.action == "card.execute" and "slot_taken" in e.reason for e in await audit.recent(50)):
+            await anyio.sleep(0.02)
 
 
 async def test_large_refund_needs_two_distinct_approvers(
@@ -235,3 +248,61 @@ async def test_with_a_ledger_that_is_not_durable_writes_are_refused_and_reads_wo
 
 async def _make_key_at(client: Redis) -> str:
     return await make_key(client, roles=("staff",))
+
+
+class _NoteArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note_id: str
+
+
+class _Archived(BaseModel):
+    note_id: str
+
+
+async def _archive(args: _NoteArgs, ctx: ToolContext) -> Any:
+    return await request_json(ctx, "POST", fill_path("/notes/{note_id}/archive", note_id=args.note_id))
+
+
+ARCHIVE = Tool(
+    name="notes_archive",
+    adapter="notes",
+    description="Archive a note.",
+    mode=Mode.WRITE,
+    arguments=_NoteArgs,
+    output=_Archived,
+    access=Access.roles("staff"),
+    execute=_archive,
+    write_contract=keyed_contract("note_id"),
+    approval=Approval(),
+    summary=lambda args: "Archive a note",
+)
+
+
+async def test_an_approved_write_whose_argument_would_change_its_endpoint_fails_unsent(quiet_redis_url: str) -> None:
+    """An in-process write whose path argument is a dot segment becomes a card (its pattern allowed it), but
+    running it sends nothing: the card is FAILED with VALIDATION_ERROR and ``sent: false``, not retried."""
+    redis = Redis.from_url(quiet_redis_url)
+    org = OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff"}))
+    try:
+        await redis.flushdb()
+        with serve_planted() as (url, backend):
+            notes = AdapterSettings(name="notes", url=url, signing_key=Secret(secrets.token_hex(16)))
+            settings = Settings(redis_url=quiet_redis_url, adapters={"notes": notes}, orgs=(org,))
+            gateway = build_gateway(settings, [ARCHIVE])
+            try:
+                principal = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
+                assert principal is not None
+                receipt = (
+                    await gateway.executor.agent.execute(principal, "notes_archive", {"note_id": ".."})
+                ).for_model()
+                await _approve(redis, receipt["card_id"])
+                card = await gateway.executor.writes.run_approved(receipt["card_id"], worker="w1")
+            finally:
+                await gateway.aclose()
+        assert card is not None and card.state is CardState.FAILED
+        assert (card.evidence["code"], card.evidence["sent"]) == ("VALIDATION_ERROR", False)
+        assert backend.raw_paths == []
+    finally:
+        await redis.flushdb()
+        await redis.aclose()

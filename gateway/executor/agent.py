@@ -7,6 +7,9 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> refuse agent-chosen keys -> validate the arguments -> the approval gate (a
 write only ever becomes a card) -> backend health -> invoke -> withhold untrusted text -> seal.
+
+Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
+message only; the backend's refusal code goes to the audit event's reason, for people.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from gateway.card_views import card_for_agent
 from gateway.codes import Code
 from gateway.decision import Decision
 from gateway.envelope import Envelope
-from gateway.errors import StoreUnavailableError, UpstreamError, UpstreamRefusedError
+from gateway.errors import PathArgumentError, StoreUnavailableError, UpstreamError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -123,8 +126,10 @@ class AgentPath:
         # 4. Execute with the tool's deadline; 5. validate the output; 6. seal.
         try:
             output = await self._invoker.invoke(tool, args, self._invoker.context(tool, principal))
+        except PathArgumentError as error:
+            return await self._refuse_path(principal, name, error, started)
         except UpstreamError as error:
-            return await self._refuse(principal, name, _failure(error), started, details=_details(error), ran=True)
+            return await self._refuse(principal, name, _failure(error), started, ran=True)
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
@@ -142,6 +147,8 @@ class AgentPath:
             # The target must be one this caller was shown (its own booking, its org's order).
             try:
                 await tool.preflight(args, self._invoker.context(tool, principal))
+            except PathArgumentError as error:
+                return await self._refuse_path(principal, tool.name, error, started)
             except UpstreamError as error:
                 return await self._refuse(principal, tool.name, _failure(error), started, ran=True)
         approval, summary = tool.approval, tool.summary
@@ -179,6 +186,12 @@ class AgentPath:
         extra = {"card_id": card.card_id, "existing": str(existing).lower()}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         return Envelope.ok(card_for_agent(card, existing=existing))
+
+    async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
+        """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
+        invalid = Decision.deny(Code.VALIDATION_ERROR, str(error))
+        problem = {"field": error.argument, "type": "path_segment", "message": "not usable as a path segment"}
+        return await self._refuse(principal, name, invalid, started, details={"errors": [problem]})
 
     async def _refuse(
         self,
@@ -225,11 +238,10 @@ class AgentPath:
 
 
 def _failure(error: UpstreamError) -> Decision:
-    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}")
-
-
-def _details(error: UpstreamError) -> Mapping[str, Any] | None:
-    return {"reason": error.reason} if isinstance(error, UpstreamRefusedError) and error.reason else None
+    """The refusal for a failed call. A backend's own words (its refusal code) go in the reason, which only
+    the audit keeps: the model gets the code of our vocabulary and its fixed message, nothing the backend wrote."""
+    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
+    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}{backend}")
 
 
 def _error_summary(error: ValidationError) -> list[dict[str, Any]]:

@@ -9,7 +9,8 @@ requester's key is live and still has access) -> record DISPATCHED, durably, bef
 sent -> send once with the key minted when the card was created -> classify the attempt by policy
 (nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
 anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
-blind resend).
+blind resend). An argument the adapter cannot put in its request path (`PathArgumentError`) is
+FAILED, unsent: no retry could send it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.errors import UpstreamError
+from gateway.errors import PathArgumentError, UpstreamError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -176,12 +177,25 @@ class WritePath:
         try:
             output = await self._invoker.invoke(tool, args, ctx)
             reference = str(getattr(output, contract.reference_field, "") or "")
+        except PathArgumentError as refused:
+            # An argument would have changed the endpoint: nothing was sent, and it never can be.
+            code = Code.VALIDATION_ERROR.value
+            done = await self._ledger.complete(
+                card.card_id,
+                fence=card.fence,
+                outcome=CardState.FAILED,
+                reference="",
+                evidence={"code": code, "reason": str(refused), "sent": False},
+                settle_ms=0,
+            )
+            await self._record(card, "card.execute", "FAILED", str(refused), code=code)
+            return done.card
         except UpstreamError as caught:
             error = caught
 
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
         attempt = classify(error, contract, resend=card.resend)
-        evidence = {"error": type(error).__name__, "status": error.status} if error is not None else {}
+        evidence = _evidence(error)
         if attempt is Attempt.NOT_SENT:
             released = await self._ledger.release(
                 card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
@@ -196,7 +210,7 @@ class WritePath:
             evidence=evidence,
             settle_ms=int(contract.settle_seconds * 1000),
         )
-        await self._record(card, "card.execute", attempt.value, type(error).__name__ if error else "")
+        await self._record(card, "card.execute", attempt.value, _what_failed(error))
         return done.card
 
     async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
@@ -226,3 +240,20 @@ class WritePath:
                 extra={"card_id": card.card_id},
             )
         )
+
+
+def _evidence(error: UpstreamError | None) -> dict[str, Any]:
+    """What the card keeps of a failed attempt, for people: the error, the status, the backend's refusal code."""
+    if error is None:
+        return {}
+    evidence: dict[str, Any] = {"error": type(error).__name__, "status": error.status}
+    if isinstance(error, UpstreamRefusedError) and error.reason:
+        evidence["reason"] = error.reason
+    return evidence
+
+
+def _what_failed(error: UpstreamError | None) -> str:
+    if error is None:
+        return ""
+    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
+    return f"{type(error).__name__}{backend}"

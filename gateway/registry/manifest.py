@@ -10,6 +10,7 @@ Input schemas must be closed JSON Schema objects of a small, explicit subset (se
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -150,18 +151,22 @@ class AdapterManifest(_Strict):
 NAME_PATTERN = re.compile(_NAME)
 
 
-_TEXT_KEYS = frozenset({"title", "description", "default", "examples", "enum", "const"})
-
-
 def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:
-    """``(location, text)`` of every text of `manifest` that reaches the model or an approver.
+    """``(location, text)`` of every string of `manifest` that reaches the model or an approver.
 
-    That is each tool's description and summary template, and the ``title``, ``description``,
-    ``default``, ``examples``, ``enum`` and ``const`` strings anywhere in its input and output schemas.
+    That is each tool's name, description and summary template, and every key and every string value at
+    every depth of its input and output schemas: property names, ``pattern``, ``format``, ``enum``,
+    ``title``, ``description``, unknown keywords alike. Agents read the schemas in ``tools/list``, so
+    nothing in them is exempt from review.
+
+    A location reads like ``tools[2].input_schema.properties.amount.description``; a key that is not a plain
+    ASCII identifier is quoted as JSON (``properties["\\u200bamount"]``), and the location of a key itself
+    ends in `` (key)``.
     """
     texts: list[tuple[str, str]] = []
     for index, tool in enumerate(manifest.tools):
         where = f"tools[{index}]"
+        texts.append((f"{where}.name", tool.name))
         texts.append((f"{where}.description", tool.description))
         texts += _schema_texts(f"{where}.input_schema", tool.input_schema)
         texts += _schema_texts(f"{where}.output_schema", tool.output_schema)
@@ -170,17 +175,24 @@ def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:
     return texts
 
 
-def _schema_texts(where: str, node: Any, text_here: bool = False) -> list[tuple[str, str]]:
-    """``(location, string)`` for each string under a text keyword (``_TEXT_KEYS``) anywhere in a schema."""
+def _schema_texts(where: str, node: Any) -> list[tuple[str, str]]:
+    """``(location, string)`` for each key and each string value anywhere under `node`."""
     if isinstance(node, str):
-        return [(where, node)] if text_here else []
+        return [(where, node)]
     if isinstance(node, Mapping):
-        items = [(f"{where}.{key}", value, key in _TEXT_KEYS) for key, value in node.items()]
-    elif isinstance(node, list | tuple):
-        items = [(f"{where}[{index}]", item, text_here) for index, item in enumerate(node)]
-    else:
-        return []
-    return [found for at, value, text in items for found in _schema_texts(at, value, text)]
+        found: list[tuple[str, str]] = []
+        for key, value in node.items():
+            at = _entry(where, str(key))
+            found.append((f"{at} (key)", str(key)))
+            found += _schema_texts(at, value)
+        return found
+    if isinstance(node, list | tuple):
+        return [text for index, item in enumerate(node) for text in _schema_texts(f"{where}[{index}]", item)]
+    return []
+
+
+def _entry(where: str, key: str) -> str:
+    return f"{where}.{key}" if key.isidentifier() and key.isascii() else f"{where}[{json.dumps(key)}]"
 
 
 def review_manifest(manifest: AdapterManifest, *, other_tool_names: frozenset[str]) -> tuple[Flag, ...]:

@@ -5,7 +5,8 @@ Input schemas must be closed objects: ``{"type": "object", "properties": {...}, 
 "additionalProperties": false}`` whose properties are strings (``minLength``, ``maxLength``,
 ``pattern``, ``enum``, ``format: date``), integers and numbers (``minimum``, ``maximum``,
 ``exclusiveMinimum``, ``exclusiveMaximum``) or booleans. Output schemas may nest objects and
-arrays; output fields named in ``untrusted`` (``note``, ``reports[].note``) become `Untrusted`.
+arrays; string fields named in ``untrusted`` (``note``, ``reports[].note``, ``notes[].tags[]`` for the
+strings of a list, ``grid[][]`` for a list of lists) become `Untrusted`, withheld from the model at any depth.
 Anything outside the subset is refused with a problem naming where it is.
 """
 

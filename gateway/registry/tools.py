@@ -3,8 +3,9 @@ adapters use, so the executor treats them exactly alike: one access function, on
 gate, one classification of outcomes.
 
 A manifest's tool calls its backend by method and path template: ``{arg}`` placeholders are
-filled from the arguments (percent-encoded); the rest go in the query (GET, DELETE) or the JSON
-body. Write tools carry their contract (idempotency, status lookup by key) from the manifest.
+filled from the arguments (percent-encoded, and refused at validation when a value would change the
+endpoint, see `fill_path`); the rest go in the query (GET, DELETE) or the JSON body. Write tools
+carry their contract (idempotency, status lookup by key) from the manifest.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model, field_validator
 
-from gateway.adapter_http import fill_path, request_json, status_by_key
+from gateway.adapter_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.errors import ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
@@ -58,7 +59,6 @@ def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, 
 
 
 def _tool(adapter: str, spec: ToolSpec) -> Tool:
-    arguments = input_model(spec.name, spec.input_schema)
     output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
     placeholders = _PLACEHOLDER.findall(spec.path)
     target = _PLACEHOLDER.findall(spec.target_path or "")
@@ -66,6 +66,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
     for name in (*placeholders, *target):
         if name not in required:
             raise ValueError(f"path placeholder {{{name}}} must be a required input")
+    arguments = _path_checked(input_model(spec.name, spec.input_schema), {*placeholders, *target})
     write = spec.mode == "write"
     contract = spec.write_contract
     approval = spec.approval
@@ -104,6 +105,29 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         preflight=_target_check(spec.target_path, target) if spec.target_path else None,
         timeout_seconds=spec.timeout_seconds,
     )
+
+
+def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
+    """`model`, refusing at validation any value of a path placeholder that `fill_path` would refuse.
+
+    So a value that would change the endpoint is the agent's VALIDATION_ERROR before anything runs,
+    and a write never becomes a card that could not be sent.
+    """
+    if not names:
+        return model
+
+    def segment(cls: type[BaseModel], value: Any) -> Any:
+        problem = path_segment_problem(str(value))
+        if problem is not None:
+            raise ValueError(f"not usable in the request path: it {problem}")
+        return value
+
+    checked: type[BaseModel] = create_model(
+        model.__name__,
+        __base__=model,
+        __validators__={"path_segments": field_validator(*sorted(names))(segment)},
+    )
+    return checked
 
 
 def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:

@@ -1,0 +1,54 @@
+"""A second gateway for registered-tool tests, where org acme enables the adapter ``notes``.
+
+``notes`` is no demo service: tests register it by manifest against a `PlantedBackend` that answers
+whatever they planted. It lives on database 7 of the session's Redis, so the session gateway and its
+tests never see it, and re-registering it at another address disturbs no other gateway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+from redis.asyncio import Redis
+
+from backends.serve import serve_app_in_thread
+from gateway.app import create_app
+from gateway.settings import OrgSettings, Settings
+from tests.support.planted import PlantedBackend, serve_planted
+
+
+@pytest.fixture(scope="session")
+def notes_redis_url(redis_server_url: str) -> str:
+    return urlunsplit(urlsplit(redis_server_url)._replace(path="/7"))
+
+
+@pytest.fixture(scope="session")
+def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
+    """The MCP endpoint of a gateway with no configured backend and no worker; acme may use registered ``notes``."""
+    org = OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff", "approver", "registry"}))
+    settings = Settings(
+        redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False
+    )
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        yield f"{base}/mcp"
+
+
+@pytest.fixture
+async def notes_redis(notes_redis_url: str) -> AsyncIterator[Redis]:
+    """A client on the notes gateway's database, flushed before and after the test."""
+    client = Redis.from_url(notes_redis_url, decode_responses=False)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(scope="session")
+def planted_backend() -> Iterator[tuple[str, PlantedBackend]]:
+    """The service behind ``notes``: answers what a test planted, records the raw paths it is sent."""
+    with serve_planted() as served:
+        yield served

@@ -1,0 +1,89 @@
+"""Registered tools end to end: a path placeholder's value never changes which endpoint is called."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.ledger import RedisLedger
+from tests.support.agents import agent, error_code
+from tests.support.planted import PlantedBackend
+from tests.support.registration import register_and_accept, remove
+
+pytestmark = pytest.mark.anyio
+
+_NOTE_ID = {"type": "object", "properties": {"note_id": {"type": "string"}}, "required": ["note_id"],
+            "additionalProperties": False}  # fmt: skip
+_OUT = {"type": "object", "properties": {"note_id": {"type": "string"}}}
+
+
+def _manifest(base_url: str) -> dict[str, Any]:
+    read = {
+        "name": "notes_detail",
+        "description": "Show one note in detail.",
+        "mode": "read",
+        "method": "GET",
+        "path": "/notes/{note_id}/detail",
+        "input_schema": _NOTE_ID,
+        "output_schema": _OUT,
+        "access": {"public": True},
+    }
+    write = {
+        **read,
+        "name": "notes_archive",
+        "description": "Archive one note.",
+        "mode": "write",
+        "method": "POST",
+        "path": "/notes/{note_id}/archive",
+        "approval": {"approver_role": "approver"},
+        "write_contract": {
+            "dedupes_on_key": True,
+            "key_retention_seconds": 60,
+            "status_path": "/idempotency/{key}",
+            "reference_field": "note_id",
+        },  # fmt: skip
+        "summary_template": "Archive note {note_id}",
+    }
+    return {"base_url": base_url, "tools": [read, write]}
+
+
+@pytest.mark.parametrize("value", ["..", ".", "%2e%2e", "a/../b"])
+async def test_a_dot_segment_is_an_audited_validation_error_and_nothing_is_sent_or_proposed(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend], value: str
+) -> None:
+    """The read is refused before it runs and the write before it becomes a card; both are audited."""
+    url, backend = planted_backend
+    backend.plant({"note_id": "n1"})
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
+    backend.forget()
+    try:
+        async with agent(notes_mcp_url, agent_key) as client:
+            read = await client.call_tool("notes_detail", {"note_id": value})
+            write = await client.call_tool("notes_archive", {"note_id": value})
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    assert error_code(read) == error_code(write) == "VALIDATION_ERROR"
+    assert backend.raw_paths == []
+    assert await RedisLedger(notes_redis).recent() == []
+    refused = {e.tool for e in await RedisStreamAuditSink(notes_redis).recent(50) if e.code == "VALIDATION_ERROR"}
+    assert refused == {"notes_detail", "notes_archive"}
+
+
+async def test_an_ordinary_value_arrives_as_one_segment_of_the_templates_path(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
+) -> None:
+    """A value with a slash and dots in it is one encoded segment on the wire, at the template's endpoint."""
+    url, backend = planted_backend
+    backend.plant({"note_id": "n1"})
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
+    backend.forget()
+    try:
+        async with agent(notes_mcp_url, agent_key) as client:
+            assert not (await client.call_tool("notes_detail", {"note_id": "a/..b"})).is_error
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    assert backend.raw_paths == [f"/notes/{quote('a/..b', safe='')}/detail".encode()]

@@ -1,0 +1,38 @@
+"""An agent's path over exactly the given tools, with in-memory audit and real backend clients."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.audit import ListAuditSink
+from gateway.executor import AgentPath, Invoker
+from gateway.identity import IdentityHeaders
+from gateway.org_adapters import OrgAdapters
+from gateway.store.client import connect
+from gateway.store.durability import LedgerGuard
+from gateway.store.ledger import RedisLedger
+from gateway.tool import Tool
+from gateway.toolbox import Toolbox
+from gateway.upstream import UpstreamClient
+
+LEASE_SECONDS = 30.0
+"""The default worker lease (`Settings.lease_seconds`): every test tool's timeout fits within it."""
+
+
+def agent_path(
+    *tools: Tool, clients: Mapping[str, UpstreamClient], org: str = "acme"
+) -> tuple[AgentPath, ListAuditSink]:
+    """Reads run against `clients`; the ledger is unreachable (and so not durable): no card can be made."""
+    audit = ListAuditSink()
+    nowhere = connect("redis://127.0.0.1:9/0").client
+    ledger = RedisLedger(nowhere)
+    executor = AgentPath(
+        tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
+        org_adapters=OrgAdapters({org: frozenset(tool.adapter for tool in tools)}),
+        audit=audit,
+        invoker=Invoker(clients=clients, identity=IdentityHeaders(), ledger=ledger),
+        ledger=ledger,
+        guard=LedgerGuard(nowhere),
+        healthy=lambda adapter: True,
+    )
+    return executor, audit

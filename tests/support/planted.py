@@ -1,0 +1,68 @@
+"""A real HTTP service that answers whatever a test planted, and records the raw paths it was sent.
+
+Leak tests set `PlantedBackend.answer` (any status, any body) and call a tool against it; path tests read
+`raw_paths`, the request targets exactly as they arrived on the wire (uvicorn's ``raw_path``), before any
+server normalises them. ``GET /_health`` always answers 200, so the gateway's health check never
+depends on what was planted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from backends.serve import serve_app_in_thread
+
+__all__ = ["PlantedBackend", "serve_planted"]
+
+
+class PlantedBackend:
+    """An ASGI app: every request but the health check gets `answer`, and its raw path is recorded."""
+
+    def __init__(self) -> None:
+        self.answer: tuple[int, bytes] = (200, b"{}")
+        self._lock = threading.Lock()
+        self._paths: list[bytes] = []
+
+    def plant(self, body: Any, status: int = 200) -> None:
+        """Answer the next requests with `body` (JSON-encoded unless it is bytes) and `status`."""
+        self.answer = (status, body if isinstance(body, bytes) else json.dumps(body).encode())
+
+    @property
+    def raw_paths(self) -> list[bytes]:
+        with self._lock:
+            return list(self._paths)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._paths.clear()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        raw: bytes = scope["raw_path"]
+        if raw == b"/_health":
+            status, body = 200, b"{}"
+        else:
+            with self._lock:
+                self._paths.append(raw)
+            status, body = self.answer
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+@contextmanager
+def serve_planted() -> Iterator[tuple[str, PlantedBackend]]:
+    """Serve a fresh `PlantedBackend` on loopback; yield its base URL and the app."""
+    app = PlantedBackend()
+    with serve_app_in_thread(app) as url:
+        yield url, app
