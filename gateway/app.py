@@ -159,6 +159,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         allowed_base_urls=settings.registry_allowed_base_urls,
         served_tool_names=lambda: frozenset(live.current()),
         refresh=live.refresh,
+        org_adapters=org_adapters,
     )
     executor = Executor.build(
         tools=live,

@@ -21,6 +21,7 @@ from gateway.app import create_app
 from gateway.audit import AuditEvent
 from gateway.card import CardState
 from gateway.card_service import CardService
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table
 from gateway.registry.service import RegistryService
@@ -71,8 +72,9 @@ def served(redis_url: str) -> Iterator[Api]:
 
     audit = RedisStreamAuditSink(client)
     service = CardService(RedisLedger(client), audit, writable=writable)
+    orgs = OrgAdapters({"acme": frozenset({"expenses"})})
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
-                               refresh=no_refresh)  # fmt: skip
+                               refresh=no_refresh, org_adapters=orgs)  # fmt: skip
     review = adapter_review_table(registry, audit=audit)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, tables=[review])
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -617,7 +617,8 @@
     const res = await api("GET", "adapters/");
     if (token !== renderToken) return;
     if (res.status === 403) {
-      body.replaceWith(notice("error", "Your key lacks the registry role: only registry admins review adapters."));
+      body.replaceWith(notice("error",
+        "Your key lacks the registry role: only registry admins (or registry operators) review adapters."));
       return;
     }
     if (res.status !== 200) {
@@ -626,7 +627,7 @@
     }
     const adapters = Array.isArray(res.body.adapters) ? res.body.adapters : [];
     if (adapters.length === 0) {
-      body.replaceWith(el("p", { class: "empty" }, "No adapter is registered."));
+      body.replaceWith(el("p", { class: "empty" }, "No registered adapter that your org serves."));
       return;
     }
     body.replaceWith(el("div", { id: "adapter-list" }, adapters.map((adapter) => adapterCard(adapter, token))));
@@ -695,7 +696,7 @@
           await adaptersView(notice("warn",
             `Conflict: ${adapter.name} changed since you reviewed it. Its current proposal is below; review it again.`));
         } else if (res.status === 403) {
-          showNotice("error", "Not allowed: your key lacks the registry role.");
+          showNotice("error", errorText(res, "adapter"));
         } else {
           showNotice("error", errorText(res, "adapter"), problemsOf(res));
         }
