@@ -119,16 +119,19 @@ class _Endpoints:
         except ValidationError as error:
             return await self._invalid(request, _problems(error), "invalid query")
         try:
-            items = await self._service.list(
+            listing = await self._service.page(
                 principal_of(request.scope),
                 state=query.state,
                 tool=query.tool,
                 requester=query.requester,
                 limit=query.limit,
+                cursor=query.cursor,
             )
         except StoreUnavailableError as error:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
-        return _json(200, CardList(cards=list(items)))
+        if not listing.ok:  # a cursor the ledger did not issue (the service audited it)
+            return _error(listing.code, "invalid cursor", status=STATUS[listing.code], problems=listing.problems)
+        return _json(200, CardList(cards=list(listing.cards), next_cursor=listing.next_cursor))
 
     async def show_card(self, request: Request) -> Response:
         try:
@@ -237,12 +240,12 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 method="GET",
                 path="/cards",
                 name="listCards",
-                summary="Cards of the admin's org, newest first",
+                summary="Cards of the admin's org, newest first, one page at a time",
                 endpoint=endpoints.list_cards,
                 query=ListQuery,
                 answers={
-                    200: Answer(description="matching cards", model=CardList),
-                    422: Answer(description="invalid query", model=AdminError),
+                    200: Answer(description="a page of the matching cards, and the cursor of the next", model=CardList),
+                    422: Answer(description="invalid query, or a cursor this list did not issue", model=AdminError),
                     503: _UNAVAILABLE,
                 },
             ),

@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from gateway.card import CardState
 from gateway.card_service import MAX_LIST, MAX_TEXT
 from gateway.card_views import AdminCard, AdminCardSummary, ResultCode
+from gateway.store.card_pages import MAX_CURSOR
 
 __all__ = [
     "ERROR_CODES",
@@ -77,7 +78,7 @@ class ResolveBody(BaseModel):
 
 
 class ListQuery(BaseModel):
-    """Filters of ``GET /cards``; query strings, so values are coerced (not strict)."""
+    """Filters and paging of ``GET /cards``; query strings, so values are coerced (not strict)."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
     state: CardState | None = None
@@ -85,6 +86,9 @@ class ListQuery(BaseModel):
     requester: str | None = None
     """The requesting agent's subject."""
     limit: int = Field(default=100, ge=1, le=MAX_LIST)
+    """Most cards in this page; a page may hold fewer and still have a next_cursor."""
+    cursor: str | None = Field(default=None, min_length=1, max_length=MAX_CURSOR)
+    """The next_cursor of the previous page, unchanged, with the same filters; absent for the first page."""
 
 
 # -- responses ------------------------------------------------------------------------------------
@@ -100,8 +104,12 @@ class _Body(BaseModel):
 
 
 class CardList(_Body):
+    """One page of the matching cards. Follow next_cursor until it is null to see every one."""
+
     cards: list[AdminCardSummary]
     """Newest first."""
+    next_cursor: str | None
+    """Pass it as `cursor` for the next page; null when no matching card is left."""
 
 
 class CardShown(_Body):

@@ -180,6 +180,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         served_tool_names=lambda: frozenset(live.current()),
         refresh=live.refresh,
         lease_seconds=settings.lease_seconds,
+        org_adapters=org_adapters,
     )
     executor = Executor.build(
         tools=live,

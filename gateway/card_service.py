@@ -1,7 +1,7 @@
 """The card service: the one place an admin's decision on a card goes through.
 
 Who calls it: the surfaces an admin uses (the admin REST API and the CLI), always with the acting
-admin's `Principal`. What it asks of the ledger: reads (`get`, `events`, `recent`) and the four
+admin's `Principal`. What it asks of the ledger: reads (`get`, `events`, `page`) and the four
 admin transitions (`approve`, `reject`, `cancel`, `resolve`). It deliberately knows nothing of
 HTTP or argparse, and it never raises for a refusal: every action returns a `CardActionResult`
 with a stable `ResultCode`, which each surface maps to its own status. Reads and results carry
@@ -22,14 +22,14 @@ from typing import Any
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
-from gateway.card_views import AdminCard, AdminCardSummary, CardActionResult, ResultCode
+from gateway.card_views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
 from gateway.codes import Code
-from gateway.errors import StoreUnavailableError
-from gateway.ledger import Ledger, Transition
+from gateway.errors import InvalidCursorError, StoreUnavailableError
+from gateway.ledger import CardQuery, Ledger, Transition
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
 
-__all__ = ["LIST_WINDOW", "MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService"]
+__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService"]
 
 MAX_TEXT = 2000
 """Longest comment or rejection reason, in characters."""
@@ -37,10 +37,8 @@ MAX_EVIDENCE_BYTES = 16_384
 """Largest resolution evidence, as compact JSON."""
 OUTCOMES = ("SUCCEEDED", "FAILED")
 """What an admin may resolve a NEEDS_RECONCILIATION card to."""
-LIST_WINDOW = 1000
-"""`list` searches the newest this-many cards of the admin's org (the ledger keeps a per-org index)."""
 MAX_LIST = 500
-"""Most cards `list` returns."""
+"""Most cards one page of the list holds."""
 
 # What each ledger refusal means to the admin. Anything unlisted is a conflict with the card's state.
 _LEDGER_REFUSALS: dict[str, tuple[ResultCode, str]] = {
@@ -76,7 +74,7 @@ class CardService:
 
     # -- reads ------------------------------------------------------------------------------------
 
-    async def list(
+    async def page(
         self,
         admin: Principal,
         *,
@@ -84,26 +82,57 @@ class CardService:
         tool: str | None = None,
         requester: str | None = None,
         limit: int = 100,
-    ) -> Sequence[AdminCardSummary]:
-        """The newest cards of the admin's org matching every given filter, newest first.
+        cursor: str | None = None,
+    ) -> CardListing:
+        """One page of the cards of the admin's org matching every given filter, newest first.
 
-        `limit` is clamped to 1..500. The newest `LIST_WINDOW` cards of the admin's org are searched.
+        `limit` is clamped to 1..`MAX_LIST`. Filters apply to every card of the org: following
+        `next_cursor` until it is None visits each card that existed at the first page once (see
+        `gateway.store.card_pages` for what a page costs). A cursor the ledger did not issue is a
+        VALIDATION_ERROR, audited. A key that is not an admin's sees an empty, final page.
 
         Raises:
             StoreUnavailableError: Redis did not answer.
         """
         if admin.kind is not KeyKind.ADMIN:
-            return []
-        cards = await self._ledger.recent(limit=LIST_WINDOW, org=admin.org)
-        matches = [
-            card
-            for card in cards
-            if card.requester_org == admin.org
-            and (state is None or card.state is state)
-            and (tool is None or card.tool == tool)
-            and (requester is None or card.requester_subject == requester)
-        ]
-        return [AdminCardSummary.from_card(card) for card in matches[: max(1, min(limit, MAX_LIST))]]
+            return CardListing(code=ResultCode.OK)
+        query = CardQuery(org=admin.org, state=state, tool=tool, requester=requester)
+        try:
+            found = await self._ledger.page(query, limit=max(1, min(limit, MAX_LIST)), cursor=cursor)
+        except InvalidCursorError as error:
+            await self._record("card.list", admin, "", None, ResultCode.VALIDATION_ERROR, error.problem)
+            return CardListing(code=ResultCode.VALIDATION_ERROR, problems=(error.problem,))
+        cards = [AdminCardSummary.from_card(card) for card in found.cards]
+        return CardListing(code=ResultCode.OK, cards=cards, next_cursor=found.next_cursor)
+
+    async def list(
+        self,
+        admin: Principal,
+        *,
+        state: CardState | None = None,
+        tool: str | None = None,
+        requester: str | None = None,
+        limit: int | None = 100,
+    ) -> Sequence[AdminCardSummary]:
+        """The newest cards of the admin's org matching every given filter, newest first, following every page.
+
+        At most `limit` cards (at least one); None lists them all. Filters apply to every card of
+        the org, so this may read the whole org's history to find a few (see `page`).
+
+        Raises:
+            StoreUnavailableError: Redis did not answer.
+        """
+        wanted = None if limit is None else max(1, limit)
+        cards: list[AdminCardSummary] = []
+        cursor: str | None = None
+        while wanted is None or len(cards) < wanted:
+            size = MAX_LIST if wanted is None else min(wanted - len(cards), MAX_LIST)
+            listing = await self.page(admin, state=state, tool=tool, requester=requester, limit=size, cursor=cursor)
+            cards += listing.cards
+            cursor = listing.next_cursor
+            if cursor is None:
+                break
+        return cards
 
     async def show(self, admin: Principal, card_id: str) -> AdminCard | None:
         """The card with its history, or None if it does not exist or belongs to another org.
@@ -273,7 +302,7 @@ class CardService:
     ) -> None:
         # Only gateway-written facts: ids, states, codes. Never the agent's text, the admin's
         # comment or reason (those live on the card's own hash-chained history).
-        extra = {"card_id": card_id[:100]}
+        extra = {"card_id": card_id[:100]} if card_id else {}
         # A card of another org must leave no trace of its existence in this admin's audit view.
         if card is not None and code is not ResultCode.NOT_FOUND:
             extra |= {"state": card.state.value, "version": str(card.version)}

@@ -10,7 +10,8 @@ Two projections of the same `Card`, for two audiences:
   so what is documented and what is sent cannot drift. The CLI prints the same objects.
 
 `CardActionResult`, with its stable `ResultCode`, is what the card service answers to every admin
-action; each surface maps the code to its own status or exit code.
+action, and `CardListing` to a page of the card list; each surface maps the code to its own status
+or exit code.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "Approvals",
     "CardActionResult",
     "CardEventView",
+    "CardListing",
     "Rejection",
     "Requester",
     "ResultCode",
@@ -261,6 +263,24 @@ class CardActionResult:
     code: ResultCode
     message: str
     card_view: AdminCard | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ResultCode.OK
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardListing:
+    """One page of an admin's card list, or why it was refused (VALIDATION_ERROR: a bad cursor).
+
+    `next_cursor` is None only when no card is left; a page may hold fewer cards than asked for,
+    even none, and still have one (each page examines a bounded number of cards).
+    """
+
+    code: ResultCode
+    cards: Sequence[AdminCardSummary] = ()
+    next_cursor: str | None = None
     problems: tuple[str, ...] = ()
 
     @property

@@ -287,9 +287,9 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
         return 1
-    return await cli_adapters.run(
-        store.redis, store.audit, admin, args, allowed=store.settings.registry_allowed_base_urls
-    )
+    settings = store.settings
+    return await cli_adapters.run(store.redis, store.audit, admin, args, allowed=settings.registry_allowed_base_urls,
+                                  org_adapters=settings.org_adapters)  # fmt: skip
 
 
 _HANDLERS: dict[tuple[str, str], Callable[[_Store, argparse.Namespace], Awaitable[int]]] = {

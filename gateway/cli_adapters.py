@@ -1,6 +1,7 @@
 """`countersign adapters ...`: review and pin registered adapters, draft manifests from OpenAPI.
 
-``review`` lists every registration with its state, safety flags and the diff a decision would
+``review`` lists the registrations the admin may manage (those of adapters the admin's org serves,
+or every one for ``registry-operator``) with their state, safety flags and the diff a decision would
 apply; ``accept NAME --hash H`` pins the proposal with hash H (the one reviewed); ``remove NAME``
 stops serving it. ``import-openapi FILE --name N`` prints a draft manifest for a person to check,
 and what it could not decide; it registers nothing.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.audit import AuditSink
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
 from gateway.registry.openapi_import import draft_manifest
 from gateway.registry.service import RegistryResult, RegistryService
@@ -60,18 +62,26 @@ def import_openapi(args: argparse.Namespace) -> int:
 
 
 async def run(
-    client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, *, allowed: tuple[str, ...]
+    client: Any,
+    audit: AuditSink,
+    admin: Principal,
+    args: argparse.Namespace,
+    *,
+    allowed: tuple[str, ...],
+    org_adapters: OrgAdapters,
 ) -> int:
+    """Run one `adapters` review command as `admin`, with the same authority as the admin API."""
     # The CLI reviews, accepts and removes; it never validates a registration, so the lease a
     # registration is held to (each gateway's own) plays no part here.
     service = RegistryService(
         RegistryStore(client), audit, allowed_base_urls=allowed, served_tool_names=frozenset, refresh=_no_refresh,
-        lease_seconds=Settings().lease_seconds,
+        lease_seconds=Settings().lease_seconds, org_adapters=org_adapters,
     )  # fmt: skip
     if args.adapters_command == "review":
         registrations = await service.review(admin)
         if registrations is None:
-            return _report(RegistryResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
+            refused = "reviewing needs the registry or registry-operator role"
+            return _report(RegistryResult(code="PERMISSION_DENIED", message=refused))
         for registration in registrations:
             row = AdapterRegistration.from_registration(registration).model_dump(mode="json")
             if args.json:

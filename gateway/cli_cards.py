@@ -36,7 +36,7 @@ def add_parser(commands: Any, identity: argparse.ArgumentParser) -> None:
     listing.add_argument("--state", choices=[state.value for state in CardState])
     listing.add_argument("--tool")
     listing.add_argument("--requester", help="the requesting agent's subject")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=int, help="stop after this many cards (default: every matching card)")
     listing.add_argument("--json", action="store_true", help="one JSON object per card")
     show = cards.add_parser("show", parents=[identity], help="one card with its history")
     show.add_argument("card_id")
@@ -76,7 +76,13 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None
-        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester, limit=args.limit)
+        # Every page, so no card is out of view; one more than --limit tells whether any were left out.
+        wanted = None if args.limit is None else max(1, args.limit)
+        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester,
+                                   limit=None if wanted is None else wanted + 1)  # fmt: skip
+        if wanted is not None and len(items) > wanted:
+            items = items[:wanted]
+            print(f"countersign: more cards match; showing the newest {wanted} (raise --limit)", file=sys.stderr)
         for item in items:
             row = item.model_dump(mode="json")
             if args.json:

@@ -6,6 +6,7 @@
   x ConfigError               (operator: missing or invalid setting)
   x AuthError                 (operator/CLI: unknown key, bad key kind)
   x StoreUnavailableError     (the state store did not answer; fail closed, retry later)
+  x InvalidCursorError        (the caller sent a list cursor the ledger never issued; start over)
   x PathArgumentError         (the caller: a value that would change the endpoint; nothing sent)
   x UpstreamError             (an adapter could not complete the call)
     + UpstreamTimeoutError      (no answer within the deadline)
@@ -26,6 +27,7 @@ __all__ = [
     "AuthError",
     "ConfigError",
     "GatewayError",
+    "InvalidCursorError",
     "PathArgumentError",
     "StoreUnavailableError",
     "ToolDeclarationError",
@@ -86,6 +88,18 @@ class PathArgumentError(GatewayError, ValueError):
     def __init__(self, message: str, *, argument: str) -> None:
         super().__init__(message)
         self.argument = argument
+
+
+class InvalidCursorError(GatewayError):
+    """A list cursor that the ledger did not issue (mangled, forged, or from another version).
+
+    The caller sent it, so the caller acts: list again from the start. `problem` says what was
+    wrong with it, in words fit for a VALIDATION_ERROR.
+    """
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
 
 
 class UpstreamError(GatewayError):

@@ -10,6 +10,11 @@ Which transitions exist, from which states to which, by whom and behind which gu
 once in `gateway.card_transitions.TRANSITIONS`.
 Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
 closed on it.
+
+Listing is paged (`Ledger.page`): a `CardQuery` names one org and its filters, and each `CardPage`
+carries an opaque cursor to the next page. Following the cursors visits every card of the org that
+existed when the first page was read, once, newest first; filters are evaluated on each card as
+its page is read, over all the org's cards, never over a window of the newest ones.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ from typing import Any, Protocol
 
 from gateway.card import Card, CardEvent, CardState
 
-__all__ = ["DurabilityGuard", "Ledger", "OutboxEntry", "Proposal", "Transition", "TransitionStatus"]
+__all__ = [
+    "CardPage",
+    "CardQuery",
+    "DurabilityGuard",
+    "Ledger",
+    "OutboxEntry",
+    "Proposal",
+    "Transition",
+    "TransitionStatus",
+]
 
 
 class TransitionStatus(StrEnum):
@@ -96,6 +110,38 @@ class OutboxEntry:
     card_id: str
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardQuery:
+    """Which cards of one org a listing wants: those matching every filter that is given."""
+
+    org: str
+    state: CardState | None = None
+    tool: str | None = None
+    requester: str | None = None
+    """The requesting agent's subject, within `org`."""
+
+    def matches(self, card: Card) -> bool:
+        return (
+            card.requester_org == self.org
+            and (self.state is None or card.state is self.state)
+            and (self.tool is None or card.tool == self.tool)
+            and (self.requester is None or card.requester_subject == self.requester)
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardPage:
+    """One page of a listing, newest first, and where the next one starts.
+
+    A page may hold fewer cards than asked for, even none, and still have a `next_cursor`: each
+    page examines a bounded number of cards. Only a `next_cursor` of None means "no more".
+    """
+
+    cards: Sequence[Card]
+    next_cursor: str | None
+    """Opaque; pass it back unchanged for the next page. It holds positions only and grants nothing."""
+
+
 class Ledger(Protocol):
     """Cards and their state machine. See the module docstring for the contract every method keeps."""
 
@@ -157,6 +203,14 @@ class Ledger(Protocol):
         self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
     ) -> Sequence[Card]:
         """The newest cards, newest first: of everyone, of one `org`, or of one `(org, subject)`."""
+        ...
+
+    async def page(self, query: CardQuery, *, limit: int, cursor: str | None = None) -> CardPage:
+        """At most `limit` cards matching `query`, newest first, after `cursor` (None: from the newest).
+
+        Raises:
+            InvalidCursorError: `cursor` is not one this ledger issued.
+        """
         ...
 
     async def due(self, *, now_ms: int, limit: int = 100) -> Sequence[str]:

@@ -19,8 +19,12 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     signing_key_env = "ROOMS_SIGNING_KEY"         # env var holding the key it signs callers' identity with
 
     [orgs.acme]
-    adapters = ["rooms", "orders"]
-    roles = ["staff", "support", "approver"]
+    adapters = ["rooms", "orders", "expenses"]    # the adapters this org serves, registered ones too
+    roles = ["staff", "support", "approver", "registry"]
+
+An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
+``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
+see `policies.adapter_authority`).
 """
 
 from __future__ import annotations

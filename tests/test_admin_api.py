@@ -21,6 +21,7 @@ from gateway.app import create_app
 from gateway.audit import AuditEvent
 from gateway.card import CardState
 from gateway.card_service import CardService
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table
 from gateway.registry.service import RegistryService
@@ -31,6 +32,7 @@ from gateway.store.ledger import RedisLedger
 from gateway.store.registry import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
+from tests.support.cards import flood
 
 pytestmark = pytest.mark.anyio
 
@@ -70,8 +72,9 @@ def served(redis_url: str) -> Iterator[Api]:
 
     audit = RedisStreamAuditSink(client)
     service = CardService(RedisLedger(client), audit, writable=writable)
+    orgs = OrgAdapters({"acme": frozenset({"expenses"})})
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
-                               refresh=no_refresh, lease_seconds=30.0)  # fmt: skip
+                               refresh=no_refresh, lease_seconds=30.0, org_adapters=orgs)  # fmt: skip
     review = adapter_review_table(registry, audit=audit)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, tables=[review])
     app = Starlette(routes=routes, lifespan=lifespan)
@@ -140,6 +143,49 @@ async def test_list_filters_and_refuses_unknown_parameters(api: Api, redis: Redi
         bad_state = await http.get("/cards", params={"state": "DONE"})
     assert typo.status_code == bad_state.status_code == 422
     assert typo.json()["error"]["problems"][0].startswith("status:")
+
+
+async def follow(http: httpx.AsyncClient, params: dict[str, str], *, pages: int = 200) -> list[dict[str, Any]]:
+    """Every card of a listing, following `next_cursor` until it is null (at most `pages` pages)."""
+    cards: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(pages):
+        answer = await http.get("/cards", params={**params, **({"cursor": cursor} if cursor else {})})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        cards += body["cards"]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return cards
+    raise AssertionError(f"still a next_cursor after {pages} pages")
+
+
+async def test_an_old_pending_card_behind_a_flood_of_newer_ones_is_found_by_following_cursors(
+    api: Api, redis: Redis
+) -> None:
+    """Over a thousand newer cards hide nothing: the cursors reach the oldest PENDING card, each card once,
+    newest first; a filter (tool) searches every card of the org, not the newest thousand."""
+    old = await propose(redis, tool="orders_refund")
+    newer = await flood(redis, 1_100)
+    async with client(api, await admin_key(redis)) as http:
+        pending = await follow(http, {"state": "PENDING", "limit": "200"})
+        refunds = await follow(http, {"tool": "orders_refund", "limit": "10"})
+    ids = [card["card_id"] for card in pending]
+    assert len(ids) == len(set(ids)) == 1_101 and set(ids) == {old, *newer} and ids[-1] == old
+    created = [card["created_at"] for card in pending]
+    assert created == sorted(created, reverse=True)
+    assert [card["card_id"] for card in refunds] == [old]
+
+
+async def test_a_cursor_the_list_did_not_issue_is_refused_and_audited(api: Api, redis: Redis) -> None:
+    """A forged or mangled cursor is a 422, audited, never a silently restarted list."""
+    await propose(redis)
+    async with client(api, await admin_key(redis)) as http:
+        answers = [await http.get("/cards", params={"cursor": cursor}) for cursor in ("nonsense", "e30", "W10")]
+    assert [answer.status_code for answer in answers] == [422, 422, 422]
+    assert {answer.json()["error"]["problems"][0].split(":")[0] for answer in answers} == {"cursor"}
+    refusals = [e for e in await card_audit(redis) if e.action == "card.list"]
+    assert [(e.outcome, e.code) for e in refusals] == [("deny", "VALIDATION_ERROR")] * 3
 
 
 async def test_approve_flips_the_card_to_approved_and_is_audited(api: Api, redis: Redis) -> None:
@@ -323,7 +369,8 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
     assert approve_body["additionalProperties"] is False and set(approve_body["required"]) == {"version", "args_hash"}
     assert set(spec["components"]["schemas"]["AdminCard"]["required"]) == set(card)
     listing = spec["paths"]["/cards"]["get"]
-    assert [p["name"] for p in listing["parameters"]] == ["state", "tool", "requester", "limit"]
+    assert [p["name"] for p in listing["parameters"]] == ["state", "tool", "requester", "limit", "cursor"]
+    assert spec["components"]["schemas"]["CardList"]["required"] == ["cards", "next_cursor"]
     assert set(listing["responses"]) == {"200", "401", "422", "503"}
 
 

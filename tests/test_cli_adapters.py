@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
 from gateway.cli import main
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.registry.service import RegistryService
 from gateway.store.audit import RedisStreamAuditSink
@@ -43,7 +44,7 @@ async def test_review_accept_and_remove_from_the_cli(
     service = Principal(subject="expenses-svc", org="acme", roles=frozenset(), kind=KeyKind.SERVICE, key_id="k")
     registry = RegistryService(RegistryStore(redis), RedisStreamAuditSink(redis),
                                allowed_base_urls=("http://127.0.0.1:*",), served_tool_names=frozenset,
-                               refresh=_nothing, lease_seconds=30.0)  # fmt: skip
+                               refresh=_nothing, lease_seconds=30.0, org_adapters=OrgAdapters())  # fmt: skip
     proposal = await registry.register(service, "expenses", expenses_manifest(expenses.url))
     assert proposal.ok and proposal.registration is not None
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))

@@ -17,6 +17,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
+from tests.support.cards import flood
 from tests.support.redis_server import start_redis_server
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +74,20 @@ async def test_list_shows_the_orgs_cards_as_text_or_json(cli: Cli, redis: Redis)
     assert status == 0 and [json.loads(line)["card_id"] for line in out.splitlines()] == [mine]
     status, out, _ = await cli("cards", "list", "--requester", "nobody@acme.example")
     assert status == 0 and out == ""
+
+
+async def test_list_follows_every_page_so_an_old_pending_card_behind_a_flood_is_shown(cli: Cli, redis: Redis) -> None:
+    """`cards list` hides nothing: over a thousand newer cards, and the oldest PENDING one is still listed, once;
+    with --limit it stops there and says on stderr that more cards match."""
+    old = await propose(redis, tool="orders_refund")
+    newer = await flood(redis, 1_050)
+    status, out, _ = await cli("cards", "list", "--state", "PENDING", "--json")
+    ids = [json.loads(line)["card_id"] for line in out.splitlines()]
+    assert status == 0 and len(ids) == len(set(ids)) == 1_051 and set(ids) == {old, *newer} and ids[-1] == old
+    status, out, _ = await cli("cards", "list", "--tool", "orders_refund")
+    assert status == 0 and len(out.splitlines()) == 1 and old in out
+    status, out, err = await cli("cards", "list", "--limit", "5")
+    assert status == 0 and len(out.splitlines()) == 5 and "more cards match" in err
 
 
 async def test_show_fences_the_agents_words_as_untrusted_and_escapes_them(cli: Cli, redis: Redis) -> None:

@@ -26,7 +26,7 @@ from gateway.console import console_routes
 from gateway.principal import KeyKind
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
-from tests.support.cards import PROPOSAL
+from tests.support.cards import PROPOSAL, flood
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +274,29 @@ async def test_in_a_browser_hostile_agent_text_stays_text_and_approve_sends_what
         assert await page.until("!document.querySelector('#view').hidden && location.href") == f"{base}/admin/#/cards"
         assert await page.evaluate("sessionStorage.getItem('countersign.adminKey')") == key
         assert page.dialogs == []
+
+
+async def test_in_a_browser_the_list_follows_the_cursors_to_an_old_pending_card(
+    mcp_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """Behind more newer PENDING cards than one batch shows, the oldest is one "Show more" away, listed once;
+    then the list says everything is shown."""
+    key = await make_key(redis, kind=KeyKind.ADMIN, subject="bob@acme.example", roles=("approver",))
+    created = await RedisLedger(redis).propose(replace(PROPOSAL, dedupe_key=f"old|{secrets.token_hex(8)}"))
+    assert created.card is not None
+    old = created.card.card_id
+    newer = await flood(redis, 250)
+    base = mcp_url.removesuffix("/mcp")
+    rows = "[...document.querySelectorAll('#card-list tbody tr')].map((row) => row.dataset.cardId)"
+
+    async with _browser(tmp_path / "profile") as page:
+        await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards?state=PENDING"})
+        await page.until("document.querySelector('#more-cards') !== null")
+        first = await page.evaluate(rows)
+        assert len(first) == 200 and old not in first
+        await page.evaluate("document.querySelector('#more-cards').click()")
+        await page.until(f"document.querySelector('#card-list tr[data-card-id=\"{old}\"]') !== null")
+        shown = await page.evaluate(rows)
+        assert len(shown) == len(set(shown)) == 251 and set(shown) == {old, *newer} and shown[-1] == old
+        assert await page.evaluate("document.querySelector('#more-cards') === null")
+        assert await page.evaluate("document.querySelector('.list-more').textContent") == "All 251 cards shown."

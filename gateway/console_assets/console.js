@@ -9,7 +9,9 @@
 (() => {
   const KEY_STORAGE = "countersign.adminKey";
   const API = "api/"; // relative to /admin/, so a gateway behind a path prefix works too
-  const LIST_LIMIT = 200;
+  const LIST_LIMIT = 200; // cards added to the list per "Show more"
+  const PAGE_LIMIT = 500; // the API's largest page
+  const SEARCH_PAGES = 20; // pages followed per "Show more" before asking to search further
   const STATES = [
     "PENDING", "NEEDS_RECONCILIATION", "APPROVED", "EXECUTING", "UNKNOWN",
     "SUCCEEDED", "FAILED", "REJECTED", "CANCELLED", "EXPIRED",
@@ -294,35 +296,82 @@
         el("label", null, "Show ", filter),
         el("button", { type: "button", onclick: () => route() }, "Reload")),
       body);
-    const query = new URLSearchParams({ limit: String(LIST_LIMIT) });
-    if (state) query.set("state", state);
-    const res = await api("GET", "cards?" + query.toString());
+    const first = await fetchCards(state, null);
     if (token !== renderToken) return;
-    if (res.status !== 200) {
-      body.replaceWith(notice("error", errorText(res, "card"), problemsOf(res)));
+    if (first.error) {
+      body.replaceWith(notice("error", errorText(first.error, "card"), problemsOf(first.error)));
       return;
     }
-    const cards = Array.isArray(res.body.cards) ? res.body.cards : [];
-    if (cards.length === 0) {
+    if (first.cards.length === 0 && !first.next) {
       body.replaceWith(el("p", { class: "empty" }, "No cards of your org in this state."));
       return;
     }
+    const rows = el("tbody", null, first.cards.map(cardRow));
     const table = el("table", { class: "cards", id: "card-list" },
       el("thead", null, el("tr", null,
         ["Summary", "Tool", "Requester", "Approvals", "State", "Expires"].map((h) => el("th", null, h)))),
-      el("tbody", null, cards.map((card) => {
-        const approvals = card.approvals || {};
-        const expiry = card.state === "APPROVED" ? card.execute_by : card.decide_by;
-        return el("tr", { "data-card-id": card.card_id },
-          el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
-          el("td", null, mono(card.tool)),
-          el("td", null, card.requester),
-          el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
-          el("td", null, el("span", { class: "state state-" + card.state }, card.state)),
-          el("td", null, when(expiry)));
-      })));
-    const more = cards.length >= LIST_LIMIT ? el("p", { class: "hint" }, `Showing the newest ${LIST_LIMIT}.`) : null;
-    body.replaceWith(el("div", null, table, more));
+      rows);
+    const footer = el("div", { class: "list-more" });
+    // The list follows the API's cursors, so no card is out of reach: "Show more" goes on from
+    // where the last batch stopped, until the API says nothing is left.
+    const showFooter = (next) => {
+      const shown = rows.childElementCount;
+      if (!next) {
+        footer.replaceChildren(shown > LIST_LIMIT ? el("p", { class: "hint" }, `All ${shown} cards shown.`) : null);
+        return;
+      }
+      const more = el("button", {
+        type: "button",
+        id: "more-cards",
+        onclick: guarded(async () => {
+          more.disabled = true;
+          const batch = await fetchCards(state, next);
+          if (token !== renderToken) return;
+          append(rows, batch.cards.map(cardRow));
+          if (batch.error) {
+            footer.replaceChildren(notice("error", errorText(batch.error, "card"), problemsOf(batch.error)));
+            return;
+          }
+          showFooter(batch.next);
+        }),
+      }, "Show more");
+      const text = shown ? `Showing the newest ${shown}; older cards may match.`
+        : "No match among the newest cards searched.";
+      footer.replaceChildren(el("p", { class: "hint" }, text, " ", more));
+    };
+    showFooter(first.next);
+    body.replaceWith(el("div", null, table, footer));
+  }
+
+  // Up to LIST_LIMIT more cards from `cursor` on (null: from the newest), following the API's
+  // cursors; a page may be short or empty and still have a next one. Stops after SEARCH_PAGES
+  // pages, so a rare filter over a long history asks before it searches further.
+  async function fetchCards(state, cursor) {
+    const cards = [];
+    let next = cursor;
+    for (let pages = 0; pages < SEARCH_PAGES; pages += 1) {
+      const query = new URLSearchParams({ limit: String(Math.min(LIST_LIMIT - cards.length, PAGE_LIMIT)) });
+      if (state) query.set("state", state);
+      if (next) query.set("cursor", next);
+      const res = await api("GET", "cards?" + query.toString());
+      if (res.status !== 200 || !res.body) return { cards, next, error: res };
+      cards.push(...(Array.isArray(res.body.cards) ? res.body.cards : []));
+      next = typeof res.body.next_cursor === "string" ? res.body.next_cursor : null;
+      if (!next || cards.length >= LIST_LIMIT) break;
+    }
+    return { cards, next, error: null };
+  }
+
+  function cardRow(card) {
+    const approvals = card.approvals || {};
+    const expiry = card.state === "APPROVED" ? card.execute_by : card.decide_by;
+    return el("tr", { "data-card-id": card.card_id },
+      el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
+      el("td", null, mono(card.tool)),
+      el("td", null, card.requester),
+      el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
+      el("td", null, el("span", { class: "state state-" + card.state }, card.state)),
+      el("td", null, when(expiry)));
   }
 
   // -- one card -------------------------------------------------------------------------------------
@@ -568,7 +617,8 @@
     const res = await api("GET", "adapters/");
     if (token !== renderToken) return;
     if (res.status === 403) {
-      body.replaceWith(notice("error", "Your key lacks the registry role: only registry admins review adapters."));
+      body.replaceWith(notice("error",
+        "Your key lacks the registry role: only registry admins (or registry operators) review adapters."));
       return;
     }
     if (res.status !== 200) {
@@ -577,7 +627,7 @@
     }
     const adapters = Array.isArray(res.body.adapters) ? res.body.adapters : [];
     if (adapters.length === 0) {
-      body.replaceWith(el("p", { class: "empty" }, "No adapter is registered."));
+      body.replaceWith(el("p", { class: "empty" }, "No registered adapter that your org serves."));
       return;
     }
     body.replaceWith(el("div", { id: "adapter-list" }, adapters.map((adapter) => adapterCard(adapter, token))));
@@ -646,7 +696,7 @@
           await adaptersView(notice("warn",
             `Conflict: ${adapter.name} changed since you reviewed it. Its current proposal is below; review it again.`));
         } else if (res.status === 403) {
-          showNotice("error", "Not allowed: your key lacks the registry role.");
+          showNotice("error", errorText(res, "adapter"));
         } else {
           showNotice("error", errorText(res, "adapter"), problemsOf(res));
         }

@@ -4,10 +4,12 @@
 every problem; 202 means "stored, quarantined until an admin accepts it"; 200 means "identical to
 what is served". ``GET /registry/api/adapters/{name}`` shows the service its own registration.
 
-Admins (admin key with the ``registry`` role) use ``GET /admin/api/adapters/`` (every adapter with
-its state, safety flags and the diff between pinned and proposed), ``GET /admin/api/adapters/{name}``,
+Admins use ``GET /admin/api/adapters/`` (the adapters they may manage, with state, safety flags
+and the diff between pinned and proposed), ``GET /admin/api/adapters/{name}``,
 ``POST /admin/api/adapters/{name}/accept`` with ``{"hash": <proposed_hash reviewed>}``, and
-``DELETE /admin/api/adapters/{name}``. Those routes are `adapter_review_table`, which the admin API
+``DELETE /admin/api/adapters/{name}``: an admin with the ``registry`` role for the adapters their
+org serves, one with ``registry-operator`` for all (`policies.adapter_authority`; any other is a
+403 that says nothing about whether the adapter exists). Those routes are `adapter_review_table`, which the admin API
 mounts behind the admin key and lists in its openapi.json. It translates and decides nothing:
 `RegistryService` does. Bodies are the models of `gateway.registry.views`.
 """
@@ -109,13 +111,10 @@ class _Endpoints:
         return _json(200, AdapterList(adapters=[AdapterRegistration.from_registration(r) for r in registrations]))
 
     async def show(self, request: Request) -> Response:
-        registrations = await self._service.review(principal_of(request.scope))
-        if registrations is None:
-            return _answer(RegistryResult(code="PERMISSION_DENIED"))
-        found = [r for r in registrations if r.name == request.path_params["name"]]
-        if not found:
-            return _answer(RegistryResult(code="NOT_FOUND"))
-        return _json(200, AdapterRegistration.from_registration(found[0]))
+        result = await self._service.show(principal_of(request.scope), request.path_params["name"])
+        if not result.ok or result.registration is None:
+            return _answer(result)
+        return _json(200, AdapterRegistration.from_registration(result.registration))
 
     async def accept(self, request: Request) -> Response:
         try:
@@ -129,7 +128,12 @@ class _Endpoints:
         return _answer(await self._service.remove(principal_of(request.scope), request.path_params["name"]))
 
 
-_NO_ROLE = Answer(description="the admin lacks the registry role", model=AdapterError)
+_NO_ROLE = Answer(description="the admin has neither the registry nor the registry-operator role", model=AdapterError)
+_NOT_THEIRS = Answer(
+    description="the admin has neither registry-operator nor the registry role of an org serving the adapter"
+    " (the same whether or not it exists)",
+    model=AdapterError,
+)
 _NOT_FOUND = Answer(description="no such adapter", model=AdapterError)
 
 
@@ -143,9 +147,12 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 method="GET",
                 path="/",
                 name="listAdapters",
-                summary="Every adapter with its flags and diff",
+                summary="The adapters this admin may manage, with their flags and diffs",
                 endpoint=endpoints.review,
-                answers={200: Answer(description="every registration", model=AdapterList), 403: _NO_ROLE},
+                answers={
+                    200: Answer(description="the registrations this admin may manage", model=AdapterList),
+                    403: _NO_ROLE,
+                },
             ),
             Operation(
                 method="GET",
@@ -155,7 +162,7 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 endpoint=endpoints.show,
                 answers={
                     200: Answer(description="the registration", model=AdapterRegistration),
-                    403: _NO_ROLE,
+                    403: _NOT_THEIRS,
                     404: _NOT_FOUND,
                 },
             ),
@@ -165,7 +172,11 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 name="removeAdapter",
                 summary="Stop serving the adapter",
                 endpoint=endpoints.remove,
-                answers={200: Answer(description="removed", model=AdapterActionDone), 403: _NO_ROLE, 404: _NOT_FOUND},
+                answers={
+                    200: Answer(description="removed", model=AdapterActionDone),
+                    403: _NOT_THEIRS,
+                    404: _NOT_FOUND,
+                },
             ),
             Operation(
                 method="POST",
@@ -176,7 +187,7 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 body=AcceptBody,
                 answers={
                     200: Answer(description="pinned; served next", model=AdapterActionDone),
-                    403: _NO_ROLE,
+                    403: _NOT_THEIRS,
                     404: Answer(description="no such adapter, or nothing proposed", model=AdapterError),
                     409: Answer(description="the proposal changed since it was reviewed", model=AdapterError),
                     422: Answer(description='the body is not {"hash": ...}', model=AdapterError),
@@ -206,7 +217,7 @@ def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSin
                 answers={
                     200: Answer(description="identical to what is served", model=AdapterActionDone),
                     202: Answer(description="stored, quarantined", model=AdapterActionDone),
-                    403: Answer(description="another service owns the name", model=AdapterError),
+                    403: Answer(description="another service owns (or has just claimed) the name", model=AdapterError),
                     422: Answer(description="every problem of the manifest", model=AdapterError),
                 },
             ),

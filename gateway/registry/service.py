@@ -3,8 +3,14 @@
 Who calls it: the registry API (services, with service keys), the admin API and the CLI
 (admins). A registration is validated in full (every problem listed), reviewed for text aimed
 at the model (flags for the admin), checked against the operator's base-URL allowlist, and
-stored as a *proposal*. Only an admin with the ``registry`` role pins it, naming the hash they
-reviewed; then every gateway's live tool source picks it up.
+stored as a *proposal*. The first service to register a name owns it (claimed atomically by the
+store), and only it may propose changes.
+
+Who reviews, accepts (pins, naming the hash they reviewed) and removes an adapter is
+`policies.adapter_authority`: an admin with the ``registry`` role of an org that serves the
+adapter (the operator's ``[orgs.NAME] adapters``), or an admin with ``registry-operator``. It is
+decided before the registry is read, so a refusal (PERMISSION_DENIED, audited) is the same whether
+or not the adapter exists. Once pinned, every gateway's live tool source picks it up.
 """
 
 from __future__ import annotations
@@ -17,17 +23,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from gateway.audit import AuditEvent, AuditSink
+from gateway.decision import Decision
 from gateway.errors import ToolDeclarationError
+from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.registry.manifest import AdapterManifest, review_manifest
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.store.registry import Registration, RegistryStore
 from gateway.toolbox import Toolbox
+from policies.adapter_authority import OPERATOR_ROLE, REGISTRY_ROLE, may_manage_adapter, may_review_adapters
 from policies.manifest_safety import check_base_url
 
-__all__ = ["REGISTRY_ROLE", "RegistryResult", "RegistryService"]
+__all__ = ["OPERATOR_ROLE", "REGISTRY_ROLE", "RegistryResult", "RegistryService"]
 
-REGISTRY_ROLE = "registry"
 _NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
 
 
@@ -55,19 +63,24 @@ class RegistryService:
         served_tool_names: Callable[[], frozenset[str]],
         refresh: Callable[[], Awaitable[bool]],
         lease_seconds: float,
+        org_adapters: OrgAdapters,
     ) -> None:
+        """`org_adapters` is the operator's configuration of which org serves which adapter."""
         self._store = store
         self._lease_seconds = lease_seconds
         self._audit = audit
         self._allowed = allowed_base_urls
         self._served = served_tool_names
         self._refresh = refresh
+        self._orgs = org_adapters
 
     async def register(self, service: Principal, name: str, document: Mapping[str, Any]) -> RegistryResult:
         """Validate and store a proposal. Nothing is served until an admin accepts it."""
         if service.kind is not KeyKind.SERVICE:
             return await self._done(service, "registry.register", name, RegistryResult(code="PERMISSION_DENIED"))
         problems, manifest = self._validate(name, document)
+        # Read first so a name owned by another service is refused before any word on the manifest;
+        # the store's propose decides ownership atomically either way.
         existing = await self._store.get(name)
         if existing is not None and existing.owner != service.subject:
             refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
@@ -79,6 +92,9 @@ class RegistryService:
         registration = await self._store.propose(
             name, manifest.model_dump(mode="json"), owner=service.subject, flags=[asdict(flag) for flag in flags]
         )
+        if registration is None:  # another service claimed the name since it was read above
+            refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
+            return await self._done(service, "registry.register", name, refused)
         message = {"active": "unchanged; already served", "new": "new adapter quarantined until an admin accepts it"}
         result = RegistryResult(
             code="OK",
@@ -129,17 +145,28 @@ class RegistryService:
         return RegistryResult(code="OK", registration=registration)
 
     async def review(self, admin: Principal) -> Sequence[Registration] | None:
-        """Every registration with its state, flags and diff; None when `admin` may not review."""
-        if not _is_registry_admin(admin):
-            refusal = AuditEvent.refusal(admin, "registry.review", "PERMISSION_DENIED", "needs the registry role")
-            await self._audit.record(refusal)
+        """The registrations `admin` may manage, with state, flags and diff; None when `admin` may not review."""
+        verdict = may_review_adapters(admin)
+        if not verdict.allowed:
+            await self._audit.record(AuditEvent.refusal(admin, "registry.review", "PERMISSION_DENIED", verdict.reason))
             return None
-        return await self._store.all()
+        return [r for r in await self._store.all() if may_manage_adapter(admin, r.name, self._orgs).allowed]
+
+    async def show(self, admin: Principal, name: str) -> RegistryResult:
+        """One registration, if `admin` may manage it (refusals audited; a successful read is not)."""
+        verdict = may_manage_adapter(admin, name, self._orgs)
+        if not verdict.allowed:
+            return await self._done(admin, "registry.show", name, _denied(verdict))
+        registration = await self._store.get(name)
+        if registration is None:
+            return await self._done(admin, "registry.show", name, RegistryResult(code="NOT_FOUND"))
+        return RegistryResult(code="OK", registration=registration)
 
     async def accept(self, admin: Principal, name: str, *, expected_hash: str) -> RegistryResult:
         """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next."""
-        if not _is_registry_admin(admin):
-            return await self._done(admin, "registry.accept", name, RegistryResult(code="PERMISSION_DENIED"))
+        verdict = may_manage_adapter(admin, name, self._orgs)
+        if not verdict.allowed:
+            return await self._done(admin, "registry.accept", name, _denied(verdict))
         current = await self._store.get(name)
         if current is None or current.proposed is None:
             return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
@@ -152,8 +179,10 @@ class RegistryService:
         return await self._done(admin, "registry.accept", name, RegistryResult(code="OK", registration=pinned))
 
     async def remove(self, admin: Principal, name: str) -> RegistryResult:
-        if not _is_registry_admin(admin):
-            return await self._done(admin, "registry.remove", name, RegistryResult(code="PERMISSION_DENIED"))
+        """Stop serving the adapter and free its name."""
+        verdict = may_manage_adapter(admin, name, self._orgs)
+        if not verdict.allowed:
+            return await self._done(admin, "registry.remove", name, _denied(verdict))
         if not await self._store.remove(name):
             return await self._done(admin, "registry.remove", name, RegistryResult(code="NOT_FOUND"))
         await self._refresh()
@@ -181,5 +210,6 @@ class RegistryService:
         return result
 
 
-def _is_registry_admin(admin: Principal) -> bool:
-    return admin.kind is KeyKind.ADMIN and REGISTRY_ROLE in admin.roles
+def _denied(verdict: Decision) -> RegistryResult:
+    # Decided from the key and the configuration alone: the same answer whether the adapter exists or not.
+    return RegistryResult(code="PERMISSION_DENIED", message=verdict.reason)

@@ -23,14 +23,15 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState
-from gateway.ledger import OutboxEntry, Proposal, Transition, TransitionStatus
+from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
+from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import store_boundary
 from gateway.store.ledger_scripts import PRELUDE, SCRIPTS
 
@@ -57,8 +58,9 @@ def _tag(shard: int) -> str:
 class RedisLedger:
     """The `Ledger` in Redis: one Lua script per transition, cards spread over `SHARDS` hash tags."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: aioredis.Redis, *, scan_limit: int = SCAN_LIMIT) -> None:
         self._client = client
+        self._scan_limit = scan_limit  # most cards one `page` examines (gateway.store.card_pages)
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
         self._waitaof: bool | None = None  # learnt on first use: does the server have WAITAOF?
 
@@ -225,6 +227,27 @@ class RedisLedger:
         ids.sort(key=lambda item: item[1], reverse=True)
         cards = [await self.get(card_id) for card_id, _ in ids[:limit]]
         return [card for card in cards if card is not None]
+
+    async def page(self, query: CardQuery, *, limit: int, cursor: str | None = None) -> CardPage:
+        """At most `limit` cards matching `query`, newest first, after `cursor`: see `gateway.store.card_pages`.
+
+        Raises:
+            InvalidCursorError: `cursor` is not one this ledger issued.
+        """
+        if query.requester is not None:
+            indexes = [_requester_index(shard, query.org, query.requester) for shard in range(SHARDS)]
+        else:
+            indexes = [_org_index(shard, query.org) for shard in range(SHARDS)]
+        return await read_page(self._client, indexes, query, limit=limit, cursor=cursor, load=self._load,
+                               scan_limit=self._scan_limit)  # fmt: skip
+
+    async def _load(self, card_ids: Sequence[str]) -> list[Card | None]:
+        """The cards of `card_ids`, in order, in one round trip (None where there is none)."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for card_id in card_ids:  # ids come from the indexes, which hold only ids the ledger minted
+                pipe.get(self._keys(card_id, card_shard(card_id) or 0)[0])
+            raws: list[Any] = await pipe.execute()
+        return [_card(json.loads(raw)) if raw else None for raw in raws]
 
     async def due(self, *, now_ms: int, limit: int = 100) -> list[str]:
         """Cards whose timer (expiry, requeue, lease, reconcile) is due."""

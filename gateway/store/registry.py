@@ -6,8 +6,13 @@ or a changed definition (a "rug pull": same name, new description or schema), is
 until accepted, while agents keep the pinned version. Every accept or removal bumps a version
 counter that each gateway watches to rebuild its catalog without a restart.
 
-Keys: ``countersign:registry:{<name>}:proposed`` and ``:pinned`` (JSON records), one hash tag per
-adapter; ``countersign:registry:names`` (set) and ``countersign:registry:version`` (counter).
+Keys: ``countersign:registry:{<name>}:owner`` (the owning service's subject), ``:proposed`` and
+``:pinned`` (JSON records), one hash tag per adapter; ``countersign:registry:names`` (set) and
+``countersign:registry:version`` (counter).
+
+A name is claimed atomically: one script, on the adapter's three keys (one hash tag, so one slot
+on Redis Cluster), sets the owner if there is none and stores the proposal only for the owner. Of
+any number of services registering a new name at once, exactly one owns it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,24 @@ _VERSION = "countersign:registry:version"
 
 def _key(name: str, which: str) -> str:
     return f"countersign:registry:{{{name}}}:{which}"
+
+
+# KEYS: 1 owner, 2 proposed, 3 pinned (one adapter, one hash tag). ARGV: 1 the registering
+# service, 2 its proposal record. Answers the owner; the proposal is stored only if that is ARGV[1].
+_CLAIM_AND_PROPOSE = """
+local owner = redis.call('GET', KEYS[1])
+if not owner then
+  -- Stored before names were claimed: the owner is the one its record names.
+  for _, key in ipairs({KEYS[2], KEYS[3]}) do
+    local raw = redis.call('GET', key)
+    if raw and not owner then owner = cjson.decode(raw).owner end
+  end
+  owner = owner or ARGV[1]
+  redis.call('SET', KEYS[1], owner)
+end
+if owner == ARGV[1] then redis.call('SET', KEYS[2], ARGV[2]) end
+return owner
+"""
 
 
 def manifest_hash(manifest: Mapping[str, Any]) -> str:
@@ -97,14 +120,16 @@ class RegistryStore:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
+        self._claim = client.register_script(_CLAIM_AND_PROPOSE)
 
     async def get(self, name: str) -> Registration | None:
-        raw: Any = await self._client.mget(_key(name, "proposed"), _key(name, "pinned"))
-        proposed, pinned = (json.loads(item) if item else None for item in raw)
+        raw: Any = await self._client.mget(_key(name, "owner"), _key(name, "proposed"), _key(name, "pinned"))
+        claimed = raw[0].decode() if isinstance(raw[0], bytes) else raw[0]
+        proposed, pinned = (json.loads(item) if item else None for item in raw[1:])
         either: Any = proposed or pinned
         if either is None:
             return None
-        owner = either["owner"]
+        owner = claimed or either["owner"]
         return Registration(
             name=name,
             owner=owner,
@@ -123,15 +148,22 @@ class RegistryStore:
 
     async def propose(
         self, name: str, manifest: Mapping[str, Any], *, owner: str, flags: Sequence[Mapping[str, str]]
-    ) -> Registration:
-        """Store `manifest` as the proposal for `name` (an identical one to the pinned clears it)."""
+    ) -> Registration | None:
+        """Store `manifest` as `owner`'s proposal for `name`, claiming the name if nobody owns it.
+
+        None, and nothing stored, when another service owns `name`. (A proposal identical to the
+        pinned manifest leaves the adapter active: see `Registration.state`.)
+        """
         record = {"manifest": manifest, "hash": manifest_hash(manifest), "owner": owner, "flags": list(flags)}
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.set(_key(name, "proposed"), canonical_json(record))
-            pipe.sadd(_NAMES, name)
-            await pipe.execute()
+        # Listed first, in its own slot: a listed name without a registration is skipped by `all`,
+        # while a registration that is not listed would be missing from the review.
+        await self._client.sadd(_NAMES, name)
+        keys = [_key(name, "owner"), _key(name, "proposed"), _key(name, "pinned")]
+        holder: Any = await self._claim(keys=keys, args=[owner, canonical_json(record)])
+        if (holder.decode() if isinstance(holder, bytes) else holder) != owner:
+            return None
         registration = await self.get(name)
-        if registration is None:  # just written in the same transaction
+        if registration is None:  # just written by the script
             raise RuntimeError(f"registration {name} vanished")
         return registration
 
@@ -154,7 +186,8 @@ class RegistryStore:
 
     async def remove(self, name: str) -> bool:
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.delete(_key(name, "proposed"), _key(name, "pinned"))
+            # The name is freed with the registration: a service may claim it again (as a new adapter).
+            pipe.delete(_key(name, "owner"), _key(name, "proposed"), _key(name, "pinned"))
             pipe.srem(_NAMES, name)
             pipe.incr(_VERSION)
             deleted, _removed, _version = await pipe.execute()

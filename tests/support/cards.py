@@ -1,8 +1,15 @@
-"""A card proposal for tests that drive the ledger by hand."""
+"""A card proposal for tests that drive the ledger by hand, and a flood of them."""
 
 from __future__ import annotations
 
-from gateway.store.ledger import Proposal
+import secrets
+from dataclasses import replace
+from typing import Any
+
+import anyio
+from redis.asyncio import Redis
+
+from gateway.store.ledger import Proposal, RedisLedger
 
 PROPOSAL = Proposal(
     tool="rooms_book",
@@ -21,3 +28,26 @@ PROPOSAL = Proposal(
     execute_within_ms=60_000,
     dedupe_key="alice|rooms_book|h1",
 )
+
+FLOOD_CONCURRENCY = 32
+"""Proposals in flight at once while flooding: enough to be quick, few enough connections for any Redis."""
+
+
+async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
+    """Create `count` distinct PENDING cards through the real propose script, concurrently; their ids."""
+    ledger = RedisLedger(redis)
+    run = secrets.token_hex(4)
+    created: list[str] = []
+    limiter = anyio.Semaphore(FLOOD_CONCURRENCY)
+
+    async def one(index: int) -> None:
+        async with limiter:
+            result = await ledger.propose(replace(PROPOSAL, dedupe_key=f"flood|{run}|{index}", **changes))
+        if result.card is None or result.status != "OK":
+            raise AssertionError(f"flood proposal {index}: {result.status}")
+        created.append(result.card.card_id)
+
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            group.start_soon(one, index)
+    return created
