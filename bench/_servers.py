@@ -167,6 +167,7 @@ async def _gateway(redis_url: str, rooms_url: str, orders_url: str, *, run_worke
             ),
         },
         run_worker=run_worker,
+        audit_secret=Secret(os.urandom(32).hex()),
     )
     await _serve(create_app(settings), run_worker=run_worker)
 

@@ -22,6 +22,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
+from gateway.audit_archive import AuditArchive
+from gateway.audit_secret import audit_secret
 from gateway.auth import BearerAuth
 from gateway.card_service import CardService
 from gateway.catalog import Catalog
@@ -38,6 +40,7 @@ from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
 from gateway.settings import AdapterSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
@@ -49,7 +52,16 @@ from gateway.upstream import UpstreamClient
 from gateway.upstream_aiohttp import AiohttpUpstream
 from gateway.worker import Worker
 
-__all__ = ["Gateway", "backend_client", "build_gateway", "create_app", "tools_for"]
+__all__ = [
+    "Gateway",
+    "archive_audit",
+    "audit_archiver",
+    "audit_loop",
+    "backend_client",
+    "build_gateway",
+    "create_app",
+    "tools_for",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +134,7 @@ class Gateway:
     live: LiveToolSource
     health: AdapterHealth
     registry: RegistryService
+    archiver: AuditArchiver
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -145,7 +158,6 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
     connection = connect(settings.redis_url)
     client = connection.client
-    audit = RedisStreamAuditSink(client)
     from adapters import ALWAYS_ON
 
     used = {tool.adapter for tool in toolbox.values()}
@@ -161,6 +173,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     ledger = RedisLedger(client)
     guard = LedgerGuard(client)
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
+    audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
+    archiver = audit_archiver(client, settings)
     store = RegistryStore(client)
     live = LiveToolSource(
         static=static,
@@ -207,6 +221,29 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         live=live,
         health=health,
         registry=registry,
+        archiver=archiver,
+    )
+
+
+def audit_archiver(client: Any, settings: Settings) -> AuditArchiver:
+    """The archiver of the audit stream, with the retention and archive directory of `settings`."""
+    return AuditArchiver(client, AuditArchive(settings.archive_dir), keep_entries=settings.audit_keep_entries,
+                         keep_minutes=settings.audit_keep_minutes)  # fmt: skip
+
+
+async def archive_audit(archiver: AuditArchiver) -> None:
+    """Archive and trim until nothing is past the retention (one batch per call of `archive_once`)."""
+    while await archiver.archive_once() >= archiver.batch:
+        pass
+
+
+def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, Any, None]:
+    """The background loop that keeps the audit stream within its retention (`serve` and `worker`)."""
+    return run_forever(
+        lambda: archive_audit(archiver),
+        what="audit archive",
+        pause_seconds=settings.audit_archive_seconds,
+        retry_on=(StoreUnavailableError, OSError),
     )
 
 
@@ -216,10 +253,11 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, and (by default) the worker."""
+    """The live tool source's refresh, the health checks, the audit archive, and (by default) the worker."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
+        asyncio.create_task(audit_loop(gateway.archiver, settings)),
     ]
     if settings.run_worker:
         tasks.append(

@@ -23,12 +23,15 @@ from typing import Any
 
 from gateway import cli_adapters, cli_cards
 from gateway.audit import AuditEvent
+from gateway.audit_archive import AuditArchive
+from gateway.audit_secret import audit_secret
 from gateway.errors import GatewayError
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
 from gateway.serve import redis_url_for, run, run_worker
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
 
@@ -64,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
+    audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    audit.add_parser("export", help="print the whole trail, archive and stream, one JSON object a line")
     identity = _identity()
     cli_cards.add_parser(commands, identity)
     cli_adapters.add_parser(commands, identity)
@@ -126,7 +131,9 @@ class _Store:
         self.connection = connect(url)
         self.redis = self.connection.client
         self.keys = KeyStore(self.redis)
-        self.audit = RedisStreamAuditSink(self.redis)
+        self.secret = audit_secret(settings)
+        self.audit = RedisStreamAuditSink(self.redis, secret=self.secret)
+        self.trail = AuditTrail(self.audit, AuditArchive(settings.archive_dir))
 
 
 async def _with_store(settings: Settings, action: Callable[[_Store], Awaitable[int]]) -> int:
@@ -238,7 +245,7 @@ def _format(event: AuditEvent, as_json: bool) -> str:
 
 
 async def _audit_tail(store: _Store, args: argparse.Namespace) -> int:
-    events = await store.audit.recent(args.n)
+    events = await store.trail.recent(args.n)
     for event in events:
         print(_format(event, args.json), flush=True)
     if args.follow:
@@ -248,6 +255,27 @@ async def _audit_tail(store: _Store, args: argparse.Namespace) -> int:
                 print(_format(event, args.json), flush=True)
                 last = event.id
     return 0
+
+
+async def _audit_export(store: _Store, args: argparse.Namespace) -> int:
+    async for entry_id, fields in store.trail.entries():
+        print(_format(AuditEvent.from_fields(entry_id, fields), as_json=True))
+    return 0
+
+
+async def _audit_verify(store: _Store, args: argparse.Namespace) -> int:
+    """Exit 0 when the chain holds from the first entry to the head Redis keeps; 1 naming the first break."""
+    verdict = await store.trail.verify(store.secret)
+    if verdict.broken is None:
+        print(f"audit trail intact: {verdict.archived} archived and {verdict.live} live entries")
+        return 0
+    broken = verdict.broken
+    print(
+        f"countersign: audit trail broken at entry {escape_unprintable(broken.entry_id)} "
+        f"(position {broken.position}, {escape_unprintable(verdict.where)}): {broken.reason}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 # -- admin commands -------------------------------------------------------------------------------
@@ -300,5 +328,7 @@ _HANDLERS: dict[tuple[str, str], Callable[[_Store, argparse.Namespace], Awaitabl
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,
     ("audit", "tail"): _audit_tail,
+    ("audit", "verify"): _audit_verify,
+    ("audit", "export"): _audit_export,
     **{("cards", name): _cards for name in cli_cards.COMMANDS},
 }

@@ -24,7 +24,7 @@ from starlette.datastructures import Secret
 
 from backends.expenses import create_expenses_app, expenses_manifest
 from backends.serve import QuietServer
-from gateway.app import build_gateway, create_app, tools_for
+from gateway.app import audit_loop, build_gateway, create_app, tools_for
 from gateway.errors import ConfigError, UpstreamError
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
@@ -231,6 +231,7 @@ async def run_worker(settings: Settings) -> None:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
         worker = Worker(gateway.executor.writes, gateway.ledger)
         task = asyncio.create_task(worker.run())
+        archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
@@ -240,6 +241,9 @@ async def run_worker(settings: Settings) -> None:
         except asyncio.CancelledError:
             pass
         finally:
+            archiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await archiving
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
             await gateway.aclose()

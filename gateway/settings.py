@@ -2,7 +2,8 @@
 
 `Settings.load(environ, config_path)` is the only reader of the environment and the config file.
 Environment (prefix ``COUNTERSIGN_``): ``REDIS_URL`` (default: the embedded server),
-``DATA_DIR`` (default ``./.countersign``), ``HOST``, ``PORT``, ``CONFIG`` (a TOML file).
+``DATA_DIR`` (default ``./.countersign``), ``HOST``, ``PORT``, ``CONFIG`` (a TOML file),
+``AUDIT_SECRET`` (the key of the audit trail's hash chain; required with a config file).
 
 The TOML file names adapters, their backend URLs, and orgs with their adapters and roles::
 
@@ -12,6 +13,10 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     allowed_hosts = ["127.0.0.1:*", "localhost:*"]   # Host headers accepted on /mcp
     lease_seconds = 30                            # how long a worker owns a claimed card (> write timeouts + 5 s)
     reconcile_horizon_seconds = 86400             # an UNKNOWN write unsettled this long goes to an admin
+    audit_secret_env = "COUNTERSIGN_AUDIT_SECRET"  # env var holding the audit chain's key (the default)
+    audit_archive_dir = "/var/lib/countersign/audit" # default: <data_dir>/audit
+    audit_keep_entries = 10000                    # entries kept in Redis; older ones are archived
+    audit_keep_minutes = 60                       # and none older than this (0: no age limit)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
@@ -117,6 +122,22 @@ class Settings:
     """Base URLs of demo services started for demo mode (filled in by `gateway.serve`)."""
     registry_poll_seconds: float = 1.0
     health_poll_seconds: float = 5.0
+    audit_secret: Secret | None = None
+    """The key of the audit trail's hash chain. None: in demo mode, one generated once and kept in
+    ``<data_dir>/audit.secret``; otherwise the gateway refuses to start (`gateway.audit_secret`)."""
+    audit_archive_dir: Path | None = None
+    """Where archived audit entries are appended as JSON-lines files; None means ``<data_dir>/audit``.
+    Every process that archives one Redis must share it (it and Redis together hold the trail)."""
+    audit_keep_entries: int = 10_000
+    """The newest entries kept in the Redis stream (about 2 MB); older ones are archived, then trimmed."""
+    audit_keep_minutes: float = 60.0
+    """Entries older than this are archived and trimmed even among the newest; 0 sets no age limit."""
+    audit_archive_seconds: float = 10.0
+    """How often `serve` and `worker` archive and trim the stream."""
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.audit_archive_dir if self.audit_archive_dir is not None else self.data_dir / "audit"
 
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
@@ -157,6 +178,8 @@ class Settings:
         adapters = _adapters(document.get("adapters"), environ)
         orgs = _orgs(document.get("orgs"))
         allowed = gateway.get("allowed_hosts")
+        secret_env = gateway.get("audit_secret_env", "COUNTERSIGN_AUDIT_SECRET")
+        archive_dir = gateway.get("audit_archive_dir")
         try:
             return cls(
                 redis_url=env("REDIS_URL", default=None) or gateway.get("redis_url"),
@@ -176,6 +199,11 @@ class Settings:
                 ),
                 lease_seconds=float(gateway.get("lease_seconds", 30.0)),
                 reconcile_horizon_seconds=float(gateway.get("reconcile_horizon_seconds", 24 * 3600.0)),
+                audit_secret=Secret(environ[secret_env]) if environ.get(secret_env) else None,
+                audit_archive_dir=Path(archive_dir) if archive_dir else None,
+                audit_keep_entries=int(gateway.get("audit_keep_entries", 10_000)),
+                audit_keep_minutes=float(gateway.get("audit_keep_minutes", 60.0)),
+                audit_archive_seconds=float(gateway.get("audit_archive_seconds", 10.0)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

@@ -13,6 +13,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.datastructures import Secret
 from starlette.routing import BaseRoute, Mount, Route
 
 from backends.serve import serve_app_in_thread
@@ -33,6 +34,9 @@ from gateway.store.registry import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood
+from tests.support.services import TEST_AUDIT_SECRET
+
+AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +74,7 @@ def served(redis_url: str) -> Iterator[Api]:
     async def no_refresh() -> bool:
         return False
 
-    audit = RedisStreamAuditSink(client)
+    audit = RedisStreamAuditSink(client, secret=AUDIT_SECRET)
     service = CardService(RedisLedger(client), audit, writable=writable)
     orgs = OrgAdapters({"acme": frozenset({"expenses"})})
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
@@ -394,7 +398,7 @@ async def test_the_document_lists_exactly_the_routes_the_gateway_serves_under_ad
     redis: Redis, redis_url: str
 ) -> None:
     """Every method and path the composed gateway answers under /admin/api has a row in openapi.json, and no more."""
-    app = create_app(Settings(redis_url=redis_url, adapters={}), tools=[])
+    app = create_app(Settings(redis_url=redis_url, adapters={}, audit_secret=Secret(TEST_AUDIT_SECRET)), tools=[])
     try:
         transport = httpx.ASGITransport(app=app)
         headers = {"authorization": f"Bearer {await admin_key(redis)}"}

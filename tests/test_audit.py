@@ -14,6 +14,9 @@ from redis.asyncio import Redis
 from gateway.audit import AUDIT_STREAM, MAX_FIELD_CHARS, AuditEvent
 from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import agent, make_key
+from tests.support.services import TEST_AUDIT_SECRET
+
+AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +40,7 @@ async def _stored(redis_url: str, event: AuditEvent) -> dict[str, str]:
     client = Redis.from_url(redis_url, decode_responses=True)
     try:
         await client.delete(AUDIT_STREAM)
-        await RedisStreamAuditSink(client).record(event)
+        await RedisStreamAuditSink(client, secret=AUDIT_SECRET).record(event)
         [(_id, fields)] = await client.xrange(AUDIT_STREAM)
         return dict(fields)
     finally:

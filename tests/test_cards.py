@@ -22,6 +22,9 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.redis_server import free_port
+from tests.support.services import TEST_AUDIT_SECRET
+
+AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 pytestmark = pytest.mark.anyio
 
@@ -69,7 +72,7 @@ def service(redis: Redis, *, writable: bool = True) -> CardService:
     async def check() -> bool:
         return writable
 
-    return CardService(RedisLedger(redis), RedisStreamAuditSink(redis), writable=check)
+    return CardService(RedisLedger(redis), RedisStreamAuditSink(redis, secret=AUDIT_SECRET), writable=check)
 
 
 async def audit_of(redis: Redis) -> list[AuditEvent]:
@@ -236,7 +239,7 @@ async def test_unreachable_redis_is_ledger_unavailable() -> None:
     """No Redis at all: decisions answer LEDGER_UNAVAILABLE and reads raise StoreUnavailableError."""
     nowhere = Redis.from_url(f"redis://127.0.0.1:{free_port()}", retry=Retry(NoBackoff(), 0))
     try:
-        cards = CardService(RedisLedger(nowhere), RedisStreamAuditSink(nowhere))
+        cards = CardService(RedisLedger(nowhere), RedisStreamAuditSink(nowhere, secret=AUDIT_SECRET))
         result = await cards.approve(BOB, "crd_1_" + "0" * 32, version=1, args_hash="h1")
         assert result.code is ResultCode.LEDGER_UNAVAILABLE and "nothing was changed" in result.message
         with pytest.raises(StoreUnavailableError):

@@ -21,7 +21,7 @@ from gateway.app import create_app
 from gateway.card import Card, CardState, verify_chain
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, make_key, payload
-from tests.support.services import Backend, gateway_settings
+from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -64,6 +64,7 @@ roles = ["staff", "support", "approver"]
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERSIGN_")}
     env |= {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_CONFIG": str(config),
+            "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET, "COUNTERSIGN_DATA_DIR": str(tmp_path),
             "TEST_ROOMS_TOKEN": backends["rooms"].token, "TEST_ORDERS_TOKEN": backends["orders"].token,
             "TEST_ROOMS_SIGNING_KEY": backends["rooms"].signing_key,
             "TEST_ORDERS_SIGNING_KEY": backends["orders"].signing_key}  # fmt: skip

@@ -17,7 +17,9 @@ from gateway.registry.service import RegistryService
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.registry import RegistryStore
 from tests.support.agents import make_key
-from tests.support.services import Backend
+from tests.support.services import TEST_AUDIT_SECRET, Backend
+
+AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +44,7 @@ async def test_review_accept_and_remove_from_the_cli(
 ) -> None:
     """A proposal is listed with its diff, accepted only with its hash, and removed."""
     service = Principal(subject="expenses-svc", org="acme", roles=frozenset(), kind=KeyKind.SERVICE, key_id="k")
-    registry = RegistryService(RegistryStore(redis), RedisStreamAuditSink(redis),
+    registry = RegistryService(RegistryStore(redis), RedisStreamAuditSink(redis, secret=AUDIT_SECRET),
                                allowed_base_urls=("http://127.0.0.1:*",), served_tool_names=frozenset,
                                refresh=_nothing, lease_seconds=30.0, org_adapters=OrgAdapters())  # fmt: skip
     proposal = await registry.register(service, "expenses", expenses_manifest(expenses.url))

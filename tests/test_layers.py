@@ -35,6 +35,7 @@ PLACES: dict[str, int] = {
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
     "gateway.cli_cards": ROOT_LAYER,
+    "gateway.audit_secret": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
@@ -57,10 +58,12 @@ PLACES: dict[str, int] = {
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
     "gateway.store": STORE,
     "gateway.upstream_aiohttp": STORE,
+    "gateway.audit_archive": STORE,
     # 5. the vocabulary
     "gateway": VOCABULARY,
     "gateway.adapter_http": VOCABULARY,
     "gateway.audit": VOCABULARY,
+    "gateway.audit_chain": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,
     "gateway.card_transitions": VOCABULARY,

@@ -17,7 +17,10 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.spellings import spellings
+
+AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 ALICE = "alice@acme.example"
 
@@ -55,7 +58,7 @@ async def _approve_own_card(redis_url: str, requester_spelling: str, admin_spell
         assert created.card is not None
         card = created.card
 
-        result = await CardService(ledger, RedisStreamAuditSink(client)).approve(
+        result = await CardService(ledger, RedisStreamAuditSink(client, secret=AUDIT_SECRET)).approve(
             admin, card.card_id, version=card.version, args_hash=card.args_hash
         )
         assert result.code is ResultCode.PERMISSION_DENIED, result

@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
+from starlette.datastructures import Secret
 
 from backends.expenses import expenses_manifest
 from backends.serve import serve_app_in_thread
@@ -23,6 +24,9 @@ from gateway.settings import OrgSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.registry import RegistryStore, manifest_hash
 from tests.support.agents import make_key
+from tests.support.services import TEST_AUDIT_SECRET
+
+AUDIT = Secret(TEST_AUDIT_SECRET)
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +47,9 @@ def registry_database(quiet_redis_url: str) -> str:
 @pytest.fixture(scope="module")
 def base(redis_url: str) -> Iterator[str]:
     """A gateway under uvicorn whose orgs are `ORGS`."""
-    settings = Settings(redis_url=redis_url, adapters={}, orgs=ORGS, run_worker=False, registry_poll_seconds=0.2)
+    settings = Settings(
+        redis_url=redis_url, adapters={}, orgs=ORGS, run_worker=False, registry_poll_seconds=0.2, audit_secret=AUDIT
+    )
     with serve_app_in_thread(create_app(settings, tools=[]), lifespan=True) as url:
         yield url
 

@@ -23,7 +23,9 @@ from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
-from tests.support.services import Backend, gateway_settings
+from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
+
+AUDIT = Secret(TEST_AUDIT_SECRET)
 
 pytestmark = pytest.mark.anyio
 
@@ -288,7 +290,7 @@ async def test_an_approved_write_whose_argument_would_change_its_endpoint_fails_
         await redis.flushdb()
         with serve_planted() as (url, backend):
             notes = AdapterSettings(name="notes", url=url, signing_key=Secret(secrets.token_hex(16)))
-            settings = Settings(redis_url=quiet_redis_url, adapters={"notes": notes}, orgs=(org,))
+            settings = Settings(redis_url=quiet_redis_url, adapters={"notes": notes}, orgs=(org,), audit_secret=AUDIT)
             gateway = build_gateway(settings, [ARCHIVE])
             try:
                 principal = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))

@@ -1,4 +1,12 @@
-"""The audit trail in Redis: every allow, deny and outcome, appended to one stream.
+"""The audit trail in Redis: every allow, deny and outcome, appended to one hash-chained stream.
+
+Each entry is appended by one Lua script that reads the chain head, checks it is the one the MAC
+was computed from, XADDs the entry with its ``seq`` and ``mac`` and moves the head, in one step
+(`gateway.audit_chain` says what the MAC covers). The MAC is computed here, not in Lua (Redis has
+no HMAC-SHA256), so the script is a compare-and-set: when another process appended first it
+answers the new head and the entry is MACed again. Every key shares the stream's slot: a key
+without braces hashes on its whole name, so ``{countersign:audit}:head`` lands with
+``countersign:audit`` in Redis Cluster.
 
 If the stream cannot be written, the event goes to the process log instead, so nothing is
 silent even when Redis is down (reads keep working; invariant 7).
@@ -6,6 +14,7 @@ silent even when Redis is down (reads keep working; invariant 7).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -14,27 +23,91 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
+from gateway.audit_chain import GENESIS, ChainHead, entry_mac
 from gateway.store.client import store_boundary
 
-__all__ = ["RedisStreamAuditSink"]
+__all__ = ["RedisStreamAuditSink", "audit_keys", "entry_fields"]
 
 logger = logging.getLogger(__name__)
+
+_APPEND = """
+local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')
+local mac = head[1] or ''
+if mac ~= ARGV[1] then
+  return {0, mac, head[2] or '0', head[3] or ''}
+end
+local args = {'XADD', KEYS[1], '*'}
+for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
+args[#args + 1] = 'seq'
+args[#args + 1] = ARGV[2]
+args[#args + 1] = 'mac'
+args[#args + 1] = ARGV[3]
+local id = redis.call(unpack(args))
+redis.call('HSET', KEYS[2], 'mac', ARGV[3], 'seq', ARGV[2], 'id', id)
+return {1, id}
+"""
+
+_MAX_ATTEMPTS = 50
+"""Appends retried after another process moved the head first; each retry costs one round trip."""
+
+
+def audit_keys(stream: str) -> dict[str, str]:
+    """The keys beside `stream`, all in its Cluster slot: the chain head, the archive checkpoint, the lock."""
+    return {name: f"{{{stream}}}:{name}" for name in ("head", "archived", "archiver")}
 
 
 @store_boundary
 class RedisStreamAuditSink:
-    """Appends events to the `countersign:audit` stream. The stream is never trimmed by length."""
+    """Appends events to the `countersign:audit` stream, each chained to the one before by its MAC.
 
-    def __init__(self, client: aioredis.Redis, *, stream: str = AUDIT_STREAM) -> None:
+    `secret` keys the chain; a sink built without one can read but records every event to the
+    process log instead (a chain with unkeyed links could not be verified).
+    """
+
+    def __init__(self, client: aioredis.Redis, *, secret: bytes | None = None, stream: str = AUDIT_STREAM) -> None:
         self._client = client
         self._stream = stream
+        self._head_key = audit_keys(stream)["head"]
+        self._secret = secret
+        self._append = client.register_script(_APPEND)
+        self._head = GENESIS
+        """The head this process last saw: right unless another process appended since."""
+        self._lock: asyncio.Lock | None = None
 
     async def record(self, event: AuditEvent) -> None:
+        fields = event.to_fields()
+        if self._secret is None:
+            logger.error("audit sink has no chain secret; event: %s", fields)
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
         try:
-            await self._client.xadd(self._stream, event.to_fields())  # type: ignore[arg-type]
+            # One append in flight per process: concurrent appends from one head would all but one retry.
+            async with self._lock:
+                await self._append_chained(fields, self._secret)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
-            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
+            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, fields)
+
+    async def _append_chained(self, fields: dict[str, str], secret: bytes) -> None:
+        flat = [part for pair in fields.items() for part in pair]
+        for _attempt in range(_MAX_ATTEMPTS):
+            seq = self._head.seq + 1
+            mac = entry_mac(secret, self._head, seq, fields)
+            answer: Any = await self._append(
+                keys=[self._stream, self._head_key], args=[self._head.mac, seq, mac, *flat]
+            )
+            if int(answer[0]) == 1:
+                self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
+                return
+            self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
+        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, fields)
+
+    async def head(self) -> ChainHead:
+        """The chain head as Redis keeps it: the newest entry's MAC, sequence number and id."""
+        stored: Any = await self._client.hmget(self._head_key, ["mac", "seq", "id"])
+        mac, seq, entry_id = (_text(value) if value is not None else "" for value in stored)
+        return ChainHead(mac=mac, seq=int(seq or 0), id=entry_id) if mac else GENESIS
 
     async def recent(self, count: int) -> list[AuditEvent]:
         entries: Any = await self._client.xrevrange(self._stream, count=count)
@@ -45,12 +118,20 @@ class RedisStreamAuditSink:
         answer: Any = await self._client.xread({self._stream: last_id}, block=block_ms, count=count)
         return [event for _stream, entries in answer or [] for event in _events(entries)]
 
+    async def entries(self, after_id: str, count: int) -> list[tuple[str, dict[str, str]]]:
+        """Up to `count` raw entries (id, fields with ``seq`` and ``mac``) newer than `after_id`, oldest first."""
+        answer: Any = await self._client.xrange(self._stream, min=f"({after_id}" if after_id else "-", count=count)
+        return entry_fields(answer or [])
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def entry_fields(entries: Iterable[tuple[Any, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """Stream entries as Redis answers them, decoded to text."""
+    return [(_text(eid), {_text(k): _text(v) for k, v in fields.items()}) for eid, fields in entries]
+
+
 def _events(entries: Iterable[tuple[Any, Any]]) -> list[AuditEvent]:
-    return [
-        AuditEvent.from_fields(_text(eid), {_text(k): _text(v) for k, v in fields.items()}) for eid, fields in entries
-    ]
+    return [AuditEvent.from_fields(eid, fields) for eid, fields in entry_fields(entries)]

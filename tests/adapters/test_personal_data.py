@@ -31,7 +31,9 @@ from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
 from gateway.settings import AdapterSettings, OrgSettings, Settings
-from tests.support.services import Backend
+from tests.support.services import TEST_AUDIT_SECRET, Backend
+
+AUDIT = Secret(TEST_AUDIT_SECRET)
 
 pytestmark = pytest.mark.anyio
 
@@ -89,7 +91,9 @@ async def gateway(quiet_redis_url: str, services: dict[str, Backend]) -> AsyncIt
     manifest = AdapterManifest.model_validate(expenses_manifest(services["expenses"].url))
     tools = [*load_adapter("rooms"), *load_adapter("orders"), *load_adapter("approvals")]
     tools += tools_from_manifest("expenses", manifest)
-    wired = build_gateway(Settings(redis_url=quiet_redis_url, adapters=adapters, orgs=(org,)), tools)
+    wired = build_gateway(
+        Settings(redis_url=quiet_redis_url, adapters=adapters, orgs=(org,), audit_secret=AUDIT), tools
+    )
     try:
         yield wired
     finally:

@@ -12,11 +12,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from redis.asyncio import Redis
+from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.settings import OrgSettings, Settings
 from tests.support.planted import PlantedBackend, serve_planted
+from tests.support.services import TEST_AUDIT_SECRET
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +31,9 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
     """The MCP endpoint of a gateway with no configured backend and no worker; acme may use registered ``notes``."""
     org = OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff", "approver", "registry"}))
     settings = Settings(
-        redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False
-    )
+        redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+    )  # fmt: skip
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         yield f"{base}/mcp"
 

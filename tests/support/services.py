@@ -43,6 +43,9 @@ TEST_SIGNING_KEY = "test-signing-key-for-backend-tests-0123456789"
 """The key backend tests sign callers' identity with, and their backends verify it with."""
 
 EXPENSES_SIGNING_KEY = "test-signing-key-for-expenses-0123456789"
+
+TEST_AUDIT_SECRET = "test-audit-chain-secret-0123456789abcdef"
+"""The key of the audit chain of test gateways and of the sinks tests record through."""
 """The key the gateway signs identity headers for the registered expenses adapter with."""
 
 
@@ -55,6 +58,7 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
         redis_url=redis_url,
         secrets=secrets,
         registry_poll_seconds=0.2,
+        audit_secret=Secret(TEST_AUDIT_SECRET),
         adapters={
             name: AdapterSettings(
                 name=name,

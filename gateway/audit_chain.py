@@ -1,0 +1,116 @@
+"""The audit trail's hash chain: how each entry's MAC is made, and how a whole trail is checked.
+
+Every entry of the global audit stream carries two fields besides its event: ``seq`` (1, 2, 3... in
+order of appending) and ``mac``, an HMAC-SHA256, under the gateway's audit secret, of the previous
+entry's MAC, the previous entry's stream id, its own ``seq`` and its event fields. So changing a
+field, deleting an entry, inserting one or reordering two breaks the chain at that entry, and an
+entry's stream id (its time) is covered by the next entry's MAC (the last one's by the chain head
+kept beside the stream). Without the secret nobody can forge a MAC; the secret is never printed.
+
+Pure computation: the store appends (`gateway.store.audit`), the trail reader feeds `ChainCheck`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["CHAIN_FIELDS", "GENESIS", "ChainBreak", "ChainCheck", "ChainHead", "entry_mac", "stream_id"]
+
+CHAIN_FIELDS = frozenset({"seq", "mac"})
+"""Fields the chain adds to an entry; every other field is the event's and is covered by the MAC."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The newest entry of a chain: what the next entry's MAC is computed from. ``GENESIS`` before any."""
+
+    mac: str = ""
+    seq: int = 0
+    id: str = ""
+
+
+GENESIS = ChainHead()
+
+
+def entry_mac(secret: bytes, previous: ChainHead, seq: int, fields: Mapping[str, str]) -> str:
+    """The MAC of the entry numbered `seq` with event `fields`, appended after `previous`."""
+    event = {name: value for name, value in fields.items() if name not in CHAIN_FIELDS}
+    message = json.dumps(
+        {"prev": previous.mac, "prev_id": previous.id, "seq": seq, "fields": event},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    """The first entry where a trail stops being the one the gateway wrote."""
+
+    entry_id: str
+    position: int
+    """1-based position of the entry in the trail as read (archive first, then the stream)."""
+    reason: str
+
+
+class ChainCheck:
+    """Checks a trail one entry at a time, in order, from the first entry ever appended.
+
+    Feed every entry to `add` (archive first, then the stream), then call `finish` with the head
+    Redis keeps; the first break found is kept in `broken`, and later entries are not judged.
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self.head = GENESIS
+        self.count = 0
+        self.broken: ChainBreak | None = None
+
+    def add(self, entry_id: str, fields: Mapping[str, str]) -> None:
+        if self.broken is not None:
+            return
+        self.count += 1
+        seq_text, mac = fields.get("seq", ""), fields.get("mac", "")
+        expected_seq = self.head.seq + 1
+        if not seq_text.isdigit() or int(seq_text) != expected_seq:
+            self._break(
+                entry_id,
+                f"sequence number {seq_text or 'missing'}, expected {expected_seq}: "
+                "an entry before it was removed or moved, or this one was added",
+            )
+        elif not _after(entry_id, self.head.id):
+            self._break(entry_id, f"stream id not after the previous entry's ({self.head.id})")
+        elif not hmac.compare_digest(mac, entry_mac(self._secret, self.head, expected_seq, fields)):
+            self._break(entry_id, "MAC does not match: the entry or the one before it was changed")
+        else:
+            self.head = ChainHead(mac=mac, seq=expected_seq, id=entry_id)
+
+    def finish(self, stored: ChainHead) -> ChainBreak | None:
+        """The first break, including a trail whose newest entries were removed (`stored` is ahead)."""
+        if self.broken is None and stored != self.head:
+            last = self.head.id or "(none)"
+            self._break(last, f"the trail ends at sequence {self.head.seq}, the chain head is at {stored.seq}")
+        return self.broken
+
+    def _break(self, entry_id: str, reason: str) -> None:
+        self.broken = ChainBreak(entry_id=entry_id, position=self.count, reason=reason)
+
+
+def _after(entry_id: str, previous_id: str) -> bool:
+    if not previous_id:
+        return True
+    try:
+        return stream_id(entry_id) > stream_id(previous_id)
+    except ValueError:
+        return False
+
+
+def stream_id(entry_id: str) -> tuple[int, int]:
+    """A stream id as a comparable pair. Raises `ValueError` for text that is not one."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)

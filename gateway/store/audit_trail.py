@@ -1,0 +1,90 @@
+"""The whole audit trail as one sequence: the archive files, then the Redis stream past them.
+
+An entry stays in the stream until some time after it is archived, so the stream is read only
+past the newest archived id: each entry is read exactly once, in order. `verify` replays the
+hash chain over that sequence (`gateway.audit_chain`) and compares its end with the chain head
+Redis keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from gateway.audit import AuditEvent
+from gateway.audit_archive import AuditArchive, Entry
+from gateway.audit_chain import ChainBreak, ChainCheck, stream_id
+from gateway.store.audit import RedisStreamAuditSink
+
+__all__ = ["AuditTrail", "Verdict"]
+
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What `AuditTrail.verify` found: how many entries it read, and the first break if any."""
+
+    archived: int
+    live: int
+    broken: ChainBreak | None
+    where: str = ""
+    """The broken entry's place: ``<file>:<line>`` in the archive, or ``stream``."""
+
+
+class AuditTrail:
+    """Reads archive and stream together. Raises `StoreUnavailableError` when Redis does not answer."""
+
+    def __init__(self, stream: RedisStreamAuditSink, archive: AuditArchive) -> None:
+        self._stream = stream
+        self._archive = archive
+
+    async def live(self, after_id: str) -> AsyncIterator[Entry]:
+        """Stream entries newer than `after_id`, oldest first, a page at a time."""
+        last = after_id
+        while page := await self._stream.entries(last, _PAGE):
+            for entry in page:
+                yield entry
+            last = page[-1][0]
+
+    async def entries(self) -> AsyncIterator[Entry]:
+        """Every entry ever appended and not removed, oldest first, each once."""
+        last = ""
+        for entry, _where in self._archive.entries():
+            last = entry[0]
+            yield entry
+        async for entry in self.live(last):
+            yield entry
+
+    async def recent(self, count: int) -> list[AuditEvent]:
+        """The newest `count` events, oldest first, from the stream and, when it holds fewer, the archive."""
+        archived_last = self._archive.last_id()
+        newest = [
+            event for event in await self._stream.recent(count) if not archived_last or _newer(event.id, archived_last)
+        ]
+        missing = count - len(newest)
+        older = self._archive.last(missing) if missing > 0 and count else []
+        return [AuditEvent.from_fields(eid, fields) for eid, fields in older] + newest
+
+    async def verify(self, secret: bytes) -> Verdict:
+        """Replay the chain from the first entry; the first entry changed, removed, added or moved."""
+        check = ChainCheck(secret)
+        archived = live = 0
+        last = ""
+        for (entry_id, fields), where in self._archive.entries():
+            archived += 1
+            last = entry_id
+            check.add(entry_id, fields)
+            if check.broken is not None:
+                return Verdict(archived=archived, live=live, broken=check.broken, where=where)
+        async for entry_id, fields in self.live(last):
+            live += 1
+            check.add(entry_id, fields)
+            if check.broken is not None:
+                return Verdict(archived=archived, live=live, broken=check.broken, where="stream")
+        broken = check.finish(await self._stream.head())
+        return Verdict(archived=archived, live=live, broken=broken, where="stream" if broken else "")
+
+
+def _newer(entry_id: str, than: str) -> bool:
+    return stream_id(entry_id) > stream_id(than)

@@ -1,0 +1,195 @@
+"""The audit trail kept bounded in Redis, archived to files first, and checked end to end by its hash chain.
+
+Real Redis (the quiet database: no gateway archives there), real files, the real CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from gateway.audit import AUDIT_STREAM, AuditEvent
+from gateway.audit_archive import AuditArchive
+from gateway.cli import main
+from gateway.store.audit import RedisStreamAuditSink, audit_keys
+from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_trail import AuditTrail
+from tests.support.services import TEST_AUDIT_SECRET
+
+pytestmark = pytest.mark.anyio
+
+SECRET = TEST_AUDIT_SECRET.encode()
+QUICK = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@contextlib.asynccontextmanager
+async def _fresh(url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(url, decode_responses=False)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+async def _record(sink: RedisStreamAuditSink, count: int, start: int = 0) -> None:
+    for number in range(start, start + count):
+        await sink.record(AuditEvent(action="tool.call", outcome="ok", tool=f"t{number}"))
+
+
+async def _archive_all(archiver: AuditArchiver) -> None:
+    for _bounded in range(10_000):
+        if await archiver.archive_once() == 0:
+            return
+    raise AssertionError("archiving never finished")
+
+
+def _cli(url: str, directory: Path, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    environ = {"COUNTERSIGN_REDIS_URL": url, "COUNTERSIGN_DATA_DIR": str(directory),
+               "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}  # fmt: skip
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["audit", *args], environ)
+    return status, out.getvalue(), err.getvalue()
+
+
+async def _bounded_and_complete(url: str, directory: Path, count: int, keep: int, batch: int) -> None:
+    async with _fresh(url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        archive = AuditArchive(directory / "audit")
+        archiver = AuditArchiver(client, archive, keep_entries=keep, keep_minutes=0, batch=batch)
+        await _record(sink, count // 2)
+        await _archive_all(archiver)
+        await _record(sink, count - count // 2, start=count // 2)
+        await _archive_all(archiver)
+        assert await client.xlen(AUDIT_STREAM) == min(count, keep)
+        tools = [fields["tool"] async for _id, fields in AuditTrail(sink, archive).entries()]
+        assert tools == [f"t{n}" for n in range(count)]
+        recent = await AuditTrail(sink, archive).recent(keep + 3)
+        assert [e.tool for e in recent] == [f"t{n}" for n in range(count)][-(keep + 3) :]
+        status, out, err = await anyio.to_thread.run_sync(lambda: _cli(url, directory, "verify"))
+        assert status == 0, err
+        status, out, _ = await anyio.to_thread.run_sync(
+            lambda: _cli(url, directory, "tail", "-n", str(count), "--json")
+        )
+        assert [json.loads(line)["tool"] for line in out.splitlines()] == [f"t{n}" for n in range(count)]
+
+
+@QUICK
+@given(count=st.integers(1, 1500), keep=st.integers(0, 200), batch=st.integers(1, 1000))
+def test_archive_and_trim_bound_the_stream_and_lose_nothing(
+    quiet_redis_url: str, count: int, keep: int, batch: int
+) -> None:
+    """After many events and archive passes, Redis holds the retention; archive + stream hold each once, in order."""
+    directory = Path(tempfile.mkdtemp())
+    try:
+        anyio.run(_bounded_and_complete, quiet_redis_url, directory, count, keep, batch)
+    finally:
+        shutil.rmtree(directory)
+
+
+async def _tampered(url: str, directory: Path, count: int, keep: int, kind: str, pick: int) -> None:
+    async with _fresh(url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        archive = AuditArchive(directory / "audit")
+        await _record(sink, count)
+        await _archive_all(AuditArchiver(client, archive, keep_entries=keep, keep_minutes=0, batch=7))
+        status, _, err = await anyio.to_thread.run_sync(lambda: _cli(url, directory, "verify"))
+        assert status == 0, err
+        live = [
+            (eid.decode(), {k.decode(): v.decode() for k, v in f.items()})
+            for eid, f in await client.xrange(AUDIT_STREAM)
+        ]
+        archived = [line for path in archive.files() for line in path.read_text().splitlines()]
+        named: str
+        if kind in ("change-live", "delete-live"):
+            # Not the newest entry: its removal is caught by the chain head instead (test below).
+            index = pick % (len(live) - 1)
+            entry_id, fields = live[index]
+            await client.xdel(AUDIT_STREAM, entry_id)
+            if kind == "change-live":  # no XADD edits a field in place: delete it and add it back changed
+                await client.xadd(AUDIT_STREAM, {**fields, "outcome": "deny"})
+            named = live[index + 1][0]  # the first entry whose predecessor is no longer the one it was chained to
+        else:
+            index = pick % len(archived)
+            lines = list(archived)
+            if kind == "edit-archive":
+                record = json.loads(lines[index])
+                record["fields"]["outcome"] = "deny"
+                lines[index] = json.dumps(record)
+                named = record["id"]
+            else:  # swap two neighbouring lines
+                index = min(index, len(lines) - 2)
+                lines[index], lines[index + 1] = lines[index + 1], lines[index]
+                named = json.loads(lines[index])["id"]
+            for path in archive.files():
+                path.unlink()
+            rewritten = archive.draft([(json.loads(line)["id"], json.loads(line)["fields"]) for line in lines], "x")
+            archive.commit(rewritten)
+        status, out, err = await anyio.to_thread.run_sync(lambda: _cli(url, directory, "verify"))
+        assert status == 1 and out == ""
+        assert f"broken at entry {named} " in err, err
+
+
+@QUICK
+@given(
+    count=st.integers(12, 60),
+    kind=st.sampled_from(["change-live", "delete-live", "edit-archive", "reorder-archive"]),
+    pick=st.integers(0, 10_000),
+)
+def test_verify_names_the_first_tampered_entry(quiet_redis_url: str, count: int, kind: str, pick: int) -> None:
+    """A changed, deleted, edited or moved entry, live or archived, fails `audit verify`, which names it."""
+    directory = Path(tempfile.mkdtemp())
+    try:
+        anyio.run(_tampered, quiet_redis_url, directory, count, 5, kind, pick)
+    finally:
+        shutil.rmtree(directory)
+
+
+async def test_removing_the_newest_entries_is_caught_by_the_chain_head(quiet_redis_url: str, tmp_path: Path) -> None:
+    """Truncating the trail's end leaves a chain that checks out entry by entry, but not against the head."""
+    async with _fresh(quiet_redis_url) as client:
+        await _record(RedisStreamAuditSink(client, secret=SECRET), 5)
+        [(newest, _fields)] = await client.xrevrange(AUDIT_STREAM, count=1)
+        await client.xdel(AUDIT_STREAM, newest)
+        status, _, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
+    assert status == 1 and "chain head is at 5" in err
+
+
+async def test_two_concurrent_archivers_archive_each_entry_once(quiet_redis_url: str, tmp_path: Path) -> None:
+    """Two archivers (two processes' worth: own clients) racing over one stream and directory never duplicate."""
+    async with _fresh(quiet_redis_url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        await _record(sink, 1200)
+        archive = AuditArchive(tmp_path / "audit")
+        others = [Redis.from_url(quiet_redis_url) for _ in range(2)]
+        try:
+            archivers = [AuditArchiver(c, archive, keep_entries=10, keep_minutes=0, batch=13) for c in others]
+            async with anyio.create_task_group() as group:
+                for archiver in archivers:
+                    for _ in range(3):
+                        group.start_soon(_archive_all, archiver)
+                group.start_soon(_record, sink, 300, 1200)
+            await _archive_all(archivers[0])
+        finally:
+            for other in others:
+                await other.aclose()
+        ids = [entry_id for (entry_id, _f), _where in archive.entries()]
+        assert len(ids) == len(set(ids)) == 1500 - 10
+        assert archive.drafts() == []
+        tools = [fields["tool"] async for _id, fields in AuditTrail(sink, archive).entries()]
+        assert tools == [f"t{n}" for n in range(1500)]
+        assert (await AuditTrail(sink, archive).verify(SECRET)).broken is None
+        assert await client.exists(audit_keys(AUDIT_STREAM)["archiver"]) == 0
