@@ -64,7 +64,8 @@ class AuditEvent:
     code: str = ""
     """Stable code of a refusal or failure; empty on success."""
     reason: str = ""
-    """Why, for operators. Written by the gateway, never copied from a backend or an agent."""
+    """Why, for operators. Written by the gateway; never an agent's words. It may carry a backend's
+    refusal code (one machine word, e.g. ``slot_taken``), which people read and the model never sees."""
     latency_ms: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
     id: str = ""

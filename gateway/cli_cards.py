@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import unicodedata
 from typing import Any
 
 from gateway.audit import AuditSink
@@ -20,6 +19,7 @@ from gateway.card import CardState
 from gateway.card_service import OUTCOMES, CardService
 from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.principal import Principal
+from gateway.printable import escape_unprintable
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
 
@@ -132,12 +132,12 @@ def _report(result: CardActionResult) -> int:
 
 
 def _safe(value: object) -> str:
-    """One line with every control and format character escaped.
+    """One line with every unprintable character escaped (`gateway.printable`, as the audit tail does).
 
     Card text can come from an agent: it must not be able to drive the terminal (ANSI escapes),
     reorder what is shown (bidi overrides) or forge a line such as the end of the untrusted block.
     """
-    return "".join(ch if unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}" for ch in str(value))
+    return escape_unprintable(str(value))
 
 
 def _card_text(view: AdminCard) -> list[str]:
