@@ -250,6 +250,7 @@ def _closed(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
     "credential": {"secret_env": "EXPENSES_BACKEND_TOKEN"},
+    "signing_secret_env": "EXPENSES_SIGNING_KEY",
     "health_path": "/_health",
     "tools": [
         {

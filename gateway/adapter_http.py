@@ -27,14 +27,12 @@ from gateway.errors import (
     UpstreamRefusedError,
     UpstreamUnavailableError,
 )
+from gateway.identity import IDENTITY_HEADER
 from gateway.tool import StatusLookup, WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
 from gateway.upstream import UpstreamResponse
 
 __all__ = ["fill_path", "keyed_contract", "lookup_by_key", "path_segment_problem", "request_json", "status_by_key"]
-
-SUBJECT_HEADER = "x-countersign-subject"
-ORG_HEADER = "x-countersign-org"
 
 
 def fill_path(template: str, **values: str) -> str:
@@ -163,13 +161,17 @@ async def _send(
     params: Mapping[str, str] | None = None,
     json: Mapping[str, Any] | None = None,
 ) -> UpstreamResponse:
-    # The executor computed who is asking (plain and, when keyed, signed); fall back to the plain pair.
-    headers = dict(ctx.identity) or {SUBJECT_HEADER: ctx.principal.subject, ORG_HEADER: ctx.principal.org}
-    if ctx.idempotency_key is not None:
-        headers["idempotency-key"] = ctx.idempotency_key
+    # The executor computed who is asking, signed with this adapter's key. A backend cannot verify the
+    # plain subject/org headers, so without the signed one nothing is sent: every backend is keyed (the
+    # composition root and the live registry see to it), and a missing key is a wiring bug.
     http = ctx.http
     if http is None:  # only built-in tools run without a backend client; for an adapter it is a wiring bug
         raise UpstreamUnavailableError("no client for this backend", service=ctx.service, sent=False)
+    if not ctx.identity.get(IDENTITY_HEADER):
+        raise UpstreamUnavailableError("no signed identity for this backend", service=ctx.service, sent=False)
+    headers = dict(ctx.identity)
+    if ctx.idempotency_key is not None:
+        headers["idempotency-key"] = ctx.idempotency_key
     return await http.request(method, url, params=params, json=json, headers=headers)
 
 

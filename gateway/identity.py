@@ -7,8 +7,9 @@ trust the network (`verify_identity` is what it does with it). ``X-Countersign-S
 ``X-Countersign-Org`` say the same in plain text, for logs; a backend must not trust them.
 
 Every configured adapter has a signing key (the composition root refuses to start without one),
-and the gateway generates one for each demo backend it starts; a registered adapter is keyed when
-its manifest names a ``signing_secret_env`` that is set.
+and the gateway generates one for each demo backend it starts; a registered adapter's manifest must
+name a ``signing_secret_env``, and the adapter is not served unless that variable is set. A call to a
+backend without the signed header is refused before it is sent (`gateway.adapter_http`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class IdentityHeaders:
         self._keys[adapter] = key
 
     def __call__(self, principal: Principal, adapter: str) -> dict[str, str]:
+        """Plain subject/org headers, plus the signed header when `adapter` has a key (built-in tools
+        that call no backend have none)."""
         headers = {"x-countersign-subject": principal.subject, "x-countersign-org": principal.org}
         key = self._keys.get(adapter)
         if key:

@@ -121,7 +121,6 @@ async def register_demo_manifest(gateway_url: str, service_key: str, expenses_ur
     """Register the demo expenses service by manifest over HTTP, as any service would."""
     client = AiohttpUpstream(gateway_url, service="registry", credential=service_key)
     manifest = expenses_manifest(expenses_url)
-    manifest["signing_secret_env"] = "EXPENSES_SIGNING_KEY"
     try:
         answer = await client.request("PUT", "/registry/api/adapters/expenses", json=manifest)
     finally:

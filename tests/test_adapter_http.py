@@ -64,7 +64,12 @@ def _registered(base_url: str) -> Tool:
         "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
         "access": {"public": True},
     }
-    [tool] = tools_from_manifest("demo", AdapterManifest.model_validate({"base_url": base_url, "tools": [spec]}))
+    [tool] = tools_from_manifest(
+        "demo",
+        AdapterManifest.model_validate(
+            {"base_url": base_url, "signing_secret_env": "DEMO_SIGNING_KEY", "tools": [spec]}
+        ),
+    )
     return tool
 
 
@@ -178,7 +183,12 @@ def _registered_note(base_url: str) -> Tool:
         "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
         "access": {"public": True},
     }
-    [tool] = tools_from_manifest("demo", AdapterManifest.model_validate({"base_url": base_url, "tools": [spec]}))
+    [tool] = tools_from_manifest(
+        "demo",
+        AdapterManifest.model_validate(
+            {"base_url": base_url, "signing_secret_env": "DEMO_SIGNING_KEY", "tools": [spec]}
+        ),
+    )
     return tool
 
 

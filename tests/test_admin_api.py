@@ -426,7 +426,8 @@ async def test_every_answer_validates_against_the_schema_its_route_documents(api
     """Successes and refusals of each route, cards and adapters, match the served document's schema for their status."""
     card_id, contested = await propose(redis), await propose(redis, approvals_required=2)
     store = RegistryStore(redis)
-    manifest = {"base_url": "http://127.0.0.1:9", "tools": [{"name": "expenses_list", "description": "List."}]}
+    manifest = {"base_url": "http://127.0.0.1:9", "signing_secret_env": "EXPENSES_SIGNING_KEY",
+                "tools": [{"name": "expenses_list", "description": "List."}]}  # fmt: skip
     flag = {"code": "instruction_to_model", "field": "tools[0].description", "excerpt": "ignore previous"}
     registration = await store.propose("expenses", manifest, owner="expenses-svc", flags=[flag])
     answers: list[httpx.Response] = []

@@ -32,9 +32,7 @@ def _base(mcp_url: str) -> str:
 
 
 def _manifest(expenses: Backend) -> dict[str, Any]:
-    manifest = expenses_manifest(expenses.url)
-    manifest["signing_secret_env"] = "EXPENSES_SIGNING_KEY"
-    return manifest
+    return expenses_manifest(expenses.url)
 
 
 async def _register(mcp_url: str, key: str, manifest: dict[str, Any], name: str = "expenses") -> httpx.Response:
@@ -158,6 +156,9 @@ async def test_a_changed_definition_is_quarantined_and_agents_keep_the_pinned_on
         (lambda m: m["tools"][0].update(name="rooms_list"), "must start with expenses_"),
         (lambda m: m.update(credential={"secret_env": "COUNTERSIGN_ADMIN_KEY"}), "must start with EXPENSES_"),
         (lambda m: m.update(signing_secret_env="AWS_SECRET_ACCESS_KEY"), "must start with EXPENSES_"),
+        # Without its signing key the backend could not verify who is asking.
+        (lambda m: m.pop("signing_secret_env"), "signing_secret_env: Field required"),
+        (lambda m: m.update(signing_secret_env=None), "signing_secret_env"),
         # A write may run 60 s, the worker's lease is 30 s: another worker could resend it mid-flight.
         (lambda m: m["tools"][2].update(timeout_seconds=60), "lease"),
     ],
@@ -171,6 +172,7 @@ async def test_unsafe_or_incomplete_manifests_are_refused_with_every_problem(
     change(manifest)
     response = await _register(mcp_url, service, manifest)
     assert response.status_code == 422
+    assert response.json()["error"]["code"] == "VALIDATION_ERROR"
     assert any(problem in item for item in response.json()["error"]["problems"]), response.json()
 
 

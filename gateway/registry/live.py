@@ -4,6 +4,8 @@ Who uses it: the composition root builds one and hands it to the executor and th
 their `ToolSource`. `refresh()` is cheap when nothing changed (one GET of the registry version);
 when an admin accepts or removes an adapter, it builds the new tools, opens a client for each new
 backend, and swaps in a new `Toolbox` in one assignment, so every call sees one consistent set.
+A pinned adapter is served only with its signing key (``signing_secret_env`` set in the gateway's
+secrets): no registered backend ever receives a call whose identity it cannot verify.
 Listeners (the MCP surface) are told, so clients can get ``notifications/tools/list_changed``.
 """
 
@@ -81,7 +83,17 @@ class LiveToolSource:
                 # adapter stays out, loudly.
                 logger.error("pinned adapter %s cannot be served: %s", name, error)
                 continue
-            self._connect(name, manifest)
+            signing_key = self._secrets.get(manifest.signing_secret_env)
+            if not signing_key:
+                # Its backend could not verify who is asking; it gets no call at all rather than an
+                # unsigned one.
+                logger.error(
+                    "pinned adapter %s cannot be served: its signing secret %s is not set on the gateway",
+                    name,
+                    manifest.signing_secret_env,
+                )
+                continue
+            self._connect(name, manifest, signing_key)
             remote.extend(tools.values())
         try:
             box = Toolbox([*self._static, *remote], lease_seconds=self._lease_seconds)
@@ -96,12 +108,12 @@ class LiveToolSource:
                 await listener()
         return changed
 
-    def _connect(self, name: str, manifest: AdapterManifest) -> None:
+    def _connect(self, name: str, manifest: AdapterManifest, signing_key: str) -> None:
+        # The key first: by the time a call can reach the new client, it is signed for.
+        self._identity.with_key(name, signing_key)
         credential = self._secrets.get(manifest.credential.secret_env) if manifest.credential else None
         endpoint = (manifest.base_url, credential)
         if self._endpoints.get(name) != endpoint:
             self._clients[name] = self._make_client(manifest.base_url, credential)
             self._endpoints[name] = endpoint
         self._health_paths[name] = manifest.health_path
-        if manifest.signing_secret_env and (key := self._secrets.get(manifest.signing_secret_env)):
-            self._identity.with_key(name, key)

@@ -144,7 +144,11 @@ def _manifest(**tool: Any) -> AdapterManifest:
     }
     sibling = base | {"name": "billing_get", "path": "/invoices/{invoice_id}"}
     return AdapterManifest.model_validate(
-        {"base_url": "https://billing.internal.example", "tools": [sibling, base | tool]}
+        {
+            "base_url": "https://billing.internal.example",
+            "signing_secret_env": "BILLING_SIGNING_KEY",
+            "tools": [sibling, base | tool],
+        }
     )
 
 

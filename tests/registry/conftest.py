@@ -18,7 +18,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.settings import OrgSettings, Settings
 from tests.support.planted import PlantedBackend, serve_planted
-from tests.support.services import TEST_AUDIT_SECRET
+from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,7 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
     org = OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff", "approver", "registry"}))
     settings = Settings(
         redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
-        audit_secret=Secret(TEST_AUDIT_SECRET),
+        audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"NOTES_SIGNING_KEY": NOTES_SIGNING_KEY},
     )  # fmt: skip
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         yield f"{base}/mcp"

@@ -48,7 +48,7 @@ def _manifest(base_url: str) -> dict[str, Any]:
         },  # fmt: skip
         "summary_template": "Archive note {note_id}",
     }
-    return {"base_url": base_url, "tools": [read, write]}
+    return {"base_url": base_url, "signing_secret_env": "NOTES_SIGNING_KEY", "tools": [read, write]}
 
 
 @pytest.mark.parametrize("value", ["..", ".", "%2e%2e", "a/../b"])

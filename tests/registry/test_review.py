@@ -36,7 +36,7 @@ def _manifest(base_url: str) -> dict[str, Any]:
         "output_schema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
         "access": {"public": True},
     }
-    return {"base_url": base_url, "tools": [tool]}
+    return {"base_url": base_url, "signing_secret_env": "NOTES_SIGNING_KEY", "tools": [tool]}
 
 
 async def test_a_hidden_property_name_and_an_instruction_in_a_keyword_are_flagged_where_they_are(

@@ -97,6 +97,7 @@ def _read_tool(schema: dict[str, Any], marked: tuple[str, ...], base_url: str) -
     manifest = AdapterManifest.model_validate(
         {
             "base_url": base_url,
+            "signing_secret_env": "NOTES_SIGNING_KEY",
             "tools": [
                 {
                     "name": "notes_read",

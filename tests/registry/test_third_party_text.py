@@ -43,6 +43,7 @@ MARKED = ["summary", "notes[].body", "notes[].tags[]", "notes[].grid[][]", "note
 def _manifest(base_url: str) -> dict[str, Any]:
     return {
         "base_url": base_url,
+        "signing_secret_env": "NOTES_SIGNING_KEY",
         "tools": [
             {
                 "name": "notes_list",

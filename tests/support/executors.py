@@ -14,6 +14,7 @@ from gateway.store.ledger import RedisLedger
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.upstream import UpstreamClient
+from tests.support.services import TEST_SIGNING_KEY
 
 LEASE_SECONDS = 30.0
 """The default worker lease (`Settings.lease_seconds`): every test tool's timeout fits within it."""
@@ -22,7 +23,8 @@ LEASE_SECONDS = 30.0
 def agent_path(
     *tools: Tool, clients: Mapping[str, UpstreamClient], org: str = "acme"
 ) -> tuple[AgentPath, ListAuditSink]:
-    """Reads run against `clients`; the ledger is unreachable (and so not durable): no card can be made."""
+    """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
+    durable): no card can be made."""
     audit = ListAuditSink()
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
@@ -30,7 +32,9 @@ def agent_path(
         tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
         org_adapters=OrgAdapters({org: frozenset(tool.adapter for tool in tools)}),
         audit=audit,
-        invoker=Invoker(clients=clients, identity=IdentityHeaders(), ledger=ledger),
+        invoker=Invoker(
+            clients=clients, identity=IdentityHeaders(dict.fromkeys(clients, TEST_SIGNING_KEY)), ledger=ledger
+        ),
         ledger=ledger,
         guard=LedgerGuard(nowhere),
         healthy=lambda adapter: True,

@@ -1,9 +1,10 @@
-"""A real HTTP service that answers whatever a test planted, and records the raw paths it was sent.
+"""A real HTTP service that answers whatever a test planted, and records the raw paths and headers it was sent.
 
 Leak tests set `PlantedBackend.answer` (any status, any body) and call a tool against it; path tests read
 `raw_paths`, the request targets exactly as they arrived on the wire (uvicorn's ``raw_path``), before any
-server normalises them. ``GET /_health`` always answers 200, so the gateway's health check never
-depends on what was planted.
+server normalises them; identity tests read `requests`, each recorded path with the headers it came
+with. ``GET /_health`` always answers 200, so the gateway's health check never depends on what was
+planted.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class PlantedBackend:
     def __init__(self) -> None:
         self.answer: tuple[int, bytes] = (200, b"{}")
         self._lock = threading.Lock()
-        self._paths: list[bytes] = []
+        self._seen: list[tuple[bytes, dict[str, str]]] = []
 
     def plant(self, body: Any, status: int = 200) -> None:
         """Answer the next requests with `body` (JSON-encoded unless it is bytes) and `status`."""
@@ -36,11 +37,17 @@ class PlantedBackend:
     @property
     def raw_paths(self) -> list[bytes]:
         with self._lock:
-            return list(self._paths)
+            return [path for path, _headers in self._seen]
+
+    @property
+    def requests(self) -> list[tuple[bytes, dict[str, str]]]:
+        """``(raw path, headers)`` of each recorded request; header names are lower case."""
+        with self._lock:
+            return [(path, dict(headers)) for path, headers in self._seen]
 
     def forget(self) -> None:
         with self._lock:
-            self._paths.clear()
+            self._seen.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -51,8 +58,9 @@ class PlantedBackend:
         if raw == b"/_health":
             status, body = 200, b"{}"
         else:
+            headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
             with self._lock:
-                self._paths.append(raw)
+                self._seen.append((raw, headers))
             status, body = self.answer
         await send(
             {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}

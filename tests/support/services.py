@@ -43,10 +43,13 @@ TEST_SIGNING_KEY = "test-signing-key-for-backend-tests-0123456789"
 """The key backend tests sign callers' identity with, and their backends verify it with."""
 
 EXPENSES_SIGNING_KEY = "test-signing-key-for-expenses-0123456789"
+"""The key the gateway signs identity headers for the registered expenses adapter with."""
+
+NOTES_SIGNING_KEY = "test-signing-key-for-notes-0123456789abcd"
+"""The key the registry-test gateway signs identity headers for the registered notes adapter with."""
 
 TEST_AUDIT_SECRET = "test-audit-chain-secret-0123456789abcdef"
 """The key of the audit chain of test gateways and of the sinks tests record through."""
-"""The key the gateway signs identity headers for the registered expenses adapter with."""
 
 
 def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: Backend | None = None) -> Settings:
