@@ -27,12 +27,14 @@ from gateway.errors import (
     UpstreamRefusedError,
     UpstreamUnavailableError,
 )
-from gateway.identity import IDENTITY_HEADER
 from gateway.tool import StatusLookup, WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
 from gateway.upstream import UpstreamResponse
 
 __all__ = ["fill_path", "keyed_contract", "lookup_by_key", "path_segment_problem", "request_json", "status_by_key"]
+
+_IDENTITY_HEADER = "x-countersign-identity"
+"""`gateway.identity.IDENTITY_HEADER` (that module stands above this one, so it is not imported)."""
 
 
 def fill_path(template: str, **values: str) -> str:
@@ -167,7 +169,7 @@ async def _send(
     http = ctx.http
     if http is None:  # only built-in tools run without a backend client; for an adapter it is a wiring bug
         raise UpstreamUnavailableError("no client for this backend", service=ctx.service, sent=False)
-    if not ctx.identity.get(IDENTITY_HEADER):
+    if not ctx.identity.get(_IDENTITY_HEADER):
         raise UpstreamUnavailableError("no signed identity for this backend", service=ctx.service, sent=False)
     headers = dict(ctx.identity)
     if ctx.idempotency_key is not None:

@@ -254,3 +254,10 @@ async def test_a_placeholder_value_never_changes_the_endpoint_an_agent_calls(
         assert backend.raw_paths == []
     else:
         assert _arrived_intact(backend.raw_paths, value), (value, backend.raw_paths)
+
+
+def test_adapters_refuse_to_send_without_the_header_gateway_identity_signs() -> None:
+    from gateway import adapter_http
+    from gateway.identity import IDENTITY_HEADER
+
+    assert adapter_http._IDENTITY_HEADER == IDENTITY_HEADER
