@@ -209,3 +209,13 @@ def test_no_module_outside_the_store_names_a_redis_exception() -> None:
         if _module_name(path).startswith("gateway.store"):
             continue
         assert "RedisError" not in path.read_text(), path
+
+
+MAX_MODULE_LINES = 400
+"""Past this a module is split into a sub-package named after its layer (STYLE.md item 2)."""
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_no_module_is_longer_than_the_bound(path: Path) -> None:
+    """Modules stay a few screens long: one job each."""
+    assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES

@@ -33,7 +33,8 @@ from gateway.card import Card, CardEvent, CardState
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import store_boundary
-from gateway.store.ledger_scripts import PRELUDE, SCRIPTS
+from gateway.store.ledger_prelude import PRELUDE
+from gateway.store.ledger_scripts import SCRIPTS
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
 

@@ -1,0 +1,108 @@
+"""The Lua every ledger script starts with: its keys and arguments, the clock, load and save, the
+one way an event is recorded (`gateway.store.ledger_history`), leases, the outbox and expiry.
+
+`RedisLedger` registers each script of `gateway.store.ledger_scripts` as ``PRELUDE + body``.
+"""
+
+from __future__ import annotations
+
+from gateway.store.ledger_history import HISTORY
+
+__all__ = ["PRELUDE"]
+
+PRELUDE = (
+    r"""
+-- KEYS (all under one hash tag, so one slot):
+--   1 card (JSON string, holding its events and applied transition ids),
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
+--   (propose only: 6 the shard's index of the requester's org, 7 of the requester)
+-- Every script gets keys 1-5, which the helpers below name; each touches only those it needs.
+-- ARGV[1] is the transition id: a retried call with the same id changes nothing.
+local card_key = KEYS[1]
+local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tid = ARGV[1]
+local FOREVER = '9007199254740991'
+
+local function now_ms()
+  -- The Redis server's clock, never the application's: every replica and worker agrees on expiry.
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function load()
+  local raw = redis.call('GET', card_key)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function save(c)
+  redis.call('SET', card_key, cjson.encode(c))
+end
+
+local function reply(status, c, extra)
+  -- The answer carries the card's fields, not its history: callers read that with `events`.
+  local fields = {}
+  for k, v in pairs(c or load() or {}) do
+    if k ~= 'events' and k ~= 'applied' then fields[k] = v end
+  end
+  return cjson.encode({status = status, card = fields, extra = extra or {}})
+end
+
+-- The history and the applied transition ids live in the card itself: one key per card, which
+-- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
+"""
+    + HISTORY
+    + r"""
+local function replayed()
+  local c = load()
+  local previous = c and applied_before(c, tid)
+  if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
+  return nil
+end
+
+-- Leaving the open states for good: forget the dedupe entry and any timer.
+local function close(c)
+  local open = redis.call('HGET', open_key, c.dedupe)
+  if open and string.sub(open, 1, #c.card_id) == c.card_id then redis.call('HDEL', open_key, c.dedupe) end
+  redis.call('ZREM', timers_key, c.card_id)
+end
+
+-- ARGV[2] is the worker, ARGV[3] the lease in ms. A new fencing token turns any older holder away.
+local function take_lease(c, now, kind)
+  local fence = num(c.fence) + 1
+  local lease_until = now + tonumber(ARGV[3])
+  c.fence, c.lease_until_ms, c.lease_owner, c.dispatched = tostring(fence), tostring(lease_until), ARGV[2], '0'
+  redis.call('ZADD', timers_key, lease_until, c.card_id)
+  transition(c, now, kind, ARGV[2], 'EXECUTING', {fence = fence})
+end
+
+local function enqueue(c)
+  redis.call('XADD', outbox_key, '*', 'card_id', c.card_id)
+end
+
+-- Past execute_by, a card whose key may already have reached the backend (UNKNOWN, or EXECUTING a
+-- resend) is sent nothing more, and cannot expire either: the earlier send may have landed. It goes
+-- to a person, with the reason.
+local function hand_over_late(c, now)
+  local reason = 'execute_by passed before a resend; the earlier send may have landed'
+  c.evidence = cjson.encode({reason = reason})
+  transition(c, now, 'handed_over', 'ledger', 'NEEDS_RECONCILIATION', {deadline = 'execute_by', reason = reason})
+  redis.call('ZREM', timers_key, c.card_id)
+  save(c)
+end
+
+local function expire_if_due(c, now)
+  local deadline = nil
+  if c.state == 'PENDING' then deadline = 'decide_by' end
+  if c.state == 'APPROVED' then deadline = 'execute_by' end
+  if deadline and now >= num(c[deadline .. '_ms']) then
+    transition(c, now, 'expired', 'ledger', 'EXPIRED', {deadline = deadline})
+    close(c)
+    save(c)
+    return true
+  end
+  return false
+end
+"""
+)
