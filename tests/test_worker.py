@@ -15,6 +15,7 @@ from gateway.errors import ToolDeclarationError
 from gateway.store.keys import KeyStore
 from gateway.worker import Worker
 from tests.support.agents import make_key
+from tests.support.cards import PROPOSAL
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
@@ -153,3 +154,30 @@ def test_a_gateway_whose_lease_a_write_tool_could_outlast_is_refused_at_construc
         "rooms_book",
         "rooms_cancel_booking",
     }
+
+
+async def test_an_unknown_write_whose_tool_is_no_longer_served_goes_to_a_person_and_is_audited(
+    gateway: Gateway, redis: Redis
+) -> None:
+    """No status query is possible without the tool: the card is handed over, and the audit says why."""
+    ledger = gateway.ledger
+    created = await ledger.propose(replace(PROPOSAL, tool="gone_write", dedupe_key="gone"))
+    assert created.card is not None
+    card_id = created.card.card_id
+    assert (await ledger.approve(card_id, approver="bob@acme.example", version=1, args_hash="h1", comment="")).ok
+    claimed = await ledger.claim(card_id, worker="w1", lease_ms=5000)
+    assert claimed.card is not None
+    assert (await ledger.dispatch(card_id, fence=claimed.card.fence)).ok
+    done = await ledger.complete(card_id, fence=claimed.card.fence, outcome=CardState.UNKNOWN, reference="",
+                                 evidence={}, settle_ms=0)  # fmt: skip
+    assert done.card is not None and done.card.state is CardState.UNKNOWN
+
+    settled = await gateway.executor.writes.reconcile(card_id, worker="w1")
+
+    assert settled is not None and settled.state is CardState.NEEDS_RECONCILIATION
+    events = await gateway.audit.recent(20)
+    assert any(
+        (e.action, e.outcome, e.tool, e.reason)
+        == ("card.reconcile", "NEEDS_RECONCILIATION", "gone_write", "tool no longer served")  # fmt: skip
+        for e in events
+    )

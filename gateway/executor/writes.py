@@ -93,9 +93,11 @@ class WritePath:
         if card is None or card.state is not CardState.UNKNOWN:
             return card
         if tool is None or tool.write_contract is None:
+            reason = "tool no longer served"
             result = await self._ledger.reconcile(
-                card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": "tool no longer served"}
+                card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": reason}
             )
+            await self._record(result.card or card, "card.reconcile", "NEEDS_RECONCILIATION", reason)
             return result.card
         contract = tool.write_contract
         ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
