@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 from gateway.admin_bodies import (
@@ -53,7 +53,7 @@ from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
-from gateway.route_table import Answer, Endpoint, Operation, RouteTable, openapi_document
+from gateway.route_table import Answer, Endpoint, Operation, RouteTable, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
 
 __all__ = ["PREFIX", "STATUS", "admin_routes"]
@@ -270,9 +270,10 @@ def admin_routes(
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
-    Each of `tables` (mounted under ``/admin/api``, such as the adapter review) is mounted ahead of
-    the card routes, whose mount would otherwise take its paths, and keeps its own error handling;
-    the card routes answer JSON even for a wrong path or method and for a bug. openapi.json is
+    `tables` (mounted under ``/admin/api``, such as the adapter review) and the card routes are
+    served by one app behind one key check, so every path under ``/admin/api`` (a card id holding
+    an encoded newline included) answers JSON: 404 NOT_FOUND for a path no route matches, 405
+    METHOD_NOT_ALLOWED with an Allow header for a wrong method, 500 INTERNAL_ERROR for a bug. openapi.json is
     behind the key too: it holds no secret, but the admin surface tells a caller without an admin
     key nothing at all, and every legitimate consumer of it holds one.
 
@@ -293,5 +294,5 @@ def admin_routes(
         return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")
 
     handlers = {HTTPException: _http_error, Exception: _http_error}
-    mounts: list[BaseRoute] = [Mount(table.mount, app=guarded(table.app())) for table in tables]
-    return [*mounts, Mount(PREFIX, app=guarded(cards.app(exception_handlers=handlers)))]
+    app = serve(every, mount=PREFIX, exception_handlers=handlers)
+    return [mount(PREFIX, guarded(app))]

@@ -22,10 +22,10 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 from starlette.types import ExceptionHandler
 
-__all__ = ["REF_TEMPLATE", "Answer", "Endpoint", "Operation", "RouteTable", "openapi_document"]
+__all__ = ["REF_TEMPLATE", "Answer", "Endpoint", "Operation", "RouteTable", "mount", "openapi_document", "serve"]
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _PATH_PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -91,9 +91,57 @@ class RouteTable:
         _refuse_duplicates(self.mount, [op.name for op in self.operations], "operation name")
 
     def app(self, *, exception_handlers: Mapping[Any, ExceptionHandler] | None = None) -> Starlette:
-        """A Starlette app with exactly one route per operation, in table order."""
-        routes = [Route(op.path, op.endpoint, methods=[op.method], name=op.name) for op in self.operations]
-        return Starlette(routes=routes, exception_handlers=exception_handlers)
+        """A Starlette app serving the operations, relative to the table's mount (see `serve`)."""
+        return serve([self], mount=self.mount, exception_handlers=exception_handlers)
+
+
+def serve(
+    tables: Sequence[RouteTable], *, mount: str, exception_handlers: Mapping[Any, ExceptionHandler] | None = None
+) -> Starlette:
+    """One Starlette app, to be mounted at `mount`, serving the operations of `tables` (mounted within it).
+
+    Each path is one route with every method its rows declare, so a wrong method is a 405 whose
+    Allow header names them all. A path declared with a trailing slash (``/adapters/``) is also
+    answered without it; the document lists the declared form.
+
+    Raises:
+        ValueError: a table mounted outside `mount`, or one method and path served twice.
+    """
+    by_path: dict[str, dict[str, Operation]] = {}
+    for table in tables:
+        if table.mount != mount and not table.mount.startswith(f"{mount}/"):
+            raise ValueError(f"table mounted at {table.mount} is outside {mount}")
+        for op in table.operations:
+            path = (table.mount.removeprefix(mount) + op.path) or "/"
+            methods = by_path.setdefault(path, {})
+            if op.method in methods:
+                raise ValueError(f"{mount}: route {(op.method, path)} declared twice")
+            methods[op.method] = op
+    routes = [_route(path, operations) for path, operations in by_path.items()]
+    return Starlette(routes=routes, exception_handlers=exception_handlers)
+
+
+def _route(path: str, operations: Mapping[str, Operation]) -> Route:
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await operations[method].endpoint(request)
+
+    name = "|".join(op.name for op in operations.values())
+    route = Route(path, endpoint, methods=list(operations), name=name)
+    if path.endswith("/") and path != "/":
+        route.path_regex = re.compile(route.path_regex.pattern.removesuffix("/$") + "/?$")
+    return route
+
+
+def mount(path: str, app: Any) -> Mount:
+    """A Starlette Mount at `path` taking every path under it, those holding control characters included.
+
+    Starlette's own pattern is ``.*`` without DOTALL, so ``/admin/api/cards/crd%0Ax`` would match no
+    mount and be answered by the outer app (in plain text, before any key is checked).
+    """
+    route = Mount(path, app=app)
+    route.path_regex = re.compile(route.path_regex.pattern, re.DOTALL)
+    return route
 
 
 def openapi_document(

@@ -4,14 +4,15 @@
 every problem; 202 means "stored, quarantined until an admin accepts it"; 200 means "identical to
 what is served". ``GET /registry/api/adapters/{name}`` shows the service its own registration.
 
-Admins use ``GET /admin/api/adapters/`` (the adapters they may manage, with state, safety flags
-and the diff between pinned and proposed), ``GET /admin/api/adapters/{name}``,
+Admins use ``GET /admin/api/adapters`` (or ``/admin/api/adapters/``: the adapters they may manage,
+with state, safety flags and the diff between pinned and proposed), ``GET /admin/api/adapters/{name}``,
 ``POST /admin/api/adapters/{name}/accept`` with ``{"hash": <proposed_hash reviewed>}``, and
 ``DELETE /admin/api/adapters/{name}``: an admin with the ``registry`` role for the adapters their
 org serves, one with ``registry-operator`` for all (`policies.adapter_authority`; any other is a
 403 that says nothing about whether the adapter exists). Those routes are `adapter_review_table`, which the admin API
 mounts behind the admin key and lists in its openapi.json. It translates and decides nothing:
-`RegistryService` does. Bodies are the models of `gateway.registry.views`.
+`RegistryService` does. Bodies are the models of `gateway.registry.views`; every error, a path no
+route matches and a wrong method (405, with an Allow header) included, is JSON ``{"error": {"code", "message"}}``.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, principal_of
@@ -36,7 +38,7 @@ from gateway.registry.views import (
     AdapterList,
     AdapterRegistration,
 )
-from gateway.route_table import Answer, Operation, RouteTable
+from gateway.route_table import Answer, Operation, RouteTable, mount
 from gateway.store.keys import KeyStore
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
@@ -234,5 +236,18 @@ def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSin
             ),
         ),
     )
-    service_app = BearerAuth(table.app(), keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry")
-    return [Mount(table.mount, service_app)]
+    handlers = {HTTPException: _http_error, Exception: _http_error}
+    app = table.app(exception_handlers=handlers)
+    return [mount(table.mount, BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry"))]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """A path no route matches, a wrong method (with its Allow header) or a bug, as an `AdapterError`."""
+    if not isinstance(exc, HTTPException):
+        status, code, message, headers = 500, "INTERNAL_ERROR", "internal error", {}
+    else:
+        status, message, headers = exc.status_code, exc.detail, dict(exc.headers or {})
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(status, "HTTP_ERROR")
+    response = _json(status, AdapterError(error=AdapterErrorDetail(code=code, message=message)))
+    response.headers.update(headers)
+    return response
