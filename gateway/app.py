@@ -156,7 +156,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     static = list(tools)
     # Refuses duplicate names, and writes that could outlast the lease, before anything connects.
     toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
-    connection = connect(settings.redis_url)
+    connection = connect(
+        settings.redis_url,
+        connect_timeout=settings.redis_connect_timeout_seconds,
+        timeout=settings.redis_timeout_seconds,
+    )
     client = connection.client
     from adapters import ALWAYS_ON
 
@@ -170,7 +174,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     health_paths = {name: settings.adapters[name].health_path for name in clients}
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
-    ledger = RedisLedger(client)
+    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
     guard = LedgerGuard(client)
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))

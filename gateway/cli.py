@@ -128,11 +128,17 @@ def _run_fast(main: Coroutine[Any, Any, None]) -> None:
 class _Store:
     def __init__(self, settings: Settings, url: str) -> None:
         self.settings = settings
-        self.connection = connect(url)
+        self.connection = connect(
+            url,
+            connect_timeout=settings.redis_connect_timeout_seconds,
+            timeout=settings.redis_timeout_seconds,
+        )
         self.redis = self.connection.client
         self.keys = KeyStore(self.redis)
         self.secret = audit_secret(settings)
-        self.audit = RedisStreamAuditSink(self.redis, secret=self.secret)
+        self.audit = RedisStreamAuditSink(
+            self.redis, secret=self.secret, blocking=self.connection.blocking, blocking_slack=self.connection.timeout
+        )
         self.trail = AuditTrail(self.audit, AuditArchive(settings.archive_dir))
 
 

@@ -167,7 +167,11 @@ async def run(settings: Settings) -> None:
     async with resolved(settings) as ready:
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
-        connection = connect(ready.redis_url)
+        connection = connect(
+            ready.redis_url,
+            connect_timeout=settings.redis_connect_timeout_seconds,
+            timeout=settings.redis_timeout_seconds,
+        )
         try:
             store = KeyStore(connection.client)
             demo_key = await ensure_demo_key(store, settings.data_dir)

@@ -17,6 +17,8 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     audit_archive_dir = "/var/lib/countersign/audit" # default: <data_dir>/audit
     audit_keep_entries = 10000                    # entries kept in Redis; older ones are archived
     audit_keep_minutes = 60                       # and none older than this (0: no age limit)
+    redis_connect_timeout_seconds = 0.5           # a Redis that cannot be reached fails a request this fast
+    redis_timeout_seconds = 0.5                   # and one that does not answer (503 / LEDGER_UNAVAILABLE)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
@@ -134,6 +136,12 @@ class Settings:
     """Entries older than this are archived and trimmed even among the newest; 0 sets no age limit."""
     audit_archive_seconds: float = 10.0
     """How often `serve` and `worker` archive and trim the stream."""
+    redis_connect_timeout_seconds: float = 0.5
+    """The longest a Redis connection may take to open; past it the command fails as the store being
+    unavailable (a retryable refusal) rather than stalling the request."""
+    redis_timeout_seconds: float = 0.5
+    """The longest a Redis command may wait for its answer, well under a second on the request path.
+    Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
 
     @property
     def archive_dir(self) -> Path:
@@ -142,6 +150,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
+        if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
+            raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
 
     @property
     def org_adapters(self) -> OrgAdapters:
@@ -204,6 +214,8 @@ class Settings:
                 audit_keep_entries=int(gateway.get("audit_keep_entries", 10_000)),
                 audit_keep_minutes=float(gateway.get("audit_keep_minutes", 60.0)),
                 audit_archive_seconds=float(gateway.get("audit_archive_seconds", 10.0)),
+                redis_connect_timeout_seconds=float(gateway.get("redis_connect_timeout_seconds", 0.5)),
+                redis_timeout_seconds=float(gateway.get("redis_timeout_seconds", 0.5)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

