@@ -59,6 +59,11 @@ def principal_of(scope: Scope) -> Principal:
     return principal
 
 
+STORE_RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of the 503 a caller gets while the key store cannot answer: the Redis timeouts are
+well under a second and a reconnect is automatic, so the next try a second later is likely to pass."""
+
+
 class BearerAuth:
     """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
 
@@ -83,7 +88,7 @@ class BearerAuth:
         except StoreUnavailableError as error:
             logger.error("key store unavailable: %s", error.cause)
             refusal = BearerRefusal(error="unavailable", error_description="key store unavailable")
-            await _send_json(send, 503, refusal, [])
+            await _send_json(send, 503, refusal, [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())])
             return
         if principal is None or principal.kind is not self._kind:
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)

@@ -89,6 +89,7 @@ async def test_the_auth_edge_answers_503_while_redis_is_frozen(
                 with anyio.fail_after(1.5):
                     answer = await http.post(f"{base}/mcp", headers=headers, json=body)
                 assert answer.status_code == 503
+                assert answer.headers["retry-after"] == "1"  # a retryable refusal says when to retry
             finally:
                 os.kill(pid, signal.SIGCONT)
             with anyio.fail_after(10):
