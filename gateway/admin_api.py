@@ -48,12 +48,12 @@ from gateway.admin_bodies import (
     ResolveBody,
 )
 from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import BEARER_ANSWERS, BearerAuth, principal_of
+from gateway.auth import BEARER_ANSWERS, BearerAuth, caller_of, principal_of
 from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
-from gateway.route_table import Answer, Endpoint, Operation, RouteTable, mount, openapi_document, serve
+from gateway.route_table import Answer, Endpoint, Operation, RouteTable, error_handler, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
 
 __all__ = ["PREFIX", "STATUS", "admin_routes"]
@@ -185,15 +185,6 @@ async def _resolve(service: CardService, admin: Principal, card_id: str, body: R
     return await service.resolve(admin, card_id, outcome=body.outcome, evidence=body.evidence)
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, HTTPException):
-        return _error("INTERNAL_ERROR", "internal error", status=500)
-    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
-    response = _error(code, exc.detail, status=exc.status_code)
-    response.headers.update(exc.headers or {})
-    return response
-
-
 # -- the route table ------------------------------------------------------------------------------
 
 _NOT_FOUND = Answer(description="no such card (or a card of another org)", model=AdminError)
@@ -293,6 +284,6 @@ def admin_routes(
     def guarded(app: ASGIApp) -> BearerAuth:
         return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")
 
-    handlers = {HTTPException: _http_error, Exception: _http_error}
-    app = serve(every, mount=PREFIX, exception_handlers=handlers)
+    handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
+    app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})
     return [mount(PREFIX, guarded(app))]

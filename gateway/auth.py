@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -45,6 +46,12 @@ BEARER_ANSWERS: dict[int, Answer] = {
     503: Answer(description="the key store cannot answer (retry)", model=BearerRefusal),
 }
 """What `BearerAuth` answers before the wrapped app sees the request."""
+
+
+def caller_of(scope: Mapping[str, Any]) -> Principal | None:
+    """The principal `BearerAuth` stored for this request, or None before (or without) authentication."""
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    return principal if isinstance(principal, Principal) else None
 
 
 def principal_of(scope: Scope) -> Principal:

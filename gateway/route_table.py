@@ -20,12 +20,26 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.types import ExceptionHandler
 
-__all__ = ["REF_TEMPLATE", "Answer", "Endpoint", "Operation", "RouteTable", "mount", "openapi_document", "serve"]
+from gateway.audit import AuditEvent, AuditSink
+from gateway.principal import Principal
+
+__all__ = [
+    "REF_TEMPLATE",
+    "Answer",
+    "Endpoint",
+    "Operation",
+    "RouteTable",
+    "error_handler",
+    "mount",
+    "openapi_document",
+    "serve",
+]
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 _PATH_PARAMETER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -245,3 +259,35 @@ def _refuse_duplicates(where: str, keys: Sequence[object], what: str) -> None:
         if key in seen:
             raise ValueError(f"{where}: {what} {key} declared twice")
         seen.add(key)
+
+
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+def error_handler(
+    audit: AuditSink,
+    render: Callable[[int, str, str], Response],
+    *,
+    caller: Callable[[Mapping[str, Any]], Principal | None],
+) -> ExceptionHandler:
+    """The one handler for what no route answers: a path no route matches (404 NOT_FOUND), a wrong
+    method (405 METHOD_NOT_ALLOWED, its Allow header kept) and a bug (500 INTERNAL_ERROR, which the
+    server still logs with its traceback). `render(status, code, message)` builds the surface's own
+    JSON error body; `caller(scope)` is who `BearerAuth` authenticated (`gateway.auth.caller_of`). Each
+    is audited for that caller, like every refusal."""
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            status, message, headers = exc.status_code, str(exc.detail), dict(exc.headers or {})
+            code = _HTTP_CODES.get(status, "HTTP_ERROR")
+        else:
+            status, code, message, headers = 500, "INTERNAL_ERROR", "internal error", {}
+        who = caller(request.scope)
+        if who is not None:
+            where = f"{request.method} {request.url.path}"
+            await audit.record(AuditEvent.refusal(who, "http.request", code, where))
+        response = render(status, code, message)
+        response.headers.update(headers)
+        return response
+
+    return handle

@@ -16,6 +16,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Secret
 
 from gateway.app import create_app
+from gateway.audit import AuditEvent
 from gateway.principal import KeyKind
 from gateway.settings import Settings
 from tests.support.agents import make_key
@@ -162,3 +163,18 @@ def test_the_adapter_list_answers_with_and_without_the_trailing_slash(gateway: G
 def test_without_a_key_every_path_is_a_json_401_first(gateway: Gateway, path: str) -> None:
     response = gateway.send("GET", path, None)
     assert response.status_code == 401 and response.headers["content-type"].startswith("application/json")
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/admin/api/nowhere"), ("PATCH", "/registry/api/adapters/x")])
+def test_a_refusal_no_route_answers_is_audited_for_the_caller(gateway: Gateway, method: str, path: str) -> None:
+    """Like every refusal, a 404 or 405 that no route gave is in the audit trail, with its code and request."""
+    token = gateway.service if path.startswith("/registry") else gateway.admin
+    response = gateway.send(method, path, token)
+    code = response.json()["error"]["code"]
+
+    async def recent() -> list[AuditEvent]:
+        return list(await gateway.app.state.gateway.audit.recent(5))
+
+    events = gateway.loop.run_until_complete(recent())
+    assert any((e.action, e.outcome, e.code, e.reason) == ("http.request", "deny", code, f"{method} {path}")
+               for e in events)  # fmt: skip

@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import BearerAuth, principal_of
+from gateway.auth import BearerAuth, caller_of, principal_of
 from gateway.principal import KeyKind
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import (
@@ -38,7 +38,7 @@ from gateway.registry.views import (
     AdapterList,
     AdapterRegistration,
 )
-from gateway.route_table import Answer, Operation, RouteTable, mount
+from gateway.route_table import Answer, Operation, RouteTable, error_handler, mount
 from gateway.store.keys import KeyStore
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
@@ -236,18 +236,10 @@ def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSin
             ),
         ),
     )
-    handlers = {HTTPException: _http_error, Exception: _http_error}
-    app = table.app(exception_handlers=handlers)
+    handle = error_handler(audit, _error_body, caller=caller_of)
+    app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
     return [mount(table.mount, BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry"))]
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    """A path no route matches, a wrong method (with its Allow header) or a bug, as an `AdapterError`."""
-    if not isinstance(exc, HTTPException):
-        status, code, message, headers = 500, "INTERNAL_ERROR", "internal error", {}
-    else:
-        status, message, headers = exc.status_code, exc.detail, dict(exc.headers or {})
-        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(status, "HTTP_ERROR")
-    response = _json(status, AdapterError(error=AdapterErrorDetail(code=code, message=message)))
-    response.headers.update(headers)
-    return response
+def _error_body(status: int, code: str, message: str) -> Response:
+    return _json(status, AdapterError(error=AdapterErrorDetail(code=code, message=message)))
