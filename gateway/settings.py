@@ -46,6 +46,7 @@ from starlette.config import Config
 from starlette.datastructures import Secret
 
 from gateway.errors import ConfigError
+from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 
 __all__ = ["DEMO_ORGS", "AdapterSettings", "OrgSettings", "Settings"]
@@ -139,6 +140,8 @@ class Settings:
     redis_connect_timeout_seconds: float = 0.5
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
+    limits: Limits = field(default_factory=Limits)
+    """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
@@ -181,7 +184,7 @@ class Settings:
         env = Config(environ=environ, env_prefix="COUNTERSIGN_")
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = _read_toml(path) if path else {}
-        unknown = set(document) - {"gateway", "adapters", "orgs", "registry"}
+        unknown = set(document) - {"gateway", "adapters", "orgs", "registry", "limits"}
         if unknown:
             raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
         gateway = document.get("gateway", {})
@@ -216,6 +219,7 @@ class Settings:
                 audit_archive_seconds=float(gateway.get("audit_archive_seconds", 10.0)),
                 redis_connect_timeout_seconds=float(gateway.get("redis_connect_timeout_seconds", 0.5)),
                 redis_timeout_seconds=float(gateway.get("redis_timeout_seconds", 0.5)),
+                limits=Limits.model_validate(document.get("limits", {})),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error
