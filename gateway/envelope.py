@@ -23,6 +23,8 @@ _MESSAGES: Mapping[Code, str] = {
     Code.NOT_FOUND: "No such object is visible to you.",
     Code.CONFLICT: "The backend refused the request.",
     Code.RATE_LIMITED: "Too many calls; retry after the given number of seconds.",
+    Code.QUOTA_EXCEEDED: "You have as many cards awaiting a decision as allowed; wait for one to be decided, "
+    "or cancel one, before proposing another.",
     Code.APPROVAL_REQUIRED: "This action needs an administrator's approval.",
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",

@@ -65,6 +65,9 @@ class TransitionStatus(StrEnum):
     ERR_ARGUMENT = "ERR_ARGUMENT"
     ERR_NOT_DURABLE = "ERR_NOT_DURABLE"
     """DISPATCHED was recorded but the store could not confirm it is on disk: send nothing."""
+    ERR_QUOTA_EXCEEDED = "ERR_QUOTA_EXCEEDED"
+    """The requester already has as many open cards as its cap allows; no card was made. `extra` holds
+    ``limit`` (the cap) and ``open`` (the requester's open cards)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,7 +152,10 @@ class Ledger(Protocol):
 
     async def propose(self, proposal: Proposal) -> Transition:
         """Create a PENDING card with a freshly minted idempotency key, or answer ``EXISTING`` with
-        the open card of the same dedupe key."""
+        the open card of the same dedupe key (scoped to the requester), or, when the requester already
+        holds its cap of open cards (`gateway.limits.Limits.open_cards`), refuse with
+        ``ERR_QUOTA_EXCEEDED`` and make nothing. The dedupe comes first: an identical proposal is
+        answered with its open card even at the cap."""
         ...
 
     async def approve(

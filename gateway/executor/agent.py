@@ -179,6 +179,11 @@ class AgentPath:
             self._guard.invalidate()
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {error.cause}")
             return await self._refuse(principal, tool.name, down, started)
+        if created.status is TransitionStatus.ERR_QUOTA_EXCEEDED:
+            # No card was made. The agent learns the cap and its count, so it can wait or cancel one.
+            counts = {"limit": created.extra["limit"], "open": created.extra["open"]}
+            full = Decision.deny(Code.QUOTA_EXCEEDED, f"{counts['open']} open cards, cap {counts['limit']}")
+            return await self._refuse(principal, tool.name, full, started, details=counts)
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
