@@ -174,7 +174,9 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     health_paths = {name: settings.adapters[name].health_path for name in clients}
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
-    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
+    ledger = RedisLedger(
+        client, blocking=connection.blocking, blocking_slack=connection.timeout, limits=settings.limits
+    )
     guard = LedgerGuard(client)
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
@@ -287,6 +289,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
+        audit=gateway.audit,
+        sessions_per_key=settings.limits.sessions_per_key,
+        session_idle_seconds=settings.limits.session_idle_seconds,
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and

@@ -3,8 +3,9 @@
 It translates and decides nothing. ``tools/list`` is the caller's `Catalog` view; ``tools/call``
 hands the principal, the name and the raw arguments to the executor's `AgentPath` and returns its envelope's
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
-2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
-per-request 2026-07-28 envelope.
+2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
+`sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
+`gateway.mcp_sessions`) and the per-request 2026-07-28 envelope.
 
 Failure planes: a malformed request is the SDK's JSON-RPC error. Everything about a tool (unknown,
 forbidden, invalid arguments, upstream failure) is an ``isError`` result the model can read,
@@ -22,16 +23,20 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import Scope
 
-from gateway.auth import principal_of
+from gateway.audit import AuditEvent, AuditSink
+from gateway.auth import caller_of, principal_of
 from gateway.catalog import Catalog
+from gateway.codes import Code
 from gateway.envelope import Envelope
 from gateway.executor import AgentPath
+from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
@@ -54,8 +59,12 @@ class McpSurface:
         version: str,
         stateless: bool,
         allowed_hosts: list[str] | None,
+        audit: AuditSink,
+        sessions_per_key: int = 32,
+        session_idle_seconds: float = 600.0,
     ) -> None:
         self._catalog = catalog
+        self._audit = audit
         self._executor = executor
         # Wire definitions are built once per set of tools; a listing only filters them.
         self._box: Toolbox | None = None
@@ -87,10 +96,30 @@ class McpSurface:
             if allowed_hosts
             else TransportSecuritySettings(enable_dns_rebinding_protection=False)
         )
-        self.session_manager = StreamableHTTPSessionManager(
-            app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
+        self.session_manager = KeyedSessionManager(
+            self.server,
+            sessions_per_key=sessions_per_key,
+            on_refused=self._session_refused,
+            stateless=stateless,
+            security_settings=security,
+            session_idle_timeout=session_idle_seconds,
         )
         self.asgi = StreamableHTTPASGIApp(self.session_manager)
+
+    async def _session_refused(self, scope: Scope, refusal: SessionQuotaExceededError) -> None:
+        caller = caller_of(scope)
+        await self._audit.record(
+            AuditEvent(
+                action="mcp.session",
+                outcome="deny",
+                subject=caller.subject if caller else "",
+                org=caller.org if caller else "",
+                key_id=refusal.key_id,
+                code=Code.QUOTA_EXCEEDED.value,
+                reason=f"{refusal.open_sessions} sessions open for this key; the limit is {refusal.limit}",
+                extra={"limit": str(refusal.limit), "open": str(refusal.open_sessions)},
+            )
+        )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         box = self._catalog.current()
