@@ -329,4 +329,5 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.mcp = surface
     return app

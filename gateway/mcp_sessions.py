@@ -61,12 +61,21 @@ class KeyedSessionManager(StreamableHTTPSessionManager):
     id). Closing or idling out a session frees its slot at once.
     """
 
-    def __init__(self, app: Server[Any], *, sessions_per_key: int, on_refused: OnRefused, **options: Any) -> None:
+    def __init__(
+        self,
+        app: Server[Any],
+        *,
+        sessions_per_key: int,
+        on_refused: OnRefused,
+        on_closed: Callable[[str], object] = lambda session_id: None,
+        **options: Any,
+    ) -> None:
         if sessions_per_key < 1:
             raise ValueError("sessions_per_key must be at least 1")
         super().__init__(app, **options)
         self.sessions_per_key = sessions_per_key
         self._on_refused = on_refused
+        self._on_closed = on_closed  # told each session id once it is gone, to drop what else holds it
         self._key_of: dict[str, str] = {}  # session id -> key id
         self._sessions_of: dict[str, set[str]] = {}  # key id -> its open session ids
         # `asgi_app` (the SDK's body-size limit around its request handler) is what
@@ -106,6 +115,7 @@ class KeyedSessionManager(StreamableHTTPSessionManager):
             held.discard(session_id)
             if not held:
                 self._sessions_of.pop(key_id, None)
+        self._on_closed(session_id)
         await super()._discard_session(session_id, transport)
 
 

@@ -23,6 +23,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -70,9 +71,10 @@ class McpSurface:
         self._box: Toolbox | None = None
         self._definitions: dict[str, types.Tool] = {}
         # One request's session proxy per open connection that listed tools, to tell it when the
-        # catalog changes (the proxy's standalone channel outlives the request). Keyed by the
-        # connection so a client that lists often is held once; closed ones drop out on failure.
-        self._sessions: dict[int, Any] = {}
+        # catalog changes (the proxy's standalone channel outlives the request). Keyed by the MCP
+        # session id (else the connection) so a client that lists often is held once; a session is
+        # dropped when the manager closes it (DELETE, idle timeout), others when telling them fails.
+        self._sessions: dict[str | int, Any] = {}
         self.server: Server[Any] = _Server(
             "countersign",
             version=version,
@@ -100,6 +102,7 @@ class McpSurface:
             self.server,
             sessions_per_key=sessions_per_key,
             on_refused=self._session_refused,
+            on_closed=lambda session_id: self._sessions.pop(session_id, None),
             stateless=stateless,
             security_settings=security,
             session_idle_timeout=session_idle_seconds,
@@ -144,9 +147,10 @@ class McpSurface:
         if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
             connection = getattr(ctx.session, "_connection", ctx.session)
+            session_id = ctx.request.headers.get(MCP_SESSION_ID_HEADER) if ctx.request is not None else None
             if len(self._sessions) >= MAX_NOTIFIED_SESSIONS:
                 self._sessions.pop(next(iter(self._sessions)))
-            self._sessions[id(connection)] = ctx.session
+            self._sessions[session_id or id(connection)] = ctx.session
         box = self._catalog.current()
         if box is not self._box:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}

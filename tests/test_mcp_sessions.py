@@ -95,6 +95,7 @@ async def test_the_session_past_the_cap_is_refused_audited_and_a_closed_one_free
     async with AsyncExitStack() as stack:
         first = await stack.enter_async_context(agent(url, token, LEGACY))
         async with agent(url, token, LEGACY) as second:
+            await second.list_tools()  # the surface holds a listing session, to tell it of catalog changes
             assert _manager(app).open_sessions(key_id) == SESSIONS
             error = await _refusal(url, token)
             assert error.code == SESSION_QUOTA_ERROR
@@ -107,6 +108,7 @@ async def test_the_session_past_the_cap_is_refused_audited_and_a_closed_one_free
             assert not (await again.call_tool("rooms_list", {})).is_error
         assert not (await first.call_tool("rooms_list", {})).is_error
     assert _manager(app).open_sessions(key_id) == 0
+    assert app.state.mcp._sessions == {}  # nothing holds a closed session any more
     [event] = [e for e in await RedisStreamAuditSink(redis).recent(50) if e.action == "mcp.session"]
     assert (event.outcome, event.code, event.key_id) == ("deny", "QUOTA_EXCEEDED", key_id)
     assert event.extra == {"limit": str(SESSIONS), "open": str(SESSIONS)}
@@ -136,6 +138,7 @@ async def test_an_idle_session_is_closed_and_frees_its_slot(
             transport = streamable_http_client(url, http_client=http, terminate_on_close=False)
             async with Client(transport, mode=LEGACY) as client:  # type: ignore[arg-type]
                 assert not (await client.call_tool("rooms_list", {})).is_error
+                await client.list_tools()
             assert _manager(app).open_sessions(key_id) == 1
             [session_id] = list(_manager(app)._key_of)
             with anyio.fail_after(10):
@@ -143,6 +146,7 @@ async def test_an_idle_session_is_closed_and_frees_its_slot(
                     await anyio.sleep(0.05)
             stale = await http.post(url, json=_PING, headers={"mcp-session-id": session_id, **_HEADERS})
             assert stale.status_code == 404
+            assert app.state.mcp._sessions == {}
         async with agent(url, token, LEGACY) as again:
             assert not (await again.call_tool("rooms_list", {})).is_error
 
