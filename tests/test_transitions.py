@@ -48,6 +48,7 @@ from gateway.card_transitions import (
 from gateway.ledger import Ledger, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
+from gateway.store.ledger_layout import open_cards_key, requester_tag
 from gateway.store.ledger_scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
 from tests.support.services import gateway_settings
@@ -338,6 +339,18 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     result = await RUNS[row.name](ledger, card, setup.call)
     assert result.status is TransitionStatus.OK and result.card is not None and result.card.state is target
+    # Wherever it ends, the card counts against its requester's open-card cap exactly when it should.
+    counts = target in (CardState.PENDING, CardState.APPROVED) or (
+        target is CardState.EXECUTING and not result.card.resend
+    )
+    assert await _in_open_card_set(redis, result.card) is counts
+
+
+async def _in_open_card_set(redis: Redis, card: Card) -> bool:
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    member = f"{requester_tag(card.requester_org, card.requester_subject)}:{card.card_id}"
+    return await redis.zscore(open_cards_key(shard), member) is not None
 
 
 @pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])
