@@ -54,8 +54,12 @@ class McpSurface:
         version: str,
         stateless: bool,
         allowed_hosts: list[str] | None,
+        catalog_ttl_ms: int,
     ) -> None:
         self._catalog = catalog
+        # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
+        # without changing (the registry poll interval); never shared across callers.
+        self._catalog_ttl_ms = catalog_ttl_ms
         self._executor = executor
         # Wire definitions are built once per set of tools; a listing only filters them.
         self._box: Toolbox | None = None
@@ -123,7 +127,12 @@ class McpSurface:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}
             self._box = box
         definitions = self._definitions
-        return types.ListToolsResult(tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)])
+        return types.ListToolsResult(
+            tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)],
+            # A catalog is one caller's: a shared cache would hand it to callers with other access.
+            cache_scope="private",
+            ttl_ms=self._catalog_ttl_ms,
+        )
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -154,20 +163,31 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 def _definition(tool: Tool, box: Toolbox) -> types.Tool:
-    read = tool.mode is Mode.READ and not tool.changes_cards
     return types.Tool(
         name=tool.name,
         title=tool.title,
         description=_described(tool),
         input_schema=dict(box.input_schema(tool.name)),
-        annotations=types.ToolAnnotations(
-            title=tool.title,
-            read_only_hint=read,
-            # A write tool called by an agent only files an approval card: nothing is destroyed,
-            # and a repeated proposal returns the open card rather than a second one.
-            destructive_hint=False,
-            idempotent_hint=True,
-        ),
+        output_schema=dict(box.output_schema(tool.name)),
+        annotations=_annotations(tool),
+    )
+
+
+def _annotations(tool: Tool) -> types.ToolAnnotations:
+    """Hints that say what the tool does; a hint a tool did not declare is left out, never guessed.
+
+    The MCP defaults of a left-out hint are the cautious ones (destructive, open world). The
+    destructive and idempotent hints mean something only for a tool that changes things.
+    """
+    read = tool.mode is Mode.READ and not tool.changes_cards
+    return types.ToolAnnotations(
+        title=tool.title,
+        read_only_hint=read,
+        destructive_hint=None if read else tool.destructive,
+        # The gateway keys every write: a repeated proposal returns the open card, and the approved
+        # write runs once under the key minted with the card. Cancelling a card twice changes nothing.
+        idempotent_hint=None if read else True,
+        open_world_hint=tool.open_world,
     )
 
 

@@ -79,6 +79,7 @@ PLACES: dict[str, int] = {
     "gateway.printable": VOCABULARY,
     "gateway.tool": VOCABULARY,
     "gateway.tool_context": VOCABULARY,
+    "gateway.tool_schema": VOCABULARY,
     "gateway.toolbox": VOCABULARY,
     "gateway.untrusted": VOCABULARY,
     "gateway.upstream": VOCABULARY,

@@ -108,7 +108,7 @@ def test_human_render_without_model_projection_is_refused() -> None:
 @pytest.mark.parametrize(("output", "flag"), [(NoteOut, False), (EchoOut, True)])
 def test_untrusted_flag_must_match_the_output_model(output: type[BaseModel], flag: bool) -> None:
     """`emits_untrusted_text` is true exactly when the output has `Untrusted` fields."""
-    extra: dict[str, Any] = {"model_view": lambda out: {}} if output is NoteOut else {}
+    extra: dict[str, Any] = {"model_view": lambda out: {}, "model_view_output": NoteOut} if output is NoteOut else {}
     with pytest.raises(ToolDeclarationError) as caught:
         read_tool(output=output, emits_untrusted_text=flag, **extra)
     assert caught.value.code == "untrusted_flag"
