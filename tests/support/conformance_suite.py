@@ -99,3 +99,8 @@ def install_suite() -> Suite:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return suite
+
+
+if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where
+    found = install_suite()
+    print(f"conformance suite {SUITE_VERSION} on Node {NODE_VERSION}: {found.entry}")
