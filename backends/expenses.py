@@ -268,6 +268,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             },
             "access": {"public": True},
             "untrusted_output_fields": ["reports[].title", "reports[].note"],
+            "open_world": False,
         },
         {
             "name": "expenses_get",
@@ -279,6 +280,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "output_schema": _REPORT,
             "access": _STAFF,
             "untrusted_output_fields": ["title", "note"],
+            "open_world": False,
         },
         {
             "name": "expenses_submit",
@@ -299,6 +301,8 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "approval": _APPROVER,
             "write_contract": _WRITE_CONTRACT,
             "summary_template": "Submit an expense report of {amount_cents} {currency}",
+            "destructive": False,
+            "open_world": False,
             "agent_text_fields": ["title"],
             "untrusted_output_fields": ["note"],
         },
@@ -319,6 +323,8 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "approval": _APPROVER,
             "write_contract": _WRITE_CONTRACT,
             "summary_template": "Withdraw expense report {report_id}",
+            "destructive": True,
+            "open_world": False,
         },
     ],
 }
