@@ -6,6 +6,11 @@ model projection. Both protocol eras the SDK speaks are served by one session ma
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
 per-request 2026-07-28 envelope.
 
+A listed tool says what it does: its ``outputSchema`` covers every structured result it can answer,
+refusals included (`gateway.tool_schema`); its hints are what the tool declares, and a hint it did
+not declare is left out. A 2026-era listing is ``cacheScope: private`` (a catalog is one caller's)
+and fresh for the registry poll interval, the fastest the tools served can change.
+
 Failure planes: a malformed request is the SDK's JSON-RPC error. Everything about a tool (unknown,
 forbidden, invalid arguments, upstream failure) is an ``isError`` result the model can read,
 and an unknown name reads exactly like a forbidden one.
