@@ -22,6 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
@@ -31,7 +35,7 @@ from gateway.settings import AdapterSettings, OrgSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import make_key
 from tests.support.bearer_proxy import BearerProxy
-from tests.support.conformance import ADAPTERS, TOOLS, create_fixture_backend
+from tests.support.conformance import ADAPTERS, TOOLS, ContactArgs, create_fixture_backend
 from tests.support.conformance_suite import Suite, SuiteUnavailableError, install_suite
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -95,6 +99,29 @@ def test_every_expected_failure_states_its_reason() -> None:
     assert expected
     for entry, reason in expected.items():
         assert len(reason.split()) >= 6, f"{entry}: say why the gateway does not pass it"
+
+
+_CONTACTS = st.dictionaries(
+    st.sampled_from(["name", "address", "contactMethod", "phone", "email", "other"]),
+    st.one_of(
+        st.none(),
+        st.sampled_from(["phone", "email", "x"]),
+        st.integers(0, 2),
+        st.sampled_from([{}, {"city": "Bern"}, {"city": 1}, {"street": None}, {"floor": 3}]),
+    ),
+)
+
+
+@given(_CONTACTS)
+def test_the_2020_12_fixture_tool_accepts_exactly_what_its_listed_schema_accepts(arguments: dict[str, object]) -> None:
+    """The schema the suite reads is written out by hand; the executor's validator must agree with it."""
+    listed = Draft202012Validator(ContactArgs.model_json_schema()).is_valid(arguments)
+    try:
+        ContactArgs.model_validate(arguments)
+        validated = True
+    except ValidationError:
+        validated = False
+    assert validated == listed, arguments
 
 
 @pytest.mark.parametrize("era", RUNS)

@@ -89,12 +89,23 @@ class ContactArgs(_Closed):
         # Pydantic cannot emit $anchor or if/then/else; the schema is written out, the rules below match it.
         return copy.deepcopy(_JSON_SCHEMA_2020_12)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        # Every listed field is typed without null; absent and null are different things there.
+        if isinstance(data, dict) and any(value is None for value in data.values()):
+            raise ValueError("no field takes null")
+        return data
+
     @model_validator(mode="after")
     def _reachable(self) -> ContactArgs:
-        if self.phone is None and self.email is None:
+        given = self.model_fields_set
+        if not {"phone", "email"} & given:
             raise ValueError("give a phone or an email")
-        if (self.phone if self.contactMethod == "phone" else self.email) is None:
+        if ("phone" if self.contactMethod == "phone" else "email") not in given:
             raise ValueError("the chosen contact method needs its field")
+        if any(not isinstance((self.address or {}).get(part, ""), str) for part in ("street", "city")):
+            raise ValueError("street and city are text")
         return self
 
 
