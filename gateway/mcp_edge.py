@@ -72,8 +72,9 @@ _HANDSHAKE_VERSIONS: Final = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VE
 # An "id" member whose value does not start as a string or an integer (an integer is digits not
 # followed by a fraction or an exponent). A member name can also be written with \u escapes, so any
 # body containing one is parsed too: the scan may send a body to the parser needlessly, never wave
-# a bad one through.
-_UNPLAIN_ID: Final = re.compile(rb'"id"\s*:\s*(?!"|-?\d+(?![\d.eE]))')
+# a bad one through. The quantifiers are possessive: a backtracking \s* would stop before the space
+# of '"id": 1' and read that space as a value that is neither.
+_UNPLAIN_ID: Final = re.compile(rb'"id"\s*+:\s*+(?!"|-?\d+(?![\d.eE]))')
 _BATCH: Final = re.compile(rb"\s*\[")
 
 
