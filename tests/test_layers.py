@@ -39,6 +39,7 @@ PLACES: dict[str, int] = {
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
+    "gateway.mcp_edge": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,
     "gateway.route_table": SURFACE,
