@@ -287,6 +287,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
+        allowed_origins=settings.mcp_allowed_origins(),
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and

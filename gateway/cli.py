@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="TOML config file (adapters, backend URLs, orgs, roles)")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the gateway (embedded Redis and demo backends by default)")
+    serve = commands.add_parser(
+        "serve", help="run the gateway: the demo with no config and no COUNTERSIGN_REDIS_URL, else production"
+    )
+    serve.add_argument(
+        "--demo", action="store_true", help="demo mode whatever is configured: demo backends, demo keys printed"
+    )
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--no-worker", action="store_true", help="run no approved-card worker in this process")
@@ -72,7 +77,28 @@ def _parser() -> argparse.ArgumentParser:
     identity = _identity()
     cli_cards.add_parser(commands, identity)
     cli_adapters.add_parser(commands, identity)
+    _accept_config_everywhere(parser)
     return parser
+
+
+def _accept_config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand take ``--config`` too (``countersign serve --config f.toml``).
+
+    Its default is SUPPRESS, so a subcommand without the option keeps the value given before the
+    subcommand. argparse offers no public walk of its subparsers, hence `_actions`.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in {id(p): p for p in action.choices.values()}.values():
+            if not any("--config" in option.option_strings for option in sub._actions):
+                sub.add_argument(
+                    "--config",
+                    type=Path,
+                    default=argparse.SUPPRESS,
+                    help="TOML config file (here or before the command)",
+                )
+            _accept_config_everywhere(sub)
 
 
 def _identity() -> argparse.ArgumentParser:
@@ -88,7 +114,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     """Entry point. Returns the process exit status (0 ok, 1 refused, 2 usage)."""
     args = _parser().parse_args(argv)
     try:
-        settings = Settings.load(environ or {}, args.config)
+        settings = Settings.load(environ or {}, args.config, demo=getattr(args, "demo", False))
         if args.command == "serve":
             settings = replace(
                 settings,
