@@ -189,8 +189,8 @@ async def test_the_demo_backends_keep_their_data_across_a_restart(tmp_path: Path
             async with httpx.AsyncClient(base_url=url, headers={"authorization": f"Bearer {admin}"}) as http:
                 shown = (await http.get(f"/admin/api/cards/{card_id}")).json()
                 card = shown.get("card", shown)
-                approved = await http.post(f"/admin/api/cards/{card_id}/approve",
-                                           json={"version": card["version"], "args_hash": card["args_hash"]})  # fmt: skip
+                decision = {"version": card["version"], "args_hash": card["args_hash"]}
+                approved = await http.post(f"/admin/api/cards/{card_id}/approve", json=decision)
                 assert approved.status_code == 200, approved.text
             with anyio.fail_after(15):
                 while (status := payload(await client.call_tool("approvals_status", {"card_id": card_id})))[
