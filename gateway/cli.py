@@ -5,6 +5,10 @@ directory (attaching to a running `serve`, or starting the server for the comman
 `cards` (`gateway.cli_cards`) and `adapters` (`gateway.cli_adapters`) commands act as an admin,
 identified by an admin key (``--key`` or ``COUNTERSIGN_ADMIN_KEY``), which this module resolves
 (and audits when it is refused) before handing the admin to them.
+
+``--config FILE`` goes before the command or after it (``countersign keys list --config f.toml``).
+The mode follows from the configuration (`gateway.settings`: a file or a Redis URL is production,
+where every command needs the audit secret); ``serve --demo`` asks for the demo whatever it says.
 """
 
 from __future__ import annotations

@@ -63,10 +63,11 @@ def preflight(settings: Settings) -> None:
     """Everything `serve` can refuse before it starts anything.
 
     Raises:
-        ConfigError: a bind beyond loopback without ``allowed_hosts`` and ``allowed_origins``; no
-            audit secret in production; an adapter without a URL in production (naming each).
+        ConfigError: a bind beyond loopback without ``allowed_hosts`` and ``allowed_origins``, or an
+            empty ``allowed_hosts``; no audit secret in production; an adapter without a URL in
+            production (naming each).
     """
-    settings.check_exposure()
+    settings.mcp_allowed_hosts(), settings.mcp_allowed_origins()
     audit_secret(settings)
     if not settings.demo:
         missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)

@@ -208,9 +208,11 @@ class Settings:
 
         Raises:
             ConfigError: the bind address is not loopback and `allowed_hosts` or `allowed_origins`
-                is not configured (see `check_exposure`).
+                is not configured (see `check_exposure`), or `allowed_hosts` is empty.
         """
         self.check_exposure()
+        if self.allowed_hosts == ():
+            raise ConfigError("allowed_hosts is empty: /mcp would refuse every request; name the gateway's hosts")
         return list(self.allowed_hosts if self.allowed_hosts is not None else LOOPBACK_HOSTS)
 
     def mcp_allowed_origins(self) -> list[str]:

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from gateway.serve import _without_credentials
 from tests.support.agents import agent, payload
 from tests.support.processes import READY, children_of, clean_environ, listening_ports, processes_using, serve
 from tests.support.redis_server import free_port
@@ -210,3 +211,17 @@ async def test_the_demo_backends_keep_their_data_across_a_restart(tmp_path: Path
     assert again["outcome"] == "succeeded" and again["reference"] == status["reference"]
     assert [b["booking_id"] for b in mine["bookings"] if b["room_id"] == "room-eos"] == [status["reference"]]
     assert processes_using(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://svc:pa55@rooms.example:8443/base", "https://rooms.example:8443/base"),
+        ("https://token@rooms.example", "https://rooms.example"),
+        ("http://u:p@[::1]:9000", "http://[::1]:9000"),
+        ("https://rooms.example/x", "https://rooms.example/x"),
+    ],
+)
+def test_a_backend_url_is_printed_without_its_credentials(url: str, shown: str) -> None:
+    """serve prints where each adapter's backend is, never the user and password a URL may carry."""
+    assert _without_credentials(url) == shown

@@ -166,3 +166,10 @@ def test_host_and_origin_checks_are_never_off(
     assert allowed
     if not _loopback(host.strip("[]")):
         assert (tuple(allowed), tuple(allowed_origins)) == (hosts, origins)
+
+
+def test_an_empty_host_list_is_refused_rather_than_refusing_every_request() -> None:
+    """``COUNTERSIGN_ALLOWED_HOSTS=""`` would make /mcp answer 421 to everyone: serve will not start so."""
+    with pytest.raises(ConfigError) as refused:
+        Settings.load({"COUNTERSIGN_ALLOWED_HOSTS": ""}).mcp_allowed_hosts()
+    assert "allowed_hosts is empty" in str(refused.value)
