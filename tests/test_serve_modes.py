@@ -177,7 +177,8 @@ async def test_a_revoked_key_stays_revoked_across_restarts(
 
 
 async def test_the_demo_backends_keep_their_data_across_a_restart(tmp_path: Path) -> None:
-    """A booking approved and run in one demo run is still there, under the card's reference, in the next."""
+    """A booking approved and run in one demo run is still there, under the card's reference, in the next
+    (asked for with ``serve --demo`` despite a config file)."""
     port = free_port()
     booking = {"room_id": "room-eos", "date": "2026-12-22", "start": "09:00", "end": "10:00", "title": "Kickoff"}
     with serve(tmp_path, "serve", "--port", str(port)) as process:
@@ -202,8 +203,11 @@ async def test_the_demo_backends_keep_their_data_across_a_restart(tmp_path: Path
         assert process.stop()[0] == 0
     assert (tmp_path / ".countersign" / "backends" / "rooms.json").exists()
 
-    with serve(tmp_path, "serve", "--port", str(port)) as process:
-        process.wait_for(READY)
+    # The second run has a config file, which alone would mean production: --demo asks for the demo.
+    config = tmp_path / "countersign.toml"
+    config.write_text(f'[gateway]\nport = {port}\ndata_dir = "{tmp_path / ".countersign"}"\n')
+    with serve(tmp_path, "serve", "--demo", "--config", str(config)) as process:
+        assert "demo mode" in process.wait_for(READY)
         async with agent(f"{url}/mcp", key) as client:
             mine = payload(await client.call_tool("rooms_my_bookings", {}))
             again = payload(await client.call_tool("approvals_status", {"card_id": card_id}))

@@ -40,6 +40,7 @@ def test_a_port_in_use_is_one_error_and_exit_1_with_nothing_started(tmp_path: Pa
     errors = [line for line in output.splitlines() if line.startswith("countersign:")]
     assert errors == [f"countersign: cannot listen on 127.0.0.1:{port}: the address is already in use"], output
     assert "Traceback" not in output and "serving" not in output
+    assert not (tmp_path / ".countersign" / "appendonlydir").exists(), "the embedded Valkey was started"
     _nothing_left(tmp_path)
 
 
