@@ -67,14 +67,17 @@ def preflight(settings: Settings) -> None:
             empty ``allowed_hosts``; no audit secret in production; an adapter without a URL in
             production (naming each).
     """
-    settings.mcp_allowed_hosts(), settings.mcp_allowed_origins()
+    # Each raises rather than answer for a configuration it cannot serve safely.
+    settings.mcp_allowed_hosts()
+    settings.mcp_allowed_origins()
     audit_secret(settings)
     if not settings.demo:
         missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)
         if missing:
+            named = f"adapter {missing[0]} has" if len(missing) == 1 else f"adapters {', '.join(missing)} have"
             raise ConfigError(
-                f"adapter {', '.join(missing)} has no url: production mode starts no demo backend; set "
-                f"[adapters.{missing[0]}] url (or run the demo: countersign serve --demo)"
+                f"{named} no url: production mode starts no demo backend; set [adapters.{missing[0]}] url "
+                "(or run the demo: countersign serve --demo)"
             )
 
 

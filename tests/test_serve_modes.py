@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -17,8 +18,11 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
+from starlette.datastructures import Secret
 
-from gateway.serve import _without_credentials
+from gateway.errors import ConfigError
+from gateway.serve import _without_credentials, preflight
+from gateway.settings import Settings
 from tests.support.agents import agent, payload
 from tests.support.processes import READY, children_of, clean_environ, listening_ports, processes_using, serve
 from tests.support.redis_server import free_port
@@ -229,3 +233,12 @@ async def test_the_demo_backends_keep_their_data_across_a_restart(tmp_path: Path
 def test_a_backend_url_is_printed_without_its_credentials(url: str, shown: str) -> None:
     """serve prints where each adapter's backend is, never the user and password a URL may carry."""
     assert _without_credentials(url) == shown
+
+
+def test_preflight_names_every_adapter_production_cannot_serve() -> None:
+    """Checked before anything starts; the demo would start backends for the same settings."""
+    production = Settings(demo=False, audit_secret=Secret("a-test-audit-secret"))
+    with pytest.raises(ConfigError) as refused:
+        preflight(production)
+    assert "adapters orders, rooms have no url" in str(refused.value)
+    preflight(replace(production, demo=True))
