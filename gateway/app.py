@@ -289,6 +289,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
+        allowed_origins=settings.mcp_allowed_origins(),
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and

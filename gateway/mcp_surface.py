@@ -36,6 +36,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from gateway.auth import principal_of
 from gateway.catalog import Catalog
 from gateway.envelope import Envelope
+from gateway.errors import ConfigError
 from gateway.executor import AgentPath
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
@@ -58,9 +59,18 @@ class McpSurface:
         executor: AgentPath,
         version: str,
         stateless: bool,
-        allowed_hosts: list[str] | None,
+        allowed_hosts: list[str],
+        allowed_origins: list[str],
         catalog_ttl_ms: int,
     ) -> None:
+        """`allowed_hosts` and `allowed_origins` are the SDK's DNS-rebinding patterns, always enforced
+        (a foreign Host is 421, a foreign Origin 403; a request without Origin passes).
+
+        Raises:
+            ConfigError: `allowed_hosts` is empty, which would refuse every request.
+        """
+        if not allowed_hosts:
+            raise ConfigError("allowed_hosts must name at least one Host the gateway answers to")
         self._catalog = catalog
         # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
         # without changing (the registry poll interval); never shared across callers.
@@ -86,15 +96,10 @@ class McpSurface:
             # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
             get_tool_input_schema=self._input_schema,
         )
-        security = (
-            TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=allowed_hosts,
-                allowed_origins=[f"http://{host}" for host in allowed_hosts]
-                + [f"https://{host}" for host in allowed_hosts],
-            )
-            if allowed_hosts
-            else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(allowed_hosts),
+            allowed_origins=list(allowed_origins),
         )
         self.session_manager = StreamableHTTPSessionManager(
             app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
