@@ -20,6 +20,8 @@ __all__ = ["Envelope"]
 _MESSAGES: Mapping[Code, str] = {
     Code.PERMISSION_DENIED: "This tool is not available to you.",
     Code.VALIDATION_ERROR: "The arguments do not match the tool's input schema.",
+    Code.INVALID_REQUEST: "The request is malformed.",
+    Code.PAYLOAD_TOO_LARGE: "The request body is too large.",
     Code.NOT_FOUND: "No such object is visible to you.",
     Code.CONFLICT: "The backend refused the request.",
     Code.RATE_LIMITED: "Too many calls; retry after the given number of seconds.",

@@ -20,7 +20,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from redis.asyncio import Redis
 from starlette.applications import Starlette
-from starlette.routing import Route
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
@@ -44,9 +43,8 @@ def quiet_database(quiet_redis_url: str) -> str:
 
 
 def _manager(app: Starlette) -> KeyedSessionManager:
-    """The session manager behind ``/mcp``: the route's app is the bearer check around the SDK's endpoint."""
-    [route] = [r for r in app.routes if isinstance(r, Route) and r.path == "/mcp"]
-    manager = route.app.app.session_manager  # type: ignore[attr-defined]
+    """The session manager behind ``/mcp``."""
+    manager = app.state.mcp.session_manager
     assert isinstance(manager, KeyedSessionManager)
     return manager
 
