@@ -11,15 +11,16 @@ The contract, in two parts:
 * **The gate, per transition** (`queue_confirmation`, `read_confirmation`): in the same pipeline as
   the script, hence the same round trip, the ledger sends ``SET <shard>:fsync`` (a barrier: a write of
   this connection after every write the server applied before it, from any connection), then
-  ``WAITAOF 1 0 <ms>`` where the server has it, then ``CONFIG GET appendonly`` and ``CONFIG GET
-  maxmemory-policy`` (CONFIG cannot run inside a script). The transition is confirmed when the AOF is
-  on, no eviction policy is set and the fsync was confirmed. A server flipped to ``appendonly no`` or
-  an eviction policy answers the very next transition as not durable: there is no window in which a
-  cached verdict lets one through. Without ``WAITAOF`` (Redis 7.0 and older) the check is the
-  configuration at the moment of the transition, and an acknowledged transition is on disk as far as
-  ``appendfsync`` promises (``always``: before the reply; ``everysec``: within a second, lost only if
-  the machine, not the process, dies). Support for ``WAITAOF`` is learnt once per server with
-  ``COMMAND INFO`` (`has_waitaof`), never by matching an error on each call.
+  ``WAITAOF 1 0 <ms>`` where the server has it, then ``CONFIG GET appendonly maxmemory-policy``
+  (CONFIG cannot run inside a script; two names in one CONFIG GET need Redis 7.0 or later). The
+  transition is confirmed when the AOF is on, no eviction policy is set and the fsync was confirmed.
+  A server flipped to ``appendonly no`` or an eviction policy answers the very next transition as
+  not durable: there is no window in which a cached verdict lets one through. Without ``WAITAOF``
+  (Redis 7.0 and older) the check is the configuration at the moment of the transition, and an
+  acknowledged transition is on disk as far as ``appendfsync`` promises (``always``: before the
+  reply; ``everysec``: within a second, lost only if the machine, not the process, dies). Support
+  for ``WAITAOF`` is learnt once per server with ``COMMAND INFO`` (`has_waitaof`), never by matching
+  an error on each call.
 * **The pre-check, cached** (`LedgerGuard`): "is the ledger known not to be durable?", so that a
   proposal or decision the gate would refuse writes nothing at all. Its verdict follows every
   transition's confirmation (`LedgerGuard.observe`) and is re-checked every `interval_seconds` while
@@ -169,8 +170,8 @@ def queue_confirmation(
     if waitaof:
         pipe.set(barrier_key, barrier)
         pipe.execute_command("WAITAOF", 1, 0, fsync_timeout_ms)
-    for name in _CONFIG:
-        pipe.config_get(name)
+    # One CONFIG GET for both names (Redis 7.0+).
+    pipe.execute_command("CONFIG", "GET", *_CONFIG)
 
 
 def read_confirmation(replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms: int) -> DurabilityReport:
@@ -181,11 +182,12 @@ def read_confirmation(replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms
         if isinstance(fsynced, Exception) or not fsynced or int(fsynced[0]) < 1:
             problems.append(f"the AOF fsync was not confirmed within {fsync_timeout_ms} ms")
         replies = replies[2:]
-    configs = list(replies)
-    refused = next((reply for reply in configs if isinstance(reply, Exception)), None)
-    if refused is not None:
-        return DurabilityReport.of([*problems, _unverifiable(refused)])
-    appendonly, policy = (config_value(reply, name) for reply, name in zip(configs, _CONFIG, strict=True))
+    [config] = replies
+    if isinstance(config, Exception):
+        return DurabilityReport.of([*problems, _unverifiable(config)])
+    # redis-py parses the reply into a mapping; a flat list of names and values is paired up all the same.
+    pairs = config if isinstance(config, dict) else dict(zip(config[::2], config[1::2], strict=True))
+    appendonly, policy = (config_value(pairs, name) for name in _CONFIG)
     # A configuration problem explains a failed fsync (WAITAOF refuses to run without the AOF): say that.
     config_problems = durability_problems(appendonly, policy)
     return DurabilityReport.of(config_problems or problems)

@@ -18,7 +18,7 @@ connection errors, so a script may well run twice.
 
 Every script runs through `RedisLedger._eval`, in one pipeline (one round trip) with what confirms it
 durable (`gateway.store.durability`: a barrier write and ``WAITAOF`` where the server has it, then
-``CONFIG GET appendonly`` and ``maxmemory-policy``). An answer that could not be confirmed becomes
+``CONFIG GET appendonly maxmemory-policy``). An answer that could not be confirmed becomes
 ``ERR_NOT_DURABLE`` with the script's own answer in `Transition.applied` (see `gateway.ledger`).
 """
 
