@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.principal import KeyKind
+from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 from tests.support.services import Backend, gateway_settings
@@ -119,6 +120,13 @@ async def _approve(stream: _Stream, http: httpx.AsyncClient) -> None:
         await anyio.sleep(0.02)  # slower than the proposals: a backlog is waiting when durability goes
 
 
+async def _worker_held_back(redis: Redis, card_id: str) -> bool:
+    """Whether the worker audited that it left the card unsent (deferred, or released unsent)."""
+    events = await RedisStreamAuditSink(redis).recent(200)
+    held = ("DEFERRED", "NOT_SENT")
+    return any(e.action == "card.execute" and e.extra.get("card_id") == card_id and e.outcome in held for e in events)
+
+
 def _bookings(backend: Backend, day: str) -> set[tuple[str, str]]:
     service = backend.app.state.service
     return {(b.date, b.start) for b in list(service.bookings.values()) if b.date == day and b.room_id == ROOM}
@@ -188,4 +196,45 @@ async def test_nothing_is_acknowledged_or_sent_once_the_ledger_is_not_durable_an
                     assert (day, booking["start"]) in _bookings(backends["rooms"], day)
     finally:
         await redis.config_set(setting, good)
+        await redis.aclose()
+
+
+async def test_an_approval_not_confirmed_durable_is_answered_as_such_and_runs_once_durability_returns(
+    own_server: tuple[str, str], backends: dict[str, Backend]
+) -> None:
+    """The admin is told "recorded but not confirmed" (503, retryable) with the card as the ledger holds it;
+    nothing is sent while the ledger is not durable, and the approval, kept, runs once it is durable again."""
+    kind, url = own_server
+    redis = Redis.from_url(url)
+    day = f"2034-{2 + SERVER_KINDS.index(kind) * 6:02d}-21"
+    try:
+        token = await make_key(redis, roles=("staff",))
+        admin = await make_key(redis, subject="bob@acme.example", kind=KeyKind.ADMIN, roles=("approver",))
+        booking = {"room_id": ROOM, "date": day, "start": "09:00", "end": "10:00", "title": "durability"}
+        with serve_app_in_thread(create_app(gateway_settings(url, backends)), lifespan=True) as base:
+            headers = {"authorization": f"Bearer {admin}"}
+            async with (
+                agent(f"{base}/mcp", token) as client,
+                httpx.AsyncClient(base_url=f"{base}/admin/api", headers=headers, timeout=10) as http,
+            ):
+                with anyio.fail_after(30):
+                    card_id = payload(await client.call_tool("rooms_book", booking))["card_id"]
+                    card = (await http.get(f"/cards/{card_id}")).json()["card"]
+                    await redis.config_set("appendonly", "no")
+                    review = {"version": card["version"], "args_hash": card["args_hash"]}
+                    answer = await http.post(f"/cards/{card_id}/approve", json=review)
+                    while not await _worker_held_back(redis, card_id):
+                        await anyio.sleep(0.02)  # the worker has the approved card, and must not send it
+                    sent_while_not_durable = _bookings(backends["rooms"], day)
+                    await redis.config_set("appendonly", "yes")
+                    while (await http.get(f"/cards/{card_id}")).json()["card"]["state"] != "SUCCEEDED":
+                        await anyio.sleep(0.05)
+        body = answer.json()
+        assert answer.status_code == 503 and body["error"]["code"] == "LEDGER_UNAVAILABLE"
+        assert "not confirmed durable" in body["error"]["message"] and "check the card" in body["error"]["message"]
+        assert body["card"]["state"] == "APPROVED"  # the card as the ledger holds it: applied, not confirmed
+        assert sent_while_not_durable == set()
+        assert _bookings(backends["rooms"], day) == {(day, "09:00")}  # sent once, after durability returned
+    finally:
+        await redis.config_set("appendonly", "yes")
         await redis.aclose()
