@@ -11,7 +11,9 @@ per variant, alternating which goes first:
   ``WAITAOF 1 0 <ms>``, then ``CONFIG GET appendonly`` and ``CONFIG GET maxmemory-policy``.
 
 Printed per configuration and concurrency: proposals/s of each (median of rounds), their ratio (median
-of per-round ratios, min-max), and client and server CPU per proposal. Run:
+of per-round ratios, min-max), client and server CPU per proposal, and how many confirmed proposals
+were answered ``ERR_NOT_DURABLE`` because an fsync outlasted its bound (counted in the rate: they cost
+the same round trip). Run:
 ``python bench/confirmation.py`` (about 2 minutes) or ``--quick``.
 """
 
@@ -54,20 +56,23 @@ class UnconfirmedLedger(RedisLedger):
         return _transition(await self._scripts[name](keys=keys, args=args))
 
 
-async def _run(ledger: RedisLedger, concurrency: int, seconds: float) -> int:
-    done = 0
+async def _run(ledger: RedisLedger, concurrency: int, seconds: float) -> tuple[int, int]:
+    """Proposals for `seconds`: how many were confirmed, and how many not (an fsync slower than its bound)."""
+    done = refused = 0
     deadline = time.monotonic() + seconds
 
     async def one() -> None:
-        nonlocal done
+        nonlocal done, refused
         while time.monotonic() < deadline:
             result = await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
-            if result.status != "OK":
+            if result.status == "ERR_NOT_DURABLE" and result.applied == "OK":
+                refused += 1
+            elif result.status != "OK":
                 raise RuntimeError(f"proposal answered {result.status} {result.problems}")
             done += 1
 
     await asyncio.gather(*(one() for _ in range(concurrency)))
-    return done
+    return done - refused, refused
 
 
 async def measure(url: str, server_pid: int, args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
@@ -78,7 +83,8 @@ async def measure(url: str, server_pid: int, args: argparse.Namespace) -> dict[i
         for ledger in ledgers.values():
             await _run(ledger, 4, args.warmup)
         for concurrency in args.concurrency:
-            rows: dict[str, list[float]] = {f"{name}:{what}": [] for name in ledgers for what in ("rate", "cpu", "srv")}
+            what = ("rate", "cpu", "srv", "refused")
+            rows: dict[str, list[float]] = {f"{name}:{kind}": [] for name in ledgers for kind in what}
             rows["ratio"] = []
             for round_number in range(args.rounds):
                 order = list(ledgers) if round_number % 2 == 0 else list(reversed(ledgers))
@@ -86,8 +92,10 @@ async def measure(url: str, server_pid: int, args: argparse.Namespace) -> dict[i
                 for name in order:
                     await client.flushdb()
                     cpu, srv = time.process_time(), cpu_seconds(server_pid)
-                    count = await _run(ledgers[name], concurrency, args.duration)
+                    count, refused = await _run(ledgers[name], concurrency, args.duration)
                     cpu, srv = time.process_time() - cpu, cpu_seconds(server_pid) - srv
+                    count += refused
+                    rows[f"{name}:refused"].append(refused)
                     rates[name] = count / args.duration
                     rows[f"{name}:rate"].append(rates[name])
                     rows[f"{name}:cpu"].append(cpu / count * 1e6)
@@ -110,6 +118,7 @@ def report(label: str, results: dict[int, dict[str, list[float]]]) -> None:
             f"| {median(rows['ratio']):>6.2f} [{low:.2f}-{high:.2f}]        "
             f"| {median(rows['unconfirmed:cpu']):>9,.0f} / {median(rows['confirmed:cpu']):>5,.0f}    "
             f"| {median(rows['unconfirmed:srv']):>9,.0f} / {median(rows['confirmed:srv']):>5,.0f}"
+            f" | {sum(rows['confirmed:refused']):,.0f} not confirmed"
         )
 
 
