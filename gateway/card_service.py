@@ -275,10 +275,12 @@ class CardService:
             detail = f"{message} ({error.cause})"
             return await self._refuse(action, admin, card_id, card, ResultCode.LEDGER_UNAVAILABLE, detail)
         if result.status is TransitionStatus.ERR_NOT_DURABLE:
+            verb, why = action.removeprefix("card."), "; ".join(result.problems)
             message = (
-                f"{action.removeprefix('card.')}: recorded but not confirmed durable "
-                f"({'; '.join(result.problems)}); it stands only if the ledger keeps it: check the card "
-                f"(now {now.state.value} at version {now.version}) before acting again"
+                f"{verb}: recorded but not confirmed durable ({why}); it stands only if the ledger keeps it: "
+                f"check the card (now {now.state.value} at version {now.version}) before acting again"
+                if result.unconfirmed
+                else f"{verb}: not applied, and the ledger is not durable ({why}); check the card before acting again"
             )
             unavailable = ResultCode.LEDGER_UNAVAILABLE
             return await self._refuse(action, admin, card_id, now, unavailable, message, view, ledger=result.status)

@@ -17,7 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from gateway.audit import ListAuditSink
+from gateway.card_service import CardService
+from gateway.card_views import ResultCode
 from gateway.ledger import Proposal, Transition, TransitionStatus
+from gateway.principal import KeyKind, Principal
 from gateway.store.durability import DurabilityReport, LedgerGuard, check_durability
 from gateway.store.ledger import RedisLedger
 from tests.support.cards import PROPOSAL
@@ -190,3 +194,25 @@ def test_a_transition_is_confirmed_exactly_when_the_aof_is_on_and_nothing_is_evi
     assert (created.status is TransitionStatus.OK) is durable
     assert (created.status is TransitionStatus.ERR_NOT_DURABLE) is not durable
     assert created.problems == report.problems
+
+
+async def test_an_admin_is_told_whether_an_unconfirmed_decision_was_applied_and_it_is_audited(client: Redis) -> None:
+    """Applied: "recorded but not confirmed", with the card as it stands; refused: "not applied". Both are
+    LEDGER_UNAVAILABLE (retryable) and both are audited with the ledger's answer."""
+    ledger = RedisLedger(client)
+    audit = ListAuditSink()
+    admin = Principal(subject="root@acme.example", org="acme", roles=frozenset({"approver"}), kind=KeyKind.ADMIN,
+                      key_id="key_root")  # fmt: skip
+    service = CardService(ledger, audit)  # no pre-check: the ledger's own confirmation is what is tested
+    with anyio.fail_after(10):
+        created = await ledger.propose(_proposal())
+        assert created.card is not None
+        card_id, version, args_hash = created.card.card_id, created.card.version, created.card.args_hash
+        await client.config_set("appendonly", "no")
+        stale = await service.approve(admin, card_id, version=version + 5, args_hash=args_hash)
+        applied = await service.approve(admin, card_id, version=version, args_hash=args_hash)
+    assert (stale.code, applied.code) == (ResultCode.LEDGER_UNAVAILABLE, ResultCode.LEDGER_UNAVAILABLE)
+    assert "not applied" in stale.message and stale.card_view is not None and stale.card_view.state == "PENDING"
+    assert "recorded but not confirmed durable (appendonly is off)" in applied.message
+    assert applied.card_view is not None and applied.card_view.state == "APPROVED"
+    assert [(e.code, e.extra.get("ledger")) for e in audit.events] == [("LEDGER_UNAVAILABLE", "ERR_NOT_DURABLE")] * 2

@@ -28,6 +28,12 @@ The contract, in two parts:
 
 A server that refuses ``CONFIG GET`` (renamed, disabled, denied by ACL) cannot be verified, and is
 not durable, in both parts alike. Any Redis error counts as "not writable" until a check succeeds.
+
+What the configuration check cannot see: right after ``appendonly`` is switched back on, the server
+rewrites its AOF from memory, and until that rewrite ends a crash would lose what it holds although
+``CONFIG GET`` already says ``yes``. ``WAITAOF`` waits for the rewrite; without it (Redis 7.0) a
+transition confirmed in those moments (milliseconds for a small ledger) is only as safe as the
+rewrite.
 """
 
 from __future__ import annotations
