@@ -188,7 +188,11 @@ async def _resolve(service: CardService, admin: Principal, card_id: str, body: R
 # -- the route table ------------------------------------------------------------------------------
 
 _NOT_FOUND = Answer(description="no such card (or a card of another org)", model=AdminError)
-_UNAVAILABLE = Answer(description="the ledger is unreachable or not durable (nothing changed)", model=AdminError)
+_UNAVAILABLE = Answer(
+    description="the ledger is unreachable or not durable: nothing changed, or (with the card in the answer) "
+    "the decision was recorded but not confirmed durable; check the card",
+    model=AdminError,
+)
 _SECURITY = {"adminKey": {"type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)"}}
 
 

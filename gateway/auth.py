@@ -6,6 +6,11 @@ in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
 further than this module: the scope carries the principal, which has no token field. Its own
 answers (401, and 503 when the key store cannot answer) carry a `BearerRefusal` body; a route
 table mounted behind it documents them with `BEARER_ANSWERS`.
+
+When Redis is gone no request is served, reads included (ARCHITECTURE invariant 7): a caller that
+cannot be authenticated gets 503 with ``Retry-After`` at once, never a guess. A key still held by
+the agents' `KeyCache` (for at most its TTL) passes here, and its call is then refused by the
+executor, which serves nothing it cannot audit.
 """
 
 from __future__ import annotations

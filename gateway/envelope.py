@@ -31,7 +31,7 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
-    Code.LEDGER_UNAVAILABLE: "The approval ledger is unavailable; no write can be proposed now.",
+    Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
 }
 

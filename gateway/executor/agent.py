@@ -10,6 +10,14 @@ write only ever becomes a card) -> backend health -> invoke -> withhold untruste
 
 Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
 message only; the backend's refusal code goes to the audit event's reason, for people.
+
+Fail closed (ARCHITECTURE invariant 7). A proposal is acknowledged only once the ledger confirmed
+its card durable; ``ERR_NOT_DURABLE`` is LEDGER_UNAVAILABLE (retryable), and the same call made
+again once the ledger is durable answers with the same card (dedupe), never a second one. A read is
+answered only while it can be audited: when the audit trail cannot be written (Redis is gone), its
+result is withheld and the call refused with LEDGER_UNAVAILABLE, and until an audit append lands
+again every call is refused before it reaches a backend (each refusal's own audit append is the
+probe that finds Redis back).
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ class AgentPath:
         self._guard = guard
         self._healthy = healthy
         self._clock = clock
+        self._audited = True
+        """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
     async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
@@ -118,6 +128,11 @@ class AgentPath:
         if tool.mode is Mode.WRITE:
             return await self._propose(tool, toolbox.version(tool.name), args, principal, started)
 
+        # A read that could not be audited is not answered: refused up front while the trail is down.
+        if not self._audited:
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the audit trail cannot be written; no call is served")
+            return await self._refuse(principal, name, down, started)
+
         # A backend known to be down fails fast instead of holding the caller to the deadline.
         if not self._healthy(tool.adapter):
             down = Decision.deny(Code.UPSTREAM_UNAVAILABLE, f"adapter {tool.adapter} is unhealthy")
@@ -133,7 +148,8 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
-        await self._record(principal, name, "ok", started, reason=decision.reason)
+        if not await self._record(principal, name, "ok", started, reason=decision.reason):
+            return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
     async def _propose(
@@ -179,6 +195,11 @@ class AgentPath:
             self._guard.invalidate()
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {error.cause}")
             return await self._refuse(principal, tool.name, down, started)
+        if created.status is TransitionStatus.ERR_NOT_DURABLE:
+            # Maybe applied, not confirmed: not acknowledged. A retry finds the same card (dedupe).
+            self._guard.invalidate()
+            reason = f"card not confirmed durable ({'; '.join(created.problems)}); retry returns the same card"
+            return await self._refuse(principal, tool.name, Decision.deny(Code.LEDGER_UNAVAILABLE, reason), started)
         if created.status is TransitionStatus.ERR_QUOTA_EXCEEDED:
             # No card was made. The agent learns the cap and its count, so it can wait or cancel one.
             counts = {"limit": created.extra["limit"], "open": created.extra["open"]}
@@ -225,8 +246,9 @@ class AgentPath:
         reason: str = "",
         action: str = "tool.call",
         extra: Mapping[str, str] | None = None,
-    ) -> None:
-        await self._audit.record(
+    ) -> bool:
+        """Audit one call. Returns whether the event landed in the trail (and remembers it)."""
+        self._audited = await self._audit.record(
             AuditEvent(
                 action=action,
                 outcome=outcome,
@@ -240,6 +262,7 @@ class AgentPath:
                 extra=extra or {},
             )
         )
+        return self._audited
 
 
 def _failure(error: UpstreamError) -> Decision:

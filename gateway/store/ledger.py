@@ -17,6 +17,11 @@ version, and records a hash-chained event in the card's history, which stays bou
 counted, long histories compacted: `gateway.store.ledger_history`). A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
+
+Every script runs through `RedisLedger._eval`, in one pipeline (one round trip) with what confirms it
+durable (`gateway.store.durability`: a barrier write and ``WAITAOF`` where the server has it, then
+``CONFIG GET appendonly maxmemory-policy``). An answer that could not be confirmed becomes
+``ERR_NOT_DURABLE`` with the script's own answer in `Transition.applied` (see `gateway.ledger`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -35,6 +40,7 @@ from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transitio
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
+from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
 from gateway.store.ledger_layout import (
     SHARDS,
     card_keys,
@@ -66,7 +72,11 @@ class RedisLedger:
         blocking: aioredis.Redis | None = None,
         blocking_slack: float = DEFAULT_TIMEOUT_SECONDS,
         limits: Limits | None = None,
+        fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
+        on_verdict: Callable[[DurabilityReport], None] | None = None,
     ) -> None:
+        """`fsync_timeout_ms` bounds each ``WAITAOF`` and must stay below `client`'s read timeout (half of
+        it by default); `on_verdict` hears every transition's durability verdict (`LedgerGuard.observe`)."""
         self._client = client
         self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
@@ -74,7 +84,9 @@ class RedisLedger:
         self._blocking_slack = blocking_slack
         self._scan_limit = scan_limit  # most cards one `page` examines (gateway.store.card_pages)
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
-        self._waitaof: bool | None = None  # learnt on first use: does the server have WAITAOF?
+        self._waitaof: bool | None = None  # learnt once, on first use: does the server have WAITAOF?
+        self._fsync_timeout_ms = fsync_timeout_ms
+        self._on_verdict = on_verdict
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -94,8 +106,21 @@ class RedisLedger:
         return int(await self._client.zlexcount(key, f"[{requester}:", f"({requester};"))
 
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
-        """Run one script; every script call goes through here."""
-        return _transition(await self._scripts[name](keys=keys, args=args))
+        """Run one script and confirm it durable, in one round trip; every script call goes through here."""
+        if self._waitaof is None:
+            self._waitaof = await has_waitaof(self._client)
+        answer, report = await eval_confirmed(
+            self._client, self._scripts[name], keys, args, waitaof=self._waitaof,
+            barrier_key=keys[0].partition(":card:")[0] + ":fsync",  # in the card's slot (Redis Cluster)
+            fsync_timeout_ms=self._fsync_timeout_ms,
+        )  # fmt: skip
+        if self._on_verdict is not None:
+            self._on_verdict(report)
+        result = _transition(answer)
+        if report.durable:
+            return result
+        return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra=result.extra,
+                          applied=result.status, problems=report.problems)  # fmt: skip
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
         return await self._replay(name, card_id, secrets.token_hex(12), *args)
@@ -170,30 +195,12 @@ class RedisLedger:
         return await self._run("claim_resend", card_id, worker, lease_ms)
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
-        """Record DISPATCHED, and make sure it is on disk before the caller sends anything.
+        """Record DISPATCHED, confirmed durable like every transition (`_eval`) before the caller sends.
 
-        With ``appendfsync always`` the reply already means "on disk". Otherwise, on servers that
-        have ``WAITAOF`` (Redis 7.2+, Valkey), wait for the local fsync; if it is not confirmed the
-        answer is ``ERR_NOT_DURABLE`` and nothing may be sent. Servers without ``WAITAOF`` are
-        trusted as configured (the durability check still requires the append-only file).
+        ``ERR_NOT_DURABLE``: DISPATCHED may be recorded but is not confirmed on disk, so nothing may
+        be sent (the caller releases the card; it runs once the ledger is durable again).
         """
-        result = await self._run("dispatch", card_id, fence)
-        if result.status is TransitionStatus.OK and not await self._fsynced():
-            return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra={})
-        return result
-
-    async def _fsynced(self) -> bool:
-        if self._waitaof is False:
-            return True
-        try:
-            answer: Any = await self._client.execute_command("WAITAOF", 1, 0, 1000)  # type: ignore[no-untyped-call]
-        except aioredis.ResponseError as error:
-            if "unknown command" not in str(error).lower():
-                raise
-            self._waitaof = False  # Redis 7.0 and older: no way to ask
-            return True
-        self._waitaof = True
-        return int(answer[0]) >= 1
+        return await self._run("dispatch", card_id, fence)
 
     async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
                        evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
