@@ -1,0 +1,83 @@
+"""Rate budgets in Redis, shared by every gateway process: GCRA in one atomic script per check.
+
+Who calls it: the executor's agent path, through the `gateway.limiter.RateLimiter` Protocol, once
+per tool call that passed access. One check is one ``EVALSHA``, however many budgets it spends
+from (the class budget and the tool's own): the script reads every budget, and writes them only
+when all of them allow the call, so a refusal spends nothing.
+
+Time is the server's (``redis.call('TIME')``), never a process's: two gateways whose clocks
+disagree still share one budget. Tests may pass a clock in; the script then uses that instead.
+
+Redis layout: ``countersign:rate:{<owner hash>}:<bucket>`` -> the budget's TAT in microseconds,
+set with a ``PX`` of exactly the time until the budget is full again, so an idle budget leaves no
+key behind. All of one owner's buckets share a hash tag, so a check touches one Cluster slot; the
+owner is hashed so its text (a subject may hold any printable character) never reaches a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+import redis.asyncio as aioredis
+
+from gateway.limiter import Charge, RateVerdict, interval_us, retry_after_seconds
+from gateway.store.client import store_boundary
+
+__all__ = ["SPEND_SCRIPT", "RedisRateLimiter", "bucket_key"]
+
+SPEND_SCRIPT = """
+-- KEYS: one budget each. ARGV[1]: now in microseconds, or '' for the server's clock; then, per
+-- key, its interval (us) and burst. Returns {allowed, wait_us, index of the refusing key}.
+local now
+if ARGV[1] ~= '' then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local tats = {}
+local worst, worst_at = 0, 0
+for i = 1, #KEYS do
+  local interval, burst = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  if tat < now then tat = now end
+  tats[i] = tat + interval
+  local over = tats[i] - now - interval * burst
+  if over > worst then worst, worst_at = over, i end
+end
+-- Every guard before the first write: a refusal by any budget spends from none.
+if worst_at > 0 then return {0, worst, worst_at} end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], string.format('%.0f', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
+end
+return {1, 0, 0}
+"""
+
+
+def bucket_key(owner: str, bucket: str) -> str:
+    """The Redis key of `owner`'s `bucket`."""
+    tag = hashlib.sha256(owner.encode()).hexdigest()[:32]
+    return f"countersign:rate:{{{tag}}}:{bucket}"
+
+
+@store_boundary
+class RedisRateLimiter:
+    """`RateLimiter` over one Redis: every process using the same server spends from the same budgets."""
+
+    def __init__(self, client: aioredis.Redis, *, clock: Callable[[], int] | None = None) -> None:
+        self._spend = client.register_script(SPEND_SCRIPT)
+        self._clock = clock
+
+    async def spend(self, owner: str, charges: Sequence[Charge]) -> RateVerdict:
+        if not charges:
+            return RateVerdict(allowed=True)
+        args: list[str | int] = [str(self._clock()) if self._clock is not None else ""]
+        for charge in charges:
+            args += [interval_us(charge.budget), charge.budget.burst]
+        allowed, wait_us, at = await self._spend(keys=[bucket_key(owner, c.bucket) for c in charges], args=args)
+        if allowed:
+            return RateVerdict(allowed=True)
+        return RateVerdict(
+            allowed=False, retry_after=retry_after_seconds(int(wait_us)), bucket=charges[int(at) - 1].bucket
+        )
