@@ -109,7 +109,10 @@ async def test_no_byte_a_backend_writes_in_an_error_reaches_the_model(
     seen = envelope.for_model()
     assert envelope.code in set(Code)
     assert CANARY not in json.dumps(seen, ensure_ascii=False)
-    assert set(seen["error"]) <= {"code", "message", "retryable"}
+    assert set(seen["error"]) <= {"code", "message", "retryable", "details"}
+    # A backend's 429 adds the wait as a number the gateway parsed (its default here: no Retry-After).
+    details = seen["error"].get("details")
+    assert details is None or (seen["error"]["code"] == "RATE_LIMITED" and details == {"retry_after": 1.0})
 
 
 @pytest.mark.parametrize("status", [409, 422])

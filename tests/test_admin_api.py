@@ -379,7 +379,7 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
     listing = spec["paths"]["/cards"]["get"]
     assert [p["name"] for p in listing["parameters"]] == ["state", "tool", "requester", "limit", "cursor"]
     assert spec["components"]["schemas"]["CardList"]["required"] == ["cards", "next_cursor"]
-    assert set(listing["responses"]) == {"200", "401", "422", "503"}
+    assert set(listing["responses"]) == {"200", "401", "422", "429", "503"}
 
 
 def _walk(routes: Sequence[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:

@@ -32,7 +32,8 @@ def gateways(redis_url: str, backends: dict[str, Backend], limits: Limits, count
     """`count` gateways (each its own app, Redis client and limiter) on one Redis; their MCP URLs."""
     settings = replace(gateway_settings(redis_url, backends), run_worker=False, limits=limits)
     with ExitStack() as stack:
-        yield [f"{stack.enter_context(serve_app_in_thread(create_app(settings), lifespan=True))}/mcp" for _ in range(count)]
+        bases = [stack.enter_context(serve_app_in_thread(create_app(settings), lifespan=True)) for _ in range(count)]
+        yield [f"{base}/mcp" for base in bases]
 
 
 def retry_after(result: Any) -> float:
