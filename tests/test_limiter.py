@@ -6,6 +6,7 @@ server's own clock is checked separately, by two limiters (two processes' worth)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -207,3 +208,31 @@ def test_the_table_of_addresses_is_bounded() -> None:
     for _ in range(2):
         budgets.spend("10.0.3.231")
     assert budgets.blocked("10.0.3.231")[0] > 0
+
+
+async def test_concurrent_checks_go_together_and_each_is_its_own_atomic_step(redis: Redis) -> None:
+    """Fifty checks at once (pipelined while one round trip is in flight) allow exactly the burst."""
+    limiter = RedisRateLimiter(redis, clock=Clock())
+    verdicts = await asyncio.gather(*(limiter.spend("a", reads(Budget(per_minute=1, burst=10))) for _ in range(50)))
+    assert sum(v.allowed for v in verdicts) == 10
+
+
+async def test_a_server_that_lost_the_script_gets_it_again_alone_or_in_a_batch(redis: Redis) -> None:
+    """After SCRIPT FLUSH (a restart, a failover, an eviction of scripts) the next checks load it again."""
+    limiter = RedisRateLimiter(redis, clock=Clock())
+    await redis.script_flush()
+    assert (await limiter.spend("a", reads())).allowed
+    await redis.script_flush()
+    verdicts = await asyncio.gather(*(limiter.spend("b", reads()) for _ in range(5)))
+    assert [v.allowed for v in verdicts] == [True, True, True, False, False]
+
+
+async def test_checks_waiting_behind_a_failed_round_trip_all_fail_closed() -> None:
+    """Every check queued on a Redis that cannot answer raises `StoreUnavailableError`; none hangs."""
+    connection = connect("redis://127.0.0.1:9/0")
+    try:
+        limiter = RedisRateLimiter(connection.client)
+        answers = await asyncio.gather(*(limiter.spend("a", reads()) for _ in range(5)), return_exceptions=True)
+    finally:
+        await connection.aclose()
+    assert all(isinstance(answer, StoreUnavailableError) for answer in answers)

@@ -8,6 +8,11 @@ when all of them allow the call, so a refusal spends nothing.
 Time is the server's (``redis.call('TIME')``), never a process's: two gateways whose clocks
 disagree still share one budget. Tests may pass a clock in; the script then uses that instead.
 
+Checks that arrive while one round trip is in flight wait for it and then go together, as one
+pipeline of script calls (`_Coalescer`): a lone check costs one round trip as before, and under
+load the client-side cost of a round trip, most of a check's CPU, is shared. Each check is still
+its own atomic script call.
+
 Redis layout: ``countersign:rate:{<owner hash>}:<bucket>`` -> the budget's TAT in microseconds,
 set with a ``PX`` of exactly the time until the budget is full again, so an idle budget leaves no
 key behind. All of one owner's buckets share a hash tag, so a check touches one Cluster slot; the
@@ -16,10 +21,13 @@ owner is hashed so its text (a subject may hold any printable character) never r
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 from gateway.limiter import Charge, RateVerdict, interval_us, retry_after_seconds
 from gateway.store.client import store_boundary
@@ -61,12 +69,80 @@ def bucket_key(owner: str, bucket: str) -> str:
     return f"countersign:rate:{{{tag}}}:{bucket}"
 
 
+_Call = tuple[list[str], list[str | int], "asyncio.Future[Any] | None"]
+
+
+class _Coalescer:
+    """Runs script calls one round trip at a time: a call made while none is in flight goes at once;
+    calls made while one is in flight wait for it and then go together, pipelined."""
+
+    def __init__(self, client: aioredis.Redis, script: str) -> None:
+        self._client = client
+        self._script = script
+        self._sha = hashlib.sha1(script.encode()).hexdigest()
+        self._busy = False
+        self._queue: list[_Call] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def call(self, keys: list[str], args: list[str | int]) -> Any:
+        if self._busy:
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._queue.append((keys, args, answer))
+            return await answer
+        self._busy = True
+        try:
+            [reply] = await self._round_trip([(keys, args, None)])
+        finally:
+            if self._queue:
+                self._drainer = asyncio.create_task(self._drain())
+            else:
+                self._busy = False
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    replies = await self._round_trip(batch)
+                except BaseException as error:  # every waiting call fails as the round trip did
+                    replies = [error] * len(batch)
+                for (_, _, answer), reply in zip(batch, replies, strict=True):
+                    if answer is not None and not answer.done():
+                        if isinstance(reply, BaseException):
+                            answer.set_exception(reply)
+                        else:
+                            answer.set_result(reply)
+        finally:
+            self._busy = False
+
+    async def _round_trip(self, batch: list[_Call]) -> list[Any]:
+        for _ in range(2):  # a second time only after loading a script the server did not have
+            if len(batch) == 1:
+                keys, args, _ = batch[0]
+                try:
+                    return [await self._client.evalsha(self._sha, len(keys), *keys, *args)]
+                except NoScriptError:
+                    await self._client.script_load(self._script)
+                    continue
+            pipe = self._client.pipeline(transaction=False)
+            for keys, args, _ in batch:
+                pipe.evalsha(self._sha, len(keys), *keys, *args)
+            replies = await pipe.execute(raise_on_error=False)
+            if not any(isinstance(reply, NoScriptError) for reply in replies):
+                return list(replies)
+            await self._client.script_load(self._script)
+        raise NoScriptError("the rate-limit script could not be loaded")
+
+
 @store_boundary
 class RedisRateLimiter:
     """`RateLimiter` over one Redis: every process using the same server spends from the same budgets."""
 
     def __init__(self, client: aioredis.Redis, *, clock: Callable[[], int] | None = None) -> None:
-        self._spend = client.register_script(SPEND_SCRIPT)
+        self._spend = _Coalescer(client, SPEND_SCRIPT)
         self._clock = clock
 
     async def spend(self, owner: str, charges: Sequence[Charge]) -> RateVerdict:
@@ -75,7 +151,7 @@ class RedisRateLimiter:
         args: list[str | int] = [str(self._clock()) if self._clock is not None else ""]
         for charge in charges:
             args += [interval_us(charge.budget), charge.budget.burst]
-        allowed, wait_us, at = await self._spend(keys=[bucket_key(owner, c.bucket) for c in charges], args=args)
+        allowed, wait_us, at = await self._spend.call([bucket_key(owner, c.bucket) for c in charges], args)
         if allowed:
             return RateVerdict(allowed=True)
         return RateVerdict(
