@@ -116,7 +116,8 @@ async def limiter(command: dict[str, Any]) -> dict[str, Any]:
     from gateway.store.client import connect
     from gateway.store.limiter import RedisRateLimiter
 
-    connection = connect(command["redis_url"])
+    # A generous read timeout: on a busy box a pause of the shared Redis must not end the measurement.
+    connection = connect(command["redis_url"], timeout=10.0)
     spend = RedisRateLimiter(connection.client).spend
     # Budgets that never refuse: the cost measured is the check's, on the allowed path every call takes.
     reads = [Charge(bucket="reads", budget=Budget(per_minute=1e12, burst=10**12))]
