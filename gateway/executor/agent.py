@@ -12,7 +12,7 @@ text -> seal.
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
 anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the budget cannot be used
 to probe the catalog, and it reaches no backend and no approver, which is what the budgets protect
-(its audit write it costs either way). Everything after access spends, invalid arguments
+(it costs its audit write either way). Everything after access spends, invalid arguments
 included: an agent looping on a malformed call is a runaway like any other. The budgets are the
 requester's (org and subject), shared by all its keys (`policies.rate_budgets`); a store that
 cannot answer fails the call closed, as LEDGER_UNAVAILABLE.
