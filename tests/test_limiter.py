@@ -236,3 +236,27 @@ async def test_checks_waiting_behind_a_failed_round_trip_all_fail_closed() -> No
     finally:
         await connection.aclose()
     assert all(isinstance(answer, StoreUnavailableError) for answer in answers)
+
+
+async def _script_calls(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_a_refusal_is_repeated_from_memory_for_as_long_as_it_certainly_holds(redis: Redis) -> None:
+    """Once refused with a wait, the same check is refused without a round trip until the wait is over,
+    with the wait counting down; then it asks Redis again."""
+    clock = Clock()
+    limiter = RedisRateLimiter(redis, clock=clock)
+    for _ in range(3):
+        await limiter.spend("a", reads())
+    assert (await limiter.spend("a", reads())).retry_after == 1.0
+    before = await _script_calls(redis)
+    clock.now += SECOND // 2
+    repeated = [await limiter.spend("a", reads()) for _ in range(100)]
+    assert {(v.allowed, v.retry_after, v.bucket) for v in repeated} == {(False, 0.5, "reads")}
+    assert await _script_calls(redis) == before
+    assert (await limiter.spend("b", reads())).allowed  # another owner is not held
+    clock.now += SECOND // 2
+    assert (await limiter.spend("a", reads())).allowed
+    assert await _script_calls(redis) == before + 2

@@ -8,6 +8,9 @@ when all of them allow the call, so a refusal spends nothing.
 Time is the server's (``redis.call('TIME')``), never a process's: two gateways whose clocks
 disagree still share one budget. Tests may pass a clock in; the script then uses that instead.
 
+A refusal is remembered in process for as long as it certainly holds (its wait: a budget refills
+only with time), so a flood past its budget is answered without a round trip.
+
 Checks that arrive while one round trip is in flight wait for it and then go together, as one
 pipeline of script calls (`_Coalescer`): a lone check costs one round trip as before, and under
 load the client-side cost of a round trip, most of a check's CPU, is shared. Each check is still
@@ -29,7 +32,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
-from gateway.limiter import Charge, RateVerdict, interval_us, retry_after_seconds
+from gateway.limiter import Charge, RateVerdict, interval_us, monotonic_us, retry_after_seconds
 from gateway.store.client import store_boundary
 
 __all__ = ["SPEND_SCRIPT", "RedisRateLimiter", "bucket_key"]
@@ -141,19 +144,37 @@ class _Coalescer:
 class RedisRateLimiter:
     """`RateLimiter` over one Redis: every process using the same server spends from the same budgets."""
 
-    def __init__(self, client: aioredis.Redis, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, client: aioredis.Redis, *, clock: Callable[[], int] | None = None, remembered: int = 10_000
+    ) -> None:
         self._spend = _Coalescer(client, SPEND_SCRIPT)
         self._clock = clock
+        self._local_clock = clock if clock is not None else monotonic_us
+        self._remembered = remembered
+        # (owner, budgets) -> (local time until which the same check is certainly refused, the bucket).
+        # A budget only refills with time, and every other process's spends only push it further out,
+        # so a refusal with a wait of W holds, everywhere, for W: repeating it needs no round trip.
+        # A flood past its budget is then answered from here and costs Redis nothing.
+        self._refused: dict[tuple[str, tuple[tuple[str, int, int], ...]], tuple[int, str]] = {}
 
     async def spend(self, owner: str, charges: Sequence[Charge]) -> RateVerdict:
         if not charges:
             return RateVerdict(allowed=True)
+        budgets = tuple((c.bucket, interval_us(c.budget), c.budget.burst) for c in charges)
+        now = self._local_clock()
+        held = self._refused.get((owner, budgets))
+        if held is not None and held[0] > now:
+            return RateVerdict(allowed=False, retry_after=retry_after_seconds(held[0] - now), bucket=held[1])
         args: list[str | int] = [str(self._clock()) if self._clock is not None else ""]
-        for charge in charges:
-            args += [interval_us(charge.budget), charge.budget.burst]
+        for _, interval, burst in budgets:
+            args += [interval, burst]
         allowed, wait_us, at = await self._spend.call([bucket_key(owner, c.bucket) for c in charges], args)
         if allowed:
             return RateVerdict(allowed=True)
-        return RateVerdict(
-            allowed=False, retry_after=retry_after_seconds(int(wait_us)), bucket=charges[int(at) - 1].bucket
-        )
+        bucket = charges[int(at) - 1].bucket
+        if len(self._refused) >= self._remembered:
+            self._refused = {key: value for key, value in self._refused.items() if value[0] > now}
+            if len(self._refused) >= self._remembered:
+                self._refused.clear()
+        self._refused[(owner, budgets)] = (now + int(wait_us), bucket)
+        return RateVerdict(allowed=False, retry_after=retry_after_seconds(int(wait_us)), bucket=bucket)
