@@ -28,8 +28,10 @@ import contextlib
 import json
 import os
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -180,6 +182,9 @@ async def _gateway(
         run_worker=run_worker,
         audit_secret=Secret(os.urandom(32).hex()),
         limits=Limits() if default_limits else Limits.model_validate(UNBOUNDED_LIMITS),
+        # Entries past the retention are archived: into a directory of this run, never the working tree's
+        # ./.countersign, where the CLI (and its tests) would read them as the trail's.
+        data_dir=Path(tempfile.mkdtemp(prefix="bench-gateway-")),
     )
     await _serve(create_app(settings), run_worker=run_worker)
 

@@ -87,7 +87,8 @@ well under a second and a reconnect is automatic, so the next try a second later
 
 
 class BearerAuth:
-    """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
+    """Admit requests carrying a live key of `kind`; answer 401 to everything else, and 429 to an
+    address whose failed-authentication budget (`floods`, shared by the surfaces of a process) is spent."""
 
     def __init__(
         self,
