@@ -52,6 +52,7 @@ from gateway.auth import BEARER_ANSWERS, BearerAuth, caller_of, principal_of
 from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
+from gateway.limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer, Endpoint, Operation, RouteTable, error_handler, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
@@ -261,7 +262,7 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
 
 
 def admin_routes(
-    service: CardService, *, keys: KeyStore, audit: AuditSink, tables: Sequence[RouteTable] = ()
+    service: CardService, *, keys: KeyStore, audit: AuditSink, floods: AddressBudgets, tables: Sequence[RouteTable] = ()
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
@@ -286,7 +287,7 @@ def admin_routes(
                                      security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
 
     def guarded(app: ASGIApp) -> BearerAuth:
-        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods)
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})

@@ -32,6 +32,7 @@ from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
+from gateway.limiter import AddressBudgets
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
@@ -46,6 +47,7 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.limiter import RedisRateLimiter
 from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
@@ -214,6 +216,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
+        limiter=RedisRateLimiter(client),
+        limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
@@ -301,9 +305,14 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    # One table of failed authentications per client address for every surface of this process: it is
+    # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
+    floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
     checked = MessageChecks(surface.asgi, audit=gateway.audit)
-    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    authenticated = BearerAuth(
+        checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp", floods=floods
+    )
     mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
@@ -329,8 +338,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
-            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,

@@ -37,7 +37,7 @@ from gateway.principal import Principal
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
-from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
 __all__ = ["LivePrincipal", "WritePath"]
 
@@ -217,10 +217,12 @@ class WritePath:
         attempt = classify(error, contract, resend=card.resend)
         evidence = _evidence(error)
         if attempt is Attempt.NOT_SENT:
+            delay_ms = retry_delay_ms(error, card.attempts)
             released = await self._ledger.release(
-                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
+                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
             )
-            await self._record(card, "card.execute", "NOT_SENT", "nothing reached the backend; will retry")
+            why = "backend rate-limited (429)" if error is not None and error.sent else "nothing reached the backend"
+            await self._record(card, "card.execute", "NOT_SENT", f"{why}; will retry in {delay_ms / 1000:g} s")
             return released.card
         done = await self._ledger.complete(
             card.card_id,
