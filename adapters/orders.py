@@ -5,7 +5,9 @@ facts (items, amounts, status) and that a note exists, never its words.
 
 A refund only ever runs from an approved card, with the card's key as ``Idempotency-Key``; the
 backend keeps a record per key, which `keyed_contract` reads when an answer was lost. Large refunds
-need a second approver. The refund reason is the agent's own words, and no summary quotes it.
+need a second approver. Each proposal reads the order first (`_refund_preview`): the approver sees
+its total, what was refunded and what is left, and an amount the backend would refuse makes no card.
+The refund reason is the agent's own words, and no summary quotes it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway import (
     WITHHELD,
@@ -21,9 +23,11 @@ from gateway import (
     Approval,
     Escalation,
     Mode,
+    Preview,
     Tool,
     ToolContext,
     Untrusted,
+    UpstreamProtocolError,
     fill_path,
     keyed_contract,
     request_json,
@@ -100,8 +104,61 @@ async def _get_order(args: OrderArgs, ctx: ToolContext) -> Any:
     return await request_json(ctx, "GET", fill_path("/orders/{order_id}", order_id=args.order_id))
 
 
-async def _order_exists(args: RefundArgs, ctx: ToolContext) -> None:
-    await _get_order(OrderArgs(order_id=args.order_id), ctx)
+_MINOR_UNITS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3}
+"""Digits after the decimal point, where a currency does not have the usual two."""
+
+
+def _money(cents: int, currency: str) -> str:
+    """An amount in minor units, written with its currency's decimal point: ``250.00 USD``."""
+    digits = _MINOR_UNITS.get(currency, 2)
+    return f"{cents / 10**digits:,.{digits}f} {currency}"
+
+
+async def _refund_preview(args: RefundArgs, ctx: ToolContext) -> Preview:
+    """The order's total, what was refunded so far and the most that can still be refunded, now.
+
+    A missing order (or another org's) is NOT_FOUND. An amount above the refundable maximum, or an
+    order that cannot be refunded at all, is infeasible: the backend would refuse it.
+    """
+    try:
+        order = Order.model_validate(await _get_order(OrderArgs(order_id=args.order_id), ctx))
+        left = Eligibility.model_validate(await _eligibility(OrderArgs(order_id=args.order_id), ctx))
+    except ValidationError as error:
+        raise UpstreamProtocolError("unexpected order or eligibility", service=ctx.service) from error
+    currency = order.currency
+    facts = {
+        "order_id": order.order_id,
+        "currency": currency,
+        "total_cents": order.total_cents,
+        "refunded_cents": order.refunded_cents,
+        "max_refundable_cents": left.max_refundable_cents,
+        "amount_cents": args.amount_cents,
+        "eligibility": left.reason,
+    }
+    lines = (
+        f"Refund {_money(args.amount_cents, currency)} on order {order.order_id}",
+        f"Order {order.status}, placed {order.placed_at}",
+        f"Order total {_money(order.total_cents, currency)}; already refunded {_money(order.refunded_cents, currency)}",
+        f"Most that can still be refunded: {_money(left.max_refundable_cents, currency)}",
+        f"Left refundable after this refund: {_money(left.max_refundable_cents - args.amount_cents, currency)}",
+    )
+    infeasible = None
+    if not left.eligible:
+        infeasible = f"order {order.order_id} cannot be refunded ({_NOT_ELIGIBLE[left.reason]})"
+    elif args.amount_cents > left.max_refundable_cents:
+        infeasible = (
+            f"amount_cents {args.amount_cents} is above the most that can still be refunded on order "
+            f"{order.order_id}: {left.max_refundable_cents} ({_money(left.max_refundable_cents, currency)})"
+        )
+    return Preview(lines=lines, facts=facts, infeasible=infeasible)
+
+
+_NOT_ELIGIBLE = {
+    "ok": "eligible",
+    "cancelled": "the order is cancelled",
+    "fully_refunded": "it is already fully refunded",
+    "window_closed": "its refund window has closed",
+}
 
 
 async def _refund(args: RefundArgs, ctx: ToolContext) -> Any:
@@ -174,7 +231,7 @@ TOOLS: tuple[Tool, ...] = (
         # Money leaves the company and the order's refundable balance shrinks: not a mere addition.
         destructive=True,
         open_world=False,
-        preflight=_order_exists,
+        preview=_refund_preview,
         write_contract=keyed_contract("refund_id"),
         approval=Approval(
             approver_role="approver",

@@ -6,7 +6,9 @@ third-party text and are shown as they are.
 
 The writes only ever run from an approved card, with the card's key as ``Idempotency-Key``; the
 backend keeps a record per key, which `keyed_contract` reads when an answer was lost. A booking
-title is the agent's own words: approvers see it marked as such, and no summary quotes it.
+title is the agent's own words: approvers see it marked as such, and no summary quotes it. A booking
+proposal reads the room's day first (`_booking_preview`): the approver sees the room and the slot,
+and a slot that is taken, or a day that is over, makes no card.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from gateway import (
     Access,
     Approval,
     Mode,
+    Preview,
     Tool,
     ToolContext,
     Untrusted,
@@ -145,8 +148,54 @@ async def _my_bookings(args: NoArguments, ctx: ToolContext) -> Any:
     return await request_json(ctx, "GET", "/bookings/mine")
 
 
-async def _room_exists(args: BookArgs, ctx: ToolContext) -> None:
-    await _availability(AvailabilityArgs(room_id=args.room_id, date=args.date), ctx)
+def _earliest_open_day(now: dt.datetime) -> dt.date:
+    """The earliest day that has not ended everywhere: today at UTC-12, the last zone to start it."""
+    return (now.astimezone(dt.UTC) - dt.timedelta(hours=12)).date()
+
+
+async def _booking_preview(args: BookArgs, ctx: ToolContext) -> Preview:
+    """The room, the slot, and what else is booked in that room that day, by time only.
+
+    An unknown room is NOT_FOUND. A slot that overlaps an active booking, or a day that has ended
+    in every time zone, is infeasible: the backend would refuse the first, and nobody can meet on
+    the second. Other people's titles are not read into the preview: the times say enough.
+    """
+    try:
+        rooms = RoomList.model_validate(await _list_rooms(NoArguments(), ctx))
+        day = Availability.model_validate(
+            await _availability(AvailabilityArgs(room_id=args.room_id, date=args.date), ctx)
+        )
+    except ValidationError as error:
+        raise UpstreamProtocolError("unexpected rooms or availability", service=ctx.service) from error
+    room = next((r for r in rooms.rooms if r.id == args.room_id), None)
+    if room is None:
+        raise UpstreamNotFoundError("no such room", service=ctx.service)
+    taken = sorted((s for s in day.bookings), key=lambda s: s.start)
+    overlaps = [s for s in taken if s.start < args.end and args.start < s.end]
+    when = f"{args.date.isoformat()} {args.start}-{args.end}"
+    lines = (
+        f"Room {room.name} ({room.id}, floor {room.floor}, {room.capacity} seats)",
+        f"Slot {when} (opening hours {day.open}-{day.close})",
+        "Overlaps: " + (", ".join(f"{s.start}-{s.end} ({s.booking_id})" for s in overlaps) or "nothing"),
+        "Also booked that day: " + (", ".join(f"{s.start}-{s.end}" for s in taken if s not in overlaps) or "nothing"),
+    )
+    facts = {
+        "room_id": room.id,
+        "room_name": room.name,
+        "date": args.date.isoformat(),
+        "start": args.start,
+        "end": args.end,
+        "overlaps": [s.booking_id for s in overlaps],
+    }
+    infeasible = None
+    if args.date < _earliest_open_day(dt.datetime.now(dt.UTC)):
+        infeasible = f"{args.date.isoformat()} is in the past; choose a date from today on"
+    elif not (day.open <= args.start and args.end <= day.close):
+        infeasible = f"{room.id} can only be booked between {day.open} and {day.close}"
+    elif overlaps:
+        free = ", ".join(f"{s['start']}-{s['end']}" for s in _free_slots(day)) or "none"
+        infeasible = f"{room.id} is already booked during {when}; free that day: {free}"
+    return Preview(lines=lines, facts=facts, infeasible=infeasible)
 
 
 async def _book(args: BookArgs, ctx: ToolContext) -> Any:
@@ -261,7 +310,7 @@ TOOLS: tuple[Tool, ...] = (
         # A booking only adds a reservation; it overwrites nothing.
         destructive=False,
         open_world=False,
-        preflight=_room_exists,
+        preview=_booking_preview,
         write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
         summary=lambda args: f"Book {args.room_id} on {args.date.isoformat()} from {args.start} to {args.end}",

@@ -28,6 +28,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.org_adapters import OrgAdapters
+from gateway.preview import Preview, PreviewRead
 from gateway.principal import KeyKind, Principal
 from gateway.tool import Access, Approval, Escalation, Mode, StatusLookup, Tool, WriteContract, WriteStatus
 from gateway.tool_context import CallerCards, ToolContext
@@ -49,6 +50,8 @@ __all__ = [
     "Mode",
     "OrgAdapters",
     "PathArgumentError",
+    "Preview",
+    "PreviewRead",
     "Principal",
     "StatusLookup",
     "StoreUnavailableError",

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from gateway.preview import Preview
+
 __all__ = [
     "COMPACTED",
     "OPEN",
@@ -166,6 +168,9 @@ class Card:
     approver_role: str = "approver"
     requester_roles: frozenset[str] = frozenset()
     """The requester's roles when the card was made (access is re-checked against the live key)."""
+    preview: Preview | None = None
+    """What the write will change, as its backend answered when it was proposed (None: the tool
+    declares no preview). For people: never part of the agent's view."""
 
     @property
     def decision(self) -> CardDecision:

@@ -22,6 +22,11 @@ class Code(StrEnum):
     """A standing quota is full (open cards per requester, sessions per key). Not retryable: waiting
     a backoff does not free it; a decision on a card, or a closed session, does."""
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
+    INFEASIBLE = "INFEASIBLE"
+    """The backend would certainly refuse this write (slot taken, date past, amount above the refundable
+    maximum); no card was made. The details say why; the same call fails again unless something changes."""
+    PRECONDITION_CHANGED = "PRECONDITION_CHANGED"
+    """What the approver decided on changed before an approved write was sent; nothing was sent."""
     UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
     UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
     UPSTREAM_ERROR = "UPSTREAM_ERROR"

@@ -28,6 +28,9 @@ _MESSAGES: Mapping[Code, str] = {
     Code.QUOTA_EXCEEDED: "You have as many cards awaiting a decision as allowed; wait for one to be decided, "
     "or cancel one, before proposing another.",
     Code.APPROVAL_REQUIRED: "This action needs an administrator's approval.",
+    Code.INFEASIBLE: "The backend would refuse this write, so no card was made; details.reason says why. "
+    "Change the arguments before proposing again.",
+    Code.PRECONDITION_CHANGED: "What the approver decided on changed before the write ran; nothing was sent.",
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gateway.card import Card, CardEvent, CardState
+from gateway.preview import Preview
 
 __all__ = [
     "CardPage",
@@ -100,6 +101,8 @@ class Proposal:
     decide_within_ms: int
     execute_within_ms: int
     dedupe_key: str
+    preview: Preview | None = None
+    """The tool's preview as read for this proposal (None when it declares none); stored on the card."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from gateway.canonical import canonical_json
 from gateway.errors import ToolDeclarationError
+from gateway.preview import PreviewRead
 from gateway.untrusted import has_untrusted_fields
 
 if TYPE_CHECKING:
@@ -251,6 +252,10 @@ class Tool:
     """Input fields holding the agent's own words (a title, a reason), shown to approvers as untrusted."""
     preflight: Preflight | None = None
     """For write tools: checks the target was offered to this caller before a card is created."""
+    preview: PreviewRead | None = None
+    """For write tools: reads what the write will change, for the card, the feasibility check at
+    proposal and the precondition before sending (`gateway.preview`). It runs in place of `preflight`
+    (it checks the target too), so a tool declares one or the other."""
     timeout_seconds: float = 10.0
     """Deadline for one execution, after which the call answers UPSTREAM_TIMEOUT."""
     changes_cards: bool = False
@@ -301,9 +306,13 @@ class Tool:
             raise ToolDeclarationError(
                 "a write tool needs an approval policy and a summary", code="missing_approval", tool=self.name
             )
-        if self.mode is Mode.READ and (self.approval, self.summary, self.preflight) != (None, None, None):
+        if self.mode is Mode.READ and (self.approval, self.summary, self.preflight, self.preview) != (None,) * 4:
             raise ToolDeclarationError(
-                "approval, summary and preflight are for writes", code="stray_write", tool=self.name
+                "approval, summary, preflight and preview are for writes", code="stray_write", tool=self.name
+            )
+        if self.preflight is not None and self.preview is not None:
+            raise ToolDeclarationError(
+                "a preview checks the target itself; declare it without a preflight", code="stray_write", tool=self.name
             )
         stray = self.agent_text_fields - set(self.arguments.model_fields)
         if stray:

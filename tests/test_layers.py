@@ -78,6 +78,7 @@ PLACES: dict[str, int] = {
     "gateway.envelope": VOCABULARY,
     "gateway.errors": VOCABULARY,
     "gateway.ledger": VOCABULARY,
+    "gateway.preview": VOCABULARY,
     "gateway.limiter": VOCABULARY,
     "gateway.limits": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,

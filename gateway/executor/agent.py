@@ -6,7 +6,8 @@ anything a caller did, and audits every call exactly once.
 
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
-approval gate (a write only ever becomes a card) -> backend health -> invoke -> withhold untrusted
+approval gate (a write only ever becomes a card, after its preview
+found it feasible) -> backend health -> invoke -> withhold untrusted
 text -> seal.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
@@ -55,6 +56,7 @@ from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
+from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.tool import Mode, Tool, is_key_field
@@ -186,16 +188,23 @@ class AgentPath:
         if not await self._guard.writable():
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
             return await self._refuse(principal, tool.name, down, started)
-        if tool.preflight is not None:
-            # The target must be one this caller was shown (its own booking, its org's order).
-            try:
+        # The target must be one this caller was shown (its own booking, its org's order). A preview
+        # checks that and reads what the write will change, in one read; a backend that cannot
+        # answer refuses the proposal (retryably): no card is filed without its preview.
+        preview: Preview | None = None
+        try:
+            if tool.preview is not None:
+                preview = await tool.preview(args, self._invoker.context(tool, principal))
+            elif tool.preflight is not None:
                 await tool.preflight(args, self._invoker.context(tool, principal))
-            except PathArgumentError as error:
-                return await self._refuse_path(principal, tool.name, error, started)
-            except UpstreamError as error:
-                return await self._refuse(
-                    principal, tool.name, _failure(error), started, ran=True, details=_wait(error)
-                )
+        except PathArgumentError as error:
+            return await self._refuse_path(principal, tool.name, error, started)
+        except UpstreamError as error:
+            return await self._refuse(principal, tool.name, _failure(error), started, ran=True, details=_wait(error))
+        if preview is not None and preview.infeasible is not None:
+            # The backend would certainly refuse it: no card for a person to approve in vain.
+            infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
+            return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
         approval, summary = tool.approval, tool.summary
         if approval is None or summary is None:  # Tool construction makes this unreachable
             raise RuntimeError(f"write tool {tool.name} has no approval policy")
@@ -217,6 +226,7 @@ class AgentPath:
             decide_within_ms=int(approval.decide_within_seconds * 1000),
             execute_within_ms=int(approval.execute_within_seconds * 1000),
             dedupe_key=f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}",
+            preview=preview,
         )
         try:
             created = await self._ledger.propose(proposal)
