@@ -5,7 +5,9 @@ outcome is unknown (`reconcile`). It returns the card as it ends up and audits e
 
 The order of the steps in `WritePath._send` is the specification: re-check the binding (the tool
 is still served with the same definition, the arguments still hash to the approved args_hash, the
-requester's key is live and still has access) -> record DISPATCHED, durably, before anything is
+requester's key is live and still has access) -> the precondition (a first send reads the tool's
+preview again: what the approver decided on no longer holding is FAILED, PRECONDITION_CHANGED, unsent)
+-> record DISPATCHED, durably, before anything is
 sent -> send once with the key minted when the card was created -> classify the attempt by policy
 (nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
 anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
@@ -29,7 +31,7 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.errors import PathArgumentError, UpstreamError, UpstreamRefusedError
+from gateway.errors import PathArgumentError, UpstreamError, UpstreamNotFoundError, UpstreamRefusedError
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -174,6 +176,11 @@ class WritePath:
         contract = tool.write_contract
         args = tool.arguments.model_validate(card.arguments)
 
+        # 1b. The precondition: what the approver decided on still holds, read again just before sending.
+        changed = await self._precondition(card, tool, args)
+        if changed is not None:
+            return changed
+
         # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
         dispatched = await self._ledger.dispatch(card.card_id, fence=card.fence)
         if dispatched.unconfirmed:
@@ -236,6 +243,40 @@ class WritePath:
         if done.status is TransitionStatus.ERR_NOT_DURABLE:
             reason = f"{reason}; outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
         await self._record(card, "card.execute", attempt.value, reason.removeprefix("; "))
+        return done.card
+
+    async def _precondition(self, card: Card, tool: Tool, args: Any) -> Card | None:
+        """Read the preview again; a card it no longer holds for ends FAILED (None: go on and send).
+
+        Only a first send is checked: after an UNKNOWN outcome the earlier send may have landed and
+        changed the very values read here (a refund lowers what is refundable), so a resend is left to
+        the backend's key. A backend that cannot answer now hands the card back unsent, to retry.
+        """
+        if tool.preview is None or card.resend:
+            return None
+        ctx = self._invoker.context(tool, requester_of(card))
+        try:
+            now = await tool.preview(args, ctx)
+        except UpstreamNotFoundError:
+            now = None  # the target is gone: as material a change as there is
+        except UpstreamError as error:
+            delay_ms = retry_delay_ms(error, card.attempts)
+            released = await self._ledger.release(
+                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
+            )
+            await self._record(card, "card.execute", "NOT_SENT", f"precondition not read ({type(error).__name__})")
+            return released.card
+        if now is not None and now.infeasible is None:
+            return None
+        reason = (now.infeasible if now is not None else None) or "the target of the write is no longer there"
+        code = Code.PRECONDITION_CHANGED.value
+        evidence: dict[str, Any] = {"code": code, "reason": reason, "sent": False}
+        if now is not None:
+            evidence["preview_now"] = now.to_json()
+        done = await self._ledger.complete(
+            card.card_id, fence=card.fence, outcome=CardState.FAILED, reference="", evidence=evidence, settle_ms=0
+        )
+        await self._record(card, "card.execute", "FAILED", reason, code=code)
         return done.card
 
     async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
