@@ -232,6 +232,11 @@ TOOLS: tuple[Tool, ...] = (
         destructive=True,
         open_world=False,
         preview=_refund_preview,
+        refusal_words={
+            "exceeds_refundable": "the amount is above what can still be refunded",
+            "not_eligible": "the order can no longer be refunded",
+            "not_found": "the order is gone",
+        },
         write_contract=keyed_contract("refund_id"),
         approval=Approval(
             approver_role="approver",

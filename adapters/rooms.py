@@ -202,14 +202,20 @@ async def _book(args: BookArgs, ctx: ToolContext) -> Any:
     return await request_json(ctx, "POST", "/bookings", json=args.model_dump(mode="json"))
 
 
-async def _own_active_booking(args: CancelArgs, ctx: ToolContext) -> None:
+async def _cancel_preview(args: CancelArgs, ctx: ToolContext) -> Preview:
+    """The booking that would be cancelled: room, day and slot. Only the caller's own active bookings
+    qualify; someone else's, a cancelled one and a missing one all answer NOT_FOUND alike."""
     try:
         mine = MyBookings.model_validate(await request_json(ctx, "GET", "/bookings/mine"))
     except ValidationError as error:
         raise UpstreamProtocolError("unexpected list of bookings", service=ctx.service) from error
-    if not any(b.booking_id == args.booking_id and b.status == "active" for b in mine.bookings):
-        # Someone else's booking, a cancelled one and a missing one answer alike.
+    booking = next((b for b in mine.bookings if b.booking_id == args.booking_id and b.status == "active"), None)
+    if booking is None:
         raise UpstreamNotFoundError("not among the caller's active bookings", service=ctx.service)
+    facts = {"booking_id": booking.booking_id, "room_id": booking.room_id, "date": booking.date,
+             "start": booking.start, "end": booking.end}  # fmt: skip
+    lines = (f"Cancel {booking.booking_id}: {booking.room_id} on {booking.date} {booking.start}-{booking.end}",)
+    return Preview(lines=lines, facts=facts)
 
 
 async def _cancel(args: CancelArgs, ctx: ToolContext) -> Any:
@@ -311,6 +317,7 @@ TOOLS: tuple[Tool, ...] = (
         destructive=False,
         open_world=False,
         preview=_booking_preview,
+        refusal_words={"slot_taken": "the slot was taken", "not_found": "the room no longer exists"},
         write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
         summary=lambda args: f"Book {args.room_id} on {args.date.isoformat()} from {args.start} to {args.end}",
@@ -331,7 +338,8 @@ TOOLS: tuple[Tool, ...] = (
         execute=_cancel,
         destructive=True,
         open_world=False,
-        preflight=_own_active_booking,
+        preview=_cancel_preview,
+        refusal_words={"already_cancelled": "the booking was already cancelled", "not_found": "the booking is gone"},
         write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
         summary=lambda args: f"Cancel booking {args.booking_id}",

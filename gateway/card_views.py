@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.canonical import iso_from_ms
 from gateway.card import Card, CardDecision, CardEvent, CardOutcome, CardState, verify_chain
+from gateway.card_words import deadline_ms, failure_code, said_to_agent, said_to_people
 from gateway.codes import Code
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "CardActionResult",
     "CardEventView",
     "CardListing",
+    "CardPreview",
     "Rejection",
     "Requester",
     "ResultCode",
@@ -62,8 +64,14 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
         "outcome": card.outcome,
         "approvals_required": card.approvals_required,
         "approvals_received": len(card.approvers),
-        "expires_at": iso_from_ms(card.execute_by_ms if card.state is CardState.APPROVED else card.decide_by_ms),
+        "said": said_to_agent(card),
     }
+    deadline = deadline_ms(card)
+    if deadline is not None:
+        view["expires_at"] = iso_from_ms(deadline)
+    code = failure_code(card)
+    if code is not None:
+        view["code"] = code
     if existing:
         view["existing"] = True
         view["note"] = "An identical request is already open; this is that card."
@@ -98,7 +106,12 @@ class AgentCard(BaseModel):
     outcome: str
     approvals_required: int
     approvals_received: int
-    expires_at: IsoTime
+    said: str
+    """What happened, plainly: "rejected by an approver", "expired: not run", "failed: ..."."""
+    expires_at: IsoTime | None = None
+    """The deadline still running (to decide, or to run once approved); absent once the card is final."""
+    code: str | None = None
+    """The stable code of a failure (``PRECONDITION_CHANGED``, ``CONFLICT``...), on FAILED cards only."""
     existing: bool | None = None
     note: str | None = None
     rejection: AgentRejection | None = None
@@ -177,6 +190,10 @@ class AdminCardSummary(_View):
     created_at: IsoTime
     decide_by: IsoTime
     execute_by: IsoTime | None
+    deadline: IsoTime | None
+    """The deadline still running (decide by, or execute by once approved); None once the card is final."""
+    said: str
+    """What happened, plainly, with the backend's reason on a failure (third-party text, for people)."""
 
     @classmethod
     def from_card(cls, card: Card) -> AdminCardSummary:
@@ -193,7 +210,19 @@ class AdminCardSummary(_View):
             created_at=iso_from_ms(card.created_ms),
             decide_by=iso_from_ms(card.decide_by_ms),
             execute_by=iso_from_ms(card.execute_by_ms),
+            deadline=iso_from_ms(deadline_ms(card)),
+            said=said_to_people(card),
         )
+
+
+class CardPreview(_View):
+    """What the write will change, read from its backend when it was proposed (`gateway.preview`).
+
+    `lines` are rendered for people and may name backend objects; `facts` are the values they were
+    drawn from, which the worker checks again just before sending."""
+
+    lines: list[str]
+    facts: dict[str, Any]
 
 
 class AdminCard(_View):
@@ -229,6 +258,14 @@ class AdminCard(_View):
     created_at: IsoTime
     decide_by: IsoTime
     execute_by: IsoTime | None
+    deadline: IsoTime | None
+    """The deadline still running; None once the card is final."""
+    said: str
+    """What happened, plainly; on a failure, with the backend's status and reason (for people only)."""
+    failure_code: str | None
+    """The stable code of a failure, as the requesting agent is told it."""
+    preview: CardPreview | None
+    """None when the tool declares no preview."""
     events: list[CardEventView]
     chain_valid: bool
     """Whether the event history's hash chain is unbroken."""
@@ -264,6 +301,12 @@ class AdminCard(_View):
             created_at=iso_from_ms(card.created_ms),
             decide_by=iso_from_ms(card.decide_by_ms),
             execute_by=iso_from_ms(card.execute_by_ms),
+            deadline=iso_from_ms(deadline_ms(card)),
+            said=said_to_people(card),
+            failure_code=failure_code(card),
+            preview=None
+            if card.preview is None
+            else CardPreview(lines=list(card.preview.lines), facts=dict(card.preview.facts)),
             events=[CardEventView.from_event(event) for event in events],
             chain_valid=verify_chain(events),
         )

@@ -252,6 +252,10 @@ class Tool:
     """Input fields holding the agent's own words (a title, a reason), shown to approvers as untrusted."""
     preflight: Preflight | None = None
     """For write tools: checks the target was offered to this caller before a card is created."""
+    refusal_words: Mapping[str, str] = field(default_factory=dict)
+    """For write tools: the backend's refusal codes (``slot_taken``) and the gateway's words for each
+    ("the slot was taken"), which the requester is told when its card fails. Only these words reach
+    the model; a refusal code not listed here is reported by its stable code alone."""
     preview: PreviewRead | None = None
     """For write tools: reads what the write will change, for the card, the feasibility check at
     proposal and the precondition before sending (`gateway.preview`). It runs in place of `preflight`

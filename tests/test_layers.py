@@ -73,6 +73,7 @@ PLACES: dict[str, int] = {
     "gateway.card": VOCABULARY,
     "gateway.card_transitions": VOCABULARY,
     "gateway.card_views": VOCABULARY,
+    "gateway.card_words": VOCABULARY,
     "gateway.codes": VOCABULARY,
     "gateway.decision": VOCABULARY,
     "gateway.envelope": VOCABULARY,

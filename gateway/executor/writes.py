@@ -222,7 +222,7 @@ class WritePath:
 
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
         attempt = classify(error, contract, resend=card.resend)
-        evidence = _evidence(error)
+        evidence = _evidence(error, tool)
         if attempt is Attempt.NOT_SENT:
             delay_ms = retry_delay_ms(error, card.attempts)
             released = await self._ledger.release(
@@ -308,13 +308,16 @@ class WritePath:
         )
 
 
-def _evidence(error: UpstreamError | None) -> dict[str, Any]:
-    """What the card keeps of a failed attempt, for people: the error, the status, the backend's refusal code."""
+def _evidence(error: UpstreamError | None, tool: Tool) -> dict[str, Any]:
+    """What the card keeps of a failed attempt: for people, the error, the status and the backend's
+    refusal code; for the requester, the tool's own words for that code, when it declares some."""
     if error is None:
         return {}
     evidence: dict[str, Any] = {"error": type(error).__name__, "status": error.status}
     if isinstance(error, UpstreamRefusedError) and error.reason:
         evidence["reason"] = error.reason
+        if error.reason in tool.refusal_words:
+            evidence["said"] = tool.refusal_words[error.reason]
     return evidence
 
 

@@ -1,4 +1,4 @@
-"""The rooms write tools against a real rooms backend on loopback: execute, status lookup, preflight.
+"""The rooms write tools against a real rooms backend on loopback: execute, status lookup, preview.
 
 One backend serves the whole module, so every test books its own room and day (or only reads) and
 counts effects as differences, never as totals.
@@ -211,14 +211,14 @@ async def test_status_lookup_without_a_usable_answer_raises(
         backend.service.faults.clear()
 
 
-async def test_book_preflight_passes_for_a_room_and_refuses_an_unknown_one(backend: Served) -> None:
+async def test_book_preview_passes_for_a_room_and_refuses_an_unknown_one(backend: Served) -> None:
     """A card is only made for a room that exists; the check books nothing."""
-    assert BOOK.preflight is not None
+    assert BOOK.preview is not None
     before = len(backend.service.bookings)
     async with context(backend) as ctx:
-        await BOOK.preflight(booking("room-atlas", "2026-12-01"), ctx)
+        await BOOK.preview(booking("room-atlas", "2026-12-01"), ctx)
         with pytest.raises(UpstreamNotFoundError):
-            await BOOK.preflight(booking("room-nowhere", "2026-12-01"), ctx)
+            await BOOK.preview(booking("room-nowhere", "2026-12-01"), ctx)
     assert len(backend.service.bookings) == before
 
 
@@ -231,19 +231,20 @@ async def test_book_preflight_passes_for_a_room_and_refuses_an_unknown_one(backe
         "bk-9999",  # nobody's
     ],
 )
-async def test_cancel_preflight_refuses_anything_but_an_own_active_booking(backend: Served, booking_id: str) -> None:
+async def test_cancel_preview_refuses_anything_but_an_own_active_booking(backend: Served, booking_id: str) -> None:
     """Another person's booking answers NOT_FOUND, so no card is created for it."""
-    assert CANCEL.preflight is not None
+    assert CANCEL.preview is not None
     async with context(backend) as ctx:
         with pytest.raises(UpstreamNotFoundError):
-            await CANCEL.preflight(CANCEL.arguments.model_validate({"booking_id": booking_id}), ctx)
+            await CANCEL.preview(CANCEL.arguments.model_validate({"booking_id": booking_id}), ctx)
 
 
-async def test_cancel_preflight_passes_for_an_own_booking_and_changes_nothing(backend: Served) -> None:
-    """Alice's active booking passes; it is still active afterwards."""
-    assert CANCEL.preflight is not None
+async def test_cancel_preview_passes_for_an_own_booking_and_changes_nothing(backend: Served) -> None:
+    """Alice's active booking passes and is shown; it is still active afterwards."""
+    assert CANCEL.preview is not None
     async with context(backend) as ctx:
-        await CANCEL.preflight(CANCEL.arguments.model_validate({"booking_id": "bk-0001"}), ctx)
+        shown = await CANCEL.preview(CANCEL.arguments.model_validate({"booking_id": "bk-0001"}), ctx)
+    assert shown.infeasible is None and shown.facts["booking_id"] == "bk-0001"
     assert backend.service.bookings["bk-0001"].status == "active"
 
 
