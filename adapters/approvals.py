@@ -43,7 +43,12 @@ class CardView(BaseModel):
     outcome: str
     approvals_required: int
     approvals_received: int
-    expires_at: str | None
+    said: str
+    """What happened, plainly: "rejected by an approver", "expired: not run", "failed: the slot was taken"."""
+    expires_at: str | None = None
+    """The deadline still running; absent once the card is final."""
+    code: str | None = None
+    """On a failed card, the stable code of the failure."""
     existing: bool | None = None
     note: str | None = None
     rejection: Rejection | None = None

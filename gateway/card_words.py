@@ -51,6 +51,8 @@ def failure_code(card: Card) -> str | None:
     if isinstance(code, str) and code in Code.__members__:
         return code
     status = evidence.get("status")
+    if status == "refused":  # settled by a status query: the backend says it refused the write
+        return Code.CONFLICT.value
     if status == 404:
         return Code.NOT_FOUND.value
     return Code.CONFLICT.value if isinstance(status, int) and status < 500 else Code.UPSTREAM_ERROR.value
@@ -79,7 +81,8 @@ def said_to_people(card: Card) -> str:
     evidence: Mapping[str, Any] = card.evidence
     if evidence.get("sent") is False and evidence.get("reason"):
         return f"{said}: {evidence['reason']}"  # the gateway's own words: nothing reached the backend
-    detail = [f"HTTP {evidence['status']}"] if evidence.get("status") is not None else []
+    status = evidence.get("status")
+    detail = [f"HTTP {status}" if isinstance(status, int) else f"status query: {status}"] if status is not None else []
     if evidence.get("reason"):
         detail.append(f"backend reason: {evidence['reason']}")
     if evidence.get("error"):

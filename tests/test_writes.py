@@ -193,24 +193,6 @@ async def test_a_5xx_is_unknown_never_failed_and_resolves_without_a_double_write
     assert sent_keys.count(card.idempotency_key) == 2  # the 503'd send and the resend, with one key
 
 
-async def test_a_definitive_refusal_is_failed(redis: Redis, mcp_url: str, backends: dict[str, Backend]) -> None:
-    """409 slot_taken is 'not applied' under the contract: the card ends FAILED, nothing booked, and the
-    backend's code is kept for people in the card's evidence and the audit."""
-    token = await make_key(redis, roles=("staff",))
-    async with agent(mcp_url, token) as client:
-        card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-01", "09:30", "10:30", "room-atlas")))[
-            "card_id"
-        ]
-    await _approve(redis, card_id)
-    card = await _settled(redis, card_id)
-    assert card.state is CardState.FAILED and card.evidence.get("status") == 409
-    assert card.evidence.get("reason") == "slot_taken"
-    audit = RedisStreamAuditSink(redis)
-    with anyio.fail_after(5):  # the worker audits the outcome just after settling the card
-        while not any(e.action == "card.execute" and "slot_taken" in e.reason for e in await audit.recent(50)):
-            await anyio.sleep(0.02)
-
-
 async def test_large_refund_needs_two_distinct_approvers(
     redis: Redis, mcp_url: str, backends: dict[str, Backend]
 ) -> None:

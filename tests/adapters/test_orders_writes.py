@@ -1,4 +1,4 @@
-"""The refund write tool against a real orders backend on loopback: execute, status lookup, preflight.
+"""The refund write tool against a real orders backend on loopback: execute, status lookup, preview.
 
 One backend serves the whole module; tests count refunds as differences and only refund small
 amounts, so they do not depend on each other's order.
@@ -161,18 +161,55 @@ async def test_status_lookup_after_a_refused_refund_says_refused(backend: Served
 
 
 @pytest.mark.parametrize("order_id", ["ord-1005", "ord-9999"])
-async def test_refund_preflight_refuses_another_orgs_order_like_a_missing_one(backend: Served, order_id: str) -> None:
+async def test_refund_preview_refuses_another_orgs_order_like_a_missing_one(backend: Served, order_id: str) -> None:
     """globex's order and no order at all both answer NOT_FOUND, so no card is created."""
-    assert REFUND.preflight is not None
+    assert REFUND.preview is not None
     async with context(backend) as ctx:
         with pytest.raises(UpstreamNotFoundError):
-            await REFUND.preflight(refund(order_id=order_id), ctx)
+            await REFUND.preview(refund(order_id=order_id), ctx)
 
 
-async def test_refund_preflight_passes_for_an_own_order_and_refunds_nothing(backend: Served) -> None:
-    """The check only reads the order."""
-    assert REFUND.preflight is not None
-    before = len(backend.service.refunds)
+async def test_refund_preview_numbers_are_the_orders_and_it_refunds_nothing(backend: Served) -> None:
+    """Total, refunded so far and the most still refundable are the backend's own figures, written with
+    the currency's decimal point; reading them changes nothing."""
+    assert REFUND.preview is not None
+    service = backend.service
+    before = len(service.refunds)
+    order = service.orders["ord-1001"]
+    refunded = service.refunded_cents("ord-1001")
     async with context(backend) as ctx:
-        await REFUND.preflight(refund(order_id="ord-1004"), ctx)
-    assert len(backend.service.refunds) == before
+        shown = await REFUND.preview(refund(order_id="ord-1001", amount_cents=2_550), ctx)
+    assert len(service.refunds) == before
+    assert shown.infeasible is None
+    assert shown.facts == {
+        "order_id": "ord-1001",
+        "currency": "USD",
+        "total_cents": order.total_cents,
+        "refunded_cents": refunded,
+        "max_refundable_cents": order.total_cents - refunded,
+        "amount_cents": 2_550,
+        "eligibility": "ok",
+    }
+    left = order.total_cents - refunded
+    assert shown.lines[0] == "Refund 25.50 USD on order ord-1001"
+    assert f"Order total {order.total_cents / 100:,.2f} USD; already refunded {refunded / 100:,.2f} USD" in shown.lines
+    assert f"Most that can still be refunded: {left / 100:,.2f} USD" in shown.lines
+
+
+@pytest.mark.parametrize(
+    ("order_id", "amount_cents", "words"),
+    [
+        ("ord-1001", 10_000_000, "above the most that can still be refunded"),
+        ("ord-1003", 100, "the order is cancelled"),
+        ("ord-1004", 100, "refund window has closed"),
+    ],
+)
+async def test_refund_preview_says_why_a_refund_the_backend_would_refuse_is_infeasible(
+    backend: Served, order_id: str, amount_cents: int, words: str
+) -> None:
+    """An amount over the maximum, a cancelled order, a closed window: infeasible, with a reason."""
+    assert REFUND.preview is not None
+    async with context(backend) as ctx:
+        shown = await REFUND.preview(refund(order_id=order_id, amount_cents=amount_cents), ctx)
+    assert shown.infeasible is not None and words in shown.infeasible
+    assert HOSTILE_REASON not in shown.infeasible
