@@ -151,9 +151,15 @@ def _card_text(view: AdminCard) -> list[str]:
         f"requester   {_safe(requester.subject)}  (org {_safe(requester.org)}, key {requester.key_id})",
         f"approvals   {approvals.received}/{approvals.required} (role {_safe(approvals.role)})"
         + (f"  by {', '.join(_safe(a) for a in approvals.by)}" if approvals.by else ""),
-        f"times       created {view.created_at}  decide by {view.decide_by}"
-        + (f"  execute by {view.execute_by}" if view.execute_by else ""),
+        f"happened    {_safe(view.said)}",
+        f"times       created {view.created_at}  "
+        + (f"deadline {view.deadline}" if view.deadline else "no deadline running (the card is final)"),
     ]
+    if view.preview is not None:
+        lines.append("preview     (read from the backend at proposal; checked again before it runs)")
+        lines += [f"  {_safe(line)}" for line in view.preview.lines]
+    else:
+        lines.append("preview     (this tool declares none)")
     if view.rejection is not None:
         lines.append(f"rejected    by {_safe(view.rejection.by)}: {_safe(view.rejection.reason)}")
     if view.reference or view.evidence:

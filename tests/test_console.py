@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from gateway.console import console_routes
+from gateway.preview import Preview
 from gateway.principal import KeyKind
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
@@ -300,3 +301,34 @@ async def test_in_a_browser_the_list_follows_the_cursors_to_an_old_pending_card(
         assert len(shown) == len(set(shown)) == 251 and set(shown) == {old, *newer} and shown[-1] == old
         assert await page.evaluate("document.querySelector('#more-cards') === null")
         assert await page.evaluate("document.querySelector('.list-more').textContent") == "All 251 cards shown."
+
+
+async def test_in_a_browser_a_card_shows_its_preview_what_happened_and_local_times_with_their_zone(
+    mcp_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """The preview's lines are listed as text above the arguments, the state is said in words, and the
+    creation time is the browser's local time with its zone named."""
+    key = await make_key(redis, kind=KeyKind.ADMIN, subject="bob@acme.example", roles=("approver",))
+    lines = ("Refund 12.34 USD on order ord-1001", f"Most that can still be refunded: 400.00 USD {HOSTILE}")
+    created = await RedisLedger(redis).propose(
+        replace(PROPOSAL, preview=Preview(lines=lines, facts={"max": 40_000}), dedupe_key=secrets.token_hex(8))
+    )
+    assert created.card is not None
+    base = mcp_url.removesuffix("/mcp")
+    async with _browser(tmp_path / "profile") as page:
+        await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards/{created.card.card_id}"})
+        await page.until("document.querySelector('#card-detail') !== null")
+        seen = json.loads(await page.evaluate(
+            """JSON.stringify({
+                preview: [...document.querySelectorAll('#card-preview li')].map((li) => li.textContent),
+                images: document.images.length,
+                said: document.querySelector('#card-said').textContent,
+                created: [...document.querySelectorAll('#card-detail dt')]
+                    .find((dt) => dt.textContent === 'Created').nextElementSibling.textContent,
+                zone: Intl.DateTimeFormat(undefined, {timeZoneName: 'short'}).formatToParts(new Date())
+                    .find((part) => part.type === 'timeZoneName').value,
+            })"""
+        ))  # fmt: skip
+    assert seen["preview"] == list(lines) and seen["images"] == 0
+    assert seen["said"] == "waiting for approval (0 of 1)"
+    assert seen["created"].endswith(seen["zone"]) and seen["zone"]

@@ -98,7 +98,21 @@
     const amount = span < 60 ? `${span} min` : span < 2880 ? `${Math.floor(span / 60)} h ${span % 60} min`
       : `${Math.floor(span / 1440)} days`;
     const relative = minutes === 0 ? "now" : minutes > 0 ? "in " + amount : amount + " ago";
-    return `${at.toLocaleString()} (${relative})`;
+    return `${local(at)} (${relative})`;
+  }
+
+  // The approver's own clock and zone, named: "1 Dec 2026, 13:05:00 CET". The API's times are ISO 8601
+  // with an offset, so the browser converts them exactly.
+  function local(at) {
+    // (dateStyle/timeStyle cannot be combined with timeZoneName: the fields are named one by one.)
+    return at.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit",
+      minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  }
+
+  function at(iso) {
+    if (!iso) return "—";
+    const moment = new Date(iso);
+    return Number.isNaN(moment.getTime()) ? String(iso) : local(moment);
   }
 
   function fields(pairs) {
@@ -364,14 +378,16 @@
 
   function cardRow(card) {
     const approvals = card.approvals || {};
-    const expiry = card.state === "APPROVED" ? card.execute_by : card.decide_by;
+    // A final card has no running deadline (null): it shows none.
+    const expiry = card.deadline;
     return el("tr", { "data-card-id": card.card_id },
       el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
       el("td", null, mono(card.tool)),
       el("td", null, card.requester),
       el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
-      el("td", null, el("span", { class: "state state-" + card.state }, card.state)),
-      el("td", null, when(expiry)));
+      el("td", null, el("span", { class: "state state-" + card.state }, card.state), " ",
+        el("span", { class: "said" }, card.said || "")),
+      el("td", null, expiry ? when(expiry) : "—"));
   }
 
   // -- one card -------------------------------------------------------------------------------------
@@ -416,6 +432,7 @@
         fields([
           ["Decision", el("span", { class: "decision", id: "card-decision" }, card.decision)],
           ["Outcome", el("span", { class: "outcome", id: "card-outcome" }, card.outcome)],
+          ["What happened", el("span", { class: "said", id: "card-said" }, card.said || "")],
           ["State", el("span", { class: "state state-" + card.state }, card.state)],
           ["Version", mono(String(card.version))],
           ["args_hash", mono(card.args_hash)],
@@ -423,14 +440,16 @@
             (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
             (approvals.role ? ` (role ${approvals.role})` : "")],
           ["Requester", `${requester.subject} (org ${requester.org}, key ${requester.key_id})`],
-          ["Created", when(card.created_at)],
-          ["Decide by", when(card.decide_by)],
-          ["Execute by", when(card.execute_by)],
+          ["Created", at(card.created_at)],
+          ["Deadline", card.deadline
+            ? when(card.deadline) + (card.state === "PENDING" ? " to decide" : " to run")
+            : "none: the card is final"],
           ["Attempts", String(card.attempts)],
           ["Idempotency key", mono(card.idempotency_key)],
           ["Reference", card.reference === null || card.reference === undefined ? "—" : mono(card.reference)],
           rejection ? ["Rejection", `by ${rejection.by}: ${rejection.reason}`] : null,
         ])),
+      previewSection(card),
       el("section", null,
         el("h3", null, "Arguments"),
         el("p", { class: "hint" }, "Canonical: exactly what the write runs with. The summary above is rendered by the gateway."),
@@ -452,6 +471,18 @@
       historySection(card));
   }
 
+  function previewSection(card) {
+    const preview = card.preview;
+    if (!preview || !Array.isArray(preview.lines)) {
+      return el("section", { id: "card-preview" }, el("h3", null, "Preview"),
+        el("p", { class: "empty" }, "This tool declares no preview."));
+    }
+    return el("section", { id: "card-preview" },
+      el("h3", null, "Preview"),
+      el("p", { class: "hint" }, "Read from the backend when the write was proposed; checked again just before it runs."),
+      el("ul", { class: "preview" }, preview.lines.map((line) => el("li", null, String(line)))));
+  }
+
   function historySection(card) {
     const events = Array.isArray(card.events) ? card.events : [];
     const chain = card.chain_valid
@@ -466,7 +497,7 @@
           ["#", "At", "Event", "Actor", "State", "Version", "Data"].map((h) => el("th", null, h)))),
         el("tbody", null, events.map((event) => el("tr", null,
           el("td", null, String(event.seq)),
-          el("td", null, when(event.at)),
+          el("td", null, at(event.at)),
           el("td", null, mono(event.type)),
           el("td", null, event.actor),
           el("td", null, event.state),
