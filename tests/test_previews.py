@@ -17,11 +17,13 @@ from redis.asyncio import Redis
 
 from backends._faults import FaultSpec
 from backends.demo_data import Booking
+from backends.expenses import expenses_manifest
 from gateway.card import Card, CardState
 from gateway.principal import KeyKind
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.registration import register_and_accept, remove
 from tests.support.services import Backend
 
 pytestmark = pytest.mark.anyio
@@ -223,3 +225,28 @@ async def test_approvals_status_says_plainly_what_happened_to_rejected_and_cance
     assert said[rejected["card_id"]]["said"] == "rejected by an approver"
     assert said[cancelled["card_id"]]["said"] == "cancelled: not run"
     assert all(view["expires_at"] is None and view["code"] is None for view in said.values())
+
+
+async def test_a_registered_write_with_a_preview_path_shows_the_declared_fields_on_its_card(
+    redis: Redis, mcp_url: str, expenses: Backend
+) -> None:
+    """A manifest's preview_path is read at proposal: its declared fields are on the card, another org's
+    report is NOT_FOUND like a missing one, and no card is made for either."""
+    manifest = expenses_manifest(expenses.url)
+    [withdraw] = [tool for tool in manifest["tools"] if tool["name"] == "expenses_withdraw"]
+    withdraw.pop("target_path")
+    withdraw |= {"preview_path": "/reports/{report_id}", "preview_fields": ["status", "amount_cents", "currency"]}
+    admin, agent_key = await register_and_accept(mcp_url, redis, manifest, "expenses")
+    try:
+        async with agent(mcp_url, agent_key) as client:
+            other_org = await client.call_tool("expenses_withdraw", {"report_id": "exp-2005"})
+            own = payload(await client.call_tool("expenses_withdraw", {"report_id": "exp-2001"}))
+        assert error_code(other_org) == "NOT_FOUND"
+        report = expenses.app.state.service.reports["exp-2001"]
+        shown = await _admin(mcp_url, redis, f"/cards/{own['card_id']}")
+        assert shown["preview"]["lines"] == [
+            f'status: "{report.status}"', f"amount_cents: {report.amount_cents}", f'currency: "{report.currency}"'
+        ]  # fmt: skip
+        assert [card.tool for card in await RedisLedger(redis).recent()] == ["expenses_withdraw"]
+    finally:
+        await remove(mcp_url, admin, "expenses")

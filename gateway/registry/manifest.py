@@ -109,6 +109,13 @@ class ToolSpec(_Strict):
     target_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """For writes: a GET path template that must answer 2xx for the caller before a card is made
     (``/reports/{report_id}``), so a write can only target what this caller can see."""
+    preview_path: Annotated[str, Field(pattern=_PATH)] | None = None
+    """For writes, in place of `target_path`: a GET path template read when the write is proposed and
+    again just before it is sent (``/reports/{report_id}``). It must answer 2xx for the caller (else
+    NOT_FOUND and no card); the `preview_fields` of its answer are shown to approvers on the card, and
+    a target gone by the time the write is due ends the card FAILED, PRECONDITION_CHANGED, unsent."""
+    preview_fields: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")], ...] = ()
+    """Top-level fields of the preview answer to show approvers (``status``, ``total``), in this order."""
     destructive: bool | None = None
     """For writes: whether the write may destroy or overwrite (a withdrawal) rather than only add (a
     submission). Left out, agents' clients are told nothing and assume it may (`Tool.destructive`)."""
@@ -125,11 +132,17 @@ class ToolSpec(_Strict):
                 problems.append("a write tool needs a write contract (idempotency and status lookup)")
             if not self.summary_template:
                 problems.append("a write tool needs a summary_template")
-        elif self.approval or self.write_contract or self.summary_template or self.target_path:
-            problems.append("approval, write_contract, summary_template and target_path are for write tools")
+            if self.preview_path and self.target_path:
+                problems.append("preview_path checks the target itself; declare it instead of target_path")
+        elif self.approval or self.write_contract or self.summary_template or self.target_path or self.preview_path:
+            problems.append(
+                "approval, write_contract, summary_template, target_path and preview_path are for write tools"
+            )
         elif self.destructive is not None:
             problems.append("destructive is for write tools")
         placeholders = set(PLACEHOLDER.findall(self.summary_template or ""))
+        if self.preview_fields and not self.preview_path:
+            problems.append("preview_fields need a preview_path")
         if placeholders & set(self.agent_text_fields):
             problems.append("summary_template may not quote agent text fields")
         if problems:

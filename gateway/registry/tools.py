@@ -10,6 +10,7 @@ carry their contract (idempotency, status lookup by key) from the manifest.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, create_model, field_validator
 
 from gateway.adapter_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.errors import ToolDeclarationError
+from gateway.preview import Preview, PreviewRead
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
 from gateway.tool import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
@@ -61,7 +63,7 @@ def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, 
 def _tool(adapter: str, spec: ToolSpec) -> Tool:
     output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
     placeholders = _PLACEHOLDER.findall(spec.path)
-    target = _PLACEHOLDER.findall(spec.target_path or "")
+    target = _PLACEHOLDER.findall(spec.target_path or spec.preview_path or "")
     required = set(spec.input_schema.get("required", ()))
     for name in (*placeholders, *target):
         if name not in required:
@@ -105,6 +107,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         summary=_summary(spec.summary_template) if write and spec.summary_template else None,
         agent_text_fields=frozenset(spec.agent_text_fields),
         preflight=_target_check(spec.target_path, target) if spec.target_path else None,
+        preview=_preview(spec.preview_path, target, spec.preview_fields) if spec.preview_path else None,
         timeout_seconds=spec.timeout_seconds,
     )
 
@@ -151,6 +154,23 @@ def _target_check(template: str, placeholders: list[str]) -> Preflight:
         await request_json(ctx, "GET", fill_path(template, **{name: str(data[name]) for name in placeholders}))
 
     return preflight
+
+
+def _preview(template: str, placeholders: list[str], shown: tuple[str, ...]) -> PreviewRead:
+    """Read the write's target (2xx, else NOT_FOUND) and show the declared fields of its answer.
+
+    The answer is the backend's text: the lines go to approvers only, escaped by each surface."""
+
+    async def preview(args: BaseModel, ctx: ToolContext) -> Preview:
+        data = args.model_dump(mode="json")
+        url = fill_path(template, **{name: str(data[name]) for name in placeholders})
+        answer = await request_json(ctx, "GET", url)
+        values = answer if isinstance(answer, Mapping) else {}
+        facts = {name: values.get(name) for name in shown}
+        lines = tuple(f"{name}: {json.dumps(value, ensure_ascii=False)[:200]}" for name, value in facts.items())
+        return Preview(lines=lines or (f"{url} answers for this caller",), facts={"target": url, **facts})
+
+    return preview
 
 
 def _summary(template: str) -> Any:
