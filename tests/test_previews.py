@@ -250,3 +250,27 @@ async def test_a_registered_write_with_a_preview_path_shows_the_declared_fields_
         assert [card.tool for card in await RedisLedger(redis).recent()] == ["expenses_withdraw"]
     finally:
         await remove(mcp_url, admin, "expenses")
+
+
+async def test_a_booking_whose_slot_was_taken_after_its_proposal_fails_unsent(
+    redis: Redis, mcp_url: str, backends: dict[str, Backend]
+) -> None:
+    """The slot was free when proposed and taken before approval: the worker's re-read finds it taken, and
+    the card ends FAILED PRECONDITION_CHANGED without a request carrying its key."""
+    rooms = backends["rooms"].app.state.service
+    day = "2027-05-1" + str(secrets.randbelow(10))
+    token = await make_key(redis)
+    arguments = {"room_id": "room-borealis", "date": day, "start": "16:00", "end": "17:00", "title": "Retro"}
+    async with agent(mcp_url, token) as client:
+        receipt = payload(await client.call_tool("rooms_book", arguments))
+        taken = {"room_id": "room-borealis", "date": day, "start": "16:30", "end": "17:30", "title": "Taken"}
+        rooms.bookings["bk-9002"] = Booking(booking_id="bk-9002", booked_by="bob@acme.example", org="acme", **taken)
+        await _approve(redis, receipt["card_id"])
+        card = await _settled(redis, receipt["card_id"])
+        status = payload(await client.call_tool("approvals_status", {"card_id": receipt["card_id"]}))
+    assert card.state is CardState.FAILED and card.evidence["code"] == "PRECONDITION_CHANGED"
+    assert "already booked" in card.evidence["reason"] and card.evidence["preview_now"]["facts"]["overlaps"] == [
+        "bk-9002"
+    ]
+    assert card.idempotency_key not in [r.headers.get("idempotency-key") for r in rooms.requests]
+    assert status["code"] == "PRECONDITION_CHANGED"
