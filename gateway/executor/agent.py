@@ -194,7 +194,7 @@ class AgentPath:
         preview: Preview | None = None
         try:
             if tool.preview is not None:
-                preview = await tool.preview(args, self._invoker.context(tool, principal))
+                preview = await self._invoker.preview(tool, args, self._invoker.context(tool, principal))
             elif tool.preflight is not None:
                 await tool.preflight(args, self._invoker.context(tool, principal))
         except PathArgumentError as error:

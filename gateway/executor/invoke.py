@@ -18,6 +18,7 @@ from gateway.card import Card
 from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError
 from gateway.executor.caller_cards import LedgerCallerCards
 from gateway.ledger import Ledger
+from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.tool import Tool
 from gateway.tool_context import ToolContext
@@ -70,6 +71,21 @@ class Invoker:
             raise UpstreamProtocolError(
                 f"backend answer failed {error.error_count()} output check(s)", service=tool.adapter, status=200
             ) from error
+
+    async def preview(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> Preview | None:
+        """Read the tool's preview within the tool's deadline; None when it declares none.
+
+        Raises:
+            UpstreamTimeoutError: no answer within `tool.timeout_seconds`.
+            UpstreamError: whatever the preview raised for its backend (NOT_FOUND: not this caller's target).
+        """
+        if tool.preview is None:
+            return None
+        try:
+            async with asyncio.timeout(tool.timeout_seconds):
+                return await tool.preview(args, ctx)
+        except TimeoutError as error:
+            raise UpstreamTimeoutError(f"no preview within {tool.timeout_seconds}s", service=tool.adapter) from error
 
 
 def args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:

@@ -256,7 +256,7 @@ class WritePath:
             return None
         ctx = self._invoker.context(tool, requester_of(card))
         try:
-            now = await tool.preview(args, ctx)
+            now = await self._invoker.preview(tool, args, ctx)
         except UpstreamNotFoundError:
             now = None  # the target is gone: as material a change as there is
         except UpstreamError as error:
