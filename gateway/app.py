@@ -25,6 +25,7 @@ from gateway.admin_api import admin_routes
 from gateway.audit_archive import AuditArchive
 from gateway.audit_secret import audit_secret
 from gateway.auth import BearerAuth
+from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
 from gateway.catalog import Catalog
 from gateway.console import console_routes
@@ -32,9 +33,11 @@ from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
+from gateway.ledger import Ledger
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
+from gateway.notifier import Notifier
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
@@ -46,11 +49,13 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.upstream import UpstreamClient
 from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.webhook_post import WebhookPoster
 from gateway.worker import Worker
 
 __all__ = [
@@ -61,6 +66,7 @@ __all__ = [
     "backend_client",
     "build_gateway",
     "create_app",
+    "notify_loop",
     "tools_for",
 ]
 
@@ -136,10 +142,16 @@ class Gateway:
     health: AdapterHealth
     registry: RegistryService
     archiver: AuditArchiver
+    cards: Ledger
+    """`ledger` as the executor and the worker move cards: with notifications when any are configured."""
+    notifier: Notifier | None
+    """Delivers notifications; None when no webhook is configured."""
+    poster: WebhookPoster
 
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()
+        await self.poster.aclose()
         await self.redis.aclose()
 
 
@@ -176,6 +188,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
     ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
+    notify = settings.notifications
+    outbox = RedisNotificationOutbox(client)
+    # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
+    cards: Ledger = (
+        AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
+        if notify.webhooks
+        else ledger
+    )
     guard = LedgerGuard(client)
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
@@ -207,12 +227,27 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         audit=audit,
         clients=clients,
         identity=identity,
-        ledger=ledger,
+        ledger=cards,
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
+    )
+    poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
+    notifier = (
+        Notifier(
+            outbox,
+            {hook.name: hook for hook in notify.webhooks},
+            poster,
+            audit,
+            max_attempts=notify.max_attempts,
+            retry_base_ms=int(notify.retry_base_seconds * 1000),
+            retry_cap_ms=int(notify.retry_cap_seconds * 1000),
+            lease_ms=int((notify.timeout_seconds + 5) * 1000),
+        )  # fmt: skip
+        if notify.webhooks
+        else None
     )
     return Gateway(
         redis=connection,
@@ -227,6 +262,9 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         health=health,
         registry=registry,
         archiver=archiver,
+        cards=cards,
+        notifier=notifier,
+        poster=poster,
     )
 
 
@@ -252,21 +290,34 @@ def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, An
     )
 
 
+def notify_loop(notifier: Notifier, settings: Settings) -> Coroutine[Any, Any, None]:
+    """The background loop that delivers notifications (`serve` and `worker`), off every request's path."""
+    return run_forever(
+        notifier.deliver_due,
+        what="notification delivery",
+        pause_seconds=settings.notifications.poll_seconds,
+        retry_on=(StoreUnavailableError,),
+    )
+
+
 def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:
     return run_forever(step, what=what, pause_seconds=seconds, retry_on=(StoreUnavailableError, UpstreamError))
 
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, the audit archive, and (by default) the worker."""
+    """The live tool source's refresh, the health checks, the audit archive, notification delivery (when
+    webhooks are configured), and (by default) the worker."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
         asyncio.create_task(audit_loop(gateway.archiver, settings)),
     ]
+    if gateway.notifier is not None:
+        tasks.append(asyncio.create_task(notify_loop(gateway.notifier, settings)))
     if settings.run_worker:
         tasks.append(
-            asyncio.create_task(Worker(gateway.executor.writes, gateway.ledger).run(), name="countersign-worker")
+            asyncio.create_task(Worker(gateway.executor.writes, gateway.cards).run(), name="countersign-worker")
         )
     try:
         yield

@@ -51,11 +51,13 @@ PLACES: dict[str, int] = {
     "gateway.registry.api": SURFACE,
     "gateway.worker": SURFACE,
     "gateway.loops": SURFACE,
+    "gateway.notifier": SURFACE,
     # 2. the per-caller catalog
     "gateway.catalog": CATALOG,
     # 3. the executor, and the services that decide beside it
     "gateway.executor": EXECUTOR,
     "gateway.card_service": EXECUTOR,
+    "gateway.card_alerts": EXECUTOR,
     "gateway.health": EXECUTOR,
     "gateway.identity": EXECUTOR,
     "gateway.registry": EXECUTOR,
@@ -63,6 +65,7 @@ PLACES: dict[str, int] = {
     "gateway.store": STORE,
     "gateway.upstream_aiohttp": STORE,
     "gateway.audit_archive": STORE,
+    "gateway.webhook_post": STORE,
     # 5. the vocabulary
     "gateway": VOCABULARY,
     "gateway.adapter_http": VOCABULARY,
@@ -78,6 +81,7 @@ PLACES: dict[str, int] = {
     "gateway.errors": VOCABULARY,
     "gateway.ledger": VOCABULARY,
     "gateway.limits": VOCABULARY,
+    "gateway.notification": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
     "gateway.printable": VOCABULARY,
