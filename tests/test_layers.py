@@ -38,6 +38,8 @@ PLACES: dict[str, int] = {
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
     "gateway.cli_cards": ROOT_LAYER,
+    "gateway.cli_commands": ROOT_LAYER,
+    "gateway.cli_parser": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
@@ -71,6 +73,7 @@ PLACES: dict[str, int] = {
     "gateway.adapter_http": VOCABULARY,
     "gateway.audit": VOCABULARY,
     "gateway.audit_chain": VOCABULARY,
+    "gateway.audit_ocsf": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,
     "gateway.card_transitions": VOCABULARY,
