@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
-from gateway import cli_adapters, cli_cards
 from gateway.audit import AuditEvent
 from gateway.audit_archive import AuditArchive
 from gateway.audit_ocsf import to_ocsf
@@ -29,7 +28,6 @@ from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import connect
-from gateway.store.embedded import embedded_redis
 from gateway.store.keys import KeyStore
 
 __all__ = ["run_command", "where"]
@@ -37,11 +35,14 @@ __all__ = ["run_command", "where"]
 
 async def run_command(settings: Settings, args: argparse.Namespace) -> int:
     """Run the parsed store command `args` against the store of `settings`; its exit status."""
-    handler = _HANDLERS[(args.command, getattr(args, f"{args.command}_command"))]
+    handler = _HANDLERS.get((args.command, getattr(args, f"{args.command}_command")))
+    handler = handler or {"cards": _cards, "adapters": _adapters}[args.command]
     print(where(settings), file=sys.stderr)
     if settings.redis_url is not None:
         return await _on(settings, settings.redis_url, handler, args)
     # As `gateway.serve.redis_url_for`, without importing the server (and the MCP SDK) to get there.
+    from gateway.store.embedded import embedded_redis
+
     async with embedded_redis(settings.data_dir, owner="cli") as embedded:
         return await _on(settings, embedded.url, handler, args)
 
@@ -256,6 +257,8 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
     admin = await _admin(store, args.key)
     if admin is None:
         return 1
+    from gateway import cli_cards  # here: each command imports only what it uses
+
     return await cli_cards.run(store.redis, store.audit, admin, args)
 
 
@@ -287,6 +290,8 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     if admin is None:
         return 1
     settings = store.settings
+    from gateway import cli_adapters
+
     return await cli_adapters.run(store.redis, store.audit, admin, args, allowed=settings.registry_allowed_base_urls,
                                   org_adapters=settings.org_adapters)  # fmt: skip
 
@@ -301,5 +306,4 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("audit", "tail"): _audit_tail,
     ("audit", "verify"): _audit_verify,
     ("audit", "export"): _audit_export,
-    **{("cards", name): _cards for name in cli_cards.COMMANDS},
 }
