@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gateway.audit import AuditEvent
 from gateway.audit_archive import AuditArchive
-from gateway.audit_ocsf import to_ocsf
+from gateway.audit_formats import export_line
 from gateway.audit_secret import audit_secret
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
@@ -215,14 +215,7 @@ async def _audit_export(store: _Store, args: argparse.Namespace) -> int:
             continue
         if until is not None and millis >= until:
             break  # entries come oldest first
-        if args.format == "ocsf":
-            print(
-                json.dumps(to_ocsf(entry_id, fields, product_version=product), sort_keys=True).replace(
-                    "\x7f", "\\u007f"
-                )
-            )
-        else:
-            print(_format(AuditEvent.from_fields(entry_id, fields), as_json=True))
+        print(export_line(entry_id, fields, format=args.format, product_version=product))
     return 0
 
 

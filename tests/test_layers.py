@@ -73,7 +73,7 @@ PLACES: dict[str, int] = {
     "gateway.adapter_http": VOCABULARY,
     "gateway.audit": VOCABULARY,
     "gateway.audit_chain": VOCABULARY,
-    "gateway.audit_ocsf": VOCABULARY,
+    "gateway.audit_formats": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,
     "gateway.card_transitions": VOCABULARY,

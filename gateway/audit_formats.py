@@ -1,6 +1,8 @@
-"""The audit trail as OCSF events, for a SIEM: each entry an API Activity (class 6003), plain data.
+"""The audit trail's export formats: our own fields as JSON lines, and OCSF events for a SIEM.
 
-Who calls it: ``countersign audit export --format ocsf``. OCSF (the Open Cybersecurity Schema
+Who calls it: ``countersign audit export`` and the live export to a webhook (`gateway.audit_forwarder`),
+through `export_line`, so both write the same lines. ``jsonl`` is the entry's stored fields and its
+id. ``ocsf``: OCSF (the Open Cybersecurity Schema
 Framework, schema 1.1.0) files an API call under the Application Activity category (6), class
 API Activity (6003); ``activity_id`` says what kind of call it was (1 Create, 2 Read, 3 Update,
 4 Delete, 99 Other), ``type_uid`` is ``class_uid * 100 + activity_id``, and ``status_id`` is 1
@@ -12,12 +14,16 @@ by `gateway.audit.AuditEvent`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.audit import AuditEvent
 
-__all__ = ["OCSF_VERSION", "to_ocsf"]
+__all__ = ["FORMATS", "OCSF_VERSION", "AuditExportTarget", "export_line", "to_ocsf"]
+
+FORMATS = ("jsonl", "ocsf")
 
 OCSF_VERSION = "1.1.0"
 API_ACTIVITY = 6003
@@ -31,6 +37,29 @@ _ACTIVITY_BY_VERB = {
 }  # fmt: skip
 _ACTIVITY_NAMES = {1: "Create", 2: "Read", 3: "Update", 4: "Delete", 99: "Other"}
 _SUCCESS, _FAILURE = {"ok", "allow"}, {"deny", "error"}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditExportTarget:
+    """The ``[audit_export]`` section, resolved: where every new audit entry is posted, signed."""
+
+    url: str
+    secret: str = field(repr=False)
+    """The HMAC key of the signature (`gateway.notification.sign`, as for notifications)."""
+    format: str = "jsonl"
+    batch: int = 500
+    """Most entries one POST carries."""
+    poll_seconds: float = 1.0
+
+
+def export_line(entry_id: str, fields: Mapping[str, str], *, format: str, product_version: str = "") -> str:
+    """One entry as one line of JSON in `format` (``jsonl`` or ``ocsf``); every control character escaped
+    (`json.dumps` leaves DEL alone, so it is escaped here)."""
+    if format == "ocsf":
+        document: dict[str, Any] = to_ocsf(entry_id, fields, product_version=product_version)
+    else:
+        document = {"id": entry_id, **AuditEvent.from_fields(entry_id, fields).to_fields()}
+    return json.dumps(document, sort_keys=True).replace("\x7f", "\\u007f")
 
 
 def to_ocsf(entry_id: str, fields: Mapping[str, str], *, product_version: str) -> dict[str, Any]:
