@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
 from gateway.audit_archive import AuditArchive
+from gateway.audit_forwarder import AuditForwarder
 from gateway.audit_secret import audit_secret
 from gateway.auth import BearerAuth
 from gateway.card_alerts import AlertingLedger
@@ -45,6 +46,8 @@ from gateway.registry.service import RegistryService
 from gateway.settings import AdapterSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_export import AuditExportCursor
+from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
@@ -66,7 +69,7 @@ __all__ = [
     "backend_client",
     "build_gateway",
     "create_app",
-    "notify_loop",
+    "notify_loops",
     "tools_for",
 ]
 
@@ -147,6 +150,8 @@ class Gateway:
     notifier: Notifier | None
     """Delivers notifications; None when no webhook is configured."""
     poster: WebhookPoster
+    forwarder: AuditForwarder | None
+    """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -235,18 +240,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
-    notifier = (
-        Notifier(
-            outbox,
-            {hook.name: hook for hook in notify.webhooks},
-            poster,
-            audit,
-            max_attempts=notify.max_attempts,
-            retry_base_ms=int(notify.retry_base_seconds * 1000),
-            retry_cap_ms=int(notify.retry_cap_seconds * 1000),
-            lease_ms=int((notify.timeout_seconds + 5) * 1000),
-        )  # fmt: skip
-        if notify.webhooks
+    notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
+    trail, exporting = AuditTrail(audit, AuditArchive(settings.archive_dir)), settings.audit_export
+    forwarder = (
+        AuditForwarder(trail, AuditExportCursor(client), exporting, poster, product_version=_version())
+        if exporting
         else None
     )
     return Gateway(
@@ -265,6 +263,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         cards=cards,
         notifier=notifier,
         poster=poster,
+        forwarder=forwarder,
     )
 
 
@@ -290,14 +289,19 @@ def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, An
     )
 
 
-def notify_loop(notifier: Notifier, settings: Settings) -> Coroutine[Any, Any, None]:
-    """The background loop that delivers notifications (`serve` and `worker`), off every request's path."""
-    return run_forever(
-        notifier.deliver_due,
-        what="notification delivery",
-        pause_seconds=settings.notifications.poll_seconds,
-        retry_on=(StoreUnavailableError,),
-    )
+def notify_loops(gateway: Gateway, settings: Settings) -> list[Coroutine[Any, Any, None]]:
+    """The background loops that deliver notifications and the live audit export (`serve` and `worker`),
+    off every request's path; none when neither is configured."""
+    loops = []
+    if gateway.notifier is not None:
+        loops.append(run_forever(gateway.notifier.deliver_due, what="notification delivery",
+                                 pause_seconds=settings.notifications.poll_seconds,
+                                 retry_on=(StoreUnavailableError,)))  # fmt: skip
+    if gateway.forwarder is not None and settings.audit_export is not None:
+        every = settings.audit_export.poll_seconds
+        loops.append(run_forever(gateway.forwarder.forward_due, what="audit export", pause_seconds=every,
+                                 retry_on=(StoreUnavailableError, UpstreamError), retry_seconds=every))  # fmt: skip
+    return loops
 
 
 def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:
@@ -306,15 +310,14 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, the audit archive, notification delivery (when
-    webhooks are configured), and (by default) the worker."""
+    """The live tool source's refresh, the health checks, the audit archive, notification delivery and the
+    live audit export (when configured), and (by default) the worker."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
         asyncio.create_task(audit_loop(gateway.archiver, settings)),
     ]
-    if gateway.notifier is not None:
-        tasks.append(asyncio.create_task(notify_loop(gateway.notifier, settings)))
+    tasks.extend(asyncio.create_task(loop) for loop in notify_loops(gateway, settings))
     if settings.run_worker:
         tasks.append(
             asyncio.create_task(Worker(gateway.executor.writes, gateway.cards).run(), name="countersign-worker")

@@ -22,12 +22,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.audit_formats import AuditExportTarget
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationEvent, NotificationSettings, PayloadFormat, Webhook
 
 __all__ = [
     "AdapterSection",
+    "AuditExportSection",
     "ConfigFile",
     "GatewaySection",
     "NotificationsSection",
@@ -172,6 +174,37 @@ class NotificationsSection(BaseModel):
         )
 
 
+class AuditExportSection(BaseModel):
+    """``[audit_export]``: post every new audit entry to a collector, signed like the notifications."""
+
+    model_config = _CLOSED
+    url: str | None = None
+    """Unset: no live export (``countersign audit export`` still prints the trail)."""
+    secret_env: str | None = None
+    format: Literal["jsonl", "ocsf"] = "jsonl"
+    batch: int = Field(default=500, ge=1, le=10_000)
+    poll_seconds: float = Field(default=1.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        return url if url is None else _require_http(url)
+
+    def resolve(self, environ: Mapping[str, str]) -> AuditExportTarget | None:
+        """The target, its secret read from its variable; None without a URL.
+
+        Raises:
+            ConfigError: a URL without a set ``secret_env``: nothing is exported unsigned.
+        """
+        if self.url is None:
+            return None
+        secret = environ.get(self.secret_env or "", "")
+        if not secret:
+            raise ConfigError(f"audit_export.secret_env: {self.secret_env or '(unset)'} must name a set variable")
+        return AuditExportTarget(url=self.url, secret=secret, format=self.format, batch=self.batch,
+                                 poll_seconds=self.poll_seconds)  # fmt: skip
+
+
 class ConfigFile(BaseModel):
     """The whole file. `adapters` and `orgs` stay None when their section is absent."""
 
@@ -182,6 +215,7 @@ class ConfigFile(BaseModel):
     registry: RegistrySection = RegistrySection()
     limits: Limits = Limits()
     notifications: NotificationsSection = NotificationsSection()
+    audit_export: AuditExportSection = AuditExportSection()
 
 
 def _require_http(url: str) -> str:

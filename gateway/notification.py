@@ -235,11 +235,13 @@ def verify(secret: str, timestamp: int, body: str, signature: str, *, now: int, 
     return hmac.compare_digest(sign(secret, timestamp, body), signature)
 
 
-def signed_headers(notification: Notification, secret: str, timestamp: int) -> dict[str, str]:
-    """The headers of one delivery attempt (a fresh timestamp each attempt; the id never changes)."""
+def signed_headers(delivery_id: str, body: str, secret: str, timestamp: int, *,
+                   content_type: str = "application/json") -> dict[str, str]:  # fmt: skip
+    """The headers of one delivery attempt: a fresh timestamp each attempt, the id never changing.
+    Notifications and the live audit export (`gateway.audit_forwarder`) are signed alike."""
     return {
-        "Content-Type": "application/json",
+        "Content-Type": content_type,
         TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(secret, timestamp, notification.body),
-        ID_HEADER: notification.id,
+        SIGNATURE_HEADER: sign(secret, timestamp, body),
+        ID_HEADER: delivery_id,
     }

@@ -23,7 +23,7 @@ from typing import Protocol
 from gateway.audit import AuditEvent, AuditSink
 from gateway.codes import Code
 from gateway.errors import UpstreamError
-from gateway.notification import Notification, Webhook, signed_headers
+from gateway.notification import Notification, NotificationSettings, Webhook, signed_headers
 from gateway.store.notifications import RedisNotificationOutbox
 from policies.outcome import backoff_ms
 
@@ -63,6 +63,22 @@ class Notifier:
         self._batch = batch
         self._clock = clock
 
+    @classmethod
+    def configured(
+        cls, outbox: RedisNotificationOutbox, settings: NotificationSettings, poster: Post, audit: AuditSink
+    ) -> Notifier:
+        """The notifier of the ``[notifications]`` section: its webhooks, attempts and backoff."""
+        return cls(
+            outbox,
+            {hook.name: hook for hook in settings.webhooks},
+            poster,
+            audit,
+            max_attempts=settings.max_attempts,
+            retry_base_ms=int(settings.retry_base_seconds * 1000),
+            retry_cap_ms=int(settings.retry_cap_seconds * 1000),
+            lease_ms=int((settings.timeout_seconds + 5) * 1000),
+        )
+
     async def deliver_due(self) -> int:
         """Deliver every notification due now, `batch` at a time, concurrently. Returns how many were tried."""
         tried = 0
@@ -79,7 +95,7 @@ class Notifier:
             await self._outbox.finish(notification.id)
             await self._record(notification, "abandoned", code=Code.NOT_FOUND, reason="webhook no longer configured")
             return
-        headers = signed_headers(notification, webhook.secret, int(self._clock()))
+        headers = signed_headers(notification.id, notification.body, webhook.secret, int(self._clock()))
         try:
             status: int | None = await self._poster.post(webhook.url, notification.body.encode(), headers)
             why = f"HTTP {status}"

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from gateway import settings as settings_module
 from gateway.config_file import (
     AdapterSection,
+    AuditExportSection,
     ConfigFile,
     GatewaySection,
     NotificationsSection,
@@ -42,6 +43,7 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "limits": Limits,
     "notifications": NotificationsSection,
     "notifications.webhooks.<name>": WebhookSection,
+    "audit_export": AuditExportSection,
 }
 
 
@@ -149,6 +151,7 @@ def test_the_models_defaults_are_the_settings_defaults() -> None:
     assert (adapter.timeout_seconds, adapter.health_path) == (declared.timeout_seconds, declared.health_path)
     assert ConfigFile().limits == Settings().limits
     assert ConfigFile().notifications.resolve({}) == Settings().notifications
+    assert ConfigFile().audit_export.resolve({}) is Settings().audit_export is None
 
 
 def _readme_tables() -> dict[str, dict[str, str]]:

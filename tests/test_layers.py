@@ -54,6 +54,7 @@ PLACES: dict[str, int] = {
     "gateway.worker": SURFACE,
     "gateway.loops": SURFACE,
     "gateway.notifier": SURFACE,
+    "gateway.audit_forwarder": SURFACE,
     # 2. the per-caller catalog
     "gateway.catalog": CATALOG,
     # 3. the executor, and the services that decide beside it
