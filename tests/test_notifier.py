@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,7 +52,7 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 
 @pytest.fixture
-async def quiet(quiet_redis_url: str) -> Redis:  # type: ignore[misc]
+async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(quiet_redis_url)
     await client.flushdb()
     yield client
