@@ -135,3 +135,23 @@ def test_slack_escapes_a_mention_and_a_link_an_agent_wrote() -> None:
     assert "<!channel>" not in text and "&lt;!channel&gt;" in text
     assert "<https://evil.example" not in text
     assert "&gt; t: a &gt; b" in text  # the newline is folded: the agent cannot end the quote
+
+
+def test_the_readme_delivery_verifies_with_the_readme_recipe() -> None:
+    """The README's example delivery (secret ``s3cret``) passes the receiver's check it shows, and `verify`."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    head, wrapped = text.split("```http\n", 1)[1].split("```", 1)[0].split("\n\n", 1)
+    body = wrapped.strip().replace("\n", "")
+    headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])
+    stamp = int(headers[TIMESTAMP_HEADER])
+    assert verify("s3cret", stamp, body, headers[SIGNATURE_HEADER], now=stamp)
+    recipe = "import hashlib, hmac, time" + text.split("```python\nimport hashlib, hmac, time", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(recipe, namespace)  # the documented receiver, as written
+    namespace["time"] = type("Clock", (), {"time": staticmethod(lambda: stamp)})
+    seen: set[str] = set()
+    assert namespace["verify"](b"s3cret", headers, body.encode(), seen)
+    assert not namespace["verify"](b"s3cret", headers, body.encode(), seen)  # a redelivery is deduplicated
+    assert not namespace["verify"](b"s3cret", headers, body.encode()[:-1] + b" ", set())
