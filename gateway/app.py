@@ -35,10 +35,11 @@ from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
 from gateway.ledger import Ledger
+from gateway.limiter import AddressBudgets
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
-from gateway.notifier import Notifier
+from gateway.notifier import Notifier, delivery_loops
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
@@ -52,6 +53,7 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.limiter import RedisRateLimiter
 from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
@@ -192,7 +194,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     health_paths = {name: settings.adapters[name].health_path for name in clients}
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
-    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
+    guard = LedgerGuard(client)
+    # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
+    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
+                         fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
+                         limits=settings.limits)  # fmt: skip
     notify = settings.notifications
     outbox = RedisNotificationOutbox(client)
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
@@ -201,7 +207,6 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         if notify.webhooks
         else ledger
     )
-    guard = LedgerGuard(client)
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -236,6 +241,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
+        limiter=RedisRateLimiter(client),
+        limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
@@ -290,18 +297,8 @@ def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, An
 
 
 def notify_loops(gateway: Gateway, settings: Settings) -> list[Coroutine[Any, Any, None]]:
-    """The background loops that deliver notifications and the live audit export (`serve` and `worker`),
-    off every request's path; none when neither is configured."""
-    loops = []
-    if gateway.notifier is not None:
-        loops.append(run_forever(gateway.notifier.deliver_due, what="notification delivery",
-                                 pause_seconds=settings.notifications.poll_seconds,
-                                 retry_on=(StoreUnavailableError,)))  # fmt: skip
-    if gateway.forwarder is not None and settings.audit_export is not None:
-        every = settings.audit_export.poll_seconds
-        loops.append(run_forever(gateway.forwarder.forward_due, what="audit export", pause_seconds=every,
-                                 retry_on=(StoreUnavailableError, UpstreamError), retry_seconds=every))  # fmt: skip
-    return loops
+    """The notification and live audit export loops of `serve` and `worker` (`gateway.notifier.delivery_loops`)."""
+    return delivery_loops(gateway.notifier, gateway.forwarder, notify_seconds=settings.notifications.poll_seconds)
 
 
 def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:
@@ -341,18 +338,29 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         executor=gateway.executor.agent,
         version=_version(),
         stateless=settings.mcp_stateless,
-        allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
-        allowed_origins=settings.mcp_allowed_origins(),
+        audit=gateway.audit,
+        sessions_per_key=settings.limits.sessions_per_key,
+        session_idle_seconds=settings.limits.session_idle_seconds,
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    # One table of failed authentications per client address for every surface of this process: it is
+    # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
+    floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
     checked = MessageChecks(surface.asgi, audit=gateway.audit)
-    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
-    mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
+    authenticated = BearerAuth(
+        checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp", floods=floods
+    )
+    mcp_endpoint = HeaderChecks(
+        authenticated,
+        audit=gateway.audit,
+        allowed_hosts=settings.mcp_allowed_hosts(),
+        allowed_origins=settings.mcp_allowed_origins(),
+    )
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
@@ -377,11 +385,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
-            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.mcp = surface
     return app

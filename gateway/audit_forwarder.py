@@ -51,6 +51,10 @@ class AuditForwarder:
         self._clock = clock
         self._token = secrets.token_hex(8)
 
+    @property
+    def poll_seconds(self) -> float:
+        return self._target.poll_seconds
+
     async def forward_due(self) -> int:
         """Post every entry past the cursor; how many were sent. 0 while another process exports.
 

@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.codes import Code
-from gateway.errors import UpstreamError
+from gateway.errors import StoreUnavailableError, UpstreamError
+from gateway.loops import run_forever
 from gateway.notification import Notification, NotificationSettings, Webhook, signed_headers
 from gateway.store.notifications import RedisNotificationOutbox
 from policies.outcome import backoff_ms
 
-__all__ = ["Notifier", "Post"]
+if TYPE_CHECKING:
+    from gateway.audit_forwarder import AuditForwarder
+
+__all__ = ["Notifier", "Post", "delivery_loops"]
 
 
 class Post(Protocol):
@@ -130,3 +134,19 @@ class Notifier:
             extra=extra,
         )
         await self._audit.record(event)
+
+
+def delivery_loops(
+    notifier: Notifier | None, forwarder: AuditForwarder | None, *, notify_seconds: float
+) -> list[Coroutine[Any, Any, None]]:
+    """The background loops that deliver notifications and the live audit export, off every request's
+    path; none when neither is configured. A refused export batch is tried again each poll."""
+    loops = []
+    if notifier is not None:
+        loops.append(run_forever(notifier.deliver_due, what="notification delivery", pause_seconds=notify_seconds,
+                                 retry_on=(StoreUnavailableError,)))  # fmt: skip
+    if forwarder is not None:
+        every = forwarder.poll_seconds
+        loops.append(run_forever(forwarder.forward_due, what="audit export", pause_seconds=every,
+                                 retry_on=(StoreUnavailableError, UpstreamError), retry_seconds=every))  # fmt: skip
+    return loops
