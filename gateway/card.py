@@ -22,6 +22,7 @@ is this diagram as data; this module is only the vocabulary.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,6 +41,7 @@ __all__ = [
     "CardState",
     "decision_of",
     "outcome_of",
+    "preview_from_stored",
     "verify_chain",
 ]
 
@@ -179,6 +181,11 @@ class Card:
     @property
     def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
+
+
+def preview_from_stored(raw: str | None) -> Preview | None:
+    """A card's preview from its stored JSON (`Preview.to_json`); None when none was stored."""
+    return Preview.from_json(json.loads(raw)) if raw else None
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:

@@ -35,10 +35,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.card import Card, CardEvent, CardState
+from gateway.card import Card, CardEvent, CardState, preview_from_stored
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
-from gateway.preview import Preview
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
@@ -162,9 +161,8 @@ class RedisLedger:
             # Minted once, here, and stored before anything is sent; never regenerated.
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
+            "preview": canonical_json(proposal.preview.to_json()) if proposal.preview is not None else "",
         }
-        if proposal.preview is not None:
-            fields["preview"] = canonical_json(proposal.preview.to_json())
         cap = self._limits.open_cards(org)
         result = await self._eval(
             "propose",
@@ -381,7 +379,7 @@ def _card(f: Mapping[str, str]) -> Card:
         rejection=json.loads(f.get("rejection") or "{}"),
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
-        preview=Preview.from_json(json.loads(f["preview"])) if f.get("preview") else None,
+        preview=preview_from_stored(f.get("preview")),
     )
 
 
