@@ -108,10 +108,12 @@ async def test_write_proposals_spend_the_proposal_budget_not_the_read_budget(
     """Proposals past their burst are RATE_LIMITED, and the caller can still read."""
     token = await make_key(redis, roles=("staff",))
     limits = Limits(reads=SLOW, proposals=Budget(per_minute=1, burst=2))
-    booking = {"room_id": "room-atlas", "date": "2027-02-01", "end": "10:00", "title": "sync"}
+    # Slots within opening hours: one outside them is INFEASIBLE and makes no card.
+    booking = {"room_id": "room-atlas", "date": "2027-02-01", "title": "sync"}
     with gateways(redis_url, backends, limits) as [url], anyio.fail_after(30):
         async with agent(url, token) as client:
-            cards = [await client.call_tool("rooms_book", {**booking, "start": f"0{h}:00"}) for h in (6, 7, 8)]
+            slots = [{"start": f"{h}:00", "end": f"{h}:30"} for h in (12, 13, 14)]
+            cards = [await client.call_tool("rooms_book", {**booking, **slot}) for slot in slots]
             read = await client.call_tool("rooms_list", {})
     assert [c.is_error for c in cards] == [False, False, True]
     assert retry_after(cards[2]) > 0
