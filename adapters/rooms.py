@@ -98,6 +98,8 @@ class Availability(BaseModel):
     open: str
     close: str
     bookings: list[Slot]
+    today: dt.date | None = None
+    """The building's calendar day, when the backend names it: earlier days are over."""
 
 
 class Span(BaseModel):
@@ -149,7 +151,8 @@ async def _my_bookings(args: NoArguments, ctx: ToolContext) -> Any:
 
 
 def _earliest_open_day(now: dt.datetime) -> dt.date:
-    """The earliest day that has not ended everywhere: today at UTC-12, the last zone to start it."""
+    """Without the backend's own today: the earliest day that has not ended everywhere (today at UTC-12,
+    the last zone to start it)."""
     return (now.astimezone(dt.UTC) - dt.timedelta(hours=12)).date()
 
 
@@ -188,7 +191,7 @@ async def _booking_preview(args: BookArgs, ctx: ToolContext) -> Preview:
         "overlaps": [s.booking_id for s in overlaps],
     }
     infeasible = None
-    if args.date < _earliest_open_day(dt.datetime.now(dt.UTC)):
+    if args.date < (day.today or _earliest_open_day(dt.datetime.now(dt.UTC))):
         infeasible = f"{args.date.isoformat()} is in the past; choose a date from today on"
     elif not (day.open <= args.start and args.end <= day.close):
         infeasible = f"{room.id} can only be booked between {day.open} and {day.close}"

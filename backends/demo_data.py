@@ -47,6 +47,8 @@ class Booking:
 class RoomsData:
     rooms: tuple[Room, ...]
     bookings: tuple[Booking, ...]
+    today: date = date(2026, 12, 1)
+    """The building's calendar day: days before it are over. Fixed so the demo answers the same every day."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -6,6 +6,8 @@ Who sees what:
   other orgs' titles, which are free text and may be hostile.
 * A booking as an object (``GET /bookings/{id}``) belongs to its org; to any other org it does not exist.
 * Only the person who booked may cancel; for anyone else the booking does not exist.
+* Availability names the building's ``today`` (fixed in the demo data, as the orders service's is), so
+  a client can tell a day that is over from one that is not.
 
 Writes (``POST /bookings``, ``POST /bookings/{id}/cancel``) follow the idempotency contract of
 ``backends._idempotency``; refusals (``slot_taken``, ``already_cancelled``, ``not_found``) are remembered.
@@ -68,6 +70,7 @@ class RoomsService(ServiceState):
         self.rooms = {room.id: room for room in data.rooms}
         self.bookings: dict[str, Booking] = {booking.booking_id: booking for booking in data.bookings}
         self._next_number = len(self.bookings) + 1
+        self.today = data.today
         self.load_saved()
 
     def business_state(self) -> dict[str, Any]:
@@ -160,7 +163,8 @@ def create_rooms_app(
             key=lambda b: b.start,
         )
         slots = [_pick(_booking_json(b), _SLOT_FIELDS) for b in taken]
-        return JSONResponse({"room_id": room_id, "date": day, "open": OPEN, "close": CLOSE, "bookings": slots})
+        calendar = {"open": OPEN, "close": CLOSE, "today": service.today.isoformat()}
+        return JSONResponse({"room_id": room_id, "date": day, **calendar, "bookings": slots})
 
     async def my_bookings(request: Request) -> Response:
         caller = caller_of(request)

@@ -100,7 +100,7 @@ async def test_a_refused_resend_while_the_first_send_is_still_in_flight_never_fa
     and resends, and the resend is refused with 409. Then the first send lands. The card must end
     SUCCEEDED with that booking: a resend's refusal leads to a status query, never to FAILED."""
     rooms = clean_backends["rooms"]
-    card = await _approved_booking(gateway, redis, "2026-11-02")
+    card = await _approved_booking(gateway, redis, "2027-11-02")
     rooms.set_faults(latency_ms=6000, paths=["/bookings"], times=1)
     first = Worker(gateway.executor.writes, gateway.ledger, name="first", block_ms=50)
     second = Worker(gateway.executor.writes, gateway.ledger, name="second", block_ms=50)
@@ -125,7 +125,7 @@ async def test_a_refused_resend_while_the_first_send_is_still_in_flight_never_fa
                 await anyio.sleep(0.05)
 
     assert _posts_with(rooms, card.idempotency_key) >= 2  # the first send and at least one resend
-    [booking] = _bookings(rooms, "2026-11-02")
+    [booking] = _bookings(rooms, "2027-11-02")
     assert now.state is CardState.SUCCEEDED and now.reference == booking.booking_id
     events = await gateway.ledger.events(card.card_id)
     assert "claimed_for_resend" in [e.type for e in events]
@@ -149,7 +149,7 @@ async def test_a_resend_never_starts_after_the_cards_execute_by(
     quick = replace(book, approval=replace(book.approval, execute_within_seconds=1.9))
     gateway = build_gateway(settings, [tool for tool in tools if tool is not book] + [quick])
     try:
-        card = await _approved_booking(gateway, redis, "2026-11-03")
+        card = await _approved_booking(gateway, redis, "2027-11-03")
         rooms.set_faults(status=503, paths=["/bookings"], times=1)
         worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
         with anyio.fail_after(20):
@@ -161,5 +161,5 @@ async def test_a_resend_never_starts_after_the_cards_execute_by(
         await gateway.aclose()
     assert _posts_with(rooms, card.idempotency_key) == 1  # the 503'd send, and no other
     assert now.state is CardState.NEEDS_RECONCILIATION and "execute_by" in now.evidence["reason"]
-    assert _bookings(rooms, "2026-11-03") == []
+    assert _bookings(rooms, "2027-11-03") == []
     assert "claimed_for_resend" not in [e.type for e in events] and verify_chain(events)

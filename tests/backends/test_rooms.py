@@ -158,6 +158,7 @@ async def test_availability_shows_other_orgs_bookings_with_their_titles_verbatim
         "date": "2026-12-01",
         "open": "08:00",
         "close": "18:00",
+        "today": "2026-12-01",
         "bookings": None,
     }
     assert [b["booking_id"] for b in atlas.json()["bookings"]] == ["bk-0001", "bk-0002"]
