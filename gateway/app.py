@@ -17,8 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
@@ -31,10 +30,13 @@ from gateway.console import console_routes
 from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
+from gateway.http_telemetry import HttpTelemetry
 from gateway.identity import IdentityHeaders
 from gateway.loops import run_forever
 from gateway.mcp_surface import McpSurface
+from gateway.ops_api import ops_routes
 from gateway.principal import KeyKind
+from gateway.readiness import Readiness
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
@@ -45,6 +47,7 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.probes import LedgerProbe
 from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
@@ -256,8 +259,11 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 
 @contextlib.asynccontextmanager
-async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, the audit archive, and (by default) the worker."""
+async def _background(
+    gateway: Gateway, settings: Settings, workers: list[asyncio.Task[None]] | None = None
+) -> AsyncIterator[None]:
+    """The live tool source's refresh, the health checks, the audit archive, and (by default) the worker
+    (its task is appended to `workers`, for readiness)."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
@@ -267,6 +273,8 @@ async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[Non
         tasks.append(
             asyncio.create_task(Worker(gateway.executor.writes, gateway.ledger).run(), name="countersign-worker")
         )
+        if workers is not None:
+            workers.append(tasks[-1])
     try:
         yield
     finally:
@@ -296,19 +304,26 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
-    async def health(request: Request) -> JSONResponse:
-        try:
-            await gateway.redis.ping()
-        except StoreUnavailableError as error:
-            return JSONResponse({"ok": False, "redis": error.cause}, status_code=503)
-        return JSONResponse({"ok": True})
+    workers: list[asyncio.Task[None]] = []
+    probe = LedgerProbe(gateway.redis.client)
+    readiness = Readiness(
+        redis=gateway.redis,
+        guard=gateway.guard,
+        probe=probe,
+        archive_dir=settings.archive_dir,
+        adapters=gateway.health,
+        worker_running=(lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None,
+    )
+    metrics_token = str(settings.metrics_token) if settings.metrics_token is not None else None
+    ops = ops_routes(readiness=readiness, probe=probe, guard=gateway.guard, audit=gateway.audit,
+                     metrics_token=metrics_token)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
-            async with surface.session_manager.run(), _background(gateway, settings):
+            async with surface.session_manager.run(), _background(gateway, settings, workers):
                 yield
         finally:
             await gateway.aclose()
@@ -316,12 +331,14 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     app = Starlette(
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
-            Route("/healthz", health, methods=["GET"]),
+            *ops,
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
             *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
             *console_routes(),
         ],
         lifespan=lifespan,
+        # Outermost: a span per admin and registry request, and the access log (gateway.http_telemetry).
+        middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway
     return app

@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
@@ -27,11 +27,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
 
-from gateway.auth import principal_of
+from gateway.auth import caller_of, principal_of
 from gateway.catalog import Catalog
 from gateway.envelope import Envelope
 from gateway.executor import AgentPath
+from gateway.log_context import bind_key_id
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
@@ -77,6 +80,9 @@ class McpSurface:
             # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
             get_tool_input_schema=self._input_schema,
         )
+        # Outermost, before the SDK's own span: name the caller for the logs, and let an HTTP
+        # `traceparent` parent the MCP span when `params._meta` carries none.
+        self.server.middleware.insert(0, _request_context)
         security = (
             TransportSecuritySettings(
                 enable_dns_rebinding_protection=True,
@@ -144,6 +150,27 @@ class _Server(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
+
+
+async def _request_context(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Bind the request's key id for log records, and its HTTP trace context where ``_meta`` has none.
+
+    Messages of a handshake-era session run outside the HTTP request that delivered them, so
+    neither would otherwise reach the handler."""
+    request = ctx.request
+    if request is None:
+        return await call_next(ctx)
+    principal = caller_of(request.scope)
+    if principal is not None:
+        bind_key_id(principal.key_id)
+    header = request.headers.get("traceparent")
+    if header is None or (ctx.meta is not None and "traceparent" in ctx.meta):
+        return await call_next(ctx)
+    token = otel_context.attach(propagate.extract(request.headers))
+    try:
+        return await call_next(ctx)
+    finally:
+        otel_context.detach(token)
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:

@@ -26,6 +26,7 @@ from backends.expenses import create_expenses_app, expenses_manifest
 from backends.serve import QuietServer
 from gateway.app import audit_loop, build_gateway, create_app, tools_for
 from gateway.errors import ConfigError, UpstreamError
+from gateway.logs import LogFormat, configure_logging
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
 from gateway.store.client import connect
@@ -164,6 +165,7 @@ async def run(settings: Settings) -> None:
     server stopped and so kill the process before the demo backends and the embedded Redis are
     stopped. A second signal forces the HTTP server down without waiting for open connections.
     """
+    configure_logging(_log_format(settings), access_log=settings.access_log)
     async with resolved(settings) as ready:
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
@@ -189,6 +191,8 @@ async def run(settings: Settings) -> None:
             host=ready.host,
             port=ready.port,
             log_level="warning",
+            log_config=None,  # uvicorn's records go through the gateway's handler (gateway.logs)
+            access_log=False,  # the gateway writes its own, without headers (settings.access_log)
             timeout_graceful_shutdown=3,
             lifespan="on",
         )
@@ -229,6 +233,7 @@ async def run_worker(settings: Settings) -> None:
     missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)
     if missing:
         raise ConfigError(f"a separate worker needs backend URLs for: {', '.join(missing)} (see --config)")
+    configure_logging(_log_format(settings))
     # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
@@ -272,6 +277,10 @@ async def _announce(server: uvicorn.Server, demo_registration: tuple[str, str, s
             " countersign adapters review; countersign adapters accept expenses --hash <proposed hash>",
             flush=True,
         )
+
+
+def _log_format(settings: Settings) -> LogFormat:
+    return "json" if settings.log_format == "json" else "plain"
 
 
 def _stop(server: uvicorn.Server) -> None:

@@ -19,6 +19,9 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     audit_keep_minutes = 60                       # and none older than this (0: no age limit)
     redis_connect_timeout_seconds = 0.5           # a Redis that cannot be reached fails a request this fast
     redis_timeout_seconds = 0.5                   # and one that does not answer (503 / LEDGER_UNAVAILABLE)
+    log_format = "json"                           # or "plain" (default); COUNTERSIGN_LOG_FORMAT overrides
+    access_log = true                             # one line per HTTP request; COUNTERSIGN_ACCESS_LOG overrides
+    metrics_token_env = "COUNTERSIGN_METRICS_TOKEN" # env var holding the token /metrics requires (unset: loopback only)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
@@ -145,6 +148,14 @@ class Settings:
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
+    log_format: str = "plain"
+    """``plain`` (timestamped lines) or ``json`` (one object per line): ``[gateway] log_format`` or
+    ``COUNTERSIGN_LOG_FORMAT`` (`gateway.logs`)."""
+    access_log: bool = False
+    """One log line per HTTP request (``countersign.access``): ``[gateway] access_log`` or
+    ``COUNTERSIGN_ACCESS_LOG``."""
+    metrics_token: Secret | None = field(default=None, repr=False)
+    """Bearer token ``/metrics`` requires; None: it answers loopback peers only (`gateway.ops_api`)."""
 
     @property
     def archive_dir(self) -> Path:
@@ -155,6 +166,8 @@ class Settings:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
+        if self.log_format not in ("plain", "json"):
+            raise ConfigError(f"log_format must be plain or json, not {self.log_format!r}")
 
     @property
     def org_adapters(self) -> OrgAdapters:
@@ -193,6 +206,7 @@ class Settings:
         allowed = gateway.get("allowed_hosts")
         secret_env = gateway.get("audit_secret_env", "COUNTERSIGN_AUDIT_SECRET")
         archive_dir = gateway.get("audit_archive_dir")
+        metrics_env = gateway.get("metrics_token_env", "COUNTERSIGN_METRICS_TOKEN")
         try:
             return cls(
                 redis_url=env("REDIS_URL", default=None) or gateway.get("redis_url"),
@@ -220,6 +234,9 @@ class Settings:
                 redis_connect_timeout_seconds=float(gateway.get("redis_connect_timeout_seconds", 0.5)),
                 redis_timeout_seconds=float(gateway.get("redis_timeout_seconds", 0.5)),
                 limits=Limits.model_validate(document.get("limits", {})),
+                log_format=env("LOG_FORMAT", default=gateway.get("log_format", "plain")),
+                access_log=env("ACCESS_LOG", cast=bool, default=bool(gateway.get("access_log", False))),
+                metrics_token=Secret(environ[metrics_env]) if environ.get(metrics_env) else None,
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

@@ -35,6 +35,7 @@ from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 from gateway.store.ledger_prelude import PRELUDE
 from gateway.store.ledger_scripts import SCRIPTS
+from gateway.store.ledger_telemetry import observed
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
 
@@ -88,6 +89,7 @@ class RedisLedger:
         """The keys of `propose`: every script's, then the shard's index of the org and of the requester."""
         return [*cls._keys(card_id, shard), _org_index(shard, org), _requester_index(shard, org, subject)]
 
+    @observed  # a span, a count and the card's latencies per transition (gateway.store.ledger_telemetry)
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
         """Run one script; every script call goes through here."""
         return _transition(await self._scripts[name](keys=keys, args=args))
@@ -364,6 +366,7 @@ def _card(f: Mapping[str, str]) -> Card:
         attempts=int(f.get("attempts") or 0),
         dispatched_ms=_optional_int(f.get("dispatched_ms")),
         first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
+        approved_ms=_optional_int(f.get("approved_ms")),
         resend=f.get("resend") == "1",
         reference=f.get("reference") or None,
         evidence=json.loads(f.get("evidence") or "{}"),

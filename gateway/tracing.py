@@ -1,0 +1,129 @@
+"""OpenTelemetry traces: configured by the standard ``OTEL_*`` variables, a no-op until then.
+
+Who calls it: ``python -m gateway`` calls `configure` once with the environment; the ledger, the
+worker, the backend client, the agent path and the HTTP middleware open spans with `span` and
+tag the current one with `annotate`. The MCP SDK opens the span of each MCP request itself
+(``tools/call rooms_book``, kind SERVER, with ``mcp.method.name``, ``gen_ai.tool.name``,
+``gen_ai.operation.name``, ``jsonrpc.request.id`` and ``error.type = tool_error`` on an ``isError``
+result), parented on the trace context of the request's ``params._meta`` when it has one: the
+executor's spans nest under it, and so does everything they call.
+
+What `configure` reads (the SDK reads the rest itself): ``OTEL_SDK_DISABLED``, ``OTEL_TRACES_EXPORTER``
+(``otlp``, ``console`` or ``none``; unset means ``otlp`` when an ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT``
+is set and ``none`` otherwise). The OTLP/HTTP exporter then takes its endpoint, headers and timeout
+from ``OTEL_EXPORTER_OTLP_*``, the resource its name from ``OTEL_SERVICE_NAME`` and
+``OTEL_RESOURCE_ATTRIBUTES``, the sampler from ``OTEL_TRACES_SAMPLER``, the propagators from
+``OTEL_PROPAGATORS`` (W3C trace context and baggage by default). With nothing configured, the API's
+no-op tracer answers and nothing is imported from the SDK.
+
+The card id of a span is ``countersign.card.id``; the stable code of a refusal ``countersign.code``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind, StatusCode
+
+__all__ = ["CARD_ID", "CODE", "annotate", "configure", "current_ids", "inject", "span", "tracer"]
+
+logger = logging.getLogger(__name__)
+
+CARD_ID = "countersign.card.id"
+CODE = "countersign.code"
+
+tracer = trace.get_tracer("countersign")
+"""A proxy: it follows whichever tracer provider is installed, so spans start recording once one is."""
+
+
+def configure(environ: Mapping[str, str]) -> bool:
+    """Install a tracer provider with the exporter the ``OTEL_*`` variables name. Returns whether one was.
+
+    Raises:
+        ValueError: an ``OTEL_TRACES_EXPORTER`` this gateway does not ship.
+    """
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    exporter_name = environ.get("OTEL_TRACES_EXPORTER", "otlp" if endpoint else "none").strip().lower()
+    if exporter_name == "none":
+        return False
+    # Imported only here: a gateway without an exporter pays nothing for the SDK.
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+    exporter: SpanExporter
+    if exporter_name == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    elif exporter_name == "console":
+        exporter = ConsoleSpanExporter()
+    else:
+        raise ValueError(f"OTEL_TRACES_EXPORTER={exporter_name!r}: this gateway ships otlp, console and none")
+    resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME", "countersign")})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    logger.info("tracing to %s", endpoint or exporter_name)
+    return True
+
+
+@contextmanager
+def span(
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Mapping[str, str | int | bool] | None = None,
+    card_id: str | None = None,
+    root: bool = False,
+) -> Iterator[Span]:
+    """A span around a step, current while it runs; `root` starts a new trace whatever is current.
+    An exception ends it with ``error.type`` (the exception's class) and ERROR status."""
+    with tracer.start_as_current_span(
+        name,
+        context=Context() if root else None,
+        kind=kind,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as current:
+        if card_id:
+            current.set_attribute(CARD_ID, card_id)
+        try:
+            yield current
+        except BaseException as error:
+            if current.is_recording():
+                current.set_attribute("error.type", type(error).__qualname__)
+                current.set_status(StatusCode.ERROR)
+            raise
+
+
+def annotate(*, card_id: str | None = None, code: str | None = None) -> None:
+    """Tag the current span (the SDK's MCP span inside a tools/call) with a card id or a refusal code."""
+    current = trace.get_current_span()
+    if not current.is_recording():
+        return
+    if card_id:
+        current.set_attribute(CARD_ID, card_id)
+    if code:
+        current.set_attribute(CODE, code)
+
+
+def inject(headers: MutableMapping[str, str]) -> None:
+    """Add the current trace context (``traceparent``, ``tracestate``) to outgoing `headers`; none without a span."""
+    if trace.get_current_span().get_span_context().is_valid:
+        propagate.inject(headers)
+
+
+def current_ids() -> tuple[str, str] | None:
+    """The current trace and span ids as hex, or None outside a recorded span (for log records)."""
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
