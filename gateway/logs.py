@@ -73,7 +73,8 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value if isinstance(value, int | float | bool | str) else str(value)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False, default=str)
+        # ASCII only: U+2028, U+0085 and their like split lines for some readers (str.splitlines among them).
+        return json.dumps(entry, default=str)
 
 
 class PlainFormatter(logging.Formatter):
