@@ -63,7 +63,7 @@ RATE_LIMIT_CODES = frozenset({"RATE_LIMITED", "QUOTA_EXCEEDED"})
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 # The library's `_created` series would double every counter's lines and tell a scraper nothing it needs.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _HUMAN = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
