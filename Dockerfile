@@ -14,5 +14,9 @@ ENV COUNTERSIGN_HOST=0.0.0.0 \
     COUNTERSIGN_PORT=8765 \
     COUNTERSIGN_DATA_DIR=/data
 EXPOSE 8765
+# Liveness: the process answers HTTP. Readiness (/readyz: Redis, ledger durability, audit, backends,
+# worker) is for the load balancer or orchestrator, which should stop routing rather than restart.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=2)"]
 # COUNTERSIGN_REDIS_URL must name the Redis to use; --config FILE names adapters and orgs.
 CMD ["countersign", "serve"]

@@ -6,12 +6,14 @@ tests that do not look at spans neither see nor pile up anyone's."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 
 class _Recorder(SpanExporter):
@@ -28,11 +30,25 @@ class _Recorder(SpanExporter):
 _RECORDER = _Recorder()
 
 
+class _OwnIds(IdGenerator):
+    """Ids from a generator of its own: the SDK's default draws on the `random` module, and a gateway thread
+    making spans while hypothesis draws an example would look to hypothesis like a strategy using it."""
+
+    def __init__(self) -> None:
+        self._random = random.Random()
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
 @contextmanager
 def recording() -> Iterator[list[ReadableSpan]]:
     """Every span that ends inside the block, in the order they ended (a live list)."""
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
+        provider = TracerProvider(id_generator=_OwnIds())
         provider.add_span_processor(SimpleSpanProcessor(_RECORDER))
         trace.set_tracer_provider(provider)
     _RECORDER.spans = []
