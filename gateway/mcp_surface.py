@@ -18,6 +18,7 @@ import logging
 from typing import Any
 
 import mcp_types as types
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
@@ -38,6 +39,7 @@ from gateway.log_context import bind_key_id
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
+from gateway.tracing import installed
 
 __all__ = ["McpSurface"]
 
@@ -83,6 +85,10 @@ class McpSurface:
         # Outermost, before the SDK's own span: name the caller for the logs, and let an HTTP
         # `traceparent` parent the MCP span when `params._meta` carries none.
         self.server.middleware.insert(0, _request_context)
+        if not installed():
+            # No tracer provider: the SDK's span per message would be a no-op that still switches
+            # contexts, the largest telemetry cost of a call (bench/telemetry_cost.py).
+            self.server.middleware = [m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         security = (
             TransportSecuritySettings(
                 enable_dns_rebinding_protection=True,
