@@ -73,8 +73,13 @@ def _mcp_span(tool: str) -> AbstractContextManager[object]:
 
 
 def _backend_span(method: str) -> None:
-    attributes: dict[str, str | int | bool] = {"http.request.method": method, "server.address": "127.0.0.1", "server.port": 8001,
-                  "url.path": "/availability", "countersign.adapter": "rooms"}  # fmt: skip
+    attributes: dict[str, str | int | bool] = {
+        "http.request.method": method,
+        "server.address": "127.0.0.1",
+        "server.port": 8001,
+        "url.path": "/availability",
+        "countersign.adapter": "rooms",
+    }
     with span(method, kind=SpanKind.CLIENT, attributes=attributes) as current:
         headers = {"authorization": "Bearer x"}
         inject(headers)
