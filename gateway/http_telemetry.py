@@ -13,6 +13,7 @@ and the surface (``POST /admin/api``), never a path holding an id.
 The access log line (logger ``countersign.access``, INFO, off by default) names the method, the
 path without its query string (a query may carry a cursor or anything a client put there), the
 status, the duration and the principal's key id once the bearer check has run; never a header.
+Probes and scrapes (``/healthz``, ``/readyz``, ``/metrics``) are logged but not traced.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ __all__ = ["HttpTelemetry"]
 
 access = logging.getLogger("countersign.access")
 
-_SURFACES = ("/admin/api", "/registry/api", "/admin", "/metrics", "/readyz", "/healthz")
+_SURFACES = ("/admin/api", "/registry/api", "/admin")
+_UNTRACED = frozenset({"/mcp", "/healthz", "/readyz", "/metrics"})
+"""``/mcp``: the SDK traces each message; the probes and the scrape: every few seconds, they would bury the rest."""
 
 
 def _surface(path: str) -> str:
@@ -52,7 +55,7 @@ class HttpTelemetry:
             return
         logging_on = access.isEnabledFor(logging.INFO)
         path: str = scope.get("path", "")
-        if path == "/mcp" or path.startswith("/mcp/"):
+        if path in _UNTRACED or path.startswith("/mcp/"):
             if not logging_on:
                 await self.app(scope, receive, send)
                 return

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 CARD_ID = "countersign.card.id"
 CODE = "countersign.code"
+
+_CARD: ContextVar[str | None] = ContextVar("countersign_span_card", default=None)
 
 tracer = trace.get_tracer("countersign")
 """A proxy: it follows whichever tracer provider is installed, so spans start recording once one is."""
@@ -102,12 +105,17 @@ def span(
     attributes: Mapping[str, str | int | bool] | None = None,
     card_id: str | None = None,
     root: bool = False,
+    within: bool = False,
 ) -> AbstractContextManager[Span]:
-    """A span around a step, current while it runs; `root` starts a new trace whatever is current.
-    An exception ends it with ``error.type`` (the exception's class) and ERROR status."""
-    if not installed():
+    """A span around a step, current while it runs; `root` starts a new trace whatever is current, and
+    `within` makes one only inside another (a background poll then starts no trace of its own).
+
+    The card id of a span is `card_id`, or else that of the nearest enclosing span that named one, so
+    every step under a worker's run of a card (its backend call too) carries it. An exception ends the
+    span with ``error.type`` (the exception's class) and ERROR status."""
+    if not installed() or (within and not trace.get_current_span().get_span_context().is_valid):
         return _NO_SPAN
-    return _span(name, kind, attributes, card_id, root)
+    return _span(name, kind, attributes, card_id or (None if root else _CARD.get()), root)
 
 
 @contextmanager
@@ -122,8 +130,10 @@ def _span(
         record_exception=False,
         set_status_on_exception=False,
     ) as current:
+        token = None
         if card_id:
             current.set_attribute(CARD_ID, card_id)
+            token = _CARD.set(card_id)
         try:
             yield current
         except BaseException as error:
@@ -131,6 +141,9 @@ def _span(
                 current.set_attribute("error.type", type(error).__qualname__)
                 current.set_status(StatusCode.ERROR)
             raise
+        finally:
+            if token is not None:
+                _CARD.reset(token)
 
 
 def annotate(*, card_id: str | None = None, code: str | None = None) -> None:

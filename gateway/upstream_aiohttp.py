@@ -62,7 +62,8 @@ class AiohttpUpstream:
         limit = self._default_limit if timeout is None else _limit(timeout)
         started = time.perf_counter()
         status: int | None = None
-        with span(method, kind=SpanKind.CLIENT, attributes=self._span_attributes(method, path)) as current:
+        # Traced inside a request or a worker step; a background poll (a health check) starts no trace.
+        with span(method, kind=SpanKind.CLIENT, attributes=self._span_attributes(method, path), within=True) as current:
             sent = {**self._headers, **headers} if headers else dict(self._headers)
             inject(sent)
             try:
