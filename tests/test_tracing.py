@@ -121,3 +121,30 @@ def test_without_an_exporter_configured_no_provider_is_installed() -> None:
     assert configure({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}) is False
     with pytest.raises(ValueError):
         configure({"OTEL_TRACES_EXPORTER": "zipkin"})
+
+
+TRACE_IN_HEADER = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+TRACE_IN_META = "00-" + "c" * 32 + "-" + "d" * 16 + "-01"
+
+
+@pytest.mark.parametrize(("meta", "expected"), [(None, "a" * 32), (TRACE_IN_META, "c" * 32)])
+async def test_mcp_span_takes_params_meta_trace_context_else_the_http_traceparent(
+    meta: str | None, expected: str, redis: Redis, redis_url: str, backends: dict[str, Backend],
+    spans: list[ReadableSpan],
+) -> None:  # fmt: skip
+    """``params._meta`` wins (the MCP conventions); a client that only sets the HTTP header is still joined."""
+    from bench._load import _META, ARGUMENTS, TOOL, modern_headers
+
+    token = await make_key(redis, roles=("staff",))
+    params = {"name": TOOL, "arguments": ARGUMENTS, "_meta": {**_META, **({"traceparent": meta} if meta else {})}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    with serve_app_in_thread(create_app(gateway_settings(redis_url, backends)), lifespan=True) as base:
+        async with httpx.AsyncClient(base_url=base) as http:
+            answer = await http.post(
+                "/mcp", json=body, headers={**modern_headers(token), "traceparent": TRACE_IN_HEADER}
+            )
+    assert answer.status_code == 200, answer.text
+    [server] = [s for s in spans if s.name == f"tools/call {TOOL}" and s.kind is SpanKind.SERVER]
+    assert server.context is not None and format(server.context.trace_id, "032x") == expected
+    [backend] = [s for s in _trace_of(spans, server) if s.name == "GET"]
+    assert backend.parent is not None and backend.parent.span_id == server.context.span_id
