@@ -223,3 +223,22 @@ def test_served_tools_past_the_cap_share_one_label(monkeypatch: pytest.MonkeyPat
     labels = _tool_labels()
     assert {"cap_tool_0", "cap_tool_1", "cap_tool_2", "other"} <= labels
     assert "cap_tool_3" not in labels and "cap_tool_4" not in labels
+
+
+@pytest.mark.parametrize("code", ["RATE_LIMITED", "QUOTA_EXCEEDED"])
+async def test_a_rate_limit_refusal_is_counted_where_it_is_audited(code: str, redis: Redis) -> None:
+    """Whichever layer refuses by budget or quota, its audit event is where the refusal is counted."""
+    from gateway.audit import AuditEvent
+    from gateway.store.audit import RedisStreamAuditSink
+    from tests.support.services import TEST_AUDIT_SECRET
+
+    before = _now()
+    sink = RedisStreamAuditSink(redis, secret=TEST_AUDIT_SECRET.encode())
+    await sink.record(AuditEvent(action="tool.call", outcome="deny", tool="rooms_book", code=code, reason="budget"))
+    after = _now()
+    assert _value(after, "countersign_rate_limit_refusals_total", code=code) == (
+        _value(before, "countersign_rate_limit_refusals_total", code=code) + 1
+    )
+    assert _value(after, "countersign_refusals_total", action="tool.call", code=code) == (
+        _value(before, "countersign_refusals_total", action="tool.call", code=code) + 1
+    )
