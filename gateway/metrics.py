@@ -25,11 +25,18 @@ measures a whole call's counting against the 20 µs budget).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -49,6 +56,7 @@ __all__ = [
     "count_tool_call",
     "count_transition",
     "render",
+    "serve_metrics",
     "worker_step",
 ]
 
@@ -227,3 +235,20 @@ def render(gauges: Gauges | None = None) -> bytes:
     scrape = CollectorRegistry(auto_describe=False)
     scrape.register(gauges)
     return text + generate_latest(scrape)
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1") -> Callable[[], None]:
+    """Serve this process's instruments on ``http://host:port/`` from a thread (`countersign worker`, which
+    has no HTTP surface of its own); loopback by default, since this server checks no token. Returns the stop.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    server, thread = start_http_server(port, addr=host, registry=REGISTRY)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return stop

@@ -27,6 +27,7 @@ from backends.serve import QuietServer
 from gateway.app import audit_loop, build_gateway, create_app, tools_for
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
+from gateway.metrics import serve_metrics
 from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
 from gateway.store.client import connect
@@ -238,6 +239,8 @@ async def run_worker(settings: Settings) -> None:
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
         worker = Worker(gateway.executor.writes, gateway.ledger)
+        # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.
+        stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
         loop = asyncio.get_running_loop()
@@ -254,6 +257,8 @@ async def run_worker(settings: Settings) -> None:
                 await archiving
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+            if stop_metrics is not None:
+                stop_metrics()
             await gateway.aclose()
         print("Countersign worker stopped.", flush=True)
 

@@ -22,6 +22,7 @@ The TOML file names adapters, their backend URLs, and orgs with their adapters a
     log_format = "json"                           # or "plain" (default); COUNTERSIGN_LOG_FORMAT overrides
     access_log = true                             # one line per HTTP request; COUNTERSIGN_ACCESS_LOG overrides
     metrics_token_env = "COUNTERSIGN_METRICS_TOKEN" # env var holding the token /metrics requires (unset: loopback only)
+    worker_metrics_port = 9465                    # `countersign worker` serves its metrics here, on 127.0.0.1 (0: off)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"        # omit to start the demo backend in-process
@@ -156,6 +157,8 @@ class Settings:
     ``COUNTERSIGN_ACCESS_LOG``."""
     metrics_token: Secret | None = field(default=None, repr=False)
     """Bearer token ``/metrics`` requires; None: it answers loopback peers only (`gateway.ops_api`)."""
+    worker_metrics_port: int = 0
+    """Where `countersign worker` serves its metrics (on 127.0.0.1, no token); 0: nowhere. `serve` has ``/metrics``."""
 
     @property
     def archive_dir(self) -> Path:
@@ -237,6 +240,7 @@ class Settings:
                 log_format=env("LOG_FORMAT", default=gateway.get("log_format", "plain")),
                 access_log=env("ACCESS_LOG", cast=bool, default=bool(gateway.get("access_log", False))),
                 metrics_token=Secret(environ[metrics_env]) if environ.get(metrics_env) else None,
+                worker_metrics_port=int(gateway.get("worker_metrics_port", 0)),
             )
         except ValueError as error:
             raise ConfigError(f"invalid setting: {error}") from error

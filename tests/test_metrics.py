@@ -242,3 +242,25 @@ async def test_a_rate_limit_refusal_is_counted_where_it_is_audited(code: str, re
     assert _value(after, "countersign_refusals_total", action="tool.call", code=code) == (
         _value(before, "countersign_refusals_total", action="tool.call", code=code) + 1
     )
+
+
+def test_a_separate_worker_serves_its_instruments_on_loopback() -> None:
+    """`countersign worker` has no HTTP surface: `serve_metrics` gives its counts a scrape of their own."""
+    from tests.support.redis_server import free_port
+
+    port = free_port()
+    stop = metrics.serve_metrics(port)
+    try:
+        metrics.count_transition("claim", "OK")
+        answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    finally:
+        stop()
+    families = {family.name for family in text_string_to_metric_families(answer.text)}
+    assert {
+        "countersign_card_transitions",
+        "countersign_worker_steps",
+        "countersign_execution_latency_seconds",
+    } <= families
+    assert _value(_samples(answer.text), "countersign_card_transitions_total", transition="claim", status="OK") >= 1
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
