@@ -10,13 +10,18 @@ RUN pip install --no-cache-dir . && useradd --system --create-home countersign \
     && mkdir /data && chown countersign /data
 
 USER countersign
-ENV COUNTERSIGN_HOST=0.0.0.0 \
+# Production: no demo backend, no demo key, the audit secret required (`serve --demo` for the demo).
+# Bound beyond loopback, serve also needs COUNTERSIGN_ALLOWED_HOSTS and COUNTERSIGN_ALLOWED_ORIGINS
+# (or [gateway] allowed_hosts and allowed_origins); COUNTERSIGN_CONFIG names the adapters and orgs,
+# COUNTERSIGN_REDIS_URL the Redis (without it, the embedded server keeps its data in /data).
+ENV COUNTERSIGN_MODE=production \
+    COUNTERSIGN_HOST=0.0.0.0 \
     COUNTERSIGN_PORT=8765 \
     COUNTERSIGN_DATA_DIR=/data
+VOLUME /data
 EXPOSE 8765
 # Liveness: the process answers HTTP. Readiness (/readyz: Redis, ledger durability, audit, backends,
 # worker) is for the load balancer or orchestrator, which should stop routing rather than restart.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=2)"]
-# COUNTERSIGN_REDIS_URL must name the Redis to use; --config FILE names adapters and orgs.
 CMD ["countersign", "serve"]

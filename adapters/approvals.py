@@ -93,6 +93,7 @@ TOOLS: tuple[Tool, ...] = (
         output=CardView,
         access=Access.public(),
         execute=_status,
+        open_world=False,
     ),
     Tool(
         name="approvals_mine",
@@ -104,6 +105,7 @@ TOOLS: tuple[Tool, ...] = (
         output=MyCards,
         access=Access.public(),
         execute=_mine,
+        open_world=False,
     ),
     Tool(
         name="approvals_cancel",
@@ -116,5 +118,8 @@ TOOLS: tuple[Tool, ...] = (
         access=Access.public(),
         execute=_cancel,
         changes_cards=True,
+        # A withdrawn request cannot be reopened; the gateway's own ledger is all it touches.
+        destructive=True,
+        open_world=False,
     ),
 )

@@ -68,6 +68,19 @@ class Order(BaseModel):
     customer_note: Untrusted | None = None
 
 
+class OrderForModel(BaseModel):
+    """What the model is shown of an order: its facts, and only whether a customer note exists."""
+
+    order_id: str
+    items: list[Item]
+    total_cents: int
+    currency: str
+    status: str
+    placed_at: str
+    refunded_cents: int
+    has_customer_note: bool
+
+
 class IssuedRefund(BaseModel):
     refund_id: str
     order_id: str
@@ -101,9 +114,8 @@ async def _eligibility(args: OrderArgs, ctx: ToolContext) -> Any:
 
 
 def _order_for_model(order: Order) -> Mapping[str, Any]:
-    view = order.model_dump(mode="json", exclude={"customer", "customer_note"})
-    view["has_customer_note"] = order.customer_note is not None
-    return view
+    facts = order.model_dump(exclude={"customer", "customer_note"})
+    return OrderForModel(**facts, has_customer_note=order.customer_note is not None).model_dump(mode="json")
 
 
 def _order_for_people(order: Order) -> str:
@@ -128,7 +140,9 @@ TOOLS: tuple[Tool, ...] = (
         output=Order,
         access=Access.roles("staff", "support"),
         execute=_get_order,
+        open_world=False,
         model_view=_order_for_model,
+        model_view_output=OrderForModel,
         human_view=_order_for_people,
         emits_untrusted_text=True,
     ),
@@ -142,6 +156,7 @@ TOOLS: tuple[Tool, ...] = (
         output=Eligibility,
         access=Access.roles("support"),
         execute=_eligibility,
+        open_world=False,
     ),
     Tool(
         name="orders_refund_create",
@@ -156,6 +171,9 @@ TOOLS: tuple[Tool, ...] = (
         output=IssuedRefund,
         access=Access.roles("support"),
         execute=_refund,
+        # Money leaves the company and the order's refundable balance shrinks: not a mere addition.
+        destructive=True,
+        open_world=False,
         preflight=_order_exists,
         write_contract=keyed_contract("refund_id"),
         approval=Approval(

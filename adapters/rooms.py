@@ -97,6 +97,22 @@ class Availability(BaseModel):
     bookings: list[Slot]
 
 
+class Span(BaseModel):
+    start: str
+    end: str
+
+
+class AvailabilityForModel(BaseModel):
+    """What the model is shown of a room's day: when it is taken and free, never who booked it."""
+
+    room_id: str
+    date: str
+    open: str
+    close: str
+    taken: list[Span]
+    free: list[Span]
+
+
 class MyBooking(BaseModel):
     booking_id: str
     room_id: str
@@ -163,14 +179,14 @@ def _free_slots(day: Availability) -> list[dict[str, str]]:
 
 
 def _availability_for_model(day: Availability) -> Mapping[str, Any]:
-    return {
-        "room_id": day.room_id,
-        "date": day.date,
-        "open": day.open,
-        "close": day.close,
-        "taken": [{"start": s.start, "end": s.end} for s in sorted(day.bookings, key=lambda s: s.start)],
-        "free": _free_slots(day),
-    }
+    return AvailabilityForModel(
+        room_id=day.room_id,
+        date=day.date,
+        open=day.open,
+        close=day.close,
+        taken=[Span(start=s.start, end=s.end) for s in sorted(day.bookings, key=lambda s: s.start)],
+        free=[Span(**slot) for slot in _free_slots(day)],
+    ).model_dump(mode="json")
 
 
 def _availability_for_people(day: Availability) -> str:
@@ -196,6 +212,7 @@ TOOLS: tuple[Tool, ...] = (
         output=RoomList,
         access=Access.public(),
         execute=_list_rooms,
+        open_world=False,
     ),
     Tool(
         name="rooms_availability",
@@ -210,7 +227,9 @@ TOOLS: tuple[Tool, ...] = (
         output=Availability,
         access=Access.public(),
         execute=_availability,
+        open_world=False,
         model_view=_availability_for_model,
+        model_view_output=AvailabilityForModel,
         human_view=_availability_for_people,
         emits_untrusted_text=True,
     ),
@@ -224,6 +243,7 @@ TOOLS: tuple[Tool, ...] = (
         output=MyBookings,
         access=_STAFF,
         execute=_my_bookings,
+        open_world=False,
     ),
     Tool(
         name="rooms_book",
@@ -238,6 +258,9 @@ TOOLS: tuple[Tool, ...] = (
         output=MyBooking,
         access=_STAFF,
         execute=_book,
+        # A booking only adds a reservation; it overwrites nothing.
+        destructive=False,
+        open_world=False,
         preflight=_room_exists,
         write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,
@@ -257,6 +280,8 @@ TOOLS: tuple[Tool, ...] = (
         output=Cancelled,
         access=_STAFF,
         execute=_cancel,
+        destructive=True,
+        open_world=False,
         preflight=_own_active_booking,
         write_contract=keyed_contract("booking_id"),
         approval=_APPROVAL,

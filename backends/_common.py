@@ -22,6 +22,7 @@ import hmac
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -35,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from backends._faults import FaultSwitch, faults_endpoint, inject
 from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Endpoint, error, verified_caller
 from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
+from backends._persist import StateFile, StateFileError
 
 CONTROL_PATHS = frozenset({"/_faults", "/_health", "/_requests"})
 """Paths for whoever runs the service, not for callers: they need the token but no identity, and never fault."""
@@ -53,16 +55,46 @@ class RecordedRequest:
 
 
 class ServiceState:
-    """The per-app state both services have; each service subclasses it with its business data.
+    """The per-app state every service has; each service subclasses it with its business data.
 
     Everything lives on the instance (reachable as ``app.state.service``), so two apps never share state.
+    With a `state_file`, the business data (`business_state`) and the idempotency records are saved
+    there after every remembered write (`save`) and read back at start (`load_saved`), so they
+    outlive the process; the request log and the faults never are.
     """
 
-    def __init__(self, *, key_ttl_seconds: float, clock: Clock) -> None:
+    def __init__(self, *, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None = None) -> None:
         self.requests: deque[RecordedRequest] = deque(maxlen=REQUEST_LOG_SIZE)
         """The last ``REQUEST_LOG_SIZE`` requests received, oldest first."""
         self.idempotency = IdempotencyStore(ttl_seconds=key_ttl_seconds, clock=clock)
         self.faults = FaultSwitch()
+        self._state_file = state_file
+
+    def business_state(self) -> dict[str, Any]:
+        """What the service changed since its seed data, as JSON data; a subclass with writes says."""
+        return {}
+
+    def restore_business_state(self, state: Mapping[str, Any]) -> None:
+        """Take back what `business_state` gave."""
+
+    def load_saved(self) -> None:
+        """Replace the seed data with the saved state, if there is any (subclasses call this last).
+
+        Raises:
+            StateFileError: a state file exists but cannot be read.
+        """
+        if self._state_file is None or (document := self._state_file.load()) is None:
+            return
+        try:
+            self.restore_business_state(document["business"])
+            self.idempotency.restore(document["idempotency"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateFileError(f"{self._state_file.path} does not hold this service's state: {error!r}") from error
+
+    def save(self) -> None:
+        """Write the business state and the idempotency records to the state file, if there is one."""
+        if self._state_file is not None:
+            self._state_file.save({"business": self.business_state(), "idempotency": self.idempotency.snapshot()})
 
     def record(self, scope: Scope) -> None:
         headers: dict[str, str] = {}

@@ -12,6 +12,9 @@ whether a write runs, replays or is refused; the business function behind it is 
 * Every answer except a 400 is remembered: 2xx as ``applied``, anything else (a definitive refusal such as
   409 ``slot_taken``) as ``refused``. A 400 never reached a decision, so a corrected retry may reuse the key.
 * A record is forgotten ``ttl_seconds`` after it was made, on the injected monotonic clock.
+* `IdempotencyStore.snapshot` and `restore` carry the records across a restart (a record's age is
+  kept by wall-clock time, since the monotonic clock starts again); `idempotent_write` calls its
+  ``after`` hook once an answer is remembered, which is where a service saves its state.
 
 Lookup, decision and remembering happen without an ``await`` in between, so on one event loop two
 concurrent requests with the same key cannot both apply.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -101,6 +105,37 @@ class IdempotencyStore:
         self._records[(org, key)] = record
         return record
 
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The live records as JSON data, each with the wall-clock time it was made."""
+        self._expire()
+        now, wall = self._clock(), time.time()
+        return [
+            {
+                "key": r.key,
+                "org": r.org,
+                "fingerprint": r.fingerprint,
+                "status_code": r.status_code,
+                "body": dict(r.body),
+                "made_at": wall - (now - r.created),
+            }
+            for r in self._records.values()
+        ]
+
+    def restore(self, records: list[dict[str, Any]]) -> None:
+        """Put back records a `snapshot` took, each as old as it was by the wall clock."""
+        now, wall = self._clock(), time.time()
+        for raw in sorted(records, key=lambda r: float(r["made_at"])):
+            record = IdempotencyRecord(
+                key=str(raw["key"]),
+                org=str(raw["org"]),
+                fingerprint=str(raw["fingerprint"]),
+                status_code=int(raw["status_code"]),
+                body=dict(raw["body"]),
+                created=now - max(0.0, wall - float(raw["made_at"])),
+            )
+            self._records[(record.org, record.key)] = record
+        self._expire()
+
     def _expire(self) -> None:
         cutoff = self._clock() - self._ttl
         while self._records:
@@ -127,8 +162,14 @@ def idempotent_write(
     store: IdempotencyStore,
     adapter: TypeAdapter[ArgsT],
     apply: Callable[[Caller, Mapping[str, Any], ArgsT], Outcome],
+    *,
+    after: Callable[[], None] | None = None,
 ) -> Endpoint:
-    """Wrap a synchronous business write ``apply(caller, path_params, args)`` in the key contract above."""
+    """Wrap a synchronous business write ``apply(caller, path_params, args)`` in the key contract above.
+
+    ``after`` runs once the answer is remembered and before it is sent (a service saves its state
+    there), so an answer the caller saw is never one a restart forgets.
+    """
 
     async def endpoint(request: Request) -> Response:
         key = request.headers.get(KEY_HEADER, "").strip()
@@ -149,6 +190,8 @@ def idempotent_write(
         outcome = apply(caller, request.path_params, args)
         if outcome.status_code != 400:
             store.remember(org=caller.org, key=key, fingerprint=request_print, outcome=outcome)
+            if after is not None:
+                after()
         return JSONResponse(dict(outcome.body), status_code=outcome.status_code)
 
     return endpoint

@@ -14,7 +14,8 @@ Who sees what:
 
 Writes (``POST /reports``, ``POST /reports/{id}/withdraw``) follow the idempotency contract of
 ``backends._idempotency``; refusals are remembered. Auth, identity headers, faults and the request log
-are the service shell's (``backends._common``).
+are the service shell's (``backends._common``). Given a ``state_file``, the reports and idempotency
+records outlive the process (``backends._persist``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import copy
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
@@ -34,6 +36,7 @@ from starlette.routing import Route
 from backends._common import ServiceState, build_service_app
 from backends._http import Caller, caller_of, error, not_found
 from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._persist import StateFile
 
 ReportStatus = Literal["draft", "submitted", "approved", "paid"]
 Currency = Literal["USD", "EUR"]
@@ -118,9 +121,19 @@ def report_json(report: ExpenseReport, caller: Caller) -> dict[str, Any]:
 class ExpensesService(ServiceState):
     """The expenses app's state: every report by id, plus the shared service state."""
 
-    def __init__(self, *, data: ExpensesData, key_ttl_seconds: float, clock: Clock) -> None:
-        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock)
+    def __init__(
+        self, *, data: ExpensesData, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None = None
+    ) -> None:
+        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock, state_file=state_file)
         self.reports = {report.report_id: report for report in data.reports}
+        self._next_number = 2001 + len(self.reports)
+        self.load_saved()
+
+    def business_state(self) -> dict[str, Any]:
+        return {"reports": [asdict(report) for report in self.reports.values()]}
+
+    def restore_business_state(self, state: Mapping[str, Any]) -> None:
+        self.reports = {raw["report_id"]: ExpenseReport(**raw) for raw in state["reports"]}
         self._next_number = 2001 + len(self.reports)
 
     def owned_report(self, caller: Caller, report_id: str) -> ExpenseReport | None:
@@ -164,8 +177,12 @@ def create_expenses_app(
     data: ExpensesData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
+    state_file: Path | None = None,
 ) -> Starlette:
     """Build an expenses service with its own copy of ``data`` (the demo data by default).
+
+    With ``state_file``, the reports and idempotency records saved there replace the seed reports,
+    and every write saves them again before it answers.
 
     ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
     adapter's name); a request whose identity it does not verify reaches no route.
@@ -173,7 +190,10 @@ def create_expenses_app(
     The state is ``app.state.service``, an :class:`ExpensesService`.
     """
     service = ExpensesService(
-        data=demo_expenses_data() if data is None else data, key_ttl_seconds=key_ttl_seconds, clock=clock
+        data=demo_expenses_data() if data is None else data,
+        key_ttl_seconds=key_ttl_seconds,
+        clock=clock,
+        state_file=None if state_file is None else StateFile(state_file),
     )
 
     async def list_reports(request: Request) -> Response:
@@ -195,11 +215,15 @@ def create_expenses_app(
 
     routes = [
         Route("/reports", list_reports, methods=["GET"]),
-        Route("/reports", idempotent_write(service.idempotency, _NEW_REPORT, service.submit), methods=["POST"]),
+        Route(
+            "/reports",
+            idempotent_write(service.idempotency, _NEW_REPORT, service.submit, after=service.save),
+            methods=["POST"],
+        ),
         Route("/reports/{report_id}", get_report, methods=["GET"]),
         Route(
             "/reports/{report_id}/withdraw",
-            idempotent_write(service.idempotency, _WITHDRAWAL, service.withdraw),
+            idempotent_write(service.idempotency, _WITHDRAWAL, service.withdraw, after=service.save),
             methods=["POST"],
         ),
     ]
@@ -268,6 +292,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             },
             "access": {"public": True},
             "untrusted_output_fields": ["reports[].title", "reports[].note"],
+            "open_world": False,
         },
         {
             "name": "expenses_get",
@@ -279,6 +304,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "output_schema": _REPORT,
             "access": _STAFF,
             "untrusted_output_fields": ["title", "note"],
+            "open_world": False,
         },
         {
             "name": "expenses_submit",
@@ -299,6 +325,8 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "approval": _APPROVER,
             "write_contract": _WRITE_CONTRACT,
             "summary_template": "Submit an expense report of {amount_cents} {currency}",
+            "destructive": False,
+            "open_world": False,
             "agent_text_fields": ["title"],
             "untrusted_output_fields": ["note"],
         },
@@ -319,6 +347,8 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "approval": _APPROVER,
             "write_contract": _WRITE_CONTRACT,
             "summary_template": "Withdraw expense report {report_id}",
+            "destructive": True,
+            "open_world": False,
         },
     ],
 }

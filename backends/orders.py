@@ -14,6 +14,7 @@ Refund rules, checked in this order (the first that applies is the ``reason``):
 ``POST /orders/{id}/refunds`` follows the idempotency contract of ``backends._idempotency``; its refusals
 (``not_eligible``, ``exceeds_refundable``, ``not_found``) are remembered.
 Auth, identity headers, faults and the request log are the service shell's (``backends._common``).
+Given a ``state_file``, the refunds and idempotency records outlive the process (``backends._persist``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import date, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
@@ -33,6 +35,7 @@ from starlette.routing import Route
 from backends._common import ServiceState, build_service_app
 from backends._http import Caller, caller_of, not_found
 from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._persist import StateFile
 from backends.demo_data import Order, OrdersData, Refund, demo_orders_data
 
 
@@ -58,12 +61,22 @@ class Eligibility:
 class OrdersService(ServiceState):
     """The orders app's state: orders by id and every refund issued, plus the shared service state."""
 
-    def __init__(self, *, data: OrdersData, key_ttl_seconds: float, clock: Clock) -> None:
-        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock)
+    def __init__(
+        self, *, data: OrdersData, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None = None
+    ) -> None:
+        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock, state_file=state_file)
         self.orders = {order.order_id: order for order in data.orders}
         self.refunds: list[Refund] = list(data.refunds)
         self._today = data.today
         self._window = timedelta(days=data.refund_window_days)
+        self._next_number = 5001 + len(self.refunds)
+        self.load_saved()
+
+    def business_state(self) -> dict[str, Any]:
+        return {"refunds": [asdict(refund) for refund in self.refunds]}
+
+    def restore_business_state(self, state: Mapping[str, Any]) -> None:
+        self.refunds = [Refund(**raw) for raw in state["refunds"]]
         self._next_number = 5001 + len(self.refunds)
 
     def owned_order(self, caller: Caller, order_id: str) -> Order | None:
@@ -117,8 +130,12 @@ def create_orders_app(
     data: OrdersData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
+    state_file: Path | None = None,
 ) -> Starlette:
     """Build an orders service with its own copy of ``data`` (the demo data by default).
+
+    With ``state_file``, the refunds and idempotency records saved there replace the seed refunds,
+    and every write saves them again before it answers.
 
     ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
     adapter's name); a request whose identity it does not verify reaches no route.
@@ -126,7 +143,10 @@ def create_orders_app(
     The state is ``app.state.service``, an :class:`OrdersService`.
     """
     service = OrdersService(
-        data=demo_orders_data() if data is None else data, key_ttl_seconds=key_ttl_seconds, clock=clock
+        data=demo_orders_data() if data is None else data,
+        key_ttl_seconds=key_ttl_seconds,
+        clock=clock,
+        state_file=None if state_file is None else StateFile(state_file),
     )
 
     def owned(request: Request) -> Order | None:
@@ -151,7 +171,7 @@ def create_orders_app(
         refunds = [_refund_json(refund, order) for refund in service.refunds_of(order.order_id)]
         return JSONResponse({"order_id": order.order_id, "refunds": refunds})
 
-    refunds_write = idempotent_write(service.idempotency, _NEW_REFUND, service.refund)
+    refunds_write = idempotent_write(service.idempotency, _NEW_REFUND, service.refund, after=service.save)
     routes = [
         Route("/orders/{order_id}", get_order, methods=["GET"]),
         Route("/orders/{order_id}/refund-eligibility", refund_eligibility, methods=["GET"]),

@@ -10,6 +10,7 @@ Who sees what:
 Writes (``POST /bookings``, ``POST /bookings/{id}/cancel``) follow the idempotency contract of
 ``backends._idempotency``; refusals (``slot_taken``, ``already_cancelled``, ``not_found``) are remembered.
 Auth, identity headers, faults and the request log are the service shell's (``backends._common``).
+Given a ``state_file``, the bookings and idempotency records outlive the process (``backends._persist``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import date
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
@@ -30,6 +32,7 @@ from starlette.routing import Route
 from backends._common import ServiceState, build_service_app
 from backends._http import Caller, caller_of, error, not_found
 from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._persist import StateFile
 from backends.demo_data import Booking, RoomsData, demo_rooms_data
 
 OPEN, CLOSE = "08:00", "18:00"
@@ -58,10 +61,20 @@ class NoArgs:
 class RoomsService(ServiceState):
     """The rooms app's state: the rooms, every booking by id, plus the shared service state."""
 
-    def __init__(self, *, data: RoomsData, key_ttl_seconds: float, clock: Clock) -> None:
-        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock)
+    def __init__(
+        self, *, data: RoomsData, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None = None
+    ) -> None:
+        super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock, state_file=state_file)
         self.rooms = {room.id: room for room in data.rooms}
         self.bookings: dict[str, Booking] = {booking.booking_id: booking for booking in data.bookings}
+        self._next_number = len(self.bookings) + 1
+        self.load_saved()
+
+    def business_state(self) -> dict[str, Any]:
+        return {"bookings": [asdict(booking) for booking in self.bookings.values()]}
+
+    def restore_business_state(self, state: Mapping[str, Any]) -> None:
+        self.bookings = {raw["booking_id"]: Booking(**raw) for raw in state["bookings"]}
         self._next_number = len(self.bookings) + 1
 
     def owned_booking(self, caller: Caller, booking_id: str) -> Booking | None:
@@ -112,8 +125,12 @@ def create_rooms_app(
     data: RoomsData | None = None,
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
+    state_file: Path | None = None,
 ) -> Starlette:
     """Build a rooms service with its own copy of ``data`` (the demo data by default).
+
+    With ``state_file``, the bookings and idempotency records saved there replace the seed bookings,
+    and every write saves them again before it answers.
 
     ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
     adapter's name); a request whose identity it does not verify reaches no route.
@@ -121,7 +138,10 @@ def create_rooms_app(
     The state is ``app.state.service``, a :class:`RoomsService`.
     """
     service = RoomsService(
-        data=demo_rooms_data() if data is None else data, key_ttl_seconds=key_ttl_seconds, clock=clock
+        data=demo_rooms_data() if data is None else data,
+        key_ttl_seconds=key_ttl_seconds,
+        clock=clock,
+        state_file=None if state_file is None else StateFile(state_file),
     )
 
     async def list_rooms(request: Request) -> Response:
@@ -158,11 +178,15 @@ def create_rooms_app(
         Route("/rooms", list_rooms, methods=["GET"]),
         Route("/rooms/{room_id}/availability", availability, methods=["GET"]),
         Route("/bookings/mine", my_bookings, methods=["GET"]),
-        Route("/bookings", idempotent_write(service.idempotency, _NEW_BOOKING, service.book), methods=["POST"]),
+        Route(
+            "/bookings",
+            idempotent_write(service.idempotency, _NEW_BOOKING, service.book, after=service.save),
+            methods=["POST"],
+        ),
         Route("/bookings/{booking_id}", get_booking, methods=["GET"]),
         Route(
             "/bookings/{booking_id}/cancel",
-            idempotent_write(service.idempotency, _NO_ARGS, service.cancel),
+            idempotent_write(service.idempotency, _NO_ARGS, service.cancel, after=service.save),
             methods=["POST"],
         ),
     ]

@@ -33,6 +33,7 @@ from gateway.health import AdapterHealth
 from gateway.http_telemetry import HttpTelemetry
 from gateway.identity import IdentityHeaders
 from gateway.loops import run_forever
+from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
 from gateway.ops_api import ops_routes
 from gateway.principal import KeyKind
@@ -295,12 +296,17 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
+        catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
+        allowed_origins=settings.mcp_allowed_origins(),
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
-    mcp_endpoint = BearerAuth(surface.asgi, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
+    checked = MessageChecks(surface.asgi, audit=gateway.audit)
+    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 

@@ -1,8 +1,9 @@
 """The key of the audit trail's hash chain, as every process that appends to or verifies the trail gets it.
 
 Configured (``COUNTERSIGN_AUDIT_SECRET``, or the variable ``[gateway] audit_secret_env`` names) in
-production; in demo mode generated once and kept in ``<data_dir>/audit.secret`` (0600), so `serve`
-and the CLI on one data directory share it. It is never printed or logged.
+production, where nothing starts without it (a config file, ``COUNTERSIGN_REDIS_URL`` or the Docker
+image; see `gateway.settings`); in demo mode generated once and kept in ``<data_dir>/audit.secret``
+(0600), so `serve` and the CLI on one data directory share it. It is never printed or logged.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ def audit_secret(settings: Settings) -> bytes:
         return str(settings.audit_secret).encode()
     if not settings.demo:
         raise ConfigError(
-            "no audit secret: set COUNTERSIGN_AUDIT_SECRET (or the variable [gateway] audit_secret_env names)"
+            "production mode needs the audit secret: set COUNTERSIGN_AUDIT_SECRET (or the variable "
+            "[gateway] audit_secret_env names), the same for every process on one Redis; or run the demo "
+            "with countersign serve --demo"
         )
     path = settings.data_dir / SECRET_FILE
     if not path.exists():

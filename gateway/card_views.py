@@ -31,6 +31,7 @@ __all__ = [
     "UNTRUSTED_NOTE",
     "AdminCard",
     "AdminCardSummary",
+    "AgentCard",
     "AgentText",
     "ApprovalTally",
     "Approvals",
@@ -74,6 +75,34 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     if card.reference:
         view["reference"] = card.reference
     return view
+
+
+class AgentRejection(BaseModel):
+    reason: str
+    """The reason the approver gave; the approver's identity is not shown."""
+
+
+class AgentCard(BaseModel):
+    """An approval card as its requester sees it. Nothing is written until an administrator approves."""
+
+    # The shape of `card_for_agent`, the receipt a write proposal answers with: the catalog publishes
+    # this schema as every write tool's outputSchema. Optional fields are left out rather than null.
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    card_id: str
+    tool: str
+    summary: str
+    status: str
+    """The card's state (``PENDING``, ``APPROVED``, ``SUCCEEDED``...)."""
+    decision: str
+    outcome: str
+    approvals_required: int
+    approvals_received: int
+    expires_at: IsoTime
+    existing: bool | None = None
+    note: str | None = None
+    rejection: AgentRejection | None = None
+    reference: str | None = None
 
 
 class _View(BaseModel):

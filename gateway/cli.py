@@ -5,6 +5,10 @@ directory (attaching to a running `serve`, or starting the server for the comman
 `cards` (`gateway.cli_cards`) and `adapters` (`gateway.cli_adapters`) commands act as an admin,
 identified by an admin key (``--key`` or ``COUNTERSIGN_ADMIN_KEY``), which this module resolves
 (and audits when it is refused) before handing the admin to them.
+
+``--config FILE`` goes before the command or after it (``countersign keys list --config f.toml``).
+The mode follows from the configuration (`gateway.settings`: a file or a Redis URL is production,
+where every command needs the audit secret); ``serve --demo`` asks for the demo whatever it says.
 """
 
 from __future__ import annotations
@@ -43,7 +47,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, help="TOML config file (adapters, backend URLs, orgs, roles)")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run the gateway (embedded Redis and demo backends by default)")
+    serve = commands.add_parser(
+        "serve", help="run the gateway: the demo with no config and no COUNTERSIGN_REDIS_URL, else production"
+    )
+    serve.add_argument(
+        "--demo", action="store_true", help="demo mode whatever is configured: demo backends, demo keys printed"
+    )
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--no-worker", action="store_true", help="run no approved-card worker in this process")
@@ -72,7 +81,28 @@ def _parser() -> argparse.ArgumentParser:
     identity = _identity()
     cli_cards.add_parser(commands, identity)
     cli_adapters.add_parser(commands, identity)
+    _accept_config_everywhere(parser)
     return parser
+
+
+def _accept_config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand take ``--config`` too (``countersign serve --config f.toml``).
+
+    Its default is SUPPRESS, so a subcommand without the option keeps the value given before the
+    subcommand. argparse offers no public walk of its subparsers, hence `_actions`.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in {id(p): p for p in action.choices.values()}.values():
+            if not any("--config" in option.option_strings for option in sub._actions):
+                sub.add_argument(
+                    "--config",
+                    type=Path,
+                    default=argparse.SUPPRESS,
+                    help="TOML config file (here or before the command)",
+                )
+            _accept_config_everywhere(sub)
 
 
 def _identity() -> argparse.ArgumentParser:
@@ -88,7 +118,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     """Entry point. Returns the process exit status (0 ok, 1 refused, 2 usage)."""
     args = _parser().parse_args(argv)
     try:
-        settings = Settings.load(environ or {}, args.config)
+        settings = Settings.load(environ or {}, args.config, demo=getattr(args, "demo", False))
         if args.command == "serve":
             settings = replace(
                 settings,

@@ -12,6 +12,9 @@ class Code(StrEnum):
 
     PERMISSION_DENIED = "PERMISSION_DENIED"
     VALIDATION_ERROR = "VALIDATION_ERROR"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    """The transport request itself is malformed (a duplicated header, a bad JSON-RPC id, a batch)."""
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
     CONFLICT = "CONFLICT"
     RATE_LIMITED = "RATE_LIMITED"

@@ -6,6 +6,11 @@ model projection. Both protocol eras the SDK speaks are served by one session ma
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
 per-request 2026-07-28 envelope.
 
+A listed tool says what it does: its ``outputSchema`` covers every structured result it can answer,
+refusals included (`gateway.tool_schema`); its hints are what the tool declares, and a hint it did
+not declare is left out. A 2026-era listing is ``cacheScope: private`` (a catalog is one caller's)
+and fresh for the registry poll interval, the fastest the tools served can change.
+
 Failure planes: a malformed request is the SDK's JSON-RPC error. Everything about a tool (unknown,
 forbidden, invalid arguments, upstream failure) is an ``isError`` result the model can read,
 and an unknown name reads exactly like a forbidden one.
@@ -34,6 +39,7 @@ from opentelemetry import propagate
 from gateway.auth import caller_of, principal_of
 from gateway.catalog import Catalog
 from gateway.envelope import Envelope
+from gateway.errors import ConfigError
 from gateway.executor import AgentPath
 from gateway.log_context import bind_key_id
 from gateway.principal import Principal
@@ -58,9 +64,22 @@ class McpSurface:
         executor: AgentPath,
         version: str,
         stateless: bool,
-        allowed_hosts: list[str] | None,
+        allowed_hosts: list[str],
+        allowed_origins: list[str],
+        catalog_ttl_ms: int,
     ) -> None:
+        """`allowed_hosts` and `allowed_origins` are the SDK's DNS-rebinding patterns, always enforced
+        (a foreign Host is 421, a foreign Origin 403; a request without Origin passes).
+
+        Raises:
+            ConfigError: `allowed_hosts` is empty, which would refuse every request.
+        """
+        if not allowed_hosts:
+            raise ConfigError("allowed_hosts must name at least one Host the gateway answers to")
         self._catalog = catalog
+        # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
+        # without changing (the registry poll interval); never shared across callers.
+        self._catalog_ttl_ms = catalog_ttl_ms
         self._executor = executor
         # Wire definitions are built once per set of tools; a listing only filters them.
         self._box: Toolbox | None = None
@@ -89,15 +108,10 @@ class McpSurface:
             # No tracer provider: the SDK's span per message would be a no-op that still switches
             # contexts, the largest telemetry cost of a call (bench/telemetry_cost.py).
             self.server.middleware = [m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
-        security = (
-            TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=allowed_hosts,
-                allowed_origins=[f"http://{host}" for host in allowed_hosts]
-                + [f"https://{host}" for host in allowed_hosts],
-            )
-            if allowed_hosts
-            else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=list(allowed_hosts),
+            allowed_origins=list(allowed_origins),
         )
         self.session_manager = StreamableHTTPSessionManager(
             app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
@@ -135,7 +149,12 @@ class McpSurface:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}
             self._box = box
         definitions = self._definitions
-        return types.ListToolsResult(tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)])
+        return types.ListToolsResult(
+            tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)],
+            # A catalog is one caller's: a shared cache would hand it to callers with other access.
+            cache_scope="private",
+            ttl_ms=self._catalog_ttl_ms,
+        )
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -187,20 +206,31 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 def _definition(tool: Tool, box: Toolbox) -> types.Tool:
-    read = tool.mode is Mode.READ and not tool.changes_cards
     return types.Tool(
         name=tool.name,
         title=tool.title,
         description=_described(tool),
         input_schema=dict(box.input_schema(tool.name)),
-        annotations=types.ToolAnnotations(
-            title=tool.title,
-            read_only_hint=read,
-            # A write tool called by an agent only files an approval card: nothing is destroyed,
-            # and a repeated proposal returns the open card rather than a second one.
-            destructive_hint=False,
-            idempotent_hint=True,
-        ),
+        output_schema=dict(box.output_schema(tool.name)),
+        annotations=_annotations(tool),
+    )
+
+
+def _annotations(tool: Tool) -> types.ToolAnnotations:
+    """Hints that say what the tool does; a hint a tool did not declare is left out, never guessed.
+
+    The MCP defaults of a left-out hint are the cautious ones (destructive, open world). The
+    destructive and idempotent hints mean something only for a tool that changes things.
+    """
+    read = tool.mode is Mode.READ and not tool.changes_cards
+    return types.ToolAnnotations(
+        title=tool.title,
+        read_only_hint=read,
+        destructive_hint=None if read else tool.destructive,
+        # The gateway keys every write: a repeated proposal returns the open card, and the approved
+        # write runs once under the key minted with the card. Cancelling a card twice changes nothing.
+        idempotent_hint=None if read else True,
+        open_world_hint=tool.open_world,
     )
 
 

@@ -1,61 +1,54 @@
-"""`countersign serve`: resolve the embedded defaults, then run the gateway until Ctrl-C.
+"""`countersign serve` and `countersign worker`: check, bind, start, run until a signal, stop everything.
 
-Resolution, in order: a Redis URL (`COUNTERSIGN_REDIS_URL`, or the embedded server of the data
-directory, started or attached to), a backend URL for every adapter (a configured URL, or the
-demo backend started in-process on a free port with a fresh credential and a fresh key to verify the
-callers' signed identity with), and a demo agent key
-(created once and kept in ``<data_dir>/demo-agent.key``, reused while it is still live).
+`run(settings)` goes in this order, so that a mistake costs nothing and a stop leaves nothing behind:
+
+1. signals are ours (`gateway.stopping`): SIGINT or SIGTERM at any later point stops the process
+   cleanly, within seconds;
+2. checks that need nothing running (`preflight`): a bind beyond loopback names its Host and Origin
+   allow-lists, the audit secret is there (production), every adapter has a backend URL
+   (production: no demo backend stands in);
+3. the listening socket is bound (`listen`): a port in use is one error and exit status 1, before
+   any server or backend starts, and "serving" is never printed for a port that is not ours;
+4. the Redis URL (``COUNTERSIGN_REDIS_URL``, or the data directory's embedded server, started or
+   attached to) and, in demo mode only, the demo backends and the demo keys (`gateway.demo`);
+5. uvicorn on that socket, until a signal; then each resource in reverse order.
+
+Nothing printed carries a credential: demo keys are printed in demo mode only (that is the demo),
+backend URLs lose any ``user:password@``, and the Redis URL is never printed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import secrets
+import errno
 import signal
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 from starlette.datastructures import Secret
 
-from backends.expenses import create_expenses_app, expenses_manifest
 from backends.serve import QuietServer
+from gateway import demo
 from gateway.app import audit_loop, build_gateway, create_app, tools_for
+from gateway.audit_secret import audit_secret
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
 from gateway.metrics import serve_metrics
-from gateway.principal import KeyKind
 from gateway.settings import AdapterSettings, Settings
+from gateway.stopping import Stopper
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
 from gateway.store.keys import KeyStore
-from gateway.upstream_aiohttp import AiohttpUpstream
 from gateway.worker import Worker
 
-__all__ = [
-    "DEMO_KEY_FILE",
-    "ensure_demo_key",
-    "redis_url_for",
-    "register_demo_manifest",
-    "resolved",
-    "run",
-    "run_worker",
-]
+__all__ = ["listen", "preflight", "redis_url_for", "resolved", "run", "run_worker"]
 
-DEMO_KEY_FILE = "demo-agent.key"
-DEMO_ADMIN_KEY_FILE = "demo-admin.key"
-DEMO_SERVICE_KEY_FILE = "demo-service.key"
-
-
-def _demo_backends() -> dict[str, Callable[..., Any]]:
-    from backends.orders import create_orders_app
-    from backends.rooms import create_rooms_app
-
-    return {"rooms": create_rooms_app, "orders": create_orders_app}
+LISTEN_BACKLOG = 2048  # uvicorn's default
+GRACEFUL_SHUTDOWN_SECONDS = 3
 
 
 @contextlib.asynccontextmanager
@@ -68,159 +61,160 @@ async def redis_url_for(settings: Settings, *, owner: Owner) -> AsyncIterator[st
         yield handle.url
 
 
+def preflight(settings: Settings) -> None:
+    """Everything `serve` can refuse before it starts anything.
+
+    Raises:
+        ConfigError: a bind beyond loopback without ``allowed_hosts`` and ``allowed_origins``, or an
+            empty ``allowed_hosts``; no audit secret in production; an adapter without a URL in
+            production (naming each).
+    """
+    # Each raises rather than answer for a configuration it cannot serve safely.
+    settings.mcp_allowed_hosts()
+    settings.mcp_allowed_origins()
+    audit_secret(settings)
+    if not settings.demo:
+        missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)
+        if missing:
+            named = f"adapter {missing[0]} has" if len(missing) == 1 else f"adapters {', '.join(missing)} have"
+            raise ConfigError(
+                f"{named} no url: production mode starts no demo backend; set [adapters.{missing[0]}] url "
+                "(or run the demo: countersign serve --demo)"
+            )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` and listening, for uvicorn to serve on.
+
+    Raises:
+        ConfigError: the address is in use or cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly, as in `backends.serve`: asyncio sets TCP_NODELAY only on such sockets.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        # As uvicorn does: a restart need not wait for the old connections' TIME_WAIT. It does not
+        # let two servers listen on one port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as error:
+        sock.close()
+        reason = "the address is already in use" if error.errno == errno.EADDRINUSE else str(error)
+        raise ConfigError(f"cannot listen on {host}:{port}: {reason}") from error
+    return sock
+
+
 @contextlib.asynccontextmanager
 async def resolved(settings: Settings) -> AsyncIterator[Settings]:
     """`settings` with a Redis URL and every adapter's backend URL filled in.
 
-    In demo mode the expenses service is started too. It is not configured: it registers itself
-    by manifest over HTTP once the gateway is up (see `register_demo_manifest`), on a stable port
-    so its manifest is the same from one start to the next.
-    """
-    from backends.serve import serve_app
+    In demo mode each adapter without a URL gets its demo backend, and the expenses service is
+    started too: it is not configured, it registers itself by manifest over HTTP once the gateway
+    is up (see `gateway.demo.register_demo_manifest`), on a stable port so its manifest is the same
+    from one start to the next. In production nothing is started but the embedded Redis.
 
+    Raises:
+        ConfigError: in production, an adapter without a URL.
+    """
     async with contextlib.AsyncExitStack() as stack:
         if settings.demo:
-            token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-            expenses = create_expenses_app(service_token=token, signing_key=signing_key)
-            base = await stack.enter_async_context(_serve_on_stable_port(expenses, settings.port + 1))
+            expenses_port = settings.port + 1 if settings.port < 65535 else 0
+            started = await stack.enter_async_context(
+                demo.start_backend("expenses", settings.data_dir, port=expenses_port)
+            )
             settings = replace(
                 settings,
-                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": token, "EXPENSES_SIGNING_KEY": signing_key},
-                demo_services={**settings.demo_services, "expenses": base},
-            )
+                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": started.token,
+                         "EXPENSES_SIGNING_KEY": started.signing_key},
+                demo_services={**settings.demo_services, "expenses": started.url},
+            )  # fmt: skip
         url = await stack.enter_async_context(redis_url_for(settings, owner="serve"))
-        factories = _demo_backends()
         adapters: dict[str, AdapterSettings] = {}
         for name, adapter in settings.adapters.items():
             if adapter.url is not None:
                 adapters[name] = adapter
                 continue
-            if name not in factories:
-                raise ConfigError(f"adapter {name} has no url and no demo backend")
-            # This backend is the gateway's own, so the gateway may make up the key both sides share.
-            token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-            backend = factories[name](service_token=token, signing_key=signing_key)
-            base = await stack.enter_async_context(serve_app(backend))
-            adapters[name] = replace(adapter, url=base, token=Secret(token), signing_key=Secret(signing_key))
+            if not settings.demo:
+                raise ConfigError(f"adapter {name} has no url: production mode starts no demo backend")
+            backend = await stack.enter_async_context(demo.start_backend(name, settings.data_dir))
+            adapters[name] = replace(
+                adapter, url=backend.url, token=Secret(backend.token), signing_key=Secret(backend.signing_key)
+            )
         yield replace(settings, redis_url=url, adapters=adapters)
 
 
-@contextlib.asynccontextmanager
-async def _serve_on_stable_port(app: Any, port: int) -> AsyncIterator[str]:
-    from backends.serve import serve_app
-
-    try:
-        async with serve_app(app, port=port) as base:
-            yield base
-            return
-    except OSError:
-        pass  # taken: any free port will do, at the price of a changed manifest (quarantined again)
-    async with serve_app(app) as base:
-        yield base
-
-
-async def register_demo_manifest(gateway_url: str, service_key: str, expenses_url: str) -> str:
-    """Register the demo expenses service by manifest over HTTP, as any service would."""
-    client = AiohttpUpstream(gateway_url, service="registry", credential=service_key)
-    manifest = expenses_manifest(expenses_url)
-    try:
-        answer = await client.request("PUT", "/registry/api/adapters/expenses", json=manifest)
-    finally:
-        await client.aclose()
-    body = answer.json()
-    if answer.status not in (200, 202):
-        return f"registration refused ({answer.status}): {body}"
-    adapter = body["adapter"]
-    if adapter["state"] == "active":
-        return "registered by manifest; accepted and served"
-    return f"registered by manifest; quarantined until accepted (proposed {adapter['proposed_hash']})"
-
-
-async def ensure_demo_key(
-    keys: KeyStore,
-    data_dir: Path,
-    *,
-    file: str = DEMO_KEY_FILE,
-    kind: KeyKind = KeyKind.AGENT,
-    subject: str = "demo@acme.example",
-    roles: tuple[str, ...] = ("staff", "support"),
-) -> str:
-    """A demo key: the one saved in `data_dir/file` while it is live, else a new one (saved 0600)."""
-    path = data_dir / file
-    if path.exists():
-        token = path.read_text().strip()
-        if await keys.resolve(token) is not None:
-            return token
-    token, _record = await keys.create(kind=kind, subject=subject, org="acme", roles=roles)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token
-
-
 async def run(settings: Settings) -> None:
-    """Serve until SIGINT or SIGTERM; every resource started here is stopped on the way out.
+    """Serve until SIGINT or SIGTERM, in the order of the module docstring.
 
-    The signals are handled here rather than by uvicorn, which would re-raise them after its
-    server stopped and so kill the process before the demo backends and the embedded Redis are
-    stopped. A second signal forces the HTTP server down without waiting for open connections.
+    Raises:
+        ConfigError: from `preflight`, `listen` or the startup; everything started is stopped first.
     """
     configure_logging(_log_format(settings), access_log=settings.access_log)
+    with Stopper() as stopper:
+        print(f"Countersign is starting in {'demo' if settings.demo else 'production'} mode.", flush=True)
+        preflight(settings)
+        sock = listen(settings.host, settings.port)
+        try:
+            with stopper.scope:
+                await _serve(settings, sock, stopper)
+        finally:
+            sock.close()
+    print("Countersign stopped.", flush=True)
+
+
+async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> None:
     async with resolved(settings) as ready:
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
-        connection = connect(
-            ready.redis_url,
-            connect_timeout=settings.redis_connect_timeout_seconds,
-            timeout=settings.redis_timeout_seconds,
+        keys = await _demo_keys(ready, ready.redis_url) if ready.demo else None
+        server = QuietServer(
+            uvicorn.Config(
+                create_app(ready),
+                host=ready.host,
+                port=ready.port,
+                log_level="warning",
+                log_config=None,  # uvicorn's records go through the gateway's handler (gateway.logs)
+                access_log=False,  # the gateway writes its own, without headers (settings.access_log)
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                lifespan="on",
+            )
         )
+        stopper.serving(server)
+        local = f"http://{_local_host(ready.host)}:{sock.getsockname()[1]}"
+        _say_serving(ready, settings, local, keys)
+        registration = None
+        if keys is not None and "expenses" in ready.demo_services:
+            registration = (local, keys.service, ready.demo_services["expenses"])
+        announcing = asyncio.create_task(_announce(server, registration))
         try:
-            store = KeyStore(connection.client)
-            demo_key = await ensure_demo_key(store, settings.data_dir)
-            if ready.demo:
-                admin_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_ADMIN_KEY_FILE,
-                                                  kind=KeyKind.ADMIN, subject="root@acme.example",
-                                                  roles=("approver", "registry"))  # fmt: skip
-                service_key = await ensure_demo_key(store, settings.data_dir, file=DEMO_SERVICE_KEY_FILE,
-                                                    kind=KeyKind.SERVICE, subject="expenses-svc", roles=())  # fmt: skip
+            await server.serve(sockets=[sock])
         finally:
-            await connection.aclose()
-        app = create_app(ready)
-        config = uvicorn.Config(
-            app,
-            host=ready.host,
-            port=ready.port,
-            log_level="warning",
-            log_config=None,  # uvicorn's records go through the gateway's handler (gateway.logs)
-            access_log=False,  # the gateway writes its own, without headers (settings.access_log)
-            timeout_graceful_shutdown=3,
-            lifespan="on",
-        )
-        server = QuietServer(config)
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, _stop, server)
-        shown_host = "127.0.0.1" if ready.host in ("0.0.0.0", "::") else ready.host
-        print(f"Countersign is serving MCP at http://{shown_host}:{ready.port}/mcp", flush=True)
-        print(f"  redis: {'embedded in ' + str(settings.data_dir) if settings.redis_url is None else 'external'}")
-        for name, adapter in ready.adapters.items():
-            print(f"  adapter {name}: {adapter.url}")
-        print(f"  demo agent key (demo@acme.example, org acme): {demo_key}", flush=True)
-        if ready.demo:
-            print(f"  demo admin key (root@acme.example; approver, registry): {admin_key}", flush=True)
-        demo_registration = None
-        if ready.demo and "expenses" in ready.demo_services:
-            demo_registration = (f"http://{shown_host}:{ready.port}", service_key, ready.demo_services["expenses"])
-        tasks = [asyncio.create_task(_announce(server, demo_registration))]
-        try:
-            await server.serve()
-        finally:
-            for task in tasks:
-                task.cancel()
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
-        print("Countersign stopped.", flush=True)
+            announcing.cancel()
+
+
+async def _demo_keys(ready: Settings, redis_url: str) -> demo.DemoKeys:
+    connection = connect(
+        redis_url, connect_timeout=ready.redis_connect_timeout_seconds, timeout=ready.redis_timeout_seconds
+    )
+    try:
+        return await demo.demo_keys(KeyStore(connection.client), ready.data_dir)
+    finally:
+        await connection.aclose()
+
+
+def _say_serving(ready: Settings, settings: Settings, local: str, keys: demo.DemoKeys | None) -> None:
+    print(f"Countersign is serving MCP at {local}/mcp", flush=True)
+    if ready.host != _local_host(ready.host):
+        print(f"  listening on {ready.host}; Host headers accepted: {', '.join(ready.mcp_allowed_hosts())}")
+    print(f"  redis: {'embedded in ' + str(settings.data_dir) if settings.redis_url is None else 'external'}")
+    for name, adapter in ready.adapters.items():
+        print(f"  adapter {name}: {_without_credentials(str(adapter.url))}")
+    if keys is None:
+        print("  keys: none made here; an operator creates them with countersign keys create", flush=True)
+        return
+    print(f"  demo agent key (demo@acme.example, org acme): {keys.agent}", flush=True)
+    print(f"  demo admin key (root@acme.example; approver, registry): {keys.admin}", flush=True)
 
 
 async def run_worker(settings: Settings) -> None:
@@ -272,7 +266,7 @@ async def _announce(server: uvicorn.Server, demo_registration: tuple[str, str, s
         return
     gateway_url, service_key, expenses_url = demo_registration
     try:
-        outcome = await register_demo_manifest(gateway_url, service_key, expenses_url)
+        outcome = await demo.register_demo_manifest(gateway_url, service_key, expenses_url)
     except UpstreamError as error:
         outcome = f"registration failed: {error}"
     print(f"  adapter expenses: {expenses_url} ({outcome})", flush=True)
@@ -288,7 +282,16 @@ def _log_format(settings: Settings) -> LogFormat:
     return "json" if settings.log_format == "json" else "plain"
 
 
-def _stop(server: uvicorn.Server) -> None:
-    if server.should_exit:
-        server.force_exit = True
-    server.should_exit = True
+def _local_host(host: str) -> str:
+    """Where a client on this machine reaches a server bound to `host`."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def _without_credentials(url: str) -> str:
+    """`url` without any ``user:password@`` it may carry."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))

@@ -1,37 +1,63 @@
 """Settings: one frozen object, read once at the edge and passed down.
 
-`Settings.load(environ, config_path)` is the only reader of the environment and the config file.
-Environment (prefix ``COUNTERSIGN_``): ``REDIS_URL`` (default: the embedded server),
-``DATA_DIR`` (default ``./.countersign``), ``HOST``, ``PORT``, ``CONFIG`` (a TOML file),
-``AUDIT_SECRET`` (the key of the audit trail's hash chain; required with a config file).
+`Settings.load(environ, config_path, demo=)` is the only reader of the environment and the config
+file; tests build `Settings(...)` directly. The file is parsed by `gateway.config_file` (one
+pydantic model per section, unknown keys refused with their path).
 
-The TOML file names adapters, their backend URLs, and orgs with their adapters and roles::
+Two modes. **Demo** (`countersign serve` with no config file and no ``COUNTERSIGN_REDIS_URL``, or
+``serve --demo``): the embedded Valkey, the demo backends for adapters without a ``url``, the demo
+orgs, demo keys created and printed, and an audit secret generated into the data directory.
+**Production** (a config file, ``COUNTERSIGN_REDIS_URL``, or ``COUNTERSIGN_MODE=production`` as in
+the Docker image): no demo backend (an adapter without ``url`` is refused by name), no demo key,
+no demo org (an absent ``[adapters]`` or ``[orgs]`` is empty), and the audit secret is required.
+
+Environment (prefix ``COUNTERSIGN_``; each wins over the file): ``CONFIG`` (the TOML file, or
+``--config``), ``MODE`` (``demo`` or ``production``; unset: decided as above), ``REDIS_URL``,
+``DATA_DIR``, ``HOST``, ``PORT``, ``ALLOWED_HOSTS`` and ``ALLOWED_ORIGINS`` (comma-separated),
+and ``AUDIT_SECRET`` (the audit chain's key; the variable ``audit_secret_env`` names).
+
+Every key the file may hold, with its default (the README's configuration tables say the same)::
 
     [gateway]
-    host = "127.0.0.1"
+    host = "127.0.0.1"                 # anything but loopback needs allowed_hosts and allowed_origins
     port = 8765
-    allowed_hosts = ["127.0.0.1:*", "localhost:*"]   # Host headers accepted on /mcp
-    lease_seconds = 30                            # how long a worker owns a claimed card (> write timeouts + 5 s)
-    reconcile_horizon_seconds = 86400             # an UNKNOWN write unsettled this long goes to an admin
-    audit_secret_env = "COUNTERSIGN_AUDIT_SECRET"  # env var holding the audit chain's key (the default)
-    audit_archive_dir = "/var/lib/countersign/audit" # default: <data_dir>/audit
-    audit_keep_entries = 10000                    # entries kept in Redis; older ones are archived
-    audit_keep_minutes = 60                       # and none older than this (0: no age limit)
-    redis_connect_timeout_seconds = 0.5           # a Redis that cannot be reached fails a request this fast
-    redis_timeout_seconds = 0.5                   # and one that does not answer (503 / LEDGER_UNAVAILABLE)
-    log_format = "json"                           # or "plain" (default); COUNTERSIGN_LOG_FORMAT overrides
-    access_log = true                             # one line per HTTP request; COUNTERSIGN_ACCESS_LOG overrides
-    metrics_token_env = "COUNTERSIGN_METRICS_TOKEN" # env var holding the token /metrics requires (unset: loopback only)
-    worker_metrics_port = 9465                    # `countersign worker` serves its metrics here, on 127.0.0.1 (0: off)
+    redis_url = "redis://..."          # default: the embedded server of data_dir
+    data_dir = ".countersign"
+    allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
+    allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
+    mcp_stateless = false              # serve the handshake era without sessions
+    run_worker = true                  # run the approved-card worker in serve
+    key_cache_seconds = 1              # an agent key's revocation takes effect within this
+    lease_seconds = 30                 # how long a worker owns a claimed card (> write timeouts + 5 s)
+    reconcile_horizon_seconds = 86400  # an UNKNOWN write unsettled this long goes to an admin
+    audit_secret_env = "COUNTERSIGN_AUDIT_SECRET"  # env var holding the audit chain's key
+    audit_archive_dir = "/var/lib/countersign/audit"  # default: <data_dir>/audit
+    audit_keep_entries = 10000         # entries kept in Redis; older ones are archived
+    audit_keep_minutes = 60            # and none older than this (0: no age limit)
+    audit_archive_seconds = 10         # how often serve and worker archive
+    redis_connect_timeout_seconds = 0.5  # a Redis that cannot be reached fails a request this fast
+    redis_timeout_seconds = 0.5        # and one that does not answer (503 / LEDGER_UNAVAILABLE)
+    log_format = "plain"               # or "json": one object per line (COUNTERSIGN_LOG_FORMAT wins)
+    access_log = false                 # a log line per HTTP request (COUNTERSIGN_ACCESS_LOG wins)
+    metrics_token_env = "COUNTERSIGN_METRICS_TOKEN"  # env var of the token /metrics requires (unset: loopback only)
+    worker_metrics_port = 0            # `countersign worker` serves its metrics on 127.0.0.1:<port> (0: off)
 
     [adapters.rooms]
-    url = "https://rooms.internal.example"        # omit to start the demo backend in-process
-    token_env = "ROOMS_BACKEND_TOKEN"             # env var holding the gateway's own credential
-    signing_key_env = "ROOMS_SIGNING_KEY"         # env var holding the key it signs callers' identity with
+    url = "https://rooms.internal.example"  # omit (demo mode only) to start the demo backend in-process
+    token_env = "ROOMS_BACKEND_TOKEN"       # env var holding the gateway's own credential
+    signing_key_env = "ROOMS_SIGNING_KEY"   # env var holding the key it signs callers' identity with
+    timeout_seconds = 10                    # the backend's deadline per call
+    health_path = "/_health"                # polled; an unhealthy backend's reads fail fast
 
     [orgs.acme]
     adapters = ["rooms", "orders", "expenses"]    # the adapters this org serves, registered ones too
     roles = ["staff", "support", "approver", "registry"]
+
+    [registry]
+    allowed_base_urls = ["http://127.0.0.1:*"]    # base URLs registered adapters may use (fnmatch)
+
+    [limits]                                      # see gateway.limits
+    reads = { per_minute = 1200, burst = 100 }
 
 An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
 ``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
@@ -40,22 +66,26 @@ see `policies.adapter_authority`).
 
 from __future__ import annotations
 
-import tomllib
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from starlette.config import Config
 from starlette.datastructures import Secret
 
+from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 
-__all__ = ["DEMO_ORGS", "AdapterSettings", "OrgSettings", "Settings"]
+__all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
 
 _DEMO_ROLES = frozenset({"staff", "support", "approver", "registry"})
+_DEMO_ADAPTERS = ("rooms", "orders")
+
+LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+"""The Host headers /mcp accepts when nothing else is configured: the loopback names, any port."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,19 +122,24 @@ DEMO_ORGS: tuple[OrgSettings, ...] = (
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
-    """Everything the gateway needs to start. Tests build it directly."""
+    """Everything the gateway needs to start. Tests build it directly; `load` reads the edge."""
 
     redis_url: str | None = None
     """External Redis; None starts (or attaches to) the embedded server in `data_dir`."""
     data_dir: Path = Path(".countersign")
     host: str = "127.0.0.1"
+    """The address `serve` binds. Beyond loopback it needs `allowed_hosts` and `allowed_origins`."""
     port: int = 8765
     adapters: Mapping[str, AdapterSettings] = field(
-        default_factory=lambda: {name: AdapterSettings(name=name) for name in ("rooms", "orders")}
+        default_factory=lambda: {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS}
     )
     orgs: tuple[OrgSettings, ...] = DEMO_ORGS
     allowed_hosts: tuple[str, ...] | None = None
-    """Host headers accepted on /mcp (DNS-rebinding protection); None derives them from `host`."""
+    """Host headers accepted on /mcp (DNS-rebinding protection, always on); None: `LOOPBACK_HOSTS`,
+    which only a loopback bind may rely on (see `mcp_allowed_hosts`)."""
+    allowed_origins: tuple[str, ...] | None = None
+    """Origin headers accepted on /mcp (a request without one passes); None: ``http://`` and
+    ``https://`` of each allowed host, which only a loopback bind may rely on."""
     mcp_stateless: bool = False
     """Serve the handshake era without sessions (no server-initiated notifications)."""
     run_worker: bool = True
@@ -123,8 +158,9 @@ class Settings:
     key_cache_seconds: float = 1.0
     """How long an agent key stays resolved in a gateway process; revocation takes effect within it."""
     demo: bool = False
-    """Demo mode (`countersign serve` without a config file): also start the expenses service, which
-    registers itself by manifest, and create demo admin and service keys."""
+    """Demo mode (the module docstring says when): demo backends for adapters without a URL, the
+    expenses service registering itself by manifest, demo agent, admin and service keys created and
+    printed, and an audit secret generated into `data_dir`. False is production: none of these."""
     demo_services: Mapping[str, str] = field(default_factory=dict)
     """Base URLs of demo services started for demo mode (filled in by `gateway.serve`)."""
     registry_poll_seconds: float = 1.0
@@ -169,6 +205,8 @@ class Settings:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"port must be between 1 and 65535, not {self.port}")
         if self.log_format not in ("plain", "json"):
             raise ConfigError(f"log_format must be plain or json, not {self.log_format!r}")
 
@@ -181,94 +219,147 @@ class Settings:
         """Roles configured for `org`, or None when the org is not configured."""
         return next((o.roles for o in self.orgs if o.name == org), None)
 
-    def mcp_allowed_hosts(self) -> list[str] | None:
-        """Host patterns for the SDK's DNS-rebinding check; None disables it (wildcard bind)."""
-        if self.allowed_hosts is not None:
-            return list(self.allowed_hosts)
-        if self.host in ("127.0.0.1", "localhost", "::1"):
-            return ["127.0.0.1:*", "localhost:*", "[::1]:*"]
-        return None
-
-    @classmethod
-    def load(cls, environ: Mapping[str, str], config_path: Path | None = None) -> Settings:
-        """Build settings from the environment and, when given, a TOML config file.
+    def mcp_allowed_hosts(self) -> list[str]:
+        """Host patterns for the SDK's DNS-rebinding check, which is never off.
 
         Raises:
-            ConfigError: for an unreadable file, an unknown section, an org naming an adapter that
-                is not configured, or a `token_env` or `signing_key_env` that is not set.
+            ConfigError: the bind address is not loopback and `allowed_hosts` or `allowed_origins`
+                is not configured (see `check_exposure`), or `allowed_hosts` is empty.
+        """
+        self.check_exposure()
+        if self.allowed_hosts == ():
+            raise ConfigError("allowed_hosts is empty: /mcp would refuse every request; name the gateway's hosts")
+        return list(self.allowed_hosts if self.allowed_hosts is not None else LOOPBACK_HOSTS)
+
+    def mcp_allowed_origins(self) -> list[str]:
+        """Origin patterns for the same check: the configured ones, or each allowed host's origins.
+
+        Raises:
+            ConfigError: as `mcp_allowed_hosts`.
+        """
+        if self.allowed_origins is not None:
+            self.check_exposure()
+            return list(self.allowed_origins)
+        return [f"{scheme}://{host}" for scheme in ("http", "https") for host in self.mcp_allowed_hosts()]
+
+    def check_exposure(self) -> None:
+        """Refuse a bind beyond loopback that relies on the loopback defaults for Host and Origin.
+
+        A gateway reachable from other machines must say by which names (`allowed_hosts`) and from
+        which browser origins (`allowed_origins`) it may be called; guessing them from a wildcard
+        address would either refuse every client or accept a rebinding attacker's.
+
+        Raises:
+            ConfigError: naming both settings and the missing ones.
+        """
+        if _is_loopback(self.host) or (self.allowed_hosts is not None and self.allowed_origins is not None):
+            return
+        missing = [
+            name
+            for name, value in (("allowed_hosts", self.allowed_hosts), ("allowed_origins", self.allowed_origins))
+            if value is None
+        ]
+        raise ConfigError(
+            f"binding {self.host} (not loopback) needs [gateway] allowed_hosts and allowed_origins "
+            f"(or COUNTERSIGN_ALLOWED_HOSTS and COUNTERSIGN_ALLOWED_ORIGINS): the names and browser origins "
+            f"clients reach the gateway by; missing: {', '.join(missing)}"
+        )
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str], config_path: Path | None = None, *, demo: bool = False) -> Settings:
+        """Build settings from the environment and, when given, a TOML config file.
+
+        `demo` is ``serve --demo``: demo mode whatever the file and the environment say.
+
+        Raises:
+            ConfigError: for an unreadable or invalid file (each problem named by its key's path), a
+                bad environment value (named by its variable), or a `token_env` or `signing_key_env`
+                that is not set.
         """
         env = Config(environ=environ, env_prefix="COUNTERSIGN_")
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
-        document = _read_toml(path) if path else {}
-        unknown = set(document) - {"gateway", "adapters", "orgs", "registry", "limits"}
-        if unknown:
-            raise ConfigError(f"unknown config section(s): {', '.join(sorted(unknown))}")
-        gateway = document.get("gateway", {})
-        adapters = _adapters(document.get("adapters"), environ)
-        orgs = _orgs(document.get("orgs"))
-        allowed = gateway.get("allowed_hosts")
-        secret_env = gateway.get("audit_secret_env", "COUNTERSIGN_AUDIT_SECRET")
-        archive_dir = gateway.get("audit_archive_dir")
-        metrics_env = gateway.get("metrics_token_env", "COUNTERSIGN_METRICS_TOKEN")
+        document = read_config(path) if path else ConfigFile()
+        gateway = document.gateway
+        redis_url = env("REDIS_URL", default=None) or gateway.redis_url
+        is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
+        secret_env = gateway.audit_secret_env
+        metrics_env = gateway.metrics_token_env
         try:
             return cls(
-                redis_url=env("REDIS_URL", default=None) or gateway.get("redis_url"),
-                data_dir=Path(env("DATA_DIR", default=gateway.get("data_dir", ".countersign"))),
-                host=env("HOST", default=gateway.get("host", "127.0.0.1")),
-                port=env("PORT", cast=int, default=gateway.get("port", 8765)),
-                adapters=adapters,
-                orgs=orgs,
-                allowed_hosts=tuple(allowed) if allowed is not None else None,
-                mcp_stateless=bool(gateway.get("mcp_stateless", False)),
-                run_worker=bool(gateway.get("run_worker", True)),
-                demo=path is None,
-                key_cache_seconds=float(gateway.get("key_cache_seconds", 1.0)),
+                redis_url=redis_url,
+                data_dir=Path(env("DATA_DIR", default=gateway.data_dir)),
+                host=env("HOST", default=gateway.host),
+                port=env("PORT", cast=int, default=gateway.port),
+                adapters=_adapters(document.adapters, environ, demo=is_demo),
+                orgs=_orgs(document.orgs, demo=is_demo),
+                allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
+                allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
+                mcp_stateless=gateway.mcp_stateless,
+                run_worker=gateway.run_worker,
+                demo=is_demo,
+                key_cache_seconds=gateway.key_cache_seconds,
                 secrets=dict(environ),
-                registry_allowed_base_urls=tuple(
-                    document.get("registry", {}).get("allowed_base_urls", ("http://127.0.0.1:*",))
-                ),
-                lease_seconds=float(gateway.get("lease_seconds", 30.0)),
-                reconcile_horizon_seconds=float(gateway.get("reconcile_horizon_seconds", 24 * 3600.0)),
+                registry_allowed_base_urls=tuple(document.registry.allowed_base_urls),
+                lease_seconds=gateway.lease_seconds,
+                reconcile_horizon_seconds=gateway.reconcile_horizon_seconds,
                 audit_secret=Secret(environ[secret_env]) if environ.get(secret_env) else None,
-                audit_archive_dir=Path(archive_dir) if archive_dir else None,
-                audit_keep_entries=int(gateway.get("audit_keep_entries", 10_000)),
-                audit_keep_minutes=float(gateway.get("audit_keep_minutes", 60.0)),
-                audit_archive_seconds=float(gateway.get("audit_archive_seconds", 10.0)),
-                redis_connect_timeout_seconds=float(gateway.get("redis_connect_timeout_seconds", 0.5)),
-                redis_timeout_seconds=float(gateway.get("redis_timeout_seconds", 0.5)),
-                limits=Limits.model_validate(document.get("limits", {})),
-                log_format=env("LOG_FORMAT", default=gateway.get("log_format", "plain")),
-                access_log=env("ACCESS_LOG", cast=bool, default=bool(gateway.get("access_log", False))),
+                audit_archive_dir=Path(gateway.audit_archive_dir) if gateway.audit_archive_dir else None,
+                audit_keep_entries=gateway.audit_keep_entries,
+                audit_keep_minutes=gateway.audit_keep_minutes,
+                audit_archive_seconds=gateway.audit_archive_seconds,
+                redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
+                redis_timeout_seconds=gateway.redis_timeout_seconds,
+                limits=document.limits,
+                log_format=env("LOG_FORMAT", default=gateway.log_format),
+                access_log=env("ACCESS_LOG", cast=bool, default=gateway.access_log),
                 metrics_token=Secret(environ[metrics_env]) if environ.get(metrics_env) else None,
-                worker_metrics_port=int(gateway.get("worker_metrics_port", 0)),
+                worker_metrics_port=gateway.worker_metrics_port,
             )
-        except ValueError as error:
+        except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _mode(mode: str, path: Path | None, redis_url: str | None) -> bool:
+    """Whether the environment asks for demo mode: by ``COUNTERSIGN_MODE``, or by giving nothing."""
+    if mode in ("demo", "production"):
+        return mode == "demo"
+    if mode:
+        raise ConfigError(f"COUNTERSIGN_MODE must be demo or production, not {mode!r}")
+    return path is None and not redis_url
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"cannot read config {path}: {error}") from error
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
-def _adapters(section: Any, environ: Mapping[str, str]) -> dict[str, AdapterSettings]:
+def _patterns(from_env: str | None, from_file: list[str] | None) -> tuple[str, ...] | None:
+    if from_env is not None:
+        return tuple(item.strip() for item in from_env.split(",") if item.strip())
+    return tuple(from_file) if from_file is not None else None
+
+
+def _adapters(
+    section: Mapping[str, AdapterSection] | None, environ: Mapping[str, str], *, demo: bool
+) -> dict[str, AdapterSettings]:
     if section is None:
-        return {name: AdapterSettings(name=name) for name in ("rooms", "orders")}
-    if not isinstance(section, dict):
-        raise ConfigError("[adapters] must be a table of adapter tables")
-    adapters = {}
-    for name, table in section.items():
-        adapters[name] = AdapterSettings(
+        # The demo's adapters are its own backends; production serves only what it names.
+        return {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS} if demo else {}
+    return {
+        name: AdapterSettings(
             name=name,
-            url=table.get("url"),
-            token=_secret(name, table.get("token_env"), environ),
-            signing_key=_secret(name, table.get("signing_key_env"), environ),
-            timeout_seconds=float(table.get("timeout_seconds", 10.0)),
+            url=table.url,
+            token=_secret(name, table.token_env, environ),
+            signing_key=_secret(name, table.signing_key_env, environ),
+            timeout_seconds=table.timeout_seconds,
+            health_path=table.health_path,
         )
-    return adapters
+        for name, table in section.items()
+    }
 
 
 def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> Secret | None:
@@ -279,13 +370,12 @@ def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> S
     return Secret(environ[env_name])
 
 
-def _orgs(section: Any) -> tuple[OrgSettings, ...]:
+def _orgs(section: Mapping[str, OrgSection] | None, *, demo: bool) -> tuple[OrgSettings, ...]:
     if section is None:
-        return DEMO_ORGS
-    orgs = []
-    for name, table in section.items():
-        # An org may name adapters that are not configured here: those are registered by manifest
-        # and serve nothing until an admin accepts them.
-        named = frozenset(table.get("adapters", ()))
-        orgs.append(OrgSettings(name=name, adapters=named, roles=frozenset(table.get("roles", ()))))
-    return tuple(orgs)
+        return DEMO_ORGS if demo else ()
+    # An org may name adapters that are not configured here: those are registered by manifest
+    # and serve nothing until an admin accepts them.
+    return tuple(
+        OrgSettings(name=name, adapters=frozenset(table.adapters), roles=frozenset(table.roles))
+        for name, table in section.items()
+    )

@@ -213,7 +213,8 @@ class Tool:
     Raises:
         ToolDeclarationError: at construction, for a bad name, an open input model, an input
             field that could carry an idempotency key, a write tool without a write contract, a
-            human render without a model projection, or an `emits_untrusted_text` flag that does
+            human render without a model projection, a model projection without its output
+            model (or the reverse), `destructive` on a tool that only reads, or an `emits_untrusted_text` flag that does
             not match the output model's `Untrusted` fields.
     """
 
@@ -256,6 +257,18 @@ class Tool:
     """True for built-in tools that change the caller's own approval cards (never a backend)."""
     title: str | None = None
     """Short human-readable name for clients that show one."""
+    model_view_output: type[BaseModel] | None = None
+    """The model `model_view`'s projection conforms to; required beside `model_view`. The catalog
+    publishes its schema as the tool's ``outputSchema``, so what the model is promised is declared."""
+    destructive: bool | None = None
+    """For tools that change something (writes, `changes_cards`): True when the change may destroy or
+    overwrite (a cancellation, a refund), False when it only adds (a booking). None means not
+    declared: the catalog then leaves ``destructiveHint`` out, and clients assume the MCP default
+    (destructive). Refused on tools that only read."""
+    open_world: bool | None = None
+    """True when the backend is outside the company (a third party's service), False when it is the
+    company's own system or the gateway itself. None means not declared: ``openWorldHint`` is left
+    out, and clients assume the MCP default (open world)."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
@@ -305,6 +318,14 @@ class Tool:
         if self.mode is Mode.READ and self.write_contract is not None:
             raise ToolDeclarationError(
                 "a read tool cannot have a write contract", code="stray_contract", tool=self.name
+            )
+        if (self.model_view is None) != (self.model_view_output is None):
+            raise ToolDeclarationError(
+                "a model projection and its output model come together", code="missing_projection", tool=self.name
+            )
+        if self.destructive is not None and self.mode is Mode.READ and not self.changes_cards:
+            raise ToolDeclarationError(
+                "destructive is for tools that change something", code="stray_write", tool=self.name
             )
         if self.human_view is not None and self.model_view is None:
             raise ToolDeclarationError(

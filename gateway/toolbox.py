@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from gateway.errors import ToolDeclarationError
 from gateway.tool import Tool, definition_hash
+from gateway.tool_schema import output_schema
 
 __all__ = ["LEASE_MARGIN_SECONDS", "ToolSource", "Toolbox"]
 
@@ -39,10 +40,10 @@ class Toolbox(Mapping[str, Tool]):
             (code ``timeout_exceeds_lease``) when a write tool's `timeout_seconds` plus
             `LEASE_MARGIN_SECONDS` is not shorter than `lease_seconds`: its send could outlast the
             lease, and another worker could then recover the card and resend the write while the
-            first send is still in flight.
+            first send is still in flight. (code ``schema_clash``) from `output_schema`.
     """
 
-    __slots__ = ("_schemas", "_tools", "_versions")
+    __slots__ = ("_outputs", "_schemas", "_tools", "_versions")
 
     def __init__(self, tools: Iterable[Tool], *, lease_seconds: float) -> None:
         by_name: dict[str, Tool] = {}
@@ -61,6 +62,7 @@ class Toolbox(Mapping[str, Tool]):
         self._tools = MappingProxyType(by_name)
         self._versions = MappingProxyType({name: definition_hash(tool) for name, tool in by_name.items()})
         self._schemas = MappingProxyType({name: tool.arguments.model_json_schema() for name, tool in by_name.items()})
+        self._outputs = MappingProxyType({name: output_schema(tool) for name, tool in by_name.items()})
 
     def current(self) -> Toolbox:
         """A fixed toolbox is its own `ToolSource`."""
@@ -69,6 +71,10 @@ class Toolbox(Mapping[str, Tool]):
     def input_schema(self, name: str) -> Mapping[str, Any]:
         """The JSON Schema of a tool's arguments: generated from the model the executor validates with."""
         return self._schemas[name]
+
+    def output_schema(self, name: str) -> Mapping[str, Any]:
+        """The ``outputSchema`` of a tool: every structured result it can answer (see `gateway.tool_schema`)."""
+        return self._outputs[name]
 
     def version(self, name: str) -> str:
         """The definition hash of tool `name` (see `definition_hash`)."""

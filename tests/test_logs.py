@@ -28,10 +28,11 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.audit_secret import SECRET_FILE
 from gateway.card import CardState
+from gateway.demo import register_demo_manifest
 from gateway.log_context import bind_key_id
 from gateway.logs import configure_logging
 from gateway.principal import KeyKind
-from gateway.serve import register_demo_manifest, resolved
+from gateway.serve import resolved
 from gateway.settings import Settings
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger

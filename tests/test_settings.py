@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from gateway.audit_secret import audit_secret
 from gateway.errors import ConfigError
-from gateway.settings import Settings
+from gateway.settings import DEMO_ORGS, LOOPBACK_HOSTS, Settings
 
 
 def test_environment_and_config_file_are_read_once_into_frozen_settings(tmp_path: Path) -> None:
@@ -70,3 +74,102 @@ def test_bad_configuration_is_a_config_error(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         Settings.load({}, config)
     assert str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("environ", "with_file", "demo_flag", "demo"),
+    [
+        ({}, False, False, True),
+        ({"COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, False, False, False),
+        ({}, True, False, False),
+        ({"COUNTERSIGN_MODE": "production"}, False, False, False),
+        ({"COUNTERSIGN_MODE": "demo"}, True, False, True),
+        ({"COUNTERSIGN_MODE": "production", "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, True, True, True),
+    ],
+)
+def test_the_mode_is_demo_only_when_nothing_is_configured_or_it_is_asked_for(
+    tmp_path: Path, environ: dict[str, str], with_file: bool, demo_flag: bool, demo: bool
+) -> None:
+    """No file and no Redis URL is the demo; a file, a Redis URL or COUNTERSIGN_MODE=production is
+    production; `serve --demo` (demo=True) is the demo whatever else is set."""
+    config = tmp_path / "countersign.toml"
+    config.write_text("")
+    settings = Settings.load(environ, config if with_file else None, demo=demo_flag)
+    assert settings.demo is demo
+
+
+def test_production_has_no_demo_adapters_orgs_or_audit_secret(tmp_path: Path) -> None:
+    """Without [adapters] and [orgs], production configures none (the demo has its own); and without
+    the audit secret nothing that records the trail can start."""
+    production = Settings.load({"COUNTERSIGN_REDIS_URL": "redis://r:6379/0", "COUNTERSIGN_DATA_DIR": str(tmp_path)})
+    assert (dict(production.adapters), production.orgs) == ({}, ())
+    with pytest.raises(ConfigError) as refused:
+        audit_secret(production)
+    assert "COUNTERSIGN_AUDIT_SECRET" in str(refused.value)
+    assert not (tmp_path / "audit.secret").exists()
+    demo = Settings.load({"COUNTERSIGN_DATA_DIR": str(tmp_path)})
+    assert set(demo.adapters) == {"rooms", "orders"} and demo.orgs == DEMO_ORGS
+    assert audit_secret(demo) == audit_secret(demo)  # generated once, then read back
+
+
+def test_an_unknown_mode_or_a_bad_environment_value_is_refused_by_name() -> None:
+    for environ, named in (({"COUNTERSIGN_MODE": "prod"}, "COUNTERSIGN_MODE"), ({"COUNTERSIGN_PORT": "x"}, "PORT")):
+        with pytest.raises(ConfigError) as refused:
+            Settings.load(environ)
+        assert named in str(refused.value)
+
+
+def test_allowed_hosts_and_origins_come_from_the_file_or_the_environment(tmp_path: Path) -> None:
+    """The environment's comma-separated lists win over the file's; an empty one allows no origin."""
+    config = tmp_path / "countersign.toml"
+    config.write_text('[gateway]\nallowed_hosts = ["a.example:443"]\nallowed_origins = ["https://a.example"]\n')
+    from_file = Settings.load({}, config)
+    assert (from_file.allowed_hosts, from_file.allowed_origins) == (("a.example:443",), ("https://a.example",))
+    from_env = Settings.load(
+        {"COUNTERSIGN_ALLOWED_HOSTS": " b.example:443, c.example:* ", "COUNTERSIGN_ALLOWED_ORIGINS": ""}, config
+    )
+    assert (from_env.allowed_hosts, from_env.allowed_origins) == (("b.example:443", "c.example:*"), ())
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.0.2"])
+def test_on_loopback_the_checks_default_to_the_loopback_names(host: str) -> None:
+    settings = Settings(host=host)
+    assert settings.mcp_allowed_hosts() == list(LOOPBACK_HOSTS)
+    assert "http://127.0.0.1:*" in settings.mcp_allowed_origins()
+    assert "https://localhost:*" in settings.mcp_allowed_origins()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@given(
+    host=st.one_of(st.sampled_from(["0.0.0.0", "::", "10.1.2.3", "127.0.0.1", "gw.example"]), st.text(max_size=30)),
+    hosts=st.sampled_from([None, ("gw.example:443",)]),
+    origins=st.sampled_from([None, (), ("https://c.example",)]),
+)
+def test_host_and_origin_checks_are_never_off(
+    host: str, hosts: tuple[str, ...] | None, origins: tuple[str, ...] | None
+) -> None:
+    """Whatever the bind address, the checks get explicit, non-empty host patterns, or the gateway
+    refuses to start; beyond loopback only when both lists are configured, and then exactly those."""
+    settings = Settings(host=host, allowed_hosts=hosts, allowed_origins=origins)
+    try:
+        allowed, allowed_origins = settings.mcp_allowed_hosts(), settings.mcp_allowed_origins()
+    except ConfigError as refused:
+        assert hosts is None or origins is None
+        assert "allowed_hosts and allowed_origins" in str(refused)
+        return
+    assert allowed
+    if not _loopback(host.strip("[]")):
+        assert (tuple(allowed), tuple(allowed_origins)) == (hosts, origins)
+
+
+def test_an_empty_host_list_is_refused_rather_than_refusing_every_request() -> None:
+    """``COUNTERSIGN_ALLOWED_HOSTS=""`` would make /mcp answer 421 to everyone: serve will not start so."""
+    with pytest.raises(ConfigError) as refused:
+        Settings.load({"COUNTERSIGN_ALLOWED_HOSTS": ""}).mcp_allowed_hosts()
+    assert "allowed_hosts is empty" in str(refused.value)

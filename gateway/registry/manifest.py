@@ -109,6 +109,11 @@ class ToolSpec(_Strict):
     target_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """For writes: a GET path template that must answer 2xx for the caller before a card is made
     (``/reports/{report_id}``), so a write can only target what this caller can see."""
+    destructive: bool | None = None
+    """For writes: whether the write may destroy or overwrite (a withdrawal) rather than only add (a
+    submission). Left out, agents' clients are told nothing and assume it may (`Tool.destructive`)."""
+    open_world: bool | None = None
+    """Whether the backend is a third party's service outside the company. Left out, clients assume it is."""
 
     @model_validator(mode="after")
     def _write_needs_its_contract(self) -> ToolSpec:
@@ -122,6 +127,8 @@ class ToolSpec(_Strict):
                 problems.append("a write tool needs a summary_template")
         elif self.approval or self.write_contract or self.summary_template or self.target_path:
             problems.append("approval, write_contract, summary_template and target_path are for write tools")
+        elif self.destructive is not None:
+            problems.append("destructive is for write tools")
         placeholders = set(PLACEHOLDER.findall(self.summary_template or ""))
         if placeholders & set(self.agent_text_fields):
             problems.append("summary_template may not quote agent text fields")

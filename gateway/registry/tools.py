@@ -80,6 +80,8 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         access=Access.public() if spec.access.public else Access.roles(*spec.access.roles),
         execute=_http_call(spec, placeholders),
         emits_untrusted_text=bool(spec.untrusted_output_fields),
+        destructive=spec.destructive,
+        open_world=spec.open_world,
         write_contract=None
         if contract is None
         else WriteContract(

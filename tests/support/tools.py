@@ -67,6 +67,7 @@ def note_tool() -> Tool:
         execute=note,
         emits_untrusted_text=True,
         model_view=lambda out: out.model_dump(),
+        model_view_output=NoteOut,
         human_view=lambda out: f"{out.author}: {out.body}",
     )
 

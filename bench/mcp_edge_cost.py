@@ -1,0 +1,92 @@
+"""CPU the MCP edge (`gateway.mcp_edge`) adds to one request, in process.
+
+    .venv/bin/python bench/mcp_edge_cost.py        # about 15 s; pin it with taskset -c 1 on a busy box
+
+Both layers around an ASGI app that reads the body and answers three SSE frames, against the app
+alone, for a ``tools/call`` as the official client sends it in each era; then the id scan against
+the parse it replaces. Medians of 7 interleaved rounds of process CPU time. The end-to-end read path
+costs about a millisecond of server CPU per call (bench/README.md), so this is the share to compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pydantic_core
+
+from gateway.audit import ListAuditSink
+from gateway.mcp_edge import HeaderChecks, MessageChecks, needs_parse
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
+ARGUMENTS = {"room_id": "room-atlas", "date": "2026-12-01"}
+BODY = json.dumps({"jsonrpc": "2.0", "id": 17, "method": "tools/call",
+                   "params": {"name": "rooms_availability", "arguments": ARGUMENTS, "_meta": META}},
+                  separators=(",", ":")).encode()  # fmt: skip
+LARGE_ARGUMENTS = {"text": "lorem ipsum " * 800, "items": [{"k": i, "v": "abc"} for i in range(200)]}
+LARGE = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "x", "arguments": LARGE_ARGUMENTS}}).encode()  # fmt: skip
+COMMON = [(b"host", b"127.0.0.1:8765"), (b"user-agent", b"python-httpx/0.28"), (b"accept-encoding", b"gzip, deflate"),
+          (b"connection", b"keep-alive"), (b"authorization", b"Bearer csk_agent_0123456789abcdef0123456789abcdef"),
+          (b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json"),
+          (b"content-length", str(len(BODY)).encode())]  # fmt: skip
+ERAS = {
+    "2026-07-28": [*COMMON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
+                   (b"mcp-name", b"rooms_availability")],
+    "2025-11-25 session": [*COMMON, (b"mcp-protocol-version", b"2025-11-25"),
+                           (b"mcp-session-id", b"0123456789abcdef0123456789abcdef")],
+}  # fmt: skip
+
+
+async def _app(scope: Any, receive: Any, send: Any) -> None:
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+    for _ in range(2):
+        await send({"type": "http.response.body", "body": b"data: x\r\n\r\n", "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _per_request(app: Any, headers: list[tuple[bytes, bytes]], count: int) -> float:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": BODY, "more_body": False}
+
+    async def send(message: Any) -> None:
+        pass
+
+    start = time.process_time()
+    for _ in range(count):
+        await app({"type": "http", "method": "POST", "path": "/mcp", "headers": list(headers)}, receive, send)
+    return (time.process_time() - start) / count * 1e6
+
+
+def _per_call(call: Callable[[], object], count: int) -> float:
+    start = time.process_time()
+    for _ in range(count):
+        call()
+    return (time.process_time() - start) / count * 1e6
+
+
+async def main() -> None:
+    audit = ListAuditSink()
+    edge = HeaderChecks(MessageChecks(_app, audit=audit), audit=audit)
+    for era, headers in ERAS.items():
+        added = []
+        for _ in range(7):
+            bare = await _per_request(_app, headers, 20_000)
+            added.append(await _per_request(edge, headers, 20_000) - bare)
+        print(f"{era}: the edge adds {statistics.median(added):.2f} µs per request "
+              f"(rounds {min(added):.2f}-{max(added):.2f})")  # fmt: skip
+    for body in (BODY, LARGE):
+        for name, check in (("id scan", needs_parse), ("pydantic-core parse", pydantic_core.from_json)):
+            count = 20_000 if body is BODY else 2_000
+            median = statistics.median(_per_call(lambda c=check, b=body: c(b), count) for _ in range(7))
+            print(f"{name} of a {len(body):,}-byte body: {median:.2f} µs")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

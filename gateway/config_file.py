@@ -1,0 +1,172 @@
+"""The TOML config file as data: one pydantic model per section, every unknown key refused.
+
+`read_config(path)` is how `gateway.settings.Settings.load` reads the file; nothing else parses it.
+Each section is a model with ``extra="forbid"``, and the document is validated strictly (TOML
+already types its values, so ``port = "8765"`` is a mistake to report, not a string to coerce).
+Every problem becomes one line of one `ConfigError` that names the file and the key's path
+(``gateway.bogus: unknown setting``, ``adapters.rooms.tokn_env: unknown setting``,
+``gateway.port: Input should be a valid integer (got '8o')``), the ``[limits]`` section's
+(`gateway.limits.Limits`) included.
+
+The defaults here are the ones `Settings` has (a test holds them equal); the README's
+configuration tables document each of them.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gateway.errors import ConfigError
+from gateway.limits import Limits
+
+__all__ = [
+    "AdapterSection",
+    "ConfigFile",
+    "GatewaySection",
+    "OrgSection",
+    "RegistrySection",
+    "key_path",
+    "read_config",
+]
+
+_CLOSED = ConfigDict(extra="forbid", frozen=True)
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_MAX_SHOWN_INPUT = 60
+
+
+class GatewaySection(BaseModel):
+    """``[gateway]``: where the gateway listens, what it trusts, and its Redis and audit bounds."""
+
+    model_config = _CLOSED
+    host: str = "127.0.0.1"
+    """The address to bind. Anything but loopback needs `allowed_hosts` and `allowed_origins` too."""
+    port: int = Field(default=8765, ge=1, le=65535)
+    redis_url: str | None = None
+    """An external Redis; unset, the embedded server of `data_dir` (``COUNTERSIGN_REDIS_URL`` wins)."""
+    data_dir: str = ".countersign"
+    allowed_hosts: list[str] | None = Field(default=None, min_length=1)
+    """``Host`` headers accepted on /mcp (``host:port``, ``host:*``); unset, the loopback names."""
+    allowed_origins: list[str] | None = None
+    """``Origin`` headers accepted on /mcp (``https://console.example``, ``http://host:*``); a request
+    without one passes. Unset on loopback: derived from `allowed_hosts`. ``[]``: no browser origin."""
+    mcp_stateless: bool = False
+    run_worker: bool = True
+    key_cache_seconds: float = Field(default=1.0, ge=0)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    reconcile_horizon_seconds: float = Field(default=24 * 3600.0, gt=0)
+    audit_secret_env: str = Field(default="COUNTERSIGN_AUDIT_SECRET", min_length=1)
+    audit_archive_dir: str | None = None
+    audit_keep_entries: int = Field(default=10_000, ge=1)
+    audit_keep_minutes: float = Field(default=60.0, ge=0)
+    audit_archive_seconds: float = Field(default=10.0, gt=0)
+    redis_connect_timeout_seconds: float = Field(default=0.5, gt=0)
+    redis_timeout_seconds: float = Field(default=0.5, gt=0)
+    log_format: Literal["plain", "json"] = "plain"
+    access_log: bool = False
+    metrics_token_env: str = Field(default="COUNTERSIGN_METRICS_TOKEN", min_length=1)
+    """The variable holding the bearer token ``/metrics`` requires; unset variable: loopback peers only."""
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+
+
+class AdapterSection(BaseModel):
+    """``[adapters.<name>]``: one backend and the gateway's credentials for it, by variable name."""
+
+    model_config = _CLOSED
+    url: str | None = None
+    """The backend's base URL. Unset: the demo backend of that name (demo mode only)."""
+    token_env: str | None = None
+    signing_key_env: str | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    health_path: str = "/_health"
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return url
+
+
+class OrgSection(BaseModel):
+    """``[orgs.<name>]``: the adapters an org serves and the roles its keys may hold."""
+
+    model_config = _CLOSED
+    adapters: list[str] = Field(default_factory=list)
+    roles: list[str] = Field(default_factory=list)
+
+
+class RegistrySection(BaseModel):
+    """``[registry]``: what registered adapters may point at."""
+
+    model_config = _CLOSED
+    allowed_base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:*"])
+
+
+class ConfigFile(BaseModel):
+    """The whole file. `adapters` and `orgs` stay None when their section is absent."""
+
+    model_config = _CLOSED
+    gateway: GatewaySection = GatewaySection()
+    adapters: dict[str, AdapterSection] | None = None
+    orgs: dict[str, OrgSection] | None = None
+    registry: RegistrySection = RegistrySection()
+    limits: Limits = Limits()
+
+
+def read_config(path: Path) -> ConfigFile:
+    """Parse and validate the config file at `path`.
+
+    Raises:
+        ConfigError: the file cannot be read or is not TOML, or it breaks the models: one line per
+            problem, each naming its key's path.
+    """
+    try:
+        with path.open("rb") as handle:
+            document = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"cannot read config {path}: {error}") from error
+    try:
+        return ConfigFile.model_validate(document, strict=True)
+    except ValidationError as error:
+        problems = "\n".join(f"  {_problem(detail)}" for detail in error.errors(include_url=False))
+        raise ConfigError(f"invalid config {path}:\n{problems}") from error
+
+
+def key_path(location: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a TOML key path: ``adapters.rooms.url``, ``orgs.acme.roles[1]``,
+    with keys that are not bare quoted (``gateway."a.b"``) so the path cannot be misread."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            continue
+        shown = part if _BARE_KEY.fullmatch(part) else _quoted(part)
+        path += f".{shown}" if path else shown
+    return path
+
+
+def _problem(detail: Any) -> str:
+    location = tuple(detail["loc"])
+    path = key_path(location)
+    if detail["type"] == "extra_forbidden":
+        return f"{path}: unknown {'section' if len(location) == 1 else 'setting'}"
+    shown = repr(detail["input"])
+    if len(shown) > _MAX_SHOWN_INPUT:
+        shown = shown[: _MAX_SHOWN_INPUT - 3] + "..."
+    return f"{path}: {detail['msg']} (got {shown})"
+
+
+def _quoted(key: str) -> str:
+    """`key` as a TOML basic string, every control character escaped."""
+    escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if c.isprintable() else _escape(c) for c in escaped) + '"'
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
