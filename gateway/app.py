@@ -32,6 +32,7 @@ from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.http_telemetry import HttpTelemetry
 from gateway.identity import IdentityHeaders
+from gateway.limiter import AddressBudgets
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
@@ -48,6 +49,7 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.limiter import RedisRateLimiter
 from gateway.store.probes import LedgerProbe
 from gateway.store.registry import RegistryStore
 from gateway.tool import Tool
@@ -178,8 +180,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     health_paths = {name: settings.adapters[name].health_path for name in clients}
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
-    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
     guard = LedgerGuard(client)
+    # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
+    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
+                         fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
+                         limits=settings.limits)  # fmt: skip
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -214,6 +219,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
+        limiter=RedisRateLimiter(client),
+        limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
@@ -298,14 +305,22 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
         allowed_origins=settings.mcp_allowed_origins(),
+        audit=gateway.audit,
+        sessions_per_key=settings.limits.sessions_per_key,
+        session_idle_seconds=settings.limits.session_idle_seconds,
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    # One table of failed authentications per client address for every surface of this process: it is
+    # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
+    floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
     checked = MessageChecks(surface.asgi, audit=gateway.audit)
-    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    authenticated = BearerAuth(
+        checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp", floods=floods
+    )
     mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
@@ -338,8 +353,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             *ops,
-            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,
@@ -347,4 +362,5 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway
+    app.state.mcp = surface
     return app

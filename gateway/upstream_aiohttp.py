@@ -80,7 +80,9 @@ class AiohttpUpstream:
                     current.set_attribute("http.response.status_code", status)
                     if status >= 400:
                         current.set_attribute("error.type", str(status))
-                    return UpstreamResponse(status=status, body=await response.read())
+                    # Only a 429's Retry-After is read: copying headers on every answer costs the read path.
+                    wait = response.headers.get("retry-after") if status == 429 else None
+                    return UpstreamResponse(status=status, body=await response.read(), retry_after=wait)
             except aiohttp.ConnectionTimeoutError as error:
                 raise UpstreamUnavailableError("connect timed out", service=self._service, sent=False) from error
             except (TimeoutError, aiohttp.ServerTimeoutError) as error:
