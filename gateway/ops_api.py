@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Callable
+from pathlib import Path
 
+from starlette.datastructures import Secret
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,8 +31,10 @@ from starlette.routing import Route
 from gateway.audit import AuditEvent, AuditSink
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
+from gateway.health import AdapterHealth
 from gateway.metrics import CONTENT_TYPE, Gauges, render
 from gateway.readiness import Readiness
+from gateway.store.client import Connection
 from gateway.store.durability import LedgerGuard
 from gateway.store.probes import LedgerProbe
 
@@ -47,14 +52,21 @@ def is_loopback(host: str | None) -> bool:
 
 def ops_routes(
     *,
-    readiness: Readiness,
-    probe: LedgerProbe,
+    redis: Connection,
     guard: LedgerGuard,
+    adapters: AdapterHealth,
     audit: AuditSink,
-    metrics_token: str | None,
+    archive_dir: Path,
+    metrics_token: Secret | None,
+    worker_running: Callable[[], bool] | None,
 ) -> list[Route]:
-    """The three routes. `metrics_token` None: ``/metrics`` answers loopback peers only."""
-    expected = metrics_token.encode() if metrics_token else None
+    """The three routes over the process's Redis connection. `metrics_token` None: ``/metrics`` answers
+    loopback peers only; `worker_running` None: this process runs no worker."""
+    probe = LedgerProbe(redis.client)
+    readiness = Readiness(redis=redis, guard=guard, probe=probe, archive_dir=archive_dir, adapters=adapters,
+                          worker_running=worker_running)  # fmt: skip
+    token = str(metrics_token) if metrics_token is not None else ""
+    expected = token.encode() if token else None
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})

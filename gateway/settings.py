@@ -59,6 +59,9 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
+    [notifications]                               # webhooks told of cards: see the README
+    [audit_export]                                # live export of the audit trail: see the README
+
 An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
 ``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
 see `policies.adapter_authority`).
@@ -74,9 +77,11 @@ from pathlib import Path
 from starlette.config import Config
 from starlette.datastructures import Secret
 
+from gateway.audit_formats import AuditExportTarget
 from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.notification import NotificationSettings
 from gateway.org_adapters import OrgAdapters
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
@@ -181,6 +186,10 @@ class Settings:
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    audit_export: AuditExportTarget | None = None
+    """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
+    """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
     """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
@@ -310,6 +319,8 @@ class Settings:
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 limits=document.limits,
+                notifications=document.notifications.resolve(environ),
+                audit_export=document.audit_export.resolve(environ),
                 log_format=env("LOG_FORMAT", default=gateway.log_format),
                 access_log=env("ACCESS_LOG", cast=bool, default=gateway.access_log),
                 metrics_token=Secret(environ[metrics_env]) if environ.get(metrics_env) else None,

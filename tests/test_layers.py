@@ -38,6 +38,8 @@ PLACES: dict[str, int] = {
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
     "gateway.cli_cards": ROOT_LAYER,
+    "gateway.cli_commands": ROOT_LAYER,
+    "gateway.cli_parser": ROOT_LAYER,
     "gateway.logs": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
@@ -53,6 +55,8 @@ PLACES: dict[str, int] = {
     "gateway.registry.api": SURFACE,
     "gateway.worker": SURFACE,
     "gateway.loops": SURFACE,
+    "gateway.notifier": SURFACE,
+    "gateway.audit_forwarder": SURFACE,
     "gateway.ops_api": SURFACE,
     "gateway.http_telemetry": SURFACE,
     # 2. the per-caller catalog
@@ -60,6 +64,7 @@ PLACES: dict[str, int] = {
     # 3. the executor, and the services that decide beside it
     "gateway.executor": EXECUTOR,
     "gateway.card_service": EXECUTOR,
+    "gateway.card_alerts": EXECUTOR,
     "gateway.health": EXECUTOR,
     "gateway.readiness": EXECUTOR,
     "gateway.identity": EXECUTOR,
@@ -68,6 +73,7 @@ PLACES: dict[str, int] = {
     "gateway.store": STORE,
     "gateway.upstream_aiohttp": STORE,
     "gateway.audit_archive": STORE,
+    "gateway.webhook_post": STORE,
     # The process's instruments and tracer: they feed exporters, so they stand with the I/O
     # implementations, below every layer that counts or traces (the vocabulary does neither).
     "gateway.metrics": STORE,
@@ -77,6 +83,7 @@ PLACES: dict[str, int] = {
     "gateway.adapter_http": VOCABULARY,
     "gateway.audit": VOCABULARY,
     "gateway.audit_chain": VOCABULARY,
+    "gateway.audit_formats": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,
     "gateway.card_transitions": VOCABULARY,
@@ -88,6 +95,7 @@ PLACES: dict[str, int] = {
     "gateway.ledger": VOCABULARY,
     "gateway.limiter": VOCABULARY,
     "gateway.limits": VOCABULARY,
+    "gateway.notification": VOCABULARY,
     "gateway.log_context": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
