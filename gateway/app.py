@@ -292,6 +292,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     surface = McpSurface(
         catalog=gateway.catalog,
         executor=gateway.executor.agent,
+        tasks=gateway.executor.tasks,
         version=_version(),
         stateless=settings.mcp_stateless,
         allowed_hosts=settings.mcp_allowed_hosts(),
