@@ -141,6 +141,7 @@ class McpTasks:
             raise MCPError(-32601, "Method not found", data="tasks/result")
         state = _found(await self._tasks.result(request_principal(ctx), params.task_id))
         result = _dumped(tool_result(state.result or Envelope.refused(Code.INTERNAL_ERROR)))
+        result.pop("resultType", None)  # a 2026-07-28 field; this is the 2025-11-25 wire
         result["_meta"] = {RELATED_TASK: {"taskId": state.task_id}}
         return result
 
