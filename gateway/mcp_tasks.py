@@ -159,10 +159,15 @@ class McpTasks:
         self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
     ) -> dict[str, Any]:
         era = _follow_era(ctx)
-        state = _found(await self._tasks.cancel(request_principal(ctx), params.task_id))
+        cancelled = await self._tasks.cancel(request_principal(ctx), params.task_id)
+        if isinstance(cancelled, Code):
+            raise _error(cancelled)
+        state, now = cancelled
         if era == "extension":
             return {}  # an acknowledgement; the status says whether it took effect
-        if state.status != "cancelled":
+        if not now:
+            # 2025-11-25: cancelling a terminal task is -32602; so is one already running, which
+            # the gateway can no longer stop (its write may be reaching the backend).
             raise MCPError(
                 INVALID_PARAMS,
                 "Cannot cancel task: it already ran or is running",

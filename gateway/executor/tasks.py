@@ -92,18 +92,19 @@ class TaskPath:
         recorded = await self._record("task.list", principal, "", "ok", started, extra={"count": str(len(states))})
         return states if recorded else Code.LEDGER_UNAVAILABLE
 
-    async def cancel(self, principal: Principal, task_id: str) -> TaskState | Code:
+    async def cancel(self, principal: Principal, task_id: str) -> tuple[TaskState, bool] | Code:
         """Cancel the caller's task `task_id` while its card can still be cancelled (PENDING, APPROVED).
 
-        Returns the task as it is after the attempt: ``cancelled`` when the cancellation applied, or
-        still ``working``/terminal when the card was past cancelling (the caller reads the status).
+        Returns the task as it is after the attempt, and whether this request cancelled it (False:
+        the card was already past cancelling, running or terminal, and is unchanged).
         NOT_FOUND: none, or someone else's. LEDGER_UNAVAILABLE: not confirmed durable, or no ledger.
         """
         started = self._clock()
         try:
             withdrawn = await LedgerCallerCards(self._ledger, principal).withdraw(task_id)
             if withdrawn is None:
-                return await self._answer("task.cancel", principal, task_id, Code.NOT_FOUND, started)
+                reason = "no such task for this caller"
+                return await self._refused("task.cancel", principal, task_id, Code.NOT_FOUND, started, reason)
             card, transition = withdrawn
             if transition.status is TransitionStatus.ERR_NOT_DURABLE:
                 # Maybe applied, not confirmed: not acknowledged as done (ARCHITECTURE invariant 7).
@@ -113,7 +114,8 @@ class TaskPath:
         except StoreUnavailableError as error:
             return await self._refused("task.cancel", principal, task_id, Code.LEDGER_UNAVAILABLE, started, error.cause)
         outcome = {"cancelled": str(transition.ok).lower(), "state": (transition.card or card).state.value}
-        return await self._answer("task.cancel", principal, task_id, state, started, extra=outcome)
+        answered = await self._answer("task.cancel", principal, task_id, state, started, extra=outcome)
+        return answered if isinstance(answered, Code) else (answered, transition.ok)
 
     async def _state(self, card: Card) -> TaskState:
         events = await self._ledger.events(card.card_id)
