@@ -91,6 +91,7 @@ class McpTasks:
         server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self._result)
         server.add_request_handler("tasks/list", types.PaginatedRequestParams, self._list)
         server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self._cancel)
+        server.add_request_handler("tasks/update", types.GetTaskRequestParams, self._update)
         server.middleware.append(self._legacy_calls)
         server.extensions[TASKS_EXTENSION] = {}
 
@@ -154,6 +155,14 @@ class McpTasks:
         if isinstance(states, Code):
             raise _error(states)
         return {"tasks": [_task(state, era) for state in states]}
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: types.GetTaskRequestParams) -> dict[str, Any]:
+        """SEP-2663 ``tasks/update``: a proposal's task never asks its client for input (a person decides
+        on the card), so no key is ever outstanding and every response is ignored, as the spec says."""
+        if _follow_era(ctx) != "extension":
+            raise MCPError(-32601, "Method not found", data="tasks/update")
+        _found(await self._tasks.get(request_principal(ctx), params.task_id))
+        return {}
 
     async def _cancel(
         self, ctx: ServerRequestContext[Any, Any], params: types.CancelTaskRequestParams
