@@ -295,9 +295,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         tasks=gateway.executor.tasks,
         version=_version(),
         stateless=settings.mcp_stateless,
-        allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
-        allowed_origins=settings.mcp_allowed_origins(),
         audit=gateway.audit,
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
@@ -314,7 +312,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     authenticated = BearerAuth(
         checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp", floods=floods
     )
-    mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
+    mcp_endpoint = HeaderChecks(
+        authenticated,
+        audit=gateway.audit,
+        allowed_hosts=settings.mcp_allowed_hosts(),
+        allowed_origins=settings.mcp_allowed_origins(),
+    )
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
