@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
 from gateway.limiter import AddressBudgets
+from gateway.log_context import bind_key_id
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer
 from gateway.store.keys import KeyCache, KeyStore
@@ -139,6 +140,7 @@ class BearerAuth:
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
         scope[PRINCIPAL_SCOPE_KEY] = principal
+        bind_key_id(principal.key_id)  # log records of this request name its key id (never the token)
         scope["user"] = self._user(principal)
         await self.app(scope, receive, send)
 

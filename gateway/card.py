@@ -153,6 +153,8 @@ class Card:
     created_ms: int
     decide_by_ms: int
     execute_by_ms: int | None = None
+    execute_within_ms: int = 0
+    """How long an approved card may wait to run (execute_by is approval time plus this); 0 when unknown."""
     fence: int = 0
     dispatched: bool = False
     attempts: int = 0
@@ -160,6 +162,8 @@ class Card:
     """When the latest send was recorded (DISPATCHED), by the Redis clock."""
     first_dispatched_ms: int | None = None
     """When the first send was recorded: from then on the backend may know the key."""
+    approved_ms: int | None = None
+    """When the approval quorum was reached (APPROVED), by the Redis clock; None while undecided."""
     resend: bool = False
     """Claimed again after an UNKNOWN outcome: the key may already have reached the backend, so the
     card never goes back to APPROVED or EXPIRED, and a refusal of its send proves nothing."""

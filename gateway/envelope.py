@@ -31,11 +31,18 @@ _MESSAGES: Mapping[Code, str] = {
     Code.INFEASIBLE: "The backend would refuse this write, so no card was made; details.reason says why. "
     "Change the arguments before proposing again.",
     Code.PRECONDITION_CHANGED: "What the approver decided on changed before the write ran; nothing was sent.",
+    Code.REJECTED: "An administrator rejected this request; nothing was written.",
+    Code.EXPIRED: "This request was not decided, or not run, in time; nothing was written.",
+    Code.WRITE_FAILED: "The approved write was refused by the backend; nothing was written.",
+    Code.CANCELLED: "This request was withdrawn before it ran; nothing was written.",
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
+    # The MCP edge's refusals (gateway.mcp_edge) are JSON-RPC errors, but every code has its message.
+    Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",
+    Code.PAYLOAD_TOO_LARGE: "The request body is larger than the gateway accepts.",
 }
 
 
@@ -49,11 +56,15 @@ class Envelope:
     """Whether the human render carries third-party text."""
     _model: Mapping[str, Any] = field(compare=False)
     _human: str | None = field(default=None, compare=False)
+    card_id: str | None = None
+    """The approval card a write proposal filed (or found open); None for every other result."""
 
     @classmethod
-    def ok(cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False) -> Envelope:
+    def ok(
+        cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False, card_id: str | None = None
+    ) -> Envelope:
         """A successful result. `model` must already be safe for the model (see `untrusted`)."""
-        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human)
+        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human, card_id=card_id)
 
     @classmethod
     def refused(
