@@ -21,7 +21,13 @@ Every key the file may hold, with its default (the README's configuration tables
     [gateway]
     host = "127.0.0.1"                 # anything but loopback needs allowed_hosts and allowed_origins
     port = 8765
-    redis_url = "redis://..."          # default: the embedded server of data_dir
+    redis_url = "redis://..."          # default: the embedded server (also rediss://, redis+sentinel://, redis+cluster://)
+    redis_sentinels = ["10.0.0.1:26379", "10.0.0.2:26379"]  # or Sentinel: these sentinels' master
+    redis_master_name = "mymaster"     # named so
+    redis_cluster_nodes = ["10.0.1.1:6379"]  # or a Redis Cluster, found from these (not with sentinels)
+    redis_username = "countersign"     # the ACL user of the master or the cluster
+    redis_password_env = "COUNTERSIGN_REDIS_PASSWORD"  # env var holding its password
+    redis_tls = false                  # TLS to the master or the cluster nodes
     data_dir = ".countersign"
     allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
     allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
@@ -70,10 +76,11 @@ from pathlib import Path
 from starlette.config import Config
 from starlette.datastructures import Secret
 
-from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
+from gateway.config_file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
+from gateway.redis_target import redis_url_of
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
 
@@ -264,7 +271,8 @@ class Settings:
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = read_config(path) if path else ConfigFile()
         gateway = document.gateway
-        redis_url = env("REDIS_URL", default=None) or gateway.redis_url
+        deployment = _deployment_url(gateway, environ)
+        redis_url = env("REDIS_URL", default=None) or gateway.redis_url or deployment
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
         try:
@@ -296,6 +304,20 @@ class Settings:
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
+
+
+def _deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str | None:
+    """The URL of the Sentinel or Cluster deployment the ``[gateway] redis_*`` settings name, if any."""
+    if gateway.redis_url and (gateway.redis_sentinels or gateway.redis_cluster_nodes):
+        raise ConfigError("gateway.redis_url excludes gateway.redis_sentinels and gateway.redis_cluster_nodes")
+    password = None
+    if gateway.redis_password_env is not None:
+        password = environ.get(gateway.redis_password_env)
+        if not password:
+            raise ConfigError(f"gateway.redis_password_env names {gateway.redis_password_env}, which is not set")
+    return redis_url_of(sentinels=gateway.redis_sentinels, master=gateway.redis_master_name,
+                        cluster_nodes=gateway.redis_cluster_nodes, username=gateway.redis_username,
+                        password=password, tls=gateway.redis_tls)  # fmt: skip
 
 
 def _mode(mode: str, path: Path | None, redis_url: str | None) -> bool:
