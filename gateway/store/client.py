@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from gateway.errors import ConfigError, StoreUnavailableError
 from gateway.redis_target import RedisKind, RedisTarget, parse_redis_url
 
-__all__ = ["Connection", "bounded_block", "connect", "is_cluster", "store_boundary"]
+__all__ = ["Connection", "bounded_block", "connect", "is_cluster", "routes", "store_boundary"]
 
 T = TypeVar("T")
 
@@ -85,6 +85,22 @@ def _client(target: RedisTarget, **options: Any) -> aioredis.Redis:
 def is_cluster(client: aioredis.Redis) -> bool:
     """Whether `client` is a Redis Cluster client (commands without keys then need a node to go to)."""
     return isinstance(client, RedisCluster)
+
+
+async def routes(client: aioredis.Redis, key: str | None = None) -> list[dict[str, Any]]:
+    """Where a command without keys must go: the keyword arguments that send it there, one per target.
+
+    A single node (or a Sentinel master): one target, no arguments. A Cluster: the node that owns
+    `key`'s slot, so the command runs on the same node (and, in a pipeline, the same connection) as
+    the writes to `key` it is about (``WAITAOF``, ``CONFIG GET``); without a key, every primary (a
+    question every node must answer, such as "is it durable?").
+    """
+    if not isinstance(client, RedisCluster):
+        return [{}]
+    await client.initialize()  # the slot map is learnt on first use; a no-op once known
+    if key is not None:
+        return [{"target_nodes": client.get_node_from_key(key)}]
+    return [{"target_nodes": node} for node in client.get_primaries()]
 
 
 @contextlib.asynccontextmanager
