@@ -72,8 +72,9 @@ class Worker:
             # One reader per outbox shard: each blocking read names one stream, in one Cluster slot.
             for shard in self._ledger.outbox_shards():
                 group.create_task(
-                    run_forever(functools.partial(self.consume_once, shard), what="outbox read", pause_seconds=0,
-                                retry_on=retry)  # fmt: skip
+                    run_forever(
+                        functools.partial(self.consume_once, shard), what="outbox read", pause_seconds=0, retry_on=retry
+                    )  # fmt: skip
                 )
             group.create_task(
                 run_forever(self.sweep_once, what="sweep", pause_seconds=self._sweep_seconds, retry_on=retry)

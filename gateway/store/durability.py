@@ -163,7 +163,8 @@ async def eval_confirmed(
     [route] = await routes(client, barrier_key)
     for _attempt in range(2):
         async with client.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            # As a raw command: a Cluster pipeline refuses its evalsha() method, yet routes the command by its keys.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             queue_confirmation(pipe, waitaof=waitaof, barrier_key=barrier_key, barrier=str(args[0]),
                                fsync_timeout_ms=fsync_timeout_ms, route=route)  # fmt: skip
             replies: list[Any] = await pipe.execute(raise_on_error=False)
