@@ -181,7 +181,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
     ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
                          fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
-                         limits=settings.limits)  # fmt: skip
+                         limits=settings.limits, min_replicas=settings.min_replicas)  # fmt: skip
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)

@@ -75,6 +75,8 @@ class GatewaySection(BaseModel):
     audit_archive_seconds: float = Field(default=10.0, gt=0)
     redis_connect_timeout_seconds: float = Field(default=0.5, gt=0)
     redis_timeout_seconds: float = Field(default=0.5, gt=0)
+    min_replicas: int = Field(default=0, ge=0)
+    """Replicas that must confirm every ledger transition (``WAITAOF``/``WAIT``) before it counts."""
 
 
 class AdapterSection(BaseModel):

@@ -43,6 +43,7 @@ Every key the file may hold, with its default (the README's configuration tables
     audit_archive_seconds = 10         # how often serve and worker archive
     redis_connect_timeout_seconds = 0.5  # a Redis that cannot be reached fails a request this fast
     redis_timeout_seconds = 0.5        # and one that does not answer (503 / LEDGER_UNAVAILABLE)
+    min_replicas = 0                   # replicas that must confirm each ledger transition (WAITAOF / WAIT)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"  # omit (demo mode only) to start the demo backend in-process
@@ -188,6 +189,10 @@ class Settings:
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
+    min_replicas: int = 0
+    """Replicas that must confirm each ledger transition before it counts (``WAITAOF 1 <n>`` on
+    Redis 7.2+ and Valkey, else ``WAIT <n>``); 0 asks only the server itself. One more round trip
+    to a replica's acknowledgement per transition, and no transition while fewer replicas answer."""
 
     @property
     def archive_dir(self) -> Path:
@@ -196,6 +201,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
+        if self.min_replicas < 0:
+            raise ConfigError("min_replicas must not be negative")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
         if not 1 <= self.port <= 65535:
@@ -300,6 +307,7 @@ class Settings:
                 audit_archive_seconds=gateway.audit_archive_seconds,
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
+                min_replicas=gateway.min_replicas,
                 limits=document.limits,
             )
         except ValueError as error:  # starlette's cast of an environment value

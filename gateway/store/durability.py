@@ -147,6 +147,7 @@ async def eval_confirmed(
     waitaof: bool,
     barrier_key: str,
     fsync_timeout_ms: int,
+    min_replicas: int = 0,
 ) -> tuple[Any, DurabilityReport]:
     """Run `script` and confirm it durable in one pipeline: its answer, and the verdict on it.
 
@@ -166,14 +167,15 @@ async def eval_confirmed(
             # As a raw command: a Cluster pipeline refuses its evalsha() method, yet routes the command by its keys.
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             queue_confirmation(pipe, waitaof=waitaof, barrier_key=barrier_key, barrier=str(args[0]),
-                               fsync_timeout_ms=fsync_timeout_ms, route=route)  # fmt: skip
+                               fsync_timeout_ms=fsync_timeout_ms, route=route, min_replicas=min_replicas)  # fmt: skip
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         if not isinstance(replies[0], NoScriptError):
             break
         script.sha = await client.script_load(script.script)
     if isinstance(replies[0], Exception):
         raise replies[0]
-    return replies[0], read_confirmation(replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms)
+    return replies[0], read_confirmation(replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms,
+                                         min_replicas=min_replicas)  # fmt: skip
 
 
 def queue_confirmation(
@@ -184,6 +186,7 @@ def queue_confirmation(
     barrier: str,
     fsync_timeout_ms: int,
     route: Mapping[str, Any] | None = None,
+    min_replicas: int = 0,
 ) -> None:
     """Queue, after a transition's script in `pipe`, what confirms it durable (see the module docstring).
 
@@ -191,23 +194,38 @@ def queue_confirmation(
     write, so a script that wrote nothing (a replayed transition, an open card found again), or a
     pipeline redis-py re-sent on a new connection, would otherwise be "confirmed" without waiting for
     the write it answers about. `route` sends the commands without keys to the barrier's node
-    (`gateway.store.client.routes`).
+    (`gateway.store.client.routes`). With `min_replicas`, the transition must also have reached that
+    many replicas: ``WAITAOF 1 <n>`` (fsynced there too) where the server has it, else ``WAIT <n>``
+    (in the replicas' memory).
     """
     route = route or {}
-    if waitaof:
+    if waitaof or min_replicas:
         pipe.set(barrier_key, barrier)
-        pipe.execute_command("WAITAOF", 1, 0, fsync_timeout_ms, **route)
+    if waitaof:
+        pipe.execute_command("WAITAOF", 1, min_replicas, fsync_timeout_ms, **route)
+    elif min_replicas:
+        pipe.execute_command("WAIT", min_replicas, fsync_timeout_ms, **route)
     # One CONFIG GET for both names (Redis 7.0+).
     pipe.execute_command("CONFIG", "GET", *_CONFIG, **route)
 
 
-def read_confirmation(replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms: int) -> DurabilityReport:
+def read_confirmation(
+    replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms: int, min_replicas: int = 0
+) -> DurabilityReport:
     """The verdict from the replies of what `queue_confirmation` queued (errors as exception values)."""
     problems: list[str] = []
     if waitaof:
         fsynced = replies[1]
         if isinstance(fsynced, Exception) or not fsynced or int(fsynced[0]) < 1:
             problems.append(f"the AOF fsync was not confirmed within {fsync_timeout_ms} ms")
+        elif int(fsynced[1]) < min_replicas:
+            problems.append(f"{fsynced[1]} of {min_replicas} replicas fsynced it within {fsync_timeout_ms} ms")
+        replies = replies[2:]
+    elif min_replicas:
+        acked = replies[1]
+        if isinstance(acked, Exception) or int(acked) < min_replicas:
+            shown = "none" if isinstance(acked, Exception) else acked
+            problems.append(f"{shown} of {min_replicas} replicas acknowledged within {fsync_timeout_ms} ms")
         replies = replies[2:]
     [config] = replies
     if isinstance(config, Exception):

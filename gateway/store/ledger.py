@@ -73,9 +73,11 @@ class RedisLedger:
         limits: Limits | None = None,
         fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
         on_verdict: Callable[[DurabilityReport], None] | None = None,
+        min_replicas: int = 0,
     ) -> None:
-        """`fsync_timeout_ms` bounds each ``WAITAOF`` and must stay below `client`'s read timeout (half of
-        it by default); `on_verdict` hears every transition's durability verdict (`LedgerGuard.observe`)."""
+        """`fsync_timeout_ms` bounds each ``WAITAOF`` (or ``WAIT``) and must stay below `client`'s read
+        timeout (half of it by default); `on_verdict` hears every transition's durability verdict
+        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition."""
         self._client = client
         self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
@@ -86,6 +88,7 @@ class RedisLedger:
         self._waitaof: bool | None = None  # learnt once, on first use: does the server have WAITAOF?
         self._fsync_timeout_ms = fsync_timeout_ms
         self._on_verdict = on_verdict
+        self._min_replicas = min_replicas
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -111,7 +114,7 @@ class RedisLedger:
         answer, report = await eval_confirmed(
             self._client, self._scripts[name], keys, args, waitaof=self._waitaof,
             barrier_key=keys[0].partition(":card:")[0] + ":fsync",  # in the card's slot (Redis Cluster)
-            fsync_timeout_ms=self._fsync_timeout_ms,
+            fsync_timeout_ms=self._fsync_timeout_ms, min_replicas=self._min_replicas,
         )  # fmt: skip
         if self._on_verdict is not None:
             self._on_verdict(report)
