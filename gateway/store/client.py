@@ -49,14 +49,18 @@ def connect(
     """
     target = parse_redis_url(url)
     options: dict[str, Any] = {"health_check_interval": 30, "socket_connect_timeout": connect_timeout}
+    sentinels: list[aioredis.Redis] = []
     return Connection(
-        _client(target, socket_timeout=timeout, **options),
-        blocking=_client(target, socket_timeout=None, **options),
+        _client(target, sentinels, socket_timeout=timeout, **options),
+        blocking=_client(target, sentinels, socket_timeout=None, **options),
         timeout=timeout,
+        sentinels=sentinels,
     )
 
 
-def _client(target: RedisTarget, **options: Any) -> aioredis.Redis:
+def _client(target: RedisTarget, sentinels: list[aioredis.Redis], **options: Any) -> aioredis.Redis:
+    """A client of `target`; the clients of the sentinels it asks, if any, are added to `sentinels`
+    (the master's client does not close them)."""
     if target.kind is RedisKind.SINGLE:
         return aioredis.from_url(target.url, decode_responses=False, **options)
     credentials: dict[str, Any] = {"username": target.username, "password": target.password, "ssl": target.tls}
@@ -67,6 +71,7 @@ def _client(target: RedisTarget, **options: Any) -> aioredis.Redis:
         bounds = {"socket_timeout": options["socket_timeout"] or DEFAULT_TIMEOUT_SECONDS,
                   "socket_connect_timeout": options["socket_connect_timeout"]}  # fmt: skip
         sentinel = Sentinel(list(target.nodes), sentinel_kwargs=bounds)  # type: ignore[no-untyped-call]
+        sentinels.extend(sentinel.sentinels)
         master: aioredis.Redis = sentinel.master_for(
             target.master, db=target.db, decode_responses=False, **credentials, **options
         )
@@ -145,10 +150,12 @@ class Connection:
         *,
         blocking: aioredis.Redis | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        sentinels: list[aioredis.Redis] | None = None,
     ) -> None:
         self.client = client
         self.blocking = blocking if blocking is not None else client
         self.timeout = timeout
+        self._sentinels = sentinels or []
 
     async def ping(self) -> None:
         """Raises `StoreUnavailableError` when Redis does not answer."""
@@ -160,3 +167,5 @@ class Connection:
         finally:
             if self.blocking is not self.client:
                 await self.blocking.aclose()
+            for sentinel in self._sentinels:
+                await sentinel.aclose()

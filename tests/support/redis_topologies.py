@@ -86,7 +86,7 @@ class _Processes:
 
     def start(self, port: int, *arguments: str, config: str | None = None) -> None:
         home = self.directory / str(port)
-        home.mkdir()
+        home.mkdir(exist_ok=True)  # a server started again keeps its directory (its AOF)
         command = [_binary()]
         if config is not None:
             (home / "server.conf").write_text(config)
@@ -166,6 +166,14 @@ class SentinelGroup:
 
         wait_for(promoted, timeout=timeout, what="sentinel failover")
         return self.master_port()
+
+    def rejoin(self, port: int, *, timeout: float = 30.0) -> None:
+        """Start the killed server on `port` again, as a replica of the current master (as the
+        sentinels would make it), and wait until the master counts it."""
+        master = self.master_port()
+        self.processes.start(port, *_DURABLE, "--replicaof", _HOST, str(master))
+        wait_for(lambda: _client(master).info("replication")["connected_slaves"] >= 1,
+                 timeout=timeout, what="old master rejoined as a replica")  # fmt: skip
 
 
 @contextlib.contextmanager
