@@ -21,9 +21,12 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.card import CardState
 from gateway.limits import Budget, Limits
+from gateway.principal import KeyKind
 from gateway.store.client import connect
+from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.ledger_layout import SHARDS, card_keys, card_shard
+from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_topologies import redis_cluster
 from tests.support.services import Backend, gateway_settings
@@ -116,3 +119,24 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
     assert sorted(card.idempotency_key for card in cards if card is not None) == sorted(
         key for key in sent if key in {card.idempotency_key for card in cards if card is not None}
     )
+
+
+async def test_the_registry_and_the_key_store_work_on_the_cluster(cluster: aioredis.Redis) -> None:
+    """Propose, accept and remove a registration, and create, list and revoke a key: no command or
+    transaction spans two slots (a Cluster would refuse it as CROSSSLOT)."""
+    registry = RegistryStore(cluster)
+    version = await registry.version()
+    proposed = await registry.propose("notes", {"tools": []}, owner="svc-notes", flags=())
+    assert proposed is not None and proposed.proposed_hash is not None
+    accepted = await registry.accept("notes", expected_hash=proposed.proposed_hash, admin="root@acme.example")
+    assert accepted is not None and accepted.pinned == {"tools": []}
+    assert await registry.version() == version + 1
+    assert "notes" in await registry.pinned()
+    assert await registry.remove("notes") is True
+    assert await registry.get("notes") is None and await registry.version() == version + 2
+    keys = KeyStore(cluster)
+    token, record = await keys.create(kind=KeyKind.AGENT, subject="cluster@acme.example", org="acme", roles=["staff"])
+    assert record.key_id in {r.key_id for r in await keys.list()}
+    assert await keys.resolve(token) is not None
+    await keys.revoke(record.key_id)
+    assert await keys.resolve(token) is None
