@@ -176,6 +176,14 @@ class SentinelGroup:
                  timeout=timeout, what="old master rejoined as a replica")  # fmt: skip
 
 
+def _acknowledged(master: int) -> bool:
+    client = _client(master)
+    client.set("countersign:replica-probe", "1")
+    acknowledged: int = client.wait(1, 200)
+    client.delete("countersign:replica-probe")
+    return acknowledged >= 1
+
+
 @contextlib.contextmanager
 def sentinel_group(name: str = "countersign") -> Iterator[SentinelGroup]:
     """Start the group and wait until the sentinels know the master, its replica and each other."""
@@ -185,8 +193,10 @@ def sentinel_group(name: str = "countersign") -> Iterator[SentinelGroup]:
             master, replica = free_port(), free_port()
             processes.start(master, *_DURABLE)
             processes.start(replica, *_DURABLE, "--replicaof", _HOST, str(master))
+            # Attached, and acknowledging: the first WAITs after a replica attaches can time out.
             wait_for(lambda: _client(master).info("replication")["connected_slaves"] == 1,
                      timeout=_READY_SECONDS, what="replica attached")  # fmt: skip
+            wait_for(lambda: _acknowledged(master), timeout=_READY_SECONDS, what="replica acknowledging")
             sentinels = [free_port() for _ in range(3)]
             config = (f"sentinel monitor {name} {_HOST} {master} 2\n"
                       f"sentinel down-after-milliseconds {name} 1000\n"
