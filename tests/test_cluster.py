@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.card import CardState
+from gateway.ledger import CardQuery
 from gateway.limits import Budget, Limits
 from gateway.principal import KeyKind
 from gateway.store.client import connect
@@ -112,6 +113,8 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
                 break
             assert not [c for c in cards if c is not None and c.state in (CardState.FAILED, CardState.UNKNOWN)]
             await anyio.sleep(0.1)
+    listed = await ledger.page(CardQuery(org="acme", state=CardState.SUCCEEDED), limit=WRITES)
+    assert set(card_ids) <= {card.card_id for card in listed.cards}  # the admin listing reads every node's shards
     new = [b for b in service.bookings.values() if b.booking_id not in before]
     assert len(new) == WRITES
     assert sorted(b.booking_id for b in new) == sorted(card.reference for card in cards if card is not None)
