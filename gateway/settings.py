@@ -62,6 +62,9 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
+    [notifications]                               # webhooks told of cards: see the README
+    [audit_export]                                # live export of the audit trail: see the README
+
 An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
 ``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
 see `policies.adapter_authority`).
@@ -77,9 +80,11 @@ from pathlib import Path
 from starlette.config import Config
 from starlette.datastructures import Secret
 
+from gateway.audit_formats import AuditExportTarget
 from gateway.config_file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.notification import NotificationSettings
 from gateway.org_adapters import OrgAdapters
 from gateway.redis_target import redis_url_of
 
@@ -185,14 +190,17 @@ class Settings:
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    audit_export: AuditExportTarget | None = None
+    """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
+    """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
     """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
     min_replicas: int = 0
-    """Replicas that must confirm each ledger transition before it counts (``WAITAOF 1 <n>`` on
-    Redis 7.2+ and Valkey, else ``WAIT <n>``); 0 asks only the server itself. One more round trip
-    to a replica's acknowledgement per transition, and no transition while fewer replicas answer."""
+    """Replicas that must confirm each ledger transition (``WAITAOF 1 <n>``, else ``WAIT <n>``); 0: the
+    server alone. Costs a replica's acknowledgement per transition; none while fewer answer."""
 
     @property
     def archive_dir(self) -> Path:
@@ -309,6 +317,8 @@ class Settings:
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 min_replicas=gateway.min_replicas,
                 limits=document.limits,
+                notifications=document.notifications.resolve(environ),
+                audit_export=document.audit_export.resolve(environ),
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
