@@ -22,11 +22,13 @@ from gateway.app import create_app
 from gateway.card import CardState
 from gateway.ledger import CardQuery
 from gateway.limits import Budget, Limits
+from gateway.notification import Notification
 from gateway.principal import KeyKind
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.ledger_layout import SHARDS, card_keys, card_shard
+from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_topologies import redis_cluster
@@ -143,3 +145,18 @@ async def test_the_registry_and_the_key_store_work_on_the_cluster(cluster: aiore
     assert await keys.resolve(token) is not None
     await keys.revoke(record.key_id)
     assert await keys.resolve(token) is None
+
+
+async def test_the_notification_outbox_works_on_the_cluster(cluster: aioredis.Redis) -> None:
+    """Enqueue (deduplicated), take, reschedule and finish: every script and transaction in one slot."""
+    outbox = RedisNotificationOutbox(cluster)
+    notification = Notification(id=f"ntf_{'c' * 32}", webhook="ops", body='{"n":1}')
+    assert await outbox.enqueue(notification) is True
+    assert await outbox.enqueue(notification) is False
+    [taken] = await outbox.take(limit=10, lease_ms=60_000)
+    assert taken.id == notification.id
+    await outbox.reschedule(dataclasses.replace(taken, attempts=1), delay_ms=0)
+    [again] = await outbox.take(limit=10, lease_ms=60_000)
+    assert again.attempts == 1
+    await outbox.finish(again.id)
+    assert await outbox.pending() == 0
