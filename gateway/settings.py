@@ -21,7 +21,13 @@ Every key the file may hold, with its default (the README's configuration tables
     [gateway]
     host = "127.0.0.1"                 # anything but loopback needs allowed_hosts and allowed_origins
     port = 8765
-    redis_url = "redis://..."          # default: the embedded server of data_dir
+    redis_url = "redis://..."          # default: the embedded server (also rediss://, redis+sentinel://, redis+cluster://)
+    redis_sentinels = ["10.0.0.1:26379", "10.0.0.2:26379"]  # or Sentinel: these sentinels' master
+    redis_master_name = "mymaster"     # named so
+    redis_cluster_nodes = ["10.0.1.1:6379"]  # or a Redis Cluster, found from these (not with sentinels)
+    redis_username = "countersign"     # the ACL user of the master or the cluster
+    redis_password_env = "COUNTERSIGN_REDIS_PASSWORD"  # env var holding its password
+    redis_tls = false                  # TLS to the master or the cluster nodes
     data_dir = ".countersign"
     allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
     allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
@@ -41,6 +47,7 @@ Every key the file may hold, with its default (the README's configuration tables
     access_log = false                 # a log line per HTTP request (COUNTERSIGN_ACCESS_LOG wins)
     metrics_token_env = "COUNTERSIGN_METRICS_TOKEN"  # env var of the token /metrics requires (unset: loopback only)
     worker_metrics_port = 0            # `countersign worker` serves its metrics on 127.0.0.1:<port> (0: off)
+    min_replicas = 0                   # replicas that must confirm each ledger transition (WAITAOF / WAIT)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"  # omit (demo mode only) to start the demo backend in-process
@@ -78,11 +85,12 @@ from starlette.config import Config
 from starlette.datastructures import Secret
 
 from gateway.audit_formats import AuditExportTarget
-from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
+from gateway.config_file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationSettings
 from gateway.org_adapters import OrgAdapters
+from gateway.redis_target import redis_url_of
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
 
@@ -204,6 +212,9 @@ class Settings:
     """Bearer token ``/metrics`` requires; None: it answers loopback peers only (`gateway.ops_api`)."""
     worker_metrics_port: int = 0
     """Where `countersign worker` serves its metrics (on 127.0.0.1, no token); 0: nowhere. `serve` has ``/metrics``."""
+    min_replicas: int = 0
+    """Replicas that must confirm each ledger transition (``WAITAOF 1 <n>``, else ``WAIT <n>``); 0: the
+    server alone. Costs a replica's acknowledgement per transition; none while fewer answer."""
 
     @property
     def archive_dir(self) -> Path:
@@ -212,6 +223,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
+        if self.min_replicas < 0:
+            raise ConfigError("min_replicas must not be negative")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
         if not 1 <= self.port <= 65535:
@@ -289,7 +302,8 @@ class Settings:
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = read_config(path) if path else ConfigFile()
         gateway = document.gateway
-        redis_url = env("REDIS_URL", default=None) or gateway.redis_url
+        deployment = _deployment_url(gateway, environ)
+        redis_url = env("REDIS_URL", default=None) or gateway.redis_url or deployment
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
         metrics_env = gateway.metrics_token_env
@@ -318,6 +332,7 @@ class Settings:
                 audit_archive_seconds=gateway.audit_archive_seconds,
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
+                min_replicas=gateway.min_replicas,
                 limits=document.limits,
                 notifications=document.notifications.resolve(environ),
                 audit_export=document.audit_export.resolve(environ),
@@ -328,6 +343,20 @@ class Settings:
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
+
+
+def _deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str | None:
+    """The URL of the Sentinel or Cluster deployment the ``[gateway] redis_*`` settings name, if any."""
+    if gateway.redis_url and (gateway.redis_sentinels or gateway.redis_cluster_nodes):
+        raise ConfigError("gateway.redis_url excludes gateway.redis_sentinels and gateway.redis_cluster_nodes")
+    password = None
+    if gateway.redis_password_env is not None:
+        password = environ.get(gateway.redis_password_env)
+        if not password:
+            raise ConfigError(f"gateway.redis_password_env names {gateway.redis_password_env}, which is not set")
+    return redis_url_of(sentinels=gateway.redis_sentinels, master=gateway.redis_master_name,
+                        cluster_nodes=gateway.redis_cluster_nodes, username=gateway.redis_username,
+                        password=password, tls=gateway.redis_tls)  # fmt: skip
 
 
 def _mode(mode: str, path: Path | None, redis_url: str | None) -> bool:

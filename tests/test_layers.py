@@ -101,6 +101,7 @@ PLACES: dict[str, int] = {
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
     "gateway.printable": VOCABULARY,
+    "gateway.redis_target": VOCABULARY,
     "gateway.tool": VOCABULARY,
     "gateway.tool_context": VOCABULARY,
     "gateway.tool_schema": VOCABULARY,
