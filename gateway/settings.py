@@ -85,52 +85,25 @@ from starlette.config import Config
 from starlette.datastructures import Secret
 
 from gateway.audit_formats import AuditExportTarget
-from gateway.config_file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
+from gateway.config_file import ConfigFile, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationSettings
 from gateway.org_adapters import OrgAdapters
-from gateway.redis_target import redis_url_of
+from gateway.settings_parts import (
+    _DEMO_ADAPTERS,
+    DEMO_ORGS,
+    AdapterSettings,
+    OrgSettings,
+    adapters_from,
+    deployment_url,
+    orgs_from,
+)
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
 
-_DEMO_ROLES = frozenset({"staff", "support", "approver", "registry"})
-_DEMO_ADAPTERS = ("rooms", "orders")
-
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 """The Host headers /mcp accepts when nothing else is configured: the loopback names, any port."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AdapterSettings:
-    """Where one adapter's backend lives and how the gateway authenticates to it."""
-
-    name: str
-    url: str | None = None
-    """Backend base URL; None means "start the demo backend in-process" (demo mode only)."""
-    token: Secret | None = None
-    """The gateway's own credential for the backend. Never an agent's token."""
-    signing_key: Secret | None = None
-    """The key the gateway signs each caller's identity with for this backend (``X-Countersign-Identity``,
-    HS256), shared with the backend, which verifies it. Required for a backend with a `url`: the gateway
-    refuses to start without one (it never invents a key a backend could not know). A demo backend the
-    gateway starts itself gets a fresh one."""
-    timeout_seconds: float = 10.0
-    health_path: str = "/_health"
-    """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OrgSettings:
-    name: str
-    adapters: frozenset[str]
-    roles: frozenset[str]
-
-
-DEMO_ORGS: tuple[OrgSettings, ...] = (
-    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
-    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
-)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -302,7 +275,7 @@ class Settings:
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = read_config(path) if path else ConfigFile()
         gateway = document.gateway
-        deployment = _deployment_url(gateway, environ)
+        deployment = deployment_url(gateway, environ)
         redis_url = env("REDIS_URL", default=None) or gateway.redis_url or deployment
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
@@ -313,8 +286,8 @@ class Settings:
                 data_dir=Path(env("DATA_DIR", default=gateway.data_dir)),
                 host=env("HOST", default=gateway.host),
                 port=env("PORT", cast=int, default=gateway.port),
-                adapters=_adapters(document.adapters, environ, demo=is_demo),
-                orgs=_orgs(document.orgs, demo=is_demo),
+                adapters=adapters_from(document.adapters, environ, demo=is_demo),
+                orgs=orgs_from(document.orgs, demo=is_demo),
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,
@@ -345,20 +318,6 @@ class Settings:
             raise ConfigError(f"invalid setting: {error}") from error
 
 
-def _deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str | None:
-    """The URL of the Sentinel or Cluster deployment the ``[gateway] redis_*`` settings name, if any."""
-    if gateway.redis_url and (gateway.redis_sentinels or gateway.redis_cluster_nodes):
-        raise ConfigError("gateway.redis_url excludes gateway.redis_sentinels and gateway.redis_cluster_nodes")
-    password = None
-    if gateway.redis_password_env is not None:
-        password = environ.get(gateway.redis_password_env)
-        if not password:
-            raise ConfigError(f"gateway.redis_password_env names {gateway.redis_password_env}, which is not set")
-    return redis_url_of(sentinels=gateway.redis_sentinels, master=gateway.redis_master_name,
-                        cluster_nodes=gateway.redis_cluster_nodes, username=gateway.redis_username,
-                        password=password, tls=gateway.redis_tls)  # fmt: skip
-
-
 def _mode(mode: str, path: Path | None, redis_url: str | None) -> bool:
     """Whether the environment asks for demo mode: by ``COUNTERSIGN_MODE``, or by giving nothing."""
     if mode in ("demo", "production"):
@@ -381,41 +340,3 @@ def _patterns(from_env: str | None, from_file: list[str] | None) -> tuple[str, .
     if from_env is not None:
         return tuple(item.strip() for item in from_env.split(",") if item.strip())
     return tuple(from_file) if from_file is not None else None
-
-
-def _adapters(
-    section: Mapping[str, AdapterSection] | None, environ: Mapping[str, str], *, demo: bool
-) -> dict[str, AdapterSettings]:
-    if section is None:
-        # The demo's adapters are its own backends; production serves only what it names.
-        return {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS} if demo else {}
-    return {
-        name: AdapterSettings(
-            name=name,
-            url=table.url,
-            token=_secret(name, table.token_env, environ),
-            signing_key=_secret(name, table.signing_key_env, environ),
-            timeout_seconds=table.timeout_seconds,
-            health_path=table.health_path,
-        )
-        for name, table in section.items()
-    }
-
-
-def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> Secret | None:
-    if not env_name:
-        return None
-    if env_name not in environ:
-        raise ConfigError(f"adapter {adapter}: environment variable {env_name} is not set")
-    return Secret(environ[env_name])
-
-
-def _orgs(section: Mapping[str, OrgSection] | None, *, demo: bool) -> tuple[OrgSettings, ...]:
-    if section is None:
-        return DEMO_ORGS if demo else ()
-    # An org may name adapters that are not configured here: those are registered by manifest
-    # and serve nothing until an admin accepts them.
-    return tuple(
-        OrgSettings(name=name, adapters=frozenset(table.adapters), roles=frozenset(table.roles))
-        for name, table in section.items()
-    )

@@ -35,6 +35,7 @@ PLACES: dict[str, int] = {
     "gateway.stopping": ROOT_LAYER,
     "gateway.config_file": ROOT_LAYER,
     "gateway.settings": ROOT_LAYER,
+    "gateway.settings_parts": ROOT_LAYER,
     "gateway.cli": ROOT_LAYER,
     "gateway.cli_adapters": ROOT_LAYER,
     "gateway.cli_cards": ROOT_LAYER,
