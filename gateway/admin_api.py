@@ -55,6 +55,7 @@ from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer, Endpoint, Operation, RouteTable, error_handler, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
+from gateway.token_verifier import TokenVerifier
 
 __all__ = ["PREFIX", "STATUS", "admin_routes"]
 
@@ -257,7 +258,12 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
 
 
 def admin_routes(
-    service: CardService, *, keys: KeyStore, audit: AuditSink, tables: Sequence[RouteTable] = ()
+    service: CardService,
+    *,
+    keys: KeyStore,
+    audit: AuditSink,
+    tables: Sequence[RouteTable] = (),
+    tokens: TokenVerifier | None = None,
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
@@ -282,7 +288,7 @@ def admin_routes(
                                      security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
 
     def guarded(app: ASGIApp) -> BearerAuth:
-        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin")
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", tokens=tokens)
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})

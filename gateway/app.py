@@ -35,6 +35,7 @@ from gateway.identity import IdentityHeaders
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
+from gateway.oauth_resource import ScopeChecks, protected_resource_routes
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
@@ -47,6 +48,7 @@ from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.registry import RegistryStore
+from gateway.token_verifier import TokenVerifier
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.upstream import UpstreamClient
@@ -296,8 +298,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
-    checked = MessageChecks(surface.asgi, audit=gateway.audit)
-    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp")
+    # OAuth access tokens beside the keys, when an issuer is configured; their scopes are checked per tool call.
+    tokens = TokenVerifier(settings.oauth) if settings.oauth.issuers else None
+    scoped = ScopeChecks(surface.asgi, config=settings.oauth, audit=gateway.audit) if tokens else surface.asgi
+    checked = MessageChecks(scoped, audit=gateway.audit)
+    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp",
+                               tokens=tokens)  # fmt: skip
     mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
@@ -317,6 +323,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             async with surface.session_manager.run(), _background(gateway, settings):
                 yield
         finally:
+            if tokens is not None:
+                await tokens.aclose()
             await gateway.aclose()
 
     app = Starlette(
@@ -324,7 +332,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review]),
+            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], tokens=tokens),
+            *protected_resource_routes(settings.oauth),
             *console_routes(),
         ],
         lifespan=lifespan,

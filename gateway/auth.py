@@ -6,6 +6,12 @@ in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
 further than this module: the scope carries the principal, which has no token field. Its own
 answers (401, and 503 when the key store cannot answer) carry a `BearerRefusal` body; a route
 table mounted behind it documents them with `BEARER_ANSWERS`.
+
+Beside API keys it takes OAuth access tokens when given a `TokenVerifier` whose configuration
+names this surface's resource: a credential shaped like a JWT (`looks_like_jwt`; an API key starts
+``csk_``) goes to the verifier, everything else to the key store. Then every challenge names the
+protected-resource metadata (``resource_metadata``, RFC 9728), and one to a request that presented
+no credential has no ``error`` code (RFC 6750 section 3.1).
 """
 
 from __future__ import annotations
@@ -22,9 +28,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
+from gateway.oauth_config import Surface, metadata_url
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer
 from gateway.store.keys import KeyCache, KeyStore
+from gateway.token_verifier import TokenVerifier, looks_like_jwt
 
 __all__ = ["BEARER_ANSWERS", "PRINCIPAL_SCOPE_KEY", "BearerAuth", "BearerRefusal", "principal_of"]
 
@@ -66,6 +74,9 @@ def principal_of(scope: Scope) -> Principal:
     return principal
 
 
+_MISSING = "missing bearer token"
+_SURFACES: dict[KeyKind, Surface] = {KeyKind.AGENT: "mcp", KeyKind.ADMIN: "admin"}
+
 STORE_RETRY_AFTER_SECONDS = 1
 """``Retry-After`` of the 503 a caller gets while the key store cannot answer: the Redis timeouts are
 well under a second and a reconnect is automatic, so the next try a second later is likely to pass."""
@@ -74,13 +85,29 @@ well under a second and a reconnect is automatic, so the next try a second later
 class BearerAuth:
     """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyStore | KeyCache, kind: KeyKind, audit: AuditSink, realm: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyStore | KeyCache,
+        kind: KeyKind,
+        audit: AuditSink,
+        realm: str,
+        tokens: TokenVerifier | None = None,
+    ) -> None:
         self.app = app  # public, as in Starlette's middleware, so the routes behind it can be walked
         self._keys = keys
         self._kind = kind
         self._audit = audit
         self._realm = realm
         self._users: dict[Principal, AuthenticatedUser] = {}
+        # Tokens open the surface whose resource is their audience: agents' /mcp, admins' API.
+        self._surface = _SURFACES.get(kind)
+        resource = tokens.audience(self._surface) if tokens is not None and self._surface is not None else None
+        self._tokens = tokens if resource is not None else None
+        self._challenge = f'Bearer realm="{realm}"' + (
+            f', resource_metadata="{metadata_url(resource)}"' if resource is not None else ""
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -88,7 +115,14 @@ class BearerAuth:
             return
         token = _bearer(scope)
         if token is None:
-            await self._reject(scope, send, "missing bearer token", audit=False)
+            await self._reject(scope, send, _MISSING, audit=False)
+            return
+        if self._tokens is not None and self._surface is not None and looks_like_jwt(token):
+            verdict = await self._tokens.verify(token, self._surface)
+            if verdict.principal is None:
+                await self._reject(scope, send, verdict.reason, audit=True, issuer=verdict.issuer)
+                return
+            await self._admit(verdict.principal, scope, receive, send)
             return
         try:
             principal = await self._keys.resolve(token)
@@ -100,6 +134,9 @@ class BearerAuth:
         if principal is None or principal.kind is not self._kind:
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
+        await self._admit(principal, scope, receive, send)
+
+    async def _admit(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         scope[PRINCIPAL_SCOPE_KEY] = principal
         scope["user"] = self._user(principal)
         await self.app(scope, receive, send)
@@ -119,18 +156,22 @@ class BearerAuth:
             user = self._users[principal] = AuthenticatedUser(token)
         return user
 
-    async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool) -> None:
+    async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool, issuer: str = "") -> None:
         if audit:
+            where = {"surface": self._realm, "path": str(scope.get("path", ""))}
             await self._audit.record(
                 AuditEvent(
                     action="auth.reject",
                     outcome="deny",
                     code="UNAUTHENTICATED",
                     reason=reason,
-                    extra={"surface": self._realm, "path": str(scope.get("path", ""))},
+                    extra={**where, "issuer": issuer} if issuer else where,
                 )
             )
-        header = f'Bearer realm="{self._realm}", error="invalid_token", error_description="{reason}"'
+        # RFC 6750 section 3.1: a request that presented no credential gets the challenge without an error code.
+        header = self._challenge if reason == _MISSING else (
+            f'{self._challenge}, error="invalid_token", error_description="{reason}"'
+        )  # fmt: skip
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
         await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
 

@@ -166,6 +166,11 @@ class Card:
     approver_role: str = "approver"
     requester_roles: frozenset[str] = frozenset()
     """The requester's roles when the card was made (access is re-checked against the live key)."""
+    acting_client: str = ""
+    """The agent (client) that proposed the card for `requester_subject`, when a token said so."""
+    actors: tuple[str, ...] = ()
+    """The delegation chain the proposing token carried (RFC 8693 ``act``), nearest first. The person
+    is `requester_subject`; neither they nor any actor may approve the card."""
 
     @property
     def decision(self) -> CardDecision:

@@ -86,6 +86,8 @@ class Proposal:
     decide_within_ms: int
     execute_within_ms: int
     dedupe_key: str
+    acting_client: str = ""
+    actors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

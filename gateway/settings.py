@@ -55,6 +55,14 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
+    [oauth]                                       # see gateway.oauth_config; no issuer: API keys only
+    resource = "https://gateway.example/mcp"      # the audience of agents' tokens
+    tool_scopes = { "rooms_*" = ["rooms"] }       # scopes a token needs, by tool-name pattern
+
+    [oauth.issuers.corp]
+    issuer = "https://login.example"              # jwks_url unset: discovered from its metadata
+    roles_claim = "roles"
+
 An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
 ``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
 see `policies.adapter_authority`).
@@ -73,6 +81,7 @@ from starlette.datastructures import Secret
 from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.oauth_config import OAuthSection
 from gateway.org_adapters import OrgAdapters
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
@@ -178,6 +187,8 @@ class Settings:
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
     """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
+    oauth: OAuthSection = field(default_factory=OAuthSection)
+    """The OAuth resource server (`gateway.oauth_config`): trusted issuers; none, API keys only."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
@@ -293,6 +304,7 @@ class Settings:
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 limits=document.limits,
+                oauth=document.oauth,
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error

@@ -48,6 +48,8 @@ PLACES: dict[str, int] = {
     "gateway.route_table": SURFACE,
     "gateway.console": SURFACE,
     "gateway.auth": SURFACE,
+    "gateway.token_verifier": SURFACE,
+    "gateway.oauth_resource": SURFACE,
     "gateway.registry.api": SURFACE,
     "gateway.worker": SURFACE,
     "gateway.loops": SURFACE,
@@ -62,6 +64,7 @@ PLACES: dict[str, int] = {
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
     "gateway.store": STORE,
     "gateway.upstream_aiohttp": STORE,
+    "gateway.jwks": STORE,
     "gateway.audit_archive": STORE,
     # 5. the vocabulary
     "gateway": VOCABULARY,
@@ -78,6 +81,7 @@ PLACES: dict[str, int] = {
     "gateway.errors": VOCABULARY,
     "gateway.ledger": VOCABULARY,
     "gateway.limits": VOCABULARY,
+    "gateway.oauth_config": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
     "gateway.printable": VOCABULARY,

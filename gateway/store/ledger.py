@@ -120,6 +120,8 @@ class RedisLedger:
             "requester_org": proposal.requester_org,
             "requester_key_id": proposal.requester_key_id,
             "requester_roles": ",".join(sorted(proposal.requester_roles)),
+            "acting_client": proposal.acting_client,
+            "actors": json.dumps(list(proposal.actors)),
             "approvals_required": str(proposal.approvals_required),
             "approver_role": proposal.approver_role,
             "summary": proposal.summary,
@@ -370,6 +372,8 @@ def _card(f: Mapping[str, str]) -> Card:
         rejection=json.loads(f.get("rejection") or "{}"),
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
+        acting_client=f.get("acting_client", ""),
+        actors=tuple(json.loads(f.get("actors") or "[]")),
     )
 
 
