@@ -108,8 +108,8 @@ def _cases(issuer: TokenIssuer) -> dict[str, tuple[str, str]]:
         "HS256 with the public key": (_hs256_with_public_key(issuer), "algorithm not allowed"),
         "PS384 not configured": (
             issuer.mint(RESOURCE, key=_with_alg(issuer, "PS384")), "algorithm not allowed for this issuer"),
-        "alg of another key type": (
-            issuer.mint(RESOURCE, key=_with_alg(issuer, "ES256", keep_rsa=True)), "signing key does not fit the algorithm"),
+        "alg of another key type": (issuer.mint(RESOURCE, key=_with_alg(issuer, "ES256", keep_rsa=True)),
+                                    "signing key does not fit the algorithm"),
         "malformed act": (issuer.mint(RESOURCE, act={"client": "x"}), "malformed act claim"),
     }  # fmt: skip
 
