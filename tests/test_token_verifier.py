@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.jwks import JwksSource
 from gateway.oauth_config import IssuerSection, OAuthSection
 from gateway.principal import KeyKind
 from gateway.token_verifier import TokenVerifier, looks_like_jwt
@@ -158,6 +159,7 @@ async def test_a_key_url_in_the_token_is_never_contacted(
 async def test_a_rotated_key_verifies_after_one_fetch_and_a_retired_one_stops(issuer: TokenIssuer) -> None:
     """A token of a new kid makes the source fetch the key set again; a retired key then fails to verify."""
     tokens = TokenVerifier(_config(issuer, jwks_url=f"{issuer.url}/jwks", max_key_age_seconds=3600))
+    original = list(issuer.keys)
     try:
         old = issuer.current
         assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
@@ -171,8 +173,8 @@ async def test_a_rotated_key_verifies_after_one_fetch_and_a_retired_one_stops(is
         verdict = await fresh.verify(issuer.mint(RESOURCE, key=old), "mcp")
         assert verdict.principal is None and verdict.reason == "unknown signing key"
         await fresh.aclose()
-        issuer.keys.insert(0, old)
     finally:
+        issuer.keys[:] = original  # the module's issuer signs with its RSA key again
         await tokens.aclose()
 
 
@@ -198,6 +200,39 @@ async def test_keys_are_found_through_the_issuers_metadata(issuer: TokenIssuer) 
         assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
         assert issuer.hits["/.well-known/oauth-authorization-server"] == before + 1
     finally:
+        await tokens.aclose()
+
+
+async def test_metadata_naming_another_issuer_is_not_trusted_for_keys(issuer: TokenIssuer) -> None:
+    """RFC 8414 section 3.3: metadata whose ``issuer`` is not the configured one gives no keys at all."""
+    issuer.metadata_issuer = "https://login.example"
+    tokens = TokenVerifier(_config(issuer))
+    try:
+        verdict = await tokens.verify(issuer.mint(RESOURCE), "mcp")
+        assert verdict.principal is None and verdict.reason == "unknown signing key"
+    finally:
+        issuer.metadata_issuer = None
+        await tokens.aclose()
+
+
+async def test_keys_older_than_their_age_are_fetched_again(issuer: TokenIssuer) -> None:
+    """Past `max_age_seconds` (on the source's own clock) the key set is fetched again, so a withdrawn key stops."""
+    now = [1000.0]
+    source = JwksSource(issuer=issuer.url, jwks_url=f"{issuer.url}/jwks", min_refresh_seconds=60,
+                        max_age_seconds=600, clock=lambda: now[0])  # fmt: skip
+    tokens = TokenVerifier(_config(issuer), sources={"corp": source})
+    original = list(issuer.keys)
+    try:
+        withdrawn = issuer.rotate("RS256")
+        assert (await tokens.verify(issuer.mint(RESOURCE, key=withdrawn), "mcp")).principal is not None
+        issuer.retire(withdrawn)
+        now[0] += 599
+        assert (await tokens.verify(issuer.mint(RESOURCE, key=withdrawn), "mcp")).principal is not None
+        now[0] += 2
+        verdict = await tokens.verify(issuer.mint(RESOURCE, key=withdrawn), "mcp")
+        assert verdict.principal is None and verdict.reason == "unknown signing key"
+    finally:
+        issuer.keys[:] = original
         await tokens.aclose()
 
 

@@ -69,6 +69,8 @@ class TokenIssuer:
     url: str = ""
     keys: list[SigningKey] = field(default_factory=lambda: [make_key("RS256")])
     hits: Counter[str] = field(default_factory=Counter)
+    metadata_issuer: str | None = None
+    """What the metadata says the issuer is; None: `url` (a test sets another to impersonate one)."""
 
     @property
     def current(self) -> SigningKey:
@@ -106,7 +108,7 @@ class TokenIssuer:
     def app(self) -> Starlette:
         async def metadata(request: Request) -> Response:
             self.hits[request.url.path] += 1
-            return JSONResponse({"issuer": self.url, "jwks_uri": f"{self.url}/jwks",
+            return JSONResponse({"issuer": self.metadata_issuer or self.url, "jwks_uri": f"{self.url}/jwks",
                                  "response_types_supported": ["code"]})  # fmt: skip
 
         async def jwks(request: Request) -> Response:
