@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -29,6 +30,7 @@ from tests.support.token_issuer import TokenIssuer, serve_issuer
 pytestmark = pytest.mark.anyio
 
 BOOKING = {"room_id": "room-eos", "date": "2026-12-20", "start": "09:00", "end": "10:00", "title": "Planning"}
+OPEN_STATES = ("PENDING", "APPROVED", "EXECUTING")
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
@@ -62,7 +64,7 @@ def deployed(redis_server_url: str, backends: dict[str, Backend]) -> Iterator[De
             tool_scopes={"rooms_book": ["rooms:write"]},
             issuers={"corp": IssuerSection(issuer=issuer.url, surfaces=["mcp", "admin"], min_refresh_seconds=0)},
         )
-        settings = replace(gateway_settings(redis_url, backends), oauth=oauth, run_worker=False)
+        settings = replace(gateway_settings(redis_url, backends), oauth=oauth)
         with serve_app_in_thread(create_app(settings), port=port, lifespan=True):
             yield Deployed(base=base, issuer=issuer, redis_url=redis_url)
 
@@ -173,7 +175,8 @@ async def test_admin_api_accepts_an_admin_token_and_refuses_an_agent_one(deploye
 async def test_nobody_in_a_delegation_chain_approves_the_card_it_produced(deployed: Deployed, store: Redis) -> None:
     """An agent acting for bob proposes; bob (by token) and the agent (by key) are refused; carol approves.
 
-    The card shows the person and the acting agent, and so does the proposal's audit event.
+    The card shows the person and the acting agent, and so does the proposal's audit event; once
+    approved, the write runs and succeeds.
     """
     act = {"sub": "agent-7@acme.example", "act": {"sub": "planner"}}
     delegated = deployed.token(sub="bob@acme.example", act=act, scope="rooms:write")
@@ -200,3 +203,9 @@ async def test_nobody_in_a_delegation_chain_approves_the_card_it_produced(deploy
     assert by_carol.status_code == 200 and by_carol.json()["card"]["state"] == "APPROVED"
     [proposed] = await _audit(store, "card.propose")
     assert (proposed.subject, proposed.extra["acting_client"]) == ("bob@acme.example", "agent-7@acme.example")
+    # The write runs for the principal the card recorded: a token is not looked up again as a key is.
+    with anyio.fail_after(15):
+        async with httpx.AsyncClient(base_url=deployed.admin_resource, headers=bearer(carol)) as http:
+            while (state := (await http.get(f"/cards/{card_id}")).json()["card"]["state"]) in OPEN_STATES:
+                await anyio.sleep(0.05)
+    assert state == "SUCCEEDED"
