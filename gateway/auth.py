@@ -50,7 +50,7 @@ class BearerRefusal(BaseModel):
 
 
 BEARER_ANSWERS: dict[int, Answer] = {
-    401: Answer(description="missing, unknown, revoked or wrong-kind key", model=BearerRefusal),
+    401: Answer(description="missing, unknown, revoked or wrong-kind key, or an invalid token", model=BearerRefusal),
     503: Answer(description="the key store cannot answer (retry)", model=BearerRefusal),
 }
 """What `BearerAuth` answers before the wrapped app sees the request."""
