@@ -8,7 +8,8 @@ spec to :func:`inject`, which applies its parts in this order:
 1. ``latency_ms``: wait, then carry on with the rest.
 2. ``hang``: do not answer; wait until the client disconnects, or answer 504 ``injected_fault`` after
    ``HANG_BOUND_SECONDS``. Nothing is applied.
-3. ``status``: answer ``{"error": "injected_fault"}`` with that status. Nothing is applied.
+3. ``status``: answer ``{"error": "injected_fault"}`` with that status (and ``retry_after``, if given,
+   as its ``Retry-After``). Nothing is applied.
 4. ``drop_after_commit``: run the request to completion (the write and its idempotency record happen),
    send only the response head, then raise :class:`InjectedDropError` so the server aborts the
    connection; the client sees a response cut short, not an answer.
@@ -44,6 +45,8 @@ class FaultSpec:
     """Delay before handling the request."""
     status: Annotated[int, Field(ge=400, le=599)] | None = None
     """Answer every matching request with this status and apply nothing."""
+    retry_after: Annotated[int, Field(ge=0)] | None = None
+    """With `status`: the ``Retry-After`` seconds of that answer (a 429 or 503 that says when to retry)."""
     hang: bool = False
     """Never answer; wait for the client to give up."""
     drop_after_commit: bool = False
@@ -101,7 +104,8 @@ async def inject(spec: FaultSpec, app: ASGIApp, scope: Scope, receive: Receive, 
             await error(504, "injected_fault")(scope, receive, send)
         return
     if spec.status is not None:
-        await error(spec.status, "injected_fault")(scope, receive, send)
+        wait = {"retry-after": str(spec.retry_after)} if spec.retry_after is not None else None
+        await error(spec.status, "injected_fault", headers=wait)(scope, receive, send)
         return
     if spec.drop_after_commit:
         head = await _run_keeping_head(app, scope, receive)

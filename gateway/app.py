@@ -32,6 +32,7 @@ from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
+from gateway.limiter import AddressBudgets
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
@@ -47,6 +48,7 @@ from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.limiter import RedisRateLimiter
 from gateway.store.registry import RegistryStore
 from gateway.token_verifier import TokenVerifier
 from gateway.tool import Tool
@@ -177,8 +179,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     health_paths = {name: settings.adapters[name].health_path for name in clients}
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
-    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout)
     guard = LedgerGuard(client)
+    # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
+    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
+                         fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
+                         limits=settings.limits)  # fmt: skip
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -213,6 +218,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
+        limiter=RedisRateLimiter(client),
+        limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
     )
@@ -292,18 +299,24 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
         allowed_origins=settings.mcp_allowed_origins(),
+        audit=gateway.audit,
+        sessions_per_key=settings.limits.sessions_per_key,
+        session_idle_seconds=settings.limits.session_idle_seconds,
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
     agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    # One table of failed authentications per client address for every surface of this process: it is
+    # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
+    floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
     # OAuth access tokens beside the keys, when an issuer is configured; their scopes are checked per tool call.
     tokens = TokenVerifier(settings.oauth) if settings.oauth.issuers else None
     scoped = ScopeChecks(surface.asgi, config=settings.oauth, audit=gateway.audit) if tokens else surface.asgi
     checked = MessageChecks(scoped, audit=gateway.audit)
     authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp",
-                               tokens=tokens)  # fmt: skip
+                               floods=floods, tokens=tokens)  # fmt: skip
     mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
@@ -331,12 +344,15 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             Route("/healthz", health, methods=["GET"]),
-            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], tokens=tokens),
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
+            *admin_routes(
+                cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods, tokens=tokens
+            ),
             *protected_resource_routes(settings.oauth),
             *console_routes(),
         ],
         lifespan=lifespan,
     )
     app.state.gateway = gateway
+    app.state.mcp = surface
     return app

@@ -118,9 +118,13 @@ _TEXT_FIELDS = ("action", "outcome", "subject", "org", "key_id", "tool", "code",
 
 
 class AuditSink(Protocol):
-    """Where audit events go. `record` must not raise: auditing never breaks a read."""
+    """Where audit events go. `record` never raises; it says whether the event is in the trail."""
 
-    async def record(self, event: AuditEvent) -> None: ...
+    async def record(self, event: AuditEvent) -> bool:
+        """Append `event`. True when it is in the trail; False when the trail could not take it (the
+        event then goes to the process log) — a caller that must not act unaudited refuses on False
+        (ARCHITECTURE invariant 7: no read is served that cannot be audited)."""
+        ...
 
     async def recent(self, count: int) -> Sequence[AuditEvent]:
         """The newest `count` events, oldest first."""
@@ -133,8 +137,9 @@ class ListAuditSink:
     def __init__(self) -> None:
         self.events: list[AuditEvent] = []
 
-    async def record(self, event: AuditEvent) -> None:
+    async def record(self, event: AuditEvent) -> bool:
         self.events.append(event)
+        return True
 
     async def recent(self, count: int) -> list[AuditEvent]:
         return self.events[-count:]

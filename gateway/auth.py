@@ -4,20 +4,39 @@ It resolves ``Authorization: Bearer <key>`` to a `Principal` of the expected kin
 in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
 ``WWW-Authenticate: Bearer`` before the wrapped app sees the request. The token goes no
 further than this module: the scope carries the principal, which has no token field. Its own
-answers (401, and 503 when the key store cannot answer) carry a `BearerRefusal` body; a route
-table mounted behind it documents them with `BEARER_ANSWERS`.
+answers (401, 429 to a flood, and 503 when the key store cannot answer) carry a `BearerRefusal`
+body; a route table mounted behind it documents them with `BEARER_ANSWERS`.
 
 Beside API keys it takes OAuth access tokens when given a `TokenVerifier` whose configuration
 names this surface's resource: a credential shaped like a JWT (`looks_like_jwt`; an API key starts
 ``csk_``) goes to the verifier, everything else to the key store. Then every challenge names the
 protected-resource metadata (``resource_metadata``, RFC 9728), and one to a request that presented
-no credential has no ``error`` code (RFC 6750 section 3.1).
+no credential has no ``error`` code (RFC 6750 section 3.1). A refused token spends from the
+flood budget below like a refused key.
+
+Floods of unauthenticated requests: each failed authentication (no key, or one that does not
+resolve to a live key of the right kind) spends from its client address's budget
+(``[limits] unauthenticated``), and an address whose budget is spent gets 429 with
+``Retry-After`` *before* any key lookup, whatever key it sends, until the budget refills. Only
+failures count: good keys behind one address (a NAT, an office) spend their principals' own
+budgets in the executor, not this one. The budgets are kept in process (`AddressBudgets`,
+bounded), not in Redis, so a flood costs no Redis round trip at all; the price is that each
+gateway process allows the budget on its own. The first 429 of a lockout is audited, not each
+one: auditing every refused request would put the flood back on Redis. Behind a reverse proxy
+the client address is the proxy's unless uvicorn is told to trust its forwarded headers
+(``--proxy-headers --forwarded-allow-ips``).
+
+When Redis is gone no request is served, reads included (ARCHITECTURE invariant 7): a caller that
+cannot be authenticated gets 503 with ``Retry-After`` at once, never a guess. A key still held by
+the agents' `KeyCache` (for at most its TTL) passes here, and its call is then refused by the
+executor, which serves nothing it cannot audit.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -28,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
+from gateway.limiter import AddressBudgets
 from gateway.oauth_config import Surface, metadata_url
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer
@@ -45,12 +65,13 @@ class BearerRefusal(BaseModel):
     """A request `BearerAuth` answered itself, in the style of RFC 6750's bearer-token errors."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    error: Literal["invalid_token", "unavailable"]
+    error: Literal["invalid_token", "rate_limited", "unavailable"]
     error_description: str
 
 
 BEARER_ANSWERS: dict[int, Answer] = {
     401: Answer(description="missing, unknown, revoked or wrong-kind key, or an invalid token", model=BearerRefusal),
+    429: Answer(description="too many failed authentications from this address (see Retry-After)", model=BearerRefusal),
     503: Answer(description="the key store cannot answer (retry)", model=BearerRefusal),
 }
 """What `BearerAuth` answers before the wrapped app sees the request."""
@@ -83,7 +104,8 @@ well under a second and a reconnect is automatic, so the next try a second later
 
 
 class BearerAuth:
-    """Admit requests carrying a live key of `kind`; answer 401 to everything else."""
+    """Admit requests carrying a live key of `kind`; answer 401 to everything else, and 429 to an
+    address whose failed-authentication budget (`floods`, shared by the surfaces of a process) is spent."""
 
     def __init__(
         self,
@@ -93,10 +115,12 @@ class BearerAuth:
         kind: KeyKind,
         audit: AuditSink,
         realm: str,
+        floods: AddressBudgets,
         tokens: TokenVerifier | None = None,
     ) -> None:
         self.app = app  # public, as in Starlette's middleware, so the routes behind it can be walked
         self._keys = keys
+        self._floods = floods
         self._kind = kind
         self._audit = audit
         self._realm = realm
@@ -113,13 +137,20 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        address = _address(scope)
+        wait, first = self._floods.blocked(address)
+        if wait > 0:
+            await self._throttle(scope, send, address, wait, audit=first)
+            return
         token = _bearer(scope)
         if token is None:
+            self._floods.spend(address)
             await self._reject(scope, send, _MISSING, audit=False)
             return
         if self._tokens is not None and self._surface is not None and looks_like_jwt(token):
             verdict = await self._tokens.verify(token, self._surface)
             if verdict.principal is None:
+                self._floods.spend(address)
                 await self._reject(scope, send, verdict.reason, audit=True, issuer=verdict.issuer)
                 return
             await self._admit(verdict.principal, scope, receive, send)
@@ -132,6 +163,7 @@ class BearerAuth:
             await _send_json(send, 503, refusal, [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())])
             return
         if principal is None or principal.kind is not self._kind:
+            self._floods.spend(address)
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
         await self._admit(principal, scope, receive, send)
@@ -174,6 +206,28 @@ class BearerAuth:
         )  # fmt: skip
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
         await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
+
+    async def _throttle(self, scope: Scope, send: Send, address: str, wait: float, *, audit: bool) -> None:
+        if audit:
+            logger.warning(
+                "too many failed authentications from %s on %s; refusing for %g s", address, self._realm, wait
+            )
+            await self._audit.record(
+                AuditEvent(
+                    action="auth.throttle",
+                    outcome="deny",
+                    code="RATE_LIMITED",
+                    reason=f"failed-authentication budget of the address spent; retry after {wait:g} s",
+                    extra={"surface": self._realm, "path": str(scope.get("path", "")), "client": address},
+                )
+            )
+        refusal = BearerRefusal(error="rate_limited", error_description="too many failed authentications")
+        await _send_json(send, 429, refusal, [(b"retry-after", str(math.ceil(wait)).encode())])
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _bearer(scope: Scope) -> str | None:

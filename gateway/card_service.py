@@ -12,6 +12,14 @@ Every action runs in the same order: validate the input -> load the card -> `may
 requester, role) -> `writable()` -> one ledger transition -> audit. Every allow and every refusal
 is audited; the agent's own words never reach the audit trail. A card of another org is answered
 exactly as a card that does not exist.
+
+A decision is reported done only once the ledger confirmed it durable. When the ledger answers
+``ERR_NOT_DURABLE`` the decision may be applied but not confirmed: the admin gets LEDGER_UNAVAILABLE
+(retryable) saying exactly that, with the card as the ledger now holds it, and is told to check the
+card before acting again. Such a decision is not undone: if the store keeps it, it stands once the
+ledger is durable again (an approved card is then run by the worker, which sends nothing while the
+ledger is not durable); if the store loses it, the card is as it was before. Either way the card
+itself is the truth, and says which.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from gateway.card import Card, CardState
 from gateway.card_views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
 from gateway.codes import Code
 from gateway.errors import InvalidCursorError, StoreUnavailableError
-from gateway.ledger import CardQuery, Ledger, Transition
+from gateway.ledger import CardQuery, Ledger, Transition, TransitionStatus
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
 
@@ -63,8 +71,10 @@ class CardService:
     """Admin reads and decisions on cards, scoped to the admin's org, audited, failing closed.
 
     `writable` answers whether the ledger may take a write now (reachable and durable); when it
-    says no, or Redis fails, an action changes nothing and returns LEDGER_UNAVAILABLE. Reads go
-    on regardless, and raise `StoreUnavailableError` only if Redis itself cannot answer.
+    says no, or Redis fails, an action changes nothing and returns LEDGER_UNAVAILABLE. A transition
+    the ledger could not confirm durable is LEDGER_UNAVAILABLE too, with the card view (see the
+    module docstring). Reads need Redis alone (a ledger that is not durable can still be read), and
+    raise `StoreUnavailableError` when Redis cannot answer.
     """
 
     def __init__(self, ledger: Ledger, audit: AuditSink, *, writable: Writable | None = None) -> None:
@@ -264,6 +274,16 @@ class CardService:
             )
             detail = f"{message} ({error.cause})"
             return await self._refuse(action, admin, card_id, card, ResultCode.LEDGER_UNAVAILABLE, detail)
+        if result.status is TransitionStatus.ERR_NOT_DURABLE:
+            verb, why = action.removeprefix("card."), "; ".join(result.problems)
+            message = (
+                f"{verb}: recorded but not confirmed durable ({why}); it stands only if the ledger keeps it: "
+                f"check the card (now {now.state.value} at version {now.version}) before acting again"
+                if result.unconfirmed
+                else f"{verb}: not applied, and the ledger is not durable ({why}); check the card before acting again"
+            )
+            unavailable = ResultCode.LEDGER_UNAVAILABLE
+            return await self._refuse(action, admin, card_id, now, unavailable, message, view, ledger=result.status)
         if result.ok:
             await self._record(action, admin, card_id, now, ResultCode.OK, "", ledger=result.status)
             return CardActionResult(code=ResultCode.OK, message=_done(action, now), card_view=view)

@@ -51,6 +51,7 @@ __all__ = [
     "RESEND_BEFORE_DEADLINE",
     "TIMER_DUE",
     "TRANSITIONS",
+    "UNDER_OPEN_CARD_CAP",
     "VERSION_AND_ARGS_HASH_MATCH",
     "Actor",
     "Aftermath",
@@ -106,6 +107,11 @@ NO_OPEN_DUPLICATE = Guard(name="no open card with the same dedupe key", refusal=
 unsettled (UNKNOWN, NEEDS_RECONCILIATION); it is refused by returning the first card, not an error."""
 NO_CARD_YET = Guard(name="no card with this id", refusal=TransitionStatus.ERR_EXISTS)
 """A proposal never overwrites a card; ids are minted fresh, so this refuses only a collision."""
+UNDER_OPEN_CARD_CAP = Guard(
+    name="the requester holds fewer open cards than its cap", refusal=TransitionStatus.ERR_QUOTA_EXCEEDED
+)
+"""A card counts against its requester's cap while PENDING, APPROVED or EXECUTING its first attempt
+(`gateway.store.ledger_prelude`); at the cap nothing is made until one of them is decided or settled."""
 IN_A_SOURCE_STATE = Guard(name="in a source state", refusal=TransitionStatus.ERR_STATE)
 """The card's state is one of the row's `sources`."""
 DEADLINE_NOT_PASSED = Guard(
@@ -183,7 +189,7 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         actors=frozenset({Actor.AGENT}),
         sources=frozenset(),
         targets=frozenset({CardState.PENDING}),
-        guards=(NO_OPEN_DUPLICATE, NO_CARD_YET),
+        guards=(NO_OPEN_DUPLICATE, NO_CARD_YET, UNDER_OPEN_CARD_CAP),
         wrong_state=NO_CARD_YET,
     ),
     # Below quorum the approval is recorded and the card stays PENDING; at quorum it is APPROVED and

@@ -300,8 +300,9 @@ class CardActionResult:
     """The answer to an admin action: a stable code, a message for the admin, and the card now.
 
     `card_view` is set on OK, PERMISSION_DENIED and always on CONFLICT (so the admin sees the
-    current state before trying again); it is None for NOT_FOUND, VALIDATION_ERROR and
-    LEDGER_UNAVAILABLE. `problems` lists what was wrong with the input on VALIDATION_ERROR.
+    current state before trying again), and on LEDGER_UNAVAILABLE when the decision was recorded but
+    not confirmed durable (the card as the ledger holds it); it is None for NOT_FOUND, VALIDATION_ERROR
+    and any other LEDGER_UNAVAILABLE. `problems` lists what was wrong with the input on VALIDATION_ERROR.
     """
 
     code: ResultCode

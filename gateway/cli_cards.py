@@ -72,7 +72,7 @@ def _json_object(text: str) -> dict[str, object]:
 async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:
     """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused)."""
     guard = LedgerGuard(client)
-    service = CardService(RedisLedger(client), audit, writable=guard.writable)
+    service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable)
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None

@@ -18,6 +18,9 @@ class Code(StrEnum):
     NOT_FOUND = "NOT_FOUND"
     CONFLICT = "CONFLICT"
     RATE_LIMITED = "RATE_LIMITED"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    """A standing quota is full (open cards per requester, sessions per key). Not retryable: waiting
+    a backoff does not free it; a decision on a card, or a closed session, does."""
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
     UPSTREAM_UNAVAILABLE = "UPSTREAM_UNAVAILABLE"
     UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"

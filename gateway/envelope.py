@@ -20,14 +20,18 @@ __all__ = ["Envelope"]
 _MESSAGES: Mapping[Code, str] = {
     Code.PERMISSION_DENIED: "This tool is not available to you.",
     Code.VALIDATION_ERROR: "The arguments do not match the tool's input schema.",
+    Code.INVALID_REQUEST: "The request is malformed.",
+    Code.PAYLOAD_TOO_LARGE: "The request body is too large.",
     Code.NOT_FOUND: "No such object is visible to you.",
     Code.CONFLICT: "The backend refused the request.",
     Code.RATE_LIMITED: "Too many calls; retry after the given number of seconds.",
+    Code.QUOTA_EXCEEDED: "You have as many cards awaiting a decision as allowed; wait for one to be decided, "
+    "or cancel one, before proposing another.",
     Code.APPROVAL_REQUIRED: "This action needs an administrator's approval.",
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
-    Code.LEDGER_UNAVAILABLE: "The approval ledger is unavailable; no write can be proposed now.",
+    Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
 }
 

@@ -14,6 +14,7 @@
     + UpstreamProtocolError     (an answer we cannot understand)
     + UpstreamNotFoundError     (the object does not exist for this caller)
     + UpstreamRefusedError      (a definitive business refusal, e.g. 409)
+    + UpstreamRateLimitedError  (429: the backend did not process the request; retry after a wait)
 ```
 
 Refusals by access and approval are not exceptions: they are `Decision` values that become
@@ -34,6 +35,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamNotFoundError",
     "UpstreamProtocolError",
+    "UpstreamRateLimitedError",
     "UpstreamRefusedError",
     "UpstreamTimeoutError",
     "UpstreamUnavailableError",
@@ -152,3 +154,18 @@ class UpstreamRefusedError(UpstreamError):
         self.reason = reason
         """The backend's machine code for the refusal (``slot_taken``), or empty. Backend text: it goes to
         people (the audit event's reason, the card's evidence), never to the model."""
+
+
+class UpstreamRateLimitedError(UpstreamError):
+    """The backend answered 429: it refused to process the request until `retry_after` seconds pass.
+
+    A 429 says the request was not processed (RFC 6585), so for a write it means "not applied": the
+    worker sends it again later with the same key (`policies.outcome.classify`).
+    """
+
+    code = "RATE_LIMITED"
+
+    def __init__(self, message: str, *, service: str, retry_after: float) -> None:
+        super().__init__(message, service=service, status=429, sent=True)
+        self.retry_after = retry_after
+        """Seconds the backend asked for (its ``Retry-After``), bounded; a default when it gave none."""

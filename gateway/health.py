@@ -1,5 +1,9 @@
 """Which backends answer their health check: an unhealthy adapter's reads fail fast and its
-approved cards wait (the executor asks `healthy`; the composition root polls `check_once`)."""
+approved cards wait (the executor asks `healthy`; the composition root polls `check_once`).
+
+Redis is not one of these backends: without it nothing is served at all, reads included, since no
+caller can be authenticated or audited (ARCHITECTURE invariant 7; `gateway.auth`,
+`gateway.executor.agent`)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,16 @@ transition is one atomic step that checks all its guards before its first write 
 `Transition`: a `TransitionStatus` and the card as it is now. A transition retried with the same
 transition id answers ``ALREADY_APPLIED`` and changes nothing.
 
+Durability (ARCHITECTURE invariant 7): a transition's answer counts only once the store confirmed it
+durable, in the same round trip as the transition (`gateway.store.durability`). When it cannot, the
+answer is ``ERR_NOT_DURABLE``, whatever the script answered: the transition may be **applied but not
+confirmed** (in the store's memory, perhaps never on disk). `Transition.applied` says what the
+script answered and `Transition.card` is the card as it left it. Nobody may act on such an answer:
+no card is acknowledged to an agent, no decision reported done to an admin, nothing is sent after an
+unconfirmed claim or dispatch. The applied state may still stand once the store is durable again
+(an approval then runs); callers say so to whoever they answer (``LEDGER_UNAVAILABLE``, retryable,
+"check the card").
+
 Which transitions exist, from which states to which, by whom and behind which guards, is written
 once in `gateway.card_transitions.TRANSITIONS`.
 Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
@@ -64,7 +74,11 @@ class TransitionStatus(StrEnum):
     """The worker's lease ran out before it could dispatch."""
     ERR_ARGUMENT = "ERR_ARGUMENT"
     ERR_NOT_DURABLE = "ERR_NOT_DURABLE"
-    """DISPATCHED was recorded but the store could not confirm it is on disk: send nothing."""
+    """The store could not confirm the transition durable (AOF off, eviction on, fsync unconfirmed,
+    configuration unverifiable). It may be applied all the same (`Transition.applied`): act on nothing."""
+    ERR_QUOTA_EXCEEDED = "ERR_QUOTA_EXCEEDED"
+    """The requester already has as many open cards as its cap allows; no card was made. `extra` holds
+    ``limit`` (the cap) and ``open`` (the requester's open cards)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,10 +111,22 @@ class Transition:
     status: TransitionStatus
     card: Card | None
     extra: Mapping[str, Any]
+    applied: TransitionStatus | None = None
+    """With ``ERR_NOT_DURABLE``: what the script answered, i.e. what may be applied though unconfirmed."""
+    problems: tuple[str, ...] = ()
+    """With ``ERR_NOT_DURABLE``: why the store is not durable, for operators."""
 
     @property
     def ok(self) -> bool:
         return self.status in (TransitionStatus.OK, TransitionStatus.ALREADY_APPLIED)
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Applied but not confirmed durable: the script changed the card, the store did not confirm it."""
+        return self.status is TransitionStatus.ERR_NOT_DURABLE and self.applied in (
+            TransitionStatus.OK,
+            TransitionStatus.ALREADY_APPLIED,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,7 +177,10 @@ class Ledger(Protocol):
 
     async def propose(self, proposal: Proposal) -> Transition:
         """Create a PENDING card with a freshly minted idempotency key, or answer ``EXISTING`` with
-        the open card of the same dedupe key."""
+        the open card of the same dedupe key (scoped to the requester), or, when the requester already
+        holds its cap of open cards (`gateway.limits.Limits.open_cards`), refuse with
+        ``ERR_QUOTA_EXCEEDED`` and make nothing. The dedupe comes first: an identical proposal is
+        answered with its open card even at the cap."""
         ...
 
     async def approve(
@@ -171,7 +200,7 @@ class Ledger(Protocol):
     async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
-        """Record DISPATCHED, durably, before anything is sent (``ERR_NOT_DURABLE`` otherwise)."""
+        """Record DISPATCHED, durably, before anything is sent (``ERR_NOT_DURABLE``: send nothing)."""
         ...
 
     async def complete(
@@ -236,7 +265,10 @@ class DurabilityGuard(Protocol):
     """Fail closed: "may a write go through the ledger now?" (`gateway.store.durability.LedgerGuard`)."""
 
     async def writable(self) -> bool:
-        """True only while the ledger is reachable and keeps every acknowledged write."""
+        """True only while the ledger is reachable and keeps every acknowledged write.
+
+        A cached pre-check, so a refused write changes nothing; each transition is still confirmed
+        durable on its own (``ERR_NOT_DURABLE``)."""
         ...
 
     def invalidate(self) -> None:

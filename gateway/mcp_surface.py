@@ -3,8 +3,9 @@
 It translates and decides nothing. ``tools/list`` is the caller's `Catalog` view; ``tools/call``
 hands the principal, the name and the raw arguments to the executor's `AgentPath` and returns its envelope's
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
-2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them) and the
-per-request 2026-07-28 envelope.
+2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
+`sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
+`gateway.mcp_sessions`) and the per-request 2026-07-28 envelope.
 
 A listed tool says what it does: its ``outputSchema`` covers every structured result it can answer,
 refusals included (`gateway.tool_schema`); its hints are what the tool declares, and a hint it did
@@ -27,17 +28,22 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import Scope
 
-from gateway.auth import principal_of
+from gateway.audit import AuditEvent, AuditSink
+from gateway.auth import caller_of, principal_of
 from gateway.catalog import Catalog
+from gateway.codes import Code
 from gateway.envelope import Envelope
 from gateway.errors import ConfigError
 from gateway.executor import AgentPath
+from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.principal import Principal
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
@@ -62,6 +68,9 @@ class McpSurface:
         allowed_hosts: list[str],
         allowed_origins: list[str],
         catalog_ttl_ms: int,
+        audit: AuditSink,
+        sessions_per_key: int = 32,
+        session_idle_seconds: float = 600.0,
     ) -> None:
         """`allowed_hosts` and `allowed_origins` are the SDK's DNS-rebinding patterns, always enforced
         (a foreign Host is 421, a foreign Origin 403; a request without Origin passes).
@@ -72,6 +81,7 @@ class McpSurface:
         if not allowed_hosts:
             raise ConfigError("allowed_hosts must name at least one Host the gateway answers to")
         self._catalog = catalog
+        self._audit = audit
         # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
         # without changing (the registry poll interval); never shared across callers.
         self._catalog_ttl_ms = catalog_ttl_ms
@@ -80,9 +90,10 @@ class McpSurface:
         self._box: Toolbox | None = None
         self._definitions: dict[str, types.Tool] = {}
         # One request's session proxy per open connection that listed tools, to tell it when the
-        # catalog changes (the proxy's standalone channel outlives the request). Keyed by the
-        # connection so a client that lists often is held once; closed ones drop out on failure.
-        self._sessions: dict[int, Any] = {}
+        # catalog changes (the proxy's standalone channel outlives the request). Keyed by the MCP
+        # session id (else the connection) so a client that lists often is held once; a session is
+        # dropped when the manager closes it (DELETE, idle timeout), others when telling them fails.
+        self._sessions: dict[str | int, Any] = {}
         self.server: Server[Any] = _Server(
             "countersign",
             version=version,
@@ -101,10 +112,31 @@ class McpSurface:
             allowed_hosts=list(allowed_hosts),
             allowed_origins=list(allowed_origins),
         )
-        self.session_manager = StreamableHTTPSessionManager(
-            app=self.server, stateless=stateless, security_settings=security, session_idle_timeout=600.0
+        self.session_manager = KeyedSessionManager(
+            self.server,
+            sessions_per_key=sessions_per_key,
+            on_refused=self._session_refused,
+            on_closed=lambda session_id: self._sessions.pop(session_id, None),
+            stateless=stateless,
+            security_settings=security,
+            session_idle_timeout=session_idle_seconds,
         )
         self.asgi = StreamableHTTPASGIApp(self.session_manager)
+
+    async def _session_refused(self, scope: Scope, refusal: SessionQuotaExceededError) -> None:
+        caller = caller_of(scope)
+        await self._audit.record(
+            AuditEvent(
+                action="mcp.session",
+                outcome="deny",
+                subject=caller.subject if caller else "",
+                org=caller.org if caller else "",
+                key_id=refusal.key_id,
+                code=Code.QUOTA_EXCEEDED.value,
+                reason=f"{refusal.open_sessions} sessions open for this key; the limit is {refusal.limit}",
+                extra={"limit": str(refusal.limit), "open": str(refusal.open_sessions)},
+            )
+        )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         box = self._catalog.current()
@@ -129,9 +161,10 @@ class McpSurface:
         if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
             connection = getattr(ctx.session, "_connection", ctx.session)
+            session_id = ctx.request.headers.get(MCP_SESSION_ID_HEADER) if ctx.request is not None else None
             if len(self._sessions) >= MAX_NOTIFIED_SESSIONS:
                 self._sessions.pop(next(iter(self._sessions)))
-            self._sessions[id(connection)] = ctx.session
+            self._sessions[session_id or id(connection)] = ctx.session
         box = self._catalog.current()
         if box is not self._box:
             self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}

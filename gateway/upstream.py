@@ -22,6 +22,8 @@ class UpstreamResponse:
 
     status: int
     body: bytes
+    retry_after: str | None = None
+    """The raw ``Retry-After`` header of a 429 (None otherwise); backend text, parsed before any use."""
 
     def json(self) -> Any:
         """The body as JSON. Raises ValueError when it is not JSON."""

@@ -60,7 +60,9 @@ class AiohttpUpstream:
                 timeout=limit,
                 allow_redirects=False,
             ) as response:
-                return UpstreamResponse(status=response.status, body=await response.read())
+                # Only a 429's Retry-After is read: copying headers on every answer costs the read path.
+                wait = response.headers.get("retry-after") if response.status == 429 else None
+                return UpstreamResponse(status=response.status, body=await response.read(), retry_after=wait)
         except aiohttp.ConnectionTimeoutError as error:
             raise UpstreamUnavailableError("connect timed out", service=self._service, sent=False) from error
         except (TimeoutError, aiohttp.ServerTimeoutError) as error:

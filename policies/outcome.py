@@ -1,6 +1,7 @@
 """What an attempt at a write means, and what to do about an uncertain one. Pure functions.
 
-Every attempt is classified: nothing sent -> safe to retry with the same key; a definitive
+Every attempt is classified: nothing sent, or a 429 (the backend refused to process it) -> safe
+to retry with the same key, after the backend's Retry-After; a definitive
 refusal of the first send -> FAILED; anything that may have reached the backend, and a resend's
 refusal -> UNKNOWN, which leads to a status query and never to a blind resend. An UNKNOWN write
 that no status query settles within the reconciliation horizon goes to a person
@@ -12,14 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gateway.errors import UpstreamError
+from gateway.errors import UpstreamError, UpstreamRateLimitedError
 from gateway.tool import WriteContract, WriteStatus
 
-__all__ = ["Attempt", "Next", "ReconcileStep", "backoff_ms", "classify", "reconcile_step"]
+__all__ = ["Attempt", "Next", "ReconcileStep", "backoff_ms", "classify", "reconcile_step", "retry_delay_ms"]
 
 
 class Attempt(StrEnum):
     NOT_SENT = "NOT_SENT"
+    """Not applied, certainly: never sent, or refused unprocessed (429). Released to be sent again."""
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     UNKNOWN = "UNKNOWN"
@@ -36,6 +38,11 @@ def classify(error: UpstreamError | None, contract: WriteContract, *, resend: bo
     if error is None:
         return Attempt.SUCCEEDED
     if not error.sent:
+        return Attempt.NOT_SENT
+    if isinstance(error, UpstreamRateLimitedError):
+        # 429: the backend did not process this request (RFC 6585), so it did not apply it. The card
+        # is released with its key: a first send goes back to APPROVED, to be sent after the wait; a
+        # resend goes back to UNKNOWN, since the earlier send may still have landed.
         return Attempt.NOT_SENT
     if error.status is not None and error.status in contract.not_applied_statuses and not resend:
         return Attempt.FAILED
@@ -62,6 +69,14 @@ class ReconcileStep:
 def backoff_ms(attempts: int, *, base_ms: int = 500, cap_ms: int = 60_000) -> int:
     """Delay before the next try: doubling from `base_ms` with each attempt, capped."""
     return int(min(cap_ms, base_ms * (2 ** min(max(attempts, 0), 16))))
+
+
+def retry_delay_ms(error: UpstreamError | None, attempts: int) -> int:
+    """Delay before a released write is sent again: the backoff, or the backend's Retry-After if longer."""
+    delay = backoff_ms(attempts)
+    if isinstance(error, UpstreamRateLimitedError):
+        delay = max(delay, int(error.retry_after * 1000))
+    return delay
 
 
 def _recheck_after_ms(elapsed_ms: int) -> int:

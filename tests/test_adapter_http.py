@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from gateway import Access, Mode, Tool, ToolContext, fill_path, request_json
+from gateway.adapter_http import DEFAULT_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS, retry_after_of
 from gateway.codes import Code
 from gateway.errors import PathArgumentError
 from gateway.principal import Principal
@@ -109,7 +110,10 @@ async def test_no_byte_a_backend_writes_in_an_error_reaches_the_model(
     seen = envelope.for_model()
     assert envelope.code in set(Code)
     assert CANARY not in json.dumps(seen, ensure_ascii=False)
-    assert set(seen["error"]) <= {"code", "message", "retryable"}
+    assert set(seen["error"]) <= {"code", "message", "retryable", "details"}
+    # A backend's 429 adds the wait as a number the gateway parsed (its default here: no Retry-After).
+    details = seen["error"].get("details")
+    assert details is None or (seen["error"]["code"] == "RATE_LIMITED" and details == {"retry_after": 1.0})
 
 
 @pytest.mark.parametrize("status", [409, 422])
@@ -261,3 +265,35 @@ def test_adapters_refuse_to_send_without_the_header_gateway_identity_signs() -> 
     from gateway.identity import IDENTITY_HEADER
 
     assert adapter_http._IDENTITY_HEADER == IDENTITY_HEADER
+
+
+NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("7", 7.0),
+        (" 120 ", 120.0),
+        ("0", 0.0),
+        ("99999999999", MAX_RETRY_AFTER_SECONDS),
+        ("Mon, 24 Nov 2025 16:00:30 GMT", 30.0),
+        ("Mon, 24 Nov 2025 15:00:00 GMT", 0.0),
+        ("Fri, 24 Nov 2095 16:00:30 GMT", MAX_RETRY_AFTER_SECONDS),
+        (None, DEFAULT_RETRY_AFTER_SECONDS),
+        ("", DEFAULT_RETRY_AFTER_SECONDS),
+        ("-5", DEFAULT_RETRY_AFTER_SECONDS),
+        ("1.5", DEFAULT_RETRY_AFTER_SECONDS),
+        ("soon", DEFAULT_RETRY_AFTER_SECONDS),
+    ],
+)
+def test_a_retry_after_is_read_as_seconds_or_a_date_within_bounds(header: str | None, seconds: float) -> None:
+    """Delta-seconds and HTTP-dates (RFC 9110) are read; anything else is the default wait."""
+    assert retry_after_of(header, now=NOW) == seconds
+
+
+@settings(database=None, deadline=None, max_examples=300)
+@given(header=st.text(max_size=60) | st.from_regex(r"\A[0-9]{1,400}\Z"))
+def test_any_retry_after_text_gives_a_bounded_wait(header: str) -> None:
+    """Whatever a backend writes in Retry-After, the wait is a number within 0 .. the bound."""
+    assert 0.0 <= retry_after_of(header, now=NOW) <= MAX_RETRY_AFTER_SECONDS

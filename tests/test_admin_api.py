@@ -22,6 +22,8 @@ from gateway.app import create_app
 from gateway.audit import AuditEvent
 from gateway.card import CardState
 from gateway.card_service import CardService
+from gateway.limiter import AddressBudgets
+from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table
@@ -80,7 +82,9 @@ def served(redis_url: str) -> Iterator[Api]:
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
                                refresh=no_refresh, lease_seconds=30.0, org_adapters=orgs)  # fmt: skip
     review = adapter_review_table(registry, audit=audit)
-    routes = admin_routes(service, keys=KeyStore(client), audit=audit, tables=[review])
+    routes = admin_routes(
+        service, keys=KeyStore(client), audit=audit, tables=[review], floods=AddressBudgets(Limits().unauthenticated)
+    )
     app = Starlette(routes=routes, lifespan=lifespan)
     with serve_app_in_thread(app, lifespan=True) as base:
         api.base = base
@@ -375,7 +379,7 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
     listing = spec["paths"]["/cards"]["get"]
     assert [p["name"] for p in listing["parameters"]] == ["state", "tool", "requester", "limit", "cursor"]
     assert spec["components"]["schemas"]["CardList"]["required"] == ["cards", "next_cursor"]
-    assert set(listing["responses"]) == {"200", "401", "422", "503"}
+    assert set(listing["responses"]) == {"200", "401", "422", "429", "503"}
 
 
 def _walk(routes: Sequence[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:

@@ -8,7 +8,6 @@ may also create a card between two pages, which must not appear (it is newer tha
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -23,11 +22,15 @@ from redis.asyncio import Redis
 from gateway.card import Card, CardState
 from gateway.errors import InvalidCursorError
 from gateway.ledger import CardQuery
+from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger
+from gateway.store.ledger_layout import requester_shard
 from tests.support.cards import PROPOSAL, flood
 
 REQUESTERS = ("alice@acme.example", "dan@acme.example", "erin@acme.example")
 TOOLS = ("rooms_book", "orders_refund")
+UNCAPPED = Limits(open_cards_per_requester=1_000_000)
+"""The population holds more open cards per requester than the default cap."""
 
 
 @dataclass
@@ -41,7 +44,7 @@ async def _populate(url: str) -> list[str]:
     client = Redis.from_url(url)
     try:
         await client.flushdb()
-        ledger = RedisLedger(client)
+        ledger = RedisLedger(client, limits=UNCAPPED)
         made: list[str] = []
         for i, (requester, tool) in enumerate((r, t) for r in REQUESTERS for t in TOOLS):
             made += await flood(client, 20 + 5 * i, requester_subject=requester, tool=tool)
@@ -60,17 +63,16 @@ async def _populate(url: str) -> list[str]:
 
 async def _in_one_shard(ledger: RedisLedger, count: int) -> list[str]:
     """A burst of cards all in shard 0: the shards' batches then cover very different spans of time,
-    which is when merging them in order needs care."""
+    which is when merging them in order needs care. A card lives in its requester's shard
+    (`gateway.store.ledger_layout`), so the burst comes from acme requesters of shard 0."""
+    subjects = [s for s in (f"skew-{n}@acme.example" for n in range(200)) if requester_shard("acme", s) == 0][:3]
     made: list[str] = []
-    attempt = 0
-    while len(made) < count:
-        attempt += 1
-        key = f"skew|{attempt}"
-        # The ledger puts a card in the shard its dedupe key hashes to (gateway.store.ledger.propose).
-        if int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % SHARDS == 0:
-            created = await ledger.propose(replace(PROPOSAL, dedupe_key=key, requester_subject=REQUESTERS[attempt % 3]))
-            assert created.card is not None and created.card.card_id.startswith("crd_0_")
-            made.append(created.card.card_id)
+    for attempt in range(count):
+        created = await ledger.propose(
+            replace(PROPOSAL, dedupe_key=f"skew|{attempt}", requester_subject=subjects[attempt % 3])
+        )
+        assert created.card is not None and created.card.card_id.startswith("crd_0_")
+        made.append(created.card.card_id)
     return made
 
 
@@ -121,7 +123,7 @@ def test_following_cursors_lists_every_matching_card_once_in_order(
     async def check() -> None:
         client = Redis.from_url(population.url)
         try:
-            ledger = RedisLedger(client, scan_limit=scan_limit)
+            ledger = RedisLedger(client, scan_limit=scan_limit, limits=UNCAPPED)
             cards = [card for card in [await ledger.get(i) for i in population.card_ids] if card is not None]
             listed: list[str] = []
             cursor: str | None = None

@@ -42,6 +42,7 @@ PLACES: dict[str, int] = {
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
+    "gateway.mcp_sessions": SURFACE,
     "gateway.mcp_edge": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,
@@ -80,6 +81,7 @@ PLACES: dict[str, int] = {
     "gateway.envelope": VOCABULARY,
     "gateway.errors": VOCABULARY,
     "gateway.ledger": VOCABULARY,
+    "gateway.limiter": VOCABULARY,
     "gateway.limits": VOCABULARY,
     "gateway.oauth_config": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,

@@ -95,3 +95,33 @@ async def test_the_auth_edge_answers_503_while_redis_is_frozen(
             with anyio.fail_after(10):
                 while (await http.post(f"{base}/mcp", headers=headers, json=body)).status_code == 503:
                     await anyio.sleep(0.1)
+
+
+async def test_reads_fail_fast_too_while_redis_is_frozen_and_come_back_without_a_restart(
+    frozen_redis: tuple[str, int], backends: dict[str, Backend]
+) -> None:
+    """Invariant 7: a read that cannot be audited is not answered, even for a key still in the cache."""
+    url, pid = frozen_redis
+    settings = replace(gateway_settings(url, backends), run_worker=False, key_cache_seconds=60.0)
+    redis = Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        with anyio.fail_after(5):
+            token = await make_key(redis, roles=("staff",))
+    finally:
+        await redis.aclose()
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        with anyio.fail_after(20):
+            async with agent(f"{base}/mcp", token) as client:
+                assert not (await client.call_tool("rooms_list", {})).is_error
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    with anyio.fail_after(3):
+                        first = await client.call_tool("rooms_list", {})  # ran, but its audit could not land
+                        second = await client.call_tool("rooms_list", {})  # refused before any backend call
+                    assert (error_code(first), error_code(second)) == ("LEDGER_UNAVAILABLE", "LEDGER_UNAVAILABLE")
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                deadline = time.monotonic() + 10
+                while (again := await client.call_tool("rooms_list", {})).is_error and time.monotonic() < deadline:
+                    await anyio.sleep(0.1)
+                assert not again.is_error, again

@@ -38,6 +38,7 @@ from gateway.card_transitions import (
     RESEND_BEFORE_DEADLINE,
     TIMER_DUE,
     TRANSITIONS,
+    UNDER_OPEN_CARD_CAP,
     VERSION_AND_ARGS_HASH_MATCH,
     Actor,
     Aftermath,
@@ -45,7 +46,9 @@ from gateway.card_transitions import (
     Guard,
 )
 from gateway.ledger import Ledger, Transition, TransitionStatus
+from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
+from gateway.store.ledger_layout import open_cards_key, requester_tag
 from gateway.store.ledger_scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
 from tests.support.services import gateway_settings
@@ -78,8 +81,9 @@ class Call:
     fence: int = FENCE
     outcome: CardState | None = None
     """For complete, reconcile and resolve; None asks for SUCCEEDED."""
-    proposal: Literal["onto", "duplicate", "new"] = "onto"
-    """For propose: "onto" the stored card's id, a "duplicate" of it, or a "new" one."""
+    proposal: Literal["onto", "duplicate", "new", "over_cap"] = "onto"
+    """For propose: "onto" the stored card's id, a "duplicate" of it, a "new" one, or a new one by a
+    requester whose cap is one card (the stored one)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,12 +139,16 @@ async def _propose(ledger: RedisLedger, card: Card, call: Call) -> Transition:
         return await ledger.propose(PROPOSAL)
     if call.proposal == "new":
         return await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
+    if call.proposal == "over_cap":
+        capped = RedisLedger(ledger._client, limits=Limits(open_cards_per_requester=1))
+        return await capped.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
     # The propose script itself, for an id that is already taken.
     shard = card_shard(card.card_id)
     assert shard is not None
     keys = RedisLedger._proposal_keys(card.card_id, shard, card.requester_org, card.requester_subject)
     fields = json.dumps({"card_id": card.card_id, "requester_subject": card.requester_subject})
-    return await ledger._eval("propose", keys, [secrets.token_hex(12), fields, secrets.token_hex(16), 60_000])
+    args: list[str | int] = [secrets.token_hex(12), fields, secrets.token_hex(16), 60_000, 50, "0" * 16]
+    return await ledger._eval("propose", keys, args)
 
 
 def _outcome(call: Call) -> CardState:
@@ -242,6 +250,7 @@ async def test_each_transition_applies_exactly_from_the_states_the_table_lists(
 
 VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
     NO_OPEN_DUPLICATE: lambda row: [Setup(call=Call(proposal="duplicate"), start=CardState.PENDING)],
+    UNDER_OPEN_CARD_CAP: lambda row: [Setup(call=Call(proposal="over_cap"), start=CardState.PENDING)],
     DEADLINE_NOT_PASSED: lambda row: [Setup(fields={"decide_by_ms": PAST, "execute_by_ms": PAST})],
     RESEND_BEFORE_DEADLINE: lambda row: [Setup(fields={"execute_by_ms": PAST, "resend": "1"})],
     NOT_THE_REQUESTER: lambda row: [Setup(call=Call(approver=PROPOSAL.requester_subject))],
@@ -330,6 +339,18 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     result = await RUNS[row.name](ledger, card, setup.call)
     assert result.status is TransitionStatus.OK and result.card is not None and result.card.state is target
+    # Wherever it ends, the card counts against its requester's open-card cap exactly when it should.
+    counts = target in (CardState.PENDING, CardState.APPROVED) or (
+        target is CardState.EXECUTING and not result.card.resend
+    )
+    assert await _in_open_card_set(redis, result.card) is counts
+
+
+async def _in_open_card_set(redis: Redis, card: Card) -> bool:
+    shard = card_shard(card.card_id)
+    assert shard is not None
+    member = f"{requester_tag(card.requester_org, card.requester_subject)}:{card.card_id}"
+    return await redis.zscore(open_cards_key(shard), member) is not None
 
 
 @pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])
@@ -440,7 +461,8 @@ class _RecordingLedger(RedisLedger):
 async def test_every_key_a_script_is_given_shares_one_hash_slot(redis: Redis) -> None:
     """Every script call, in every shard, names keys of one Redis Cluster slot."""
     ledger = _RecordingLedger(redis)
-    cards = [await ledger.propose(replace(PROPOSAL, dedupe_key=f"slot-{n}")) for n in range(32)]
+    # A card's shard is its requester's, so 32 requesters cover every shard.
+    cards = [await ledger.propose(replace(PROPOSAL, requester_subject=f"r{n}@acme.example")) for n in range(32)]
     assert {card_shard(c.card.card_id) for c in cards if c.card is not None} == set(range(SHARDS))
     for created in cards:
         assert created.card is not None

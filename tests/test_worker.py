@@ -181,3 +181,23 @@ async def test_an_unknown_write_whose_tool_is_no_longer_served_goes_to_a_person_
         == ("card.reconcile", "NEEDS_RECONCILIATION", "gone_write", "tool no longer served")  # fmt: skip
         for e in events
     )
+
+
+async def test_a_write_the_backend_answers_429_is_released_with_its_key_and_sent_after_the_retry_after(
+    gateway: Gateway, redis: Redis, clean_backends: dict[str, Backend]
+) -> None:
+    """A 429 means the backend did not process the write: the card goes back to APPROVED (not UNKNOWN,
+    no status query), is due again only after the backend's Retry-After, and the next send, with the
+    same key, applies it once."""
+    card_id = await _approved_booking(gateway, redis, "2026-12-26")
+    clean_backends["rooms"].set_faults(status=429, retry_after=30, paths=["/bookings"], times=1)
+    released = await gateway.executor.writes.run_approved(card_id, worker="w1")
+    assert released is not None and released.state is CardState.APPROVED
+    now = await gateway.ledger.server_time_ms()
+    assert card_id not in await gateway.ledger.due(now_ms=now + 25_000)
+    assert card_id in await gateway.ledger.due(now_ms=now + 31_000)
+    done = await gateway.executor.writes.run_approved(card_id, worker="w1")
+    assert done is not None and done.state is CardState.SUCCEEDED
+    assert done.idempotency_key == released.idempotency_key
+    types = [e.type for e in await gateway.ledger.events(card_id)]
+    assert types.count("dispatched") == 2 and "released" in types

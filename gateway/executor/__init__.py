@@ -8,7 +8,8 @@
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
 an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
-`Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), and the live
+`Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
+`Limits` it enforces per requester, and the live
 principal of a key id (a requester's key is re-checked before its write runs). Every one is a
 required constructor argument: nothing is optional and checked at run time.
 
@@ -27,6 +28,8 @@ from gateway.executor.agent import AgentPath
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.writes import LivePrincipal, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
+from gateway.limiter import RateLimiter
+from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
@@ -54,13 +57,15 @@ class Executor:
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
         healthy: Callable[[str], bool],
+        limiter: RateLimiter,
+        limits: Limits,
         lease_ms: int,
         reconcile_horizon_ms: int,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
-            healthy=healthy,
+            healthy=healthy, limiter=limiter, limits=limits,
         )  # fmt: skip
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,

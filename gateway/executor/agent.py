@@ -5,11 +5,28 @@ name and the raw arguments the model proposed. It returns a sealed `Envelope`, n
 anything a caller did, and audits every call exactly once.
 
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
-catalog lists with) -> refuse agent-chosen keys -> validate the arguments -> the approval gate (a
-write only ever becomes a card) -> backend health -> invoke -> withhold untrusted text -> seal.
+catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
+approval gate (a write only ever becomes a card) -> backend health -> invoke -> withhold untrusted
+text -> seal.
+
+Rate budgets come right after access. An unknown or forbidden name is refused before it costs
+anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the budget cannot be used
+to probe the catalog, and it reaches no backend and no approver, which is what the budgets protect
+(it costs its audit write either way). Everything after access spends, invalid arguments
+included: an agent looping on a malformed call is a runaway like any other. The budgets are the
+requester's (org and subject), shared by all its keys (`policies.rate_budgets`); a store that
+cannot answer fails the call closed, as LEDGER_UNAVAILABLE.
 
 Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
 message only; the backend's refusal code goes to the audit event's reason, for people.
+
+Fail closed (ARCHITECTURE invariant 7). A proposal is acknowledged only once the ledger confirmed
+its card durable; ``ERR_NOT_DURABLE`` is LEDGER_UNAVAILABLE (retryable), and the same call made
+again once the ledger is durable answers with the same card (dedupe), never a second one. A read is
+answered only while it can be audited: when the audit trail cannot be written (Redis is gone), its
+result is withheld and the call refused with LEDGER_UNAVAILABLE, and until an audit append lands
+again every call is refused before it reaches a backend (each refusal's own audit append is the
+probe that finds Redis back).
 """
 
 from __future__ import annotations
@@ -26,9 +43,17 @@ from gateway.card_views import card_for_agent
 from gateway.codes import Code
 from gateway.decision import Decision
 from gateway.envelope import Envelope
-from gateway.errors import PathArgumentError, StoreUnavailableError, UpstreamError, UpstreamRefusedError
+from gateway.errors import (
+    PathArgumentError,
+    StoreUnavailableError,
+    UpstreamError,
+    UpstreamRateLimitedError,
+    UpstreamRefusedError,
+)
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
+from gateway.limiter import RateLimiter
+from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
@@ -37,6 +62,7 @@ from gateway.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
 from policies.approval import approvals_required
+from policies.rate_budgets import budget_owner, charges_for
 
 __all__ = ["AgentPath"]
 
@@ -58,6 +84,8 @@ class AgentPath:
         ledger: Ledger,
         guard: DurabilityGuard,
         healthy: Callable[[str], bool],
+        limiter: RateLimiter,
+        limits: Limits,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -67,7 +95,11 @@ class AgentPath:
         self._ledger = ledger
         self._guard = guard
         self._healthy = healthy
+        self._limiter = limiter
+        self._limits = limits
         self._clock = clock
+        self._audited = True
+        """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
     async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
@@ -95,7 +127,12 @@ class AgentPath:
         if tool is None or not decision.allowed:
             return await self._refuse(principal, name, decision, started)
 
-        # 2. Input validation against the same closed model the catalog's schema came from. An
+        # 2. Rate budgets: the requester's class budget and the tool's own, in one atomic check.
+        over = await self._spend(tool, principal, started)
+        if over is not None:
+            return over
+
+        # 3. Input validation against the same closed model the catalog's schema came from. An
         #    agent that tries to choose an idempotency key is told keys are the gateway's.
         supplied_keys = sorted(field for field in (arguments or {}) if is_key_field(field))
         if supplied_keys:
@@ -113,27 +150,33 @@ class AgentPath:
             invalid = Decision.deny(Code.VALIDATION_ERROR, f"{error.error_count()} invalid argument(s)")
             return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
 
-        # 3. Approval gate: a write never executes on an agent's call. The most it can do is
+        # 4. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
         if tool.mode is Mode.WRITE:
             return await self._propose(tool, toolbox.version(tool.name), args, principal, started)
+
+        # A read that could not be audited is not answered: refused up front while the trail is down.
+        if not self._audited:
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the audit trail cannot be written; no call is served")
+            return await self._refuse(principal, name, down, started)
 
         # A backend known to be down fails fast instead of holding the caller to the deadline.
         if not self._healthy(tool.adapter):
             down = Decision.deny(Code.UPSTREAM_UNAVAILABLE, f"adapter {tool.adapter} is unhealthy")
             return await self._refuse(principal, name, down, started, ran=True)
 
-        # 4. Execute with the tool's deadline; 5. validate the output; 6. seal.
+        # 5. Execute with the tool's deadline; 6. validate the output; 7. seal.
         try:
             output = await self._invoker.invoke(tool, args, self._invoker.context(tool, principal))
         except PathArgumentError as error:
             return await self._refuse_path(principal, name, error, started)
         except UpstreamError as error:
-            return await self._refuse(principal, name, _failure(error), started, ran=True)
+            return await self._refuse(principal, name, _failure(error), started, ran=True, details=_wait(error))
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
-        await self._record(principal, name, "ok", started, reason=decision.reason)
+        if not await self._record(principal, name, "ok", started, reason=decision.reason):
+            return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
     async def _propose(
@@ -150,7 +193,9 @@ class AgentPath:
             except PathArgumentError as error:
                 return await self._refuse_path(principal, tool.name, error, started)
             except UpstreamError as error:
-                return await self._refuse(principal, tool.name, _failure(error), started, ran=True)
+                return await self._refuse(
+                    principal, tool.name, _failure(error), started, ran=True, details=_wait(error)
+                )
         approval, summary = tool.approval, tool.summary
         if approval is None or summary is None:  # Tool construction makes this unreachable
             raise RuntimeError(f"write tool {tool.name} has no approval policy")
@@ -181,6 +226,16 @@ class AgentPath:
             self._guard.invalidate()
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"ledger error: {error.cause}")
             return await self._refuse(principal, tool.name, down, started)
+        if created.status is TransitionStatus.ERR_NOT_DURABLE:
+            # Maybe applied, not confirmed: not acknowledged. A retry finds the same card (dedupe).
+            self._guard.invalidate()
+            reason = f"card not confirmed durable ({'; '.join(created.problems)}); retry returns the same card"
+            return await self._refuse(principal, tool.name, Decision.deny(Code.LEDGER_UNAVAILABLE, reason), started)
+        if created.status is TransitionStatus.ERR_QUOTA_EXCEEDED:
+            # No card was made. The agent learns the cap and its count, so it can wait or cancel one.
+            counts = {"limit": created.extra["limit"], "open": created.extra["open"]}
+            full = Decision.deny(Code.QUOTA_EXCEEDED, f"{counts['open']} open cards, cap {counts['limit']}")
+            return await self._refuse(principal, tool.name, full, started, details=counts)
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
@@ -188,6 +243,21 @@ class AgentPath:
         extra = {"card_id": card.card_id, "existing": str(existing).lower()}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         return Envelope.ok(card_for_agent(card, existing=existing))
+
+    async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
+        """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""
+        try:
+            verdict = await self._limiter.spend(budget_owner(principal), charges_for(tool, principal, self._limits))
+        except StoreUnavailableError as error:
+            self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"rate limiter error: {error.cause}")
+            return await self._refuse(principal, tool.name, down, started)
+        if verdict.allowed:
+            return None
+        spent = Decision.deny(
+            Code.RATE_LIMITED, f"{verdict.bucket} budget spent; retry after {verdict.retry_after:g} s"
+        )
+        return await self._refuse(principal, tool.name, spent, started, details={"retry_after": verdict.retry_after})
 
     async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
         """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
@@ -222,8 +292,9 @@ class AgentPath:
         reason: str = "",
         action: str = "tool.call",
         extra: Mapping[str, str] | None = None,
-    ) -> None:
-        await self._audit.record(
+    ) -> bool:
+        """Audit one call. Returns whether the event landed in the trail (and remembers it)."""
+        self._audited = await self._audit.record(
             AuditEvent(
                 action=action,
                 outcome=outcome,
@@ -237,6 +308,7 @@ class AgentPath:
                 extra=_with_acting_client(principal, extra or {}),
             )
         )
+        return self._audited
 
 
 def _with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
@@ -249,6 +321,11 @@ def _failure(error: UpstreamError) -> Decision:
     the audit keeps: the model gets the code of our vocabulary and its fixed message, nothing the backend wrote."""
     backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
     return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}{backend}")
+
+
+def _wait(error: UpstreamError) -> dict[str, Any] | None:
+    """What the model is told of a backend's own rate limit: how long it asked callers to wait."""
+    return {"retry_after": error.retry_after} if isinstance(error, UpstreamRateLimitedError) else None
 
 
 def _error_summary(error: ValidationError) -> list[dict[str, Any]]:

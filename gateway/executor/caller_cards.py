@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.card import Card
 from gateway.card_views import card_for_agent
-from gateway.ledger import Ledger
+from gateway.ledger import Ledger, TransitionStatus
 from gateway.principal import Principal, normalize_subject
 from gateway.tool_context import CallerCards
 
@@ -43,6 +43,12 @@ class LedgerCallerCards(CallerCards):
         if card is None:
             return None
         result = await self._ledger.cancel(card_id, actor=self._principal.subject)
+        if result.status is TransitionStatus.ERR_NOT_DURABLE:
+            # Maybe applied, not confirmed: not acknowledged as done (ARCHITECTURE invariant 7).
+            view = card_for_agent(card)
+            view["cancelled"] = False
+            view["note"] = "The ledger could not confirm the cancellation durable; check the card's status later."
+            return view
         view = card_for_agent(result.card or card)
         view["cancelled"] = result.ok
         return view

@@ -11,6 +11,13 @@ sent -> send once with the key minted when the card was created -> classify the 
 anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
 blind resend). An argument the adapter cannot put in its request path (`PathArgumentError`) is
 FAILED, unsent: no retry could send it.
+
+Nothing is sent on a transition the ledger did not confirm durable (``ERR_NOT_DURABLE``): an
+unconfirmed claim or dispatch is released at once (the release is itself unconfirmed, and that is
+fine: a card the store loses is as it was, and its lease runs out) and the card waits APPROVED for
+the ledger to be durable again. An outcome recorded but not confirmed is audited as such: if the
+store loses it, the card is left DISPATCHED, its lease runs out and it becomes UNKNOWN, settled by a
+status query, never a blind resend.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from gateway.principal import TOKEN_KEY_PREFIX, Principal
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
-from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step
+from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
 __all__ = ["LivePrincipal", "WritePath"]
 
@@ -82,9 +89,20 @@ class WritePath:
             await self._record(card, "card.execute", "DEFERRED", f"adapter {tool.adapter} is unhealthy")
             return card
         claim = await self._ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
+        if claim.unconfirmed and claim.card is not None:
+            return await self._release_unconfirmed(claim.card, "claim")
         if claim.status is not TransitionStatus.OK or claim.card is None:
             return claim.card
         return await self._send(claim.card)
+
+    async def _release_unconfirmed(self, card: Card, step: str) -> Card | None:
+        """A claim or dispatch the ledger applied but did not confirm durable: hand the card back, unsent."""
+        reason = f"ledger did not confirm the {step} durable"
+        released = await self._ledger.release(
+            card.card_id, fence=card.fence, reason=reason, requeue_ms=backoff_ms(card.attempts)
+        )
+        await self._record(card, "card.execute", "NOT_SENT", f"{reason}; will retry")
+        return released.card
 
     async def reconcile(self, card_id: str, *, worker: str) -> Card | None:
         """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
@@ -122,6 +140,8 @@ class WritePath:
             evidence["backend"] = dict(status.detail)
         if step.next is Next.RESEND:
             resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
+            if resend.unconfirmed and resend.card is not None:
+                return await self._release_unconfirmed(resend.card, "resend claim")
             if resend.status is TransitionStatus.OK and resend.card is not None:
                 return await self._send(resend.card)
             if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
@@ -156,13 +176,11 @@ class WritePath:
 
         # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
         dispatched = await self._ledger.dispatch(card.card_id, fence=card.fence)
+        if dispatched.unconfirmed:
+            # DISPATCHED may not be on disk: a send now could not be accounted for after a crash.
+            return await self._release_unconfirmed(card, "dispatch")
         if dispatched.status is TransitionStatus.ERR_NOT_DURABLE:
-            # DISPATCHED is not on disk: sending now could not be accounted for after a crash.
-            released = await self._ledger.release(
-                card.card_id, fence=card.fence, reason="ledger fsync unconfirmed", requeue_ms=backoff_ms(card.attempts)
-            )
-            await self._record(card, "card.execute", "NOT_SENT", "ledger fsync unconfirmed; will retry")
-            return released.card
+            return dispatched.card  # a refusal (lease, fence, deadline), not confirmed: nothing to send
         if dispatched.status is TransitionStatus.ERR_EXPIRED:
             # execute_by passed before the send: nothing is sent. A first send expires; a resend goes
             # to a person, since its earlier send may have landed.
@@ -199,10 +217,12 @@ class WritePath:
         attempt = classify(error, contract, resend=card.resend)
         evidence = _evidence(error)
         if attempt is Attempt.NOT_SENT:
+            delay_ms = retry_delay_ms(error, card.attempts)
             released = await self._ledger.release(
-                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=backoff_ms(card.attempts)
+                card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
             )
-            await self._record(card, "card.execute", "NOT_SENT", "nothing reached the backend; will retry")
+            why = "backend rate-limited (429)" if error is not None and error.sent else "nothing reached the backend"
+            await self._record(card, "card.execute", "NOT_SENT", f"{why}; will retry in {delay_ms / 1000:g} s")
             return released.card
         done = await self._ledger.complete(
             card.card_id,
@@ -212,7 +232,10 @@ class WritePath:
             evidence=evidence,
             settle_ms=int(contract.settle_seconds * 1000),
         )
-        await self._record(card, "card.execute", attempt.value, _what_failed(error))
+        reason = _what_failed(error)
+        if done.status is TransitionStatus.ERR_NOT_DURABLE:
+            reason = f"{reason}; outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
+        await self._record(card, "card.execute", attempt.value, reason.removeprefix("; "))
         return done.card
 
     async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BearerAuth, caller_of, principal_of
+from gateway.limiter import AddressBudgets
 from gateway.principal import KeyKind
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import (
@@ -199,7 +200,9 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
     )
 
 
-def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSink) -> list[BaseRoute]:
+def registry_routes(
+    service: RegistryService, *, keys: KeyStore, audit: AuditSink, floods: AddressBudgets
+) -> list[BaseRoute]:
     """The services' routes, ``/registry/api``, behind a service key.
 
     They are built from a `RouteTable` like the admin routes, but no OpenAPI document is served
@@ -238,7 +241,11 @@ def registry_routes(service: RegistryService, *, keys: KeyStore, audit: AuditSin
     )
     handle = error_handler(audit, _error_body, caller=caller_of)
     app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
-    return [mount(table.mount, BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry"))]
+    return [
+        mount(
+            table.mount, BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
+        )
+    ]
 
 
 def _error_body(status: int, code: str, message: str) -> Response:

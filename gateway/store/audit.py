@@ -8,8 +8,9 @@ answers the new head and the entry is MACed again. Every key shares the stream's
 without braces hashes on its whole name, so ``{countersign:audit}:head`` lands with
 ``countersign:audit`` in Redis Cluster.
 
-If the stream cannot be written, the event goes to the process log instead, so nothing is
-silent even when Redis is down (reads keep working; invariant 7).
+If the stream cannot be written, the event goes to the process log instead, so nothing is silent
+even when Redis is down, and `record` answers False: the caller then refuses what it was auditing
+(invariant 7: when Redis is gone, reads fail fast too, since the call can no longer be audited).
 """
 
 from __future__ import annotations
@@ -85,22 +86,24 @@ class RedisStreamAuditSink:
         """The head this process last saw: right unless another process appended since."""
         self._lock: asyncio.Lock | None = None
 
-    async def record(self, event: AuditEvent) -> None:
+    async def record(self, event: AuditEvent) -> bool:
+        """Append `event` to the chain; False (the event logged instead) when that is not possible."""
         fields = event.to_fields()
         if self._secret is None:
             logger.error("audit sink has no chain secret; event: %s", fields)
-            return
+            return False
         if self._lock is None:
             self._lock = asyncio.Lock()
         try:
             # One append in flight per process: concurrent appends from one head would all but one retry.
             async with self._lock:
-                await self._append_chained(fields, self._secret)
+                return await self._append_chained(fields, self._secret)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
             logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, fields)
+            return False
 
-    async def _append_chained(self, fields: dict[str, str], secret: bytes) -> None:
+    async def _append_chained(self, fields: dict[str, str], secret: bytes) -> bool:
         flat = [part for pair in fields.items() for part in pair]
         for _attempt in range(_MAX_ATTEMPTS):
             seq = self._head.seq + 1
@@ -110,9 +113,10 @@ class RedisStreamAuditSink:
             )
             if int(answer[0]) == 1:
                 self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
-                return
+                return True
             self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
         logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, fields)
+        return False
 
     async def head(self) -> ChainHead:
         """The chain head as Redis keeps it: the newest entry's MAC, sequence number and id."""

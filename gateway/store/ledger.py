@@ -6,24 +6,30 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 
 Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string holding its events
 and applied transition ids) shares the tag of its shard with the shard's outbox stream, open-card
-(dedupe) hash, index and timers, so every script touches exactly one slot (Redis Cluster safe).
-The shard of a card is chosen from its dedupe key, so an identical proposal always lands where
-the open card it duplicates lives.
+(dedupe) hash, index, timers and open-card set, so every script touches exactly one slot (Redis
+Cluster safe). The shard of a card is chosen from its requester (org and subject): all of one
+requester's cards live in one shard, so `propose` counts the requester's open cards against its cap
+(`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
+dedupe key is scoped to its requester, lands where the open card it duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
 counted, long histories compacted: `gateway.store.ledger_history`). A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
+
+Every script runs through `RedisLedger._eval`, in one pipeline (one round trip) with what confirms it
+durable (`gateway.store.durability`: a barrier write and ``WAITAOF`` where the server has it, then
+``CONFIG GET appendonly maxmemory-policy``). An answer that could not be confirmed becomes
+``ERR_NOT_DURABLE`` with the script's own answer in `Transition.applied` (see `gateway.ledger`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -31,28 +37,27 @@ import redis.asyncio as aioredis
 from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
+from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
+from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
+from gateway.store.ledger_layout import (
+    SHARDS,
+    card_keys,
+    card_shard,
+    open_cards_key,
+    org_index,
+    requester_index,
+    requester_shard,
+    requester_tag,
+)
+from gateway.store.ledger_layout import tag as _tag
 from gateway.store.ledger_prelude import PRELUDE
 from gateway.store.ledger_scripts import SCRIPTS
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
 
-SHARDS = 8
 OUTBOX_GROUP = "workers"
-_CARD_ID = re.compile(r"^crd_([0-9]{1,2})_[0-9a-f]{32}$")
-
-
-def card_shard(card_id: str) -> int | None:
-    """The shard of a well-formed card id, or None (then the card cannot exist)."""
-    match = _CARD_ID.fullmatch(card_id)
-    if match is None or int(match.group(1)) >= SHARDS:
-        return None
-    return int(match.group(1))
-
-
-def _tag(shard: int) -> str:
-    return f"cs:{{cs{shard}}}"
 
 
 @store_boundary
@@ -66,31 +71,56 @@ class RedisLedger:
         scan_limit: int = SCAN_LIMIT,
         blocking: aioredis.Redis | None = None,
         blocking_slack: float = DEFAULT_TIMEOUT_SECONDS,
+        limits: Limits | None = None,
+        fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
+        on_verdict: Callable[[DurabilityReport], None] | None = None,
     ) -> None:
+        """`fsync_timeout_ms` bounds each ``WAITAOF`` and must stay below `client`'s read timeout (half of
+        it by default); `on_verdict` hears every transition's durability verdict (`LedgerGuard.observe`)."""
         self._client = client
+        self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
         self._blocking = blocking if blocking is not None else client
         self._blocking_slack = blocking_slack
         self._scan_limit = scan_limit  # most cards one `page` examines (gateway.store.card_pages)
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
-        self._waitaof: bool | None = None  # learnt on first use: does the server have WAITAOF?
+        self._waitaof: bool | None = None  # learnt once, on first use: does the server have WAITAOF?
+        self._fsync_timeout_ms = fsync_timeout_ms
+        self._on_verdict = on_verdict
 
     # -- keys -------------------------------------------------------------------------------------
 
     @staticmethod
     def _keys(card_id: str, shard: int) -> list[str]:
         """The keys every script gets, in the order the KEYS comment of `PRELUDE` gives them."""
-        tag = _tag(shard)
-        return [f"{tag}:card:{card_id}", f"{tag}:outbox", f"{tag}:open", f"{tag}:index", f"{tag}:timers"]
+        return card_keys(card_id, shard)
 
     @classmethod
     def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:
         """The keys of `propose`: every script's, then the shard's index of the org and of the requester."""
-        return [*cls._keys(card_id, shard), _org_index(shard, org), _requester_index(shard, org, subject)]
+        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
+
+    async def open_cards(self, org: str, subject: str) -> int:
+        """How many of the requester's cards count against its open-card cap now."""
+        key, requester = open_cards_key(requester_shard(org, subject)), requester_tag(org, subject)
+        return int(await self._client.zlexcount(key, f"[{requester}:", f"({requester};"))
 
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
-        """Run one script; every script call goes through here."""
-        return _transition(await self._scripts[name](keys=keys, args=args))
+        """Run one script and confirm it durable, in one round trip; every script call goes through here."""
+        if self._waitaof is None:
+            self._waitaof = await has_waitaof(self._client)
+        answer, report = await eval_confirmed(
+            self._client, self._scripts[name], keys, args, waitaof=self._waitaof,
+            barrier_key=keys[0].partition(":card:")[0] + ":fsync",  # in the card's slot (Redis Cluster)
+            fsync_timeout_ms=self._fsync_timeout_ms,
+        )  # fmt: skip
+        if self._on_verdict is not None:
+            self._on_verdict(report)
+        result = _transition(answer)
+        if report.durable:
+            return result
+        return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra=result.extra,
+                          applied=result.status, problems=report.problems)  # fmt: skip
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
         return await self._replay(name, card_id, secrets.token_hex(12), *args)
@@ -105,10 +135,13 @@ class RedisLedger:
     # -- creating and deciding --------------------------------------------------------------------
 
     async def propose(self, proposal: Proposal) -> Transition:
-        """Create a PENDING card, or return the open card with the same dedupe key (``EXISTING``)."""
-        # The dedupe key is stored hashed: fixed and short (it sits in the shard's open-card hash).
-        dedupe = hashlib.sha256(proposal.dedupe_key.encode()).hexdigest()[:32]
-        shard = int(dedupe[:8], 16) % SHARDS
+        """Create a PENDING card, or return the open card with the same dedupe key (``EXISTING``), or
+        refuse with ``ERR_QUOTA_EXCEEDED`` (``extra``: ``limit``, ``open``) at the requester's open-card cap."""
+        org, subject = proposal.requester_org, proposal.requester_subject
+        requester, shard = requester_tag(org, subject), requester_shard(org, subject)
+        # The dedupe key is stored hashed (fixed and short: it sits in the shard's open-card hash), and
+        # scoped to the requester, so no proposal can ever be answered with another requester's card.
+        dedupe = hashlib.sha256(f"{requester}|{proposal.dedupe_key}".encode()).hexdigest()[:32]
         card_id = f"crd_{shard}_{secrets.token_hex(16)}"
         fields: dict[str, str] = {
             "card_id": card_id,
@@ -131,10 +164,11 @@ class RedisLedger:
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
         }
+        cap = self._limits.open_cards(org)
         result = await self._eval(
             "propose",
-            self._proposal_keys(card_id, shard, proposal.requester_org, proposal.requester_subject),
-            [secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms],
+            self._proposal_keys(card_id, shard, org, subject),
+            [secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
         )
         if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))
@@ -163,30 +197,12 @@ class RedisLedger:
         return await self._run("claim_resend", card_id, worker, lease_ms)
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
-        """Record DISPATCHED, and make sure it is on disk before the caller sends anything.
+        """Record DISPATCHED, confirmed durable like every transition (`_eval`) before the caller sends.
 
-        With ``appendfsync always`` the reply already means "on disk". Otherwise, on servers that
-        have ``WAITAOF`` (Redis 7.2+, Valkey), wait for the local fsync; if it is not confirmed the
-        answer is ``ERR_NOT_DURABLE`` and nothing may be sent. Servers without ``WAITAOF`` are
-        trusted as configured (the durability check still requires the append-only file).
+        ``ERR_NOT_DURABLE``: DISPATCHED may be recorded but is not confirmed on disk, so nothing may
+        be sent (the caller releases the card; it runs once the ledger is durable again).
         """
-        result = await self._run("dispatch", card_id, fence)
-        if result.status is TransitionStatus.OK and not await self._fsynced():
-            return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra={})
-        return result
-
-    async def _fsynced(self) -> bool:
-        if self._waitaof is False:
-            return True
-        try:
-            answer: Any = await self._client.execute_command("WAITAOF", 1, 0, 1000)  # type: ignore[no-untyped-call]
-        except aioredis.ResponseError as error:
-            if "unknown command" not in str(error).lower():
-                raise
-            self._waitaof = False  # Redis 7.0 and older: no way to ask
-            return True
-        self._waitaof = True
-        return int(answer[0]) >= 1
+        return await self._run("dispatch", card_id, fence)
 
     async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
                        evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
@@ -230,9 +246,9 @@ class RedisLedger:
         ids: list[tuple[str, float]] = []
         for shard in range(SHARDS):
             if requester is not None:
-                index = _requester_index(shard, *requester)
+                index = requester_index(shard, *requester)
             elif org is not None:
-                index = _org_index(shard, org)
+                index = org_index(shard, org)
             else:
                 index = f"{_tag(shard)}:index"
             entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
@@ -248,9 +264,9 @@ class RedisLedger:
             InvalidCursorError: `cursor` is not one this ledger issued.
         """
         if query.requester is not None:
-            indexes = [_requester_index(shard, query.org, query.requester) for shard in range(SHARDS)]
+            indexes = [requester_index(shard, query.org, query.requester) for shard in range(SHARDS)]
         else:
-            indexes = [_org_index(shard, query.org) for shard in range(SHARDS)]
+            indexes = [org_index(shard, query.org) for shard in range(SHARDS)]
         return await read_page(self._client, indexes, query, limit=limit, cursor=cursor, load=self._load,
                                scan_limit=self._scan_limit)  # fmt: skip
 
@@ -313,14 +329,6 @@ class RedisLedger:
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
         await self._client.xdel(entry.stream, entry.entry_id)
-
-
-def _org_index(shard: int, org: str) -> str:
-    return f"{_tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
-
-
-def _requester_index(shard: int, org: str, subject: str) -> str:
-    return f"{_tag(shard)}:by:{hashlib.sha256(f'{org}|{subject}'.encode()).hexdigest()[:16]}"
 
 
 def _text(value: bytes | str) -> str:

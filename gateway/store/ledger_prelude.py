@@ -1,6 +1,13 @@
 """The Lua every ledger script starts with: its keys and arguments, the clock, load and save, the
 one way an event is recorded (`gateway.store.ledger_history`), leases, the outbox and expiry.
 
+`save` also keeps the shard's open-card set (KEYS[6]) exact: a card is a member while it counts
+against its requester's open-card cap, and only then, whatever transition saved it. It counts while
+PENDING, APPROVED or EXECUTING its first attempt: those states lead into one another only forward,
+or back to APPROVED, so no transition but `propose` (which checks the cap) ever adds to a count.
+Once UNKNOWN (and from there a resend or NEEDS_RECONCILIATION) it no longer counts: the agent
+cannot cancel it and did nothing wrong, so a flaky backend must not lock its requester out.
+
 `RedisLedger` registers each script of `gateway.store.ledger_scripts` as ``PRELUDE + body``.
 """
 
@@ -14,12 +21,15 @@ PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (JSON string, holding its events and applied transition ids),
---   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset
---   (propose only: 6 the shard's index of the requester's org, 7 of the requester)
--- Every script gets keys 1-5, which the helpers below name; each touches only those it needs.
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
+--   6 shard open-card set: a zset, every score 0, members '<requester>:<card id>', so that ZLEXCOUNT
+--   over one requester's prefix counts its open cards (all of a requester's cards share a shard)
+--   (propose only: 7 the shard's index of the requester's org, 8 of the requester)
+-- Every script gets keys 1-6, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key = KEYS[1]
 local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local open_cards_key = KEYS[6]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 
@@ -35,8 +45,21 @@ local function load()
   return cjson.decode(raw)
 end
 
+local function counts_as_open(c)
+  return c.state == 'PENDING' or c.state == 'APPROVED' or (c.state == 'EXECUTING' and c.resend ~= '1')
+end
+
 local function save(c)
   redis.call('SET', card_key, cjson.encode(c))
+  -- Membership follows the state on every save, so no transition out of the open states can leave
+  -- a stale member behind (a card made before the set existed has no `open_member`).
+  if c.open_member then
+    if counts_as_open(c) then
+      redis.call('ZADD', open_cards_key, 0, c.open_member)
+    else
+      redis.call('ZREM', open_cards_key, c.open_member)
+    end
+  end
 end
 
 local function reply(status, c, extra)

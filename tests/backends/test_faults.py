@@ -26,6 +26,7 @@ DESIGN_REVIEW = {"room_id": "room-borealis", "date": "2026-12-02", "start": "10:
 NO_FAULT = {
     "latency_ms": 0,
     "status": None,
+    "retry_after": None,
     "hang": False,
     "drop_after_commit": False,
     "reply_after_commit_ms": 0,

@@ -18,13 +18,14 @@ from gateway.errors import (
     UpstreamError,
     UpstreamNotFoundError,
     UpstreamProtocolError,
+    UpstreamRateLimitedError,
     UpstreamRefusedError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
 from gateway.tool import WriteContract, WriteStatus
 from gateway.tool_context import ToolContext
-from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step
+from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step, retry_delay_ms
 
 
 async def _never_called(key: str, ctx: ToolContext) -> WriteStatus:
@@ -47,9 +48,13 @@ UNKEYED = _contract(dedupes=False)
 CONTRACTS = pytest.mark.parametrize("contract", [KEYED, UNKEYED], ids=["dedupes", "no-dedupe"])
 EITHER_SEND = pytest.mark.parametrize("resend", [False, True], ids=["first-send", "resend"])
 
-# Every UpstreamError class the gateway defines, found rather than listed, so a new one is covered.
+# Every UpstreamError class the gateway defines, found rather than listed, so a new one is covered. A 429
+# (`UpstreamRateLimitedError`) is the one sent answer that proves "not applied" whatever the contract
+# says: it has its own cases below.
 UPSTREAM_ERRORS: tuple[type[UpstreamError], ...] = tuple(
-    value for _, value in inspect.getmembers(errors, inspect.isclass) if issubclass(value, UpstreamError)
+    value
+    for _, value in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(value, UpstreamError) and value is not UpstreamRateLimitedError
 )
 STATUSES: tuple[int | None, ...] = (None, *range(100, 600))
 
@@ -79,7 +84,6 @@ MAY_HAVE_LANDED_CASES = [
     pytest.param(UpstreamUnavailableError("backend answered 502", service="rooms", status=502), id="502"),
     pytest.param(UpstreamUnavailableError("backend answered 503", service="rooms", status=503), id="503"),
     pytest.param(UpstreamUnavailableError("backend answered 504", service="rooms", status=504), id="504"),
-    pytest.param(UpstreamUnavailableError("backend answered 429", service="rooms", status=429), id="429"),
     pytest.param(UpstreamTimeoutError("no answer in time", service="rooms"), id="timeout-after-send"),
     pytest.param(UpstreamUnavailableError("connection failed", service="rooms"), id="dropped-connection"),
     pytest.param(UpstreamProtocolError("2xx answer is not JSON", service="rooms", status=200), id="200-not-json"),
@@ -129,9 +133,35 @@ def test_refusal_of_a_resend_is_unknown(error: UpstreamError, contract: WriteCon
 @EITHER_SEND
 @pytest.mark.parametrize("error", MAY_HAVE_LANDED_CASES)
 def test_answer_that_may_have_landed_is_unknown(error: UpstreamError, contract: WriteContract, resend: bool) -> None:
-    """A 5xx, a 429, a timeout after sending, a dropped connection, a 2xx we cannot read, a refusal
+    """A 5xx, a timeout after sending, a dropped connection, a 2xx we cannot read, a refusal
     without a status: the write may have landed, so it is UNKNOWN and goes to a status query."""
     assert classify(error, contract, resend=resend) is Attempt.UNKNOWN
+
+
+@CONTRACTS
+@EITHER_SEND
+def test_a_429_is_not_applied_and_released_with_its_key(contract: WriteContract, resend: bool) -> None:
+    """A 429 says the backend did not process the request (RFC 6585), whatever the contract lists: the
+    card is released with its key (a first send to APPROVED, a resend to UNKNOWN), never FAILED, and
+    no status query is needed to know the write did not land."""
+    throttled = UpstreamRateLimitedError("backend answered 429", service="rooms", retry_after=7.0)
+    assert classify(throttled, contract, resend=resend) is Attempt.NOT_SENT
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts", "delay_ms"),
+    [
+        (UpstreamRateLimitedError("429", service="rooms", retry_after=7.0), 0, 7_000),
+        (UpstreamRateLimitedError("429", service="rooms", retry_after=0.0), 3, backoff_ms(3)),
+        (UpstreamUnavailableError("cannot connect", service="rooms", sent=False), 2, backoff_ms(2)),
+        (None, 1, backoff_ms(1)),
+    ],
+)
+def test_a_released_write_waits_for_the_backoff_or_the_backends_retry_after(
+    error: UpstreamError | None, attempts: int, delay_ms: int
+) -> None:
+    """The wait before the next send is the longer of the backoff and the backend's Retry-After."""
+    assert retry_delay_ms(error, attempts) == delay_ms
 
 
 @pytest.mark.parametrize(("status", "attempt"), [(409, Attempt.FAILED), (422, Attempt.UNKNOWN), (404, Attempt.UNKNOWN)])

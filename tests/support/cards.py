@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from gateway.limits import Limits
 from gateway.store.ledger import Proposal, RedisLedger
 
 PROPOSAL = Proposal(
@@ -34,8 +35,10 @@ FLOOD_CONCURRENCY = 32
 
 
 async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
-    """Create `count` distinct PENDING cards through the real propose script, concurrently; their ids."""
-    ledger = RedisLedger(redis)
+    """Create `count` distinct PENDING cards through the real propose script, concurrently; their ids.
+
+    The open-card cap is raised past `count`: a flood stands for many requesters' worth of cards."""
+    ledger = RedisLedger(redis, limits=Limits(open_cards_per_requester=1_000_000))
     run = secrets.token_hex(4)
     created: list[str] = []
     limiter = anyio.Semaphore(FLOOD_CONCURRENCY)

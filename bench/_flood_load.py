@@ -1,0 +1,171 @@
+"""Load for the flood benchmark: ``python -m bench._flood_load``, driven by JSON lines on stdin.
+
+Two of these run at once, each its own process on the load core, so the steady sender's timing is
+not delayed by the flood's event loop:
+
+* ``{"cmd": "flood", "url", "token", "concurrency", "warmup", "duration", "server_pid"}``: closed-loop
+  workers calling as fast as the gateway answers (its capacity), counting answers by outcome
+  (``ok``, ``RATE_LIMITED``, anything else). The server's CPU is read at the window's edges.
+* ``{"cmd": "steady", "url", "token", "rate", "warmup", "duration"}``: one call every ``1 / rate``
+  seconds on its own schedule (open loop, so a slow answer does not lower the rate), each checked
+  for success; latencies of the calls started inside the window.
+* ``{"cmd": "limiter", "redis_url", "checks", "concurrency"}``: the limiter's own cost: `checks`
+  calls of `RedisRateLimiter.spend` in this process, `concurrency` at a time, against the bench's
+  Redis; CPU seconds of this process per check (run it pinned to the server's core).
+* ``{"cmd": "quit"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import aiohttp
+
+from bench._harness import cpu_seconds, percentile
+from bench._load import REQUEST_TIMEOUT_SECONDS, call_body, failure_of, json_rpc_message, modern_headers
+
+
+def _outcome(status: int, raw: bytes, content_type: str) -> str:
+    failure = failure_of(status, raw, content_type)
+    if failure != "tool_error":
+        return failure or "ok"
+    result = json_rpc_message(raw, content_type)["result"]
+    return str(result.get("structuredContent", {}).get("error", {}).get("code", "tool_error"))
+
+
+async def _call(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> str:
+    try:
+        async with session.post(url, data=body, headers=headers) as response:
+            return _outcome(response.status, await response.read(), response.content_type)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        return type(error).__name__
+
+
+def _session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS))
+
+
+async def flood(command: dict[str, Any]) -> dict[str, Any]:
+    url, headers, pid = command["url"], modern_headers(command["token"]), int(command["server_pid"])
+    outcomes: list[tuple[float, str]] = []
+    stop = False
+
+    async def worker(index: int) -> None:
+        request = 0
+        while not stop:
+            request += 1
+            outcome = await _call(session, url, call_body(index * 10_000_000 + request, "modern"), headers)
+            outcomes.append((time.perf_counter(), outcome))
+
+    async with _session() as session:
+        workers = [asyncio.create_task(worker(i)) for i in range(int(command["concurrency"]))]
+        await asyncio.sleep(float(command["warmup"]))
+        t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
+        await asyncio.sleep(float(command["duration"]))
+        t1, cpu1 = time.perf_counter(), cpu_seconds(pid)
+        stop = True
+        await asyncio.gather(*workers, return_exceptions=True)
+    counted = Counter(outcome for at, outcome in outcomes if t0 <= at <= t1)
+    calls = sum(counted.values())
+    return {
+        "calls_per_s": calls / (t1 - t0),
+        "outcomes": dict(counted),
+        "server_cpu_us_per_call": (cpu1 - cpu0) / calls * 1e6 if calls else float("nan"),
+        "server_cpu_share": (cpu1 - cpu0) / (t1 - t0),
+    }
+
+
+async def steady(command: dict[str, Any]) -> dict[str, Any]:
+    url, headers = command["url"], modern_headers(command["token"])
+    interval, warmup, duration = 1 / float(command["rate"]), float(command["warmup"]), float(command["duration"])
+    results: list[tuple[float, float, str]] = []
+
+    async def one(request: int, started: float) -> None:
+        outcome = await _call(session, url, call_body(request, "modern"), headers)
+        results.append((started, time.perf_counter() - started, outcome))
+
+    async with _session() as session:
+        begin = time.perf_counter()
+        tasks, request = [], 0
+        while (due := begin + request * interval) < begin + warmup + duration:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            request += 1
+            tasks.append(asyncio.create_task(one(request, time.perf_counter())))
+        await asyncio.gather(*tasks)
+    window = [(latency, outcome) for started, latency, outcome in results if started >= begin + warmup]
+    latencies = sorted(latency for latency, outcome in window if outcome == "ok")
+    return {
+        "calls": len(window),
+        "outcomes": dict(Counter(outcome for _, outcome in window)),
+        "p50_ms": percentile(latencies, 0.50) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+    }
+
+
+async def limiter(command: dict[str, Any]) -> dict[str, Any]:
+    from gateway.limiter import Charge
+    from gateway.limits import Budget
+    from gateway.store.client import connect
+    from gateway.store.limiter import RedisRateLimiter
+
+    # A generous read timeout: on a busy box a pause of the shared Redis must not end the measurement.
+    connection = connect(command["redis_url"], timeout=10.0)
+    spend = RedisRateLimiter(connection.client).spend
+    # Budgets that never refuse: the cost measured is the check's, on the allowed path every call takes.
+    reads = [Charge(bucket="reads", budget=Budget(per_minute=1e12, burst=10**12))]
+    both = [*reads, Charge(bucket="tool:rooms_availability", budget=Budget(per_minute=1e12, burst=10**12))]
+    checks, concurrency = int(command["checks"]), int(command["concurrency"])
+    answer: dict[str, Any] = {}
+    try:
+        for name, charges in (("one_budget", reads), ("two_budgets", both)):
+
+            async def worker(owner: str, charges: list[Charge] = charges) -> None:
+                for _ in range(checks // concurrency):
+                    await spend(owner, charges)
+
+            await asyncio.gather(*(worker(f"warm{i}") for i in range(concurrency)))
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(worker(f"owner{i}") for i in range(concurrency)))
+            cpu1, t1 = time.process_time(), time.perf_counter()
+            done = checks // concurrency * concurrency
+            answer[name] = {"cpu_us_per_check": (cpu1 - cpu0) / done * 1e6, "checks_per_s": done / (t1 - t0)}
+    finally:
+        await connection.aclose()
+    return answer
+
+
+async def serve_commands() -> None:
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    loop = asyncio.get_running_loop()
+    handlers = {"flood": flood, "steady": steady, "limiter": limiter}
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        command = json.loads(line)
+        if command["cmd"] == "quit":
+            return
+        try:
+            answer = await handlers[command["cmd"]](command)
+        except Exception as error:  # reported to the orchestrator, which stops the benchmark
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        print(json.dumps(answer), flush=True)
+
+
+def main() -> None:
+    import uvloop
+
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve_commands())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Where the ledger keeps a card: its shard, and the names of the keys its scripts touch.
+
+Cards are spread over `SHARDS` hash tags ``{csN}``; every key of one shard carries its tag, so a
+script touches one Redis Cluster slot. A card's shard is chosen from its requester (org and
+subject) and written into its id (``crd_<shard>_<hex>``), so every later transition finds it from
+the id alone, and all of a requester's cards, and its open-card count, live in one shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = [
+    "SHARDS",
+    "card_keys",
+    "card_shard",
+    "open_cards_key",
+    "org_index",
+    "requester_index",
+    "requester_shard",
+    "requester_tag",
+    "tag",
+]
+
+SHARDS = 8
+_CARD_ID = re.compile(r"^crd_([0-9]{1,2})_[0-9a-f]{32}$")
+
+
+def card_shard(card_id: str) -> int | None:
+    """The shard of a well-formed card id, or None (then the card cannot exist)."""
+    match = _CARD_ID.fullmatch(card_id)
+    if match is None or int(match.group(1)) >= SHARDS:
+        return None
+    return int(match.group(1))
+
+
+def tag(shard: int) -> str:
+    return f"cs:{{cs{shard}}}"
+
+
+def card_keys(card_id: str, shard: int) -> list[str]:
+    """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger_prelude` gives."""
+    prefix = tag(shard)
+    return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
+            f"{prefix}:timers", open_cards_key(shard)]  # fmt: skip
+
+
+def open_cards_key(shard: int) -> str:
+    """The shard's set of the cards that count against their requester's cap (see the prelude)."""
+    return f"{tag(shard)}:open_cards"
+
+
+def requester_tag(org: str, subject: str) -> str:
+    """A requester's fixed-length name in keys and in the open-card set: hex, so never a ``:``."""
+    return hashlib.sha256(f"{org}|{subject}".encode()).hexdigest()[:16]
+
+
+def requester_shard(org: str, subject: str) -> int:
+    return int(requester_tag(org, subject)[:8], 16) % SHARDS
+
+
+def org_index(shard: int, org: str) -> str:
+    return f"{tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
+
+
+def requester_index(shard: int, org: str, subject: str) -> str:
+    return f"{tag(shard)}:by:{requester_tag(org, subject)}"
