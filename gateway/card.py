@@ -22,6 +22,7 @@ is this diagram as data; this module is only the vocabulary.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -37,6 +38,7 @@ __all__ = [
     "CardOutcome",
     "CardState",
     "decision_of",
+    "delegation_of",
     "outcome_of",
     "verify_chain",
 ]
@@ -179,6 +181,13 @@ class Card:
     @property
     def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
+
+
+def delegation_of(stored: str | None) -> dict[str, Any]:
+    """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
+    proposed with a key, or stored before delegation was recorded, has none of either."""
+    data = json.loads(stored) if stored else {}
+    return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:

@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.card import Card, CardEvent, CardState
+from gateway.card import Card, CardEvent, CardState, delegation_of
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
@@ -153,8 +153,7 @@ class RedisLedger:
             "requester_org": proposal.requester_org,
             "requester_key_id": proposal.requester_key_id,
             "requester_roles": ",".join(sorted(proposal.requester_roles)),
-            "acting_client": proposal.acting_client,
-            "actors": json.dumps(list(proposal.actors)),
+            "delegation": canonical_json({"acting_client": proposal.acting_client, "actors": list(proposal.actors)}),
             "approvals_required": str(proposal.approvals_required),
             "approver_role": proposal.approver_role,
             "summary": proposal.summary,
@@ -380,8 +379,7 @@ def _card(f: Mapping[str, str]) -> Card:
         rejection=json.loads(f.get("rejection") or "{}"),
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
-        acting_client=f.get("acting_client", ""),
-        actors=tuple(json.loads(f.get("actors") or "[]")),
+        **delegation_of(f.get("delegation")),
     )
 
 
