@@ -42,6 +42,7 @@ MAX_TOKEN_CHARS = 8192
 MAX_ACTORS = 8
 """The deepest ``act`` chain accepted: a longer one is refused, not cut."""
 
+_MAX_BUILT_KEYS = 256
 _JWT = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
 _KEY_NAMING_HEADERS = ("jku", "x5u", "jwk", "x5c", "crit")
 _ROLE = re.compile(r"[A-Za-z0-9_-]+")
@@ -76,6 +77,7 @@ class TokenVerifier:
     def __init__(self, config: OAuthSection, *, sources: Mapping[str, JwksSource] | None = None) -> None:
         self.config = config
         self._by_issuer = {section.issuer: (name, section) for name, section in config.issuers.items()}
+        self._keys: dict[tuple[str, str | None, str], tuple[Mapping[str, Any], jwt.PyJWK]] = {}
         self._sources = dict(sources) if sources is not None else {
             name: JwksSource(issuer=section.issuer, jwks_url=section.jwks_url,
                              min_refresh_seconds=section.min_refresh_seconds,
@@ -89,8 +91,9 @@ class TokenVerifier:
     async def verify(self, token: str, surface: Surface) -> TokenVerdict:
         """Verify `token` for `surface` (``mcp`` or ``admin``). Never raises for a bad token."""
         try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
+            # One unverified parse for the header and the issuer; PyJWT's parse is most of the CPU a token costs.
+            parsed = jwt.decode_complete(token, options={"verify_signature": False})
+            header, unverified = parsed["header"], parsed["payload"]
         except jwt.InvalidTokenError:
             return TokenVerdict(None, "malformed token")
         alg = header.get("alg")
@@ -114,9 +117,8 @@ class TokenVerifier:
         jwk = await self._sources[name].key(kid)
         if jwk is None:
             return TokenVerdict(None, "unknown signing key", name)
-        try:
-            key = jwt.PyJWK(dict(jwk), algorithm=alg)
-        except (jwt.PyJWKError, jwt.InvalidKeyError):
+        key = self._key(name, kid, alg, jwk)
+        if key is None:
             return TokenVerdict(None, "signing key does not fit the algorithm", name)
         try:
             claims = jwt.decode(
@@ -133,6 +135,25 @@ class TokenVerifier:
             return TokenVerdict(None, reason, name)
         principal, refusal = principal_from_claims(name, issuer, claims, surface)
         return TokenVerdict(principal, refusal, name)
+
+    def _key(self, name: str, kid: str | None, alg: str, jwk: Mapping[str, Any]) -> jwt.PyJWK | None:
+        """The JWK as a key of `alg`, or None when it is not one (an RSA key named by an ES256 token).
+
+        Built once per key set entry: loading a public key from its JWK cost more than verifying
+        a signature with it. The entry is reused only while the source still serves the same
+        JWK object, so a refreshed key set builds its keys anew.
+        """
+        cached = self._keys.get((name, kid, alg))
+        if cached is not None and cached[0] is jwk:
+            return cached[1]
+        try:
+            key = jwt.PyJWK(dict(jwk), algorithm=alg)
+        except (jwt.PyJWKError, jwt.InvalidKeyError):
+            return None
+        if len(self._keys) >= _MAX_BUILT_KEYS:
+            self._keys.clear()
+        self._keys[(name, kid, alg)] = (jwk, key)
+        return key
 
     async def aclose(self) -> None:
         for source in self._sources.values():
