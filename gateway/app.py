@@ -296,9 +296,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         executor=gateway.executor.agent,
         version=_version(),
         stateless=settings.mcp_stateless,
-        allowed_hosts=settings.mcp_allowed_hosts(),
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
-        allowed_origins=settings.mcp_allowed_origins(),
         audit=gateway.audit,
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
@@ -317,7 +315,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     checked = MessageChecks(scoped, audit=gateway.audit)
     authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp",
                                floods=floods, tokens=tokens)  # fmt: skip
-    mcp_endpoint = HeaderChecks(authenticated, audit=gateway.audit)
+    mcp_endpoint = HeaderChecks(
+        authenticated,
+        audit=gateway.audit,
+        allowed_hosts=settings.mcp_allowed_hosts(),
+        allowed_origins=settings.mcp_allowed_origins(),
+    )
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 

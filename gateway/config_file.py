@@ -35,7 +35,7 @@ __all__ = [
     "read_config",
 ]
 
-_CLOSED = ConfigDict(extra="forbid", frozen=True)
+_CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no setting is infinite or NaN
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_SHOWN_INPUT = 60
 

@@ -33,7 +33,7 @@ __all__ = ["Budget", "Limits", "OrgLimits"]
 class Budget(BaseModel):
     """A rate: `per_minute` sustained, with up to `burst` calls at once (GCRA's tolerance)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     per_minute: float = Field(gt=0)
     burst: int = Field(ge=1)
 
@@ -46,7 +46,7 @@ class Budget(BaseModel):
 class OrgLimits(BaseModel):
     """What one org replaces of the defaults; None keeps the default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reads: Budget | None = None
     proposals: Budget | None = None
     open_cards_per_requester: int | None = Field(default=None, ge=1)
@@ -55,7 +55,7 @@ class OrgLimits(BaseModel):
 class Limits(BaseModel):
     """Every limit the gateway enforces per principal. The defaults are the module docstring's."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     reads: Budget = Budget(per_minute=1200, burst=100)
     proposals: Budget = Budget(per_minute=60, burst=10)
     open_cards_per_requester: int = Field(default=50, ge=1)

@@ -6,6 +6,10 @@ SDK (mcp 2.3.0) and leaves everything the SDK already answers correctly to the S
 
 `HeaderChecks`, before authentication, looks at the header lines only:
 
+* a ``Host`` the gateway does not answer to is 421 and an ``Origin`` it does not serve is 403
+  (DNS-rebinding protection, always on; a request without ``Origin`` passes, as a non-browser
+  client sends none). The SDK's own check is off: it answered in plain text, after the key
+  lookup, with no stable code and no audit event; this one is the only one;
 * two ``Authorization`` lines are 400: `BearerAuth` would authenticate on the first while a proxy
   in front may have checked the second; no key is resolved for such a request;
 * two ``MCP-Protocol-Version`` lines are 400: the SDK picks its era from the first and checks for
@@ -62,6 +66,8 @@ ACTION: Final = "mcp.reject"
 """The audit action of every refusal made here."""
 
 _AUTHORIZATION: Final = b"authorization"
+_HOST: Final = b"host"
+_ORIGIN: Final = b"origin"
 _PROTOCOL_VERSION: Final = b"mcp-protocol-version"
 _SESSION_ID: Final = b"mcp-session-id"
 _CONTENT_LENGTH: Final = b"content-length"
@@ -127,15 +133,35 @@ async def _refuse(send: Send, status: int, rpc_code: int, code: Code, message: s
     await send({"type": "http.response.body", "body": body})
 
 
+class HostPatterns:
+    """``Host`` or ``Origin`` values a gateway answers to: exact values, or ``base:*`` for any port of `base`."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self._exact = frozenset(p.encode() for p in patterns if not p.endswith(":*"))
+        self._any_port = tuple(p[:-1].encode() for p in patterns if p.endswith(":*"))  # "base:"
+
+    def admits(self, value: bytes) -> bool:
+        if value in self._exact:
+            return True
+        return any(value.startswith(base) and value[len(base) :].isdigit() for base in self._any_port)
+
+
 class HeaderChecks:
-    """Refuse duplicated ``Authorization``/``MCP-Protocol-Version`` lines; trim ``Mcp-*`` values.
+    """Refuse foreign ``Host``/``Origin`` values and duplicated ``Authorization``/``MCP-Protocol-Version``
+    lines; trim ``Mcp-*`` values.
 
     Sits outside `BearerAuth`: a request it refuses is never authenticated.
     """
 
-    def __init__(self, app: ASGIApp, *, audit: AuditSink) -> None:
+    def __init__(self, app: ASGIApp, *, audit: AuditSink, allowed_hosts: list[str], allowed_origins: list[str]) -> None:
+        """Raises:
+        ValueError: `allowed_hosts` is empty, which would refuse every request."""
+        if not allowed_hosts:
+            raise ValueError("allowed_hosts must name at least one Host the gateway answers to")
         self.app = app
         self._audit = audit
+        self._hosts = HostPatterns(allowed_hosts)
+        self._origins = HostPatterns(allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -143,11 +169,16 @@ class HeaderChecks:
             return
         headers = scope["headers"]
         authorizations = versions = 0
+        host = origin = b""
         trimmed: list[tuple[bytes, bytes]] | None = None
         for index, (raw_name, value) in enumerate(headers):
             name = raw_name.lower()  # ASGI servers lowercase names; a server that does not must not slip past
             if name == _AUTHORIZATION:
                 authorizations += 1
+            elif name == _HOST:
+                host = value
+            elif name == _ORIGIN:
+                origin = value
             elif name.startswith(_MCP_PREFIX):
                 if name == _PROTOCOL_VERSION:
                     versions += 1
@@ -155,6 +186,14 @@ class HeaderChecks:
                     if trimmed is None:
                         trimmed = list(headers)
                     trimmed[index] = (raw_name, value.strip(_OWS))
+        if not self._hosts.admits(host) or (origin and not self._origins.admits(origin)):
+            foreign = "Host" if not self._hosts.admits(host) else "Origin"
+            reason = f"the {foreign} header names a site this gateway does not serve"
+            if authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
+                await self._audit.record(_event(scope, _FOREIGN[foreign], reason))
+            status = 421 if foreign == "Host" else 403
+            await _refuse(send, status, INVALID_REQUEST, _FOREIGN[foreign], reason)
+            return
         if authorizations > 1 or versions > 1:
             which = "Authorization" if authorizations > 1 else "MCP-Protocol-Version"
             reason = f"the {which} header appears more than once"
@@ -253,6 +292,11 @@ class MessageChecks:
 
     async def _reject(self, scope: Scope, code: Code, reason: str) -> None:
         await self._audit.record(_event(scope, code, reason))
+
+
+_FOREIGN: Final = {"Host": Code.INVALID_REQUEST, "Origin": Code.PERMISSION_DENIED}
+"""The stable code of each foreign-site refusal: a wrong Host is a misdirected request (421); a
+foreign Origin is a page of another site that may not call the gateway (403)."""
 
 
 def _event(scope: Scope, code: Code, reason: str) -> AuditEvent:

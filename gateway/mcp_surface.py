@@ -41,7 +41,6 @@ from gateway.auth import caller_of, principal_of
 from gateway.catalog import Catalog
 from gateway.codes import Code
 from gateway.envelope import Envelope
-from gateway.errors import ConfigError
 from gateway.executor import AgentPath
 from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.principal import Principal
@@ -65,21 +64,11 @@ class McpSurface:
         executor: AgentPath,
         version: str,
         stateless: bool,
-        allowed_hosts: list[str],
-        allowed_origins: list[str],
         catalog_ttl_ms: int,
         audit: AuditSink,
         sessions_per_key: int = 32,
         session_idle_seconds: float = 600.0,
     ) -> None:
-        """`allowed_hosts` and `allowed_origins` are the SDK's DNS-rebinding patterns, always enforced
-        (a foreign Host is 421, a foreign Origin 403; a request without Origin passes).
-
-        Raises:
-            ConfigError: `allowed_hosts` is empty, which would refuse every request.
-        """
-        if not allowed_hosts:
-            raise ConfigError("allowed_hosts must name at least one Host the gateway answers to")
         self._catalog = catalog
         self._audit = audit
         # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
@@ -107,11 +96,9 @@ class McpSurface:
             # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
             get_tool_input_schema=self._input_schema,
         )
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=list(allowed_hosts),
-            allowed_origins=list(allowed_origins),
-        )
+        # Host and Origin are checked in front of this surface, before authentication, with stable
+        # codes and an audit event (`gateway.mcp_edge.HeaderChecks`): the SDK's check would repeat it.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.session_manager = KeyedSessionManager(
             self.server,
             sessions_per_key=sessions_per_key,

@@ -37,7 +37,7 @@ ASYMMETRIC_ALGORITHMS = frozenset(
 
 Surface = Literal["mcp", "admin"]
 
-_CLOSED = ConfigDict(extra="forbid", frozen=True)
+_CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no setting is infinite or NaN
 
 
 def _https_or_loopback(url: str) -> str:

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.audit import AuditEvent
-from gateway.mcp_edge import MAX_BODY_BYTES, bad_id_or_batch, needs_parse
+from gateway.mcp_edge import MAX_BODY_BYTES, HostPatterns, bad_id_or_batch, needs_parse
 from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import LEGACY, MODERN, agent, make_key, payload
 from tests.support.raw_http import ACCEPT, JSON, RawAnswer, exchange
@@ -358,3 +358,61 @@ async def test_the_stateless_handshake_era_refuses_a_null_id_and_serves_the_clie
     _assert_refused(answer, 400, "INVALID_REQUEST")
     async with agent(stateless_url, token, LEGACY) as client:
         assert not (await client.call_tool("rooms_list", {})).is_error
+
+
+# Foreign sites (DNS rebinding)
+
+LOOPBACK = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+
+
+async def _post_initialize(mcp_url: str, token: str | None, **headers: str) -> httpx.Response:
+    sent = {"accept": "application/json, text/event-stream", **headers}
+    if token is not None:
+        sent["authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.post(mcp_url, json=_INITIALIZE, headers=sent)
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "code"),
+    [({"host": "rebound.example"}, 421, "INVALID_REQUEST"), ({"origin": "http://rebound.example"}, 403,
+                                                             "PERMISSION_DENIED")],
+)  # fmt: skip
+async def test_a_foreign_host_or_origin_is_refused_with_a_stable_code_and_audited(
+    redis: Redis, mcp_url: str, headers: dict[str, str], status: int, code: str
+) -> None:
+    """The refusal is JSON with its code, names nobody (no key was resolved), and is on the audit trail."""
+    answer = await _post_initialize(mcp_url, await make_key(redis), **headers)
+    assert answer.status_code == status and answer.headers["content-type"] == "application/json"
+    assert answer.headers.get("mcp-session-id") is None
+    assert answer.json()["error"]["data"]["code"] == code
+    [*_, event] = await _rejects(redis)
+    assert (event.code, event.subject) == (code, "")
+
+
+async def test_a_foreign_host_is_refused_before_any_key_lookup(redis: Redis, mcp_url: str) -> None:
+    """A made-up key with a foreign Host is 421, not the 401 a key lookup would give, and anonymous is unaudited."""
+    before = len(await _rejects(redis))
+    made_up = await _post_initialize(mcp_url, "csk_agent_made-up", host="rebound.example")
+    anonymous = await _post_initialize(mcp_url, None, host="rebound.example")
+    assert (made_up.status_code, anonymous.status_code) == (421, 421)
+    assert len(await _rejects(redis)) == before + 1  # the request that presented a credential only
+
+
+def test_host_patterns_admit_exactly_the_named_hosts_and_any_numeric_port_of_a_wildcard() -> None:
+    patterns = HostPatterns([*LOOPBACK, "gateway.example"])
+    for admitted in (b"127.0.0.1:8765", b"localhost:1", b"[::1]:65535", b"gateway.example"):
+        assert patterns.admits(admitted)
+    for refused in (b"127.0.0.1", b"127.0.0.1:", b"127.0.0.1:80x", b"127.0.0.1.evil.example:80",
+                    b"gateway.example:443", b"localhost:80@evil.example", b""):  # fmt: skip
+        assert not patterns.admits(refused)
+
+
+@settings(max_examples=300, deadline=None)
+@given(host=st.binary(max_size=40))
+def test_host_patterns_never_admit_a_value_outside_the_patterns(host: bytes) -> None:
+    """Whatever a client sends, admitted means exactly "a named host, or a wildcard's base and digits"."""
+    admitted = HostPatterns(LOOPBACK).admits(host)
+    bases = (b"127.0.0.1:", b"localhost:", b"[::1]:")
+    expected = any(host.startswith(b) and host[len(b) :].isdigit() for b in bases)
+    assert admitted == expected
