@@ -8,31 +8,37 @@ library (no Redis, aiohttp or Starlette), so `adapters/` and `policies/` can imp
 without a cycle and without a server.
 """
 
-from gateway.adapter_http import fill_path, keyed_contract, lookup_by_key, request_json, status_by_key
-from gateway.codes import Code
-from gateway.decision import Decision
-from gateway.envelope import Envelope
-from gateway.errors import (
-    AuthError,
-    ConfigError,
-    GatewayError,
-    PathArgumentError,
-    StoreUnavailableError,
-    ToolDeclarationError,
-    UpstreamError,
-    UpstreamNotFoundError,
-    UpstreamProtocolError,
-    UpstreamRateLimitedError,
-    UpstreamRefusedError,
-    UpstreamTimeoutError,
-    UpstreamUnavailableError,
-)
-from gateway.org_adapters import OrgAdapters
-from gateway.principal import KeyKind, Principal
-from gateway.tool import Access, Approval, Escalation, Mode, StatusLookup, Tool, WriteContract, WriteStatus
-from gateway.tool_context import CallerCards, ToolContext
-from gateway.untrusted import WITHHELD, Untrusted
-from gateway.upstream import UpstreamClient, UpstreamResponse
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gateway.adapter_http import fill_path, keyed_contract, lookup_by_key, request_json, status_by_key
+    from gateway.codes import Code
+    from gateway.decision import Decision
+    from gateway.envelope import Envelope
+    from gateway.errors import (
+        AuthError,
+        ConfigError,
+        GatewayError,
+        PathArgumentError,
+        StoreUnavailableError,
+        ToolDeclarationError,
+        UpstreamError,
+        UpstreamNotFoundError,
+        UpstreamProtocolError,
+        UpstreamRateLimitedError,
+        UpstreamRefusedError,
+        UpstreamTimeoutError,
+        UpstreamUnavailableError,
+    )
+    from gateway.org_adapters import OrgAdapters
+    from gateway.principal import KeyKind, Principal
+    from gateway.tool import Access, Approval, Escalation, Mode, StatusLookup, Tool, WriteContract, WriteStatus
+    from gateway.tool_context import CallerCards, ToolContext
+    from gateway.untrusted import WITHHELD, Untrusted
+    from gateway.upstream import UpstreamClient, UpstreamResponse
 
 __all__ = [
     "Access",
@@ -74,3 +80,59 @@ __all__ = [
     "request_json",
     "status_by_key",
 ]
+
+_HOMES: dict[str, str] = {
+    "Access": "gateway.tool",
+    "Approval": "gateway.tool",
+    "AuthError": "gateway.errors",
+    "CallerCards": "gateway.tool_context",
+    "Code": "gateway.codes",
+    "ConfigError": "gateway.errors",
+    "Decision": "gateway.decision",
+    "Envelope": "gateway.envelope",
+    "Escalation": "gateway.tool",
+    "GatewayError": "gateway.errors",
+    "KeyKind": "gateway.principal",
+    "Mode": "gateway.tool",
+    "OrgAdapters": "gateway.org_adapters",
+    "PathArgumentError": "gateway.errors",
+    "Principal": "gateway.principal",
+    "StatusLookup": "gateway.tool",
+    "StoreUnavailableError": "gateway.errors",
+    "Tool": "gateway.tool",
+    "ToolContext": "gateway.tool_context",
+    "ToolDeclarationError": "gateway.errors",
+    "Untrusted": "gateway.untrusted",
+    "UpstreamClient": "gateway.upstream",
+    "UpstreamError": "gateway.errors",
+    "UpstreamNotFoundError": "gateway.errors",
+    "UpstreamProtocolError": "gateway.errors",
+    "UpstreamRateLimitedError": "gateway.errors",
+    "UpstreamRefusedError": "gateway.errors",
+    "UpstreamResponse": "gateway.upstream",
+    "UpstreamTimeoutError": "gateway.errors",
+    "UpstreamUnavailableError": "gateway.errors",
+    "WITHHELD": "gateway.untrusted",
+    "WriteContract": "gateway.tool",
+    "WriteStatus": "gateway.tool",
+    "fill_path": "gateway.adapter_http",
+    "keyed_contract": "gateway.adapter_http",
+    "lookup_by_key": "gateway.adapter_http",
+    "request_json": "gateway.adapter_http",
+    "status_by_key": "gateway.adapter_http",
+}
+"""Where each exported name is defined. Imported on first use (PEP 562), so `import gateway`, which every
+module of the package runs first, costs nothing: the command line starts without loading pydantic."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'gateway' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -23,8 +23,10 @@ from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
 from gateway.audit_archive import AuditArchive
+from gateway.audit_forwarder import AuditForwarder
 from gateway.audit_secret import audit_secret
 from gateway.auth import BearerAuth
+from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
 from gateway.catalog import Catalog
 from gateway.console import console_routes
@@ -32,11 +34,13 @@ from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
 from gateway.identity import IdentityHeaders
+from gateway.ledger import Ledger
 from gateway.limiter import AddressBudgets
 from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
-from gateway.oauth_resource import ScopeChecks, protected_resource_routes
+from gateway.notifier import Notifier, delivery_loops
+from gateway.oauth_resource import protected_resource_routes, resource_server
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
@@ -44,17 +48,20 @@ from gateway.registry.service import RegistryService
 from gateway.settings import AdapterSettings, Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_export import AuditExportCursor
+from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.limiter import RedisRateLimiter
+from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
-from gateway.token_verifier import TokenVerifier
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.upstream import UpstreamClient
 from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.webhook_post import WebhookPoster
 from gateway.worker import Worker
 
 __all__ = [
@@ -65,6 +72,7 @@ __all__ = [
     "backend_client",
     "build_gateway",
     "create_app",
+    "notify_loops",
     "tools_for",
 ]
 
@@ -140,10 +148,18 @@ class Gateway:
     health: AdapterHealth
     registry: RegistryService
     archiver: AuditArchiver
+    cards: Ledger
+    """`ledger` as the executor and the worker move cards: with notifications when any are configured."""
+    notifier: Notifier | None
+    """Delivers notifications; None when no webhook is configured."""
+    poster: WebhookPoster
+    forwarder: AuditForwarder | None
+    """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
 
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()
+        await self.poster.aclose()
         await self.redis.aclose()
 
 
@@ -184,6 +200,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
                          fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
                          limits=settings.limits)  # fmt: skip
+    notify = settings.notifications
+    outbox = RedisNotificationOutbox(client)
+    # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
+    cards: Ledger = (
+        AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
+        if notify.webhooks
+        else ledger
+    )
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -214,7 +238,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         audit=audit,
         clients=clients,
         identity=identity,
-        ledger=ledger,
+        ledger=cards,
         guard=guard,
         live_principal=keys.live_principal,
         healthy=health.healthy,
@@ -222,6 +246,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
+    )
+    poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
+    notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
+    trail, exporting = AuditTrail(audit, AuditArchive(settings.archive_dir)), settings.audit_export
+    forwarder = (
+        AuditForwarder(trail, AuditExportCursor(client), exporting, poster, product_version=_version())
+        if exporting
+        else None
     )
     return Gateway(
         redis=connection,
@@ -236,6 +268,10 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         health=health,
         registry=registry,
         archiver=archiver,
+        cards=cards,
+        notifier=notifier,
+        poster=poster,
+        forwarder=forwarder,
     )
 
 
@@ -261,21 +297,28 @@ def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, An
     )
 
 
+def notify_loops(gateway: Gateway, settings: Settings) -> list[Coroutine[Any, Any, None]]:
+    """The notification and live audit export loops of `serve` and `worker` (`gateway.notifier.delivery_loops`)."""
+    return delivery_loops(gateway.notifier, gateway.forwarder, notify_seconds=settings.notifications.poll_seconds)
+
+
 def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:
     return run_forever(step, what=what, pause_seconds=seconds, retry_on=(StoreUnavailableError, UpstreamError))
 
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, the audit archive, and (by default) the worker."""
+    """The live tool source's refresh, the health checks, the audit archive, notification delivery and the
+    live audit export (when configured), and (by default) the worker."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
         asyncio.create_task(audit_loop(gateway.archiver, settings)),
     ]
+    tasks.extend(asyncio.create_task(loop) for loop in notify_loops(gateway, settings))
     if settings.run_worker:
         tasks.append(
-            asyncio.create_task(Worker(gateway.executor.writes, gateway.ledger).run(), name="countersign-worker")
+            asyncio.create_task(Worker(gateway.executor.writes, gateway.cards).run(), name="countersign-worker")
         )
     try:
         yield
@@ -309,9 +352,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
     floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
-    # OAuth access tokens beside the keys, when an issuer is configured; their scopes are checked per tool call.
-    tokens = TokenVerifier(settings.oauth) if settings.oauth.issuers else None
-    scoped = ScopeChecks(surface.asgi, config=settings.oauth, audit=gateway.audit) if tokens else surface.asgi
+    tokens, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
     checked = MessageChecks(scoped, audit=gateway.audit)
     authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp",
                                floods=floods, tokens=tokens)  # fmt: skip
@@ -339,8 +380,6 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             async with surface.session_manager.run(), _background(gateway, settings):
                 yield
         finally:
-            if tokens is not None:
-                await tokens.aclose()
             await gateway.aclose()
 
     app = Starlette(

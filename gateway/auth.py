@@ -127,7 +127,8 @@ class BearerAuth:
         self._users: dict[Principal, AuthenticatedUser] = {}
         # Tokens open the surface whose resource is their audience: agents' /mcp, admins' API.
         self._surface = _SURFACES.get(kind)
-        resource = tokens.audience(self._surface) if tokens is not None and self._surface is not None else None
+        minted_for = tokens is not None and self._surface is not None and tokens.config.issuers_for(self._surface)
+        resource = tokens.audience(self._surface) if tokens is not None and self._surface and minted_for else None
         self._tokens = tokens if resource is not None else None
         self._challenge = f'Bearer realm="{realm}"' + (
             f', resource_metadata="{metadata_url(resource)}"' if resource is not None else ""

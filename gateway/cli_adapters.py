@@ -13,7 +13,6 @@ import argparse
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from gateway.audit import AuditSink
@@ -25,24 +24,7 @@ from gateway.registry.views import AdapterRegistration
 from gateway.settings import Settings
 from gateway.store.registry import RegistryStore
 
-__all__ = ["add_parser", "import_openapi", "run"]
-
-
-def add_parser(commands: Any, identity: argparse.ArgumentParser) -> None:
-    adapters = commands.add_parser("adapters", help="review and pin registered adapters").add_subparsers(
-        dest="adapters_command", required=True
-    )
-    review = adapters.add_parser("review", parents=[identity], help="registrations, their flags and diffs")
-    review.add_argument("--json", action="store_true")
-    accept = adapters.add_parser("accept", parents=[identity], help="serve the proposal you reviewed")
-    accept.add_argument("name")
-    accept.add_argument("--hash", required=True, help="the proposed_hash shown by review")
-    remove = adapters.add_parser("remove", parents=[identity], help="stop serving an adapter")
-    remove.add_argument("name")
-    drafting = adapters.add_parser("import-openapi", help="draft a manifest from an OpenAPI 3 document")
-    drafting.add_argument("spec", type=Path)
-    drafting.add_argument("--name", required=True)
-    drafting.add_argument("--base-url")
+__all__ = ["import_openapi", "run"]
 
 
 def import_openapi(args: argparse.Namespace) -> int:

@@ -16,57 +16,16 @@ from typing import Any
 
 from gateway.audit import AuditSink
 from gateway.card import CardState
-from gateway.card_service import OUTCOMES, CardService
+from gateway.card_service import CardService
 from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
 
-__all__ = ["COMMANDS", "add_parser", "run"]
+__all__ = ["COMMANDS", "run"]
 
 COMMANDS = ("list", "show", "approve", "reject", "cancel", "resolve")
-
-
-def add_parser(commands: Any, identity: argparse.ArgumentParser) -> None:
-    cards = commands.add_parser("cards", help="review and decide approval cards").add_subparsers(
-        dest="cards_command", required=True
-    )
-    listing = cards.add_parser("list", parents=[identity], help="cards of your org, newest first")
-    listing.add_argument("--state", choices=[state.value for state in CardState])
-    listing.add_argument("--tool")
-    listing.add_argument("--requester", help="the requesting agent's subject")
-    listing.add_argument("--limit", type=int, help="stop after this many cards (default: every matching card)")
-    listing.add_argument("--json", action="store_true", help="one JSON object per card")
-    show = cards.add_parser("show", parents=[identity], help="one card with its history")
-    show.add_argument("card_id")
-    show.add_argument("--json", action="store_true")
-    approve = cards.add_parser("approve", parents=[identity], help="approve a card exactly as you reviewed it")
-    approve.add_argument("card_id")
-    approve.add_argument("--version", type=int, required=True, help="the version shown by `cards show`")
-    approve.add_argument("--args-hash", required=True, help="the args_hash shown by `cards show`")
-    approve.add_argument("--comment", default="")
-    reject = cards.add_parser("reject", parents=[identity], help="veto a pending card")
-    reject.add_argument("card_id")
-    reject.add_argument("--reason", required=True)
-    cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
-    cancel.add_argument("card_id")
-    resolve = cards.add_parser("resolve", parents=[identity], help="settle a NEEDS_RECONCILIATION card")
-    resolve.add_argument("card_id")
-    resolve.add_argument("--outcome", choices=OUTCOMES, required=True)
-    resolve.add_argument(
-        "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
-    )
-
-
-def _json_object(text: str) -> dict[str, object]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not valid JSON") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
 
 
 async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:

@@ -16,21 +16,27 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.audit_formats import AuditExportTarget
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.notification import NotificationEvent, NotificationSettings, PayloadFormat, Webhook
 from gateway.oauth_config import OAuthSection
 
 __all__ = [
     "AdapterSection",
+    "AuditExportSection",
     "ConfigFile",
     "GatewaySection",
+    "NotificationsSection",
     "OrgSection",
     "RegistrySection",
+    "WebhookSection",
     "key_path",
     "read_config",
 ]
@@ -83,9 +89,7 @@ class AdapterSection(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return url
+        return url if url is None else _require_http(url)
 
 
 class OrgSection(BaseModel):
@@ -103,6 +107,105 @@ class RegistrySection(BaseModel):
     allowed_base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:*"])
 
 
+EventName = Literal["pending", "failed", "unknown", "needs_reconciliation"]
+_ALL_EVENTS: tuple[EventName, ...] = ("pending", "failed", "unknown", "needs_reconciliation")
+
+
+class WebhookSection(BaseModel):
+    """``[notifications.webhooks.<name>]``: one receiver of notifications, and whose cards it hears of."""
+
+    model_config = _CLOSED
+    url: str
+    secret_env: str = Field(min_length=1)
+    """The variable holding the HMAC key bodies are signed with (the receiver knows it too)."""
+    format: Literal["json", "slack"] = "json"
+    orgs: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    approver_roles: list[str] = Field(default_factory=lambda: ["*"], min_length=1)
+    events: list[EventName] = Field(default_factory=lambda: list(_ALL_EVENTS), min_length=1)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        return _require_http(url)
+
+
+class NotificationsSection(BaseModel):
+    """``[notifications]``: how notifications are delivered, and the link they carry."""
+
+    model_config = _CLOSED
+    console_url: str = "http://127.0.0.1:8765"
+    """The gateway's address as approvers reach it; card links point at ``<console_url>/admin/``."""
+    max_attempts: int = Field(default=10, ge=1)
+    retry_base_seconds: float = Field(default=1.0, gt=0)
+    retry_cap_seconds: float = Field(default=300.0, gt=0)
+    timeout_seconds: float = Field(default=5.0, gt=0)
+    poll_seconds: float = Field(default=1.0, gt=0)
+    webhooks: dict[str, WebhookSection] = Field(default_factory=dict)
+
+    def resolve(self, environ: Mapping[str, str]) -> NotificationSettings:
+        """These settings, each webhook's secret read from its variable.
+
+        Raises:
+            ConfigError: a webhook's ``secret_env`` is not set: an unsigned notification is never sent.
+        """
+        webhooks = []
+        for name, hook in self.webhooks.items():
+            secret = environ.get(hook.secret_env, "")
+            if not secret:
+                raise ConfigError(f"notifications.webhooks.{name}.secret_env: {hook.secret_env} is not set")
+            webhooks.append(
+                Webhook(
+                    name=name,
+                    url=hook.url,
+                    secret=secret,
+                    format=PayloadFormat(hook.format),
+                    orgs=frozenset(hook.orgs),
+                    approver_roles=frozenset(hook.approver_roles),
+                    events=frozenset(NotificationEvent(f"card.{event}") for event in hook.events),
+                )
+            )
+        return NotificationSettings(
+            console_url=self.console_url,
+            webhooks=tuple(webhooks),
+            max_attempts=self.max_attempts,
+            retry_base_seconds=self.retry_base_seconds,
+            retry_cap_seconds=self.retry_cap_seconds,
+            timeout_seconds=self.timeout_seconds,
+            poll_seconds=self.poll_seconds,
+        )
+
+
+class AuditExportSection(BaseModel):
+    """``[audit_export]``: post every new audit entry to a collector, signed like the notifications."""
+
+    model_config = _CLOSED
+    url: str | None = None
+    """Unset: no live export (``countersign audit export`` still prints the trail)."""
+    secret_env: str | None = None
+    format: Literal["jsonl", "ocsf"] = "jsonl"
+    batch: int = Field(default=500, ge=1, le=10_000)
+    poll_seconds: float = Field(default=1.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        return url if url is None else _require_http(url)
+
+    def resolve(self, environ: Mapping[str, str]) -> AuditExportTarget | None:
+        """The target, its secret read from its variable; None without a URL.
+
+        Raises:
+            ConfigError: a URL without a set ``secret_env``: nothing is exported unsigned.
+        """
+        if self.url is None:
+            return None
+        secret = environ.get(self.secret_env or "", "")
+        if not secret:
+            raise ConfigError(f"audit_export.secret_env: {self.secret_env or '(unset)'} must name a set variable")
+        return AuditExportTarget(url=self.url, secret=secret, format=self.format, batch=self.batch,
+                                 poll_seconds=self.poll_seconds)  # fmt: skip
+
+
 class ConfigFile(BaseModel):
     """The whole file. `adapters` and `orgs` stay None when their section is absent."""
 
@@ -113,6 +216,14 @@ class ConfigFile(BaseModel):
     registry: RegistrySection = RegistrySection()
     limits: Limits = Limits()
     oauth: OAuthSection = OAuthSection()
+    notifications: NotificationsSection = NotificationsSection()
+    audit_export: AuditExportSection = AuditExportSection()
+
+
+def _require_http(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return url
 
 
 def read_config(path: Path) -> ConfigFile:

@@ -62,7 +62,6 @@ class JwksSource:
         self._fetched_at = 0.0
         self._attempted_at: float | None = None
         self._lock = asyncio.Lock()
-        self._session: aiohttp.ClientSession | None = None
 
     async def key(self, kid: str | None) -> Mapping[str, Any] | None:
         """The JWK `kid` names (with no `kid`: the only key, if there is exactly one), or None.
@@ -78,10 +77,6 @@ class JwksSource:
             await self._refresh(now)
             found = self._find(kid)
         return found
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
 
     def _find(self, kid: str | None) -> Mapping[str, Any] | None:
         if not self._keys:
@@ -128,9 +123,12 @@ class JwksSource:
         raise last
 
     async def _get(self, url: str) -> dict[str, Any]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS))
-        async with self._session.get(url, allow_redirects=False) as response:
+        # A session per fetch: fetches are rare (a refresh), and nothing is left open to close.
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(url, allow_redirects=False) as response,
+        ):
             if response.status != 200:
                 raise ValueError(f"{url} answered {response.status}")
             body = await response.content.read(MAX_JWKS_BYTES + 1)

@@ -27,10 +27,20 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import caller_of
 from gateway.codes import Code
 from gateway.oauth_config import OAuthSection, Surface, metadata_url
+from gateway.token_verifier import TokenVerifier
 
-__all__ = ["ScopeChecks", "protected_resource_routes"]
+__all__ = ["ScopeChecks", "protected_resource_routes", "resource_server"]
 
 _ROOT = "/.well-known/oauth-protected-resource"
+
+
+def resource_server(config: OAuthSection, app: ASGIApp, *, audit: AuditSink) -> tuple[TokenVerifier, ScopeChecks]:
+    """The verifier `gateway.auth.BearerAuth` consults for tokens, and `app` behind the scope checks.
+
+    Both do nothing until `config` names an issuer: no surface takes tokens, and an API key's
+    principal is never scope-limited.
+    """
+    return TokenVerifier(config), ScopeChecks(app, config=config, audit=audit)
 
 
 def protected_resource_routes(config: OAuthSection) -> list[BaseRoute]:

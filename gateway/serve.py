@@ -33,7 +33,7 @@ from starlette.datastructures import Secret
 
 from backends.serve import QuietServer
 from gateway import demo
-from gateway.app import audit_loop, build_gateway, create_app, tools_for
+from gateway.app import audit_loop, build_gateway, create_app, notify_loops, tools_for
 from gateway.audit_secret import audit_secret
 from gateway.errors import ConfigError, UpstreamError
 from gateway.settings import AdapterSettings, Settings
@@ -226,9 +226,10 @@ async def run_worker(settings: Settings) -> None:
     # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
-        worker = Worker(gateway.executor.writes, gateway.ledger)
+        worker = Worker(gateway.executor.writes, gateway.cards)
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
+        delivering = [asyncio.create_task(loop) for loop in notify_loops(gateway, settings)]
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)
@@ -238,9 +239,10 @@ async def run_worker(settings: Settings) -> None:
         except asyncio.CancelledError:
             pass
         finally:
-            archiving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await archiving
+            for background in (archiving, *delivering):
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
             await gateway.aclose()

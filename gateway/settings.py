@@ -62,6 +62,8 @@ Every key the file may hold, with its default (the README's configuration tables
     [oauth.issuers.corp]
     issuer = "https://login.example"              # jwks_url unset: discovered from its metadata
     roles_claim = "roles"
+    [notifications]                               # webhooks told of cards: see the README
+    [audit_export]                                # live export of the audit trail: see the README
 
 An org's ``adapters`` also decide who reviews a registered adapter: the org's admins with the
 ``registry`` role may accept and remove exactly those (``registry-operator`` may for every one;
@@ -78,9 +80,11 @@ from pathlib import Path
 from starlette.config import Config
 from starlette.datastructures import Secret
 
+from gateway.audit_formats import AuditExportTarget
 from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.notification import NotificationSettings
 from gateway.oauth_config import OAuthSection
 from gateway.org_adapters import OrgAdapters
 
@@ -186,6 +190,10 @@ class Settings:
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    audit_export: AuditExportTarget | None = None
+    """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
+    """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
     """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     oauth: OAuthSection = field(default_factory=OAuthSection)
     """The OAuth resource server (`gateway.oauth_config`): trusted issuers; none, API keys only."""
@@ -305,6 +313,8 @@ class Settings:
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 limits=document.limits,
                 oauth=document.oauth,
+                notifications=document.notifications.resolve(environ),
+                audit_export=document.audit_export.resolve(environ),
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error

@@ -155,10 +155,6 @@ class TokenVerifier:
         self._keys[(name, kid, alg)] = (jwk, key)
         return key
 
-    async def aclose(self) -> None:
-        for source in self._sources.values():
-            await source.aclose()
-
 
 def principal_from_claims(
     name: str, issuer: IssuerSection, claims: Mapping[str, Any], surface: Surface

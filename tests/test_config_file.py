@@ -19,10 +19,13 @@ from pydantic import BaseModel
 from gateway import settings as settings_module
 from gateway.config_file import (
     AdapterSection,
+    AuditExportSection,
     ConfigFile,
     GatewaySection,
+    NotificationsSection,
     OrgSection,
     RegistrySection,
+    WebhookSection,
     key_path,
     read_config,
 )
@@ -41,6 +44,9 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "limits": Limits,
     "oauth": OAuthSection,
     "oauth.issuers.<name>": IssuerSection,
+    "notifications": NotificationsSection,
+    "notifications.webhooks.<name>": WebhookSection,
+    "audit_export": AuditExportSection,
 }
 
 
@@ -160,6 +166,8 @@ def test_the_models_defaults_are_the_settings_defaults() -> None:
     adapter, declared = AdapterSection(), AdapterSettings(name="x")
     assert (adapter.timeout_seconds, adapter.health_path) == (declared.timeout_seconds, declared.health_path)
     assert ConfigFile().limits == Settings().limits
+    assert ConfigFile().notifications.resolve({}) == Settings().notifications
+    assert ConfigFile().audit_export.resolve({}) is Settings().audit_export is None
 
 
 def _readme_tables() -> dict[str, dict[str, str]]:
@@ -178,7 +186,7 @@ def test_the_readme_documents_every_setting_with_its_default() -> None:
     assert set(tables) == set(SECTIONS)
     for section, model in SECTIONS.items():
         assert set(tables[section]) == set(model.model_fields), section
-        defaults = model.model_construct()  # a required key (an issuer's `issuer`) is documented in words
+        defaults = model.model_construct()  # a required key has no default, and its row says so in words
         for key, cell in tables[section].items():
             literal = re.fullmatch(r"`([^`]+)`", cell.strip())
             if literal is None:

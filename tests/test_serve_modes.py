@@ -161,7 +161,7 @@ async def test_a_revoked_key_stays_revoked_across_restarts(
                    "--subject", "alice@acme.example", "--org", "acme", "--roles", "staff")  # fmt: skip
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
-    key_id = created.stderr.split()[0]
+    key_id = created.stderr.splitlines()[-1].split()[0]  # after the line naming the store
     url = f"http://127.0.0.1:{port}/mcp"
     with serve(tmp_path, "serve", "--config", config, environ=environ) as process:
         process.wait_for(READY)

@@ -13,7 +13,7 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jwt
@@ -54,10 +54,8 @@ def _config(issuer: TokenIssuer, **section: Any) -> OAuthSection:
 
 
 @pytest.fixture
-async def verifier(issuer: TokenIssuer) -> AsyncIterator[TokenVerifier]:
-    tokens = TokenVerifier(_config(issuer))
-    yield tokens
-    await tokens.aclose()
+def verifier(issuer: TokenIssuer) -> TokenVerifier:
+    return TokenVerifier(_config(issuer))
 
 
 async def test_a_valid_token_is_its_person_with_roles_scopes_and_acting_client(
@@ -172,35 +170,27 @@ async def test_a_rotated_key_verifies_after_one_fetch_and_a_retired_one_stops(is
         fresh = TokenVerifier(_config(issuer, jwks_url=f"{issuer.url}/jwks"))
         verdict = await fresh.verify(issuer.mint(RESOURCE, key=old), "mcp")
         assert verdict.principal is None and verdict.reason == "unknown signing key"
-        await fresh.aclose()
     finally:
         issuer.keys[:] = original  # the module's issuer signs with its RSA key again
-        await tokens.aclose()
 
 
 async def test_a_flood_of_made_up_kids_fetches_the_key_set_at_most_once_more(issuer: TokenIssuer) -> None:
     """With a refresh interval, fifty unknown kids (concurrently) cost the issuer one fetch after the first."""
     tokens = TokenVerifier(_config(issuer, jwks_url=f"{issuer.url}/jwks", min_refresh_seconds=300))
-    try:
-        assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
-        before = issuer.hits["/jwks"]
-        made_up = [issuer.mint(RESOURCE, headers={"kid": secrets.token_hex(8)}) for _ in range(50)]
-        verdicts = await asyncio.gather(*(tokens.verify(token, "mcp") for token in made_up))
-        assert all(v.principal is None and v.reason == "unknown signing key" for v in verdicts)
-        assert issuer.hits["/jwks"] - before <= 1
-    finally:
-        await tokens.aclose()
+    assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
+    before = issuer.hits["/jwks"]
+    made_up = [issuer.mint(RESOURCE, headers={"kid": secrets.token_hex(8)}) for _ in range(50)]
+    verdicts = await asyncio.gather(*(tokens.verify(token, "mcp") for token in made_up))
+    assert all(v.principal is None and v.reason == "unknown signing key" for v in verdicts)
+    assert issuer.hits["/jwks"] - before <= 1
 
 
 async def test_keys_are_found_through_the_issuers_metadata(issuer: TokenIssuer) -> None:
     """With no jwks_url, the key set is the one the issuer's RFC 8414 metadata names."""
     before = issuer.hits["/.well-known/oauth-authorization-server"]
     tokens = TokenVerifier(_config(issuer))
-    try:
-        assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
-        assert issuer.hits["/.well-known/oauth-authorization-server"] == before + 1
-    finally:
-        await tokens.aclose()
+    assert (await tokens.verify(issuer.mint(RESOURCE), "mcp")).principal is not None
+    assert issuer.hits["/.well-known/oauth-authorization-server"] == before + 1
 
 
 async def test_metadata_naming_another_issuer_is_not_trusted_for_keys(issuer: TokenIssuer) -> None:
@@ -212,7 +202,6 @@ async def test_metadata_naming_another_issuer_is_not_trusted_for_keys(issuer: To
         assert verdict.principal is None and verdict.reason == "unknown signing key"
     finally:
         issuer.metadata_issuer = None
-        await tokens.aclose()
 
 
 async def test_keys_older_than_their_age_are_fetched_again(issuer: TokenIssuer) -> None:
@@ -233,7 +222,6 @@ async def test_keys_older_than_their_age_are_fetched_again(issuer: TokenIssuer) 
         assert verdict.principal is None and verdict.reason == "unknown signing key"
     finally:
         issuer.keys[:] = original
-        await tokens.aclose()
 
 
 async def test_a_delegated_token_carries_its_actor_chain_and_never_opens_the_admin_api(
@@ -255,11 +243,8 @@ async def test_a_delegated_token_carries_its_actor_chain_and_never_opens_the_adm
 async def test_roles_come_from_scopes_through_the_map(issuer: TokenIssuer) -> None:
     """`scope_roles` turns granted scopes into roles, beside (or instead of) a roles claim."""
     tokens = TokenVerifier(_config(issuer, roles_claim=None, scope_roles={"cards:approve": ["approver"]}))
-    try:
-        verdict = await tokens.verify(issuer.mint(ADMIN, scope="cards:approve", roles=["root"]), "admin")
-        assert verdict.principal is not None and verdict.principal.roles == {"approver"}
-    finally:
-        await tokens.aclose()
+    verdict = await tokens.verify(issuer.mint(ADMIN, scope="cards:approve", roles=["root"]), "admin")
+    assert verdict.principal is not None and verdict.principal.roles == {"approver"}
 
 
 def test_only_jwt_shaped_credentials_go_to_the_verifier() -> None:
@@ -281,9 +266,6 @@ def test_any_tampered_byte_is_refused(issuer: TokenIssuer, part: int, index: int
 
     async def verify() -> Any:
         tokens = TokenVerifier(_config(issuer, jwks_url=f"{issuer.url}/jwks"))
-        try:
-            return await tokens.verify(".".join(segments), "mcp")
-        finally:
-            await tokens.aclose()
+        return await tokens.verify(".".join(segments), "mcp")
 
     assert asyncio.run(verify()).principal is None

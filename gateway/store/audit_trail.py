@@ -56,6 +56,22 @@ class AuditTrail:
         async for entry in self.live(last):
             yield entry
 
+    async def after(self, after_id: str, limit: int) -> list[Entry]:
+        """Up to `limit` entries newer than `after_id` (``""``: from the first), archive then stream, oldest first.
+
+        The archive is read only while `after_id` is older than its newest entry (an exporter catching up)."""
+        found: list[Entry] = []
+        archived_last = self._archive.last_id()
+        if archived_last and (not after_id or _newer(archived_last, after_id)):
+            for entry, _where in self._archive.entries():
+                if after_id and not _newer(entry[0], after_id):
+                    continue
+                found.append(entry)
+                if len(found) >= limit:
+                    return found
+            after_id = archived_last
+        return found + await self._stream.entries(after_id, limit - len(found))
+
     async def recent(self, count: int) -> list[AuditEvent]:
         """The newest `count` events, oldest first, from the stream and, when it holds fewer, the archive."""
         archived_last = self._archive.last_id()

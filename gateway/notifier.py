@@ -1,0 +1,152 @@
+"""The notification delivery loop: take due notifications from the outbox, post them, reschedule failures.
+
+Who runs it: `serve` and `worker`, in the background (`gateway.app`), never on a request's path:
+a receiver that is down or slow delays only its own notifications. What it asks: the outbox
+(`gateway.store.notifications.RedisNotificationOutbox`), the configured webhooks by name, a `Post`
+(`gateway.webhook_post.WebhookPoster`) and the audit sink. It decides nothing about which card
+deserves a notification (`gateway.card_alerts` did).
+
+Each attempt is signed afresh (a new timestamp) with the same notification id. A 2xx answer
+finishes the notification; anything else, or no answer, reschedules it after
+`policies.outcome.backoff_ms` (doubling from `retry_base_ms`, capped at `retry_cap_ms`) until
+`max_attempts`, when it is abandoned. Delivered, retried and abandoned are audited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.codes import Code
+from gateway.errors import StoreUnavailableError, UpstreamError
+from gateway.loops import run_forever
+from gateway.notification import Notification, NotificationSettings, Webhook, signed_headers
+from gateway.store.notifications import RedisNotificationOutbox
+from policies.outcome import backoff_ms
+
+if TYPE_CHECKING:
+    from gateway.audit_forwarder import AuditForwarder
+
+__all__ = ["Notifier", "Post", "delivery_loops"]
+
+
+class Post(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> int:
+        """The receiver's status. Raises `UpstreamError` when there is none."""
+        ...
+
+
+class Notifier:
+    """Delivers what the outbox holds, at least once per notification."""
+
+    def __init__(
+        self,
+        outbox: RedisNotificationOutbox,
+        webhooks: Mapping[str, Webhook],
+        poster: Post,
+        audit: AuditSink,
+        *,
+        max_attempts: int = 10,
+        retry_base_ms: int = 1000,
+        retry_cap_ms: int = 300_000,
+        lease_ms: int = 30_000,
+        batch: int = 16,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._outbox = outbox
+        self._webhooks = webhooks
+        self._poster = poster
+        self._audit = audit
+        self._max_attempts = max_attempts
+        self._base_ms, self._cap_ms = retry_base_ms, retry_cap_ms
+        self._lease_ms = lease_ms  # longer than a post's deadline: a live attempt is never taken twice
+        self._batch = batch
+        self._clock = clock
+
+    @classmethod
+    def configured(
+        cls, outbox: RedisNotificationOutbox, settings: NotificationSettings, poster: Post, audit: AuditSink
+    ) -> Notifier:
+        """The notifier of the ``[notifications]`` section: its webhooks, attempts and backoff."""
+        return cls(
+            outbox,
+            {hook.name: hook for hook in settings.webhooks},
+            poster,
+            audit,
+            max_attempts=settings.max_attempts,
+            retry_base_ms=int(settings.retry_base_seconds * 1000),
+            retry_cap_ms=int(settings.retry_cap_seconds * 1000),
+            lease_ms=int((settings.timeout_seconds + 5) * 1000),
+        )
+
+    async def deliver_due(self) -> int:
+        """Deliver every notification due now, `batch` at a time, concurrently. Returns how many were tried."""
+        tried = 0
+        while True:
+            taken = await self._outbox.take(limit=self._batch, lease_ms=self._lease_ms)
+            await asyncio.gather(*(self._deliver(notification) for notification in taken))
+            tried += len(taken)
+            if len(taken) < self._batch:
+                return tried
+
+    async def _deliver(self, notification: Notification) -> None:
+        webhook = self._webhooks.get(notification.webhook)
+        if webhook is None:  # its webhook was removed from the configuration since
+            await self._outbox.finish(notification.id)
+            await self._record(notification, "abandoned", code=Code.NOT_FOUND, reason="webhook no longer configured")
+            return
+        headers = signed_headers(notification.id, notification.body, webhook.secret, int(self._clock()))
+        try:
+            status: int | None = await self._poster.post(webhook.url, notification.body.encode(), headers)
+            why = f"HTTP {status}"
+        except UpstreamError as error:
+            status, why = None, str(error)
+        if status is not None and 200 <= status < 300:
+            await self._outbox.finish(notification.id)
+            await self._record(notification, "delivered", attempts=notification.attempts + 1)
+            return
+        attempts = notification.attempts + 1
+        if attempts >= self._max_attempts:
+            await self._outbox.finish(notification.id)
+            await self._record(notification, "abandoned", code=Code.UPSTREAM_UNAVAILABLE, reason=why, attempts=attempts)
+            return
+        delay = backoff_ms(attempts - 1, base_ms=self._base_ms, cap_ms=self._cap_ms)
+        await self._outbox.reschedule(replace(notification, attempts=attempts), delay_ms=delay)
+        await self._record(notification, "retry", code=Code.UPSTREAM_UNAVAILABLE, reason=why, attempts=attempts,
+                           delay_ms=delay)  # fmt: skip
+
+    async def _record(
+        self, notification: Notification, outcome: str, *, code: str = "", reason: str = "", attempts: int = 0,
+        delay_ms: int | None = None,
+    ) -> None:  # fmt: skip
+        extra = {"notification_id": notification.id, "webhook": notification.webhook, "attempts": str(attempts)}
+        if delay_ms is not None:
+            extra["retry_in_ms"] = str(delay_ms)
+        event = AuditEvent(
+            action=f"notification.{outcome}",
+            outcome="ok" if outcome == "delivered" else "error",
+            code=code,
+            reason=reason,
+            extra=extra,
+        )
+        await self._audit.record(event)
+
+
+def delivery_loops(
+    notifier: Notifier | None, forwarder: AuditForwarder | None, *, notify_seconds: float
+) -> list[Coroutine[Any, Any, None]]:
+    """The background loops that deliver notifications and the live audit export, off every request's
+    path; none when neither is configured. A refused export batch is tried again each poll."""
+    loops = []
+    if notifier is not None:
+        loops.append(run_forever(notifier.deliver_due, what="notification delivery", pause_seconds=notify_seconds,
+                                 retry_on=(StoreUnavailableError,)))  # fmt: skip
+    if forwarder is not None:
+        every = forwarder.poll_seconds
+        loops.append(run_forever(forwarder.forward_due, what="audit export", pause_seconds=every,
+                                 retry_on=(StoreUnavailableError, UpstreamError), retry_seconds=every))  # fmt: skip
+    return loops

@@ -1,0 +1,107 @@
+"""The live audit export against a real receiver (Starlette under uvicorn) and a real Redis.
+
+The receiver refuses the first batch: the cursor stays, the batch is sent again, then the rest
+follows in order, archive included, each batch signed like a notification.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from backends.serve import serve_app_in_thread
+from gateway.audit import AuditEvent
+from gateway.audit_archive import AuditArchive
+from gateway.audit_formats import AuditExportTarget
+from gateway.audit_forwarder import AuditForwarder
+from gateway.errors import UpstreamError
+from gateway.notification import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_export import AuditExportCursor
+from gateway.store.audit_trail import AuditTrail
+from gateway.webhook_post import WebhookPoster
+from tests.support.receiver import Receiver
+from tests.support.services import TEST_AUDIT_SECRET
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "export-secret-0123456789"
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    hook = Receiver()
+    with serve_app_in_thread(hook.app()) as base:
+        yield hook, f"{base}/hook"
+
+
+@pytest.fixture
+async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(quiet_redis_url)
+    await client.flushdb()
+    yield client
+    await client.flushdb()
+    await client.aclose()
+
+
+async def test_every_entry_reaches_the_receiver_once_acknowledged_in_order_and_signed(
+    quiet: Redis, receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    hook, url = receiver
+    hook.fail_first = 1
+    sink = RedisStreamAuditSink(quiet, secret=TEST_AUDIT_SECRET.encode())
+    for number in range(5):
+        await sink.record(AuditEvent(action="key.create", outcome="ok", subject=f"s{number}"))
+    archive = AuditArchive(tmp_path / "audit")
+    assert await AuditArchiver(quiet, archive, keep_entries=2, keep_minutes=0).archive_once() == 3
+    cursor = AuditExportCursor(quiet)
+    poster = WebhookPoster(timeout_seconds=5)
+    forwarder = AuditForwarder(AuditTrail(sink, archive), cursor, AuditExportTarget(url=url, secret=SECRET, batch=2,
+                               format="ocsf"), poster, product_version="9.9")  # fmt: skip
+    try:
+        with pytest.raises(UpstreamError):
+            await forwarder.forward_due()  # refused: nothing acknowledged
+        assert await cursor.position() == ""
+        assert await forwarder.forward_due() == 5
+        await sink.record(AuditEvent(action="card.approve", outcome="ok", subject="late"))
+        assert await forwarder.forward_due() == 1
+        assert await forwarder.forward_due() == 0
+    finally:
+        await poster.aclose()
+    refused, *taken = hook.received
+    assert refused.status == 503 and refused.body == taken[0].body  # the same batch again
+    lines = [json.loads(line) for request in taken for line in request.body.splitlines()]
+    assert [line["actor"]["user"]["name"] for line in lines] == ["s0", "s1", "s2", "s3", "s4", "late"]
+    assert [len(r.body.splitlines()) for r in taken] == [2, 2, 1, 1]  # archive, archive+stream, stream
+    ids = [line["metadata"]["uid"] for line in lines]
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-")))) and len(set(ids)) == 6
+    assert await cursor.position() == ids[-1]
+    for request in hook.received:
+        stamp = int(request.headers[TIMESTAMP_HEADER.lower()])
+        assert verify(SECRET, stamp, request.body, request.headers[SIGNATURE_HEADER.lower()], now=int(time.time()))
+        assert request.headers[ID_HEADER.lower()].startswith("aud_")
+
+
+async def test_only_the_lease_holder_exports(quiet: Redis, receiver: tuple[Receiver, str], tmp_path: Path) -> None:
+    """A second process sends nothing while the first holds the lease."""
+    hook, url = receiver
+    sink = RedisStreamAuditSink(quiet, secret=TEST_AUDIT_SECRET.encode())
+    await sink.record(AuditEvent(action="key.create", outcome="ok"))
+    trail, target = AuditTrail(sink, AuditArchive(tmp_path)), AuditExportTarget(url=url, secret=SECRET)
+    poster = WebhookPoster(timeout_seconds=5)
+    first = AuditForwarder(trail, AuditExportCursor(quiet), target, poster, product_version="1")
+    second = AuditForwarder(trail, AuditExportCursor(quiet), target, poster, product_version="1")
+    try:
+        assert await first.forward_due() == 1
+        await sink.record(AuditEvent(action="key.revoke", outcome="ok"))
+        assert await second.forward_due() == 0
+        assert await first.forward_due() == 1
+    finally:
+        await poster.aclose()
+    assert len(hook.received) == 2
