@@ -337,6 +337,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     surface = McpSurface(
         catalog=gateway.catalog,
         executor=gateway.executor.agent,
+        tasks=gateway.executor.tasks,
         version=_version(),
         stateless=settings.mcp_stateless,
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),

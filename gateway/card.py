@@ -151,6 +151,8 @@ class Card:
     created_ms: int
     decide_by_ms: int
     execute_by_ms: int | None = None
+    execute_within_ms: int = 0
+    """How long an approved card may wait to run (execute_by is approval time plus this); 0 when unknown."""
     fence: int = 0
     dispatched: bool = False
     attempts: int = 0

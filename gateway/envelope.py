@@ -28,6 +28,10 @@ _MESSAGES: Mapping[Code, str] = {
     Code.QUOTA_EXCEEDED: "You have as many cards awaiting a decision as allowed; wait for one to be decided, "
     "or cancel one, before proposing another.",
     Code.APPROVAL_REQUIRED: "This action needs an administrator's approval.",
+    Code.REJECTED: "An administrator rejected this request; nothing was written.",
+    Code.EXPIRED: "This request was not decided, or not run, in time; nothing was written.",
+    Code.WRITE_FAILED: "The approved write was refused by the backend; nothing was written.",
+    Code.CANCELLED: "This request was withdrawn before it ran; nothing was written.",
     Code.UPSTREAM_UNAVAILABLE: "The backend is unavailable; try again later.",
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
@@ -46,11 +50,15 @@ class Envelope:
     """Whether the human render carries third-party text."""
     _model: Mapping[str, Any] = field(compare=False)
     _human: str | None = field(default=None, compare=False)
+    card_id: str | None = None
+    """The approval card a write proposal filed (or found open); None for every other result."""
 
     @classmethod
-    def ok(cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False) -> Envelope:
+    def ok(
+        cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False, card_id: str | None = None
+    ) -> Envelope:
         """A successful result. `model` must already be safe for the model (see `untrusted`)."""
-        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human)
+        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human, card_id=card_id)
 
     @classmethod
     def refused(

@@ -7,6 +7,9 @@ model projection. Both protocol eras the SDK speaks are served by one session ma
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
 `gateway.mcp_sessions`) and the per-request 2026-07-28 envelope.
 
+A client that declares task support follows a write proposal as a task bound to its card
+(`gateway.mcp_tasks`); any other client gets the card receipt and the approvals tools.
+
 A listed tool says what it does: its ``outputSchema`` covers every structured result it can answer,
 refusals included (`gateway.tool_schema`); its hints are what the tool declares, and a hint it did
 not declare is left out. A 2026-era listing is ``cacheScope: private`` (a catalog is one caller's)
@@ -19,7 +22,6 @@ and an unknown name reads exactly like a forbidden one.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -31,19 +33,16 @@ from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
 from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import caller_of, principal_of
+from gateway.auth import caller_of
 from gateway.catalog import Catalog
 from gateway.codes import Code
-from gateway.envelope import Envelope
-from gateway.executor import AgentPath
+from gateway.executor import AgentPath, TaskPath
 from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
-from gateway.principal import Principal
+from gateway.mcp_tasks import McpTasks, request_principal, tool_result
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
 
@@ -62,6 +61,7 @@ class McpSurface:
         *,
         catalog: Catalog,
         executor: AgentPath,
+        tasks: TaskPath,
         version: str,
         stateless: bool,
         catalog_ttl_ms: int,
@@ -91,11 +91,14 @@ class McpSurface:
                 "nothing changes until an administrator approves."
             ),
             on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
             # Without this lookup the SDK runs the whole tools/list handler inside every 2026-era
             # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
             get_tool_input_schema=self._input_schema,
         )
+        # tools/call answers a CallToolResult, or a task for a client that follows tasks.
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        self._tasks = McpTasks(tasks)
+        self._tasks.install(self.server)
         # Host and Origin are checked in front of this surface, before authentication, with stable
         # codes and an audit event (`gateway.mcp_edge.HeaderChecks`): the SDK's check would repeat it.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -144,7 +147,7 @@ class McpSurface:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        principal = _principal(ctx)
+        principal = request_principal(ctx)
         if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
             connection = getattr(ctx.session, "_connection", ctx.session)
@@ -166,13 +169,40 @@ class McpSurface:
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
-        envelope = await self._executor.execute(_principal(ctx), params.name, params.arguments)
-        return _result(envelope)
+    ) -> types.CallToolResult | dict[str, Any]:
+        envelope = await self._executor.execute(request_principal(ctx), params.name, params.arguments)
+        if envelope.card_id is not None:
+            task = await self._tasks.proposal(ctx, envelope.card_id)
+            if task is not None:
+                return task
+        return tool_result(envelope)
 
 
 class _Server(Server[Any]):
-    """The SDK server, advertising that the tool list can change (adapters are accepted live)."""
+    """The SDK server, advertising that the tool list can change (adapters are accepted live), and on
+    the 2025-11-25 handshake the experimental tasks (tools/call, tasks/list, tasks/cancel)."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
+        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return capabilities  # 2026-07-28 offers tasks only as the extension
+        tasks = types.ServerTasksCapability(
+            list=types.TasksListCapability(),
+            cancel=types.TasksCancelCapability(),
+            requests=types.ServerTasksRequestsCapability(
+                tools=types.TasksToolsCapability(call=types.TasksCallCapability())
+            ),
+        )
+        return capabilities.model_copy(update={"tasks": tasks})
 
     def create_initialization_options(
         self,
@@ -185,13 +215,6 @@ class _Server(Server[Any]):
         )
 
 
-def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
-    request = ctx.request
-    if request is None:
-        raise MCPError(INVALID_REQUEST, "Countersign serves MCP over authenticated HTTP only")
-    return principal_of(request.scope)
-
-
 def _definition(tool: Tool, box: Toolbox) -> types.Tool:
     return types.Tool(
         name=tool.name,
@@ -200,6 +223,8 @@ def _definition(tool: Tool, box: Toolbox) -> types.Tool:
         input_schema=dict(box.input_schema(tool.name)),
         output_schema=dict(box.output_schema(tool.name)),
         annotations=_annotations(tool),
+        # 2025-11-25: a write may be followed as a task (the 2026 tasks extension needs no per-tool flag).
+        execution=types.ToolExecution(task_support="optional") if tool.mode is Mode.WRITE else None,
     )
 
 
@@ -229,11 +254,3 @@ def _described(tool: Tool) -> str:
     if tool.mode is not Mode.WRITE or tool.description.startswith(PROPOSAL_PREFIX):
         return tool.description
     return f"{PROPOSAL_PREFIX}; nothing happens until an administrator approves. {tool.description}"
-
-
-def _result(envelope: Envelope) -> types.CallToolResult:
-    structured = envelope.for_model()
-    text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
-    return types.CallToolResult(
-        content=[types.TextContent(text=text)], structured_content=structured, is_error=envelope.is_error
-    )

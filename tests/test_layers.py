@@ -46,6 +46,7 @@ PLACES: dict[str, int] = {
     "gateway.mcp_surface": SURFACE,
     "gateway.mcp_sessions": SURFACE,
     "gateway.mcp_edge": SURFACE,
+    "gateway.mcp_tasks": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,
     "gateway.route_table": SURFACE,
@@ -99,6 +100,7 @@ PLACES: dict[str, int] = {
     "gateway.tool_context": VOCABULARY,
     "gateway.tool_schema": VOCABULARY,
     "gateway.toolbox": VOCABULARY,
+    "gateway.task_states": VOCABULARY,
     "gateway.untrusted": VOCABULARY,
     "gateway.upstream": VOCABULARY,
     # policies: pure functions over the vocabulary, importable from every layer

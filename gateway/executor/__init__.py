@@ -4,6 +4,8 @@
   write becomes a card, never an execution), reads within their deadline, sealing.
 * `WritePath` (``writes.py``) serves the worker: claim, binding re-checks, DISPATCHED before the
   send, one send with the card's own key, classification, and reconciliation of unknown outcomes.
+* `TaskPath` (``tasks.py``) serves the MCP surface's tasks: a principal's own proposals read,
+  listed and cancelled as tasks, through the same own-card piece as the approvals tools.
 * `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`.
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from gateway.audit import AuditSink
 from gateway.executor.agent import AgentPath
 from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
 from gateway.limiter import RateLimiter
@@ -34,7 +37,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "Invoker", "WritePath"]
+__all__ = ["AgentPath", "Executor", "Invoker", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,6 +46,7 @@ class Executor:
 
     agent: AgentPath
     writes: WritePath
+    tasks: TaskPath
 
     @classmethod
     def build(
@@ -72,4 +76,4 @@ class Executor:
             live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
             reconcile_horizon_ms=reconcile_horizon_ms,
         )  # fmt: skip
-        return cls(agent=agent, writes=writes)
+        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))

@@ -242,7 +242,7 @@ class AgentPath:
         existing = created.status is TransitionStatus.EXISTING
         extra = {"card_id": card.card_id, "existing": str(existing).lower()}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
-        return Envelope.ok(card_for_agent(card, existing=existing))
+        return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
 
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
         """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""

@@ -1,4 +1,5 @@
-"""The built-in approvals tools' view of the ledger, bound to one principal (`CallerCards`)."""
+"""A principal's own approval cards (`LedgerCallerCards`): the one piece behind the built-in
+approvals tools (views through the `CallerCards` Protocol) and MCP tasks (the cards themselves)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from gateway.card import Card
 from gateway.card_views import card_for_agent
-from gateway.ledger import Ledger, TransitionStatus
+from gateway.ledger import Ledger, Transition, TransitionStatus
 from gateway.principal import Principal, normalize_subject
 from gateway.tool_context import CallerCards
 
@@ -29,20 +30,38 @@ class LedgerCallerCards(CallerCards):
         )
         return card if mine else None
 
+    async def card(self, card_id: str) -> Card | None:
+        """The caller's card `card_id`, or None (no such card, or someone else's)."""
+        return self._own(await self._ledger.get(card_id))
+
+    async def cards(self, limit: int) -> list[Card]:
+        """The caller's most recent cards, newest first, at most `limit`."""
+        own = (self._principal.org, self._principal.subject)
+        cards = [card for card in await self._ledger.recent(limit=limit, requester=own) if self._own(card) is not None]
+        return cards[:limit]
+
+    async def withdraw(self, card_id: str) -> tuple[Card, Transition] | None:
+        """Cancel the caller's card `card_id`: the card as found and the ledger's answer (None: not found).
+
+        The ledger cancels only an open card (PENDING, APPROVED); any other state is refused, unchanged.
+        """
+        card = await self.card(card_id)
+        if card is None:
+            return None
+        return card, await self._ledger.cancel(card_id, actor=self._principal.subject)
+
     async def status(self, card_id: str) -> Mapping[str, Any] | None:
-        card = self._own(await self._ledger.get(card_id))
+        card = await self.card(card_id)
         return card_for_agent(card) if card is not None else None
 
     async def mine(self, limit: int) -> list[Mapping[str, Any]]:
-        own = (self._principal.org, self._principal.subject)
-        cards = [card for card in await self._ledger.recent(limit=limit, requester=own) if self._own(card) is not None]
-        return [card_for_agent(card) for card in cards[:limit]]
+        return [card_for_agent(card) for card in await self.cards(limit)]
 
     async def cancel(self, card_id: str) -> Mapping[str, Any] | None:
-        card = self._own(await self._ledger.get(card_id))
-        if card is None:
+        withdrawn = await self.withdraw(card_id)
+        if withdrawn is None:
             return None
-        result = await self._ledger.cancel(card_id, actor=self._principal.subject)
+        card, result = withdrawn
         if result.status is TransitionStatus.ERR_NOT_DURABLE:
             # Maybe applied, not confirmed: not acknowledged as done (ARCHITECTURE invariant 7).
             view = card_for_agent(card)

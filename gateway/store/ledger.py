@@ -368,6 +368,7 @@ def _card(f: Mapping[str, str]) -> Card:
         created_ms=int(f["created_ms"]),
         decide_by_ms=int(f["decide_by_ms"]),
         execute_by_ms=_optional_int(f.get("execute_by_ms")),
+        execute_within_ms=int(f.get("execute_within_ms") or 0),
         fence=int(f.get("fence") or 0),
         dispatched=f.get("dispatched") == "1",
         attempts=int(f.get("attempts") or 0),

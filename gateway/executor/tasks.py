@@ -1,0 +1,172 @@
+"""A principal's write proposals followed as MCP tasks: read, list, cancel (`TaskPath`).
+
+Who calls it: the MCP surface, for ``tasks/*`` requests and to answer a task-capable client's
+proposal with its task. A task is its card (`gateway.task_states`); the card is reached only
+through `LedgerCallerCards`, the same piece the approvals tools use, so a task of another
+principal answers exactly like one that does not exist (NOT_FOUND).
+
+Every request is audited once (``task.get``, ``task.result``, ``task.list``, ``task.cancel``), like
+an approvals tool call; a refusal is a `Code` value, never an exception. An answer that could not be
+audited is withheld (LEDGER_UNAVAILABLE), as the agent path does for reads. It knows no protocol
+era and no wire shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+import anyio
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.card import Card
+from gateway.codes import Code
+from gateway.errors import StoreUnavailableError
+from gateway.executor.caller_cards import LedgerCallerCards
+from gateway.ledger import Ledger, TransitionStatus
+from gateway.principal import Principal
+from gateway.printable import escape_unprintable
+from gateway.task_states import TaskState, task_of
+
+__all__ = ["TaskPath"]
+
+logger = logging.getLogger(__name__)
+
+MAX_LISTED = 100
+"""The most tasks one ``tasks/list`` answers: the caller's newest cards."""
+
+
+class TaskPath:
+    """The caller's own cards as tasks."""
+
+    def __init__(self, *, ledger: Ledger, audit: AuditSink, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._ledger = ledger
+        self._audit = audit
+        self._clock = clock
+
+    async def opened(self, principal: Principal, card_id: str) -> TaskState | Code:
+        """The task a proposal just filed, to answer the proposal with. Not audited: the proposal was."""
+        try:
+            card = await LedgerCallerCards(self._ledger, principal).card(card_id)
+            return Code.NOT_FOUND if card is None else await self._state(card)
+        except StoreUnavailableError:
+            return Code.LEDGER_UNAVAILABLE
+
+    async def get(self, principal: Principal, task_id: str) -> TaskState | Code:
+        """The caller's task `task_id` now (NOT_FOUND: none, or someone else's)."""
+        started = self._clock()
+        try:
+            card = await LedgerCallerCards(self._ledger, principal).card(task_id)
+            found = Code.NOT_FOUND if card is None else await self._state(card)
+        except StoreUnavailableError as error:
+            return await self._refused("task.get", principal, task_id, Code.LEDGER_UNAVAILABLE, started, error.cause)
+        return await self._answer("task.get", principal, task_id, found, started)
+
+    async def result(self, principal: Principal, task_id: str) -> TaskState | Code:
+        """The caller's task `task_id` once it is terminal, waiting (polling the ledger) until it is.
+
+        The wait has no bound of its own: the caller's request deadline, or its disconnect, ends it.
+        """
+        started = self._clock()
+        cards = LedgerCallerCards(self._ledger, principal)
+        try:
+            card = await cards.card(task_id)
+            state = Code.NOT_FOUND if card is None else await self._state(card)
+            while isinstance(state, TaskState) and not state.terminal:
+                await anyio.sleep(state.poll_interval_ms / 1000)
+                card = await cards.card(task_id)
+                state = Code.NOT_FOUND if card is None else await self._state(card)
+        except StoreUnavailableError as error:
+            return await self._refused("task.result", principal, task_id, Code.LEDGER_UNAVAILABLE, started, error.cause)
+        return await self._answer("task.result", principal, task_id, state, started)
+
+    async def list(self, principal: Principal) -> list[TaskState] | Code:
+        """The caller's newest tasks, newest first (at most `MAX_LISTED`): never anyone else's."""
+        started = self._clock()
+        try:
+            cards = await LedgerCallerCards(self._ledger, principal).cards(MAX_LISTED)
+            states = [await self._state(card) for card in cards]
+        except StoreUnavailableError as error:
+            return await self._refused("task.list", principal, "", Code.LEDGER_UNAVAILABLE, started, error.cause)
+        recorded = await self._record("task.list", principal, "", "ok", started, extra={"count": str(len(states))})
+        return states if recorded else Code.LEDGER_UNAVAILABLE
+
+    async def cancel(self, principal: Principal, task_id: str) -> tuple[TaskState, bool] | Code:
+        """Cancel the caller's task `task_id` while its card can still be cancelled (PENDING, APPROVED).
+
+        Returns the task as it is after the attempt, and whether this request cancelled it (False:
+        the card was already past cancelling, running or terminal, and is unchanged).
+        NOT_FOUND: none, or someone else's. LEDGER_UNAVAILABLE: not confirmed durable, or no ledger.
+        """
+        started = self._clock()
+        try:
+            withdrawn = await LedgerCallerCards(self._ledger, principal).withdraw(task_id)
+            if withdrawn is None:
+                reason = "no such task for this caller"
+                return await self._refused("task.cancel", principal, task_id, Code.NOT_FOUND, started, reason)
+            card, transition = withdrawn
+            if transition.status is TransitionStatus.ERR_NOT_DURABLE:
+                # Maybe applied, not confirmed: not acknowledged as done (ARCHITECTURE invariant 7).
+                reason = f"cancellation not confirmed durable ({'; '.join(transition.problems)})"
+                return await self._refused("task.cancel", principal, task_id, Code.LEDGER_UNAVAILABLE, started, reason)
+            state = await self._state(transition.card or card)
+        except StoreUnavailableError as error:
+            return await self._refused("task.cancel", principal, task_id, Code.LEDGER_UNAVAILABLE, started, error.cause)
+        outcome = {"cancelled": str(transition.ok).lower(), "state": (transition.card or card).state.value}
+        answered = await self._answer("task.cancel", principal, task_id, state, started, extra=outcome)
+        return answered if isinstance(answered, Code) else (answered, transition.ok)
+
+    async def _state(self, card: Card) -> TaskState:
+        events = await self._ledger.events(card.card_id)
+        updated = max((event.last_at_ms or event.at_ms for event in events), default=card.created_ms)
+        return task_of(card, updated_ms=updated)
+
+    async def _answer(
+        self,
+        action: str,
+        principal: Principal,
+        task_id: str,
+        found: TaskState | Code,
+        started: float,
+        *,
+        extra: Mapping[str, str] | None = None,
+    ) -> TaskState | Code:
+        if isinstance(found, Code):
+            return await self._refused(action, principal, task_id, found, started, "no such task for this caller")
+        if not await self._record(action, principal, task_id, "ok", started, extra=extra):
+            return Code.LEDGER_UNAVAILABLE  # the answer is withheld: it was not audited
+        return found
+
+    async def _refused(
+        self, action: str, principal: Principal, task_id: str, code: Code, started: float, reason: str
+    ) -> Code:
+        await self._record(action, principal, task_id, "deny", started, code=code.value, reason=reason)
+        return code
+
+    async def _record(
+        self,
+        action: str,
+        principal: Principal,
+        task_id: str,
+        outcome: str,
+        started: float,
+        *,
+        code: str = "",
+        reason: str = "",
+        extra: Mapping[str, str] | None = None,
+    ) -> bool:
+        return await self._audit.record(
+            AuditEvent(
+                action=action,
+                outcome=outcome,
+                subject=principal.subject,
+                org=principal.org,
+                key_id=principal.key_id,
+                code=code,
+                reason=reason,
+                latency_ms=(self._clock() - started) * 1000,
+                # The task id is the caller's text: kept printable, and bounded by the event itself.
+                extra={**({"task_id": escape_unprintable(task_id)} if task_id else {}), **(extra or {})},
+            )
+        )
