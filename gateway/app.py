@@ -354,9 +354,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
     tokens, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
-    checked = MessageChecks(scoped, audit=gateway.audit)
-    authenticated = BearerAuth(checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp",
-                               floods=floods, tokens=tokens)  # fmt: skip
+    authenticated = BearerAuth(MessageChecks(scoped, audit=gateway.audit), keys=agent_keys, kind=KeyKind.AGENT,
+                               audit=gateway.audit, realm="mcp", floods=floods, tokens=tokens)  # fmt: skip
     mcp_endpoint = HeaderChecks(
         authenticated,
         audit=gateway.audit,

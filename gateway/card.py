@@ -39,6 +39,7 @@ __all__ = [
     "CardState",
     "decision_of",
     "delegation_of",
+    "stored_delegation",
     "outcome_of",
     "verify_chain",
 ]
@@ -183,6 +184,11 @@ class Card:
     @property
     def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
+
+
+def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
+    """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
+    return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
 
 
 def delegation_of(stored: str | None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.card import Card, CardEvent, CardState, delegation_of
+from gateway.card import Card, CardEvent, CardState, delegation_of, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
@@ -153,7 +153,6 @@ class RedisLedger:
             "requester_org": proposal.requester_org,
             "requester_key_id": proposal.requester_key_id,
             "requester_roles": ",".join(sorted(proposal.requester_roles)),
-            "delegation": canonical_json({"acting_client": proposal.acting_client, "actors": list(proposal.actors)}),
             "approvals_required": str(proposal.approvals_required),
             "approver_role": proposal.approver_role,
             "summary": proposal.summary,
@@ -162,7 +161,7 @@ class RedisLedger:
             # Minted once, here, and stored before anything is sent; never regenerated.
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
-        }
+        } | stored_delegation(proposal.acting_client, proposal.actors)
         cap = self._limits.open_cards(org)
         result = await self._eval(
             "propose",
