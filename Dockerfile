@@ -20,4 +20,8 @@ ENV COUNTERSIGN_MODE=production \
     COUNTERSIGN_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8765
+# Liveness: the process answers HTTP. Readiness (/readyz: Redis, ledger durability, audit, backends,
+# worker) is for the load balancer or orchestrator, which should stop routing rather than restart.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/healthz', timeout=2)"]
 CMD ["countersign", "serve"]

@@ -121,6 +121,9 @@ def _config(app: ASGIApp, host: str, port: int, lifespan: bool) -> uvicorn.Confi
         host=host,
         port=port,
         log_level="warning",
+        # No logging config of uvicorn's own: its records go through whatever the program set up (the
+        # gateway's JSON or plain lines), rather than a second format on the same stream.
+        log_config=None,
         # Backends have no lifespan; the gateway's app needs its own (it runs the MCP session manager).
         lifespan="on" if lifespan else "off",
         ws="none",

@@ -6,9 +6,11 @@ import os
 import sys
 
 from gateway.cli import main as _main
+from gateway.tracing import configure as _configure_tracing
 
 
 def main() -> None:
+    _configure_tracing(os.environ)  # the standard OTEL_* variables; nothing set: a no-op tracer
     sys.exit(_main(sys.argv[1:], os.environ))
 
 

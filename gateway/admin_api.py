@@ -264,12 +264,12 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
 
 def admin_routes(
     service: CardService,
+    tokens: TokenVerifier | None = None,
     *,
     keys: KeyStore,
     audit: AuditSink,
     floods: AddressBudgets,
     tables: Sequence[RouteTable] = (),
-    tokens: TokenVerifier | None = None,
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 

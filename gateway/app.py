@@ -17,8 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from gateway.admin_api import admin_routes
@@ -33,6 +32,7 @@ from gateway.console import console_routes
 from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor
 from gateway.health import AdapterHealth
+from gateway.http_telemetry import HttpTelemetry
 from gateway.identity import IdentityHeaders
 from gateway.ledger import Ledger
 from gateway.limiter import AddressBudgets
@@ -41,6 +41,7 @@ from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
 from gateway.notifier import Notifier, delivery_loops
 from gateway.oauth_resource import protected_resource_routes, resource_server
+from gateway.ops_api import ops_routes
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
@@ -307,9 +308,9 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 
 @contextlib.asynccontextmanager
-async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[None]:
+async def _background(gateway: Gateway, settings: Settings, workers: list[asyncio.Task[None]]) -> AsyncIterator[None]:
     """The live tool source's refresh, the health checks, the audit archive, notification delivery and the
-    live audit export (when configured), and (by default) the worker."""
+    live audit export (when configured), and (by default) the worker, whose task joins `workers`."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
@@ -320,6 +321,7 @@ async def _background(gateway: Gateway, settings: Settings) -> AsyncIterator[Non
         tasks.append(
             asyncio.create_task(Worker(gateway.executor.writes, gateway.cards).run(), name="countersign-worker")
         )
+        workers.append(tasks[-1])
     try:
         yield
     finally:
@@ -353,9 +355,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
     floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
-    tokens, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
+    oauth, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
     authenticated = BearerAuth(MessageChecks(scoped, audit=gateway.audit), keys=agent_keys, kind=KeyKind.AGENT,
-                               audit=gateway.audit, realm="mcp", floods=floods, tokens=tokens)  # fmt: skip
+                               audit=gateway.audit, realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
     mcp_endpoint = HeaderChecks(
         authenticated,
         audit=gateway.audit,
@@ -365,19 +367,18 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
-    async def health(request: Request) -> JSONResponse:
-        try:
-            await gateway.redis.ping()
-        except StoreUnavailableError as error:
-            return JSONResponse({"ok": False, "redis": error.cause}, status_code=503)
-        return JSONResponse({"ok": True})
+    workers: list[asyncio.Task[None]] = []
+    running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
+    ops = ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
+                     archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
+                     worker_running=running) + protected_resource_routes(settings.oauth)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
-            async with surface.session_manager.run(), _background(gateway, settings):
+            async with surface.session_manager.run(), _background(gateway, settings, workers):
                 yield
         finally:
             await gateway.aclose()
@@ -385,15 +386,14 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     app = Starlette(
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
-            Route("/healthz", health, methods=["GET"]),
+            *ops,
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
-            *admin_routes(
-                cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods, tokens=tokens
-            ),
-            *protected_resource_routes(settings.oauth),
+            *admin_routes(cards, oauth, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,
+        # Outermost: a span per admin and registry request, and the access log (gateway.http_telemetry).
+        middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway
     app.state.mcp = surface

@@ -48,6 +48,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
 from gateway.limiter import AddressBudgets
+from gateway.log_context import bind_key_id
 from gateway.oauth_config import Surface, metadata_url
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer
@@ -171,6 +172,7 @@ class BearerAuth:
 
     async def _admit(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         scope[PRINCIPAL_SCOPE_KEY] = principal
+        bind_key_id(principal.key_id)  # log records of this request name its key id (never the token)
         scope["user"] = self._user(principal)
         await self.app(scope, receive, send)
 

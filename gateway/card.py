@@ -161,6 +161,8 @@ class Card:
     """When the latest send was recorded (DISPATCHED), by the Redis clock."""
     first_dispatched_ms: int | None = None
     """When the first send was recorded: from then on the backend may know the key."""
+    approved_ms: int | None = None
+    """When the approval quorum was reached (APPROVED), by the Redis clock; None while undecided."""
     resend: bool = False
     """Claimed again after an UNKNOWN outcome: the key may already have reached the backend, so the
     card never goes back to APPROVED or EXPIRED, and a refusal of its send proves nothing."""

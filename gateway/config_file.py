@@ -73,6 +73,11 @@ class GatewaySection(BaseModel):
     audit_archive_seconds: float = Field(default=10.0, gt=0)
     redis_connect_timeout_seconds: float = Field(default=0.5, gt=0)
     redis_timeout_seconds: float = Field(default=0.5, gt=0)
+    log_format: Literal["plain", "json"] = "plain"
+    access_log: bool = False
+    metrics_token_env: str = Field(default="COUNTERSIGN_METRICS_TOKEN", min_length=1)
+    """The variable holding the bearer token ``/metrics`` requires; unset variable: loopback peers only."""
+    worker_metrics_port: int = Field(default=0, ge=0, le=65535)
 
 
 class AdapterSection(BaseModel):

@@ -26,7 +26,8 @@ import logging
 from typing import Any
 
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server._otel import OpenTelemetryMiddleware
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
@@ -34,6 +35,8 @@ from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import context as otel_context
+from opentelemetry import propagate
 from starlette.types import Scope
 
 from gateway.audit import AuditEvent, AuditSink
@@ -41,10 +44,12 @@ from gateway.auth import caller_of
 from gateway.catalog import Catalog
 from gateway.codes import Code
 from gateway.executor import AgentPath, TaskPath
+from gateway.log_context import bind_key_id
 from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.mcp_tasks import McpTasks, request_principal, tool_result
 from gateway.tool import Mode, Tool
 from gateway.toolbox import Toolbox
+from gateway.tracing import installed
 
 __all__ = ["McpSurface"]
 
@@ -95,6 +100,13 @@ class McpSurface:
             # tools/call, to check Mcp-Param headers. The executor enforces access regardless.
             get_tool_input_schema=self._input_schema,
         )
+        # Outermost, before the SDK's own span: name the caller for the logs, and let an HTTP
+        # `traceparent` parent the MCP span when `params._meta` carries none.
+        self.server.middleware.insert(0, _request_context)
+        if not installed():
+            # No tracer provider: the SDK's span per message would be a no-op that still switches
+            # contexts, the largest telemetry cost of a call (bench/telemetry_cost.py).
+            self.server.middleware = [m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         # tools/call answers a CallToolResult, or a task for a client that follows tasks.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self._tasks = McpTasks(tasks)
@@ -213,6 +225,27 @@ class _Server(Server[Any]):
         return super().create_initialization_options(
             notification_options or NotificationOptions(tools_changed=True), experimental_capabilities, extensions
         )
+
+
+async def _request_context(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Bind the request's key id for log records, and its HTTP trace context where ``_meta`` has none.
+
+    Messages of a handshake-era session run outside the HTTP request that delivered them, so
+    neither would otherwise reach the handler."""
+    request = ctx.request
+    if request is None:
+        return await call_next(ctx)
+    principal = caller_of(request.scope)
+    if principal is not None:
+        bind_key_id(principal.key_id)
+    header = request.headers.get("traceparent")
+    if header is None or (ctx.meta is not None and "traceparent" in ctx.meta):
+        return await call_next(ctx)
+    token = otel_context.attach(propagate.extract(request.headers))
+    try:
+        return await call_next(ctx)
+    finally:
+        otel_context.detach(token)
 
 
 def _definition(tool: Tool, box: Toolbox) -> types.Tool:

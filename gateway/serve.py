@@ -36,6 +36,8 @@ from gateway import demo
 from gateway.app import audit_loop, build_gateway, create_app, notify_loops, tools_for
 from gateway.audit_secret import audit_secret
 from gateway.errors import ConfigError, UpstreamError
+from gateway.logs import LogFormat, configure_logging
+from gateway.metrics import serve_metrics
 from gateway.settings import AdapterSettings, Settings
 from gateway.stopping import Stopper
 from gateway.store.client import connect
@@ -148,6 +150,7 @@ async def run(settings: Settings) -> None:
     Raises:
         ConfigError: from `preflight`, `listen` or the startup; everything started is stopped first.
     """
+    configure_logging(_log_format(settings), access_log=settings.access_log)
     with Stopper() as stopper:
         print(f"Countersign is starting in {'demo' if settings.demo else 'production'} mode.", flush=True)
         preflight(settings)
@@ -171,6 +174,8 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
                 host=ready.host,
                 port=ready.port,
                 log_level="warning",
+                log_config=None,  # uvicorn's records go through the gateway's handler (gateway.logs)
+                access_log=False,  # the gateway writes its own, without headers (settings.access_log)
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
                 lifespan="on",
             )
@@ -223,10 +228,13 @@ async def run_worker(settings: Settings) -> None:
     missing = sorted(name for name, adapter in settings.adapters.items() if adapter.url is None)
     if missing:
         raise ConfigError(f"a separate worker needs backend URLs for: {', '.join(missing)} (see --config)")
+    configure_logging(_log_format(settings))
     # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
         worker = Worker(gateway.executor.writes, gateway.cards)
+        # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.
+        stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
         delivering = [asyncio.create_task(loop) for loop in notify_loops(gateway, settings)]
@@ -245,6 +253,8 @@ async def run_worker(settings: Settings) -> None:
                     await background
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
+            if stop_metrics is not None:
+                stop_metrics()
             await gateway.aclose()
         print("Countersign worker stopped.", flush=True)
 
@@ -268,6 +278,10 @@ async def _announce(server: uvicorn.Server, demo_registration: tuple[str, str, s
             " countersign adapters review; countersign adapters accept expenses --hash <proposed hash>",
             flush=True,
         )
+
+
+def _log_format(settings: Settings) -> LogFormat:
+    return "json" if settings.log_format == "json" else "plain"
 
 
 def _local_host(host: str) -> str:

@@ -37,6 +37,10 @@ Every key the file may hold, with its default (the README's configuration tables
     audit_archive_seconds = 10         # how often serve and worker archive
     redis_connect_timeout_seconds = 0.5  # a Redis that cannot be reached fails a request this fast
     redis_timeout_seconds = 0.5        # and one that does not answer (503 / LEDGER_UNAVAILABLE)
+    log_format = "plain"               # or "json": one object per line (COUNTERSIGN_LOG_FORMAT wins)
+    access_log = false                 # a log line per HTTP request (COUNTERSIGN_ACCESS_LOG wins)
+    metrics_token_env = "COUNTERSIGN_METRICS_TOKEN"  # env var of the token /metrics requires (unset: loopback only)
+    worker_metrics_port = 0            # `countersign worker` serves its metrics on 127.0.0.1:<port> (0: off)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"  # omit (demo mode only) to start the demo backend in-process
@@ -55,13 +59,7 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
-    [oauth]                                       # see gateway.oauth_config; no issuer: API keys only
-    resource = "https://gateway.example/mcp"      # the audience of agents' tokens
-    tool_scopes = { "rooms_*" = ["rooms"] }       # scopes a token needs, by tool-name pattern
-
-    [oauth.issuers.corp]
-    issuer = "https://login.example"              # jwks_url unset: discovered from its metadata
-    roles_claim = "roles"
+    [oauth]                                       # tokens of trusted issuers beside API keys: see the README
     [notifications]                               # webhooks told of cards: see the README
     [audit_export]                                # live export of the audit trail: see the README
 
@@ -200,6 +198,16 @@ class Settings:
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
+    log_format: str = "plain"
+    """``plain`` (timestamped lines) or ``json`` (one object per line): ``[gateway] log_format`` or
+    ``COUNTERSIGN_LOG_FORMAT`` (`gateway.logs`)."""
+    access_log: bool = False
+    """One log line per HTTP request (``countersign.access``): ``[gateway] access_log`` or
+    ``COUNTERSIGN_ACCESS_LOG``."""
+    metrics_token: Secret | None = field(default=None, repr=False)
+    """Bearer token ``/metrics`` requires; None: it answers loopback peers only (`gateway.ops_api`)."""
+    worker_metrics_port: int = 0
+    """Where `countersign worker` serves its metrics (on 127.0.0.1, no token); 0: nowhere. `serve` has ``/metrics``."""
 
     @property
     def archive_dir(self) -> Path:
@@ -212,6 +220,8 @@ class Settings:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be between 1 and 65535, not {self.port}")
+        if self.log_format not in ("plain", "json"):
+            raise ConfigError(f"log_format must be plain or json, not {self.log_format!r}")
 
     @property
     def org_adapters(self) -> OrgAdapters:
@@ -286,6 +296,7 @@ class Settings:
         redis_url = env("REDIS_URL", default=None) or gateway.redis_url
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
+        metrics_env = gateway.metrics_token_env
         try:
             return cls(
                 redis_url=redis_url,
@@ -315,6 +326,10 @@ class Settings:
                 oauth=document.oauth,
                 notifications=document.notifications.resolve(environ),
                 audit_export=document.audit_export.resolve(environ),
+                log_format=env("LOG_FORMAT", default=gateway.log_format),
+                access_log=env("ACCESS_LOG", cast=bool, default=gateway.access_log),
+                metrics_token=Secret(environ[metrics_env]) if environ.get(metrics_env) else None,
+                worker_metrics_port=gateway.worker_metrics_port,
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error

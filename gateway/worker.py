@@ -24,11 +24,15 @@ import logging
 import os
 import socket
 
+from opentelemetry.trace import SpanKind
+
 from gateway.card import CardState
 from gateway.errors import StoreUnavailableError
 from gateway.executor import WritePath
 from gateway.ledger import Ledger, OutboxEntry
 from gateway.loops import run_forever
+from gateway.metrics import worker_step
+from gateway.tracing import span
 
 __all__ = ["Worker"]
 
@@ -80,7 +84,12 @@ class Worker:
         return len(entries)
 
     async def _handle(self, entry: OutboxEntry) -> None:
-        await self._executor.run_approved(entry.card_id, worker=self.name)
+        # Each step is the root of its own trace (nothing upstream is waiting on it), tagged with its card.
+        with (
+            span("worker run_approved", card_id=entry.card_id, kind=SpanKind.CONSUMER, root=True),
+            worker_step("run_approved"),
+        ):
+            await self._executor.run_approved(entry.card_id, worker=self.name)
         await self._ledger.ack(entry)
 
     async def sweep_once(self) -> int:
@@ -88,13 +97,18 @@ class Worker:
         now_ms = await self._ledger.server_time_ms()
         due = await self._ledger.due(now_ms=now_ms)
         for card_id in due:
-            card = await self._ledger.get(card_id)
-            if card is None or card.state in (CardState.PENDING, CardState.APPROVED):
-                await self._ledger.sweep_open(card_id, requeue_ms=self._requeue_ms)
-            elif card.state is CardState.EXECUTING:
-                recovered = await self._ledger.recover(card_id)
-                if recovered.extra.get("action") == "unknown":
-                    logger.warning("card %s: worker lost its lease after dispatch; outcome unknown", card_id)
-            elif card.state is CardState.UNKNOWN:
-                await self._executor.reconcile(card_id, worker=self.name)
+            # Only a due card opens a span: an idle sweep, four times a second, would be noise.
+            with span("worker sweep", card_id=card_id, root=True), worker_step("sweep"):
+                await self._move_on(card_id)
         return len(due)
+
+    async def _move_on(self, card_id: str) -> None:
+        card = await self._ledger.get(card_id)
+        if card is None or card.state in (CardState.PENDING, CardState.APPROVED):
+            await self._ledger.sweep_open(card_id, requeue_ms=self._requeue_ms)
+        elif card.state is CardState.EXECUTING:
+            recovered = await self._ledger.recover(card_id)
+            if recovered.extra.get("action") == "unknown":
+                logger.warning("card %s: worker lost its lease after dispatch; outcome unknown", card_id)
+        elif card.state is CardState.UNKNOWN:
+            await self._executor.reconcile(card_id, worker=self.name)

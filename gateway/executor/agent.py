@@ -54,11 +54,13 @@ from gateway.executor.invoke import Invoker, args_hash
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
+from gateway.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.tool import Mode, Tool, is_key_field
 from gateway.toolbox import ToolSource
+from gateway.tracing import annotate
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
 from policies.approval import approvals_required
@@ -240,6 +242,7 @@ class AgentPath:
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
         existing = created.status is TransitionStatus.EXISTING
+        count_proposal(tool.name, existing=existing)
         extra = {"card_id": card.card_id, "existing": str(existing).lower()}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
@@ -294,6 +297,11 @@ class AgentPath:
         extra: Mapping[str, str] | None = None,
     ) -> bool:
         """Audit one call. Returns whether the event landed in the trail (and remembers it)."""
+        seconds = self._clock() - started
+        # The one count per call, beside its one audit event. A name the catalog does not serve is
+        # any string an agent sent: it is counted as unknown, never as a label of its own.
+        count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
+        annotate(code=code)
         self._audited = await self._audit.record(
             AuditEvent(
                 action=action,
@@ -304,7 +312,7 @@ class AgentPath:
                 tool=name,
                 code=code,
                 reason=reason,
-                latency_ms=(self._clock() - started) * 1000,
+                latency_ms=seconds * 1000,
                 extra=_with_acting_client(principal, extra or {}),
             )
         )

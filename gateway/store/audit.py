@@ -25,6 +25,7 @@ from redis.exceptions import RedisError
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
 from gateway.audit_chain import GENESIS, ChainHead, entry_mac
+from gateway.metrics import count_refusal
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 
 __all__ = ["RedisStreamAuditSink", "audit_keys", "entry_fields"]
@@ -88,6 +89,8 @@ class RedisStreamAuditSink:
 
     async def record(self, event: AuditEvent) -> bool:
         """Append `event` to the chain; False (the event logged instead) when that is not possible."""
+        if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
+            count_refusal(event.action, event.code)
         fields = event.to_fields()
         if self._secret is None:
             logger.error("audit sink has no chain secret; event: %s", fields)

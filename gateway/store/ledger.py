@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.card import Card, CardEvent, CardState, delegation_of, stored_delegation
+from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
@@ -53,7 +53,10 @@ from gateway.store.ledger_layout import (
 )
 from gateway.store.ledger_layout import tag as _tag
 from gateway.store.ledger_prelude import PRELUDE
+from gateway.store.ledger_rows import card_from_fields as _card
+from gateway.store.ledger_rows import event_from_fields as _event
 from gateway.store.ledger_scripts import SCRIPTS
+from gateway.store.ledger_telemetry import observed
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
 
@@ -105,6 +108,7 @@ class RedisLedger:
         key, requester = open_cards_key(requester_shard(org, subject)), requester_tag(org, subject)
         return int(await self._client.zlexcount(key, f"[{requester}:", f"({requester};"))
 
+    @observed  # a span, a count and the card's latencies per transition (gateway.store.ledger_telemetry)
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
         """Run one script and confirm it durable, in one round trip; every script call goes through here."""
         if self._waitaof is None:
@@ -339,62 +343,4 @@ def _transition(raw: bytes | str) -> Transition:
     extra = answer.get("extra") or {}
     return Transition(
         status=TransitionStatus(answer["status"]), card=_card(fields) if fields else None, extra=extra if extra else {}
-    )
-
-
-def _optional_int(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
-
-
-def _card(f: Mapping[str, str]) -> Card:
-    return Card(
-        card_id=f["card_id"],
-        tool=f["tool"],
-        tool_version=f["tool_version"],
-        arguments=json.loads(f["arguments"]),
-        args_hash=f["args_hash"],
-        requester_subject=f["requester_subject"],
-        requester_org=f["requester_org"],
-        requester_key_id=f["requester_key_id"],
-        state=CardState(f["state"]),
-        version=int(f["version"]),
-        idempotency_key=f["idempotency_key"],
-        transaction_id=f["transaction_id"],
-        approvals_required=int(f["approvals_required"]),
-        approvers=tuple(json.loads(f.get("approvers") or "[]")),
-        summary=f["summary"],
-        agent_text=json.loads(f.get("agent_text") or "{}"),
-        created_ms=int(f["created_ms"]),
-        decide_by_ms=int(f["decide_by_ms"]),
-        execute_by_ms=_optional_int(f.get("execute_by_ms")),
-        execute_within_ms=int(f.get("execute_within_ms") or 0),
-        fence=int(f.get("fence") or 0),
-        dispatched=f.get("dispatched") == "1",
-        attempts=int(f.get("attempts") or 0),
-        dispatched_ms=_optional_int(f.get("dispatched_ms")),
-        first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
-        resend=f.get("resend") == "1",
-        reference=f.get("reference") or None,
-        evidence=json.loads(f.get("evidence") or "{}"),
-        rejection=json.loads(f.get("rejection") or "{}"),
-        approver_role=f.get("approver_role", "approver"),
-        requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
-        **delegation_of(f.get("delegation")),
-    )
-
-
-def _event(f: Mapping[str, str]) -> CardEvent:
-    return CardEvent(
-        seq=int(f["seq"]),
-        type=f["type"],
-        actor=f["actor"],
-        state=f["state"],
-        version=int(f["version"]),
-        at_ms=int(f["at"]),
-        data=json.loads(f["data"]),
-        data_raw=f["data"],
-        prev=f["prev"],
-        hash=f["hash"],
-        repeats=int(f.get("repeats") or 0),
-        last_at_ms=_optional_int(f.get("last_at")),
     )
