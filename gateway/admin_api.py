@@ -278,7 +278,8 @@ def admin_routes(
     an encoded newline included) answers JSON: 404 NOT_FOUND for a path no route matches, 405
     METHOD_NOT_ALLOWED with an Allow header for a wrong method, 500 INTERNAL_ERROR for a bug. openapi.json is
     behind the key too: it holds no secret, but the admin surface tells a caller without an admin
-    key nothing at all, and every legitimate consumer of it holds one.
+    key nothing at all, and every legitimate consumer of it holds one. With `tokens`, an admin's
+    access token of an issuer that mints for the admin API opens it too (roles from its claims).
 
     Raises:
         ValueError: a table mounted outside ``/admin/api``, or one method and path declared twice.
