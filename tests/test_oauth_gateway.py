@@ -181,7 +181,9 @@ async def test_nobody_in_a_delegation_chain_approves_the_card_it_produced(deploy
     act = {"sub": "agent-7@acme.example", "act": {"sub": "planner"}}
     delegated = deployed.token(sub="bob@acme.example", act=act, scope="rooms:write")
     async with agent(deployed.resource, delegated) as client:
-        card_id = payload(await client.call_tool("rooms_book", {**BOOKING, "date": "2026-12-21"}))["card_id"]
+        card_id = payload(
+            await client.call_tool("rooms_book", {**BOOKING, "date": "2027-02-09", "start": "14:00", "end": "15:00"})
+        )["card_id"]
 
     def bearer(token: str) -> dict[str, str]:
         return {"authorization": f"Bearer {token}"}
