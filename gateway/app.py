@@ -200,7 +200,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
     ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
                          fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
-                         limits=settings.limits)  # fmt: skip
+                         limits=settings.limits, min_replicas=settings.min_replicas)  # fmt: skip
     notify = settings.notifications
     outbox = RedisNotificationOutbox(client)
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.

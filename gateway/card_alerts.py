@@ -137,8 +137,13 @@ class AlertingLedger:
     async def ensure_outbox_group(self) -> None:
         await self._ledger.ensure_outbox_group()
 
-    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> Sequence[OutboxEntry]:
-        return await self._ledger.read_outbox(consumer, block_ms=block_ms, count=count)
+    def outbox_shards(self) -> Sequence[int]:
+        return self._ledger.outbox_shards()
+
+    async def read_outbox(
+        self, consumer: str, *, block_ms: int, count: int = 16, shard: int | None = None
+    ) -> Sequence[OutboxEntry]:
+        return await self._ledger.read_outbox(consumer, block_ms=block_ms, count=count, shard=shard)
 
     async def ack(self, entry: OutboxEntry) -> None:
         await self._ledger.ack(entry)

@@ -55,6 +55,15 @@ class GatewaySection(BaseModel):
     port: int = Field(default=8765, ge=1, le=65535)
     redis_url: str | None = None
     """An external Redis; unset, the embedded server of `data_dir` (``COUNTERSIGN_REDIS_URL`` wins)."""
+    redis_sentinels: list[str] | None = Field(default=None, min_length=1)
+    """Sentinels (``host:port``) to ask for the master `redis_master_name`, instead of `redis_url`."""
+    redis_master_name: str | None = Field(default=None, min_length=1)
+    redis_cluster_nodes: list[str] | None = Field(default=None, min_length=1)
+    """Seed nodes (``host:port``) of a Redis Cluster, instead of `redis_url`."""
+    redis_username: str | None = None
+    redis_password_env: str | None = Field(default=None, min_length=1)
+    """The variable holding the password of `redis_sentinels`' master or `redis_cluster_nodes`."""
+    redis_tls: bool = False
     data_dir: str = ".countersign"
     allowed_hosts: list[str] | None = Field(default=None, min_length=1)
     """``Host`` headers accepted on /mcp (``host:port``, ``host:*``); unset, the loopback names."""
@@ -78,6 +87,8 @@ class GatewaySection(BaseModel):
     metrics_token_env: str = Field(default="COUNTERSIGN_METRICS_TOKEN", min_length=1)
     """The variable holding the bearer token ``/metrics`` requires; unset variable: loopback peers only."""
     worker_metrics_port: int = Field(default=0, ge=0, le=65535)
+    min_replicas: int = Field(default=0, ge=0)
+    """Replicas that must confirm every ledger transition (``WAITAOF``/``WAIT``) before it counts."""
 
 
 class AdapterSection(BaseModel):

@@ -256,7 +256,16 @@ class Ledger(Protocol):
 
     async def ensure_outbox_group(self) -> None: ...
 
-    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> Sequence[OutboxEntry]: ...
+    def outbox_shards(self) -> Sequence[int]:
+        """The outbox's shards: one stream each, in one Cluster slot each, and one reader each."""
+        ...
+
+    async def read_outbox(
+        self, consumer: str, *, block_ms: int, count: int = 16, shard: int | None = None
+    ) -> Sequence[OutboxEntry]:
+        """New entries for `consumer`: from `shard`'s stream, waiting up to `block_ms` for the first; or,
+        without a shard, from every stream once, without waiting."""
+        ...
 
     async def ack(self, entry: OutboxEntry) -> None: ...
 

@@ -21,7 +21,13 @@ Every key the file may hold, with its default (the README's configuration tables
     [gateway]
     host = "127.0.0.1"                 # anything but loopback needs allowed_hosts and allowed_origins
     port = 8765
-    redis_url = "redis://..."          # default: the embedded server of data_dir
+    redis_url = "redis://..."          # default: the embedded server (also rediss://, redis+sentinel://, redis+cluster://)
+    redis_sentinels = ["10.0.0.1:26379", "10.0.0.2:26379"]  # or Sentinel: these sentinels' master
+    redis_master_name = "mymaster"     # named so
+    redis_cluster_nodes = ["10.0.1.1:6379"]  # or a Redis Cluster, found from these (not with sentinels)
+    redis_username = "countersign"     # the ACL user of the master or the cluster
+    redis_password_env = "COUNTERSIGN_REDIS_PASSWORD"  # env var holding its password
+    redis_tls = false                  # TLS to the master or the cluster nodes
     data_dir = ".countersign"
     allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
     allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
@@ -41,6 +47,7 @@ Every key the file may hold, with its default (the README's configuration tables
     access_log = false                 # a log line per HTTP request (COUNTERSIGN_ACCESS_LOG wins)
     metrics_token_env = "COUNTERSIGN_METRICS_TOKEN"  # env var of the token /metrics requires (unset: loopback only)
     worker_metrics_port = 0            # `countersign worker` serves its metrics on 127.0.0.1:<port> (0: off)
+    min_replicas = 0                   # replicas that must confirm each ledger transition (WAITAOF / WAIT)
 
     [adapters.rooms]
     url = "https://rooms.internal.example"  # omit (demo mode only) to start the demo backend in-process
@@ -79,52 +86,26 @@ from starlette.config import Config
 from starlette.datastructures import Secret
 
 from gateway.audit_formats import AuditExportTarget
-from gateway.config_file import AdapterSection, ConfigFile, OrgSection, read_config
+from gateway.config_file import ConfigFile, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationSettings
 from gateway.oauth_config import OAuthSection
 from gateway.org_adapters import OrgAdapters
+from gateway.settings_parts import (
+    _DEMO_ADAPTERS,
+    DEMO_ORGS,
+    AdapterSettings,
+    OrgSettings,
+    adapters_from,
+    deployment_url,
+    orgs_from,
+)
 
 __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
 
-_DEMO_ROLES = frozenset({"staff", "support", "approver", "registry"})
-_DEMO_ADAPTERS = ("rooms", "orders")
-
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 """The Host headers /mcp accepts when nothing else is configured: the loopback names, any port."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AdapterSettings:
-    """Where one adapter's backend lives and how the gateway authenticates to it."""
-
-    name: str
-    url: str | None = None
-    """Backend base URL; None means "start the demo backend in-process" (demo mode only)."""
-    token: Secret | None = None
-    """The gateway's own credential for the backend. Never an agent's token."""
-    signing_key: Secret | None = None
-    """The key the gateway signs each caller's identity with for this backend (``X-Countersign-Identity``,
-    HS256), shared with the backend, which verifies it. Required for a backend with a `url`: the gateway
-    refuses to start without one (it never invents a key a backend could not know). A demo backend the
-    gateway starts itself gets a fresh one."""
-    timeout_seconds: float = 10.0
-    health_path: str = "/_health"
-    """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class OrgSettings:
-    name: str
-    adapters: frozenset[str]
-    roles: frozenset[str]
-
-
-DEMO_ORGS: tuple[OrgSettings, ...] = (
-    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
-    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
-)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -208,6 +189,9 @@ class Settings:
     """Bearer token ``/metrics`` requires; None: it answers loopback peers only (`gateway.ops_api`)."""
     worker_metrics_port: int = 0
     """Where `countersign worker` serves its metrics (on 127.0.0.1, no token); 0: nowhere. `serve` has ``/metrics``."""
+    min_replicas: int = 0
+    """Replicas that must confirm each ledger transition (``WAITAOF 1 <n>``, else ``WAIT <n>``); 0: the
+    server alone. Costs a replica's acknowledgement per transition; none while fewer answer."""
 
     @property
     def archive_dir(self) -> Path:
@@ -216,6 +200,8 @@ class Settings:
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
+        if self.min_replicas < 0:
+            raise ConfigError("min_replicas must not be negative")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
         if not 1 <= self.port <= 65535:
@@ -293,7 +279,8 @@ class Settings:
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = read_config(path) if path else ConfigFile()
         gateway = document.gateway
-        redis_url = env("REDIS_URL", default=None) or gateway.redis_url
+        deployment = deployment_url(gateway, environ)
+        redis_url = env("REDIS_URL", default=None) or gateway.redis_url or deployment
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
         metrics_env = gateway.metrics_token_env
@@ -303,8 +290,8 @@ class Settings:
                 data_dir=Path(env("DATA_DIR", default=gateway.data_dir)),
                 host=env("HOST", default=gateway.host),
                 port=env("PORT", cast=int, default=gateway.port),
-                adapters=_adapters(document.adapters, environ, demo=is_demo),
-                orgs=_orgs(document.orgs, demo=is_demo),
+                adapters=adapters_from(document.adapters, environ, demo=is_demo),
+                orgs=orgs_from(document.orgs, demo=is_demo),
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,
@@ -322,6 +309,7 @@ class Settings:
                 audit_archive_seconds=gateway.audit_archive_seconds,
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
+                min_replicas=gateway.min_replicas,
                 limits=document.limits,
                 oauth=document.oauth,
                 notifications=document.notifications.resolve(environ),
@@ -357,41 +345,3 @@ def _patterns(from_env: str | None, from_file: list[str] | None) -> tuple[str, .
     if from_env is not None:
         return tuple(item.strip() for item in from_env.split(",") if item.strip())
     return tuple(from_file) if from_file is not None else None
-
-
-def _adapters(
-    section: Mapping[str, AdapterSection] | None, environ: Mapping[str, str], *, demo: bool
-) -> dict[str, AdapterSettings]:
-    if section is None:
-        # The demo's adapters are its own backends; production serves only what it names.
-        return {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS} if demo else {}
-    return {
-        name: AdapterSettings(
-            name=name,
-            url=table.url,
-            token=_secret(name, table.token_env, environ),
-            signing_key=_secret(name, table.signing_key_env, environ),
-            timeout_seconds=table.timeout_seconds,
-            health_path=table.health_path,
-        )
-        for name, table in section.items()
-    }
-
-
-def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> Secret | None:
-    if not env_name:
-        return None
-    if env_name not in environ:
-        raise ConfigError(f"adapter {adapter}: environment variable {env_name} is not set")
-    return Secret(environ[env_name])
-
-
-def _orgs(section: Mapping[str, OrgSection] | None, *, demo: bool) -> tuple[OrgSettings, ...]:
-    if section is None:
-        return DEMO_ORGS if demo else ()
-    # An org may name adapters that are not configured here: those are registered by manifest
-    # and serve nothing until an admin accepts them.
-    return tuple(
-        OrgSettings(name=name, adapters=frozenset(table.adapters), roles=frozenset(table.roles))
-        for name, table in section.items()
-    )

@@ -20,6 +20,7 @@ cards to the sweeper of any other worker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -72,14 +73,21 @@ class Worker:
         # out and the sweeper recovers it (APPROVED if nothing was sent, else UNKNOWN).
         retry = (StoreUnavailableError,)
         async with asyncio.TaskGroup() as group:
-            group.create_task(run_forever(self.consume_once, what="outbox read", pause_seconds=0, retry_on=retry))
+            # One reader per outbox shard: each blocking read names one stream, in one Cluster slot.
+            for shard in self._ledger.outbox_shards():
+                group.create_task(
+                    run_forever(
+                        functools.partial(self.consume_once, shard), what="outbox read", pause_seconds=0, retry_on=retry
+                    )  # fmt: skip
+                )
             group.create_task(
                 run_forever(self.sweep_once, what="sweep", pause_seconds=self._sweep_seconds, retry_on=retry)
             )
 
-    async def consume_once(self) -> int:
-        """Handle the outbox entries that arrive within one blocking read. Returns how many."""
-        entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms)
+    async def consume_once(self, shard: int | None = None) -> int:
+        """Handle the outbox entries of `shard` that arrive within one blocking read, or (no shard) those
+        waiting in every shard now. Returns how many."""
+        entries = await self._ledger.read_outbox(self.name, block_ms=self._block_ms, shard=shard)
         await asyncio.gather(*(self._handle(entry) for entry in entries))
         return len(entries)
 

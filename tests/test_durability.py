@@ -216,3 +216,15 @@ async def test_an_admin_is_told_whether_an_unconfirmed_decision_was_applied_and_
     assert "recorded but not confirmed durable (appendonly is off)" in applied.message
     assert applied.card_view is not None and applied.card_view.state == "APPROVED"
     assert [(e.code, e.extra.get("ledger")) for e in audit.events] == [("LEDGER_UNAVAILABLE", "ERR_NOT_DURABLE")] * 2
+
+
+async def test_a_transition_no_replica_confirmed_is_not_durable_though_applied(client: Redis) -> None:
+    """With ``min_replicas = 1`` on a server without replicas, a proposal is applied but refused as not
+    durable, and names the missing replica; with 0 the same server confirms it (WAITAOF or WAIT per kind)."""
+    with anyio.fail_after(10):
+        unconfirmed = await RedisLedger(client, min_replicas=1).propose(_proposal())
+        confirmed = await RedisLedger(client).propose(_proposal())
+    assert unconfirmed.status is TransitionStatus.ERR_NOT_DURABLE
+    assert unconfirmed.applied is TransitionStatus.OK
+    assert any("of 1 replicas" in problem for problem in unconfirmed.problems)
+    assert confirmed.status is TransitionStatus.OK

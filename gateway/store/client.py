@@ -7,14 +7,17 @@ import contextlib
 import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisError
 
-from gateway.errors import StoreUnavailableError
+from gateway.errors import ConfigError, StoreUnavailableError
+from gateway.redis_target import RedisKind, RedisTarget, parse_redis_url
 
-__all__ = ["Connection", "bounded_block", "connect", "store_boundary"]
+__all__ = ["Connection", "bounded_block", "connect", "is_cluster", "routes", "store_boundary"]
 
 T = TypeVar("T")
 
@@ -29,26 +32,80 @@ def connect(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> Connection:
-    """A connection to `url`. It connects on first use; callers own it and must `aclose()` it.
+    """A connection to `url` (a single node, Sentinel or Cluster: `gateway.redis_target`). It connects
+    on first use; callers own it and must `aclose()` it. This is the only place a client is made.
 
     Every command on `Connection.client` fails (as `StoreUnavailableError`) when connecting takes
     longer than `connect_timeout` or an answer longer than `timeout`, so a frozen Redis costs a
     request a bounded wait rather than the library's. A dropped connection is made again on the
-    next command: recovery needs no restart. Blocking reads (XREAD[GROUP] BLOCK) would outlast
-    `timeout`, and redis-py applies ``socket_timeout`` to them as to any read, so they use
-    `Connection.blocking`, a second client without a read timeout whose callers bound each read by
-    its block plus `timeout` (`bounded_block`).
+    next command: recovery needs no restart (under Sentinel, redis-py's master pool asks the
+    sentinels for the master again; under Cluster, its node manager follows MOVED). Blocking reads
+    (XREAD[GROUP] BLOCK) would outlast `timeout`, and redis-py applies ``socket_timeout`` to them
+    as to any read, so they use `Connection.blocking`, a second client without a read timeout
+    whose callers bound each read by its block plus `timeout` (`bounded_block`).
+
+    Raises:
+        ConfigError: `url` is not a Redis URL `gateway.redis_target.parse_redis_url` reads.
     """
-    options: dict[str, Any] = {
-        "decode_responses": False,
-        "health_check_interval": 30,
-        "socket_connect_timeout": connect_timeout,
-    }
+    target = parse_redis_url(url)
+    options: dict[str, Any] = {"health_check_interval": 30, "socket_connect_timeout": connect_timeout}
+    sentinels: list[aioredis.Redis] = []
     return Connection(
-        aioredis.from_url(url, socket_timeout=timeout, **options),
-        blocking=aioredis.from_url(url, socket_timeout=None, **options),
+        _client(target, sentinels, socket_timeout=timeout, **options),
+        blocking=_client(target, sentinels, socket_timeout=None, **options),
         timeout=timeout,
+        sentinels=sentinels,
     )
+
+
+def _client(target: RedisTarget, sentinels: list[aioredis.Redis], **options: Any) -> aioredis.Redis:
+    """A client of `target`; the clients of the sentinels it asks, if any, are added to `sentinels`
+    (the master's client does not close them)."""
+    if target.kind is RedisKind.SINGLE:
+        return aioredis.from_url(target.url, decode_responses=False, **options)
+    credentials: dict[str, Any] = {"username": target.username, "password": target.password, "ssl": target.tls}
+    if target.kind is RedisKind.SENTINEL:
+        if target.master is None:
+            raise ConfigError("a Sentinel deployment needs its master's name")
+        # Sentinels are asked without the master's credentials, within the same bounds.
+        bounds = {"socket_timeout": options["socket_timeout"] or DEFAULT_TIMEOUT_SECONDS,
+                  "socket_connect_timeout": options["socket_connect_timeout"]}  # fmt: skip
+        sentinel = Sentinel(list(target.nodes), sentinel_kwargs=bounds)  # type: ignore[no-untyped-call]
+        sentinels.extend(sentinel.sentinels)
+        master: aioredis.Redis = sentinel.master_for(
+            target.master, db=target.db, decode_responses=False, **credentials, **options
+        )
+        return master
+    cluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.nodes],
+        decode_responses=False,
+        **credentials,
+        **options,
+    )
+    # RedisCluster has the same command API as Redis (redis-py's own commands mixins), and every
+    # store class uses only what both have; `is_cluster` tells the few places that route differently.
+    return cast(aioredis.Redis, cluster)
+
+
+def is_cluster(client: aioredis.Redis) -> bool:
+    """Whether `client` is a Redis Cluster client (commands without keys then need a node to go to)."""
+    return isinstance(client, RedisCluster)
+
+
+async def routes(client: aioredis.Redis, key: str | None = None) -> list[dict[str, Any]]:
+    """Where a command without keys must go: the keyword arguments that send it there, one per target.
+
+    A single node (or a Sentinel master): one target, no arguments. A Cluster: the node that owns
+    `key`'s slot, so the command runs on the same node (and, in a pipeline, the same connection) as
+    the writes to `key` it is about (``WAITAOF``, ``CONFIG GET``); without a key, every primary (a
+    question every node must answer, such as "is it durable?").
+    """
+    if not isinstance(client, RedisCluster):
+        return [{}]
+    await client.initialize()  # the slot map is learnt on first use; a no-op once known
+    if key is not None:
+        return [{"target_nodes": client.get_node_from_key(key)}]
+    return [{"target_nodes": node} for node in client.get_primaries()]
 
 
 @contextlib.asynccontextmanager
@@ -93,10 +150,12 @@ class Connection:
         *,
         blocking: aioredis.Redis | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        sentinels: list[aioredis.Redis] | None = None,
     ) -> None:
         self.client = client
         self.blocking = blocking if blocking is not None else client
         self.timeout = timeout
+        self._sentinels = sentinels or []
 
     async def ping(self) -> None:
         """Raises `StoreUnavailableError` when Redis does not answer."""
@@ -108,3 +167,5 @@ class Connection:
         finally:
             if self.blocking is not self.client:
                 await self.blocking.aclose()
+            for sentinel in self._sentinels:
+                await sentinel.aclose()

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,8 @@ import redis
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
+
+from gateway.store.client import routes
 
 __all__ = [
     "DurabilityReport",
@@ -104,12 +106,16 @@ async def check_durability(client: aioredis.Redis) -> DurabilityReport:
     Raises:
         redis.ConnectionError: the server cannot be reached; that is not a durability verdict.
     """
-    try:
-        appendonly = config_value(await client.config_get("appendonly"), "appendonly")
-        policy = config_value(await client.config_get("maxmemory-policy"), "maxmemory-policy")
-    except redis.ResponseError as exc:
-        return DurabilityReport(durable=False, problems=(_unverifiable(exc),))
-    return DurabilityReport.of(durability_problems(appendonly, policy))
+    problems: list[str] = []
+    # A Cluster is durable when every primary is: each owns the slots of some cards.
+    for route in await routes(client):
+        try:
+            reply: Any = await client.execute_command("CONFIG", "GET", *_CONFIG, **route)  # type: ignore[no-untyped-call]
+        except redis.ResponseError as exc:
+            return DurabilityReport(durable=False, problems=(_unverifiable(exc),))
+        found = durability_problems(*(config_value(_config_pairs(reply), name) for name in _CONFIG))
+        problems += [problem for problem in found if problem not in problems]
+    return DurabilityReport.of(problems)
 
 
 async def has_waitaof(client: aioredis.Redis) -> bool:
@@ -121,12 +127,15 @@ async def has_waitaof(client: aioredis.Redis) -> bool:
     Raises:
         redis.ConnectionError: the server cannot be reached.
     """
-    try:
-        answer: Any = await client.execute_command("COMMAND INFO", "WAITAOF")  # type: ignore[no-untyped-call]
-    except redis.ResponseError as error:
-        logger.warning("COMMAND INFO is refused (%s); transitions are confirmed without WAITAOF", error)
-        return False
-    return bool(answer) and answer[0] is not None
+    for route in await routes(client):  # on a Cluster, every primary must have it
+        try:
+            answer: Any = await client.execute_command("COMMAND INFO", "WAITAOF", **route)  # type: ignore[no-untyped-call]
+        except redis.ResponseError as error:
+            logger.warning("COMMAND INFO is refused (%s); transitions are confirmed without WAITAOF", error)
+            return False
+        if not answer or answer[0] is None:
+            return False
+    return True
 
 
 async def eval_confirmed(
@@ -138,6 +147,7 @@ async def eval_confirmed(
     waitaof: bool,
     barrier_key: str,
     fsync_timeout_ms: int,
+    min_replicas: int = 0,
 ) -> tuple[Any, DurabilityReport]:
     """Run `script` and confirm it durable in one pipeline: its answer, and the verdict on it.
 
@@ -149,50 +159,78 @@ async def eval_confirmed(
         redis.ResponseError: the script failed (a bug in it).
         redis.ConnectionError, OSError: the server cannot be reached.
     """
+    # On a Cluster, WAITAOF and CONFIG GET go to the node that owns the card's slot, and so travel on
+    # the connection that carried the script and the barrier.
+    [route] = await routes(client, barrier_key)
     for _attempt in range(2):
         async with client.pipeline(transaction=False) as pipe:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            # As a raw command: a Cluster pipeline refuses its evalsha() method, yet routes the command by its keys.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             queue_confirmation(pipe, waitaof=waitaof, barrier_key=barrier_key, barrier=str(args[0]),
-                               fsync_timeout_ms=fsync_timeout_ms)  # fmt: skip
+                               fsync_timeout_ms=fsync_timeout_ms, route=route, min_replicas=min_replicas)  # fmt: skip
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         if not isinstance(replies[0], NoScriptError):
             break
         script.sha = await client.script_load(script.script)
     if isinstance(replies[0], Exception):
         raise replies[0]
-    return replies[0], read_confirmation(replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms)
+    return replies[0], read_confirmation(replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms,
+                                         min_replicas=min_replicas)  # fmt: skip
 
 
 def queue_confirmation(
-    pipe: aioredis.client.Pipeline, *, waitaof: bool, barrier_key: str, barrier: str, fsync_timeout_ms: int
+    pipe: aioredis.client.Pipeline,
+    *,
+    waitaof: bool,
+    barrier_key: str,
+    barrier: str,
+    fsync_timeout_ms: int,
+    route: Mapping[str, Any] | None = None,
+    min_replicas: int = 0,
 ) -> None:
     """Queue, after a transition's script in `pipe`, what confirms it durable (see the module docstring).
 
     The barrier matters only where ``WAITAOF`` is used: ``WAITAOF`` waits for the connection's own last
     write, so a script that wrote nothing (a replayed transition, an open card found again), or a
     pipeline redis-py re-sent on a new connection, would otherwise be "confirmed" without waiting for
-    the write it answers about.
+    the write it answers about. `route` sends the commands without keys to the barrier's node
+    (`gateway.store.client.routes`). With `min_replicas`, the transition must also have reached that
+    many replicas: ``WAITAOF 1 <n>`` (fsynced there too) where the server has it, else ``WAIT <n>``
+    (in the replicas' memory).
     """
-    if waitaof:
+    route = route or {}
+    if waitaof or min_replicas:
         pipe.set(barrier_key, barrier)
-        pipe.execute_command("WAITAOF", 1, 0, fsync_timeout_ms)
+    if waitaof:
+        pipe.execute_command("WAITAOF", 1, min_replicas, fsync_timeout_ms, **route)
+    elif min_replicas:
+        pipe.execute_command("WAIT", min_replicas, fsync_timeout_ms, **route)
     # One CONFIG GET for both names (Redis 7.0+).
-    pipe.execute_command("CONFIG", "GET", *_CONFIG)
+    pipe.execute_command("CONFIG", "GET", *_CONFIG, **route)
 
 
-def read_confirmation(replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms: int) -> DurabilityReport:
+def read_confirmation(
+    replies: Sequence[Any], *, waitaof: bool, fsync_timeout_ms: int, min_replicas: int = 0
+) -> DurabilityReport:
     """The verdict from the replies of what `queue_confirmation` queued (errors as exception values)."""
     problems: list[str] = []
     if waitaof:
         fsynced = replies[1]
         if isinstance(fsynced, Exception) or not fsynced or int(fsynced[0]) < 1:
             problems.append(f"the AOF fsync was not confirmed within {fsync_timeout_ms} ms")
+        elif int(fsynced[1]) < min_replicas:
+            problems.append(f"{fsynced[1]} of {min_replicas} replicas fsynced it within {fsync_timeout_ms} ms")
+        replies = replies[2:]
+    elif min_replicas:
+        acked = replies[1]
+        if isinstance(acked, Exception) or int(acked) < min_replicas:
+            shown = "none" if isinstance(acked, Exception) else acked
+            problems.append(f"{shown} of {min_replicas} replicas acknowledged within {fsync_timeout_ms} ms")
         replies = replies[2:]
     [config] = replies
     if isinstance(config, Exception):
         return DurabilityReport.of([*problems, _unverifiable(config)])
-    # redis-py parses the reply into a mapping; a flat list of names and values is paired up all the same.
-    pairs = config if isinstance(config, dict) else dict(zip(config[::2], config[1::2], strict=True))
+    pairs = _config_pairs(config)
     appendonly, policy = (config_value(pairs, name) for name in _CONFIG)
     # A configuration problem explains a failed fsync (WAITAOF refuses to run without the AOF): say that.
     config_problems = durability_problems(appendonly, policy)
@@ -204,6 +242,11 @@ def config_value(reply: Any, name: str) -> str | None:
         if _text(key) == name:
             return _text(value)
     return None
+
+
+def _config_pairs(config: Any) -> dict[Any, Any]:
+    # redis-py parses the reply into a mapping; a flat list of names and values is paired up all the same.
+    return config if isinstance(config, dict) else dict(zip(config[::2], config[1::2], strict=True))
 
 
 def _unverifiable(error: Exception) -> str:

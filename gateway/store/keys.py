@@ -92,21 +92,23 @@ class KeyStore:
             roles=role_set,
             created_at=f"{seconds}.{micros:06d}",
         )
-        async with self._client.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                _record_key(token_hash),
-                mapping={
-                    "key_id": key_id,
-                    "kind": kind.value,
-                    "subject": record.subject,
-                    "org": record.org,
-                    "roles": ",".join(sorted(role_set)),
-                    "created_at": record.created_at,
-                    "revoked": "0",
-                },
-            )
-            pipe.hset(_INDEX, key_id, token_hash)
-            await pipe.execute()
+        # The index entry first, then the record, each in its own slot (a Cluster refuses a
+        # transaction across slots): interrupted between them, an index entry names a key that
+        # does not exist, which nothing can use, rather than a working key nobody can list or revoke.
+        await self._client.hset(_INDEX, key_id, token_hash)
+        # One HSET: the record appears whole or not at all.
+        await self._client.hset(
+            _record_key(token_hash),
+            mapping={
+                "key_id": key_id,
+                "kind": kind.value,
+                "subject": record.subject,
+                "org": record.org,
+                "roles": ",".join(sorted(role_set)),
+                "created_at": record.created_at,
+                "revoked": "0",
+            },
+        )
         return token, record
 
     async def resolve(self, token: str) -> Principal | None:

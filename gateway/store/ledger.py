@@ -39,7 +39,7 @@ from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
-from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
+from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
 from gateway.store.ledger_layout import (
     SHARDS,
@@ -52,6 +52,7 @@ from gateway.store.ledger_layout import (
     requester_tag,
 )
 from gateway.store.ledger_layout import tag as _tag
+from gateway.store.ledger_outbox import OUTBOX_GROUP, ensure_outbox_group, outbox_keys, read_outbox
 from gateway.store.ledger_prelude import PRELUDE
 from gateway.store.ledger_rows import card_from_fields as _card
 from gateway.store.ledger_rows import event_from_fields as _event
@@ -59,8 +60,6 @@ from gateway.store.ledger_scripts import SCRIPTS
 from gateway.store.ledger_telemetry import observed
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
-
-OUTBOX_GROUP = "workers"
 
 
 @store_boundary
@@ -77,9 +76,11 @@ class RedisLedger:
         limits: Limits | None = None,
         fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
         on_verdict: Callable[[DurabilityReport], None] | None = None,
+        min_replicas: int = 0,
     ) -> None:
-        """`fsync_timeout_ms` bounds each ``WAITAOF`` and must stay below `client`'s read timeout (half of
-        it by default); `on_verdict` hears every transition's durability verdict (`LedgerGuard.observe`)."""
+        """`fsync_timeout_ms` bounds each ``WAITAOF`` (or ``WAIT``) and must stay below `client`'s read
+        timeout (half of it by default); `on_verdict` hears every transition's durability verdict
+        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition."""
         self._client = client
         self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
@@ -90,6 +91,7 @@ class RedisLedger:
         self._waitaof: bool | None = None  # learnt once, on first use: does the server have WAITAOF?
         self._fsync_timeout_ms = fsync_timeout_ms
         self._on_verdict = on_verdict
+        self._min_replicas = min_replicas
 
     # -- keys -------------------------------------------------------------------------------------
 
@@ -116,7 +118,7 @@ class RedisLedger:
         answer, report = await eval_confirmed(
             self._client, self._scripts[name], keys, args, waitaof=self._waitaof,
             barrier_key=keys[0].partition(":card:")[0] + ":fsync",  # in the card's slot (Redis Cluster)
-            fsync_timeout_ms=self._fsync_timeout_ms,
+            fsync_timeout_ms=self._fsync_timeout_ms, min_replicas=self._min_replicas,
         )  # fmt: skip
         if self._on_verdict is not None:
             self._on_verdict(report)
@@ -295,38 +297,20 @@ class RedisLedger:
     # -- the outbox -------------------------------------------------------------------------------
 
     def outbox_keys(self) -> list[str]:
-        return [f"{_tag(shard)}:outbox" for shard in range(SHARDS)]
+        return outbox_keys()
+
+    def outbox_shards(self) -> range:
+        return range(SHARDS)
 
     async def ensure_outbox_group(self) -> None:
-        for key in self.outbox_keys():
-            try:
-                await self._client.xgroup_create(key, OUTBOX_GROUP, id="0", mkstream=True)
-            except aioredis.ResponseError as error:
-                if "BUSYGROUP" not in str(error):
-                    raise
+        await ensure_outbox_group(self._client)
 
-    async def read_outbox(self, consumer: str, *, block_ms: int, count: int = 16) -> list[OutboxEntry]:
-        """New outbox entries for `consumer`, waiting up to `block_ms` for the first.
-
-        When the streams or the group are gone (a flushed or replaced database) they are made
-        again and the answer is empty: approved cards whose entries went with them are enqueued
-        again by the sweeper.
-        """
-        try:
-            async with bounded_block(block_ms, self._blocking_slack):
-                answer: Any = await self._blocking.xreadgroup(
-                    OUTBOX_GROUP, consumer, {key: ">" for key in self.outbox_keys()}, count=count, block=block_ms
-                )
-        except aioredis.ResponseError as error:
-            if "NOGROUP" not in str(error) and "UNBLOCKED" not in str(error):
-                raise
-            await self.ensure_outbox_group()
-            return []
-        return [
-            OutboxEntry(stream=_text(stream), entry_id=_text(entry_id), card_id=_text(fields[b"card_id"]))
-            for stream, items in answer or []
-            for entry_id, fields in items
-        ]
+    async def read_outbox(
+        self, consumer: str, *, block_ms: int, count: int = 16, shard: int | None = None
+    ) -> list[OutboxEntry]:
+        """See `gateway.store.ledger_outbox.read_outbox`."""
+        return await read_outbox(self._client, self._blocking, consumer, block_ms=block_ms, count=count, shard=shard,
+                                 slack=self._blocking_slack)  # fmt: skip
 
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)

@@ -132,7 +132,9 @@ class _Coalescer:
                     continue
             pipe = self._client.pipeline(transaction=False)
             for keys, args, _ in batch:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
+                # As a raw command: a Cluster pipeline refuses its evalsha() method, yet routes the
+                # command itself by its keys (every owner's keys share one slot).
+                pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
             replies = await pipe.execute(raise_on_error=False)
             if not any(isinstance(reply, NoScriptError) for reply in replies):
                 return list(replies)

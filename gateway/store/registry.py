@@ -180,17 +180,20 @@ class RegistryStore:
             pinned = {**proposal, "accepted_by": admin}
             pipe.multi()  # type: ignore[no-untyped-call]
             pipe.set(_key(name, "pinned"), canonical_json(pinned))
-            pipe.incr(_VERSION)
             await pipe.execute()
+        # The version is in a slot of its own, so it cannot join the name's transaction (a Cluster
+        # refuses one across slots); bumped after the pin, a gateway that sees it finds the pin.
+        await self._client.incr(_VERSION)
         return await self.get(name)
 
     async def remove(self, name: str) -> bool:
-        async with self._client.pipeline(transaction=True) as pipe:
-            # The name is freed with the registration: a service may claim it again (as a new adapter).
-            pipe.delete(_key(name, "owner"), _key(name, "proposed"), _key(name, "pinned"))
-            pipe.srem(_NAMES, name)
-            pipe.incr(_VERSION)
-            deleted, _removed, _version = await pipe.execute()
+        # The name is freed with the registration: a service may claim it again (as a new adapter).
+        # Three steps, each in one slot (a Cluster refuses a transaction across slots), in the order
+        # that leaves nothing inconsistent if interrupted: a listed name without a registration is
+        # skipped by `all`, and the version is bumped last so a gateway that sees it sees the removal.
+        deleted: Any = await self._client.delete(_key(name, "owner"), _key(name, "proposed"), _key(name, "pinned"))
+        await self._client.srem(_NAMES, name)
+        await self._client.incr(_VERSION)
         return bool(deleted)
 
     async def version(self) -> int:
