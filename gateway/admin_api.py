@@ -56,6 +56,7 @@ from gateway.limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer, Endpoint, Operation, RouteTable, error_handler, mount, openapi_document, serve
 from gateway.store.keys import KeyStore
+from gateway.token_verifier import TokenVerifier
 
 __all__ = ["PREFIX", "STATUS", "admin_routes"]
 
@@ -262,7 +263,13 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
 
 
 def admin_routes(
-    service: CardService, *, keys: KeyStore, audit: AuditSink, floods: AddressBudgets, tables: Sequence[RouteTable] = ()
+    service: CardService,
+    tokens: TokenVerifier | None = None,
+    *,
+    keys: KeyStore,
+    audit: AuditSink,
+    floods: AddressBudgets,
+    tables: Sequence[RouteTable] = (),
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
@@ -271,7 +278,8 @@ def admin_routes(
     an encoded newline included) answers JSON: 404 NOT_FOUND for a path no route matches, 405
     METHOD_NOT_ALLOWED with an Allow header for a wrong method, 500 INTERNAL_ERROR for a bug. openapi.json is
     behind the key too: it holds no secret, but the admin surface tells a caller without an admin
-    key nothing at all, and every legitimate consumer of it holds one.
+    key nothing at all, and every legitimate consumer of it holds one. With `tokens`, an admin's
+    access token of an issuer that mints for the admin API opens it too (roles from its claims).
 
     Raises:
         ValueError: a table mounted outside ``/admin/api``, or one method and path declared twice.
@@ -287,7 +295,8 @@ def admin_routes(
                                      security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
 
     def guarded(app: ASGIApp) -> BearerAuth:
-        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods)
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods,
+                          tokens=tokens)  # fmt: skip
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})

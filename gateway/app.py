@@ -40,6 +40,7 @@ from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
 from gateway.notifier import Notifier, delivery_loops
+from gateway.oauth_resource import protected_resource_routes, resource_server
 from gateway.ops_api import ops_routes
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
@@ -354,10 +355,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth).
     floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp_edge).
-    checked = MessageChecks(surface.asgi, audit=gateway.audit)
-    authenticated = BearerAuth(
-        checked, keys=agent_keys, kind=KeyKind.AGENT, audit=gateway.audit, realm="mcp", floods=floods
-    )
+    oauth, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
+    authenticated = BearerAuth(MessageChecks(scoped, audit=gateway.audit), keys=agent_keys, kind=KeyKind.AGENT,
+                               audit=gateway.audit, realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
     mcp_endpoint = HeaderChecks(
         authenticated,
         audit=gateway.audit,
@@ -371,7 +371,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
     running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
     ops = ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
                      archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
-                     worker_running=running)  # fmt: skip
+                     worker_running=running) + protected_resource_routes(settings.oauth)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -388,7 +388,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             *ops,
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
-            *admin_routes(cards, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
+            *admin_routes(cards, oauth, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,

@@ -7,6 +7,13 @@ further than this module: the scope carries the principal, which has no token fi
 answers (401, 429 to a flood, and 503 when the key store cannot answer) carry a `BearerRefusal`
 body; a route table mounted behind it documents them with `BEARER_ANSWERS`.
 
+Beside API keys it takes OAuth access tokens when given a `TokenVerifier` whose configuration
+names this surface's resource: a credential shaped like a JWT (`looks_like_jwt`; an API key starts
+``csk_``) goes to the verifier, everything else to the key store. Then every challenge names the
+protected-resource metadata (``resource_metadata``, RFC 9728), and one to a request that presented
+no credential has no ``error`` code (RFC 6750 section 3.1). A refused token spends from the
+flood budget below like a refused key.
+
 Floods of unauthenticated requests: each failed authentication (no key, or one that does not
 resolve to a live key of the right kind) spends from its client address's budget
 (``[limits] unauthenticated``), and an address whose budget is spent gets 429 with
@@ -42,9 +49,11 @@ from gateway.audit import AuditEvent, AuditSink
 from gateway.errors import StoreUnavailableError
 from gateway.limiter import AddressBudgets
 from gateway.log_context import bind_key_id
+from gateway.oauth_config import Surface, metadata_url
 from gateway.principal import KeyKind, Principal
 from gateway.route_table import Answer
 from gateway.store.keys import KeyCache, KeyStore
+from gateway.token_verifier import TokenVerifier, looks_like_jwt
 
 __all__ = ["BEARER_ANSWERS", "PRINCIPAL_SCOPE_KEY", "BearerAuth", "BearerRefusal", "principal_of"]
 
@@ -62,7 +71,7 @@ class BearerRefusal(BaseModel):
 
 
 BEARER_ANSWERS: dict[int, Answer] = {
-    401: Answer(description="missing, unknown, revoked or wrong-kind key", model=BearerRefusal),
+    401: Answer(description="missing, unknown, revoked or wrong-kind key, or an invalid token", model=BearerRefusal),
     429: Answer(description="too many failed authentications from this address (see Retry-After)", model=BearerRefusal),
     503: Answer(description="the key store cannot answer (retry)", model=BearerRefusal),
 }
@@ -87,6 +96,9 @@ def principal_of(scope: Scope) -> Principal:
     return principal
 
 
+_MISSING = "missing bearer token"
+_SURFACES: dict[KeyKind, Surface] = {KeyKind.AGENT: "mcp", KeyKind.ADMIN: "admin"}
+
 STORE_RETRY_AFTER_SECONDS = 1
 """``Retry-After`` of the 503 a caller gets while the key store cannot answer: the Redis timeouts are
 well under a second and a reconnect is automatic, so the next try a second later is likely to pass."""
@@ -105,6 +117,7 @@ class BearerAuth:
         audit: AuditSink,
         realm: str,
         floods: AddressBudgets,
+        tokens: TokenVerifier | None = None,
     ) -> None:
         self.app = app  # public, as in Starlette's middleware, so the routes behind it can be walked
         self._keys = keys
@@ -113,6 +126,14 @@ class BearerAuth:
         self._audit = audit
         self._realm = realm
         self._users: dict[Principal, AuthenticatedUser] = {}
+        # Tokens open the surface whose resource is their audience: agents' /mcp, admins' API.
+        self._surface = _SURFACES.get(kind)
+        minted_for = tokens is not None and self._surface is not None and tokens.config.issuers_for(self._surface)
+        resource = tokens.audience(self._surface) if tokens is not None and self._surface and minted_for else None
+        self._tokens = tokens if resource is not None else None
+        self._challenge = f'Bearer realm="{realm}"' + (
+            f', resource_metadata="{metadata_url(resource)}"' if resource is not None else ""
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -126,7 +147,15 @@ class BearerAuth:
         token = _bearer(scope)
         if token is None:
             self._floods.spend(address)
-            await self._reject(scope, send, "missing bearer token", audit=False)
+            await self._reject(scope, send, _MISSING, audit=False)
+            return
+        if self._tokens is not None and self._surface is not None and looks_like_jwt(token):
+            verdict = await self._tokens.verify(token, self._surface)
+            if verdict.principal is None:
+                self._floods.spend(address)
+                await self._reject(scope, send, verdict.reason, audit=True, issuer=verdict.issuer)
+                return
+            await self._admit(verdict.principal, scope, receive, send)
             return
         try:
             principal = await self._keys.resolve(token)
@@ -139,6 +168,9 @@ class BearerAuth:
             self._floods.spend(address)
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
+        await self._admit(principal, scope, receive, send)
+
+    async def _admit(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         scope[PRINCIPAL_SCOPE_KEY] = principal
         bind_key_id(principal.key_id)  # log records of this request name its key id (never the token)
         scope["user"] = self._user(principal)
@@ -159,18 +191,22 @@ class BearerAuth:
             user = self._users[principal] = AuthenticatedUser(token)
         return user
 
-    async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool) -> None:
+    async def _reject(self, scope: Scope, send: Send, reason: str, *, audit: bool, issuer: str = "") -> None:
         if audit:
+            where = {"surface": self._realm, "path": str(scope.get("path", ""))}
             await self._audit.record(
                 AuditEvent(
                     action="auth.reject",
                     outcome="deny",
                     code="UNAUTHENTICATED",
                     reason=reason,
-                    extra={"surface": self._realm, "path": str(scope.get("path", ""))},
+                    extra={**where, "issuer": issuer} if issuer else where,
                 )
             )
-        header = f'Bearer realm="{self._realm}", error="invalid_token", error_description="{reason}"'
+        # RFC 6750 section 3.1: a request that presented no credential gets the challenge without an error code.
+        header = self._challenge if reason == _MISSING else (
+            f'{self._challenge}, error="invalid_token", error_description="{reason}"'
+        )  # fmt: skip
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
         await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
 

@@ -40,6 +40,8 @@ __all__ = [
     "CardOutcome",
     "CardState",
     "decision_of",
+    "delegation_of",
+    "stored_delegation",
     "outcome_of",
     "preview_from_stored",
     "verify_chain",
@@ -177,6 +179,11 @@ class Card:
     preview: Preview | None = None
     """What the write will change, as its backend answered when it was proposed (None: the tool
     declares no preview). For people: never part of the agent's view."""
+    acting_client: str = ""
+    """The agent (client) that proposed the card for `requester_subject`, when a token said so."""
+    actors: tuple[str, ...] = ()
+    """The delegation chain the proposing token carried (RFC 8693 ``act``), nearest first. The person
+    is `requester_subject`; neither they nor any actor may approve the card."""
 
     @property
     def decision(self) -> CardDecision:
@@ -190,6 +197,18 @@ class Card:
 def preview_from_stored(raw: str | None) -> Preview | None:
     """A card's preview from its stored JSON (`Preview.to_json`); None when none was stored."""
     return Preview.from_json(json.loads(raw)) if raw else None
+
+
+def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
+    """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
+    return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
+
+
+def delegation_of(stored: str | None) -> dict[str, Any]:
+    """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
+    proposed with a key, or stored before delegation was recorded, has none of either."""
+    data = json.loads(stored) if stored else {}
+    return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:

@@ -156,9 +156,15 @@ class Approvals(ApprovalTally):
 
 
 class Requester(_View):
+    """The person a card is for, and the agent that asked for it when a delegated token proposed it."""
+
     subject: str
     org: str
     key_id: str
+    acting_client: str = ""
+    """The agent (client id) acting for `subject`; empty for an API key's card."""
+    actors: list[str] = []
+    """The token's delegation chain (RFC 8693 ``act``), nearest actor first."""
 
 
 class Rejection(_View):
@@ -184,7 +190,9 @@ class AdminCardSummary(_View):
     outcome: CardOutcome
     summary: str
     requester: str
-    """The requesting agent's subject."""
+    """The requester's subject: the person, when an agent proposed the card for them."""
+    acting_client: str = ""
+    """The agent acting for the requester, when a delegated token proposed the card."""
     version: int
     approvals: ApprovalTally
     created_at: IsoTime
@@ -205,6 +213,7 @@ class AdminCardSummary(_View):
             outcome=card.outcome,
             summary=card.summary,
             requester=card.requester_subject,
+            acting_client=card.acting_client,
             version=card.version,
             approvals=ApprovalTally(required=card.approvals_required, received=len(card.approvers)),
             created_at=iso_from_ms(card.created_ms),
@@ -286,7 +295,13 @@ class AdminCard(_View):
             arguments=dict(card.arguments),
             summary=card.summary,
             agent_text=AgentText(untrusted=True, note=UNTRUSTED_NOTE, fields=dict(card.agent_text)),
-            requester=Requester(subject=card.requester_subject, org=card.requester_org, key_id=card.requester_key_id),
+            requester=Requester(
+                subject=card.requester_subject,
+                org=card.requester_org,
+                key_id=card.requester_key_id,
+                acting_client=card.acting_client,
+                actors=list(card.actors),
+            ),  # fmt: skip
             approvals=Approvals(
                 required=card.approvals_required,
                 received=len(card.approvers),

@@ -6,7 +6,7 @@ already types its values, so ``port = "8765"`` is a mistake to report, not a str
 Every problem becomes one line of one `ConfigError` that names the file and the key's path
 (``gateway.bogus: unknown setting``, ``adapters.rooms.tokn_env: unknown setting``,
 ``gateway.port: Input should be a valid integer (got '8o')``), the ``[limits]`` section's
-(`gateway.limits.Limits`) included.
+(`gateway.limits.Limits`) and the ``[oauth]`` section's (`gateway.oauth_config.OAuthSection`) included.
 
 The defaults here are the ones `Settings` has (a test holds them equal); the README's
 configuration tables document each of them.
@@ -26,6 +26,7 @@ from gateway.audit_formats import AuditExportTarget
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationEvent, NotificationSettings, PayloadFormat, Webhook
+from gateway.oauth_config import OAuthSection
 
 __all__ = [
     "AdapterSection",
@@ -230,6 +231,7 @@ class ConfigFile(BaseModel):
     orgs: dict[str, OrgSection] | None = None
     registry: RegistrySection = RegistrySection()
     limits: Limits = Limits()
+    oauth: OAuthSection = OAuthSection()
     notifications: NotificationsSection = NotificationsSection()
     audit_export: AuditExportSection = AuditExportSection()
 

@@ -103,6 +103,8 @@ class Proposal:
     dedupe_key: str
     preview: Preview | None = None
     """The tool's preview as read for this proposal (None when it declares none); stored on the card."""
+    acting_client: str = ""
+    actors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

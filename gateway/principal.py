@@ -1,4 +1,4 @@
-"""Who is calling: the principal a bearer key stands for."""
+"""Who is calling: the principal a bearer key or a verified token stands for."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["KeyKind", "Principal", "normalize_subject"]
+__all__ = ["TOKEN_KEY_PREFIX", "KeyKind", "Principal", "normalize_subject"]
+
+TOKEN_KEY_PREFIX = "tok_"
+"""How the key id of a principal that a token (not an API key) stands for begins."""
 
 
 class KeyKind(StrEnum):
@@ -34,7 +37,15 @@ class Principal:
     kind: KeyKind = KeyKind.AGENT
     """Which surface the key opens."""
     key_id: str = ""
-    """Public identifier of the key (safe to log and audit)."""
+    """Public identifier of the key (safe to log and audit). A token's principal has a ``tok_`` id
+    (`TOKEN_KEY_PREFIX`) derived from its issuer and identity, never from the token."""
+    scopes: frozenset[str] | None = None
+    """The scopes a token granted; None for an API key, which scopes do not limit."""
+    acting_client: str = ""
+    """The client (agent) acting for `subject`: a token's ``client_id``/``azp``, or its nearest actor."""
+    actors: tuple[str, ...] = ()
+    """The delegation chain of a token's ``act`` claim (RFC 8693), nearest actor first: who acts for
+    `subject`. Separation of duties counts every one of them as the requester."""
 
 
 def normalize_subject(subject: str) -> str:

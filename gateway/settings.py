@@ -66,6 +66,7 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
+    [oauth]                                       # tokens of trusted issuers beside API keys: see the README
     [notifications]                               # webhooks told of cards: see the README
     [audit_export]                                # live export of the audit trail: see the README
 
@@ -89,6 +90,7 @@ from gateway.config_file import ConfigFile, read_config
 from gateway.errors import ConfigError
 from gateway.limits import Limits
 from gateway.notification import NotificationSettings
+from gateway.oauth_config import OAuthSection
 from gateway.org_adapters import OrgAdapters
 from gateway.settings_parts import (
     _DEMO_ADAPTERS,
@@ -172,6 +174,8 @@ class Settings:
     """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
     """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
     """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
+    oauth: OAuthSection = field(default_factory=OAuthSection)
+    """The OAuth resource server (`gateway.oauth_config`): trusted issuers; none, API keys only."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
     Blocking stream reads get their block plus this (`gateway.store.client.connect`)."""
@@ -307,6 +311,7 @@ class Settings:
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 min_replicas=gateway.min_replicas,
                 limits=document.limits,
+                oauth=document.oauth,
                 notifications=document.notifications.resolve(environ),
                 audit_export=document.audit_export.resolve(environ),
                 log_format=env("LOG_FORMAT", default=gateway.log_format),

@@ -32,13 +32,16 @@ def may_decide(card: Card, admin: Principal) -> Decision:
     """Whether `admin` may approve, reject, cancel or resolve `card`.
 
     A card of another org is NOT_FOUND (exactly as if it did not exist); the requester is never
-    its own approver, under any spelling of its subject (`normalize_subject`); the admin needs the
-    card's approver role.
+    its own approver, under any spelling of its subject (`normalize_subject`): for a card an agent
+    proposed on a person's behalf (a delegated token), the requester is that person, and neither
+    they nor anyone in the token's actor chain may decide it; the admin needs the card's approver role.
     """
     if admin.kind is not KeyKind.ADMIN or admin.org != card.requester_org:
         return Decision.deny(Code.NOT_FOUND, "card is not visible to this admin")
     if normalize_subject(admin.subject) == normalize_subject(card.requester_subject):
         return Decision.deny(Code.PERMISSION_DENIED, "the requester cannot decide its own card")
+    if normalize_subject(admin.subject) in {normalize_subject(actor) for actor in card.actors}:
+        return Decision.deny(Code.PERMISSION_DENIED, "an actor of the request cannot decide its card")
     if card.approver_role not in admin.roles:
         return Decision.deny(Code.PERMISSION_DENIED, f"deciding needs role {card.approver_role}")
     return Decision.allow(f"role {card.approver_role}")

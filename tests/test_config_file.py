@@ -31,6 +31,7 @@ from gateway.config_file import (
 )
 from gateway.errors import ConfigError
 from gateway.limits import Limits
+from gateway.oauth_config import IssuerSection, OAuthSection
 from gateway.settings import AdapterSettings, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,10 +42,16 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "orgs.<name>": OrgSection,
     "registry": RegistrySection,
     "limits": Limits,
+    "oauth": OAuthSection,
+    "oauth.issuers.<name>": IssuerSection,
     "notifications": NotificationsSection,
     "notifications.webhooks.<name>": WebhookSection,
     "audit_export": AuditExportSection,
 }
+
+
+_ISSUER = '[oauth]\nresource = "https://gw.example/mcp"\n[oauth.issuers.corp]\nissuer = "https://login.example"\n'
+"""An [oauth] section with one issuer, to which a row adds one key."""
 
 
 def _refusal(tmp_path: Path, text: str) -> str:
@@ -91,6 +98,12 @@ def test_an_unknown_section_or_key_is_refused_by_its_path(tmp_path: Path, text: 
         ("[limits]\nsession_idle_seconds = inf\n", "limits.session_idle_seconds: Input should be a finite number"),
         ("[limits.proposals]\nper_minute = nan\nburst = 1\n", "limits.proposals.per_minute: Input should be a finite"),
         ("gateway = 3\n", "gateway: Input should be a valid dictionary"),
+        (f'{_ISSUER}algorithms = ["HS256"]\n', "oauth.issuers.corp.algorithms: Value error, only asymmetric"),
+        (f'{_ISSUER}algorithms = ["RS256", "none"]\n', "oauth.issuers.corp.algorithms: Value error, only asymmetric"),
+        ('[oauth.issuers.corp]\nissuer = "https://login.example"\n', "oauth: Value error, issuer corp mints for mcp"),
+        (f'{_ISSUER}surfaces = ["admin"]\n', "oauth: Value error, issuer corp mints for admin"),
+        ('[oauth]\nresource = "http://gw.example/mcp"\n', "oauth.resource: Value error, must be an https://"),
+        (f"{_ISSUER}max_key_age_seconds = inf\n", "oauth.issuers.corp.max_key_age_seconds: Input should be a finite"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key_and_the_file(tmp_path: Path, text: str, named: str) -> None:
@@ -210,3 +223,14 @@ def test_the_settings_docstring_names_every_setting_and_is_a_valid_file(tmp_path
     config = tmp_path / "example.toml"
     config.write_text(_docstring_example())
     assert read_config(config).gateway.port == 8765
+
+
+def test_an_oauth_section_reads_into_the_settings(tmp_path: Path) -> None:
+    """Issuers, their claim mapping and the tool scopes arrive in `Settings.oauth` as written."""
+    config = tmp_path / "countersign.toml"
+    config.write_text(_ISSUER + 'org = "acme"\nscope_roles = { "cards:approve" = ["approver"] }\n'
+                      '[oauth.tool_scopes]\n"rooms_*" = ["rooms"]\n')  # fmt: skip
+    oauth = Settings.load({}, config).oauth
+    assert oauth.resource == "https://gw.example/mcp" and oauth.issuers_for("mcp") == ["https://login.example"]
+    assert oauth.issuers["corp"].org == "acme" and oauth.issuers["corp"].scope_roles == {"cards:approve": ["approver"]}
+    assert oauth.scopes_for("rooms_book") == {"rooms"} and oauth.scopes_for("orders_cancel") == frozenset()

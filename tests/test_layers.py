@@ -54,6 +54,8 @@ PLACES: dict[str, int] = {
     "gateway.route_table": SURFACE,
     "gateway.console": SURFACE,
     "gateway.auth": SURFACE,
+    "gateway.token_verifier": SURFACE,
+    "gateway.oauth_resource": SURFACE,
     "gateway.registry.api": SURFACE,
     "gateway.worker": SURFACE,
     "gateway.loops": SURFACE,
@@ -74,6 +76,7 @@ PLACES: dict[str, int] = {
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
     "gateway.store": STORE,
     "gateway.upstream_aiohttp": STORE,
+    "gateway.jwks": STORE,
     "gateway.audit_archive": STORE,
     "gateway.webhook_post": STORE,
     # The process's instruments and tracer: they feed exporters, so they stand with the I/O
@@ -99,6 +102,7 @@ PLACES: dict[str, int] = {
     "gateway.preview": VOCABULARY,
     "gateway.limiter": VOCABULARY,
     "gateway.limits": VOCABULARY,
+    "gateway.oauth_config": VOCABULARY,
     "gateway.notification": VOCABULARY,
     "gateway.log_context": VOCABULARY,
     "gateway.org_adapters": VOCABULARY,

@@ -383,7 +383,7 @@
     return el("tr", { "data-card-id": card.card_id },
       el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
       el("td", null, mono(card.tool)),
-      el("td", null, card.requester),
+      el("td", null, card.acting_client ? `${card.requester} (via ${card.acting_client})` : card.requester),
       el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
       el("td", null, el("span", { class: "state state-" + card.state }, card.state), " ",
         el("span", { class: "said" }, card.said || "")),
@@ -440,6 +440,8 @@
             (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
             (approvals.role ? ` (role ${approvals.role})` : "")],
           ["Requester", `${requester.subject} (org ${requester.org}, key ${requester.key_id})`],
+          ...(requester.acting_client ? [["Acting agent", requester.acting_client +
+            (requester.actors && requester.actors.length > 1 ? " (chain " + requester.actors.join(" ← ") + ")" : "")]] : []),
           ["Created", at(card.created_at)],
           ["Deadline", card.deadline
             ? when(card.deadline) + (card.state === "PENDING" ? " to decide" : " to run")

@@ -221,6 +221,8 @@ class AgentPath:
             requester_org=principal.org,
             requester_key_id=principal.key_id,
             requester_roles=principal.roles,
+            acting_client=principal.acting_client,
+            actors=principal.actors,
             approvals_required=approvals_required(approval, canonical),
             approver_role=approval.approver_role,
             summary=summary(args),
@@ -321,10 +323,15 @@ class AgentPath:
                 code=code,
                 reason=reason,
                 latency_ms=seconds * 1000,
-                extra=extra or {},
+                extra=_with_acting_client(principal, extra or {}),
             )
         )
         return self._audited
+
+
+def _with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
+    """A delegated call's event names the agent beside the person it acts for."""
+    return {**extra, "acting_client": principal.acting_client} if principal.acting_client else extra
 
 
 def _failure(error: UpstreamError) -> Decision:

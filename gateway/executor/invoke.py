@@ -96,5 +96,10 @@ def args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
 def requester_of(card: Card) -> Principal:
     """The principal a card's write runs for, as recorded when it was proposed."""
     return Principal(
-        subject=card.requester_subject, org=card.requester_org, roles=card.requester_roles, key_id=card.requester_key_id
+        subject=card.requester_subject,
+        org=card.requester_org,
+        roles=card.requester_roles,
+        key_id=card.requester_key_id,
+        acting_client=card.acting_client,
+        actors=card.actors,
     )

@@ -35,7 +35,7 @@ from gateway.errors import PathArgumentError, UpstreamError, UpstreamNotFoundErr
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
-from gateway.principal import Principal
+from gateway.principal import TOKEN_KEY_PREFIX, Principal
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
@@ -286,7 +286,10 @@ class WritePath:
             return Decision.deny(Code.CONFLICT, "tool definition changed since the card was proposed")
         if args_hash(tool.name, card.tool_version, card.arguments) != card.args_hash:
             return Decision.deny(Code.CONFLICT, "arguments do not match the approved args_hash")
-        requester = await self._live_principal(card.requester_key_id)
+        # A key is read again, so a revoked key stops its approved writes. A token is stored nowhere to be
+        # read again: its principal is the one the card recorded from the verified token that proposed it.
+        is_token = card.requester_key_id.startswith(TOKEN_KEY_PREFIX)
+        requester = requester_of(card) if is_token else await self._live_principal(card.requester_key_id)
         if requester is None:
             return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
         access = decide_access(tool, requester, self._org_adapters)

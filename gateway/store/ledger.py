@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.card import Card, CardEvent, CardState
+from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
@@ -168,7 +168,7 @@ class RedisLedger:
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
             "preview": canonical_json(proposal.preview.to_json()) if proposal.preview is not None else "",
-        }
+        } | stored_delegation(proposal.acting_client, proposal.actors)
         cap = self._limits.open_cards(org)
         result = await self._eval(
             "propose",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from gateway.card import Card, CardEvent, CardState, preview_from_stored
+from gateway.card import Card, CardEvent, CardState, delegation_of, preview_from_stored
 
 __all__ = ["card_from_fields", "event_from_fields"]
 
@@ -54,6 +54,7 @@ def card_from_fields(f: Mapping[str, str]) -> Card:
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
         preview=preview_from_stored(f.get("preview")),
+        **delegation_of(f.get("delegation")),
     )
 
 

@@ -194,3 +194,25 @@ def test_the_requester_under_any_spelling_of_its_subject_may_not_decide(spelling
     card = dataclasses.replace(CARD, requester_subject=" ALICE@acme.EXAMPLE ")
     decision = may_decide(card, _admin(subject=spelling))
     assert (decision.allowed, decision.code) == (False, Code.PERMISSION_DENIED)
+
+
+DELEGATED = dataclasses.replace(
+    CARD, acting_client="agent-7@acme.example", actors=("agent-7@acme.example", "planner@acme.example")
+)
+
+
+@pytest.mark.parametrize(
+    ("subject", "allowed"),
+    [
+        ("alice@acme.example", False),
+        ("AGENT-7@acme.example", False),
+        ("planner@acme.example", False),
+        ("bob@acme.example", True),
+    ],
+    ids=["the-person", "the-acting-agent", "an-earlier-actor", "someone-else"],
+)
+def test_nobody_in_a_delegation_chain_decides_its_card(subject: str, allowed: bool) -> None:
+    """A card an agent proposed for alice: alice and every actor of the chain are the requester."""
+    decision = may_decide(DELEGATED, _admin(subject=subject))
+    assert decision.allowed is allowed
+    assert allowed or decision.code is Code.PERMISSION_DENIED
