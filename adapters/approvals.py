@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import Access, Mode, Tool, ToolContext, UpstreamNotFoundError, UpstreamUnavailableError
+from gateway.card_views import AgentCard
 
 __all__ = ["TOOLS"]
 
@@ -30,29 +31,9 @@ class MineArgs(BaseModel):
     limit: int = Field(default=20, ge=1, le=100)
 
 
-class Rejection(BaseModel):
-    reason: str
+class CardView(AgentCard):
+    """A card as its requester sees it (`gateway.card_views.AgentCard`), and whether a cancel took."""
 
-
-class CardView(BaseModel):
-    card_id: str
-    tool: str
-    summary: str
-    status: str
-    decision: str
-    outcome: str
-    approvals_required: int
-    approvals_received: int
-    said: str
-    """What happened, plainly: "rejected by an approver", "expired: not run", "failed: the slot was taken"."""
-    expires_at: str | None = None
-    """The deadline still running; absent once the card is final."""
-    code: str | None = None
-    """On a failed card, the stable code of the failure."""
-    existing: bool | None = None
-    note: str | None = None
-    rejection: Rejection | None = None
-    reference: str | None = None
     cancelled: bool | None = None
 
 
