@@ -11,8 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import Access, Mode, Tool, ToolContext, UpstreamNotFoundError, UpstreamUnavailableError
-from gateway.card_views import AgentCard
+from gateway import Access, AgentCard, Mode, Tool, ToolContext, UpstreamNotFoundError, UpstreamUnavailableError
 
 __all__ = ["TOOLS"]
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gateway.adapter_http import fill_path, keyed_contract, lookup_by_key, request_json, status_by_key
+    from gateway.card_views import AgentCard
     from gateway.codes import Code
     from gateway.decision import Decision
     from gateway.envelope import Envelope
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Access",
+    "AgentCard",
     "Approval",
     "AuthError",
     "CallerCards",
@@ -86,6 +88,7 @@ __all__ = [
 
 _HOMES: dict[str, str] = {
     "Access": "gateway.tool",
+    "AgentCard": "gateway.card_views",
     "Approval": "gateway.tool",
     "AuthError": "gateway.errors",
     "CallerCards": "gateway.tool_context",
