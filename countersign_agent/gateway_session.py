@@ -96,6 +96,7 @@ class _CreatedTask(types.Result):
     result_type: Literal["task"] = "task"
     task_id: str
     status: str
+    status_message: str | None = None
 
 
 async def _unfollowed(created: _CreatedTask, ctx: ClaimContext) -> types.CallToolResult:
@@ -147,7 +148,7 @@ class GatewaySession:
                 "card_id": answer.task_id,
                 "status": answer.status,
                 "followed_as": "task",
-                "said": str(getattr(answer, "status_message", None) or getattr(answer, "statusMessage", "")),
+                "said": answer.status_message or "",
             }
             return CallResult(ok=True, data=data, untrusted=False, card=CardRef(answer.task_id, name, as_task=True))
         if not isinstance(answer, types.CallToolResult):
@@ -234,6 +235,13 @@ def _code_of(error: MCPError) -> str:
     return f"JSONRPC_{error.error.code}"
 
 
+def _leaf(error: BaseException) -> BaseException:
+    """The first real error inside the task groups the SDK's transports raise through."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
 def _listed(tool: types.Tool) -> ListedTool:
     hints = tool.annotations
     return ListedTool(
@@ -264,8 +272,9 @@ async def connect(url: str, key: str, *, tasks: bool = True, mode: str = "auto")
         client = Client(streamable_http_client(url, http_client=http), mode=mode, extensions=extensions)
         try:
             await stack.enter_async_context(client)
-        except (httpx2.HTTPError, MCPError, OSError) as error:
-            raise GatewayClientError(f"cannot open an MCP session at {url}: {type(error).__name__}") from error
+        except Exception as error:  # the boundary: any failure to open a session is the gateway's to explain
+            cause = _leaf(error)
+            raise GatewayClientError(f"cannot open an MCP session at {url}: {type(cause).__name__}: {cause}") from error
         listed = [_listed(tool) for tool in (await client.list_tools()).tools]
         offered = TASKS_EXTENSION in (client.server_capabilities.extensions or {})
         yield GatewaySession(client, listed, tasks=bool(extensions) and offered)

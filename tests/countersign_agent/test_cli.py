@@ -74,3 +74,14 @@ def test_agent_help_lists_ask_and_eval(capsys: pytest.CaptureFixture[str]) -> No
     assert exited.value.code == 0
     text = capsys.readouterr().out
     assert "ask" in text and "eval" in text
+
+
+async def test_a_key_the_gateway_refuses_is_one_line_and_exit_status_1(
+    mcp_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["agent", "ask", "hi", "--url", mcp_url, "--scripted", str(TRANSCRIPTS / "availability-read.json")]
+    status = await anyio.to_thread.run_sync(main, argv, {"COUNTERSIGN_AGENT_KEY": "csk_agent_not_a_key"})
+    err = capsys.readouterr().err
+    assert (
+        status == 1 and err.startswith("countersign agent: cannot open an MCP session") and len(err.splitlines()) == 1
+    )

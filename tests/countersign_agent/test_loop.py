@@ -76,6 +76,9 @@ async def test_a_proposal_approved_by_an_admin_is_reported_succeeded_only_after_
         run = await converse(model, session, f"Book room-eos on {day} 09:00-10:00", max_turns=5)
         [card] = run.cards
         assert (run.degraded, card.as_task, card.tool) == (False, tasks, "rooms_book")
+        proposal = run.completed[1].result
+        assert proposal is not None and proposal.data["card_id"] == card.card_id
+        assert "approval" in str(proposal.data["said"]).lower()
         [notice] = waiting_notices(run)
         assert card.card_id in notice and "nothing has been written" in notice
         assert _bookings(backends["rooms"], day) == []
