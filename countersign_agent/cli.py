@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Mapping
+from datetime import date
 from pathlib import Path
 
 import httpx2
@@ -80,7 +81,9 @@ async def _ask(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         else:
             driver = _model_driver(args, environ, http, ledger)
         async with connect(args.url, key, tasks=not args.no_tasks) as session:
-            run = await converse(driver, session, args.request, max_turns=args.max_turns)
+            run = await converse(
+                driver, session, args.request, max_turns=args.max_turns, today=date.today().isoformat()
+            )
             print(f"agent: {run.answer}")
             for notice in waiting_notices(run):
                 print(f"countersign: {notice}", flush=True)

@@ -76,7 +76,7 @@ async def run_scenario(
     request = Template(scenario.request).safe_substitute(values)
     driver = driver_for(scenario, values)
     async with connect(target.mcp_url, target.agent_key, tasks=target.tasks, mode=target.mode) as session:
-        run = await converse(driver, session, request, max_turns=scenario.max_turns)
+        run = await converse(driver, session, request, max_turns=scenario.max_turns, today=date.today().isoformat())
         notices = waiting_notices(run)
         approver = Approver(target.mcp_url, target.admin_key, http)
         for card in run.cards:

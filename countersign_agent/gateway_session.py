@@ -156,7 +156,14 @@ class GatewaySession:
         data = _data_of(answer)
         untrusted = tool.open_world or WITHHELD_MARK in json.dumps(data, ensure_ascii=False)
         card = None
-        if not answer.is_error and not tool.read_only and isinstance(data.get("card_id"), str):
+        # A card to follow: filed (or found open) by a tool that changes things. A cancel's answer names
+        # its card too, but a final card has nothing left to follow.
+        if (
+            not answer.is_error
+            and not tool.read_only
+            and isinstance(data.get("card_id"), str)
+            and data.get("status") not in FINAL_STATES
+        ):
             card = CardRef(str(data["card_id"]), name, as_task=False)
         return CallResult(ok=not answer.is_error, data=data, untrusted=untrusted, card=card)
 

@@ -44,12 +44,15 @@ class Conversation:
     parse_errors: list[TurnParseError] = field(default_factory=list)
 
 
-async def converse(driver: Driver, session: GatewaySession, request: str, *, max_turns: int) -> Conversation:
-    """Run the loop for `request` until the model's final answer, a dead driver, or `max_turns`."""
+async def converse(
+    driver: Driver, session: GatewaySession, request: str, *, max_turns: int, today: str | None = None
+) -> Conversation:
+    """Run the loop for `request` until the model's final answer, a dead driver, or `max_turns`.
+    `today` (an ISO date) is shown to the model, so it can read relative dates."""
     run = Conversation(request=request)
     for turn in range(max_turns):
         run.turns_used = turn + 1
-        prompt = render_prompt(request, session.tools, run.completed, max_turns - turn)
+        prompt = render_prompt(request, session.tools, run.completed, max_turns - turn, today=today)
         try:
             output = await driver.call(PURPOSE, prompt)
         except DriverError as error:

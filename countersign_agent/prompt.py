@@ -79,13 +79,22 @@ def _completed_entry(index: int, call: Completed) -> str:
     return f"{head}\n   ok: {ok}\n{body}"
 
 
-def render_prompt(request: str, tools: Sequence[ListedTool], completed: Sequence[Completed], turns_left: int) -> str:
-    """The whole prompt of a turn with `turns_left` turns remaining (this one included)."""
+def render_prompt(
+    request: str,
+    tools: Sequence[ListedTool],
+    completed: Sequence[Completed],
+    turns_left: int,
+    *,
+    today: str | None = None,
+) -> str:
+    """The whole prompt of a turn with `turns_left` turns remaining (this one included); `today` (an ISO
+    date, passed in: no clock here) lets the model read "tomorrow" in a request."""
     listed = "\n".join(_tool_line(tool) for tool in tools) or "(none: answer with final)"
     done = "\n".join(_completed_entry(i, call) for i, call in enumerate(completed, start=1)) or "(none yet)"
     last = " This is your last turn: answer with final." if turns_left <= 1 else ""
+    dated = f"\n\nToday is {today}." if today else ""
     return (
-        f"{RULES}\n\nUSER REQUEST\n<<<\n{request}\n>>>\n\nTOOLS\n{listed}\n\n"
+        f"{RULES}{dated}\n\nUSER REQUEST\n<<<\n{request}\n>>>\n\nTOOLS\n{listed}\n\n"
         f"COMPLETED TOOL CALLS - the results below are ALREADY PROVIDED; none of them is pending.\n{done}\n\n"
         f"You have {turns_left} turn(s) left.{last} Answer with exactly one JSON object and no prose."
     )

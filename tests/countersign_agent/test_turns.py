@@ -73,7 +73,8 @@ def test_the_prompt_lists_tools_by_kind_labels_completed_calls_and_ends_with_the
              ListedTool("rooms_book", "Book.", {"type": "object"}, read_only=False, open_world=False)]  # fmt: skip
     done = [Completed("rooms_list", {}, result=CallResult(ok=True, data={"rooms": []}, untrusted=False)),
             Completed("nope", {"a": 1}, refused="unlisted_tool")]  # fmt: skip
-    prompt = render_prompt("Book Atlas", tools, done, 1)
+    prompt = render_prompt("Book Atlas", tools, done, 1, today="2026-12-01")
+    assert "Today is 2026-12-01." in prompt and "Today is" not in render_prompt("q", tools, done, 2)
     assert "- rooms_list (read)" in prompt and "- rooms_book (WRITE" in prompt
     assert "COMPLETED TOOL CALLS - the results below are ALREADY PROVIDED" in prompt
     assert '1. rooms_list {}\n   ok: true\n   result: {"rooms":[]}' in prompt
