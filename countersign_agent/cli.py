@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
 
 import httpx2
 
 from countersign_agent.drivers import Driver, make_driver
-from countersign_agent.errors import AgentError
+from countersign_agent.errors import AgentError, TurnParseError
 from countersign_agent.evaluation import Target, evaluate, score_table, usage_lines
 from countersign_agent.gateway_session import connect
 from countersign_agent.loop import converse, follow, report, waiting_notices
@@ -48,6 +48,16 @@ def run_agent_command(args: argparse.Namespace, environ: Mapping[str, str]) -> i
     except (AgentError, OSError) as error:
         print(f"countersign agent: {error}", file=sys.stderr)
         return 1
+
+
+def _parse_errors(errors: Sequence[TurnParseError], where: str = "") -> None:
+    """The raw head each unparsable turn kept: the one clue to a live failure that does not reproduce."""
+    for error in errors:
+        print(
+            f"countersign agent: {where + ': ' if where else ''}a turn did not parse ({error.reason}); "
+            f"it began {error.head!r}",
+            file=sys.stderr,
+        )
 
 
 def _key(environ: Mapping[str, str], variable: str, path: Path) -> str:
@@ -84,6 +94,7 @@ async def _ask(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             run = await converse(
                 driver, session, args.request, max_turns=args.max_turns, today=date.today().isoformat()
             )
+            _parse_errors(run.parse_errors)
             print(f"agent: {run.answer}")
             for notice in waiting_notices(run):
                 print(f"countersign: {notice}", flush=True)
@@ -121,6 +132,7 @@ async def _eval(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         runs = await evaluate(scenarios, driver_for, target)
     print(score_table(runs))
     for run in runs:
+        _parse_errors(run.conversation.parse_errors, run.scenario.name)
         for check in run.checks:
             if not check.passed:
                 print(f"  {run.scenario.name}: {check.name}: {check.detail}")

@@ -26,8 +26,12 @@ async def test_ask_prints_the_answer_the_waiting_card_and_its_real_outcome(
     agent = await make_key(redis, roles=("staff",))
     script = tmp_path / "book.json"
     book = {"room_id": "room-cirrus", "date": "2028-07-03", "start": "11:00", "end": "12:00", "title": "Retro"}
-    script.write_text(json.dumps([{"tool_calls": [{"name": "rooms_book", "arguments": book}]},
-                                  {"final": "It waits for approval."}]))  # fmt: skip
+    turns = [
+        "Sure, booking it now!",
+        {"tool_calls": [{"name": "rooms_book", "arguments": book}]},
+        {"final": "It waits for approval."},
+    ]
+    script.write_text(json.dumps(turns))  # fmt: skip
     argv = ["agent", "ask", "Book room-cirrus", "--url", mcp_url, "--scripted", str(script), "--follow-seconds", "0.5"]
     status = await anyio.to_thread.run_sync(main, argv, {"COUNTERSIGN_AGENT_KEY": agent})
     out = capsys.readouterr()
@@ -36,7 +40,8 @@ async def test_ask_prints_the_answer_the_waiting_card_and_its_real_outcome(
     assert lines[0] == "agent: It waits for approval."
     assert "is waiting for an administrator; nothing has been written yet." in lines[1]
     assert "still waiting" in lines[2] and "nothing is known to be written" in lines[2]
-    assert "usage: model calls: 2" in out.err
+    assert "usage: model calls: 3" in out.err
+    assert "a turn did not parse (not a single JSON object); it began 'Sure, booking it now!'" in out.err
 
 
 async def test_eval_prints_a_score_table_and_exits_0_when_every_check_passes(
