@@ -25,7 +25,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from countersign_agent.approver import Verdict
 from countersign_agent.errors import ScenarioError
@@ -68,8 +68,11 @@ def load_scenarios(directory: Path = BUILT_IN, *, only: tuple[str, ...] = ()) ->
     for path in sorted(directory.glob("*.toml")):
         try:
             scenarios.append(Scenario.model_validate(tomllib.loads(path.read_text(encoding="utf-8"))))
-        except (tomllib.TOMLDecodeError, ValueError) as error:
-            raise ScenarioError(f"{path}: {str(error).splitlines()[0]}") from error
+        except tomllib.TOMLDecodeError as error:
+            raise ScenarioError(f"{path}: {error}") from error
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            raise ScenarioError(f"{path}: {problems}") from error
     unknown = set(only) - {scenario.name for scenario in scenarios}
     if unknown:
         raise ScenarioError(f"{directory}: no scenario named {', '.join(sorted(unknown))}")
