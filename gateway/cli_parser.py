@@ -223,9 +223,15 @@ def _agent(commands: Any) -> None:
         "agent", help="the reference agent: a client of a gateway over MCP, and its evaluation"
     ).add_subparsers(dest="agent_command", required=True)
     client = argparse.ArgumentParser(add_help=False)
+    # A client of a gateway reads no gateway config: hidden here, `_accept_config_everywhere` leaves it out.
+    client.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     client.add_argument("--url", default="http://127.0.0.1:8765/mcp", help="the gateway's MCP endpoint")
     client.add_argument(
-        "--key-file", type=Path, default=Path(".countersign/demo-agent.key"), help="the agent key, if not in the env"
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        default=Path(".countersign/demo-agent.key"),
+        help="the agent key, if not in the env",
     )
     client.add_argument("--provider", choices=["openai", "anthropic"], default="openai", help="the model API's format")
     client.add_argument("--model", help="the model name the API knows (required without --scripted)")
@@ -247,18 +253,23 @@ def _agent(commands: Any) -> None:
         if name == "ask":
             command.add_argument("request", help="what the user asks, in plain words")
             command.add_argument("--max-turns", type=int, default=8)
-            command.add_argument("--scripted", type=Path, help="replay this transcript (JSON list of turns)")
+            command.add_argument(
+                "--scripted", type=Path, metavar="FILE", help="replay this transcript (JSON list of turns)"
+            )
         else:
             command.add_argument(
                 "--admin-key-file",
                 type=Path,
+                metavar="FILE",
                 default=Path(".countersign/demo-admin.key"),
                 help="the stand-in approver's admin key, if not in the env",
             )
             command.add_argument(
-                "--scenarios", type=Path, help="a directory of scenario TOML files (default: built-in)"
+                "--scenarios", type=Path, metavar="DIR", help="a directory of scenario TOML files (default: built-in)"
             )
-            command.add_argument("--only", action="append", default=[], help="run only this scenario; may repeat")
             command.add_argument(
-                "--scripted", type=Path, help="replay <dir>/<scenario>.json transcripts instead of a model"
+                "--only", action="append", default=[], metavar="NAME", help="run only this scenario; may repeat"
+            )
+            command.add_argument(
+                "--scripted", type=Path, metavar="DIR", help="replay DIR/<scenario>.json transcripts instead of a model"
             )
