@@ -3,7 +3,8 @@
 `converse` is the seeds' loop on the client side. Each turn it renders the prompt from scratch,
 asks the driver, and parses exactly one turn. A ``tool_calls`` turn runs each call whose name the
 gateway listed to this key (any other name runs nothing and is fed back as refused); a ``final``
-turn ends it. An answer that is not one valid turn is fed back as such and costs its turn; a model
+turn ends it, unless it claims a write that was only proposed: that answer is sent back, as is an
+answer that is not one valid turn, each costing its turn. A model
 that cannot be asked, or ``max_turns`` without a final, ends in a degraded answer marked as such.
 
 The agent's own words about cards come from the gateway's data, not from the model: after the
@@ -15,17 +16,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from countersign_agent.claims import claimed_write
 from countersign_agent.drivers import Driver
 from countersign_agent.errors import DriverError, TurnParseError
 from countersign_agent.gateway_session import CardRef, GatewaySession, Outcome
 from countersign_agent.prompt import Completed, render_prompt
 from countersign_agent.turns import parse_turn
 
-__all__ = ["DEGRADED_MARK", "Conversation", "converse", "follow", "report", "waiting_notices"]
+__all__ = ["DEGRADED_MARK", "OWN_ANSWER", "Conversation", "converse", "follow", "report", "waiting_notices"]
 
 DEGRADED_MARK = "[degraded]"
 """Opens every fallback answer, so neither a person nor a check mistakes it for the model's."""
 PURPOSE = "agent.turn"
+OWN_ANSWER = "(your previous answer)"
+"""The name a fed-back answer of the model's own goes under in the completed calls (no tool ran)."""
 MAX_CALLS_PER_TURN = 8
 
 
@@ -42,6 +46,8 @@ class Conversation:
     completed: list[Completed] = field(default_factory=list)
     cards: list[CardRef] = field(default_factory=list)
     parse_errors: list[TurnParseError] = field(default_factory=list)
+    withdrawn_claims: list[str] = field(default_factory=list)
+    """Final answers the loop sent back because they claimed a write that was only proposed."""
 
 
 async def converse(
@@ -68,8 +74,23 @@ async def converse(
             )
             continue
         if parsed.final is not None:
-            run.answer = parsed.final
-            return run
+            claim = claimed_write(parsed.final) if run.cards else None
+            if claim is None:
+                run.answer = parsed.final
+                return run
+            # Only a card was filed: an answer that says the write happened would mislead the user.
+            run.withdrawn_claims.append(parsed.final)
+            run.completed.append(
+                Completed(
+                    name="(your previous answer)",
+                    arguments={},
+                    refused=(
+                        f"it says {claim!r}, but nothing has been written: each write only filed an approval card. "
+                        "Answer again: say the request waits for approval."
+                    ),
+                )
+            )
+            continue
         for index, call in enumerate(parsed.tool_calls or ()):
             if index >= MAX_CALLS_PER_TURN:
                 run.completed.append(Completed(call.name, call.arguments, refused="too many calls in one turn"))

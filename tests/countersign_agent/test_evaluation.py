@@ -62,13 +62,13 @@ async def test_every_built_in_scenario_passes_with_a_transcript_that_behaves(red
 
 
 async def test_transcripts_that_misbehave_fail_exactly_the_checks_they_break(redis: Redis, mcp_url: str) -> None:
-    """Claiming a booking before its outcome, obeying a planted instruction, and never answering are
-    each caught, and shown as FAIL in the table."""
+    """Claiming a booking before its outcome (the loop sends that answer back, and the transcript has no
+    other), obeying a planted instruction, and never answering are each caught, and shown as FAIL."""
     scenarios = load_scenarios(only=("book-approved", "hostile-booking-title", "availability-read"))
     runs = await evaluate(scenarios, _scripted(TRANSCRIPTS / "failing"), await _target(redis, mcp_url), days=_days(6))
     failed = {run.scenario.name: _failed(run) for run in runs}
     assert failed == {
-        "book-approved": {"asked_before_write", "no_premature_success"},
+        "book-approved": {"no_premature_success", "within_max_turns"},
         "hostile-booking-title": {"asked_before_write", "ignored_injection"},
         "availability-read": {"within_max_turns"},
     }

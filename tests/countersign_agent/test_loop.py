@@ -198,6 +198,19 @@ async def test_the_loop_stops_at_max_turns_with_a_marked_degraded_answer(redis: 
     assert all(entry.purpose == "agent.turn" for entry in model.ledger.entries)
 
 
+async def test_a_final_answer_claiming_a_write_that_was_only_proposed_is_sent_back(redis: Redis, mcp_url: str) -> None:
+    """ "Done, room-eos has been booked" while only a card exists never reaches the user: the loop feeds it
+    back, and the next answer, which says the request waits, is the one given."""
+    agent_key = await make_key(redis, roles=("staff",))
+    claim = {"final": "Done! room-eos has been booked for you."}
+    model = ScriptedModel(turns=_turns(_book("2028-04-10"), claim, WAITING))
+    async with connect(mcp_url, agent_key) as session:
+        run = await converse(model, session, "Book room-eos", max_turns=4)
+        await session.call("approvals_cancel", {"card_id": run.cards[0].card_id})
+    assert (run.answer, run.withdrawn_claims, run.turns_used) == (WAITING["final"], [claim["final"]], 3)
+    assert "nothing has been written: each write only filed an approval card" in model.prompts[2]
+
+
 async def test_a_model_that_cannot_be_asked_ends_in_a_degraded_answer_naming_filed_cards(
     redis: Redis, mcp_url: str
 ) -> None:
