@@ -9,7 +9,12 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
+from backends.serve import serve_app
 from gateway.cli import main
 from gateway.principal import KeyKind
 from tests.support.agents import make_key
@@ -90,3 +95,34 @@ async def test_a_key_the_gateway_refuses_is_one_line_and_exit_status_1(
     assert (
         status == 1 and err.startswith("countersign agent: cannot open an MCP session") and len(err.splitlines()) == 1
     )
+
+
+async def test_ask_with_a_model_api_sends_each_turn_to_it_and_sums_its_usage(
+    redis: Redis, mcp_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--model with --base-url: every turn goes over HTTP to an OpenAI-compatible server (here a local
+    Starlette app answering by what the prompt shows), with the key from the environment."""
+    seen: list[str] = []
+
+    async def completions(request: Request) -> Response:
+        body = await request.json()
+        prompt = body["messages"][0]["content"]
+        seen.append(request.headers["authorization"])
+        read = {"tool_calls": [{"name": "rooms_list", "arguments": {}}]}
+        turn = read if "(none yet)" in prompt else {"final": "There are five rooms."}
+        usage = {"prompt_tokens": 100, "completion_tokens": 5}
+        answer = {"choices": [{"message": {"content": json.dumps(turn)}}], "usage": usage}
+        return JSONResponse(answer)
+
+    agent = await make_key(redis, roles=("staff",))
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve_app(app) as base:
+        argv = ["agent", "ask", "How many rooms are there?", "--url", mcp_url, "--model", "local-model",
+                "--base-url", f"{base}/v1"]  # fmt: skip
+        environ = {"COUNTERSIGN_AGENT_KEY": agent, "OPENAI_API_KEY": "sk-local"}
+        status = await anyio.to_thread.run_sync(main, argv, environ)
+    out = capsys.readouterr()
+    assert status == 0 and out.out.splitlines() == ["agent: There are five rooms."]
+    assert seen == ["Bearer sk-local", "Bearer sk-local"]
+    assert "usage: model calls: 2 (0 failed) by local-model (agent.turn)" in out.err
+    assert "usage: tokens: 200 in, 10 out" in out.err
