@@ -21,7 +21,7 @@ from countersign_agent.drivers import Driver
 from countersign_agent.errors import DriverError, TurnParseError
 from countersign_agent.gateway_session import CardRef, GatewaySession, Outcome
 from countersign_agent.prompt import Completed, render_prompt
-from countersign_agent.turns import parse_turn
+from countersign_agent.turns import ToolCall, parse_turn
 
 __all__ = ["DEGRADED_MARK", "OWN_ANSWER", "Conversation", "converse", "follow", "report", "waiting_notices"]
 
@@ -67,45 +67,39 @@ async def converse(
             parsed = parse_turn(PURPOSE, output)
         except TurnParseError as error:
             run.parse_errors.append(error)
-            run.completed.append(
-                Completed(
-                    name="(your previous answer)", arguments={}, refused=f"it was not one valid turn: {error.reason}"
-                )
-            )
+            _send_back(run, f"it was not one valid turn: {error.reason}")
             continue
-        if parsed.final is not None:
-            claim = claimed_write(parsed.final) if run.cards else None
-            if claim is None:
-                run.answer = parsed.final
-                return run
-            # Only a card was filed: an answer that says the write happened would mislead the user.
-            run.withdrawn_claims.append(parsed.final)
-            run.completed.append(
-                Completed(
-                    name="(your previous answer)",
-                    arguments={},
-                    refused=(
-                        f"it says {claim!r}, but nothing has been written: each write only filed an approval card. "
-                        "Answer again: say the request waits for approval."
-                    ),
-                )
-            )
+        if parsed.final is None:
+            await _run_calls(session, run, parsed.tool_calls or [])
             continue
-        for index, call in enumerate(parsed.tool_calls or ()):
-            if index >= MAX_CALLS_PER_TURN:
-                run.completed.append(Completed(call.name, call.arguments, refused="too many calls in one turn"))
-            elif session.tool(call.name) is None:
-                run.completed.append(
-                    Completed(
-                        call.name, call.arguments, refused="unlisted_tool: no tool of that name is offered to you"
-                    )
-                )
-            else:
-                result = await session.call(call.name, call.arguments)
-                run.completed.append(Completed(call.name, call.arguments, result=result))
-                if result.card is not None and all(c.card_id != result.card.card_id for c in run.cards):
-                    run.cards.append(result.card)
+        claim = claimed_write(parsed.final) if run.cards else None
+        if claim is None:
+            run.answer = parsed.final
+            return run
+        # Only a card was filed: an answer that says the write happened would mislead the user.
+        run.withdrawn_claims.append(parsed.final)
+        _send_back(run, f"it says {claim!r}, but nothing has been written: each write only filed an approval "
+                        "card. Answer again: say the request waits for approval.")  # fmt: skip
     return _degraded(run, f"no final answer within max_turns={max_turns}")
+
+
+def _send_back(run: Conversation, why: str) -> None:
+    run.completed.append(Completed(name=OWN_ANSWER, arguments={}, refused=why))
+
+
+async def _run_calls(session: GatewaySession, run: Conversation, calls: list[ToolCall]) -> None:
+    """Run each proposed call whose name the gateway listed; any other name runs nothing and is refused."""
+    for index, call in enumerate(calls):
+        if index >= MAX_CALLS_PER_TURN:
+            run.completed.append(Completed(call.name, call.arguments, refused="too many calls in one turn"))
+        elif session.tool(call.name) is None:
+            refused = "unlisted_tool: no tool of that name is offered to you"
+            run.completed.append(Completed(call.name, call.arguments, refused=refused))
+        else:
+            result = await session.call(call.name, call.arguments)
+            run.completed.append(Completed(call.name, call.arguments, result=result))
+            if result.card is not None and all(card.card_id != result.card.card_id for card in run.cards):
+                run.cards.append(result.card)
 
 
 def _degraded(run: Conversation, why: str) -> Conversation:
