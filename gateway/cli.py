@@ -1,4 +1,4 @@
-"""The `countersign` command line: serve, worker, keys, audit, cards, adapters.
+"""The `countersign` command line: serve, worker, keys, audit, cards, adapters, agent.
 
 Every command acts on the data of the configured Redis, or of the embedded server of the data
 directory (attaching to a running `serve`, or starting the server for the command's duration).
@@ -31,6 +31,10 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Entry point. Returns the process exit status (0 ok, 1 refused, 2 usage)."""
     args = build_parser().parse_args(argv)
+    if args.command == "agent":  # a client of a gateway: it needs no settings and no store
+        from countersign_agent.cli import run_agent_command
+
+        return run_agent_command(args, environ or {})
     try:
         from gateway.settings import Settings
 

@@ -16,7 +16,7 @@ from typing import Any
 from gateway.card import CardState
 from gateway.principal import KeyKind
 
-__all__ = ["ENVIRONMENT", "RESOLUTIONS", "build_parser"]
+__all__ = ["AGENT_ENVIRONMENT", "ENVIRONMENT", "RESOLUTIONS", "build_parser"]
 
 RESOLUTIONS = ("SUCCEEDED", "FAILED")
 """What `cards resolve --outcome` accepts: `gateway.card_service.OUTCOMES` (a test holds them equal)."""
@@ -35,6 +35,15 @@ environment (each wins over the config file):
   COUNTERSIGN_ADMIN_KEY        the admin key of the cards and adapters commands
 and the variables the config file names: [adapters.*] token_env and signing_key_env,
 [notifications.webhooks.*] secret_env."""
+
+
+AGENT_ENVIRONMENT = """\
+environment:
+  COUNTERSIGN_AGENT_KEY        the agent's gateway key (else --key-file)
+  COUNTERSIGN_ADMIN_KEY        eval: the stand-in approver's admin key (else --admin-key-file)
+  OPENAI_API_KEY               the model API key for --provider openai (--api-key-env names another)
+  ANTHROPIC_API_KEY            the model API key for --provider anthropic
+  COUNTERSIGN_MODEL_BASE_URL   the model API's base URL (else --base-url; default: the provider's)"""
 
 
 class _Version(argparse.Action):
@@ -117,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     identity = _identity()
     _cards(commands, identity)
     _adapters(commands, identity)
+    _agent(commands)
     _accept_config_everywhere(parser)
     return parser
 
@@ -206,3 +216,60 @@ def _adapters(commands: Any, identity: argparse.ArgumentParser) -> None:
     drafting.add_argument("spec", type=Path)
     drafting.add_argument("--name", required=True)
     drafting.add_argument("--base-url")
+
+
+def _agent(commands: Any) -> None:
+    agent = commands.add_parser(
+        "agent", help="the reference agent: a client of a gateway over MCP, and its evaluation"
+    ).add_subparsers(dest="agent_command", required=True)
+    client = argparse.ArgumentParser(add_help=False)
+    # A client of a gateway reads no gateway config: hidden here, `_accept_config_everywhere` leaves it out.
+    client.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    client.add_argument("--url", default="http://127.0.0.1:8765/mcp", help="the gateway's MCP endpoint")
+    client.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        default=Path(".countersign/demo-agent.key"),
+        help="the agent key, if not in the env",
+    )
+    client.add_argument("--provider", choices=["openai", "anthropic"], default="openai", help="the model API's format")
+    client.add_argument("--model", help="the model name the API knows (required without --scripted)")
+    client.add_argument("--base-url", help="the model API's base URL (default: the provider's own)")
+    client.add_argument("--api-key-env", help="the variable holding the model API key (default: by provider)")
+    client.add_argument("--follow-seconds", type=float, default=300.0, help="how long to follow a card (default 300)")
+    client.add_argument("--no-tasks", action="store_true", help="follow cards with approvals_status, not MCP tasks")
+    for name, text in (
+        ("ask", "run the agent on one request and report what came of its cards"),
+        ("eval", "score the agent on the evaluation scenarios; prints a table"),
+    ):
+        command = agent.add_parser(
+            name,
+            parents=[client],
+            help=text,
+            epilog=AGENT_ENVIRONMENT,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == "ask":
+            command.add_argument("request", help="what the user asks, in plain words")
+            command.add_argument("--max-turns", type=int, default=8)
+            command.add_argument(
+                "--scripted", type=Path, metavar="FILE", help="replay this transcript (JSON list of turns)"
+            )
+        else:
+            command.add_argument(
+                "--admin-key-file",
+                type=Path,
+                metavar="FILE",
+                default=Path(".countersign/demo-admin.key"),
+                help="the stand-in approver's admin key, if not in the env",
+            )
+            command.add_argument(
+                "--scenarios", type=Path, metavar="DIR", help="a directory of scenario TOML files (default: built-in)"
+            )
+            command.add_argument(
+                "--only", action="append", default=[], metavar="NAME", help="run only this scenario; may repeat"
+            )
+            command.add_argument(
+                "--scripted", type=Path, metavar="DIR", help="replay DIR/<scenario>.json transcripts instead of a model"
+            )
