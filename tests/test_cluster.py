@@ -35,6 +35,7 @@ from gateway.store.ledger_outbox import outbox_keys
 from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
+from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
 from tests.support.redis_topologies import begin_slot_move, redis_cluster
 from tests.support.services import Backend, gateway_settings
 
@@ -46,18 +47,28 @@ WRITES = int(os.environ.get("COUNTERSIGN_CLUSTER_WRITES", "50"))
 AGENTS = 5
 GENEROUS = Limits(proposals=Budget(per_minute=60_000, burst=1_000), reads=Budget(per_minute=60_000, burst=1_000))
 """Budgets that let the run go at full speed: rate limits are not what it measures."""
+PATIENT_SECONDS = 5.0
+"""Redis connect and read timeouts of the clients here: with three servers, two gateways and dozens of
+agents on a shared 2-core machine, connecting can take longer than the default half second, and
+latency is not what these tests measure."""
+
+
+@pytest.fixture(scope="module", params=SERVER_PARAMS)
+def server_kind(request: pytest.FixtureRequest) -> str:
+    """Each test runs on a cluster of ``redis-server`` processes and on one of ``valkey-server`` processes."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def cluster_url() -> Iterator[str]:
-    with redis_cluster(masters=3) as url:
+def cluster_url(server_kind: str) -> Iterator[str]:
+    with redis_cluster(masters=3, server=server_kind) as url:
         yield url
 
 
 @pytest.fixture
 async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
     """A client of the cluster, made the way the gateway makes its own."""
-    connection = connect(cluster_url, timeout=5.0)
+    connection = connect(cluster_url, connect_timeout=PATIENT_SECONDS, timeout=PATIENT_SECONDS)
     try:
         yield connection.client
     finally:
@@ -67,14 +78,18 @@ async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 def two_gateways(cluster_url: str, backends: dict[str, Backend]) -> Iterator[list[str]]:
     """Two gateways on the cluster, each serving /mcp and running its own worker."""
-    settings = dataclasses.replace(gateway_settings(cluster_url, backends), limits=GENEROUS)
+    settings = dataclasses.replace(gateway_settings(cluster_url, backends), limits=GENEROUS,
+                                   redis_connect_timeout_seconds=PATIENT_SECONDS,
+                                   redis_timeout_seconds=PATIENT_SECONDS)  # fmt: skip
     with ExitStack() as stack:
         yield [f"{stack.enter_context(serve_app_in_thread(create_app(settings), lifespan=True))}/mcp"
                for _ in range(2)]  # fmt: skip
 
 
-def _day(index: int) -> str:
-    return (datetime.date(2031, 1, 1) + datetime.timedelta(days=index)).isoformat()
+def _day(index: int, server_kind: str) -> str:
+    """A booking day of its own for each test and server kind (the rooms backend serves the whole session)."""
+    first = datetime.date(2031, 1, 1) + datetime.timedelta(days=2000 * SERVER_KINDS.index(server_kind))
+    return (first + datetime.timedelta(days=index)).isoformat()
 
 
 async def test_the_cluster_spreads_the_ledger_shards_over_every_master(cluster: aioredis.Redis) -> None:
@@ -86,7 +101,7 @@ async def test_the_cluster_spreads_the_ledger_shards_over_every_master(cluster: 
 
 
 async def test_approved_writes_through_two_gateways_run_exactly_once_each(
-    cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend]
+    cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend], server_kind: str
 ) -> None:
     """WRITES bookings proposed by several agents through alternating gateways and approved: every
     card SUCCEEDED, the backend holds exactly WRITES bookings, one per card, each sent with its key."""
@@ -98,7 +113,13 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
 
     async def propose(index: int) -> None:
         async with agent(two_gateways[index % 2], tokens[index % AGENTS]) as client:
-            booking = {"room_id": "room-eos", "date": _day(index), "start": "09:00", "end": "10:00", "title": "Sync"}
+            booking = {
+                "room_id": "room-eos",
+                "date": _day(index, server_kind),
+                "start": "09:00",
+                "end": "10:00",
+                "title": "Sync",
+            }
             receipt = payload(await client.call_tool("rooms_book", booking))
         assert receipt["status"] == "PENDING", receipt
         card = await ledger.get(receipt["card_id"])
@@ -129,7 +150,7 @@ MOVED_CARDS = 6
 
 
 async def test_cards_open_while_their_slot_moves_to_another_master_are_served_and_run_once_each(
-    cluster_url: str, cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend]
+    cluster_url: str, cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend], server_kind: str
 ) -> None:
     """MOVED_CARDS bookings of one requester (one shard, so one slot) are PENDING when their slot starts
     moving. With half their keys moved, both gateways' admin APIs show each card as it is or refuse with
@@ -147,7 +168,7 @@ async def test_cards_open_while_their_slot_moves_to_another_master_are_served_an
     token = await make_key(cluster, subject="mover@acme.example")
     admin = await make_key(cluster, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("approver",))
     async with agent(two_gateways[0], token) as client:
-        card_ids = [payload(await client.call_tool("rooms_book", _booking(_day(1000 + n))))["card_id"]
+        card_ids = [payload(await client.call_tool("rooms_book", _booking(_day(1000 + n, server_kind))))["card_id"]
                     for n in range(MOVED_CARDS)]  # fmt: skip
     [shard] = {card_shard(card_id) for card_id in card_ids}
     assert shard is not None
