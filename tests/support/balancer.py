@@ -6,7 +6,7 @@
   2026-07-28 era needs);
 * ``sticky=True``: round robin for a request without ``Mcp-Session-Id``; a request carrying one goes
   to the replica that issued it, learnt from the ``Mcp-Session-Id`` header of that replica's answer
-  (nginx's ``sticky learn``, Envoy's stateful-session header filter). A session id no replica issued
+  (NGINX Plus's ``sticky learn``, Envoy's stateful-session header filter). A session id no replica issued
   is sent round robin, as such a balancer would.
 
 `served` counts what each replica answered, so a test can say both replicas took part.
