@@ -12,7 +12,9 @@ Commands (one JSON object per line; one JSON answer per line):
 * ``{"cmd": "run", "url", "token", "era", "concurrency", "warmup", "duration", "server_pid",
   "service_pids"}``: `concurrency` closed-loop workers for ``warmup + duration`` seconds. Only calls
   completing inside the measured window count; the server's CPU time (``/proc/<pid>/stat``) is read
-  at the window's edges, by this process, so the window is exact.
+  at the window's edges, by this process, so the window is exact. With ``urls`` and ``server_pids``
+  (lists) instead of ``url`` and ``server_pid``, worker *i* calls ``urls[i % len(urls)]`` (several
+  replicas behind a balancer that keeps each connection on one) and the CPU is theirs together.
 * ``{"cmd": "quit"}``.
 
 Eras: ``modern`` is the stateless 2026-07-28 envelope (``MCP-Protocol-Version``, ``Mcp-Method``,
@@ -182,29 +184,32 @@ async def _close_legacy_session(session: aiohttp.ClientSession, url: str, header
 
 async def run(command: dict[str, Any]) -> dict[str, Any]:
     """One closed-loop run; the measured window is ``[warmup, warmup + duration]``."""
-    url, token, era = command["url"], command["token"], command["era"]
+    token, era = command["token"], command["era"]
     concurrency = int(command["concurrency"])
-    server_pid = int(command["server_pid"])
+    urls, server_pids = replicas(command)
     service_pids = [int(pid) for pid in command.get("service_pids", [])]
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        targets = [urls[index % len(urls)] for index in range(concurrency)]
         if era == "legacy":
-            sessions = [await _open_legacy_session(session, url, token) for _ in range(concurrency)]
+            sessions = [await _open_legacy_session(session, url, token) for url in targets]
         else:
             sessions = [modern_headers(token)] * concurrency
         state = RunState()
-        workers = [asyncio.create_task(_worker(session, url, era, h, state)) for h in sessions]
+        workers = [
+            asyncio.create_task(_worker(session, url, era, h, state)) for url, h in zip(targets, sessions, strict=True)
+        ]
         try:
             await asyncio.sleep(float(command["warmup"]))
-            t0, cpu0, services0, own0 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+            t0, cpu0, services0, own0 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
             await asyncio.sleep(float(command["duration"]))
-            t1, cpu1, services1, own1 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+            t1, cpu1, services1, own1 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
         finally:
             state.stop = True
             await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), DRAIN_TIMEOUT_SECONDS)
             if era == "legacy":
-                for headers in sessions:
+                for url, headers in zip(targets, sessions, strict=True):
                     await _close_legacy_session(session, url, headers)
     latencies = sorted(latency for end, latency in state.completed if t0 <= end <= t1)
     calls = len(latencies)
@@ -226,6 +231,13 @@ async def run(command: dict[str, Any]) -> dict[str, Any]:
 
 def _cpu_sum(pids: list[int]) -> float:
     return sum(cpu_seconds(pid) for pid in pids)
+
+
+def replicas(command: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """The URLs a run spreads its workers over, and the pids of the servers behind them."""
+    urls = command.get("urls") or [command["url"]]
+    pids = command.get("server_pids") or [command["server_pid"]]
+    return [str(url) for url in urls], [int(pid) for pid in pids]
 
 
 def _own() -> float:

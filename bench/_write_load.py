@@ -8,7 +8,8 @@ uvloop, every answer checked), for the three things the write path does:
   books a different one-minute slot (`booking`), so every call must file a new card: a success is HTTP
   200, a JSON-RPC result that is not ``isError``, and a receipt whose ``card_id`` is well formed, whose
   ``status`` is PENDING and which is not marked ``existing``. With ``calls`` instead of ``duration``
-  it makes exactly that many calls (no warm-up) and can return the card ids.
+  it makes exactly that many calls (no warm-up) and can return the card ids. ``urls`` and
+  ``server_pids`` spread the workers over several replicas, as in `bench._load`.
 * ``{"cmd": "approve", "url", "token", "cards": [[card_id, version, args_hash], ...], "concurrency",
   "server_pid", "service_pids", "watch_redis_url"?}``: approve every card once through the admin API
   (``POST /admin/api/cards/{id}/approve``); a success is HTTP 200 with code OK and the card APPROVED.
@@ -49,6 +50,7 @@ from bench._load import (
     REQUEST_TIMEOUT_SECONDS,
     base_headers,
     json_rpc_message,
+    replicas,
 )
 
 ROOM = "room-atlas"
@@ -158,25 +160,26 @@ async def _propose_worker(
 
 async def propose(command: dict[str, Any]) -> dict[str, Any]:
     """One closed-loop run of proposals; measured over ``[warmup, warmup + duration]`` or all ``calls``."""
-    url, token, tool, label = command["url"], command["token"], command["tool"], command["label"]
+    token, tool, label = command["token"], command["tool"], command["label"]
     concurrency = int(command["concurrency"])
-    server_pid = int(command["server_pid"])
+    urls, server_pids = replicas(command)
     service_pids = [int(pid) for pid in command.get("service_pids", [])]
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
     state = RunState(remaining=int(command["calls"]) if "calls" in command else None)
     headers = propose_headers(token, tool)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        workers = [asyncio.create_task(_propose_worker(session, url, tool, headers, state)) for _ in range(concurrency)]
+        workers = [asyncio.create_task(_propose_worker(session, urls[index % len(urls)], tool, headers, state))
+                   for index in range(concurrency)]  # fmt: skip
         try:
             if state.remaining is None:
                 await asyncio.sleep(float(command["warmup"]))
-            t0, cpu0, services0, own0 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+            t0, cpu0, services0, own0 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
             if state.remaining is None:
                 await asyncio.sleep(float(command["duration"]))
             else:
                 await asyncio.gather(*workers)
-            t1, cpu1, services1, own1 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+            t1, cpu1, services1, own1 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
         finally:
             state.stop = True
             await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), DRAIN_TIMEOUT_SECONDS)

@@ -3,6 +3,8 @@
 Real servers throughout: the cluster is three ``redis-server --cluster-enabled yes`` processes
 joined by ``redis-cli --cluster create`` (`tests.support.redis_topologies`), each gateway a real
 uvicorn server with its own worker, the agents real MCP clients, the backend the rooms service.
+One test moves a slot with open cards from one master to another (CLUSTER SETSLOT and MIGRATE, the
+steps of ``redis-cli --cluster reshard``), so the gateways meet ASK while it moves and MOVED after.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 
 import anyio
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
-from gateway.card import CardState
+from gateway.card import Card, CardState
 from gateway.ledger import CardQuery
 from gateway.limits import Budget, Limits
 from gateway.notification import Notification
@@ -28,10 +31,12 @@ from gateway.store.client import connect
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.ledger_layout import SHARDS, card_keys, card_shard
+from gateway.store.ledger_outbox import outbox_keys
 from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
-from tests.support.redis_topologies import redis_cluster
+from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
+from tests.support.redis_topologies import begin_slot_move, redis_cluster
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -42,18 +47,28 @@ WRITES = int(os.environ.get("COUNTERSIGN_CLUSTER_WRITES", "50"))
 AGENTS = 5
 GENEROUS = Limits(proposals=Budget(per_minute=60_000, burst=1_000), reads=Budget(per_minute=60_000, burst=1_000))
 """Budgets that let the run go at full speed: rate limits are not what it measures."""
+PATIENT_SECONDS = 5.0
+"""Redis connect and read timeouts of the clients here: with three servers, two gateways and dozens of
+agents on a shared 2-core machine, connecting can take longer than the default half second, and
+latency is not what these tests measure."""
+
+
+@pytest.fixture(scope="module", params=SERVER_PARAMS)
+def server_kind(request: pytest.FixtureRequest) -> str:
+    """Each test runs on a cluster of ``redis-server`` processes and on one of ``valkey-server`` processes."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
-def cluster_url() -> Iterator[str]:
-    with redis_cluster(masters=3) as url:
+def cluster_url(server_kind: str) -> Iterator[str]:
+    with redis_cluster(masters=3, server=server_kind) as url:
         yield url
 
 
 @pytest.fixture
 async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
     """A client of the cluster, made the way the gateway makes its own."""
-    connection = connect(cluster_url, timeout=5.0)
+    connection = connect(cluster_url, connect_timeout=PATIENT_SECONDS, timeout=PATIENT_SECONDS)
     try:
         yield connection.client
     finally:
@@ -63,14 +78,18 @@ async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 def two_gateways(cluster_url: str, backends: dict[str, Backend]) -> Iterator[list[str]]:
     """Two gateways on the cluster, each serving /mcp and running its own worker."""
-    settings = dataclasses.replace(gateway_settings(cluster_url, backends), limits=GENEROUS)
+    settings = dataclasses.replace(gateway_settings(cluster_url, backends), limits=GENEROUS,
+                                   redis_connect_timeout_seconds=PATIENT_SECONDS,
+                                   redis_timeout_seconds=PATIENT_SECONDS)  # fmt: skip
     with ExitStack() as stack:
         yield [f"{stack.enter_context(serve_app_in_thread(create_app(settings), lifespan=True))}/mcp"
                for _ in range(2)]  # fmt: skip
 
 
-def _day(index: int) -> str:
-    return (datetime.date(2031, 1, 1) + datetime.timedelta(days=index)).isoformat()
+def _day(index: int, server_kind: str) -> str:
+    """A booking day of its own for each test and server kind (the rooms backend serves the whole session)."""
+    first = datetime.date(2031, 1, 1) + datetime.timedelta(days=2000 * SERVER_KINDS.index(server_kind))
+    return (first + datetime.timedelta(days=index)).isoformat()
 
 
 async def test_the_cluster_spreads_the_ledger_shards_over_every_master(cluster: aioredis.Redis) -> None:
@@ -82,7 +101,7 @@ async def test_the_cluster_spreads_the_ledger_shards_over_every_master(cluster: 
 
 
 async def test_approved_writes_through_two_gateways_run_exactly_once_each(
-    cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend]
+    cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend], server_kind: str
 ) -> None:
     """WRITES bookings proposed by several agents through alternating gateways and approved: every
     card SUCCEEDED, the backend holds exactly WRITES bookings, one per card, each sent with its key."""
@@ -94,7 +113,13 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
 
     async def propose(index: int) -> None:
         async with agent(two_gateways[index % 2], tokens[index % AGENTS]) as client:
-            booking = {"room_id": "room-eos", "date": _day(index), "start": "09:00", "end": "10:00", "title": "Sync"}
+            booking = {
+                "room_id": "room-eos",
+                "date": _day(index, server_kind),
+                "start": "09:00",
+                "end": "10:00",
+                "title": "Sync",
+            }
             receipt = payload(await client.call_tool("rooms_book", booking))
         assert receipt["status"] == "PENDING", receipt
         card = await ledger.get(receipt["card_id"])
@@ -109,12 +134,7 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
             for index in range(WRITES):
                 group.start_soon(propose, index)
         assert len({card_shard(card_id) for card_id in card_ids}) > 1  # the cards span shards
-        while True:
-            cards = [await ledger.get(card_id) for card_id in card_ids]
-            if all(card is not None and card.state is CardState.SUCCEEDED for card in cards):
-                break
-            assert not [c for c in cards if c is not None and c.state in (CardState.FAILED, CardState.UNKNOWN)]
-            await anyio.sleep(0.1)
+        cards = await _succeeded(ledger, card_ids)
     listed = await ledger.page(CardQuery(org="acme", state=CardState.SUCCEEDED), limit=WRITES)
     assert set(card_ids) <= {card.card_id for card in listed.cards}  # the admin listing reads every node's shards
     new = [b for b in service.bookings.values() if b.booking_id not in before]
@@ -124,6 +144,79 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
     assert sorted(card.idempotency_key for card in cards if card is not None) == sorted(
         key for key in sent if key in {card.idempotency_key for card in cards if card is not None}
     )
+
+
+MOVED_CARDS = 6
+
+
+async def test_cards_open_while_their_slot_moves_to_another_master_are_served_and_run_once_each(
+    cluster_url: str, cluster: aioredis.Redis, two_gateways: list[str], backends: dict[str, Backend], server_kind: str
+) -> None:
+    """MOVED_CARDS bookings of one requester (one shard, so one slot) are PENDING when their slot starts
+    moving. With half their keys moved, both gateways' admin APIs show each card as it is or refuse with
+    the retryable LEDGER_UNAVAILABLE, never anything else; with the slot moved (MOVED), approvals through
+    alternating gateways run each card exactly once, read from the outbox stream that moved with it.
+
+    Why a refusal is allowed while the slot moves: redis-py's asyncio cluster client (8.1) follows ASK
+    by sending ASKING and the command as two pooled commands, so with more than one idle connection to
+    the target the command lands on a connection that never sent ASKING; the target answers MOVED
+    back to the source, and after 16 redirections the client gives up (``ClusterError: TTL
+    exhausted``), which the store boundary turns into LEDGER_UNAVAILABLE. A card whose keys have not
+    moved is served by the source as usual."""
+    service = backends["rooms"].app.state.service
+    before = {b.booking_id for b in service.bookings.values()}
+    token = await make_key(cluster, subject="mover@acme.example")
+    admin = await make_key(cluster, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("approver",))
+    async with agent(two_gateways[0], token) as client:
+        card_ids = [payload(await client.call_tool("rooms_book", _booking(_day(1000 + n, server_kind))))["card_id"]
+                    for n in range(MOVED_CARDS)]  # fmt: skip
+    [shard] = {card_shard(card_id) for card_id in card_ids}
+    assert shard is not None
+    move = begin_slot_move(cluster_url, outbox_keys()[shard])
+    try:
+        move.migrate([key for key in move.keys() if ":card:" in key][: MOVED_CARDS // 2])
+        moved = set(card_ids) - {key.rpartition(":card:")[2] for key in move.keys()}
+        assert 0 < len(moved) < MOVED_CARDS
+        async with httpx.AsyncClient(headers={"authorization": f"Bearer {admin}"}, timeout=10) as http:
+            for index, card_id in enumerate(card_ids):
+                shown = await http.get(f"{_admin_api(two_gateways[index % 2])}/cards/{card_id}")
+                if card_id in moved and shown.status_code == 503:
+                    assert shown.json()["error"]["code"] == "LEDGER_UNAVAILABLE", shown.text
+                else:
+                    assert shown.status_code == 200 and shown.json()["card"]["state"] == "PENDING", shown.text
+    finally:
+        move.finish()
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {admin}"}, timeout=10) as http:
+        for index, card_id in enumerate(card_ids):
+            card = (await http.get(f"{_admin_api(two_gateways[index % 2])}/cards/{card_id}")).json()["card"]
+            body = {"version": card["version"], "args_hash": card["args_hash"], "comment": "ok"}
+            approved = await http.post(
+                f"{_admin_api(two_gateways[(index + 1) % 2])}/cards/{card_id}/approve", json=body
+            )
+            assert approved.status_code == 200, approved.text
+    with anyio.fail_after(30):
+        cards = await _succeeded(RedisLedger(cluster), card_ids)
+    new = [b for b in service.bookings.values() if b.booking_id not in before]
+    assert sorted(b.booking_id for b in new) == sorted(card.reference for card in cards if card is not None)
+
+
+async def _succeeded(ledger: RedisLedger, card_ids: list[str]) -> list[Card]:
+    """The cards once every one SUCCEEDED (the caller bounds the wait); none may fail on the way."""
+    while True:
+        cards = [await ledger.get(card_id) for card_id in card_ids]
+        done = [card for card in cards if card is not None and card.state is CardState.SUCCEEDED]
+        if len(done) == len(card_ids):
+            return done
+        assert not [c for c in cards if c is not None and c.state in (CardState.FAILED, CardState.UNKNOWN)]
+        await anyio.sleep(0.1)
+
+
+def _admin_api(mcp_url: str) -> str:
+    return mcp_url.removesuffix("/mcp") + "/admin/api"
+
+
+def _booking(day: str) -> dict[str, str]:
+    return {"room_id": "room-eos", "date": day, "start": "09:00", "end": "10:00", "title": "Sync"}
 
 
 async def test_the_registry_and_the_key_store_work_on_the_cluster(cluster: aioredis.Redis) -> None:

@@ -16,8 +16,10 @@ from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
+from gateway.errors import StoreUnavailableError
+from gateway.store.client import connect
 from tests.support.agents import agent, error_code, make_key
-from tests.support.redis_server import start_redis_process
+from tests.support.redis_server import free_port, start_redis_process
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
@@ -125,3 +127,15 @@ async def test_reads_fail_fast_too_while_redis_is_frozen_and_come_back_without_a
                 while (again := await client.call_tool("rooms_list", {})).is_error and time.monotonic() < deadline:
                     await anyio.sleep(0.1)
                 assert not again.is_error, again
+
+
+async def test_a_cluster_none_of_whose_nodes_answers_is_a_store_unavailable_error() -> None:
+    """redis-py's Cluster client says so with RedisClusterException, which is no RedisError: the store
+    boundary turns it into StoreUnavailableError too, so the gateway fails closed rather than crashing."""
+    connection = connect(f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}")
+    try:
+        with pytest.raises(StoreUnavailableError) as refused:
+            await connection.ping()
+    finally:
+        await connection.aclose()
+    assert "RedisClusterException" in refused.value.cause

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.errors import ConfigError, StoreUnavailableError
 from gateway.redis_target import RedisKind, RedisTarget, parse_redis_url
@@ -119,7 +119,12 @@ async def bounded_block(block_ms: int, slack: float) -> AsyncIterator[None]:
 def store_boundary(cls: type[T]) -> type[T]:
     """Class decorator: every public coroutine method of `cls` raises `StoreUnavailableError`, chained
     with ``from``, where Redis or the socket under it failed. Applied to every store class, so no
-    caller outside this package ever sees (or has to catch) a redis-py exception."""
+    caller outside this package ever sees (or has to catch) a redis-py exception.
+
+    That includes `RedisClusterException`, which is not a `RedisError`: the Cluster client raises it
+    when it cannot route a command, e.g. ``TTL exhausted`` redirections, or a pipeline it re-sends
+    after a lost connection, whose keyless commands (WAITAOF, CONFIG GET) have by then lost the
+    ``target_nodes`` they were queued with (redis-py 8.1 pops them on the first attempt)."""
     for name, member in list(vars(cls).items()):
         if not name.startswith("_") and inspect.iscoroutinefunction(member):
             setattr(cls, name, _translated(member))
@@ -131,7 +136,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
-        except (RedisError, OSError) as error:
+        except (RedisError, RedisClusterException, OSError) as error:
             raise StoreUnavailableError(f"Redis failed: {type(error).__name__}", cause=type(error).__name__) from error
 
     return call

