@@ -99,6 +99,11 @@ class AlertingLedger:
         return await self._ledger.approve(card_id, approver=approver, version=version, args_hash=args_hash,
                                           comment=comment)  # fmt: skip
 
+    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
+                                args_hash: str, day: str, budget: int) -> Transition:  # fmt: skip
+        return await self._ledger.approve_by_policy(card_id, rule=rule, requester=requester, version=version,
+                                                    args_hash=args_hash, day=day, budget=budget)  # fmt: skip
+
     async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
         return await self._ledger.reject(card_id, admin=admin, reason=reason)
 

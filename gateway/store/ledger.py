@@ -34,6 +34,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.approval_settings import POLICY_PREFIX
 from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
@@ -47,6 +48,7 @@ from gateway.store.ledger_layout import (
     card_shard,
     open_cards_key,
     org_index,
+    policy_budget_key,
     requester_index,
     requester_shard,
     requester_tag,
@@ -77,10 +79,13 @@ class RedisLedger:
         fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
         on_verdict: Callable[[DurabilityReport], None] | None = None,
         min_replicas: int = 0,
+        repeat_window_ms: int = 0,
     ) -> None:
         """`fsync_timeout_ms` bounds each ``WAITAOF`` (or ``WAIT``) and must stay below `client`'s read
         timeout (half of it by default); `on_verdict` hears every transition's durability verdict
-        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition."""
+        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition;
+        `repeat_window_ms` is how long a SUCCEEDED card answers identical proposals (0: not at all)."""
+        self._repeat_window_ms = repeat_window_ms
         self._client = client
         self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
@@ -168,6 +173,7 @@ class RedisLedger:
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
             "preview": canonical_json(proposal.preview.to_json()) if proposal.preview is not None else "",
+            "repeat_within_ms": str(self._repeat_window_ms),
         } | stored_delegation(proposal.acting_client, proposal.actors)
         cap = self._limits.open_cards(org)
         result = await self._eval(
@@ -183,6 +189,17 @@ class RedisLedger:
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
                       requeue_ms: int = 10_000) -> Transition:  # fmt: skip
         return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
+
+    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
+                                args_hash: str, day: str, budget: int, requeue_ms: int = 10_000,
+                                ) -> Transition:  # fmt: skip
+        """`approve` as ``policy:<rule>``, within `budget` approvals of `requester` (org, subject) on UTC `day`."""
+        shard = card_shard(card_id)
+        if shard is None:
+            return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
+        keys = [*self._keys(card_id, shard), policy_budget_key(*requester, day)]
+        args: list[str | int] = [secrets.token_hex(12), f"{POLICY_PREFIX}{rule}", version, args_hash, "", requeue_ms]
+        return await self._eval("approve", keys, [*args, budget])
 
     async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
         return await self._run("reject", card_id, admin, reason)
