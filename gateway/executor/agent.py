@@ -7,7 +7,8 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
 approval gate (a write only ever becomes a card, after its preview
-found it feasible) -> backend health -> invoke -> withhold untrusted
+found it feasible; a configured rule may then approve the new card as one approver:
+`gateway.executor.policy_approvals`) -> backend health -> invoke -> withhold untrusted
 text -> seal.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
@@ -52,6 +53,7 @@ from gateway.errors import (
     UpstreamRefusedError,
 )
 from gateway.executor.invoke import Invoker, args_hash
+from gateway.executor.policy_approvals import PolicyApprovals
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -90,6 +92,7 @@ class AgentPath:
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
+        policies: PolicyApprovals,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -101,6 +104,7 @@ class AgentPath:
         self._healthy = healthy
         self._limiter = limiter
         self._limits = limits
+        self._policies = policies
         self._clock = clock
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
@@ -253,8 +257,10 @@ class AgentPath:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
         existing = created.status is TransitionStatus.EXISTING
         count_proposal(tool.name, existing=existing)
-        extra = {"card_id": card.card_id, "existing": str(existing).lower()}
+        extra = {"card_id": card.card_id, "existing": str(existing).lower(), "state": card.state.value}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
+        if not existing:  # a new card only: an existing one had its rules' say when it was made
+            card = await self._policies.consider(card)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
 
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:

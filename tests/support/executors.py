@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.approval_settings import ApprovalSettings
 from gateway.audit import ListAuditSink
-from gateway.executor import AgentPath, Invoker
+from gateway.executor import AgentPath, Invoker, PolicyApprovals
 from gateway.identity import IdentityHeaders
 from gateway.limiter import InMemoryRateLimiter, RateLimiter
 from gateway.limits import Limits
@@ -47,5 +48,6 @@ def agent_path(
         healthy=lambda adapter: True,
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
+        policies=PolicyApprovals(ledger=ledger, audit=audit, settings=ApprovalSettings()),
     )
     return executor, audit
