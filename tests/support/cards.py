@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from gateway.card import Card, CardState
 from gateway.limits import Limits
 from gateway.store.ledger import Proposal, RedisLedger
 
@@ -54,3 +55,18 @@ async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
         for index in range(count):
             group.start_soon(one, index)
     return created
+
+
+FINAL = frozenset({CardState.SUCCEEDED, CardState.FAILED, CardState.NEEDS_RECONCILIATION})
+"""Where a worker leaves an approved card."""
+
+
+async def settled(redis: Redis, card_id: str, timeout: float = 15.0) -> Card:
+    """Wait (bounded) until the worker has brought the card to a final state."""
+    ledger = RedisLedger(redis)
+    with anyio.fail_after(timeout):
+        while True:
+            card = await ledger.get(card_id)
+            if card is not None and card.state in FINAL:
+                return card
+            await anyio.sleep(0.05)
