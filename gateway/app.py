@@ -202,11 +202,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     notify = settings.notifications
     outbox = RedisNotificationOutbox(client)
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
-    cards: Ledger = (
-        AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
-        if notify.webhooks
-        else ledger
-    )
+    alerting = AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
+    cards: Ledger = alerting if notify.webhooks else ledger
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -246,6 +243,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
         approvals=settings.approvals,
+        announce=alerting.alert,
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None

@@ -107,6 +107,9 @@ class Proposal:
     """The tool's preview as read for this proposal (None when it declares none); stored on the card."""
     acting_client: str = ""
     actors: tuple[str, ...] = ()
+    awaits_policy: bool = False
+    """A policy rule is asked about the card right after it is made (`gateway.executor.policy_approvals`):
+    the notice that it waits for a person is given then, if it still does, not on its creation."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,6 +189,12 @@ class Ledger(Protocol):
         holds its cap of open cards (`gateway.limits.Limits.open_cards`), refuse with
         ``ERR_QUOTA_EXCEEDED`` and make nothing. The dedupe comes first: an identical proposal is
         answered with its open card even at the cap."""
+        ...
+
+    async def repeated(self, org: str, subject: str, dedupe_key: str) -> Card | None:
+        """The SUCCEEDED card that a proposal of `dedupe_key` by (`org`, `subject`) would be answered with
+        now (``EXISTING``: within its repeat window), or None. Reads only: for a proposal that is not filed
+        (its preview found it infeasible, as the very write it repeats made it)."""
         ...
 
     async def approve(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -19,7 +19,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger, card_shard
 from gateway.store.ledger_layout import card_keys
-from tests.support.agents import agent, make_key, payload
+from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import PROPOSAL, settled
 from tests.support.services import Backend, gateway_settings, serve_backends
 
@@ -149,9 +149,22 @@ async def test_a_repeat_past_the_window_or_with_it_off_files_a_new_card(
     assert again["card_id"] != first["card_id"] and again["status"] == "PENDING" and "existing" not in again
 
 
-async def test_lapsed_repeat_entries_are_pruned_by_later_proposals(redis: Redis) -> None:
+@pytest.fixture(name="quiet")
+async def quiet_client(quiet_redis_url: str) -> AsyncIterator[Redis]:
+    """The database no worker drains (see conftest), flushed: cards are moved by hand there."""
+    client = Redis.from_url(quiet_redis_url)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+async def test_lapsed_repeat_entries_are_pruned_by_later_proposals(quiet: Redis) -> None:
     """A succeeded card's dedupe entry outlives it only by its window: the next proposals in its shard remove it,
     and leave alone an entry the same dedupe key holds for a newer open card."""
+    redis = quiet
     ledger = RedisLedger(redis, repeat_window_ms=1_000)
     finished = []
     for n in range(3):
@@ -186,3 +199,25 @@ async def _run(ledger: RedisLedger, card_id: str) -> str:
                                  evidence={}, settle_ms=0)  # fmt: skip
     assert done.card is not None and done.card.state is CardState.SUCCEEDED
     return card_id
+
+
+async def test_a_repeat_of_a_booking_that_took_its_slot_gets_the_booking_not_a_refusal(
+    redis: Redis, mcp_url: str, backends: dict[str, Backend]
+) -> None:
+    """The preview of the repeat finds the slot taken (by the booking it repeats): the agent gets that
+    SUCCEEDED card; someone else's identical request is still refused as INFEASIBLE."""
+    token = await make_key(redis, roles=("staff",))
+    booking = {"room_id": "room-eos", "date": "2026-12-22", "start": "09:00", "end": "10:00", "title": "Planning"}
+    async with agent(mcp_url, token) as client:
+        first = payload(await client.call_tool("rooms_book", booking))
+        await _approve(redis, first["card_id"])
+        done = await settled(redis, first["card_id"])
+        assert done.state is CardState.SUCCEEDED
+        again = payload(await client.call_tool("rooms_book", booking))
+    assert (again["card_id"], again["existing"], again["outcome"]) == (first["card_id"], True, "succeeded")
+    colleague = await make_key(redis, roles=("staff",), subject="bob@acme.example")
+    async with agent(mcp_url, colleague) as client:
+        theirs = await client.call_tool("rooms_book", booking)
+    assert error_code(theirs) == "INFEASIBLE"
+    rooms = backends["rooms"].app.state.service
+    assert len([b for b in rooms.bookings.values() if b.date == "2026-12-22" and b.status == "active"]) == 1

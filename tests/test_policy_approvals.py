@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -16,15 +17,19 @@ from gateway.app import create_app
 from gateway.approval_settings import ApprovalSettings, Bound, PolicyRule
 from gateway.audit import AuditEvent, ListAuditSink
 from gateway.card import Card, CardState, verify_chain
+from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
 from gateway.card_views import ResultCode
 from gateway.codes import Code
 from gateway.executor import PolicyApprovals
+from gateway.ledger import Transition
+from gateway.notification import Webhook
 from gateway.principal import KeyKind
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from gateway.store.ledger_layout import policy_budget_key
+from gateway.store.notifications import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, settled
 from tests.support.services import Backend, gateway_settings, serve_backends
@@ -185,13 +190,41 @@ async def test_a_tainted_card_is_never_approved_by_policy(redis: Redis) -> None:
     created = await ledger.propose(small)
     assert created.card is not None
     tainted = _TaintedCard(**{f.name: getattr(created.card, f.name) for f in dataclasses.fields(Card)})
-    policies = PolicyApprovals(ledger=ledger, audit=audit, settings=RULES)
+    announced: list[Transition] = []
+
+    async def announce(result: Transition) -> Transition:
+        announced.append(result)
+        return result
+
+    policies = PolicyApprovals(ledger=ledger, audit=audit, settings=RULES, announce=announce)
     assert await policies.consider(tainted) is tainted
     assert await ledger.get(created.card.card_id) == created.card
     assert (audit.events[-1].code, audit.events[-1].outcome) == (Code.APPROVAL_REQUIRED.value, "deny")
     assert "tainted" in audit.events[-1].reason
+    assert [result.card for result in announced] == [tainted]  # left to a person, so people are told
 
 
 async def _admin(redis: Redis, org: str, subject: str) -> Any:
     token, _ = await KeyStore(redis).create(kind=KeyKind.ADMIN, subject=subject, org=org, roles=("approver",))
     return await KeyStore(redis).resolve(token)
+
+
+@pytest.mark.parametrize(("cents", "told"), [(100, False), (5_000, True)], ids=["approved", "left-to-a-person"])
+async def test_approvers_are_told_of_a_card_only_once_the_rules_left_it_to_them(
+    redis: Redis, cents: int, told: bool
+) -> None:
+    """With a webhook configured, a card a rule approves raises no "pending" notification; one it leaves
+    to a person raises exactly one, after the rules had their say."""
+    outbox = RedisNotificationOutbox(redis)
+    hook = Webhook(name="ops", url="https://hooks.example/ops", secret="s")
+    alerting = AlertingLedger(RedisLedger(redis), queue=outbox, webhooks=[hook], console_url="https://gw")
+    policies = PolicyApprovals(ledger=alerting, audit=ListAuditSink(), settings=RULES, announce=alerting.alert)
+    proposal = dataclasses.replace(PROPOSAL, tool="orders_refund_create", arguments={"amount_cents": cents},
+                                   requester_roles=frozenset({"support"}), awaits_policy=policies.apply_to(
+                                       "orders_refund_create"))  # fmt: skip
+    created = await alerting.propose(proposal)
+    assert created.card is not None and await outbox.all() == []
+    card = await policies.consider(created.card)
+    assert (card.state is CardState.PENDING) is told
+    queued = await outbox.all()
+    assert [json.loads(n.body)["card"]["card_id"] for n in queued] == ([card.card_id] if told else [])

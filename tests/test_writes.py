@@ -30,7 +30,6 @@ AUDIT = Secret(TEST_AUDIT_SECRET)
 pytestmark = pytest.mark.anyio
 
 
-
 def _booking(day: str, start: str = "09:00", end: str = "10:00", room: str = "room-eos") -> dict[str, Any]:
     return {"room_id": room, "date": day, "start": start, "end": end, "title": "Planning"}
 

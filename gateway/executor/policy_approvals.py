@@ -10,39 +10,64 @@ budget is counted on, the ledger call and the audit event.
 The audit event is a person's approval's (``card.approve``, the card id, state and version) with
 the policy as its subject. A rule that declines (the card is tainted, or no rule admits it) or a
 spent budget is audited as a denial for every card of a tool some rule names; a card of any other
-tool costs nothing here. Nothing is ever refused to the agent: at worst the card waits for a person.
+tool costs nothing here. Nothing is ever refused to the agent: at worst the card waits for a person,
+and then people are told (`Announce`): a card of a tool some rule names is not announced when it
+is made, but here, once the rules left it to a person.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from gateway.approval_settings import POLICY_PREFIX, ApprovalSettings
 from gateway.audit import AuditEvent, AuditSink
-from gateway.card import Card
+from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
 from gateway.ledger import Ledger, Transition, TransitionStatus
 from policies.policy_approval import policy_approval
 
-__all__ = ["PolicyApprovals"]
+__all__ = ["Announce", "PolicyApprovals"]
+
+
+Announce = Callable[[Transition], Awaitable[Transition]]
+"""Tell people of a card that waits for them (`gateway.card_alerts.AlertingLedger.alert`)."""
 
 
 class PolicyApprovals:
     """Applies the ``[approvals.policies]`` rules to new cards."""
 
-    def __init__(self, *, ledger: Ledger, audit: AuditSink, settings: ApprovalSettings) -> None:
+    def __init__(self, *, ledger: Ledger, audit: AuditSink, settings: ApprovalSettings, announce: Announce) -> None:
         self._ledger = ledger
         self._audit = audit
+        self._announce = announce
         self._rules = settings.policies
         self._budget = settings.policy_daily_budget
         self._tools = frozenset(rule.tool for rule in settings.policies.values())
 
+    def apply_to(self, tool: str) -> bool:
+        """Whether some rule names `tool`: its new cards are proposed awaiting `consider`."""
+        return tool in self._tools
+
     async def consider(self, card: Card) -> Card:
         """The card after the rules had their say: approved by one (PENDING still if it needs more
-        approvers), or as it was. Never raises for a store that cannot answer: the card stands."""
-        if card.tool not in self._tools:
+        approvers), or as it was. Never raises for a store that cannot answer: the card stands.
+
+        A card of a tool some rule names was proposed awaiting this step (`Proposal.awaits_policy`):
+        if it still waits for a person, this is where people are told, however the rules answered.
+        """
+        if not self.apply_to(card.tool):
             return card
+        decided = card
+        try:
+            decided = await self._decide(card)
+        finally:
+            if decided.state is CardState.PENDING:
+                await self._announce(Transition(status=TransitionStatus.OK, card=decided, extra={}))
+        return decided
+
+    async def _decide(self, card: Card) -> Card:
         now = datetime.fromtimestamp(card.created_ms / 1000, tz=UTC)
         verdict = policy_approval(card, self._rules, now=now)
         if not verdict.decision.allowed or verdict.rule is None:

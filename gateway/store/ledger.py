@@ -150,9 +150,7 @@ class RedisLedger:
         refuse with ``ERR_QUOTA_EXCEEDED`` (``extra``: ``limit``, ``open``) at the requester's open-card cap."""
         org, subject = proposal.requester_org, proposal.requester_subject
         requester, shard = requester_tag(org, subject), requester_shard(org, subject)
-        # The dedupe key is stored hashed (fixed and short: it sits in the shard's open-card hash), and
-        # scoped to the requester, so no proposal can ever be answered with another requester's card.
-        dedupe = hashlib.sha256(f"{requester}|{proposal.dedupe_key}".encode()).hexdigest()[:32]
+        dedupe = _stored_dedupe(requester, proposal.dedupe_key)
         card_id = f"crd_{shard}_{secrets.token_hex(16)}"
         fields: dict[str, str] = {
             "card_id": card_id,
@@ -185,6 +183,19 @@ class RedisLedger:
             existing = await self.get(str(result.extra["card_id"]))
             return Transition(status=TransitionStatus.EXISTING, card=existing, extra=result.extra)
         return result
+
+    async def repeated(self, org: str, subject: str, dedupe_key: str) -> Card | None:
+        """The SUCCEEDED card an identical proposal of (`org`, `subject`) would be answered with now, or None."""
+        shard = requester_shard(org, subject)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hget(f"{_tag(shard)}:open", _stored_dedupe(requester_tag(org, subject), dedupe_key))
+            pipe.time()
+            entry, (seconds, micros) = await pipe.execute()
+        card_id, _, until = _text(entry).partition("|") if entry else ("", "", "0")
+        if int(seconds) * 1000 + int(micros) // 1000 >= int(until):
+            return None
+        card = await self.get(card_id)
+        return card if card is not None and card.state is CardState.SUCCEEDED else None
 
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
                       requeue_ms: int = 10_000) -> Transition:  # fmt: skip
@@ -333,6 +344,12 @@ class RedisLedger:
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
         await self._client.xdel(entry.stream, entry.entry_id)
+
+
+def _stored_dedupe(requester: str, dedupe_key: str) -> str:
+    """A dedupe key as stored: hashed (fixed and short: it sits in the shard's open-card hash), and scoped
+    to its requester, so no proposal can ever be answered with another requester's card."""
+    return hashlib.sha256(f"{requester}|{dedupe_key}".encode()).hexdigest()[:32]
 
 
 def _text(value: bytes | str) -> str:
