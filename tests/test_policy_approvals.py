@@ -11,6 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from redis.asyncio import Redis
+from redis.crc import key_slot
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
@@ -27,8 +28,8 @@ from gateway.notification import Webhook
 from gateway.principal import KeyKind
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
-from gateway.store.ledger_layout import policy_budget_key
+from gateway.store.ledger import SHARDS, RedisLedger
+from gateway.store.ledger_layout import card_keys, policy_budget_key, requester_shard
 from gateway.store.notifications import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, settled
@@ -228,3 +229,16 @@ async def test_approvers_are_told_of_a_card_only_once_the_rules_left_it_to_them(
     assert (card.state is CardState.PENDING) is told
     queued = await outbox.all()
     assert [json.loads(n.body)["card"]["card_id"] for n in queued] == ([card.card_id] if told else [])
+
+
+def test_a_policy_approval_touches_one_cluster_slot() -> None:
+    """The requester's daily count lives in the shard of the requester's cards: one slot with the card's keys,
+    in every shard (32 requesters cover them all)."""
+    shards = set()
+    for n in range(32):
+        org, subject = "acme", f"r{n}@acme.example"
+        shard = requester_shard(org, subject)
+        keys = [*card_keys(f"crd_{shard}_{'0' * 32}", shard), policy_budget_key(org, subject, "20261201")]
+        assert len({key_slot(key.encode()) for key in keys}) == 1
+        shards.add(shard)
+    assert shards == set(range(SHARDS))

@@ -10,7 +10,10 @@ and applied transition ids) shares the tag of its shard with the shard's outbox 
 Cluster safe). The shard of a card is chosen from its requester (org and subject): all of one
 requester's cards live in one shard, so `propose` counts the requester's open cards against its cap
 (`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
-dedupe key is scoped to its requester, lands where the open card it duplicates lives.
+dedupe key is scoped to its requester, lands where the open card it duplicates lives. The same
+dedupe entry outlives a SUCCEEDED card by its repeat window (`repeat_window_ms`), so a repeat of a
+finished write is answered with it; and a policy's approval counts against its requester's daily
+budget in the same shard (`approve_by_policy`).
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats

@@ -3,7 +3,8 @@
 Cards are spread over `SHARDS` hash tags ``{csN}``; every key of one shard carries its tag, so a
 script touches one Redis Cluster slot. A card's shard is chosen from its requester (org and
 subject) and written into its id (``crd_<shard>_<hex>``), so every later transition finds it from
-the id alone, and all of a requester's cards, and its open-card count, live in one shard.
+the id alone, and all of a requester's cards, its open-card count and its daily count of policy
+approvals (`policy_budget_key`), live in one shard.
 """
 
 from __future__ import annotations
