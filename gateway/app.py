@@ -179,11 +179,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     static = list(tools)
     # Refuses duplicate names, and writes that could outlast the lease, before anything connects.
     toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
-    connection = connect(
-        settings.redis_url,
-        connect_timeout=settings.redis_connect_timeout_seconds,
-        timeout=settings.redis_timeout_seconds,
-    )
+    connection = connect(settings.redis_url, connect_timeout=settings.redis_connect_timeout_seconds,
+                         timeout=settings.redis_timeout_seconds)  # fmt: skip
     client = connection.client
     from adapters import ALWAYS_ON
 
@@ -201,15 +198,13 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
     ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
                          fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
-                         limits=settings.limits, min_replicas=settings.min_replicas)  # fmt: skip
+                         limits=settings.limits, min_replicas=settings.min_replicas,
+                         repeat_window_ms=settings.approvals.repeat_window_ms)  # fmt: skip
     notify = settings.notifications
     outbox = RedisNotificationOutbox(client)
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
-    cards: Ledger = (
-        AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
-        if notify.webhooks
-        else ledger
-    )
+    alerting = AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
+    cards: Ledger = alerting if notify.webhooks else ledger
     identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
     audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
     archiver = audit_archiver(client, settings)
@@ -248,6 +243,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         limits=settings.limits,
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
+        approvals=settings.approvals,
+        announce=alerting.alert,
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None

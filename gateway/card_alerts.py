@@ -12,6 +12,9 @@ transition. What that means for delivery: from the moment it is enqueued a notif
 delivered at least once; a process that dies (or a Redis that fails) between the acknowledged
 transition and the enqueue loses that one notification, and the card is still in the console.
 Transitions made by a person (approve, reject, cancel, resolve) notify nobody: that person knows.
+A new card a policy rule is asked about (`Proposal.awaits_policy`) is announced by the rules' step
+(`gateway.executor.policy_approvals`, through `alert`) once it is clear a person must act, so no
+approver is called to a card a rule approved a moment later.
 
 An enqueue that fails is logged and never fails the transition: the card exists, and a tool call
 must not be refused because a notification could not be queued.
@@ -44,7 +47,8 @@ class AlertingLedger:
         self._webhooks = tuple(webhooks)
         self._console_url = console_url
 
-    async def _alert(self, result: Transition) -> Transition:
+    async def alert(self, result: Transition) -> Transition:
+        """Enqueue what `result` calls for (nothing unless it is OK and its card is where a person must act)."""
         card = result.card
         if result.status is not TransitionStatus.OK or card is None:
             return result
@@ -63,41 +67,48 @@ class AlertingLedger:
     # -- transitions that may need a person --------------------------------------------------------
 
     async def propose(self, proposal: Proposal) -> Transition:
-        return await self._alert(await self._ledger.propose(proposal))
+        result = await self._ledger.propose(proposal)
+        # A card a policy rule is about to consider is announced after the rules had their say, if at all.
+        return result if proposal.awaits_policy else await self.alert(result)
 
     async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
                        evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
-        return await self._alert(
+        return await self.alert(
             await self._ledger.complete(
                 card_id, fence=fence, outcome=outcome, reference=reference, evidence=evidence, settle_ms=settle_ms
             )
         )
 
     async def recover(self, card_id: str) -> Transition:
-        return await self._alert(await self._ledger.recover(card_id))
+        return await self.alert(await self._ledger.recover(card_id))
 
     async def reconcile(self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any],
                         next_at_ms: int = 0) -> Transition:  # fmt: skip
-        return await self._alert(
+        return await self.alert(
             await self._ledger.reconcile(
                 card_id, result=result, reference=reference, evidence=evidence, next_at_ms=next_at_ms
             )
         )
 
     async def sweep_open(self, card_id: str, *, requeue_ms: int) -> Transition:
-        return await self._alert(await self._ledger.sweep_open(card_id, requeue_ms=requeue_ms))
+        return await self.alert(await self._ledger.sweep_open(card_id, requeue_ms=requeue_ms))
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
-        return await self._alert(await self._ledger.dispatch(card_id, fence=fence))
+        return await self.alert(await self._ledger.dispatch(card_id, fence=fence))
 
     async def release(self, card_id: str, *, fence: int, reason: str, requeue_ms: int) -> Transition:
-        return await self._alert(await self._ledger.release(card_id, fence=fence, reason=reason, requeue_ms=requeue_ms))
+        return await self.alert(await self._ledger.release(card_id, fence=fence, reason=reason, requeue_ms=requeue_ms))
 
     # -- a person's transitions, and everything else: delegated as they are ---------------------
 
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str) -> Transition:
         return await self._ledger.approve(card_id, approver=approver, version=version, args_hash=args_hash,
                                           comment=comment)  # fmt: skip
+
+    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
+                                args_hash: str, day: str, budget: int) -> Transition:  # fmt: skip
+        return await self._ledger.approve_by_policy(card_id, rule=rule, requester=requester, version=version,
+                                                    args_hash=args_hash, day=day, budget=budget)  # fmt: skip
 
     async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
         return await self._ledger.reject(card_id, admin=admin, reason=reason)
@@ -116,6 +127,9 @@ class AlertingLedger:
 
     async def get(self, card_id: str) -> Card | None:
         return await self._ledger.get(card_id)
+
+    async def repeated(self, org: str, subject: str, dedupe_key: str) -> Card | None:
+        return await self._ledger.repeated(org, subject, dedupe_key)
 
     async def events(self, card_id: str) -> Sequence[CardEvent]:
         return await self._ledger.events(card_id)

@@ -46,6 +46,7 @@ __all__ = [
     "NOT_A_LATE_RESULT",
     "NOT_THE_REQUESTER",
     "NO_CARD_YET",
+    "ONE_POLICY_APPROVER",
     "NO_OPEN_DUPLICATE",
     "OUTCOME_IS_A_TARGET",
     "RESEND_BEFORE_DEADLINE",
@@ -53,6 +54,7 @@ __all__ = [
     "TRANSITIONS",
     "UNDER_OPEN_CARD_CAP",
     "VERSION_AND_ARGS_HASH_MATCH",
+    "WITHIN_POLICY_BUDGET",
     "Actor",
     "Aftermath",
     "CardTransition",
@@ -67,6 +69,8 @@ class Actor(StrEnum):
     """The requester, through the MCP surface: it proposes, and may cancel its own card."""
     ADMIN = "admin"
     """A person, through the admin API, the console or the CLI."""
+    POLICY = "policy"
+    """A configured approval rule (``policy:<rule>``), right after the card is made: one approval at most."""
     WORKER = "worker"
     """The worker that runs an approved card, holding its lease and fencing token."""
     LEDGER_TIMER = "ledger-timer"
@@ -104,7 +108,8 @@ class Guard:
 
 NO_OPEN_DUPLICATE = Guard(name="no open card with the same dedupe key", refusal=TransitionStatus.EXISTING)
 """An identical proposal answers with the first card while that one is undecided, approved, executing or
-unsettled (UNKNOWN, NEEDS_RECONCILIATION); it is refused by returning the first card, not an error."""
+unsettled (UNKNOWN, NEEDS_RECONCILIATION), or SUCCEEDED within its repeat window; it is refused by returning
+the first card, not an error."""
 NO_CARD_YET = Guard(name="no card with this id", refusal=TransitionStatus.ERR_EXISTS)
 """A proposal never overwrites a card; ids are minted fresh, so this refuses only a collision."""
 UNDER_OPEN_CARD_CAP = Guard(
@@ -124,7 +129,15 @@ NOT_THE_REQUESTER = Guard(name="not the requester", refusal=TransitionStatus.ERR
 VERSION_AND_ARGS_HASH_MATCH = Guard(name="version and args_hash match", refusal=TransitionStatus.ERR_STALE)
 """The approver names the version and args_hash they reviewed, and the card still has both."""
 NOT_ALREADY_AN_APPROVER = Guard(name="not already an approver", refusal=TransitionStatus.ERR_DUPLICATE_APPROVER)
-"""A quorum counts distinct people."""
+"""A quorum counts distinct approvers."""
+ONE_POLICY_APPROVER = Guard(name="a policy is one approver at most", refusal=TransitionStatus.ERR_DUPLICATE_APPROVER)
+"""A policy approver (``policy:<rule>``) is refused when any policy approved the card already: of a quorum
+of two, one approval at least is a person's."""
+WITHIN_POLICY_BUDGET = Guard(
+    name="a policy approval is within its requester's daily budget", refusal=TransitionStatus.ERR_QUOTA_EXCEEDED
+)
+"""A policy approval counts against its requester's policy approvals of the UTC day, in the same script;
+one made without that count (a person's call naming a ``policy:`` approver) is refused the same way."""
 TIMER_DUE = Guard(name="something due", refusal=TransitionStatus.NOT_DUE)
 """An APPROVED card is always due (it is enqueued again); a PENDING one only past its decide_by,
 which expires it. A PENDING card not due keeps its state and fields; only its timer is set again."""
@@ -196,7 +209,7 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
     # enqueued for a worker.
     CardTransition(
         name="approve",
-        actors=frozenset({Actor.ADMIN}),
+        actors=frozenset({Actor.ADMIN, Actor.POLICY}),
         sources=frozenset({CardState.PENDING}),
         targets=frozenset({CardState.PENDING, CardState.APPROVED}),
         guards=(
@@ -205,6 +218,8 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
             NOT_THE_REQUESTER,
             VERSION_AND_ARGS_HASH_MATCH,
             NOT_ALREADY_AN_APPROVER,
+            ONE_POLICY_APPROVER,
+            WITHIN_POLICY_BUDGET,
         ),
         wrong_state=IN_A_SOURCE_STATE,
     ),

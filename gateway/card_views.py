@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.approval_settings import POLICY_PREFIX
 from gateway.canonical import iso_from_ms
 from gateway.card import Card, CardDecision, CardEvent, CardOutcome, CardState, verify_chain
 from gateway.card_words import deadline_ms, failure_code, said_to_agent, said_to_people
@@ -72,9 +73,14 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     code = failure_code(card)
     if code is not None:
         view["code"] = code
+    if any(approver.startswith(POLICY_PREFIX) for approver in card.approvers):
+        view["approved_by_policy"] = True  # which rule is the operator's business, not the model's
     if existing:
         view["existing"] = True
-        view["note"] = "An identical request is already open; this is that card."
+        view["note"] = (
+            "An identical write already succeeded; this is its card." if card.state is CardState.SUCCEEDED
+            else "An identical request is already open; this is that card."
+        )  # fmt: skip
     elif card.state is CardState.PENDING:
         view["note"] = PROPOSAL_NOTE
     if card.rejection:
@@ -113,6 +119,9 @@ class AgentCard(BaseModel):
     code: str | None = None
     """The stable code of a failure (``PRECONDITION_CHANGED``, ``CONFLICT``...), on FAILED cards only."""
     existing: bool | None = None
+    """True when an identical request answered with this card: one still open, or one that succeeded lately."""
+    approved_by_policy: bool | None = None
+    """True when an operator's approval rule gave one of the approvals (the rest, if any, are people's)."""
     note: str | None = None
     rejection: AgentRejection | None = None
     reference: str | None = None

@@ -6,7 +6,8 @@ already types its values, so ``port = "8765"`` is a mistake to report, not a str
 Every problem becomes one line of one `ConfigError` that names the file and the key's path
 (``gateway.bogus: unknown setting``, ``adapters.rooms.tokn_env: unknown setting``,
 ``gateway.port: Input should be a valid integer (got '8o')``), the ``[limits]`` section's
-(`gateway.limits.Limits`) and the ``[oauth]`` section's (`gateway.oauth_config.OAuthSection`) included.
+(`gateway.limits.Limits`), the ``[approvals]`` section's (`gateway.approval_settings.ApprovalSettings`)
+and the ``[oauth]`` section's (`gateway.oauth_config.OAuthSection`) included.
 
 The defaults here are the ones `Settings` has (a test holds them equal); the README's
 configuration tables document each of them.
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from gateway.approval_settings import ApprovalSettings
 from gateway.audit_formats import AuditExportTarget
 from gateway.errors import ConfigError
 from gateway.limits import Limits
@@ -234,6 +236,7 @@ class ConfigFile(BaseModel):
     orgs: dict[str, OrgSection] | None = None
     registry: RegistrySection = RegistrySection()
     limits: Limits = Limits()
+    approvals: ApprovalSettings = ApprovalSettings()
     oauth: OAuthSection = OAuthSection()
     notifications: NotificationsSection = NotificationsSection()
     audit_export: AuditExportSection = AuditExportSection()

@@ -56,7 +56,8 @@ class TransitionStatus(StrEnum):
     ALREADY_APPLIED = "ALREADY_APPLIED"
     """The same transition id was applied before; nothing changed this time."""
     EXISTING = "EXISTING"
-    """A proposal matched an open card with the same dedupe key; that card is the answer."""
+    """A proposal matched a card with the same dedupe key, open or SUCCEEDED within its repeat window;
+    that card is the answer."""
     NOT_DUE = "NOT_DUE"
     """A timer step found nothing to do yet."""
     ERR_NOT_FOUND = "ERR_NOT_FOUND"
@@ -79,7 +80,8 @@ class TransitionStatus(StrEnum):
     configuration unverifiable). It may be applied all the same (`Transition.applied`): act on nothing."""
     ERR_QUOTA_EXCEEDED = "ERR_QUOTA_EXCEEDED"
     """The requester already has as many open cards as its cap allows; no card was made. `extra` holds
-    ``limit`` (the cap) and ``open`` (the requester's open cards)."""
+    ``limit`` (the cap) and ``open`` (the requester's open cards). To a policy approval: the requester's
+    daily policy budget is spent (`extra`: ``limit``, ``spent``); the card waits for a person."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,6 +107,9 @@ class Proposal:
     """The tool's preview as read for this proposal (None when it declares none); stored on the card."""
     acting_client: str = ""
     actors: tuple[str, ...] = ()
+    awaits_policy: bool = False
+    """A policy rule is asked about the card right after it is made (`gateway.executor.policy_approvals`):
+    the notice that it waits for a person is given then, if it still does, not on its creation."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -186,9 +191,32 @@ class Ledger(Protocol):
         answered with its open card even at the cap."""
         ...
 
+    async def repeated(self, org: str, subject: str, dedupe_key: str) -> Card | None:
+        """The SUCCEEDED card that a proposal of `dedupe_key` by (`org`, `subject`) would be answered with
+        now (``EXISTING``: within its repeat window), or None. Reads only: for a proposal that is not filed
+        (its preview found it infeasible, as the very write it repeats made it)."""
+        ...
+
     async def approve(
         self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str
     ) -> Transition: ...
+
+    async def approve_by_policy(
+        self,
+        card_id: str,
+        *,
+        rule: str,
+        requester: tuple[str, str],
+        version: int,
+        args_hash: str,
+        day: str,
+        budget: int,
+    ) -> Transition:
+        """`approve` by the approver ``policy:<rule>``: the same transition and event as a person's, and
+        also refused when a policy already approved the card (``ERR_DUPLICATE_APPROVER``: a policy is one
+        approver at most) or when `requester` (the card's org and subject) had `budget` policy approvals
+        on UTC `day` (``YYYYMMDD``) already (``ERR_QUOTA_EXCEEDED``, `extra`: ``limit``, ``spent``)."""
+        ...
 
     async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition: ...
 

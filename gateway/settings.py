@@ -66,6 +66,9 @@ Every key the file may hold, with its default (the README's configuration tables
     [limits]                                      # see gateway.limits
     reads = { per_minute = 1200, burst = 100 }
 
+    [approvals]                                   # see gateway.approval_settings
+    repeat_window_seconds = 3600                  # a repeat of a write that succeeded this recently gets its card
+
     [oauth]                                       # tokens of trusted issuers beside API keys: see the README
     [notifications]                               # webhooks told of cards: see the README
     [audit_export]                                # live export of the audit trail: see the README
@@ -85,6 +88,7 @@ from pathlib import Path
 from starlette.config import Config
 from starlette.datastructures import Secret
 
+from gateway.approval_settings import ApprovalSettings
 from gateway.audit_formats import AuditExportTarget
 from gateway.config_file import ConfigFile, read_config
 from gateway.errors import ConfigError
@@ -169,6 +173,8 @@ class Settings:
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
+    approvals: ApprovalSettings = field(default_factory=ApprovalSettings)
+    """Policy approvals and repeats of finished writes (`gateway.approval_settings`), from ``[approvals]``."""
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
     audit_export: AuditExportTarget | None = None
     """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
@@ -311,6 +317,7 @@ class Settings:
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 min_replicas=gateway.min_replicas,
                 limits=document.limits,
+                approvals=document.approvals,
                 oauth=document.oauth,
                 notifications=document.notifications.resolve(environ),
                 audit_export=document.audit_export.resolve(environ),

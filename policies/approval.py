@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.approval_settings import POLICY_PREFIX
 from gateway.card import Card
 from gateway.codes import Code
 from gateway.decision import Decision
@@ -35,9 +36,12 @@ def may_decide(card: Card, admin: Principal) -> Decision:
     its own approver, under any spelling of its subject (`normalize_subject`): for a card an agent
     proposed on a person's behalf (a delegated token), the requester is that person, and neither
     they nor anyone in the token's actor chain may decide it; the admin needs the card's approver role.
+    A subject named like a policy approver (``policy:...``) decides nothing: that name is the rules'.
     """
     if admin.kind is not KeyKind.ADMIN or admin.org != card.requester_org:
         return Decision.deny(Code.NOT_FOUND, "card is not visible to this admin")
+    if normalize_subject(admin.subject).casefold().startswith(POLICY_PREFIX):
+        return Decision.deny(Code.PERMISSION_DENIED, f"{POLICY_PREFIX}... names policy approvers, never a person")
     if normalize_subject(admin.subject) == normalize_subject(card.requester_subject):
         return Decision.deny(Code.PERMISSION_DENIED, "the requester cannot decide its own card")
     if normalize_subject(admin.subject) in {normalize_subject(actor) for actor in card.actors}:

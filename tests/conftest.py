@@ -11,19 +11,16 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from redis.asyncio import Redis
 
 from backends.expenses import create_expenses_app
-from backends.orders import create_orders_app
-from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
-from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings
+from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,13 +78,7 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
 @pytest.fixture(scope="session")
 def backends() -> Iterator[dict[str, Backend]]:
     """The rooms and orders services, each with its own credential and identity signing key for the gateway."""
-    with ExitStack() as stack:
-        started = {}
-        for name, factory in (("rooms", create_rooms_app), ("orders", create_orders_app)):
-            token, key = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
-            app = factory(service_token=token, signing_key=key)
-            url = stack.enter_context(serve_app_in_thread(app))
-            started[name] = Backend(url=url, token=token, app=app, signing_key=key)
+    with serve_backends() as started:
         yield started
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gateway import settings as settings_module
+from gateway.approval_settings import ApprovalSettings, PolicyRule
 from gateway.config_file import (
     AdapterSection,
     AuditExportSection,
@@ -42,6 +43,8 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "orgs.<name>": OrgSection,
     "registry": RegistrySection,
     "limits": Limits,
+    "approvals": ApprovalSettings,
+    "approvals.policies.<name>": PolicyRule,
     "oauth": OAuthSection,
     "oauth.issuers.<name>": IssuerSection,
     "notifications": NotificationsSection,
@@ -168,6 +171,7 @@ def test_the_models_defaults_are_the_settings_defaults() -> None:
     adapter, declared = AdapterSection(), AdapterSettings(name="x")
     assert (adapter.timeout_seconds, adapter.health_path) == (declared.timeout_seconds, declared.health_path)
     assert ConfigFile().limits == Settings().limits
+    assert ConfigFile().approvals == Settings().approvals
     assert ConfigFile().notifications.resolve({}) == Settings().notifications
     assert ConfigFile().audit_export.resolve({}) is Settings().audit_export is None
 

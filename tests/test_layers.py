@@ -88,6 +88,7 @@ PLACES: dict[str, int] = {
     # 5. the vocabulary
     "gateway": VOCABULARY,
     "gateway.adapter_http": VOCABULARY,
+    "gateway.approval_settings": VOCABULARY,
     "gateway.audit": VOCABULARY,
     "gateway.audit_chain": VOCABULARY,
     "gateway.audit_formats": VOCABULARY,

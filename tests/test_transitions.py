@@ -34,12 +34,14 @@ from gateway.card_transitions import (
     NOT_A_LATE_RESULT,
     NOT_ALREADY_AN_APPROVER,
     NOT_THE_REQUESTER,
+    ONE_POLICY_APPROVER,
     OUTCOME_IS_A_TARGET,
     RESEND_BEFORE_DEADLINE,
     TIMER_DUE,
     TRANSITIONS,
     UNDER_OPEN_CARD_CAP,
     VERSION_AND_ARGS_HASH_MATCH,
+    WITHIN_POLICY_BUDGET,
     Actor,
     Aftermath,
     CardTransition,
@@ -81,6 +83,8 @@ class Call:
     fence: int = FENCE
     outcome: CardState | None = None
     """For complete, reconcile and resolve; None asks for SUCCEEDED."""
+    policy_budget: int | None = None
+    """For approve: approve as the policy ``policy:small`` with this daily budget; None: as `approver`."""
     proposal: Literal["onto", "duplicate", "new", "over_cap"] = "onto"
     """For propose: "onto" the stored card's id, a "duplicate" of it, a "new" one, or a new one by a
     requester whose cap is one card (the stored one)."""
@@ -157,12 +161,24 @@ def _outcome(call: Call) -> CardState:
 
 RUNS: Mapping[str, Callable[[RedisLedger, Card, Call], Awaitable[Transition]]] = {
     "propose": _propose,
-    "approve": lambda ledger, card, call: ledger.approve(
-        card.card_id,
-        approver=call.approver,
-        version=card.version + call.version_offset,
-        args_hash=call.args_hash,
-        comment="",
+    "approve": lambda ledger, card, call: (
+        ledger.approve(
+            card.card_id,
+            approver=call.approver,
+            version=card.version + call.version_offset,
+            args_hash=call.args_hash,
+            comment="",
+        )
+        if call.policy_budget is None
+        else ledger.approve_by_policy(
+            card.card_id,
+            rule="small",
+            requester=(card.requester_org, card.requester_subject),
+            version=card.version + call.version_offset,
+            args_hash=call.args_hash,
+            day="20261201",
+            budget=call.policy_budget,
+        )
     ),
     "reject": lambda ledger, card, call: ledger.reject(card.card_id, admin="bob@acme.example", reason="no"),
     "cancel": lambda ledger, card, call: ledger.cancel(card.card_id, actor="alice@acme.example"),
@@ -258,6 +274,11 @@ VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
     NOT_ALREADY_AN_APPROVER: lambda row: [
         Setup(fields={"approvers": '["bob@acme.example"]', "approvals_required": "2"})
     ],
+    ONE_POLICY_APPROVER: lambda row: [
+        Setup(fields={"approvers": '["policy:other"]', "approvals_required": "2"}, call=Call(policy_budget=5))
+    ],
+    # A spent budget, and a person's call that names a policy approver (it brings no budget at all).
+    WITHIN_POLICY_BUDGET: lambda row: [Setup(call=Call(policy_budget=0)), Setup(call=Call(approver="policy:small"))],
     TIMER_DUE: lambda row: [Setup(start=CardState.PENDING, fields={"decide_by_ms": FUTURE})],
     FENCE_MATCHES: lambda row: [Setup(call=Call(fence=FENCE + 1))],
     LEASE_NOT_EXPIRED: lambda row: [Setup(fields={"lease_until_ms": PAST})],

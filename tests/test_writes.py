@@ -6,7 +6,6 @@ import json
 import secrets
 from typing import Any
 
-import anyio
 import pytest
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
@@ -21,6 +20,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.cards import settled as _settled
 from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
@@ -28,8 +28,6 @@ from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 AUDIT = Secret(TEST_AUDIT_SECRET)
 
 pytestmark = pytest.mark.anyio
-
-FINAL = {CardState.SUCCEEDED, CardState.FAILED, CardState.NEEDS_RECONCILIATION}
 
 
 def _booking(day: str, start: str = "09:00", end: str = "10:00", room: str = "room-eos") -> dict[str, Any]:
@@ -45,17 +43,6 @@ async def _approve(redis: Redis, card_id: str, approver: str = "root@acme.exampl
     assert result.ok, result.status
     assert result.card is not None
     return result.card
-
-
-async def _settled(redis: Redis, card_id: str, timeout: float = 15.0) -> Card:
-    """Wait (bounded) until the worker has brought the card to a final state."""
-    ledger = RedisLedger(redis)
-    with anyio.fail_after(timeout):
-        while True:
-            card = await ledger.get(card_id)
-            if card is not None and card.state in FINAL:
-                return card
-            await anyio.sleep(0.05)
 
 
 def _bookings(backend: Backend, day: str, room: str = "room-eos") -> list[Any]:

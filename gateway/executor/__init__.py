@@ -11,9 +11,10 @@
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
 an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
 `Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
-`Limits` it enforces per requester, and the live
-principal of a key id (a requester's key is re-checked before its write runs). Every one is a
-required constructor argument: nothing is optional and checked at run time.
+`Limits` it enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card
+they leave to a person is announced (`Announce`), and the live principal of a key id (a requester's
+key is re-checked before its write runs). Every one is a required constructor argument: nothing is
+optional and checked at run time.
 
 What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
 `Principal` has none), the store behind the `Ledger` Protocol, and any particular tool (no
@@ -25,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from gateway.approval_settings import ApprovalSettings
 from gateway.audit import AuditSink
 from gateway.executor.agent import AgentPath
 from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
@@ -37,7 +40,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "Invoker", "TaskPath", "WritePath"]
+__all__ = ["AgentPath", "Executor", "Invoker", "PolicyApprovals", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,11 +68,14 @@ class Executor:
         limits: Limits,
         lease_ms: int,
         reconcile_horizon_ms: int,
+        approvals: ApprovalSettings,
+        announce: Announce,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
             healthy=healthy, limiter=limiter, limits=limits,
+            policies=PolicyApprovals(ledger=ledger, audit=audit, settings=approvals, announce=announce),
         )  # fmt: skip
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,

@@ -7,7 +7,9 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
 approval gate (a write only ever becomes a card, after its preview
-found it feasible) -> backend health -> invoke -> withhold untrusted
+found it feasible, or it repeats a write that succeeded lately: then that card answers; a
+configured rule may approve a new card as one approver: `gateway.executor.policy_approvals`)
+-> backend health -> invoke -> withhold untrusted
 text -> seal.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
@@ -40,6 +42,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gateway.audit import AuditEvent, AuditSink
+from gateway.card import Card
 from gateway.card_views import card_for_agent
 from gateway.codes import Code
 from gateway.decision import Decision
@@ -52,6 +55,7 @@ from gateway.errors import (
     UpstreamRefusedError,
 )
 from gateway.executor.invoke import Invoker, args_hash
+from gateway.executor.policy_approvals import PolicyApprovals
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -90,6 +94,7 @@ class AgentPath:
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
+        policies: PolicyApprovals,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -101,6 +106,7 @@ class AgentPath:
         self._healthy = healthy
         self._limiter = limiter
         self._limits = limits
+        self._policies = policies
         self._clock = clock
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
@@ -203,15 +209,21 @@ class AgentPath:
             return await self._refuse_path(principal, tool.name, error, started)
         except UpstreamError as error:
             return await self._refuse(principal, tool.name, _failure(error), started, ran=True, details=_wait(error))
+        canonical = args.model_dump(mode="json")
+        bound_to = args_hash(tool.name, version, canonical)
+        dedupe_key = f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}"
         if preview is not None and preview.infeasible is not None:
-            # The backend would certainly refuse it: no card for a person to approve in vain.
+            # A repeat of a write that succeeded is answered with its card: that very write is why the
+            # backend would refuse it now (the slot it booked is taken). Anything else: no card for a
+            # person to approve in vain.
+            done = await self._repeat_of(principal, dedupe_key)
+            if done is not None:
+                return await self._receipt(tool, principal, started, done, existing=True)
             infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
             return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
         approval, summary = tool.approval, tool.summary
         if approval is None or summary is None:  # Tool construction makes this unreachable
             raise RuntimeError(f"write tool {tool.name} has no approval policy")
-        canonical = args.model_dump(mode="json")
-        bound_to = args_hash(tool.name, version, canonical)
         proposal = Proposal(
             tool=tool.name,
             tool_version=version,
@@ -229,8 +241,9 @@ class AgentPath:
             agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
             decide_within_ms=int(approval.decide_within_seconds * 1000),
             execute_within_ms=int(approval.execute_within_seconds * 1000),
-            dedupe_key=f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}",
+            dedupe_key=dedupe_key,
             preview=preview,
+            awaits_policy=self._policies.apply_to(tool.name),
         )
         try:
             created = await self._ledger.propose(proposal)
@@ -251,11 +264,25 @@ class AgentPath:
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
-        existing = created.status is TransitionStatus.EXISTING
+        return await self._receipt(tool, principal, started, card, existing=created.status is TransitionStatus.EXISTING)
+
+    async def _receipt(
+        self, tool: Tool, principal: Principal, started: float, card: Card, *, existing: bool
+    ) -> Envelope:
+        """The agent's receipt for its proposal's card, audited; a new card first goes to the policy rules."""
         count_proposal(tool.name, existing=existing)
-        extra = {"card_id": card.card_id, "existing": str(existing).lower()}
+        extra = {"card_id": card.card_id, "existing": str(existing).lower(), "state": card.state.value}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
+        if not existing:  # a new card only: an existing one had its rules' say when it was made
+            card = await self._policies.consider(card)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
+
+    async def _repeat_of(self, principal: Principal, dedupe_key: str) -> Card | None:
+        """The SUCCEEDED card this proposal repeats within its window; None too when the store cannot say."""
+        try:
+            return await self._ledger.repeated(principal.org, principal.subject, dedupe_key)
+        except StoreUnavailableError:
+            return None  # the proposal is refused as infeasible, which it is
 
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
         """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""

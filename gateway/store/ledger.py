@@ -10,7 +10,10 @@ and applied transition ids) shares the tag of its shard with the shard's outbox 
 Cluster safe). The shard of a card is chosen from its requester (org and subject): all of one
 requester's cards live in one shard, so `propose` counts the requester's open cards against its cap
 (`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
-dedupe key is scoped to its requester, lands where the open card it duplicates lives.
+dedupe key is scoped to its requester, lands where the open card it duplicates lives. The same
+dedupe entry outlives a SUCCEEDED card by its repeat window (`repeat_window_ms`), so a repeat of a
+finished write is answered with it; and a policy's approval counts against its requester's daily
+budget in the same shard (`approve_by_policy`).
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
@@ -34,6 +37,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.approval_settings import POLICY_PREFIX
 from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
@@ -47,6 +51,7 @@ from gateway.store.ledger_layout import (
     card_shard,
     open_cards_key,
     org_index,
+    policy_budget_key,
     requester_index,
     requester_shard,
     requester_tag,
@@ -77,10 +82,13 @@ class RedisLedger:
         fsync_timeout_ms: int = int(DEFAULT_TIMEOUT_SECONDS * 500),
         on_verdict: Callable[[DurabilityReport], None] | None = None,
         min_replicas: int = 0,
+        repeat_window_ms: int = 0,
     ) -> None:
         """`fsync_timeout_ms` bounds each ``WAITAOF`` (or ``WAIT``) and must stay below `client`'s read
         timeout (half of it by default); `on_verdict` hears every transition's durability verdict
-        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition."""
+        (`LedgerGuard.observe`); `min_replicas` is how many replicas must confirm each transition;
+        `repeat_window_ms` is how long a SUCCEEDED card answers identical proposals (0: not at all)."""
+        self._repeat_window_ms = repeat_window_ms
         self._client = client
         self._limits = limits if limits is not None else Limits()  # the open-card cap per requester
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
@@ -145,9 +153,7 @@ class RedisLedger:
         refuse with ``ERR_QUOTA_EXCEEDED`` (``extra``: ``limit``, ``open``) at the requester's open-card cap."""
         org, subject = proposal.requester_org, proposal.requester_subject
         requester, shard = requester_tag(org, subject), requester_shard(org, subject)
-        # The dedupe key is stored hashed (fixed and short: it sits in the shard's open-card hash), and
-        # scoped to the requester, so no proposal can ever be answered with another requester's card.
-        dedupe = hashlib.sha256(f"{requester}|{proposal.dedupe_key}".encode()).hexdigest()[:32]
+        dedupe = _stored_dedupe(requester, proposal.dedupe_key)
         card_id = f"crd_{shard}_{secrets.token_hex(16)}"
         fields: dict[str, str] = {
             "card_id": card_id,
@@ -168,6 +174,7 @@ class RedisLedger:
             "idempotency_key": f"cs-{secrets.token_hex(16)}",
             "transaction_id": f"txn_{secrets.token_hex(12)}",
             "preview": canonical_json(proposal.preview.to_json()) if proposal.preview is not None else "",
+            "repeat_within_ms": str(self._repeat_window_ms),
         } | stored_delegation(proposal.acting_client, proposal.actors)
         cap = self._limits.open_cards(org)
         result = await self._eval(
@@ -180,9 +187,33 @@ class RedisLedger:
             return Transition(status=TransitionStatus.EXISTING, card=existing, extra=result.extra)
         return result
 
+    async def repeated(self, org: str, subject: str, dedupe_key: str) -> Card | None:
+        """The SUCCEEDED card an identical proposal of (`org`, `subject`) would be answered with now, or None."""
+        shard = requester_shard(org, subject)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hget(f"{_tag(shard)}:open", _stored_dedupe(requester_tag(org, subject), dedupe_key))
+            pipe.time()
+            entry, (seconds, micros) = await pipe.execute()
+        card_id, _, until = _text(entry).partition("|") if entry else ("", "", "0")
+        if int(seconds) * 1000 + int(micros) // 1000 >= int(until):
+            return None
+        card = await self.get(card_id)
+        return card if card is not None and card.state is CardState.SUCCEEDED else None
+
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
                       requeue_ms: int = 10_000) -> Transition:  # fmt: skip
         return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
+
+    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
+                                args_hash: str, day: str, budget: int, requeue_ms: int = 10_000,
+                                ) -> Transition:  # fmt: skip
+        """`approve` as ``policy:<rule>``, within `budget` approvals of `requester` (org, subject) on UTC `day`."""
+        shard = card_shard(card_id)
+        if shard is None:
+            return Transition(status=TransitionStatus.ERR_NOT_FOUND, card=None, extra={})
+        keys = [*self._keys(card_id, shard), policy_budget_key(*requester, day)]
+        args: list[str | int] = [secrets.token_hex(12), f"{POLICY_PREFIX}{rule}", version, args_hash, "", requeue_ms]
+        return await self._eval("approve", keys, [*args, budget])
 
     async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
         return await self._run("reject", card_id, admin, reason)
@@ -317,6 +348,12 @@ class RedisLedger:
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
         await self._client.xdel(entry.stream, entry.entry_id)
+
+
+def _stored_dedupe(requester: str, dedupe_key: str) -> str:
+    """A dedupe key as stored: hashed (fixed and short: it sits in the shard's open-card hash), and scoped
+    to its requester, so no proposal can ever be answered with another requester's card."""
+    return hashlib.sha256(f"{requester}|{dedupe_key}".encode()).hexdigest()[:32]
 
 
 def _text(value: bytes | str) -> str:

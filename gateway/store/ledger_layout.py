@@ -3,7 +3,8 @@
 Cards are spread over `SHARDS` hash tags ``{csN}``; every key of one shard carries its tag, so a
 script touches one Redis Cluster slot. A card's shard is chosen from its requester (org and
 subject) and written into its id (``crd_<shard>_<hex>``), so every later transition finds it from
-the id alone, and all of a requester's cards, and its open-card count, live in one shard.
+the id alone, and all of a requester's cards, its open-card count and its daily count of policy
+approvals (`policy_budget_key`), live in one shard.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "card_shard",
     "open_cards_key",
     "org_index",
+    "policy_budget_key",
     "requester_index",
     "requester_shard",
     "requester_tag",
@@ -43,7 +45,7 @@ def card_keys(card_id: str, shard: int) -> list[str]:
     """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger_prelude` gives."""
     prefix = tag(shard)
     return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
-            f"{prefix}:timers", open_cards_key(shard)]  # fmt: skip
+            f"{prefix}:timers", open_cards_key(shard), f"{prefix}:repeats"]  # fmt: skip
 
 
 def open_cards_key(shard: int) -> str:
@@ -66,3 +68,8 @@ def org_index(shard: int, org: str) -> str:
 
 def requester_index(shard: int, org: str, subject: str) -> str:
     return f"{tag(shard)}:by:{requester_tag(org, subject)}"
+
+
+def policy_budget_key(org: str, subject: str, day: str) -> str:
+    """The count of a requester's policy approvals on one UTC `day` (``YYYYMMDD``), in its cards' shard."""
+    return f"{tag(requester_shard(org, subject))}:policy:{requester_tag(org, subject)}:{day}"

@@ -24,12 +24,14 @@ PRELUDE = (
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
 --   6 shard open-card set: a zset, every score 0, members '<requester>:<card id>', so that ZLEXCOUNT
 --   over one requester's prefix counts its open cards (all of a requester's cards share a shard)
---   (propose only: 7 the shard's index of the requester's org, 8 of the requester)
--- Every script gets keys 1-6, which the helpers below name; each touches only those it needs.
+--   7 shard repeat zset: the dedupe entries kept for succeeded cards (see `close`), scored by when they lapse
+--   (propose only: 8 the shard's index of the requester's org, 9 of the requester;
+--    approve by a policy only: 8 the requester's count of policy approvals that UTC day)
+-- Every script gets keys 1-7, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key = KEYS[1]
 local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local open_cards_key = KEYS[6]
+local open_cards_key, repeats_key = KEYS[6], KEYS[7]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 
@@ -84,11 +86,35 @@ local function replayed()
   return nil
 end
 
--- Leaving the open states for good: forget the dedupe entry and any timer.
+-- Leaving the open states for good: forget the dedupe entry and any timer. A SUCCEEDED card keeps its
+-- entry for its repeat window (`repeat_within_ms`, fixed when it was proposed): an identical proposal
+-- is answered with it, as with an open card. `propose` prunes the entries that lapsed (`prune_repeats`).
 local function close(c)
   local open = redis.call('HGET', open_key, c.dedupe)
-  if open and string.sub(open, 1, #c.card_id) == c.card_id then redis.call('HDEL', open_key, c.dedupe) end
+  if open and string.sub(open, 1, #c.card_id) == c.card_id then
+    local window = num(c.repeat_within_ms)
+    if c.state == 'SUCCEEDED' and window > 0 then
+      local lapses = now_ms() + window
+      redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. lapses)
+      redis.call('ZADD', repeats_key, lapses, c.dedupe)
+    else
+      redis.call('HDEL', open_key, c.dedupe)
+    end
+  end
   redis.call('ZREM', timers_key, c.card_id)
+end
+
+-- A few lapsed repeat entries per proposal: each succeeded card adds at most one, each proposal
+-- removes up to eight, so they cannot pile up. An entry the dedupe key holds now for a newer card
+-- (its deadline still ahead) is left alone.
+local function prune_repeats(now)
+  for _, dedupe in ipairs(redis.call('ZRANGEBYSCORE', repeats_key, '-inf', now, 'LIMIT', 0, 8)) do
+    local entry = redis.call('HGET', open_key, dedupe)
+    if entry and tonumber(string.sub(entry, string.find(entry, '|', 1, true) + 1)) <= now then
+      redis.call('HDEL', open_key, dedupe)
+    end
+    redis.call('ZREM', repeats_key, dedupe)
+  end
 end
 
 -- ARGV[2] is the worker, ARGV[3] the lease in ms. A new fencing token turns any older holder away.

@@ -17,8 +17,9 @@ from __future__ import annotations
 __all__ = ["SCRIPTS"]
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 7 and 8: the shard's index of the requester's org, and of the requester.
-    # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms, open-card cap, requester tag
+    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
+    # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms, open-card cap, requester tag.
+    # The dedupe entry answers while its card is open, or SUCCEEDED within its repeat window (see `close`).
     "propose": """
 local again = replayed(); if again then return again end
 local c, dedupe, window = cjson.decode(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -35,23 +36,26 @@ if redis.call('EXISTS', card_key) == 1 then return reply('ERR_EXISTS') end
 -- The cap comes after the dedupe: an identical proposal still gets its open card at the cap.
 local held = redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')
 if held >= cap then return reply('ERR_QUOTA_EXCEEDED', nil, {limit = cap, open = held}) end
+prune_repeats(now)
 local decide_by = now + window
 c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), dedupe
 c.open_member = requester .. ':' .. c.card_id
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', index_key, now, c.card_id)
-redis.call('ZADD', KEYS[7], now, c.card_id)  -- the org's cards in this shard
-redis.call('ZADD', KEYS[8], now, c.card_id)  -- the requester's cards in this shard
+redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, approver, version, args_hash, comment, requeue_ms
+    # ARGV: tid, approver, version, args_hash, comment, requeue_ms; an approver ``policy:<rule>`` also
+    # gives its daily budget (ARGV 7) and KEYS 8, the requester's count of policy approvals that day.
     "approve": """
 local again = replayed(); if again then return again end
 local approver, version, args_hash, comment = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local by_policy = string.sub(approver, 1, 7) == 'policy:'
 local c = load()
 if not c then return reply('ERR_NOT_FOUND') end
 local now = now_ms()
@@ -63,6 +67,22 @@ if version ~= num(c.version) or args_hash ~= c.args_hash then return reply('ERR_
 local approvers = cjson.decode(c.approvers)
 for _, who in ipairs(approvers) do
   if who == approver then return reply('ERR_DUPLICATE_APPROVER', c) end
+  -- A policy is one approver of a quorum at most, whichever rule: the rest are people.
+  if by_policy and string.sub(who, 1, 7) == 'policy:' then return reply('ERR_DUPLICATE_APPROVER', c) end
+end
+-- A policy approves within its requester's daily budget; without one (a person's call) it approves nothing.
+local spent, budget = 0, 0
+if by_policy then
+  budget = tonumber(ARGV[7] or '0')
+  -- The count must be the card's own requester's (its tag leads the card's open-card member).
+  local mine = c.open_member and (':policy:' .. string.sub(c.open_member, 1, 16) .. ':')
+  local own = KEYS[8] and mine and string.find(KEYS[8], mine, 1, true)
+  spent = own and tonumber(redis.call('GET', KEYS[8]) or '0') or 0
+  if not own or spent >= budget then
+    return reply('ERR_QUOTA_EXCEEDED', c, {limit = budget, spent = spent})
+  end
+  redis.call('INCR', KEYS[8])
+  redis.call('PEXPIRE', KEYS[8], 172800000)  -- two days: the day's count outlives the day, then goes
 end
 approvers[#approvers + 1] = approver
 c.approvers = cjson.encode(approvers)

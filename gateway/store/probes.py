@@ -4,7 +4,8 @@ Who calls it: the ``/metrics`` endpoint (`LedgerProbe.gauges`) and ``/readyz`` (
 Both only read.
 
 Open cards by state and worker lag are read from the ledger itself, so every replica reports the
-same numbers and nothing drifts: the shards' open-card hashes name every card not yet final, and
+same numbers and nothing drifts: the shards' open-card hashes name every card not yet final (and
+the SUCCEEDED cards of the repeat window, read and skipped like any final card), and
 one pipelined ``GET`` each gives its state (and, for an APPROVED card, when it was approved). That is
 one round trip per shard plus one for the cards, linear in the open cards (bounded per principal by
 ``[limits]``; at most `MAX_SCANNED` are read), and the answer is kept `cache_seconds` so frequent

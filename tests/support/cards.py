@@ -57,6 +57,21 @@ async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
     return created
 
 
+FINAL = frozenset({CardState.SUCCEEDED, CardState.FAILED, CardState.NEEDS_RECONCILIATION})
+"""Where a worker leaves an approved card."""
+
+
+async def settled(redis: Redis, card_id: str, timeout: float = 15.0) -> Card:
+    """Wait (bounded) until the worker has brought the card to a final state."""
+    ledger = RedisLedger(redis)
+    with anyio.fail_after(timeout):
+        while True:
+            card = await ledger.get(card_id)
+            if card is not None and card.state in FINAL:
+                return card
+            await anyio.sleep(0.05)
+
+
 def a_card(**changes: Any) -> Card:
     """A PENDING card as the ledger would load it, with `changes` applied: for pure functions of a card."""
     fields: dict[str, Any] = {

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gateway.approval_settings import ApprovalSettings
 from gateway.audit import ListAuditSink
-from gateway.executor import AgentPath, Invoker
+from gateway.executor import AgentPath, Invoker, PolicyApprovals
 from gateway.identity import IdentityHeaders
+from gateway.ledger import Transition
 from gateway.limiter import InMemoryRateLimiter, RateLimiter
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
@@ -47,5 +49,11 @@ def agent_path(
         healthy=lambda adapter: True,
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
+        policies=PolicyApprovals(ledger=ledger, audit=audit, settings=ApprovalSettings(), announce=_unheard),
     )
     return executor, audit
+
+
+async def _unheard(result: Transition) -> Transition:
+    """No one to tell: these paths have no rules, so nothing is ever announced through here."""
+    return result

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import httpx
 from starlette.applications import Starlette
 from starlette.datastructures import Secret
 
+from backends.orders import create_orders_app
+from backends.rooms import create_rooms_app
+from backends.serve import serve_app_in_thread
 from gateway.identity import IdentityHeaders
 from gateway.principal import Principal
 from gateway.settings import AdapterSettings, Settings
@@ -33,6 +39,19 @@ class Backend:
     def clear_faults(self) -> None:
         with self.control() as client:
             client.delete("/_faults").raise_for_status()
+
+
+@contextmanager
+def serve_backends() -> Iterator[dict[str, Backend]]:
+    """The rooms and orders services with their demo data, each with its own credential and identity signing key."""
+    with ExitStack() as stack:
+        started = {}
+        for name, factory in (("rooms", create_rooms_app), ("orders", create_orders_app)):
+            token, key = secrets.token_urlsafe(16), secrets.token_urlsafe(32)
+            app = factory(service_token=token, signing_key=key)
+            url = stack.enter_context(serve_app_in_thread(app))
+            started[name] = Backend(url=url, token=token, app=app, signing_key=key)
+        yield started
 
 
 BACKEND_TIMEOUT_SECONDS = 1.0
