@@ -1,0 +1,164 @@
+"""The MCP edge's answer to a flood: a ``tools/call`` whose rate budget is known spent never reaches the SDK.
+
+Who calls it: `gateway.mcp_surface.McpSurface` puts `BudgetFront` directly in front of the SDK's
+ASGI app, behind authentication and the edge checks (`gateway.mcp_edge`), so the caller is known.
+It asks the executor (`AgentPath.held_refusal`: access, then the limiter's memory of refusals,
+no I/O) whether the call is certainly refused, and if so answers RATE_LIMITED with ``retry_after``
+itself: the same result the SDK would send, for a fraction of its cost (the SDK spends about a
+millisecond of CPU on a refusal; this, tens of microseconds), so one key flooding past its budget
+cannot take the event loop from the others. The refusals it answers are audited in aggregate
+(`gateway.flood_audit`) and counted (``countersign_mcp_edge_refusals``).
+
+What it answers is only what it can answer exactly as the SDK would: a POST of the stateless
+2026-07-28 era (one self-contained request, no session), ``Mcp-Method: tools/call``, whose body
+passes the SDK's own request checks (the JSON-RPC envelope, the routing headers against the body,
+the per-request ``_meta`` envelope, the ``tools/call`` params, ``Mcp-Param-*`` headers). Anything
+else, or any doubt, goes on to the SDK unchanged, where the executor decides as for every call; a
+handshake-era session's calls are refused there too, without a Redis round trip.
+
+Cost on the path of every other call: a scan of the header lines and, for a ``tools/call`` of a
+principal the limiter holds nothing against, one dict lookup. Nothing here parses the body then.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.inbound import (
+    InboundModernRoute,
+    classify_inbound_request,
+    decode_header_value,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+)
+from mcp_types import SERVER_INFO_META_KEY, JSONRPCRequest
+from mcp_types import methods as mcp_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.auth import caller_of
+from gateway.decision import Decision
+from gateway.envelope import Envelope
+from gateway.flood_audit import FloodAudit
+from gateway.mcp_tasks import tool_result
+from gateway.metrics import count_edge_refusal
+from gateway.principal import Principal
+
+__all__ = ["BudgetFront"]
+
+_VERSION: Final = b"mcp-protocol-version"
+_METHOD: Final = b"mcp-method"
+_NAME: Final = b"mcp-name"
+_TOOLS_CALL: Final = b"tools/call"
+_MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
+
+HeldRefusal = Callable[[Principal, str], "tuple[Decision, Envelope] | None"]
+"""`AgentPath.held_refusal`."""
+InputSchema = Callable[[str], "Mapping[str, Any] | None"]
+"""The input schema a tool is listed with (what the SDK checks ``Mcp-Param-*`` headers against)."""
+
+
+class BudgetFront:
+    """Answer a 2026-07-28 ``tools/call`` the caller's spent budget certainly refuses; pass everything else on."""
+
+    def __init__(
+        self, app: ASGIApp, *, server: Server[Any], held: HeldRefusal, input_schema: InputSchema, audit: FloodAudit
+    ) -> None:
+        self.app = app
+        self._server = server
+        self._held = held
+        self._input_schema = input_schema
+        self._audit = audit
+        self._stamp: dict[str, Any] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        principal = caller_of(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if principal is None:
+            await self.app(scope, receive, send)
+            return
+        version = method = name = None
+        for key, value in scope["headers"]:
+            if key == _VERSION:
+                version = value
+            elif key == _METHOD:
+                method = value
+            elif key == _NAME:
+                name = value
+        tool = decode_header_value(name.decode("latin-1")) if name is not None else None
+        held = None
+        if version in _MODERN and method == _TOOLS_CALL and tool is not None:
+            held = self._held(principal, tool)
+        if held is None or tool is None:
+            await self.app(scope, receive, send)
+            return
+        body, receive = await _body(receive)
+        answer = self._answer(scope, body, tool, held[1]) if body is not None else None
+        if answer is None:
+            await self.app(scope, receive, send)
+            return
+        count_edge_refusal(held[0].code.value if held[0].code is not None else "")
+        self._audit.note(principal, tool, held[0])
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    def _answer(self, scope: Scope, body: bytes, tool: str, envelope: Envelope) -> bytes | None:
+        """The SDK's response body to this request answered with `envelope`; None unless the SDK's own checks
+        of the request all pass and it names `tool` (then the SDK, not this, answers whatever is wrong)."""
+        request = Request(scope)
+        if not check_accept_headers(request)[0]:
+            return None
+        try:
+            decoded = json.loads(body)
+            rpc = JSONRPCRequest.model_validate(decoded)
+        except (ValueError, RecursionError):  # a ValidationError is a ValueError
+            return None
+        if rpc.method != "tools/call" or find_duplicated_routing_header(request.headers.items()) is not None:
+            return None
+        route = classify_inbound_request(decoded, headers=dict(request.headers))
+        params = rpc.params or {}
+        if not isinstance(route, InboundModernRoute) or params.get("name") != tool:
+            return None
+        try:
+            mcp_methods.validate_client_request("tools/call", route.protocol_version, params)
+        except (ValidationError, ValueError, KeyError):
+            return None
+        arguments = params.get("arguments") or {}
+        schema = self._input_schema(tool)
+        if not isinstance(arguments, Mapping) or (
+            schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None
+        ):
+            return None
+        dumped = tool_result(envelope).model_dump(by_alias=True, mode="json", exclude_none=True)
+        result = mcp_methods.serialize_server_result("tools/call", route.protocol_version, dumped)
+        if self._stamp is None:  # the SDK copies it for every result; it never changes while serving
+            self._stamp = self._server.server_info_stamp
+        # The stamp the SDK puts on every 2026-era result (its `_stamp_server_info`).
+        result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META_KEY: self._stamp}
+        return json.dumps({"jsonrpc": "2.0", "id": rpc.id, "result": result}, separators=(",", ":")).encode()
+
+
+async def _body(receive: Receive) -> tuple[bytes | None, Receive]:
+    """The whole request body (None if the client left), and a `receive` that yields it again."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None, _replay([message], receive)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            body = b"".join(chunks)
+            return body, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
