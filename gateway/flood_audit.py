@@ -6,12 +6,13 @@ back on Redis: every audit append is a round trip, one at a time per process (th
 sequential), so a key refused a thousand times a second would hold the trail, and with it every
 other caller's audited call, behind its refusals. Instead:
 
-* the call that found the budget spent was answered by the executor and audited as every call is,
-  one ``tool.call`` event with code RATE_LIMITED;
-* the refusals that follow it at the edge are counted per principal (key, subject, org, acting
-  client), tool and code, and written at most `interval_seconds` later as one ``tool.call`` deny
-  event per such group, whose ``extra`` says how many (``refusals``), when the first and last were
-  answered (``first_ms``, ``last_ms``, epoch milliseconds) and where (``answered``: ``edge``).
+* the refusals answered at the edge are counted per principal (key, subject, org, acting client),
+  tool and code, and written at most `interval_seconds` later as one ``tool.call`` deny event per
+  such group, whose ``extra`` says how many (``refusals``), when the first and last were answered
+  (``first_ms``, ``last_ms``, epoch milliseconds) and where (``answered``: ``edge``);
+* every call the executor answers, the one that spent the last of the budget and any refusal
+  Redis itself gave (the first one another gateway process learns of), is audited one by one as
+  always.
 
 So every refusal is in the trail, in aggregate, within a second; the README states this. Events
 that cannot be written go to the process log, as every audit event does. What is pending when the

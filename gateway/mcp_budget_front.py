@@ -34,6 +34,7 @@ from mcp.shared.inbound import (
     decode_header_value,
     find_duplicated_routing_header,
     validate_mcp_param_headers,
+    x_mcp_header_map,
 )
 from mcp_types import SERVER_INFO_META_KEY, JSONRPCRequest
 from mcp_types import methods as mcp_methods
@@ -61,7 +62,8 @@ _MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 HeldRefusal = Callable[[Principal, str], "tuple[Decision, Envelope] | None"]
 """`AgentPath.held_refusal`."""
 InputSchema = Callable[[str], "Mapping[str, Any] | None"]
-"""The input schema a tool is listed with (what the SDK checks ``Mcp-Param-*`` headers against)."""
+"""The input schema a tool is listed with (what the SDK checks ``Mcp-Param-*`` headers against), the
+same object for as long as the catalog does not change."""
 
 
 class BudgetFront:
@@ -76,6 +78,9 @@ class BudgetFront:
         self._input_schema = input_schema
         self._audit = audit
         self._stamp: dict[str, Any] | None = None
+        # Per tool, its schema as last seen and whether it declares any header: a schema is the same
+        # object until the catalog changes, so the SDK's schema walk runs once per tool and catalog.
+        self._declares: dict[str, tuple[Mapping[str, Any], bool]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal = caller_of(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -111,17 +116,17 @@ class BudgetFront:
     def _answer(self, scope: Scope, body: bytes, tool: str, envelope: Envelope) -> bytes | None:
         """The SDK's response body to this request answered with `envelope`; None unless the SDK's own checks
         of the request all pass and it names `tool` (then the SDK, not this, answers whatever is wrong)."""
-        request = Request(scope)
-        if not check_accept_headers(request)[0]:
+        lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        if not check_accept_headers(Request(scope))[0] or find_duplicated_routing_header(lines) is not None:
             return None
         try:
             decoded = json.loads(body)
             rpc = JSONRPCRequest.model_validate(decoded)
         except (ValueError, RecursionError):  # a ValidationError is a ValueError
             return None
-        if rpc.method != "tools/call" or find_duplicated_routing_header(request.headers.items()) is not None:
+        if rpc.method != "tools/call":
             return None
-        route = classify_inbound_request(decoded, headers=dict(request.headers))
+        route = classify_inbound_request(decoded, headers=dict(lines))
         params = rpc.params or {}
         if not isinstance(route, InboundModernRoute) or params.get("name") != tool:
             return None
@@ -130,10 +135,7 @@ class BudgetFront:
         except (ValidationError, ValueError, KeyError):
             return None
         arguments = params.get("arguments") or {}
-        schema = self._input_schema(tool)
-        if not isinstance(arguments, Mapping) or (
-            schema is not None and validate_mcp_param_headers(schema, arguments, request.headers) is not None
-        ):
+        if not isinstance(arguments, Mapping) or not self._headers_agree(scope, tool, arguments):
             return None
         dumped = tool_result(envelope).model_dump(by_alias=True, mode="json", exclude_none=True)
         result = mcp_methods.serialize_server_result("tools/call", route.protocol_version, dumped)
@@ -142,6 +144,17 @@ class BudgetFront:
         # The stamp the SDK puts on every 2026-era result (its `_stamp_server_info`).
         result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META_KEY: self._stamp}
         return json.dumps({"jsonrpc": "2.0", "id": rpc.id, "result": result}, separators=(",", ":")).encode()
+
+    def _headers_agree(self, scope: Scope, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether the SDK's ``Mcp-Param-*`` check passes: at once for a schema that declares no header
+        (the check compares only declared ones), else by the SDK's own function."""
+        schema = self._input_schema(tool)
+        if schema is None:
+            return True
+        known = self._declares.get(tool)
+        if known is None or known[0] is not schema:
+            known = self._declares[tool] = (schema, bool(x_mcp_header_map(schema)))
+        return not known[1] or validate_mcp_param_headers(schema, arguments, Request(scope).headers) is None
 
 
 async def _body(receive: Receive) -> tuple[bytes | None, Receive]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -132,7 +132,7 @@ class McpSurface:
         self.flood_audit = FloodAudit(audit)
         # A call its spent budget certainly refuses is answered before the SDK parses it (gateway.mcp_budget_front).
         self.asgi = BudgetFront(StreamableHTTPASGIApp(self.session_manager), server=self.server,
-                                held=executor.held_refusal, input_schema=self._input_schema,
+                                held=executor.held_refusal, input_schema=self._listed_schema,
                                 audit=self.flood_audit)  # fmt: skip
 
     @contextlib.asynccontextmanager
@@ -160,8 +160,12 @@ class McpSurface:
         )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
+        schema = self._listed_schema(name)
+        return dict(schema) if schema is not None else None
+
+    def _listed_schema(self, name: str) -> Mapping[str, Any] | None:
         box = self._catalog.current()
-        return dict(box.input_schema(name)) if name in box else None
+        return box.input_schema(name) if name in box else None
 
     async def tools_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` to every open session that can receive it."""

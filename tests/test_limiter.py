@@ -367,3 +367,16 @@ async def test_budgets_with_a_small_burst_are_spent_one_call_at_a_time(redis: Re
     for _ in range(10):
         await limiter.spend("small", reads(Budget(per_minute=600, burst=15)))
     assert await _script_calls(redis) == before + 10
+
+
+async def test_the_call_that_spends_the_last_of_a_budget_holds_the_refusal_of_the_next(redis: Redis) -> None:
+    """The reply that allows the burst's last call says how long the next one waits: it is refused from
+    memory at once, with that wait, and no round trip."""
+    clock = Clock()
+    limiter = RedisRateLimiter(redis, clock=clock)
+    assert [(await limiter.spend("last", reads())).allowed for _ in range(3)] == [True, True, True]
+    held = limiter.held("last", reads())
+    assert held is not None and (held.allowed, held.retry_after, held.bucket) == (False, 1.0, "reads")
+    before = await _script_calls(redis)
+    assert (await limiter.spend("last", reads())).retry_after == 1.0
+    assert await _script_calls(redis) == before

@@ -10,7 +10,9 @@ disagree still share one budget. Tests may pass a clock in; the script then uses
 
 A refusal is remembered in process for as long as it certainly holds (its wait: a budget refills
 only with time, `gateway.limiter`), so a flood past its budget is answered without a round trip;
-`held` answers from that memory alone, for the MCP edge.
+`held` answers from that memory alone, for the MCP edge. An allowed call that spent the last of a
+budget learns, in the same reply, how long the next one will wait, and that refusal is remembered
+as well: a caller kept at its sustained rate meets Redis once per call it is allowed, not twice.
 
 Leases: an owner that keeps calling spends ahead. A round trip may spend up to `MAX_LEASE` calls
 at once (never more than `LEASE_SHARE` of a budget's burst allows; budgets with a burst under 16
@@ -51,7 +53,8 @@ __all__ = ["SPEND_SCRIPT", "RedisRateLimiter", "bucket_key"]
 SPEND_SCRIPT = """
 -- KEYS: one budget each. ARGV[1]: now in microseconds, or '' for the server's clock; ARGV[2]: how
 -- many calls to spend at most (at least one); then, per key, its interval (us) and burst.
--- Returns {1, calls spent, 0}, or {0, wait_us, index of the refusing key}.
+-- Returns {1, calls spent, wait_us, index}: allowed, and how long the next call will wait (0: it
+-- would pass now) and by which key; or {0, wait_us, index of the refusing key}: refused.
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -60,13 +63,13 @@ else
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local want = tonumber(ARGV[2])
-local tats, intervals = {}, {}
+local tats, intervals, bursts = {}, {}, {}
 local worst, worst_at = 0, 0
 for i = 1, #KEYS do
   local interval, burst = tonumber(ARGV[2 * i + 1]), tonumber(ARGV[2 * i + 2])
   local tat = tonumber(redis.call('GET', KEYS[i])) or now
   if tat < now then tat = now end
-  tats[i], intervals[i] = tat, interval
+  tats[i], intervals[i], bursts[i] = tat, interval, burst
   -- How many calls fit now: n such that tat + n * interval - now <= interval * burst.
   local fit = math.floor((interval * burst - (tat - now)) / interval)
   if fit < 1 then
@@ -81,8 +84,10 @@ if worst_at > 0 then return {0, worst, worst_at} end
 for i = 1, #KEYS do
   local tat = tats[i] + want * intervals[i]
   redis.call('SET', KEYS[i], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+  local over = tat + intervals[i] - now - intervals[i] * bursts[i]
+  if over > worst then worst, worst_at = over, i end
 end
-return {1, want, 0}
+return {1, want, worst, worst_at}
 """
 
 
@@ -228,17 +233,26 @@ class RedisRateLimiter:
         args: list[str | int] = [str(self._clock()) if self._clock is not None else "", want]
         for _, interval, burst in budgets:
             args += [interval, burst]
-        allowed, amount, at = await self._spend.call([bucket_key(owner, c.bucket) for c in charges], args)
-        if allowed:
+        reply = await self._spend.call([bucket_key(owner, c.bucket) for c in charges], args)
+        if reply[0]:
+            granted, wait, at = int(reply[1]), int(reply[2]), int(reply[3])
             if cap > 1:  # a leasable budget: its lease, even of one call, sizes the next one
                 self._remember(self._leases, now)
-                self._leases[key] = _Lease(left=int(amount) - 1, until=now + LEASE_US, size=want)
+                self._leases[key] = _Lease(left=granted - 1, until=now + LEASE_US, size=want)
+            if wait > 0 and granted == 1:
+                # This call spent the last of a budget: the next is refused for `wait`, certainly.
+                self._hold(key, now, wait, charges[at - 1].bucket)
             return _ALLOWED
-        bucket = charges[int(at) - 1].bucket
-        self._remember(self._refused, now)
-        self._refused[key] = (now + int(amount), bucket)
+        wait, bucket = int(reply[1]), charges[int(reply[2]) - 1].bucket
+        self._hold(key, now, wait, bucket)
         self._leases.pop(key, None)
-        return RateVerdict(allowed=False, retry_after=retry_after_seconds(int(amount)), bucket=bucket)
+        return RateVerdict(allowed=False, retry_after=retry_after_seconds(wait), bucket=bucket)
+
+    def _hold(self, key: _Key, now: int, wait: int, bucket: str) -> None:
+        """Remember that checks of `key` are refused by `bucket` for `wait` from `now` (local time taken
+        before the round trip, so the hold ends no later than Redis' own verdict changes)."""
+        self._remember(self._refused, now)
+        self._refused[key] = (now + wait, bucket)
 
     def _remember(self, table: dict[_Key, Any], now: int) -> None:
         """Make room in `table` for one more entry: drop what has run out, and everything if that is not enough."""
