@@ -9,6 +9,13 @@ millisecond of CPU on a refusal; this, tens of microseconds), so one key floodin
 cannot take the event loop from the others. The refusals it answers are audited in aggregate
 (`gateway.flood_audit`) and counted (``countersign_mcp_edge_refusals``).
 
+Each refusal answered here is held back for `DELAY_SECONDS` (or its own ``retry_after``, if
+shorter; it costs a timer, no CPU) and the budget checked again before answering: a client that
+loops on its refusals then gets at most twenty answers a second per connection, however fast it
+sends, instead of as many as the gateway can refuse, and a call whose budget refilled meanwhile goes
+on to be served. At most `MAX_DELAYED` are held back at once per process; past that they are
+answered at once, so a flood over many connections costs memory for no more than that many.
+
 What it answers is only what it can answer exactly as the SDK would: a POST of the stateless
 2026-07-28 era (one self-contained request, no session), ``Mcp-Method: tools/call``, whose body
 passes the SDK's own request checks (the JSON-RPC envelope, the routing headers against the body,
@@ -22,6 +29,7 @@ principal the limiter holds nothing against, one dict lookup. Nothing here parse
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -44,8 +52,9 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.auth import caller_of
-from gateway.decision import Decision
+from gateway.codes import Code
 from gateway.envelope import Envelope
+from gateway.executor import HeldRefusal
 from gateway.flood_audit import FloodAudit
 from gateway.mcp_tasks import tool_result
 from gateway.metrics import count_edge_refusal
@@ -59,7 +68,12 @@ _NAME: Final = b"mcp-name"
 _TOOLS_CALL: Final = b"tools/call"
 _MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 
-HeldRefusal = Callable[[Principal, str], "tuple[Decision, Envelope] | None"]
+DELAY_SECONDS: Final = 0.05
+"""How long a refusal answered here is held back (at most its own ``retry_after``): 50 ms."""
+MAX_DELAYED: Final = 1_000
+"""Refusals held back at once, per process; past that they are answered at once (memory stays bounded)."""
+
+Held = Callable[[Principal, str], "HeldRefusal | None"]
 """`AgentPath.held_refusal`."""
 InputSchema = Callable[[str], "Mapping[str, Any] | None"]
 """The input schema a tool is listed with (what the SDK checks ``Mcp-Param-*`` headers against), the
@@ -70,7 +84,7 @@ class BudgetFront:
     """Answer a 2026-07-28 ``tools/call`` the caller's spent budget certainly refuses; pass everything else on."""
 
     def __init__(
-        self, app: ASGIApp, *, server: Server[Any], held: HeldRefusal, input_schema: InputSchema, audit: FloodAudit
+        self, app: ASGIApp, *, server: Server[Any], held: Held, input_schema: InputSchema, audit: FloodAudit
     ) -> None:
         self.app = app
         self._server = server
@@ -81,6 +95,7 @@ class BudgetFront:
         # Per tool, its schema as last seen and whether it declares any header: a schema is the same
         # object until the catalog changes, so the SDK's schema walk runs once per tool and catalog.
         self._declares: dict[str, tuple[Mapping[str, Any], bool]] = {}
+        self._delayed = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal = caller_of(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -103,12 +118,22 @@ class BudgetFront:
             await self.app(scope, receive, send)
             return
         body, receive = await _body(receive)
-        answer = self._answer(scope, body, tool, held[1]) if body is not None else None
-        if answer is None:
+        answer = self._answer(scope, body, tool, held.envelope) if body is not None else None
+        if answer is not None and self._delayed < MAX_DELAYED:
+            # Slow a refused caller down: a client that loops on its refusals gets at most one answer per
+            # delay per connection, so it cannot make the gateway refuse it at the gateway's capacity.
+            self._delayed += 1
+            try:
+                await asyncio.sleep(min(held.retry_after, DELAY_SECONDS))
+            finally:
+                self._delayed -= 1
+            held = self._held(principal, tool)  # answered as of now: the budget may have refilled meanwhile
+            answer = self._answer(scope, body, tool, held.envelope) if held is not None and body is not None else None
+        if answer is None or held is None:
             await self.app(scope, receive, send)
             return
-        count_edge_refusal(held[0].code.value if held[0].code is not None else "")
-        self._audit.note(principal, tool, held[0])
+        count_edge_refusal(Code.RATE_LIMITED.value)
+        self._audit.note(principal, tool, held.decision)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.audit import AuditSink
-from gateway.executor.agent import AgentPath
+from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, WritePath
@@ -37,7 +37,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "Invoker", "TaskPath", "WritePath"]
+__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

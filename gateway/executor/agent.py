@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -68,11 +69,21 @@ from policies.access import decide_access
 from policies.approval import approvals_required
 from policies.rate_budgets import budget_owner, charges_for
 
-__all__ = ["AgentPath"]
+__all__ = ["AgentPath", "HeldRefusal"]
 
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOOL = Decision.deny(Code.PERMISSION_DENIED, "unknown tool")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeldRefusal:
+    """A refusal known without I/O (`AgentPath.held_refusal`): what the audit reads, what the caller
+    reads, and for how many more seconds it certainly holds."""
+
+    decision: Decision
+    envelope: Envelope
+    retry_after: float
 
 
 class AgentPath:
@@ -183,7 +194,7 @@ class AgentPath:
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
-    def held_refusal(self, principal: Principal, name: str) -> tuple[Decision, Envelope] | None:
+    def held_refusal(self, principal: Principal, name: str) -> HeldRefusal | None:
         """The answer `execute` would give a call of `name` by `principal` that a rate budget certainly
         refuses now, known without I/O (`RateLimiter.held`); None when the call must go through `execute`.
 
@@ -198,7 +209,8 @@ class AgentPath:
         verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
         if verdict is None:
             return None
-        return _spent(verdict), Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
+        envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
+        return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
         self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
