@@ -13,8 +13,11 @@ Each refusal answered here is held back for `DELAY_SECONDS` (or its own ``retry_
 shorter; it costs a timer, no CPU) and the budget checked again before answering: a client that
 loops on its refusals then gets at most twenty answers a second per connection, however fast it
 sends, instead of as many as the gateway can refuse, and a call whose budget refilled meanwhile goes
-on to be served. At most `MAX_DELAYED` are held back at once per process; past that they are
-answered at once, so a flood over many connections costs memory for no more than that many.
+on to be served. When a refusal runs out, one call of the caller at a time goes on to the SDK to
+learn whether the budget refilled; the others held back with it wait for that answer (a few more
+delays at most) rather than all reaching the SDK at once. At most `MAX_DELAYED` are held back at
+once per process; past that they are answered at once, so a flood over many connections costs
+memory for no more than that many.
 
 What it answers is only what it can answer exactly as the SDK would: a POST of the stateless
 2026-07-28 era (one self-contained request, no session), ``Mcp-Method: tools/call``, whose body
@@ -44,7 +47,7 @@ from mcp.shared.inbound import (
     validate_mcp_param_headers,
     x_mcp_header_map,
 )
-from mcp_types import SERVER_INFO_META_KEY, JSONRPCRequest
+from mcp_types import SERVER_INFO_META_KEY, JSONRPCRequest, RequestId
 from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
@@ -70,6 +73,9 @@ _MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 
 DELAY_SECONDS: Final = 0.05
 """How long a refusal answered here is held back (at most its own ``retry_after``): 50 ms."""
+MAX_ROUNDS: Final = 3
+"""Delays a held-back refusal waits, at most, for another call of its caller to learn whether the budget
+has refilled (past them it goes on to the SDK itself)."""
 MAX_DELAYED: Final = 1_000
 """Refusals held back at once, per process; past that they are answered at once (memory stays bounded)."""
 
@@ -96,6 +102,7 @@ class BudgetFront:
         # object until the catalog changes, so the SDK's schema walk runs once per tool and catalog.
         self._declares: dict[str, tuple[Mapping[str, Any], bool]] = {}
         self._delayed = 0
+        self._probing: set[tuple[Principal, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal = caller_of(scope) if scope["type"] == "http" and scope["method"] == "POST" else None
@@ -118,29 +125,48 @@ class BudgetFront:
             await self.app(scope, receive, send)
             return
         body, receive = await _body(receive)
-        answer = self._answer(scope, body, tool, held.envelope) if body is not None else None
-        if answer is not None and self._delayed < MAX_DELAYED:
+        request = self._request(scope, body, tool) if body is not None else None
+        if request is None:
+            await self.app(scope, receive, send)
+            return
+        probe = (principal, tool)
+        wait: float = min(held.retry_after, DELAY_SECONDS)
+        for _ in range(MAX_ROUNDS):
+            if self._delayed >= MAX_DELAYED:
+                break
             # Slow a refused caller down: a client that loops on its refusals gets at most one answer per
             # delay per connection, so it cannot make the gateway refuse it at the gateway's capacity.
             self._delayed += 1
             try:
-                await asyncio.sleep(min(held.retry_after, DELAY_SECONDS))
+                await asyncio.sleep(wait)
             finally:
                 self._delayed -= 1
             held = self._held(principal, tool)  # answered as of now: the budget may have refilled meanwhile
-            answer = self._answer(scope, body, tool, held.envelope) if held is not None and body is not None else None
-        if answer is None or held is None:
-            await self.app(scope, receive, send)
+            if held is not None or probe not in self._probing:
+                break
+            wait = DELAY_SECONDS  # another call of this caller is already asking: its answer decides
+        if held is None:
+            # The budget may have refilled: one call of the caller at a time goes on to find out, so the
+            # calls held back with it do not all reach the SDK at once when the refusal runs out.
+            asking = probe not in self._probing
+            if asking:
+                self._probing.add(probe)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                if asking:
+                    self._probing.discard(probe)
             return
+        answer = self._render(*request, held.envelope)
         count_edge_refusal(Code.RATE_LIMITED.value)
         self._audit.note(principal, tool, held.decision)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": answer})
 
-    def _answer(self, scope: Scope, body: bytes, tool: str, envelope: Envelope) -> bytes | None:
-        """The SDK's response body to this request answered with `envelope`; None unless the SDK's own checks
-        of the request all pass and it names `tool` (then the SDK, not this, answers whatever is wrong)."""
+    def _request(self, scope: Scope, body: bytes, tool: str) -> tuple[RequestId, str] | None:
+        """The request's id and protocol version when the SDK's own checks of the request all pass and it
+        names `tool`; None otherwise (then the SDK, not this, answers whatever is wrong)."""
         lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         if not check_accept_headers(Request(scope))[0] or find_duplicated_routing_header(lines) is not None:
             return None
@@ -162,13 +188,17 @@ class BudgetFront:
         arguments = params.get("arguments") or {}
         if not isinstance(arguments, Mapping) or not self._headers_agree(scope, tool, arguments):
             return None
+        return rpc.id, route.protocol_version
+
+    def _render(self, request_id: RequestId, version: str, envelope: Envelope) -> bytes:
+        """The response body the SDK would send for `envelope` as the result of request `request_id`."""
         dumped = tool_result(envelope).model_dump(by_alias=True, mode="json", exclude_none=True)
-        result = mcp_methods.serialize_server_result("tools/call", route.protocol_version, dumped)
+        result = mcp_methods.serialize_server_result("tools/call", version, dumped)
         if self._stamp is None:  # the SDK copies it for every result; it never changes while serving
             self._stamp = self._server.server_info_stamp
         # The stamp the SDK puts on every 2026-era result (its `_stamp_server_info`).
         result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META_KEY: self._stamp}
-        return json.dumps({"jsonrpc": "2.0", "id": rpc.id, "result": result}, separators=(",", ":")).encode()
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
 
     def _headers_agree(self, scope: Scope, tool: str, arguments: Mapping[str, Any]) -> bool:
         """Whether the SDK's ``Mcp-Param-*`` check passes: at once for a schema that declares no header
