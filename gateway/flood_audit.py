@@ -70,6 +70,7 @@ class FloodAudit:
         self._pending: dict[_Group, _Count] = {}
         self._loop: asyncio.Task[None] | None = None
         self._closing = False
+        self._flushes: set[asyncio.Task[int]] = set()
 
     def note(self, principal: Principal, tool: str, decision: Decision) -> None:
         """Count one refusal of `tool` for `principal`; it is written by the next flush."""
@@ -86,7 +87,9 @@ class FloodAudit:
         if self._loop is None or self._loop.done():
             self._loop = asyncio.get_running_loop().create_task(self._run(), name="countersign-flood-audit")
         elif len(self._pending) >= self._capacity:  # many principals flooding at once: write now, stay bounded
-            asyncio.get_running_loop().create_task(self.flush())
+            flush = asyncio.get_running_loop().create_task(self.flush())
+            self._flushes.add(flush)  # the loop keeps only a weak reference to a task
+            flush.add_done_callback(self._flushes.discard)
 
     async def flush(self) -> int:
         """Write one event per pending group; returns how many refusals those events account for."""

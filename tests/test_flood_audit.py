@@ -78,3 +78,16 @@ async def test_an_aggregated_event_counts_each_refusal_it_stands_for_in_the_metr
         flood.note(ALICE, "rooms_list", SPENT)
     await flood.aclose()
     assert rate_limited() == before + 5
+
+
+async def test_past_its_capacity_of_groups_the_pending_refusals_are_written_at_once() -> None:
+    """A flood from more principals than `capacity` does not wait for the interval: memory stays bounded."""
+    sink = ListAuditSink()
+    flood = FloodAudit(sink, interval_seconds=3600, capacity=3)
+    for n in range(4):
+        flood.note(Principal(subject=f"p{n}@acme.example", org="acme", roles=frozenset()), "rooms_list", SPENT)
+    with anyio.fail_after(5):
+        while len(sink.events) < 4:
+            await anyio.sleep(0.01)
+    await flood.aclose()
+    assert sorted(e.subject for e in sink.events) == [f"p{n}@acme.example" for n in range(4)]
