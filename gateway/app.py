@@ -357,7 +357,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
-            async with surface.session_manager.run(), _background(gateway, settings, workers):
+            async with surface.run(), _background(gateway, settings, workers):
                 yield
         finally:
             await gateway.aclose()

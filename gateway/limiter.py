@@ -12,6 +12,11 @@ then one per `interval`. A refused call changes nothing and learns how long unti
 budget nobody spends from for ``burst * interval`` is full again, so its state can simply expire.
 All arithmetic is in integer microseconds, exact in Python and in Redis' Lua alike.
 
+A refusal is monotone until its retry time: a budget refills only with time, and every spend
+anyone makes only moves its TAT further out, so a check refused at `t` with a wait `W` is refused
+by every check of the same budgets made before ``t + W``, in any process (`held` relies on it;
+tests/test_limiter.py proves it for any schedule).
+
 `AddressBudgets` is GCRA for the auth edge: in process, for a bounded number of client addresses.
 
 Methods of a `RateLimiter` raise `gateway.errors.StoreUnavailableError` when the store cannot
@@ -101,6 +106,12 @@ class RateLimiter(Protocol):
         """
         ...
 
+    def held(self, owner: str, charges: Sequence[Charge]) -> RateVerdict | None:
+        """The refusal `spend(owner, charges)` would certainly answer now, known without asking the
+        store; None when only the store can tell. Spends nothing and does no I/O, so the MCP edge can
+        answer a flood with it before parsing more of the request than the tool's name."""
+        ...
+
 
 class InMemoryRateLimiter:
     """`RateLimiter` for one process: the same GCRA steps over a dict, with an injectable clock.
@@ -114,19 +125,31 @@ class InMemoryRateLimiter:
         self._capacity = capacity
         self._tats: dict[tuple[str, str], int] = {}
 
+    def _steps(self, owner: str, charges: Sequence[Charge], now: int) -> list[tuple[str, int, int]]:
+        return [(c.bucket, *gcra(self._tats.get((owner, c.bucket)), now, c.budget)) for c in charges]
+
+    def held(self, owner: str, charges: Sequence[Charge]) -> RateVerdict | None:
+        return _refusal(self._steps(owner, charges, self._clock()))
+
     async def spend(self, owner: str, charges: Sequence[Charge]) -> RateVerdict:
         now = self._clock()
-        steps = [
-            (charge.bucket, *gcra(self._tats.get((owner, charge.bucket)), now, charge.budget)) for charge in charges
-        ]
-        refused = max(steps, key=lambda step: step[2], default=None)
-        if refused is not None and refused[2] > 0:
-            return RateVerdict(allowed=False, retry_after=retry_after_seconds(refused[2]), bucket=refused[0])
+        steps = self._steps(owner, charges, now)
+        refused = _refusal(steps)
+        if refused is not None:
+            return refused
         if len(self._tats) >= self._capacity:
             self._tats = {key: tat for key, tat in self._tats.items() if tat > now}
         for bucket, new_tat, _ in steps:
             self._tats[(owner, bucket)] = new_tat
         return RateVerdict(allowed=True)
+
+
+def _refusal(steps: list[tuple[str, int, int]]) -> RateVerdict | None:
+    """The refusal of GCRA `steps` ``(bucket, new_tat, wait)``: by the longest wait; None when all allow."""
+    worst = max(steps, key=lambda step: step[2], default=None)
+    if worst is None or worst[2] <= 0:
+        return None
+    return RateVerdict(allowed=False, retry_after=retry_after_seconds(worst[2]), bucket=worst[0])
 
 
 class AddressBudgets:

@@ -5,7 +5,9 @@ hands the principal, the name and the raw arguments to the executor's `AgentPath
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
-`gateway.mcp_sessions`) and the per-request 2026-07-28 envelope.
+`gateway.mcp_sessions`) and the per-request 2026-07-28 envelope. In front of the SDK, a 2026-era
+``tools/call`` that the caller's spent rate budget certainly refuses is answered without it
+(`gateway.mcp_budget_front`), so a flood costs little more than its HTTP.
 
 A client that declares task support follows a write proposal as a task bound to its card
 (`gateway.mcp_tasks`); any other client gets the card receipt and the approvals tools.
@@ -22,7 +24,9 @@ and an unknown name reads exactly like a forbidden one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -44,7 +48,9 @@ from gateway.auth import caller_of
 from gateway.catalog import Catalog
 from gateway.codes import Code
 from gateway.executor import AgentPath, TaskPath
+from gateway.flood_audit import FloodAudit
 from gateway.log_context import bind_key_id
+from gateway.mcp_budget_front import BudgetFront
 from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.mcp_tasks import McpTasks, request_principal, tool_result
 from gateway.tool import Mode, Tool
@@ -123,7 +129,20 @@ class McpSurface:
             security_settings=security,
             session_idle_timeout=session_idle_seconds,
         )
-        self.asgi = StreamableHTTPASGIApp(self.session_manager)
+        self.flood_audit = FloodAudit(audit)
+        # A call its spent budget certainly refuses is answered before the SDK parses it (gateway.mcp_budget_front).
+        self.asgi = BudgetFront(StreamableHTTPASGIApp(self.session_manager), server=self.server,
+                                held=executor.held_refusal, input_schema=self._listed_schema,
+                                audit=self.flood_audit)  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """Serve (the SDK's session manager); on the way out, write the edge's pending flood audit."""
+        try:
+            async with self.session_manager.run():
+                yield
+        finally:
+            await self.flood_audit.aclose()
 
     async def _session_refused(self, scope: Scope, refusal: SessionQuotaExceededError) -> None:
         caller = caller_of(scope)
@@ -141,8 +160,12 @@ class McpSurface:
         )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
+        schema = self._listed_schema(name)
+        return dict(schema) if schema is not None else None
+
+    def _listed_schema(self, name: str) -> Mapping[str, Any] | None:
         box = self._catalog.current()
-        return dict(box.input_schema(name)) if name in box else None
+        return box.input_schema(name) if name in box else None
 
     async def tools_changed(self) -> None:
         """Send ``notifications/tools/list_changed`` to every open session that can receive it."""

@@ -50,6 +50,7 @@ __all__ = [
     "Gauges",
     "count_approval_decided",
     "count_backend_request",
+    "count_edge_refusal",
     "count_execution_finished",
     "count_proposal",
     "count_refusal",
@@ -116,6 +117,10 @@ _rate_limited = Counter(
     "countersign_rate_limit_refusals", "Refusals by a rate budget or quota (RATE_LIMITED, QUOTA_EXCEEDED).",
     ["code"], registry=REGISTRY,
 )  # fmt: skip
+_edge_refusals = Counter(
+    "countersign_mcp_edge_refusals", "tools/call answered at the MCP edge, before the SDK and the executor, by code.",
+    ["code"], registry=REGISTRY,
+)  # fmt: skip
 _worker_steps = Counter(
     "countersign_worker_steps", "Worker steps run, by step and how they ended (ok, error).",
     ["step", "result"], registry=REGISTRY,
@@ -158,11 +163,18 @@ def count_proposal(tool: str, *, existing: bool) -> None:
     _child(_proposals, _tool(tool), "existing" if existing else "created").inc()
 
 
-def count_refusal(action: str, code: str) -> None:
-    """An audited event carrying a code (`action` is the gateway's own audit action, e.g. ``tool.call``)."""
-    _child(_refusals, action, code).inc()
+def count_refusal(action: str, code: str, refusals: int = 1) -> None:
+    """An audited event carrying a code (`action` is the gateway's own audit action, e.g. ``tool.call``),
+    standing for `refusals` refusals (more than one for an aggregated event, `gateway.flood_audit`)."""
+    _child(_refusals, action, code).inc(refusals)
     if code in RATE_LIMIT_CODES:
-        _child(_rate_limited, code).inc()
+        _child(_rate_limited, code).inc(refusals)
+
+
+def count_edge_refusal(code: str) -> None:
+    """A ``tools/call`` the MCP edge answered itself (it reached neither the SDK nor the executor, so
+    `count_tool_call` does not count it; its audit event, aggregated, counts it in `count_refusal`)."""
+    _child(_edge_refusals, code).inc()
 
 
 def count_transition(name: str, status: str) -> None:

@@ -49,6 +49,8 @@ PLACES: dict[str, int] = {
     "gateway.mcp_surface": SURFACE,
     "gateway.mcp_sessions": SURFACE,
     "gateway.mcp_edge": SURFACE,
+    "gateway.mcp_budget_front": SURFACE,
+    "gateway.flood_audit": SURFACE,
     "gateway.mcp_tasks": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,

@@ -18,7 +18,7 @@ from gateway.errors import StoreUnavailableError
 from gateway.limiter import AddressBudgets, Charge, InMemoryRateLimiter, RateLimiter, interval_us
 from gateway.limits import Budget
 from gateway.store.client import connect
-from gateway.store.limiter import RedisRateLimiter, bucket_key
+from gateway.store.limiter import LEASE_US, MAX_LEASE, RedisRateLimiter, bucket_key
 
 pytestmark = pytest.mark.anyio
 
@@ -260,3 +260,123 @@ async def test_a_refusal_is_repeated_from_memory_for_as_long_as_it_certainly_hol
     clock.now += SECOND // 2
     assert (await limiter.spend("a", reads())).allowed
     assert await _script_calls(redis) == before + 2
+
+
+# -- refusals held in memory, and leases --------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    schedule=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=SECOND // 2), st.sampled_from(["one", "two"])),
+        min_size=1,
+        max_size=60,
+    ),
+    per_minute=st.sampled_from([60.0, 600.0, 1200.0]),
+    burst=st.sampled_from([1, 3, 16, 40]),
+)
+async def test_a_held_refusal_is_one_redis_would_also_answer_for_any_schedule_of_two_processes(
+    redis: Redis, schedule: list[tuple[int, str]], per_minute: float, burst: int
+) -> None:
+    """GCRA's refusal is monotone until its retry time: whenever either process's memory holds a refusal,
+    a check with no memory at all (asking Redis) is refused too, with at least the wait held; and once
+    one process held a refusal, every spend of both before its end is refused. Leased budgets included."""
+    budget = Budget(per_minute=per_minute, burst=burst)
+    owner = f"held-{per_minute}-{burst}-{len(schedule)}-{sum(s for s, _ in schedule)}"
+    await redis.delete(bucket_key(owner, "reads"))
+    clock = Clock()
+    limiters = {"one": RedisRateLimiter(redis, clock=clock), "two": RedisRateLimiter(redis, clock=clock)}
+    refused_until = 0
+    for step, who in schedule:
+        clock.now += step
+        for limiter in limiters.values():
+            held = limiter.held(owner, reads(budget))
+            if held is not None:
+                asked = await RedisRateLimiter(redis, clock=clock).spend(owner, reads(budget))
+                assert not asked.allowed and asked.retry_after >= held.retry_after
+        verdict = await limiters[who].spend(owner, reads(budget))
+        assert not (verdict.allowed and clock.now < refused_until)
+        if not verdict.allowed:
+            refused_until = max(refused_until, clock.now + int(verdict.retry_after * SECOND) - 1000)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    schedule=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=20_000), st.sampled_from(["one", "two"])),
+        min_size=1,
+        max_size=200,
+    ),
+    burst=st.sampled_from([16, 40, 100]),
+)
+async def test_leased_calls_never_overspend_a_budget_shared_by_two_processes(
+    redis: Redis, schedule: list[tuple[int, str]], burst: int
+) -> None:
+    """Two processes leasing from one budget (20 calls a second) serve, in any window of time, at most
+    the burst plus what the rate earned in the window and in one lease time before it."""
+    budget = Budget(per_minute=1200, burst=burst)
+    owner = f"lease-{burst}-{len(schedule)}-{sum(s for s, _ in schedule)}"
+    await redis.delete(bucket_key(owner, "reads"))
+    clock = Clock()
+    limiters = {"one": RedisRateLimiter(redis, clock=clock), "two": RedisRateLimiter(redis, clock=clock)}
+    served: list[int] = []
+    for step, who in schedule:
+        clock.now += step
+        if (await limiters[who].spend(owner, reads(budget))).allowed:
+            served.append(clock.now)
+    interval = interval_us(budget)
+    for i, first in enumerate(served):
+        for j in range(i, len(served)):
+            assert j - i + 1 <= burst + (served[j] - first + LEASE_US) // interval
+
+
+async def test_a_caller_that_keeps_calling_spends_ahead_and_asks_redis_for_a_fraction_of_its_calls(
+    redis: Redis,
+) -> None:
+    """1,000 checks of a budget with room to spare cost well under a round trip each (the lease doubles up
+    to its cap), and every one of them was spent in Redis: the budget's TAT moved by 1,000 intervals at least."""
+    clock = Clock()
+    limiter = RedisRateLimiter(redis, clock=clock)
+    budget = Budget(per_minute=60_000_000, burst=10**9)
+    before = await _script_calls(redis)
+    assert all([(await limiter.spend("busy", reads(budget))).allowed for _ in range(1000)])
+    round_trips = await _script_calls(redis) - before
+    assert 1000 // MAX_LEASE <= round_trips <= 1000 // MAX_LEASE + 10
+    tat = int(await redis.get(bucket_key("busy", "reads")) or 0)
+    assert tat - START >= 1000 * interval_us(budget)
+
+
+async def test_a_lease_is_forfeit_after_its_time_and_the_next_one_is_smaller(redis: Redis) -> None:
+    """Calls leased and not served within `LEASE_US` are not served later: the next call asks Redis again."""
+    clock = Clock()
+    limiter = RedisRateLimiter(redis, clock=clock)
+    budget = Budget(per_minute=60_000, burst=1_000)
+    for _ in range(7):  # leases of 1, 2, 4: all used up in time
+        assert (await limiter.spend("slow", reads(budget))).allowed
+    before = await _script_calls(redis)
+    assert (await limiter.spend("slow", reads(budget))).allowed  # a lease of 8: one served, seven left
+    clock.now += LEASE_US
+    assert (await limiter.spend("slow", reads(budget))).allowed
+    assert await _script_calls(redis) == before + 2
+
+
+async def test_budgets_with_a_small_burst_are_spent_one_call_at_a_time(redis: Redis) -> None:
+    """Under 16 calls of burst nothing is leased: each check is its own round trip, as exact as GCRA."""
+    limiter = RedisRateLimiter(redis, clock=Clock())
+    before = await _script_calls(redis)
+    for _ in range(10):
+        await limiter.spend("small", reads(Budget(per_minute=600, burst=15)))
+    assert await _script_calls(redis) == before + 10
+
+
+async def test_the_call_that_spends_the_last_of_a_budget_holds_the_refusal_of_the_next(redis: Redis) -> None:
+    """The reply that allows the burst's last call says how long the next one waits: it is refused from
+    memory at once, with that wait, and no round trip."""
+    clock = Clock()
+    limiter = RedisRateLimiter(redis, clock=clock)
+    assert [(await limiter.spend("last", reads())).allowed for _ in range(3)] == [True, True, True]
+    held = limiter.held("last", reads())
+    assert held is not None and (held.allowed, held.retry_after, held.bucket) == (False, 1.0, "reads")
+    before = await _script_calls(redis)
+    assert (await limiter.spend("last", reads())).retry_after == 1.0
+    assert await _script_calls(redis) == before

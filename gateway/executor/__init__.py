@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from gateway.approval_settings import ApprovalSettings
 from gateway.audit import AuditSink
-from gateway.executor.agent import AgentPath
+from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.tasks import TaskPath
@@ -40,7 +40,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "Invoker", "PolicyApprovals", "TaskPath", "WritePath"]
+__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

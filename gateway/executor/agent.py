@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -57,7 +58,7 @@ from gateway.errors import (
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
-from gateway.limiter import RateLimiter
+from gateway.limiter import RateLimiter, RateVerdict
 from gateway.limits import Limits
 from gateway.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
 from gateway.org_adapters import OrgAdapters
@@ -72,11 +73,21 @@ from policies.access import decide_access
 from policies.approval import approvals_required
 from policies.rate_budgets import budget_owner, charges_for
 
-__all__ = ["AgentPath"]
+__all__ = ["AgentPath", "HeldRefusal"]
 
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOOL = Decision.deny(Code.PERMISSION_DENIED, "unknown tool")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeldRefusal:
+    """A refusal known without I/O (`AgentPath.held_refusal`): what the audit reads, what the caller
+    reads, and for how many more seconds it certainly holds."""
+
+    decision: Decision
+    envelope: Envelope
+    retry_after: float
 
 
 class AgentPath:
@@ -189,6 +200,24 @@ class AgentPath:
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
+    def held_refusal(self, principal: Principal, name: str) -> HeldRefusal | None:
+        """The answer `execute` would give a call of `name` by `principal` that a rate budget certainly
+        refuses now, known without I/O (`RateLimiter.held`); None when the call must go through `execute`.
+
+        For the MCP edge, which answers a flood before the SDK parses it. It takes the same first two
+        steps as `execute` (access, then the budgets), so an unknown or forbidden name is never answered
+        here (it reads as PERMISSION_DENIED, audited, whatever the budget). It spends nothing and audits
+        nothing: the caller audits the refusals it answers (`gateway.flood_audit`).
+        """
+        tool = self._tools.current().get(name)
+        if tool is None or not decide_access(tool, principal, self._org_adapters).allowed:
+            return None
+        verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
+        if verdict is None:
+            return None
+        envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
+        return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
+
     async def _propose(
         self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
     ) -> Envelope:
@@ -294,10 +323,7 @@ class AgentPath:
             return await self._refuse(principal, tool.name, down, started)
         if verdict.allowed:
             return None
-        spent = Decision.deny(
-            Code.RATE_LIMITED, f"{verdict.bucket} budget spent; retry after {verdict.retry_after:g} s"
-        )
-        return await self._refuse(principal, tool.name, spent, started, details={"retry_after": verdict.retry_after})
+        return await self._refuse(principal, tool.name, _spent(verdict), started, details=_retry(verdict))
 
     async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
         """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
@@ -359,6 +385,15 @@ class AgentPath:
 def _with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
     """A delegated call's event names the agent beside the person it acts for."""
     return {**extra, "acting_client": principal.acting_client} if principal.acting_client else extra
+
+
+def _spent(verdict: RateVerdict) -> Decision:
+    """A budget's refusal as the audit reads it; the caller reads RATE_LIMITED with `_retry`."""
+    return Decision.deny(Code.RATE_LIMITED, f"{verdict.bucket} budget spent; retry after {verdict.retry_after:g} s")
+
+
+def _retry(verdict: RateVerdict) -> dict[str, Any]:
+    return {"retry_after": verdict.retry_after}
 
 
 def _failure(error: UpstreamError) -> Decision:

@@ -90,7 +90,7 @@ class RedisStreamAuditSink:
     async def record(self, event: AuditEvent) -> bool:
         """Append `event` to the chain; False (the event logged instead) when that is not possible."""
         if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
-            count_refusal(event.action, event.code)
+            count_refusal(event.action, event.code, _refusals(event))
         fields = event.to_fields()
         if self._secret is None:
             logger.error("audit sink has no chain secret; event: %s", fields)
@@ -141,6 +141,12 @@ class RedisStreamAuditSink:
         """Up to `count` raw entries (id, fields with ``seq`` and ``mac``) newer than `after_id`, oldest first."""
         answer: Any = await self._client.xrange(self._stream, min=f"({after_id}" if after_id else "-", count=count)
         return entry_fields(answer or [])
+
+
+def _refusals(event: AuditEvent) -> int:
+    """How many refusals `event` stands for: one, or an aggregated event's ``refusals`` (`gateway.flood_audit`)."""
+    count = event.extra.get("refusals", "1")
+    return int(count) if count.isdigit() else 1
 
 
 def _text(value: bytes | str) -> str:
