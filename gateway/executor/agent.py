@@ -52,13 +52,12 @@ from gateway.errors import (
     PathArgumentError,
     StoreUnavailableError,
     UpstreamError,
-    UpstreamRateLimitedError,
-    UpstreamRefusedError,
 )
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
+from gateway.executor.refusals import error_summary, failure, retry, spent, wait, with_acting_client
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
-from gateway.limiter import RateLimiter, RateVerdict
+from gateway.limiter import RateLimiter
 from gateway.limits import Limits
 from gateway.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
 from gateway.org_adapters import OrgAdapters
@@ -169,7 +168,7 @@ class AgentPath:
             args = tool.arguments.model_validate(arguments or {})
         except ValidationError as error:
             invalid = Decision.deny(Code.VALIDATION_ERROR, f"{error.error_count()} invalid argument(s)")
-            return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
+            return await self._refuse(principal, name, invalid, started, details={"errors": error_summary(error)})
 
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
@@ -192,7 +191,7 @@ class AgentPath:
         except PathArgumentError as error:
             return await self._refuse_path(principal, name, error, started)
         except UpstreamError as error:
-            return await self._refuse(principal, name, _failure(error), started, ran=True, details=_wait(error))
+            return await self._refuse(principal, name, failure(error), started, ran=True, details=wait(error))
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
@@ -215,8 +214,8 @@ class AgentPath:
         verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
         if verdict is None:
             return None
-        envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
-        return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
+        envelope = Envelope.refused(Code.RATE_LIMITED, details=retry(verdict))
+        return HeldRefusal(decision=spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
         self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
@@ -237,7 +236,7 @@ class AgentPath:
         except PathArgumentError as error:
             return await self._refuse_path(principal, tool.name, error, started)
         except UpstreamError as error:
-            return await self._refuse(principal, tool.name, _failure(error), started, ran=True, details=_wait(error))
+            return await self._refuse(principal, tool.name, failure(error), started, ran=True, details=wait(error))
         canonical = args.model_dump(mode="json")
         bound_to = args_hash(tool.name, version, canonical)
         dedupe_key = f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}"
@@ -323,7 +322,7 @@ class AgentPath:
             return await self._refuse(principal, tool.name, down, started)
         if verdict.allowed:
             return None
-        return await self._refuse(principal, tool.name, _spent(verdict), started, details=_retry(verdict))
+        return await self._refuse(principal, tool.name, spent(verdict), started, details=retry(verdict))
 
     async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
         """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
@@ -376,41 +375,7 @@ class AgentPath:
                 code=code,
                 reason=reason,
                 latency_ms=seconds * 1000,
-                extra=_with_acting_client(principal, extra or {}),
+                extra=with_acting_client(principal, extra or {}),
             )
         )
         return self._audited
-
-
-def _with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
-    """A delegated call's event names the agent beside the person it acts for."""
-    return {**extra, "acting_client": principal.acting_client} if principal.acting_client else extra
-
-
-def _spent(verdict: RateVerdict) -> Decision:
-    """A budget's refusal as the audit reads it; the caller reads RATE_LIMITED with `_retry`."""
-    return Decision.deny(Code.RATE_LIMITED, f"{verdict.bucket} budget spent; retry after {verdict.retry_after:g} s")
-
-
-def _retry(verdict: RateVerdict) -> dict[str, Any]:
-    return {"retry_after": verdict.retry_after}
-
-
-def _failure(error: UpstreamError) -> Decision:
-    """The refusal for a failed call. A backend's own words (its refusal code) go in the reason, which only
-    the audit keeps: the model gets the code of our vocabulary and its fixed message, nothing the backend wrote."""
-    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
-    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}{backend}")
-
-
-def _wait(error: UpstreamError) -> dict[str, Any] | None:
-    """What the model is told of a backend's own rate limit: how long it asked callers to wait."""
-    return {"retry_after": error.retry_after} if isinstance(error, UpstreamRateLimitedError) else None
-
-
-def _error_summary(error: ValidationError) -> list[dict[str, Any]]:
-    """Field-level problems without echoing the input back (it may be long or hostile)."""
-    return [
-        {"field": ".".join(str(part) for part in item["loc"]), "type": item["type"], "message": item["msg"]}
-        for item in error.errors(include_url=False, include_input=False)
-    ]
