@@ -213,7 +213,7 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         actors=frozenset({Actor.ADMIN}),
         sources=frozenset({CardState.PENDING}),
         targets=frozenset({CardState.REJECTED}),
-        guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED),
+        guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED, VERSION_AND_ARGS_HASH_MATCH),
         wrong_state=IN_A_SOURCE_STATE,
     ),
     CardTransition(

@@ -366,7 +366,8 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
         card = (await http.get(f"/cards/{card_id}")).json()["card"]
     assert spec["openapi"].startswith("3.1") and spec["servers"] == [{"url": "/admin/api"}]
     assert set(spec["paths"]) == {
-        "/cards", "/cards/{card_id}", "/cards/{card_id}/approve", "/cards/{card_id}/reject",
+        "/cards", "/cards/events", "/cards/decisions", "/cards/{card_id}", "/cards/{card_id}/approve",
+        "/cards/{card_id}/reject",
         "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
         "/adapters/", "/adapters/{name}", "/adapters/{name}/accept",
     }  # fmt: skip
