@@ -8,11 +8,16 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway.card import CardState
+from gateway.card_batch import BatchItem, decide_batch
+from gateway.card_service import CardService
+from gateway.card_views import ResultCode
 from gateway.limits import Limits
-from gateway.principal import KeyKind
+from gateway.principal import KeyKind, Principal
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
@@ -119,3 +124,51 @@ async def test_a_reject_without_a_reason_refuses_only_itself(mcp_url: str, redis
         _approve(fine), {"card_id": unexplained, "decision": "reject", "version": 1, "args_hash": "h1"},
     ])  # fmt: skip
     assert [r["code"] for r in answer.json()["results"]] == ["OK", "VALIDATION_ERROR"]
+
+
+# -- any list of decisions ------------------------------------------------------------------------
+
+_SPEC = st.tuples(
+    st.integers(min_value=0, max_value=4),  # which card (4: one that does not exist)
+    st.sampled_from(["approve", "reject"]),
+    st.sampled_from([0, 1]),  # versions behind the card's own
+    st.booleans(),  # the right args_hash
+)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.lists(_SPEC, max_size=7))
+async def test_any_list_is_refused_whole_or_decided_card_by_card_as_each_alone_would_be(
+    quiet_redis_url: str, specs: list[tuple[int, str, int, bool]]
+) -> None:
+    """Whatever the list: refused whole (empty, too long, a card twice) with no card touched; or one result
+    per item, in order, OK exactly for the items naming an existing card at its version and hash, and every
+    card then in the state its own decision leaves it."""
+    client = Redis.from_url(quiet_redis_url)
+    try:
+        await client.flushdb()
+        ledger = RedisLedger(client)
+        ids = [await _card(client) for _ in range(4)] + ["crd_2_" + "f" * 32]
+        service = CardService(ledger, RedisStreamAuditSink(client), batch_limit=5)
+        bob = Principal(subject="bob@acme.example", org="acme", roles=frozenset({"approver"}), kind=KeyKind.ADMIN)
+        items = [BatchItem(card_id=ids[card], decision=verb, version=1 - behind, args_hash="h1" if right else "h2",
+                           reason="because") for card, verb, behind, right in specs]  # fmt: skip
+        outcome = await decide_batch(service, RedisStreamAuditSink(client), bob, items)
+        named = [item.card_id for item in items]
+        cards = {card_id: await ledger.get(card_id) for card_id in ids[:4]}
+        if not items or len(items) > 5 or len(set(named)) < len(named):
+            assert outcome.code is ResultCode.VALIDATION_ERROR and outcome.results == ()
+            assert all(card is not None and card.version == 1 for card in cards.values())
+            return
+        assert len(outcome.results) == len(items)
+        for item, result in zip(items, outcome.results, strict=True):
+            fine = item.card_id != ids[4] and item.version == 1 and item.args_hash == "h1"
+            assert result.ok is fine, (item, result.code)
+            if item.card_id in cards:
+                card = cards[item.card_id]
+                assert card is not None
+                decided = {"approve": CardState.APPROVED, "reject": CardState.REJECTED}[item.decision]
+                assert card.state is (decided if fine else CardState.PENDING)
+    finally:
+        await client.flushdb()
+        await client.aclose()
