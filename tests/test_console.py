@@ -443,11 +443,12 @@ async def test_in_a_browser_the_list_and_the_card_follow_decisions_made_elsewher
 async def test_in_a_browser_without_the_event_stream_the_console_reads_the_card_again_by_itself(
     quiet_console: str, quiet: Redis, tmp_path: Path
 ) -> None:
-    """When the event stream cannot be opened, the bar says so and the open card is read again regularly:
-    an approval made elsewhere still shows."""
+    """When the event stream cannot be opened, the bar says so and the view is read again regularly: an
+    approval made elsewhere shows on the open card, and on the list a rejection and a new card."""
     bob = await make_key(quiet, kind=KeyKind.ADMIN, subject="bob@acme.example", roles=("approver",))
     created = await RedisLedger(quiet).propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
-    assert created.card is not None
+    other = (await RedisLedger(quiet).propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card
+    assert created.card is not None and other is not None
     async with _browser(tmp_path / "profile") as page:
         await page.send("Network.enable")
         await page.send("Network.setBlockedURLs", {"urls": ["*/admin/api/cards/events*"]})
@@ -459,6 +460,16 @@ async def test_in_a_browser_without_the_event_stream_the_console_reads_the_card_
                                                    args_hash="h1", comment="")  # fmt: skip
         assert approved.ok
         await page.until("document.querySelector('#card-decision')?.textContent === 'approved'", seconds=20)
+
+        # And the list: a card decided elsewhere shows its new state, one proposed shows up.
+        await page.evaluate("location.hash = '#/cards?state=PENDING'")
+        await page.until(f"document.querySelector('#card-list tr[data-card-id=\"{other.card_id}\"]') !== null")
+        assert (await RedisLedger(quiet).reject(other.card_id, admin="carol@acme.example", reason="no")).ok
+        late = await RedisLedger(quiet).propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
+        assert late.card is not None
+        rows = "[...document.querySelectorAll('#card-list tbody tr')]"
+        rows += ".map((row) => `${row.dataset.cardId}:${row.dataset.state}`)"
+        await page.until(f"{rows}.join() === '{late.card.card_id}:PENDING,{other.card_id}:REJECTED'", seconds=20)
 
 
 async def test_in_a_browser_reject_and_resolve_record_what_the_admin_entered(

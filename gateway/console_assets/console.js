@@ -836,9 +836,9 @@
       await reloadCard(view);
       return;
     }
-    const query = new URLSearchParams({ limit: String(LIST_LIMIT) });
-    if (view.state) query.set("state", view.state);
-    const res = await api("GET", "cards?" + query.toString());
+    // The newest cards of every state: new ones matching the filter are added, and a shown card that
+    // left the filter (decided, say) is updated in place, as an event would.
+    const res = await api("GET", "cards?" + new URLSearchParams({ limit: String(LIST_LIMIT) }).toString());
     if (view !== current || res.status !== 200 || !res.body || !Array.isArray(res.body.cards)) return;
     for (const row of [...res.body.cards].reverse()) upsertRow(view, row);
   }
