@@ -15,6 +15,10 @@ LEDGER_UNAVAILABLE        503
 missing or non-admin key  401  (from `BearerAuth`, before any route runs)
 ========================  ======
 
+Two routes answer otherwise: ``POST /cards/decisions`` answers 200 with one `ResultCode` per card once
+the list is taken (422 when it is refused whole: `gateway.card_batch`), and ``GET /cards/events`` is a
+stream of server-sent events (`gateway.admin_events`).
+
 Every route under ``/admin/api`` is a row of a `RouteTable`: the card routes below, and the
 tables `admin_routes` is given (the adapter review of `gateway.registry.api`). ``openapi.json`` is
 generated from those same rows and the pydantic models of `gateway.admin_bodies`, and every body
@@ -26,7 +30,7 @@ schema cannot drift from the bytes. Error bodies are `AdminError`:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -106,6 +110,7 @@ def _result(result: CardActionResult) -> JSONResponse:
 # -- endpoints ------------------------------------------------------------------------------------
 
 Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult]]
+BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
 
 class _Endpoints:
@@ -149,14 +154,20 @@ class _Endpoints:
             return _error(ResultCode.NOT_FOUND, "no such card", status=404)
         return _json(200, CardShown(card=view))
 
-    async def decide_many(self, request: Request) -> Response:
+    async def _body(self, request: Request, model: type[BodyModel]) -> BodyModel | Response:
+        """The request's body as `model`, or the (audited) refusal of it."""
         raw = await _read_body(request)
         if raw is None:
             return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
         try:
-            body = DecisionsBody.model_validate_json(raw or b"{}")
+            return model.model_validate_json(raw or b"{}")
         except ValidationError as error:
             return await self._invalid(request, _problems(error), "invalid body")
+
+    async def decide_many(self, request: Request) -> Response:
+        body = await self._body(request, DecisionsBody)
+        if isinstance(body, Response):
+            return body
         items = [BatchItem(card_id=d.card_id, decision=d.decision, version=d.version, args_hash=d.args_hash,
                            reason=d.reason) for d in body.decisions]  # fmt: skip
         outcome = await decide_batch(self.service, self._audit, principal_of(request.scope), items)
@@ -177,13 +188,9 @@ class _Endpoints:
 
     def action(self, model: type[BaseModel], call: Action) -> Endpoint:
         async def endpoint(request: Request) -> Response:
-            raw = await _read_body(request)
-            if raw is None:
-                return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
-            try:
-                body = model.model_validate_json(raw or b"{}")
-            except ValidationError as error:
-                return await self._invalid(request, _problems(error), "invalid body")
+            body = await self._body(request, model)
+            if isinstance(body, Response):
+                return body
             admin = principal_of(request.scope)
             return _result(await call(self.service, admin, request.path_params["card_id"], body))
 

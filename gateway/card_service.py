@@ -2,7 +2,9 @@
 
 Who calls it: the surfaces an admin uses (the admin REST API and the CLI), always with the acting
 admin's `Principal`. What it asks of the ledger: reads (`get`, `events`, `page`) and the four
-admin transitions (`approve`, `reject`, `cancel`, `resolve`). It deliberately knows nothing of
+admin transitions (`approve`, `reject`, `cancel`, `resolve`); of the ledger's change feed, the cards
+saved since an admin started to `watch` (`gateway.card_watch`). Batch decisions are single decisions
+in a row (`gateway.card_batch`). It deliberately knows nothing of
 HTTP or argparse, and it never raises for a refusal: every action returns a `CardActionResult`
 with a stable `ResultCode`, which each surface maps to its own status. Reads and results carry
 the admin views of `gateway.card_views` (`AdminCard`, `AdminCardSummary`), which every surface

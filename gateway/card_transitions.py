@@ -122,7 +122,8 @@ before is dispatched only before its execute_by (Redis clock)."""
 NOT_THE_REQUESTER = Guard(name="not the requester", refusal=TransitionStatus.ERR_SELF_APPROVAL)
 """Nobody approves their own card."""
 VERSION_AND_ARGS_HASH_MATCH = Guard(name="version and args_hash match", refusal=TransitionStatus.ERR_STALE)
-"""The approver names the version and args_hash they reviewed, and the card still has both."""
+"""The admin names the version and args_hash they reviewed, and the card still has both (an approval
+always; a rejection when it names them)."""
 NOT_ALREADY_AN_APPROVER = Guard(name="not already an approver", refusal=TransitionStatus.ERR_DUPLICATE_APPROVER)
 """A quorum counts distinct people."""
 TIMER_DUE = Guard(name="something due", refusal=TransitionStatus.NOT_DUE)

@@ -21,6 +21,9 @@ once in `gateway.card_transitions.TRANSITIONS`.
 Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
 closed on it.
 
+Every card the store saves is also announced as a `CardChange` to whoever subscribed to its
+`CardChanges` (the live console), from whichever process saved it.
+
 Listing is paged (`Ledger.page`): a `CardQuery` names one org and its filters, and each `CardPage`
 carries an opaque cursor to the next page. Following the cursors visits every card of the org that
 existed when the first page was read, once, newest first; filters are evaluated on each card as

@@ -90,7 +90,7 @@ local now = now_ms()
 if c.state ~= 'PENDING' then return reply('ERR_STATE', c) end
 if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
 -- A rejection bound to what the admin reviewed ('' = unbound, the veto of whatever the card is now).
-if ARGV[4] ~= '' and (tonumber(ARGV[4]) ~= num(c.version) or ARGV[5] ~= c.args_hash) then
+if (ARGV[4] or '') ~= '' and (tonumber(ARGV[4]) ~= num(c.version) or ARGV[5] ~= c.args_hash) then
   return reply('ERR_STALE', c)
 end
 c.rejection = cjson.encode({by = ARGV[2], reason = ARGV[3]})
