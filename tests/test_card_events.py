@@ -13,6 +13,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from gateway.errors import StoreUnavailableError
 from gateway.ledger import CardChange
 from gateway.principal import KeyKind
 from gateway.store.ledger import RedisLedger
@@ -99,3 +100,24 @@ async def test_the_event_stream_shows_a_change_made_elsewhere_and_nothing_of_ano
 def _url(redis: Redis) -> str:
     kwargs = redis.get_connection_kwargs()
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+async def test_a_user_the_acl_denies_the_channel_still_moves_cards_and_cannot_watch(redis: Redis) -> None:
+    """The announcement is no guard: a Redis user without channel rights proposes and approves as before
+    (no half-applied script), while subscribing fails as a store failure, so its console reads again instead."""
+    user = f"countersign-no-channels-{secrets.token_hex(4)}"
+    await redis.acl_setuser(user, enabled=True, nopass=True, keys=["~*"], channels=[], commands=["+@all"])
+    limited = Redis.from_url(_url(redis).replace("redis://", f"redis://{user}:any@", 1))
+    try:
+        ledger = RedisLedger(limited)
+        created = await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
+        assert created.ok and created.card is not None
+        approved = await ledger.approve(created.card.card_id, approver="bob@acme.example", version=1,
+                                        args_hash="h1", comment="")  # fmt: skip
+        assert approved.ok and approved.card is not None and approved.card.state.value == "APPROVED"
+        with pytest.raises(StoreUnavailableError):
+            async with ledger.changes.subscribe():
+                pass
+    finally:
+        await limited.aclose()
+        await redis.acl_deluser(user)

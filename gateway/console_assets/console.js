@@ -694,12 +694,15 @@
     if (live.controller || !adminKey) return;
     clearTimeout(live.retryTimer);
     const controller = new AbortController();
+    const opened = Date.now();
     live.controller = controller;
-    follow(controller).then((ended) => ended, () => false).then((ended) => {
+    follow(controller).then((ready) => ready, () => false).then((ready) => {
       if (live.controller !== controller) return; // stopped, or signed out
       live.controller = null;
       if (!adminKey) return;
-      // A stream the gateway ended in good order (it does, every few minutes) is followed again at once.
+      // A stream the gateway ended in good order (it does, every few minutes) is followed again at once;
+      // one that keeps ending right after it began counts as failing, so it is not reopened in a loop.
+      const ended = ready && Date.now() - opened > 10_000;
       live.failures = ended ? 0 : live.failures + 1;
       if (!ended) {
         setLive("polling");
@@ -761,7 +764,6 @@
         }
         if (name === "ready") {
           ready = true;
-          live.failures = 0;
           stopPolling();
           setLive("live");
           refreshView();

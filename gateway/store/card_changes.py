@@ -24,7 +24,10 @@ from gateway.ledger import CardChange
 from gateway.store.client import store_boundary
 from gateway.store.ledger_layout import CHANGES_CHANNEL
 
-__all__ = ["RedisCardChanges"]
+__all__ = ["SUBSCRIBE_SECONDS", "RedisCardChanges"]
+
+SUBSCRIBE_SECONDS = 2.0
+"""How long the server may take to confirm a subscription."""
 
 
 class RedisCardChanges:
@@ -40,7 +43,7 @@ class RedisCardChanges:
         Raises:
             StoreUnavailableError: Redis could not be reached to subscribe.
         """
-        pubsub: PubSub = self._client.pubsub(ignore_subscribe_messages=True)
+        pubsub: PubSub = self._client.pubsub()
         subscription = _Subscription(pubsub)
         try:
             await subscription.start()
@@ -57,6 +60,11 @@ class _Subscription:
 
     async def start(self) -> None:
         await self._pubsub.subscribe(CHANGES_CHANNEL)
+        # redis-py sends SUBSCRIBE without reading its answer: read it here, so that a subscription the
+        # server refuses (an ACL without the channel) fails now, not as a stream that never says anything.
+        confirmed: Any = await self._pubsub.get_message(timeout=SUBSCRIBE_SECONDS)
+        if confirmed is None or confirmed.get("type") != "subscribe":
+            raise TimeoutError(f"no confirmation of the subscription within {SUBSCRIBE_SECONDS} s")
 
     async def next_change(self, timeout: float) -> CardChange | None:
         message: Any = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=timeout)

@@ -58,7 +58,9 @@ local function save(c)
   redis.call('SET', card_key, cjson.encode(c))
   -- Told to whoever watches (the admin console's live list, `gateway.store.card_changes`): ids and
   -- states only, never the card's text. Pub/sub is not keyed, so this stays within the card's slot.
-  redis.call('PUBLISH', CHANGES_CHANNEL, cjson.encode({card_id = c.card_id, org = c.requester_org,
+  -- pcall: a user the ACL denies the channel must still move cards (its watchers cannot subscribe
+  -- either, and read the cards again instead); an error here would leave the writes above standing.
+  redis.pcall('PUBLISH', CHANGES_CHANNEL, cjson.encode({card_id = c.card_id, org = c.requester_org,
     state = c.state, version = c.version}))
   -- Membership follows the state on every save, so no transition out of the open states can leave
   -- a stale member behind (a card made before the set existed has no `open_member`).
