@@ -519,7 +519,7 @@ async def test_in_a_browser_a_refund_card_shows_its_decision_above_the_fold_and_
     """A refund proposed by a real agent: at 1280×900 the preview, the untrusted box, the decision and its
     buttons are on screen unscrolled, machine data is folded away, the provenance slot comes first, and the
     agent's words appear nowhere outside the box. Screenshots of the list and of the card are saved."""
-    agent_key = await make_key(redis, subject="carol@acme.example", roles=("support", "staff"))
+    agent_key = await make_key(redis, subject="dana@acme.example", roles=("support", "staff"))
     bob = await make_key(redis, kind=KeyKind.ADMIN, subject="bob@acme.example", roles=("approver",))
     async with agent(mcp_url, agent_key) as client:
         refund = {"order_id": "ord-1001", "amount_cents": 1_234, "reason": REFUND_REASON}
