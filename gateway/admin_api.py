@@ -15,6 +15,10 @@ LEDGER_UNAVAILABLE        503
 missing or non-admin key  401  (from `BearerAuth`, before any route runs)
 ========================  ======
 
+Two routes answer otherwise: ``POST /cards/decisions`` answers 200 with one `ResultCode` per card once
+the list is taken (422 when it is refused whole: `gateway.card_batch`), and ``GET /cards/events`` is a
+stream of server-sent events (`gateway.admin_events`).
+
 Every route under ``/admin/api`` is a row of a `RouteTable`: the card routes below, and the
 tables `admin_routes` is given (the adapter review of `gateway.registry.api`). ``openapi.json`` is
 generated from those same rows and the pydantic models of `gateway.admin_bodies`, and every body
@@ -26,7 +30,7 @@ schema cannot drift from the bytes. Error bodies are `AdminError`:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -43,12 +47,17 @@ from gateway.admin_bodies import (
     CardActionDone,
     CardList,
     CardShown,
+    DecisionResult,
+    DecisionsBody,
+    DecisionsDone,
     ListQuery,
     RejectBody,
     ResolveBody,
 )
+from gateway.admin_events import card_events
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import BEARER_ANSWERS, STORE_RETRY_AFTER_SECONDS, BearerAuth, caller_of, principal_of
+from gateway.card_batch import BatchItem, decide_batch
 from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
@@ -104,11 +113,12 @@ def _result(result: CardActionResult) -> JSONResponse:
 # -- endpoints ------------------------------------------------------------------------------------
 
 Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult]]
+BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
 
 class _Endpoints:
     def __init__(self, service: CardService, audit: AuditSink) -> None:
-        self._service = service
+        self.service = service
         self._audit = audit
 
     async def _invalid(self, request: Request, problems: list[str], message: str) -> Response:
@@ -124,7 +134,7 @@ class _Endpoints:
         except ValidationError as error:
             return await self._invalid(request, _problems(error), "invalid query")
         try:
-            listing = await self._service.page(
+            listing = await self.service.page(
                 principal_of(request.scope),
                 state=query.state,
                 tool=query.tool,
@@ -140,24 +150,52 @@ class _Endpoints:
 
     async def show_card(self, request: Request) -> Response:
         try:
-            view = await self._service.show(principal_of(request.scope), request.path_params["card_id"])
+            view = await self.service.show(principal_of(request.scope), request.path_params["card_id"])
         except StoreUnavailableError as error:
             return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
         if view is None:
             return _error(ResultCode.NOT_FOUND, "no such card", status=404)
         return _json(200, CardShown(card=view))
 
+    async def _body(self, request: Request, model: type[BodyModel]) -> BodyModel | Response:
+        """The request's body as `model`, or the (audited) refusal of it."""
+        raw = await _read_body(request)
+        if raw is None:
+            return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
+        try:
+            return model.model_validate_json(raw or b"{}")
+        except ValidationError as error:
+            return await self._invalid(request, _problems(error), "invalid body")
+
+    async def decide_many(self, request: Request) -> Response:
+        body = await self._body(request, DecisionsBody)
+        if isinstance(body, Response):
+            return body
+        items = [BatchItem(card_id=d.card_id, decision=d.decision, version=d.version, args_hash=d.args_hash,
+                           reason=d.reason) for d in body.decisions]  # fmt: skip
+        outcome = await decide_batch(self.service, self._audit, principal_of(request.scope), items)
+        if not outcome.ok:
+            return _error(outcome.code, outcome.message, status=STATUS[outcome.code], problems=outcome.problems)
+        results = [
+            DecisionResult(
+                card_id=item.card_id,
+                decision=item.decision,
+                code=result.code.value,
+                message=result.message,
+                state=result.card_view.state if result.card_view else None,
+                version=result.card_view.version if result.card_view else None,
+            )  # fmt: skip
+            for item, result in zip(items, outcome.results, strict=True)
+        ]
+        return _json(200, DecisionsDone(code="OK", message=outcome.message, results=results))
+
     def action(self, model: type[BaseModel], call: Action) -> Endpoint:
         async def endpoint(request: Request) -> Response:
-            raw = await _read_body(request)
-            if raw is None:
-                return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
-            try:
-                body = model.model_validate_json(raw or b"{}")
-            except ValidationError as error:
-                return await self._invalid(request, _problems(error), "invalid body")
+            body = await self._body(request, model)
+            if isinstance(body, Response):
+                return body
             admin = principal_of(request.scope)
-            return _result(await call(self._service, admin, request.path_params["card_id"], body))
+            return _result(await call(self.service, admin, request.path_params["card_id"], body))
 
         return endpoint
 
@@ -179,7 +217,7 @@ async def _approve(service: CardService, admin: Principal, card_id: str, body: A
 
 
 async def _reject(service: CardService, admin: Principal, card_id: str, body: RejectBody) -> CardActionResult:
-    return await service.reject(admin, card_id, reason=body.reason)
+    return await service.reject(admin, card_id, reason=body.reason, version=body.version, args_hash=body.args_hash)
 
 
 async def _cancel(service: CardService, admin: Principal, card_id: str, body: CancelBody) -> CardActionResult:
@@ -247,6 +285,29 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                     200: Answer(description="a page of the matching cards, and the cursor of the next", model=CardList),
                     422: Answer(description="invalid query, or a cursor this list did not issue", model=AdminError),
                     503: _UNAVAILABLE,
+                },
+            ),
+            Operation(
+                method="GET",
+                path="/cards/events",
+                name="cardEvents",
+                summary="Server-sent events: the list row of every card of the org that changes, as it changes",
+                endpoint=card_events(endpoints.service),
+                answers={
+                    200: Answer(description="text/event-stream: `ready`, then one `card` event per change"),
+                    503: Answer(description="no live updates now (Redis unreachable): poll the list", model=AdminError),
+                },
+            ),
+            Operation(
+                method="POST",
+                path="/cards/decisions",
+                name="decideCards",
+                summary="Decide several reviewed cards, each bound to its version and args_hash, each on its own",
+                endpoint=endpoints.decide_many,
+                body=DecisionsBody,
+                answers={
+                    200: Answer(description="one result per decision, in order (OK or its code)", model=DecisionsDone),
+                    422: Answer(description="invalid body, empty, over the limit, or a card twice", model=AdminError),
                 },
             ),
             Operation(

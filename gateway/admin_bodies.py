@@ -27,6 +27,9 @@ __all__ = [
     "CardActionDone",
     "CardList",
     "CardShown",
+    "DecisionResult",
+    "DecisionsBody",
+    "DecisionsDone",
     "ListQuery",
     "RejectBody",
     "ResolveBody",
@@ -57,10 +60,32 @@ class ApproveBody(BaseModel):
 
 
 class RejectBody(BaseModel):
-    """Veto the card; the reason is kept on it, attributed to the admin."""
+    """Veto the card; the reason is kept on it, attributed to the admin. With the `version` and
+    `args_hash` reviewed (both or neither), only the card exactly as reviewed is vetoed."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
     reason: _RequiredText
+    version: int | None = Field(default=None, ge=1)
+    args_hash: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class Decision(BaseModel):
+    """One reviewed card of a batch: the decision, bound to the version and args_hash reviewed."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+    card_id: str = Field(min_length=1, max_length=100)
+    decision: Literal["approve", "reject"]
+    version: int = Field(ge=1)
+    args_hash: str = Field(min_length=1, max_length=200)
+    reason: _Text = ""
+    """The approval's comment (optional), or the rejection's reason (required)."""
+
+
+class DecisionsBody(BaseModel):
+    """Several reviewed cards, each decided by its own transition; at most ``[limits] batch_decisions``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    decisions: list[Decision]
 
 
 class CancelBody(BaseModel):
@@ -123,6 +148,27 @@ class CardActionDone(_Body):
     message: str
     card: AdminCard
     """The card as it is now."""
+
+
+class DecisionResult(_Body):
+    """What came of one decision of a batch."""
+
+    card_id: str
+    decision: Literal["approve", "reject"]
+    code: str = Field(json_schema_extra={"enum": [code.value for code in ResultCode]})
+    """OK, or the stable code the same decision alone would have been refused with."""
+    message: str
+    state: CardState | None
+    """The card's state now, when it is known (not for NOT_FOUND or VALIDATION_ERROR)."""
+    version: int | None
+
+
+class DecisionsDone(_Body):
+    """The batch was taken: one result per decision, in the order sent."""
+
+    code: Literal["OK"]
+    message: str
+    results: list[DecisionResult]
 
 
 class AdminErrorDetail(_Body):

@@ -343,7 +343,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         allowed_hosts=settings.mcp_allowed_hosts(),
         allowed_origins=settings.mcp_allowed_origins(),
     )
-    cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable)
+    # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
+    cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable, changes=gateway.ledger.changes,
+                        batch_limit=settings.limits.batch_decisions)  # fmt: skip
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
     workers: list[asyncio.Task[None]] = []

@@ -110,8 +110,9 @@ class AlertingLedger:
         return await self._ledger.approve_by_policy(card_id, rule=rule, requester=requester, version=version,
                                                     args_hash=args_hash, day=day, budget=budget)  # fmt: skip
 
-    async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
-        return await self._ledger.reject(card_id, admin=admin, reason=reason)
+    async def reject(self, card_id: str, *, admin: str, reason: str, version: int | None = None,
+                     args_hash: str | None = None) -> Transition:  # fmt: skip
+        return await self._ledger.reject(card_id, admin=admin, reason=reason, version=version, args_hash=args_hash)
 
     async def cancel(self, card_id: str, *, actor: str) -> Transition:
         return await self._ledger.cancel(card_id, actor=actor)

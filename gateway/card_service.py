@@ -2,7 +2,9 @@
 
 Who calls it: the surfaces an admin uses (the admin REST API and the CLI), always with the acting
 admin's `Principal`. What it asks of the ledger: reads (`get`, `events`, `page`) and the four
-admin transitions (`approve`, `reject`, `cancel`, `resolve`). It deliberately knows nothing of
+admin transitions (`approve`, `reject`, `cancel`, `resolve`); of the ledger's change feed, the cards
+saved since an admin started to `watch` (`gateway.card_watch`). Batch decisions are single decisions
+in a row (`gateway.card_batch`). It deliberately knows nothing of
 HTTP or argparse, and it never raises for a refusal: every action returns a `CardActionResult`
 with a stable `ResultCode`, which each surface maps to its own status. Reads and results carry
 the admin views of `gateway.card_views` (`AdminCard`, `AdminCardSummary`), which every surface
@@ -24,20 +26,22 @@ itself is the truth, and says which.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.card_views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
+from gateway.card_watch import CardWatch, visible_to
 from gateway.codes import Code
 from gateway.errors import InvalidCursorError, StoreUnavailableError
-from gateway.ledger import CardQuery, Ledger, Transition, TransitionStatus
+from gateway.ledger import CardChanges, CardQuery, Ledger, Transition, TransitionStatus
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
 
-__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService"]
+__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService", "NoChangeFeedError"]
 
 MAX_TEXT = 2000
 """Longest comment or rejection reason, in characters."""
@@ -77,10 +81,14 @@ class CardService:
     raise `StoreUnavailableError` when Redis cannot answer.
     """
 
-    def __init__(self, ledger: Ledger, audit: AuditSink, *, writable: Writable | None = None) -> None:
+    def __init__(self, ledger: Ledger, audit: AuditSink, *, writable: Writable | None = None,
+                 changes: CardChanges | None = None, batch_limit: int = 50) -> None:  # fmt: skip
         self._ledger = ledger
         self._audit = audit
         self._writable = writable or _always_writable
+        self._changes = changes
+        self.batch_limit = batch_limit
+        """Most cards one batch decision may name (``[limits] batch_decisions``; `gateway.card_batch`)."""
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -154,10 +162,23 @@ class CardService:
             StoreUnavailableError: Redis did not answer.
         """
         card = await self._ledger.get(card_id)
-        if card is None or not _visible(card, admin):
+        if card is None or not visible_to(card, admin):
             await self._record("card.show", admin, card_id, card, ResultCode.NOT_FOUND, "no such card")
             return None
         return await self._view(card)
+
+    @contextlib.asynccontextmanager
+    async def watch(self, admin: Principal) -> AsyncIterator[CardWatch]:
+        """Follow the changes to the cards `admin` may read, from the moment this is entered.
+
+        Raises:
+            NoChangeFeedError: this service was built without a change feed.
+            StoreUnavailableError: Redis could not be reached to subscribe.
+        """
+        if self._changes is None:
+            raise NoChangeFeedError("this gateway follows no change feed")
+        async with self._changes.subscribe() as subscription:
+            yield CardWatch(self._ledger, subscription, admin)
 
     # -- decisions --------------------------------------------------------------------------------
 
@@ -185,18 +206,26 @@ class CardService:
             ),
         )
 
-    async def reject(self, admin: Principal, card_id: str, *, reason: str) -> CardActionResult:
-        """Veto a PENDING card; `reason` is required and is kept on the card, attributed to `admin`."""
+    async def reject(
+        self, admin: Principal, card_id: str, *, reason: str, version: int | None = None, args_hash: str | None = None
+    ) -> CardActionResult:
+        """Veto a PENDING card; `reason` is required and is kept on the card, attributed to `admin`.
+
+        With `version` and `args_hash` (both or neither) the veto binds to the card as reviewed: a card
+        that changed since is refused (CONFLICT), as an approval is."""
         problems = []
         if not isinstance(reason, str) or not reason.strip() or len(reason) > MAX_TEXT:
             problems.append(f"reason: required, non-empty text of at most {MAX_TEXT} characters")
+        if (version is None) != (args_hash is None) or (version is not None and (version < 1 or not args_hash)):
+            problems.append("version and args_hash: both (the ones you reviewed) or neither")
         text = reason.strip() if isinstance(reason, str) else ""
+        who = admin.subject
         return await self._decide(
             "card.reject",
             admin,
             card_id,
             problems,
-            lambda: self._ledger.reject(card_id, admin=admin.subject, reason=text),
+            lambda: self._ledger.reject(card_id, admin=who, reason=text, version=version, args_hash=args_hash),
         )
 
     async def cancel(self, admin: Principal, card_id: str) -> CardActionResult:
@@ -346,9 +375,8 @@ class CardService:
         return AdminCard.from_card(card, await self._ledger.events(card.card_id))
 
 
-def _visible(card: Card, admin: Principal) -> bool:
-    """Same rule as deciding, minus the role: any admin of the card's org may read it."""
-    return may_decide(card, admin).code is not Code.NOT_FOUND
+class NoChangeFeedError(RuntimeError):
+    """`CardService.watch` on a service built without a change feed (a programming error of the wiring)."""
 
 
 def _done(action: str, card: Card) -> str:

@@ -127,7 +127,8 @@ before is dispatched only before its execute_by (Redis clock)."""
 NOT_THE_REQUESTER = Guard(name="not the requester", refusal=TransitionStatus.ERR_SELF_APPROVAL)
 """Nobody approves their own card."""
 VERSION_AND_ARGS_HASH_MATCH = Guard(name="version and args_hash match", refusal=TransitionStatus.ERR_STALE)
-"""The approver names the version and args_hash they reviewed, and the card still has both."""
+"""The admin names the version and args_hash they reviewed, and the card still has both (an approval
+always; a rejection when it names them)."""
 NOT_ALREADY_AN_APPROVER = Guard(name="not already an approver", refusal=TransitionStatus.ERR_DUPLICATE_APPROVER)
 """A quorum counts distinct approvers."""
 ONE_POLICY_APPROVER = Guard(name="a policy is one approver at most", refusal=TransitionStatus.ERR_DUPLICATE_APPROVER)
@@ -228,7 +229,7 @@ TRANSITIONS: Mapping[str, CardTransition] = _by_name(
         actors=frozenset({Actor.ADMIN}),
         sources=frozenset({CardState.PENDING}),
         targets=frozenset({CardState.REJECTED}),
-        guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED),
+        guards=(IN_A_SOURCE_STATE, DEADLINE_NOT_PASSED, VERSION_AND_ARGS_HASH_MATCH),
         wrong_state=IN_A_SOURCE_STATE,
     ),
     CardTransition(

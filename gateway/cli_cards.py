@@ -10,12 +10,14 @@ words are fenced as untrusted.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from typing import Any
 
-from gateway.audit import AuditSink
+from gateway.audit import AuditEvent, AuditSink
 from gateway.card import CardState
+from gateway.card_batch import BatchItem, decide_batch
 from gateway.card_service import CardService
 from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.principal import Principal
@@ -28,10 +30,13 @@ __all__ = ["COMMANDS", "run"]
 COMMANDS = ("list", "show", "approve", "reject", "cancel", "resolve")
 
 
-async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:
+async def run(
+    client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, *, batch_limit: int = 50
+) -> int:
     """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused)."""
     guard = LedgerGuard(client)
-    service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable)
+    service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable,
+                          batch_limit=batch_limit)  # fmt: skip
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None
@@ -59,22 +64,89 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
         shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
         print(shown if args.json else "\n".join(_card_text(view)))
         return 0
-    if command == "approve":
-        result = await service.approve(
-            admin, args.card_id, version=args.version, args_hash=args.args_hash, comment=args.comment
-        )
-    elif command == "reject":
-        result = await service.reject(admin, args.card_id, reason=args.reason)
-    elif command == "cancel":
+    if command in ("approve", "reject"):
+        return await _decide(service, audit, admin, args, guard)
+    if command == "cancel":
         result = await service.cancel(admin, args.card_id)
     else:
         result = await service.resolve(admin, args.card_id, outcome=args.outcome, evidence=args.evidence)
+    return _report(result, guard)
+
+
+async def _decide(
+    service: CardService, audit: AuditSink, admin: Principal, args: argparse.Namespace, guard: LedgerGuard
+) -> int:
+    """approve or reject: on a terminal, show each card and decide exactly what was shown once the admin
+    confirms; with --yes, decide the one card at the --version and --args-hash given, unseen (scripts)."""
+    verb, ids, text = (
+        args.cards_command,
+        args.card_ids,
+        args.comment if args.cards_command == "approve" else args.reason,
+    )
+    pinned = (args.version, args.args_hash) if args.version is not None and args.args_hash else None
+    problem = ""
+    if (args.version is None) != (args.args_hash is None):
+        problem = "--version and --args-hash go together (both as `cards show` prints them)"
+    elif pinned and len(ids) > 1:
+        problem = "--version and --args-hash name one card's review; decide several cards on a terminal"
+    elif args.yes and not pinned:
+        problem = "--yes decides unseen: it needs --version and --args-hash, the ones you reviewed"
+    elif not args.yes and not sys.stdin.isatty():
+        problem = "no terminal to confirm on: run it on a terminal, or pass --yes with --version and --args-hash"
+    if problem:
+        return await _refuse(audit, admin, f"card.{verb}", ResultCode.VALIDATION_ERROR, problem)
+    if args.yes and pinned:
+        return _report(await _one(service, admin, verb, ids[0], *pinned, text), guard)
+    views = []
+    for card_id in ids:
+        view = await service.show(admin, card_id)
+        if view is None:
+            return await _refuse(audit, admin, f"card.{verb}", ResultCode.NOT_FOUND, f"no such card: {card_id}")
+        if pinned and pinned != (view.version, view.args_hash):
+            message = f"the card changed since you reviewed it: it is now version {view.version}; review it again"
+            return await _refuse(audit, admin, f"card.{verb}", ResultCode.CONFLICT, message)
+        views.append(view)
+        print("\n".join(_card_text(view, history=False)), end="\n\n")
+    what = "this card" if len(views) == 1 else f"these {len(views)} cards"
+    print(f"{verb.capitalize()} {what} exactly as shown above? Type yes to {verb}: ", end="", flush=True)
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    if answer.strip().lower() not in ("y", "yes"):
+        print("countersign: nothing was decided", file=sys.stderr)
+        return 1
+    if len(views) == 1:
+        return _report(await _one(service, admin, verb, ids[0], views[0].version, views[0].args_hash, text), guard)
+    items = [BatchItem(card_id=view.card_id, decision=verb, version=view.version, args_hash=view.args_hash,
+                       reason=text) for view in views]  # fmt: skip
+    outcome = await decide_batch(service, audit, admin, items)
+    if not outcome.ok:
+        print(f"countersign: {outcome.code.value}: {_safe(outcome.message)}", file=sys.stderr)
+        return 1
+    for view, result in zip(views, outcome.results, strict=True):
+        now = result.card_view
+        where = f"  state={now.state.value}  version={now.version}" if now is not None else ""
+        print(f"{view.card_id}  {result.code.value}  {_safe(result.message)}{where}")
+    print(_safe(outcome.message))
+    return 0 if all(result.ok for result in outcome.results) else 1
+
+
+async def _one(
+    service: CardService, admin: Principal, verb: str, card_id: str, version: int, args_hash: str, text: str
+) -> CardActionResult:
+    if verb == "approve":
+        return await service.approve(admin, card_id, version=version, args_hash=args_hash, comment=text)
+    return await service.reject(admin, card_id, reason=text, version=version, args_hash=args_hash)
+
+
+async def _refuse(audit: AuditSink, admin: Principal, action: str, code: ResultCode, message: str) -> int:
+    """A decision refused before it reached the card service: said on stderr, audited, exit 1."""
+    await audit.record(AuditEvent.refusal(admin, action, code.value, message, {"surface": "cli"}))
+    print(f"countersign: {code.value}: {_safe(message)}", file=sys.stderr)
+    return 1
+
+
+def _report(result: CardActionResult, guard: LedgerGuard) -> int:
     if result.code is ResultCode.LEDGER_UNAVAILABLE:
         print(f"countersign: ledger: {'; '.join(guard.problems)}", file=sys.stderr)
-    return _report(result)
-
-
-def _report(result: CardActionResult) -> int:
     view = result.card_view
     if result.ok:
         print(_safe(result.message))
@@ -99,7 +171,7 @@ def _safe(value: object) -> str:
     return escape_unprintable(str(value))
 
 
-def _card_text(view: AdminCard) -> list[str]:
+def _card_text(view: AdminCard, *, history: bool = True) -> list[str]:
     approvals, requester = view.approvals, view.requester
     lines = [
         f"card        {view.card_id}",
@@ -125,14 +197,16 @@ def _card_text(view: AdminCard) -> list[str]:
         lines.append(
             f"result      reference={_safe(view.reference or '-')}  evidence={_safe(json.dumps(view.evidence))}"
         )
-    lines.append("arguments (canonical; what will run)")
-    lines += [f"  {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]
+    # Every argument value was written by the agent: they are shown inside an untrusted block too.
+    lines.append(">>> UNTRUSTED arguments, as the requesting agent wrote them (canonical: what will run)")
+    lines += [f"  | {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]
+    lines.append("<<< end of untrusted arguments")
     agent_text = view.agent_text
     lines.append(f">>> UNTRUSTED agent text: {agent_text.note}")
     lines += [f"  | {_safe(name)}: {_safe(text)}" for name, text in sorted(agent_text.fields.items())] or ["  | (none)"]
     lines.append("<<< end of untrusted agent text")
     lines.append(f"history     ({'hash chain valid' if view.chain_valid else 'HASH CHAIN BROKEN: do not trust it'})")
-    for event in view.events:
+    for event in view.events if history else ():
         detail = f"  {_safe(json.dumps(event.data, sort_keys=True))}" if event.data else ""
         lines.append(
             f"  {event.seq:>3}  {event.at}  {_safe(event.type)}  by {_safe(event.actor)}  "

@@ -252,7 +252,7 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
         return 1
     from gateway import cli_cards  # here: each command imports only what it uses
 
-    return await cli_cards.run(store.redis, store.audit, admin, args)
+    return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions)
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:

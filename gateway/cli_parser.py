@@ -173,13 +173,13 @@ def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:
     show = cards.add_parser("show", parents=[identity], help="one card with its history")
     show.add_argument("card_id")
     show.add_argument("--json", action="store_true")
-    approve = cards.add_parser("approve", parents=[identity], help="approve a card exactly as you reviewed it")
-    approve.add_argument("card_id")
-    approve.add_argument("--version", type=int, required=True, help="the version shown by `cards show`")
-    approve.add_argument("--args-hash", required=True, help="the args_hash shown by `cards show`")
+    approve = cards.add_parser(
+        "approve", parents=[identity], help="show cards, then approve them exactly as shown once you confirm"
+    )
+    _decision(approve)
     approve.add_argument("--comment", default="")
-    reject = cards.add_parser("reject", parents=[identity], help="veto a pending card")
-    reject.add_argument("card_id")
+    reject = cards.add_parser("reject", parents=[identity], help="show cards, then veto them once you confirm")
+    _decision(reject)
     reject.add_argument("--reason", required=True)
     cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
     cancel.add_argument("card_id")
@@ -188,6 +188,16 @@ def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:
     resolve.add_argument("--outcome", choices=RESOLUTIONS, required=True)
     resolve.add_argument(
         "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
+    )
+
+
+def _decision(command: argparse.ArgumentParser) -> None:
+    """The options approve and reject share: the cards, and how the decision is bound to a review."""
+    command.add_argument("card_ids", nargs="+", metavar="card_id", help="one card, or several decided as one batch")
+    command.add_argument("--version", type=int, help="the version you reviewed (one card; with --args-hash)")
+    command.add_argument("--args-hash", help="the args_hash you reviewed (one card; with --version)")
+    command.add_argument(
+        "--yes", action="store_true", help="no confirmation, for scripts: needs --version and --args-hash"
     )
 
 

@@ -21,6 +21,9 @@ once in `gateway.card_transitions.TRANSITIONS`.
 Methods raise `gateway.errors.StoreUnavailableError` when the store cannot be reached; callers fail
 closed on it.
 
+Every card the store saves is also announced as a `CardChange` to whoever subscribed to its
+`CardChanges` (the live console), from whichever process saved it.
+
 Listing is paged (`Ledger.page`): a `CardQuery` names one org and its filters, and each `CardPage`
 carries an opaque cursor to the next page. Following the cursors visits every card of the org that
 existed when the first page was read, once, newest first; filters are evaluated on each card as
@@ -30,6 +33,7 @@ its page is read, over all the org's cards, never over a window of the newest on
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -38,6 +42,8 @@ from gateway.card import Card, CardEvent, CardState
 from gateway.preview import Preview
 
 __all__ = [
+    "CardChange",
+    "CardChanges",
     "CardPage",
     "CardQuery",
     "DurabilityGuard",
@@ -45,6 +51,7 @@ __all__ = [
     "OutboxEntry",
     "Proposal",
     "Transition",
+    "ChangeSubscription",
     "TransitionStatus",
 ]
 
@@ -218,7 +225,10 @@ class Ledger(Protocol):
         on UTC `day` (``YYYYMMDD``) already (``ERR_QUOTA_EXCEEDED``, `extra`: ``limit``, ``spent``)."""
         ...
 
-    async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition: ...
+    async def reject(
+        self, card_id: str, *, admin: str, reason: str, version: int | None = None, args_hash: str | None = None
+    ) -> Transition:
+        """Veto a PENDING card; given `version` and `args_hash`, only if the card still has both (else ERR_STALE)."""
 
     async def cancel(self, card_id: str, *, actor: str) -> Transition: ...
 
@@ -300,6 +310,37 @@ class Ledger(Protocol):
         ...
 
     async def ack(self, entry: OutboxEntry) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CardChange:
+    """A card the ledger saved: which, of which org, and its state and version right after."""
+
+    card_id: str
+    org: str
+    state: str
+    version: int
+
+
+class ChangeSubscription(Protocol):
+    """Changes announced since subscribing, in the order they were announced."""
+
+    async def next_change(self, timeout: float) -> CardChange | None:
+        """The next change, or None when none came within `timeout` seconds.
+
+        Raises:
+            StoreUnavailableError: the store stopped answering; changes may have been missed.
+        """
+        ...
+
+
+class CardChanges(Protocol):
+    """Every card any process saves, as it is saved (`gateway.store.card_changes.RedisCardChanges`).
+
+    Nothing is kept for a subscriber that is not listening: whoever subscribes reads the cards' current
+    state after subscribing, then follows the changes."""
+
+    def subscribe(self) -> AbstractAsyncContextManager[ChangeSubscription]: ...
 
 
 class DurabilityGuard(Protocol):

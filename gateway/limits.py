@@ -12,6 +12,9 @@ open-card cap. The defaults, and why they are what they are:
   one sitting; past it the agent must wait for decisions, not file more.
 - ``sessions_per_key``: 32 concurrent 2025-11-25 sessions per key. A client opens one; a fleet of
   workers sharing a key a few; each costs the gateway memory until it idles out.
+- ``batch_decisions``: 50 cards per batch decision (``POST /admin/api/cards/decisions``). Each one
+  was reviewed by a person; a longer list is a script deciding unseen cards, and one request
+  holding that many transitions keeps the others waiting.
 - ``session_idle_seconds``: 600. A session unused for ten minutes is closed.
 - ``unauthenticated``: 600 requests per minute per client address, burst 60, counted before any
   key lookup, so a flood of bad or missing keys never reaches the key store.
@@ -60,6 +63,7 @@ class Limits(BaseModel):
     proposals: Budget = Budget(per_minute=60, burst=10)
     open_cards_per_requester: int = Field(default=50, ge=1)
     sessions_per_key: int = Field(default=32, ge=1)
+    batch_decisions: int = Field(default=50, ge=1, le=200)
     session_idle_seconds: float = Field(default=600.0, gt=0)
     unauthenticated: Budget = Budget(per_minute=600, burst=60)
     orgs: dict[str, OrgLimits] = Field(default_factory=dict)

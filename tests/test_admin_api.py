@@ -367,7 +367,8 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
         card = (await http.get(f"/cards/{card_id}")).json()["card"]
     assert spec["openapi"].startswith("3.1") and spec["servers"] == [{"url": "/admin/api"}]
     assert set(spec["paths"]) == {
-        "/cards", "/cards/{card_id}", "/cards/{card_id}/approve", "/cards/{card_id}/reject",
+        "/cards", "/cards/events", "/cards/decisions", "/cards/{card_id}", "/cards/{card_id}/approve",
+        "/cards/{card_id}/reject",
         "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
         "/adapters/", "/adapters/{name}", "/adapters/{name}/accept",
     }  # fmt: skip
@@ -494,3 +495,13 @@ async def test_malformed_requests_are_refused_and_audited(api: Api, redis: Redis
     assert [(e.outcome, e.code) for e in refusals] == [("deny", "VALIDATION_ERROR")] * 2
     card = await RedisLedger(redis).get(card_id)
     assert card is not None and card.state.value == "PENDING"
+
+
+async def test_the_event_stream_of_a_service_without_a_change_feed_answers_503_so_clients_poll(
+    api: Api, redis: Redis
+) -> None:
+    """A gateway wired without the ledger's change feed says so (503, JSON) instead of a silent stream."""
+    async with client(api, await admin_key(redis)) as http:
+        answer = await http.get("/cards/events")
+    assert answer.status_code == 503 and answer.headers["content-type"].startswith("application/json")
+    assert answer.json()["error"]["code"] == "LEDGER_UNAVAILABLE"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +24,7 @@ from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood
 from tests.support.redis_server import start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET
+from tests.support.terminal import Terminal
 
 pytestmark = pytest.mark.anyio
 
@@ -144,9 +148,11 @@ async def test_show_of_another_orgs_card_is_not_found(cli: Cli, redis: Redis) ->
 async def test_approve_then_stale_approve_is_refused_with_the_current_state(cli: Cli, redis: Redis) -> None:
     """Exit 0 on approval; a second approval of the old version exits 1 with CONFLICT and the card's state."""
     card_id = await propose(redis)
-    status, out, _ = await cli("cards", "approve", card_id, "--version", "1", "--args-hash", "h1", "--comment", "ok")
+    status, out, _ = await cli(
+        "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1", "--comment", "ok"
+    )
     assert status == 0 and "state=APPROVED" in out
-    status, out, err = await cli("cards", "approve", card_id, "--version", "1", "--args-hash", "h1")
+    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
     assert status == 1 and out == ""
     assert err.startswith("countersign: CONFLICT:") and "state=APPROVED" in err and "version=2" in err
     events = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "card.approve"]
@@ -158,9 +164,12 @@ async def test_reject_needs_a_reason(cli: Cli, redis: Redis) -> None:
     card_id = await propose(redis)
     status, _, err = await cli("cards", "reject", card_id)
     assert status == 2 and "--reason" in err
-    status, _, err = await cli("cards", "reject", card_id, "--reason", " ")
+    status, _, err = await cli(
+        "cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", "h1", "--reason", " "
+    )
     assert status == 1 and err.startswith("countersign: VALIDATION_ERROR: reason:")
-    status, out, _ = await cli("cards", "reject", card_id, "--reason", "over budget")
+    status, out, _ = await cli("cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", "h1",
+                               "--reason", "over budget")  # fmt: skip
     assert status == 0 and "REJECTED" in out
 
 
@@ -208,10 +217,131 @@ async def test_a_non_durable_ledger_refuses_decisions(capsys: pytest.CaptureFixt
             card_id = await propose(client)
             key = await make_key(client, subject="bob@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
             status, _, err = await Cli(url, capsys, key)(
-                "cards", "approve", card_id, "--version", "1", "--args-hash", "h1"
+                "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1"
             )
             card = await RedisLedger(client).get(card_id)
         finally:
             await client.aclose()
     assert status == 1 and "LEDGER_UNAVAILABLE" in err and "appendonly is off" in err
     assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
+
+
+# -- deciding on a terminal -----------------------------------------------------------------------
+
+
+@pytest.fixture
+async def terminal(redis: Redis, redis_url: str) -> AsyncIterator[Callable[..., Terminal]]:
+    """`countersign ...` as bob on a real pseudo-terminal."""
+    key = await make_key(redis, subject="bob@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
+    env = {"PATH": os.environ.get("PATH", ""), "COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_ADMIN_KEY": key,
+           "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}  # fmt: skip
+    opened: list[Terminal] = []
+
+    def run(*args: str) -> Terminal:
+        opened.append(Terminal([sys.executable, "-m", "gateway", *args], env))
+        return opened[-1]
+
+    yield run
+    for each in opened:
+        each.close()
+
+
+async def test_approve_on_a_terminal_shows_the_card_then_approves_what_it_showed(
+    terminal: Callable[..., Terminal], redis: Redis
+) -> None:
+    """The summary, the preview and every argument (inside an untrusted block, escaped) come before the
+    question; "yes" approves the card at the version and args_hash shown, without copying either."""
+    preview = Preview(lines=("Room Atlas (room-atlas), 8 seats",), facts={"room_id": "room-atlas"})
+    card_id = await propose(redis, preview=preview)
+    shell = terminal("cards", "approve", card_id)
+    shown = await shell.expect("Type yes to approve: ")
+    question = shown.index("Approve this card exactly as shown above?")
+    for part in ("summary     Book room-atlas on 2026-12-01", "  Room Atlas (room-atlas), 8 seats",
+                 ">>> UNTRUSTED arguments, as the requesting agent wrote them", '"room_id": "room-atlas"',
+                 "  | title: fine\\x0a<<< end of untrusted agent text"):  # fmt: skip
+        assert -1 < shown.index(part) < question, part
+    assert "\x1b[32m" not in shown and "\u202e" not in shown
+    shell.type("yes")
+    assert await shell.exit_status() == 0, shell.output
+    assert "state=APPROVED" in shell.output
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state is CardState.APPROVED and card.approvers == ("bob@acme.example",)
+
+
+async def test_a_card_that_changed_while_the_terminal_asked_is_refused_with_conflict(
+    terminal: Callable[..., Terminal], redis: Redis
+) -> None:
+    """Another approver acts between the display and the "yes": the approval names the version shown,
+    so it is refused (CONFLICT, exit 1) and the card keeps only the other approval."""
+    card_id = await propose(redis, approvals_required=2)
+    shell = terminal("cards", "approve", card_id)
+    await shell.expect("Type yes to approve: ")
+    ledger = RedisLedger(redis)
+    assert (await ledger.approve(card_id, approver="carol@acme.example", version=1, args_hash="h1", comment="")).ok
+    shell.type("yes")
+    assert await shell.exit_status() == 1
+    assert "countersign: CONFLICT: the card changed since you reviewed it" in shell.output
+    card = await ledger.get(card_id)
+    assert card is not None and card.approvers == ("carol@acme.example",) and card.version == 2
+
+
+async def test_reject_on_a_terminal_asks_and_anything_but_yes_decides_nothing(
+    terminal: Callable[..., Terminal], redis: Redis
+) -> None:
+    """An answer other than yes leaves the card as it was (exit 1); yes rejects it with the reason."""
+    card_id = await propose(redis)
+    shell = terminal("cards", "reject", card_id, "--reason", "not this week")
+    await shell.expect("Type yes to reject: ")
+    shell.type("no")
+    assert await shell.exit_status() == 1 and "nothing was decided" in shell.output
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.state is CardState.PENDING
+    shell = terminal("cards", "reject", card_id, "--reason", "not this week")
+    await shell.expect("Type yes to reject: ")
+    shell.type("y")
+    assert await shell.exit_status() == 0 and "REJECTED" in shell.output
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and card.rejection == {"by": "bob@acme.example", "reason": "not this week"}
+
+
+async def test_several_cards_are_shown_then_decided_as_one_batch_each_on_its_own(
+    terminal: Callable[..., Terminal], redis: Redis
+) -> None:
+    """Every card is shown before one question; each is then its own decision: the fine one is approved, the
+    one decided meanwhile is refused (CONFLICT), and the batch is audited beside each card."""
+    fine = await propose(redis)
+    raced = await propose(redis, dedupe_key="raced")
+    shell = terminal("cards", "approve", fine, raced)
+    shown = await shell.expect("Type yes to approve: ")
+    assert shown.index(f"card        {raced}") < shown.index("Approve these 2 cards exactly as shown above?")
+    assert shown.index(f"card        {fine}") < shown.index(f"card        {raced}")
+    assert (await RedisLedger(redis).reject(raced, admin="carol@acme.example", reason="no")).ok
+    shell.type("yes")
+    assert await shell.exit_status() == 1
+    assert f"{fine}  OK" in shell.output and f"{raced}  CONFLICT" in shell.output
+    assert "2 decisions: 1 done, 1 refused" in shell.output
+    actions = [e.action for e in await RedisStreamAuditSink(redis).recent(20) if e.action.startswith("card.")]
+    assert actions == ["card.approve", "card.approve", "card.batch"]
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (("approve", "{card}"), "no terminal to confirm on"),
+        (("approve", "{card}", "--yes"), "--yes decides unseen: it needs --version and --args-hash"),
+        (("reject", "{card}", "--yes", "--reason", "no"), "--yes decides unseen: it needs --version and --args-hash"),
+        (("approve", "{card}", "--version", "1"), "--version and --args-hash go together"),
+        (("approve", "{card}", "{card}", "--version", "1", "--args-hash", "h1"), "name one card's review"),
+    ],
+)
+async def test_deciding_without_seeing_the_card_or_naming_the_review_is_refused(
+    cli: Cli, redis: Redis, args: tuple[str, ...], problem: str
+) -> None:
+    """Off a terminal, or with --yes but no --version and --args-hash: VALIDATION_ERROR, audited, card untouched."""
+    card_id = await propose(redis)
+    status, out, err = await cli("cards", *(arg.replace("{card}", card_id) for arg in args))
+    assert (status, out) == (1, "") and err.startswith("countersign: VALIDATION_ERROR: ") and problem in err
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
+    refused = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action.startswith("card.")]
+    assert [(e.outcome, e.code) for e in refused] == [("deny", "VALIDATION_ERROR")]

@@ -54,6 +54,7 @@ PLACES: dict[str, int] = {
     "gateway.mcp_tasks": SURFACE,
     "gateway.admin_api": SURFACE,
     "gateway.admin_bodies": SURFACE,
+    "gateway.admin_events": SURFACE,
     "gateway.route_table": SURFACE,
     "gateway.console": SURFACE,
     "gateway.auth": SURFACE,
@@ -71,6 +72,8 @@ PLACES: dict[str, int] = {
     # 3. the executor, and the services that decide beside it
     "gateway.executor": EXECUTOR,
     "gateway.card_service": EXECUTOR,
+    "gateway.card_batch": EXECUTOR,
+    "gateway.card_watch": EXECUTOR,
     "gateway.card_alerts": EXECUTOR,
     "gateway.expiry_warnings": EXECUTOR,
     "gateway.health": EXECUTOR,

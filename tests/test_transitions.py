@@ -180,7 +180,13 @@ RUNS: Mapping[str, Callable[[RedisLedger, Card, Call], Awaitable[Transition]]] =
             budget=call.policy_budget,
         )
     ),
-    "reject": lambda ledger, card, call: ledger.reject(card.card_id, admin="bob@acme.example", reason="no"),
+    "reject": lambda ledger, card, call: ledger.reject(
+        card.card_id,
+        admin="bob@acme.example",
+        reason="no",
+        version=card.version + call.version_offset,
+        args_hash=call.args_hash,
+    ),
     "cancel": lambda ledger, card, call: ledger.cancel(card.card_id, actor="alice@acme.example"),
     "sweep_open": lambda ledger, card, call: ledger.sweep_open(card.card_id, requeue_ms=1000),
     "claim": lambda ledger, card, call: ledger.claim(card.card_id, worker="w2", lease_ms=60_000),

@@ -12,6 +12,8 @@
   const LIST_LIMIT = 200; // cards added to the list per "Show more"
   const PAGE_LIMIT = 500; // the API's largest page
   const SEARCH_PAGES = 20; // pages followed per "Show more" before asking to search further
+  const POLL_SECONDS = 5; // without the event stream, the view is read again this often
+  const MAX_EVENT_BYTES = 1 << 20; // an event stream that sends more without a break is dropped
   const STATES = [
     "PENDING", "NEEDS_RECONCILIATION", "APPROVED", "EXECUTING", "UNKNOWN",
     "SUCCEEDED", "FAILED", "REJECTED", "CANCELLED", "EXPIRED",
@@ -31,6 +33,9 @@
 
   let adminKey = null;
   let renderToken = 0; // a view renders only if no newer navigation happened while it waited
+  // What the view shows, for live updates: {kind: "list", state, rows, token} or {kind: "card", card, token}.
+  let current = null;
+  let busy = false; // a decision of this admin is in flight: its answer renders the card, not an event
 
   const $ = (id) => document.getElementById(id);
 
@@ -206,6 +211,7 @@
 
   function signOut(message) {
     adminKey = null;
+    stopLive();
     sessionStorage.removeItem(KEY_STORAGE);
     renderToken += 1;
     $("view").replaceChildren();
@@ -244,6 +250,7 @@
     $("nav").hidden = false;
     $("session").hidden = false;
     $("key-hint").textContent = "signed in, key …" + adminKey.slice(-4);
+    startLive();
   }
 
   // -- routing --------------------------------------------------------------------------------------
@@ -285,6 +292,7 @@
 
   function startView(...children) {
     renderToken += 1;
+    current = null;
     const view = $("view");
     view.replaceChildren(...children.filter(Boolean));
     return renderToken;
@@ -316,11 +324,9 @@
       body.replaceWith(notice("error", errorText(first.error, "card"), problemsOf(first.error)));
       return;
     }
-    if (first.cards.length === 0 && !first.next) {
-      body.replaceWith(el("p", { class: "empty" }, "No cards of your org in this state."));
-      return;
-    }
     const rows = el("tbody", null, first.cards.map(cardRow));
+    const empty = first.cards.length === 0 && !first.next
+      ? el("p", { class: "empty", id: "list-empty" }, "No cards of your org in this state.") : null;
     const table = el("table", { class: "cards", id: "card-list" },
       el("thead", null, el("tr", null,
         ["Summary", "Tool", "Requester", "Approvals", "State", "Expires"].map((h) => el("th", null, h)))),
@@ -331,7 +337,8 @@
     const showFooter = (next) => {
       const shown = rows.childElementCount;
       if (!next) {
-        footer.replaceChildren(shown > LIST_LIMIT ? el("p", { class: "hint" }, `All ${shown} cards shown.`) : null);
+        // (replaceChildren(null) would show the word "null": nothing at all is an empty list of children)
+        footer.replaceChildren(...(shown > LIST_LIMIT ? [el("p", { class: "hint" }, `All ${shown} cards shown.`)] : []));
         return;
       }
       const more = el("button", {
@@ -354,7 +361,8 @@
       footer.replaceChildren(el("p", { class: "hint" }, text, " ", more));
     };
     showFooter(first.next);
-    body.replaceWith(el("div", null, table, footer));
+    body.replaceWith(el("div", null, table, empty, footer));
+    current = { kind: "list", state, rows, token };
   }
 
   // Up to LIST_LIMIT more cards from `cursor` on (null: from the newest), following the API's
@@ -380,7 +388,7 @@
     const approvals = card.approvals || {};
     // A final card has no running deadline (null): it shows none.
     const expiry = card.deadline;
-    return el("tr", { "data-card-id": card.card_id },
+    return el("tr", { "data-card-id": card.card_id, "data-version": String(card.version), "data-state": card.state },
       el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
       el("td", null, mono(card.tool)),
       el("td", null, card.acting_client ? `${card.requester} (via ${card.acting_client})` : card.requester),
@@ -412,64 +420,90 @@
   function renderCard(card, message) {
     const token = startView(backLink());
     $("view").append(cardDetail(card, message, token));
+    current = { kind: "card", card, token };
   }
 
+  // The card page, for a screen of 1280×900: what the write does (the preview) and what the agent wrote
+  // (boxed as untrusted) on the left, the decision and its buttons beside them, both above the fold;
+  // machine data (version, hashes, key, attempts, history) folded away below.
   function cardDetail(card, message, token) {
     const approvals = card.approvals || {};
     const requester = card.requester || {};
     const rejection = card.rejection;
+    const evidence = card.evidence && typeof card.evidence === "object" ? card.evidence : {};
+    return el("article", { id: "card-detail", "data-card-id": card.card_id, "data-state": card.state,
+      "data-version": String(card.version) },
+    // The card's provenance (what the requester did before proposing it) is rendered into this slot, first.
+    el("section", { id: "card-provenance" }),
+    el("div", { class: "card-head" },
+      el("h2", null, card.summary || card.card_id),
+      el("span", { class: "state state-" + card.state }, card.state),
+      el("button", { type: "button", class: "quiet", onclick: () => route() }, "Reload")),
+    el("div", { class: "card-layout" },
+      el("div", { class: "card-main" },
+        previewSection(card),
+        untrustedSection(card),
+        Object.keys(evidence).length
+          ? el("section", null, el("h3", null, "Evidence"), el("pre", { class: "json" }, json(evidence)))
+          : null),
+      el("aside", { class: "card-side", id: "card-side" },
+        message,
+        card.chain_valid ? null : notice("error", "The history chain is broken: investigate before deciding."),
+        el("section", { class: "status", id: "card-status" },
+          fields([
+            ["Decision", el("span", { class: "decision", id: "card-decision" }, card.decision)],
+            ["Outcome", el("span", { class: "outcome", id: "card-outcome" }, card.outcome)],
+            ["What happened", el("span", { class: "said", id: "card-said" }, card.said || "")],
+            ["Approvals", `${approvals.received} of ${approvals.required}` +
+              (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
+              (approvals.role ? ` (role ${approvals.role})` : "")],
+            ["Requester", `${requester.subject} (org ${requester.org})`],
+            ...(requester.acting_client ? [["Acting agent", requester.acting_client +
+              (requester.actors && requester.actors.length > 1 ? " (chain " + requester.actors.join(" ← ") + ")" : "")]]
+              : []),
+            ["Created", at(card.created_at)],
+            // A final card has no deadline running (null), and shows none.
+            card.deadline ? ["Deadline", when(card.deadline) + (card.state === "PENDING" ? " to decide" : " to run")]
+              : null,
+            rejection ? ["Rejection", `by ${rejection.by}: ${rejection.reason}`] : null,
+          ])),
+        actions(card, token))),
+    machineSection(card));
+  }
+
+  // Every argument value was written by the agent, so the arguments are shown in the untrusted box and
+  // nowhere else; its own words (the free-text fields) come first.
+  function untrustedSection(card) {
     const agent = card.agent_text || {};
     const agentFields = agent.fields && typeof agent.fields === "object" ? Object.entries(agent.fields) : [];
-    const evidence = card.evidence && typeof card.evidence === "object" ? card.evidence : {};
-    return el("article", { id: "card-detail", "data-card-id": card.card_id, "data-state": card.state },
-      el("div", { class: "toolbar" },
-        el("h2", null, card.summary || card.card_id),
-        el("button", { type: "button", onclick: () => route() }, "Reload")),
-      el("p", { class: "subtle" }, mono(card.tool), " ", card.tool_version ? `(${card.tool_version})` : "", " · ",
-        mono(card.card_id)),
-      message,
-      el("section", { class: "status" },
-        fields([
-          ["Decision", el("span", { class: "decision", id: "card-decision" }, card.decision)],
-          ["Outcome", el("span", { class: "outcome", id: "card-outcome" }, card.outcome)],
-          ["What happened", el("span", { class: "said", id: "card-said" }, card.said || "")],
-          ["State", el("span", { class: "state state-" + card.state }, card.state)],
-          ["Version", mono(String(card.version))],
-          ["args_hash", mono(card.args_hash)],
-          ["Approvals", `${approvals.received} of ${approvals.required}` +
-            (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
-            (approvals.role ? ` (role ${approvals.role})` : "")],
-          ["Requester", `${requester.subject} (org ${requester.org}, key ${requester.key_id})`],
-          ...(requester.acting_client ? [["Acting agent", requester.acting_client +
-            (requester.actors && requester.actors.length > 1 ? " (chain " + requester.actors.join(" ← ") + ")" : "")]] : []),
-          ["Created", at(card.created_at)],
-          ["Deadline", card.deadline
-            ? when(card.deadline) + (card.state === "PENDING" ? " to decide" : " to run")
-            : "none: the card is final"],
-          ["Attempts", String(card.attempts)],
-          ["Idempotency key", mono(card.idempotency_key)],
-          ["Reference", card.reference === null || card.reference === undefined ? "—" : mono(card.reference)],
-          rejection ? ["Rejection", `by ${rejection.by}: ${rejection.reason}`] : null,
+    return el("section", { class: "untrusted", id: "agent-text" },
+      el("h3", null, "Untrusted — written by the requesting agent"),
+      el("p", { class: "untrusted-note" },
+        "The gateway says: ", agent.note || "do not follow instructions in it", "."),
+      agentFields.length === 0
+        ? el("p", { class: "empty" }, "The agent wrote no free text.")
+        : el("dl", { class: "fields" }, agentFields.map(([name, value]) => [
+          el("dt", null, name),
+          el("dd", null, el("pre", { class: "agent-words", "data-field": name }, String(value))),
         ])),
-      previewSection(card),
-      el("section", null,
-        el("h3", null, "Arguments"),
-        el("p", { class: "hint" }, "Canonical: exactly what the write runs with. The summary above is rendered by the gateway."),
-        el("pre", { class: "json", id: "card-arguments" }, json(card.arguments))),
-      el("section", { class: "untrusted", id: "agent-text" },
-        el("h3", null, "Untrusted — written by the requesting agent"),
-        el("p", { class: "untrusted-note" },
-          "The gateway says: ", agent.note || "do not follow instructions in it", "."),
-        agentFields.length === 0
-          ? el("p", { class: "empty" }, "The agent wrote nothing.")
-          : el("dl", { class: "fields" }, agentFields.map(([name, value]) => [
-            el("dt", null, name),
-            el("dd", null, el("pre", { class: "agent-words", "data-field": name }, String(value))),
-          ]))),
-      Object.keys(evidence).length
-        ? el("section", null, el("h3", null, "Evidence"), el("pre", { class: "json" }, json(evidence)))
-        : null,
-      actions(card, token),
+      el("details", { id: "card-arguments-box" },
+        el("summary", null, "Every argument, as the agent sent it (canonical: what the write runs with)"),
+        el("pre", { class: "json", id: "card-arguments" }, json(card.arguments))));
+  }
+
+  function machineSection(card) {
+    return el("details", { class: "machine", id: "card-machine" },
+      el("summary", null, "Machine data: card id, version, args_hash, idempotency key, attempts, history"),
+      fields([
+        ["Card", mono(card.card_id)],
+        ["Tool", [mono(card.tool), card.tool_version ? ` (${card.tool_version})` : ""]],
+        ["Version", mono(String(card.version))],
+        ["args_hash", mono(card.args_hash)],
+        ["Requester key", mono((card.requester || {}).key_id || "—")],
+        ["Idempotency key", mono(card.idempotency_key)],
+        ["Attempts", String(card.attempts)],
+        ["Reference", card.reference === null || card.reference === undefined ? "—" : mono(card.reference)],
+      ]),
       historySection(card));
   }
 
@@ -514,9 +548,11 @@
     const run = guarded(async ([verb, body]) => {
       for (const button of document.querySelectorAll("#card-actions button")) button.disabled = true;
       let res;
+      busy = true;
       try {
         res = await api("POST", `${path}/${verb}`, body);
       } finally {
+        busy = false;
         for (const button of document.querySelectorAll("#card-actions button")) button.disabled = false;
       }
       if (token !== renderToken) return;
@@ -534,10 +570,9 @@
         },
       },
       el("h4", null, "Approve"),
-      el("p", null, "Approve exactly what is shown above: version ", mono(String(card.version)), ", args_hash ",
-        mono(card.args_hash), "."),
+      el("p", null, "Exactly what is shown: if the card changes first, you are asked to look again."),
       comment,
-      el("button", { type: "submit", id: "approve-button", class: "primary" }, `Approve version ${card.version}`)));
+      el("button", { type: "submit", id: "approve-button", class: "primary" }, "Approve")));
 
       const reason = el("textarea", { id: "reject-reason", rows: 2, maxlength: 2000, required: true,
         placeholder: "reason (required, kept on the card)" });
@@ -549,7 +584,8 @@
             showNotice("error", "A rejection needs a reason.");
             return;
           }
-          run(["reject", { reason: reason.value }]);
+          // Bound like an approval: the veto of exactly the card on screen.
+          run(["reject", { reason: reason.value, version: card.version, args_hash: card.args_hash }]);
         },
       },
       el("h4", null, "Reject"),
@@ -607,24 +643,23 @@
     }
 
     if (buttons.length === 0) {
-      return el("section", { id: "card-actions" }, el("h3", null, "Actions"),
+      return el("section", { id: "card-actions" }, el("h3", null, "Decide"),
         el("p", { class: "empty" }, `No admin action applies to a ${card.state} card.`));
     }
     return el("section", { id: "card-actions" },
-      el("h3", null, "Actions"),
-      card.chain_valid ? null : notice("error", "The history chain is broken: investigate before deciding."),
+      el("h3", null, "Decide"),
       el("div", { class: "action-row" }, buttons));
   }
 
   function actionResult(previous, res) {
     const body = res.body || {};
-    const current = body.card && typeof body.card === "object" ? body.card : null;
+    const now = body.card && typeof body.card === "object" ? body.card : null;
     let message;
     if (res.status === 200) {
       message = notice("ok", typeof body.message === "string" ? body.message : "Done.");
     } else if (res.status === 409) {
       message = notice("warn", errorText(res, "card") +
-        (current ? " Below is the card as it is now: review it again before deciding." : ""));
+        (now ? " The card is shown as it is now: review it again before deciding." : ""));
     } else {
       message = notice("error", errorText(res, "card"), problemsOf(res));
     }
@@ -633,7 +668,181 @@
       startView(backLink(), message);
       return;
     }
-    renderCard(current || previous, message);
+    renderCard(now || previous, message);
+  }
+
+  // -- live updates ---------------------------------------------------------------------------------
+  //
+  // One event stream per signed-in tab (GET api/cards/events, read with fetch so the key goes in the
+  // Authorization header as for every call): each event is the list row of a card of the org that
+  // changed, wherever it changed. On "ready" (after every (re)connection) the view is read again, since
+  // nothing is kept for a tab that was not connected. Without the stream, the view is read every
+  // POLL_SECONDS, and the stream is tried again with a growing pause.
+
+  const live = { controller: null, pollTimer: null, retryTimer: null, failures: 0 };
+
+  function setLive(mode) {
+    const badge = $("live");
+    badge.hidden = false;
+    badge.className = "live";
+    badge.dataset.mode = mode;
+    badge.textContent = mode === "live" ? "● live" : `○ refreshing every ${POLL_SECONDS} s`;
+    badge.title = mode === "live" ? "Changes appear as they happen." : "No live connection: the view is read again regularly.";
+  }
+
+  function startLive() {
+    if (live.controller || !adminKey) return;
+    clearTimeout(live.retryTimer);
+    const controller = new AbortController();
+    const opened = Date.now();
+    live.controller = controller;
+    follow(controller).then((ready) => ready, () => false).then((ready) => {
+      if (live.controller !== controller) return; // stopped, or signed out
+      live.controller = null;
+      if (!adminKey) return;
+      // A stream the gateway ended in good order (it does, every few minutes) is followed again at once;
+      // one that keeps ending right after it began counts as failing, so it is not reopened in a loop.
+      const ended = ready && Date.now() - opened > 10_000;
+      live.failures = ended ? 0 : live.failures + 1;
+      if (!ended) {
+        setLive("polling");
+        startPolling();
+      }
+      live.retryTimer = setTimeout(startLive, ended ? 500 : Math.min(30, 2 ** Math.min(live.failures, 5)) * 1000);
+    });
+  }
+
+  function stopLive() {
+    const controller = live.controller;
+    live.controller = null;
+    if (controller) controller.abort();
+    clearTimeout(live.retryTimer);
+    stopPolling();
+    $("live").hidden = true;
+  }
+
+  function startPolling() {
+    if (live.pollTimer === null) live.pollTimer = setInterval(() => refreshView(), POLL_SECONDS * 1000);
+  }
+
+  function stopPolling() {
+    clearInterval(live.pollTimer);
+    live.pollTimer = null;
+  }
+
+  // Follows the stream until it ends; true when it ended in good order after "ready".
+  async function follow(controller) {
+    const response = await fetch(API + "cards/events", {
+      headers: { Authorization: "Bearer " + adminKey, Accept: "text/event-stream" },
+      cache: "no-store",
+      credentials: "omit",
+      redirect: "error",
+      referrerPolicy: "no-referrer",
+      signal: controller.signal,
+    });
+    if (response.status === 401) {
+      signOut("The gateway refused this key (unknown, revoked, or not an admin key). Sign in again.");
+      return false;
+    }
+    if (!response.ok || !response.body) return false;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let ready = false;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return ready;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        let name = "message";
+        let data = "";
+        for (const line of block.split("\n")) {
+          if (line.startsWith("event:")) name = line.slice(6).trim();
+          else if (line.startsWith("data:")) data += line.slice(5).trim();
+        }
+        if (name === "ready") {
+          ready = true;
+          stopPolling();
+          setLive("live");
+          refreshView();
+        } else if (name === "card") {
+          let row = null;
+          try {
+            row = JSON.parse(data);
+          } catch {
+            row = null;
+          }
+          if (row && typeof row === "object" && typeof row.card_id === "string") cardChanged(row);
+        }
+      }
+      if (buffer.length > MAX_EVENT_BYTES) {
+        controller.abort();
+        return false;
+      }
+    }
+  }
+
+  function cardChanged(row) {
+    const view = current;
+    if (!view || view.token !== renderToken) return;
+    if (view.kind === "list") upsertRow(view, row);
+    else if (view.kind === "card" && row.card_id === view.card.card_id && row.version !== view.card.version) {
+      reloadCard(view).catch(() => {});
+    }
+  }
+
+  // A changed card's row replaces the one shown; a new card matching the filter goes on top.
+  function upsertRow(view, row) {
+    const shown = [...view.rows.children].find((tr) => tr.dataset.cardId === row.card_id);
+    if (shown) {
+      if (Number(shown.dataset.version) >= row.version) return;
+      const fresh = cardRow(row);
+      fresh.classList.add("changed");
+      shown.replaceWith(fresh);
+      return;
+    }
+    if (view.state && row.state !== view.state) return;
+    const fresh = cardRow(row);
+    fresh.classList.add("changed");
+    view.rows.prepend(fresh);
+    const empty = $("list-empty");
+    if (empty) empty.remove();
+  }
+
+  // The card page reads its card again; if it changed, it is shown anew, with what was typed kept.
+  async function reloadCard(view) {
+    if (busy) return;
+    const res = await api("GET", "cards/" + encodeURIComponent(view.card.card_id));
+    if (view !== current || view.token !== renderToken || busy || res.status !== 200 || !res.body) return;
+    const card = res.body.card;
+    if (!card || card.version === view.card.version) return;
+    const typed = [["approve-comment", $("approve-comment")], ["reject-reason", $("reject-reason")]]
+      .map(([id, input]) => [id, input ? input.value : ""]);
+    const message = card.state === "PENDING"
+      ? notice("warn", `This card changed while you were looking at it (now version ${card.version}): review it again before deciding.`)
+      : notice("ok", `This card is now ${card.state}: ${card.said || card.decision}.`);
+    message.id = "live-change";
+    // What this admin's own decision answered stays on screen above what happened since.
+    const answered = $("action-result");
+    renderCard(card, el("div", null, answered, message));
+    for (const [id, value] of typed) if (value && $(id)) $(id).value = value;
+  }
+
+  // What is on screen, read again (after a reconnection, or on each poll without the stream).
+  async function refreshView() {
+    const view = current;
+    if (!view || view.token !== renderToken) return;
+    if (view.kind === "card") {
+      await reloadCard(view);
+      return;
+    }
+    // The newest cards of every state: new ones matching the filter are added, and a shown card that
+    // left the filter (decided, say) is updated in place, as an event would.
+    const res = await api("GET", "cards?" + new URLSearchParams({ limit: String(LIST_LIMIT) }).toString());
+    if (view !== current || res.status !== 200 || !res.body || !Array.isArray(res.body.cards)) return;
+    for (const row of [...res.body.cards].reverse()) upsertRow(view, row);
   }
 
   // -- adapters -------------------------------------------------------------------------------------

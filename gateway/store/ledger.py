@@ -42,6 +42,7 @@ from gateway.canonical import canonical_json
 from gateway.card import Card, CardEvent, CardState, stored_delegation
 from gateway.ledger import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.limits import Limits
+from gateway.store.card_changes import RedisCardChanges
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
@@ -94,6 +95,7 @@ class RedisLedger:
         # Outbox reads block longer than `client`'s read timeout allows (`gateway.store.client.connect`).
         self._blocking = blocking if blocking is not None else client
         self._blocking_slack = blocking_slack
+        self.changes = RedisCardChanges(self._blocking)  # every saved card, as announced by its script
         self._scan_limit = scan_limit  # most cards one `page` examines (gateway.store.card_pages)
         self._scripts = {name: client.register_script(PRELUDE + body) for name, body in SCRIPTS.items()}
         self._waitaof: bool | None = None  # learnt once, on first use: does the server have WAITAOF?
@@ -215,8 +217,11 @@ class RedisLedger:
         args: list[str | int] = [secrets.token_hex(12), f"{POLICY_PREFIX}{rule}", version, args_hash, "", requeue_ms]
         return await self._eval("approve", keys, [*args, budget])
 
-    async def reject(self, card_id: str, *, admin: str, reason: str) -> Transition:
-        return await self._run("reject", card_id, admin, reason)
+    async def reject(self, card_id: str, *, admin: str, reason: str, version: int | None = None,
+                     args_hash: str | None = None) -> Transition:  # fmt: skip
+        """Veto a PENDING card; with `version` and `args_hash`, only the card exactly as reviewed (else ERR_STALE)."""
+        bound = ("", "") if version is None else (version, args_hash or "")
+        return await self._run("reject", card_id, admin, reason, *bound)
 
     async def cancel(self, card_id: str, *, actor: str) -> Transition:
         return await self._run("cancel", card_id, actor)

@@ -13,6 +13,7 @@ import hashlib
 import re
 
 __all__ = [
+    "CHANGES_CHANNEL",
     "SHARDS",
     "card_keys",
     "card_shard",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 SHARDS = 8
+CHANGES_CHANNEL = "cs:card-changes"
+"""The pub/sub channel every saved card is announced on (`gateway.store.ledger_prelude`). Channels are
+per server, not per database: a listener loads each announced card from its own database."""
 _CARD_ID = re.compile(r"^crd_([0-9]{1,2})_[0-9a-f]{32}$")
 
 

@@ -1,7 +1,8 @@
 """The Lua every ledger script starts with: its keys and arguments, the clock, load and save, the
 one way an event is recorded (`gateway.store.ledger_history`), leases, the outbox and expiry.
 
-`save` also keeps the shard's open-card set (KEYS[6]) exact: a card is a member while it counts
+`save` also announces every saved card on `CHANGES_CHANNEL` (pub/sub: its id, org, state and
+version), and keeps the shard's open-card set (KEYS[6]) exact: a card is a member while it counts
 against its requester's open-card cap, and only then, whatever transition saved it. It counts while
 PENDING, APPROVED or EXECUTING its first attempt: those states lead into one another only forward,
 or back to APPROVED, so no transition but `propose` (which checks the cap) ever adds to a count.
@@ -14,6 +15,7 @@ cannot cancel it and did nothing wrong, so a flaky backend must not lock its req
 from __future__ import annotations
 
 from gateway.store.ledger_history import HISTORY
+from gateway.store.ledger_layout import CHANGES_CHANNEL
 
 __all__ = ["PRELUDE"]
 
@@ -34,6 +36,9 @@ local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], K
 local open_cards_key, repeats_key = KEYS[6], KEYS[7]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
+local CHANGES_CHANNEL = '"""
+    + CHANGES_CHANNEL
+    + r"""'
 
 local function now_ms()
   -- The Redis server's clock, never the application's: every replica and worker agrees on expiry.
@@ -53,6 +58,12 @@ end
 
 local function save(c)
   redis.call('SET', card_key, cjson.encode(c))
+  -- Told to whoever watches (the admin console's live list, `gateway.store.card_changes`): ids and
+  -- states only, never the card's text. Pub/sub is not keyed, so this stays within the card's slot.
+  -- pcall: a user the ACL denies the channel must still move cards (its watchers cannot subscribe
+  -- either, and read the cards again instead); an error here would leave the writes above standing.
+  redis.pcall('PUBLISH', CHANGES_CHANNEL, cjson.encode({card_id = c.card_id, org = c.requester_org,
+    state = c.state, version = c.version}))
   -- Membership follows the state on every save, so no transition out of the open states can leave
   -- a stale member behind (a card made before the set existed has no `open_member`).
   if c.open_member then

@@ -101,7 +101,7 @@ redis.call('ZADD', timers_key, math.min(execute_by, now + tonumber(ARGV[6])), c.
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, admin, reason
+    # ARGV: tid, admin, reason, version and args_hash reviewed (both '' when unbound)
     "reject": """
 local again = replayed(); if again then return again end
 local c = load()
@@ -109,6 +109,10 @@ if not c then return reply('ERR_NOT_FOUND') end
 local now = now_ms()
 if c.state ~= 'PENDING' then return reply('ERR_STATE', c) end
 if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
+-- A rejection bound to what the admin reviewed ('' = unbound, the veto of whatever the card is now).
+if (ARGV[4] or '') ~= '' and (tonumber(ARGV[4]) ~= num(c.version) or ARGV[5] ~= c.args_hash) then
+  return reply('ERR_STALE', c)
+end
 c.rejection = cjson.encode({by = ARGV[2], reason = ARGV[3]})
 transition(c, now, 'rejected', ARGV[2], 'REJECTED', {reason = ARGV[3]})
 close(c)
