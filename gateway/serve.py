@@ -43,6 +43,7 @@ from gateway.stopping import Stopper
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
 from gateway.store.keys import KeyStore
+from gateway.store.signing_keys import SigningKeyStore
 from gateway.worker import Worker
 
 __all__ = ["listen", "preflight", "redis_url_for", "resolved", "run", "run_worker"]
@@ -198,6 +199,7 @@ async def _demo_keys(ready: Settings, redis_url: str) -> demo.DemoKeys:
         redis_url, connect_timeout=ready.redis_connect_timeout_seconds, timeout=ready.redis_timeout_seconds
     )
     try:
+        await demo.ensure_signing_key(SigningKeyStore(connection.client, secret=audit_secret(ready)))
         return await demo.demo_keys(KeyStore(connection.client), ready.data_dir)
     finally:
         await connection.aclose()

@@ -24,6 +24,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -68,10 +69,12 @@ def quiet_redis_url(redis_server_url: str) -> str:
 
 @pytest.fixture(name="redis")
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    """A client (bytes replies) on an empty database, flushed again and closed after the test."""
+    """A client (bytes replies) on a database holding only the gateway's signing key (an operator makes the
+    first one: `tests.support.signing`), flushed again and closed after the test."""
     client = Redis.from_url(redis_url, decode_responses=False)
     try:
         await client.flushdb()
+        await ensure_signing_key(client)
         yield client
         await client.flushdb()
     finally:

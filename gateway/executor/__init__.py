@@ -29,7 +29,7 @@ from gateway.audit import AuditSink
 from gateway.executor.agent import AgentPath
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.tasks import TaskPath
-from gateway.executor.writes import LivePrincipal, WritePath
+from gateway.executor.writes import LivePrincipal, Receipts, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -65,6 +65,7 @@ class Executor:
         limits: Limits,
         lease_ms: int,
         reconcile_horizon_ms: int,
+        receipts: Receipts,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
@@ -74,6 +75,6 @@ class Executor:
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
             live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
-            reconcile_horizon_ms=reconcile_horizon_ms,
+            reconcile_horizon_ms=reconcile_horizon_ms, receipts=receipts,
         )  # fmt: skip
         return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))
