@@ -261,7 +261,7 @@ class WritePath:
         if done.status is TransitionStatus.ERR_NOT_DURABLE:
             reason = f"{reason}; outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
         await self._record(
-            card, "card.execute", attempt.value, reason.removeprefix("; "), code=evidence.get("code", "")
+            card, "card.execute", attempt.value, reason.removeprefix("; "), code=str(evidence.get("code", ""))
         )
         return done.card
 
