@@ -9,10 +9,10 @@
 4. control paths (``/_faults``, ``/_requests``) go straight to their routes: no identity, never faulted;
 5. ``X-Countersign-Identity``, signed by the gateway for this service, or 400 ``missing_identity``
    when it is absent and 401 ``invalid_identity`` when it does not verify (``backends._http``, and
-   the gateway's JWKS when the service has one: ``backends._receipts``); the caller is taken from
+   the gateway's JWKS when the service has one: ``backends._gateway_keys``); the caller is taken from
    its claims only;
 6. with the gateway's JWKS, a write's approval receipt, or 403 ``missing_receipt`` /
-   ``invalid_receipt`` (``backends._receipts``);
+   ``invalid_receipt`` (``backends._gateway_keys``);
 7. the active fault, if it matches the path (see ``backends._faults``), else the route.
 
 Unknown paths and methods answer in the same ``{"error": ...}`` shape, so an unknown path under
@@ -37,10 +37,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends._faults import FaultSwitch, faults_endpoint, inject
+from backends._gateway_keys import SAFE_METHODS, GatewayKeys, read_body
 from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Caller, Endpoint, caller_from, error, verified_caller
 from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
 from backends._persist import StateFile, StateFileError
-from backends._receipts import SAFE_METHODS, GatewayKeys, read_body
 
 CONTROL_PATHS = frozenset({"/_faults", "/_health", "/_requests"})
 """Paths for whoever runs the service, not for callers: they need the token but no identity, and never fault."""
@@ -184,7 +184,7 @@ def build_service_app(
     `signing_key` is the shared key the gateway signs callers' identities with for this service (HS256,
     the transition; empty when it verifies with the gateway's keys only), `audience` the name the
     gateway knows the service by (the adapter's name), and `jwks_url` the gateway's published keys:
-    given, identities may be signed with them and every write needs a receipt (`backends._receipts`).
+    given, identities may be signed with them and every write needs a receipt (`backends._gateway_keys`).
 
     Raises:
         ValueError: if ``service_token`` is empty, which would let any bearer in, or there is neither a

@@ -188,7 +188,7 @@ def create_expenses_app(
     ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
     adapter's name); a request whose identity it does not verify reaches no route. With ``jwks_url``
     (the gateway's ``/.well-known/jwks.json``) identities may be signed with the gateway's keys and
-    every write needs the gateway's approval receipt for it (``backends._receipts``).
+    every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
     ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
     The state is ``app.state.service``, an :class:`ExpensesService`.
     """

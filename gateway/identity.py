@@ -23,8 +23,8 @@ from typing import Any
 import jwt
 from jwt.types import Options
 
+from gateway.approval_receipts import ISSUER
 from gateway.principal import Principal
-from gateway.receipts import ISSUER
 from gateway.signer import IDENTITY_TTL_SECONDS, IDENTITY_TYPE, Signer
 
 __all__ = ["IDENTITY_HEADER", "ISSUER", "IdentityHeaders", "verify_identity"]

@@ -19,9 +19,16 @@ from typing import Any, Protocol
 
 import jwt
 
+from gateway.approval_receipts import (
+    ALGORITHMS,
+    RECEIPT_HEADER,
+    RECEIPT_TTL_SECONDS,
+    RECEIPT_TYPE,
+    receipt_claims,
+    request_hash,
+)
 from gateway.card import Card
 from gateway.errors import ConfigError
-from gateway.receipts import ALGORITHMS, RECEIPT_HEADER, RECEIPT_TTL_SECONDS, RECEIPT_TYPE, receipt_claims, request_hash
 from gateway.store.signing_keys import KeySet
 from gateway.tool_context import RequestSigner
 

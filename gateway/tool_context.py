@@ -13,7 +13,7 @@ __all__ = ["CallerCards", "RequestSigner", "ToolContext"]
 
 RequestSigner = Callable[[str, str, Mapping[str, str] | None, Any], Mapping[str, str]]
 """``(method, path, query, json body) -> headers`` carrying the signed approval receipt of one request
-of an approved write (`gateway.receipts`)."""
+of an approved write (`gateway.approval_receipts`)."""
 
 
 class CallerCards(Protocol):

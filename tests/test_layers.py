@@ -74,7 +74,7 @@ PLACES: dict[str, int] = {
     "gateway.readiness": EXECUTOR,
     "gateway.identity": EXECUTOR,
     "gateway.signer": EXECUTOR,
-    "gateway.receipts": EXECUTOR,
+    "gateway.approval_receipts": EXECUTOR,
     "gateway.registry": EXECUTOR,
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
     "gateway.store": STORE,

@@ -1,5 +1,8 @@
 """Signed approval receipts: what a backend gets with every approved write, and how it checks one.
 
+(Not the receipt an agent gets when it proposes a write, `gateway.card_views.AgentCard`: this one is
+the backend's proof that the write it receives was approved.)
+
 For each send of an approved card the worker signs a short-lived JWS (``EdDSA``, the gateway's
 key set, `gateway.signer`) and the adapter sends it as ``X-Countersign-Receipt`` beside the
 ``Idempotency-Key``. Its claims:

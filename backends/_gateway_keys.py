@@ -24,9 +24,9 @@ import jwt
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope
 
+from gateway.approval_receipts import RECEIPT_HEADER, verify_receipt
 from gateway.identity import verify_identity
 from gateway.jwks import JwksSource
-from gateway.receipts import RECEIPT_HEADER, verify_receipt
 
 __all__ = ["SAFE_METHODS", "GatewayKeys"]
 
