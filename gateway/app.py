@@ -374,6 +374,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
+            await gateway.signer.poll()  # backends' identity tokens are signed from the first request on
             async with surface.session_manager.run(), _background(gateway, settings, workers):
                 yield
         finally:

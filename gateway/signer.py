@@ -28,7 +28,7 @@ from gateway.approval_receipts import (
     request_hash,
 )
 from gateway.card import Card
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, StoreUnavailableError
 from gateway.store.signing_keys import KeySet
 from gateway.tool_context import RequestSigner
 
@@ -74,11 +74,11 @@ class Signer:
         return self._keys
 
     async def poll(self) -> None:
-        """Read the key set again (the background refresh of every gateway process); a key that does
-        not decrypt is logged, and the copy held before is kept."""
+        """Read the key set again (at startup, and the background refresh of every gateway process); a
+        store that does not answer, or a key that does not decrypt, is logged, and the copy held is kept."""
         try:
             await self.refresh(force=True)
-        except ConfigError as error:
+        except (ConfigError, StoreUnavailableError) as error:
             logger.error("cannot read the signing keys: %s", error)
 
     @property
