@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import jwt
@@ -15,6 +16,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.requests import Request
+from starlette.types import Message
 
 from gateway.approval_receipts import (
     RECEIPT_HEADER,
@@ -173,3 +176,39 @@ def _fresh() -> str:
     claims = receipt_claims(CARD, adapter="rooms", request=request_hash("POST", "/bookings", None, BODY),
                             now=int(time.time()))  # fmt: skip
     return jwt.encode(claims, KEY, algorithm="EdDSA", headers={"kid": KID, "typ": RECEIPT_TYPE})
+
+
+def _readme_snippet() -> Any:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    [example] = [b.split("```", 1)[0] for b in text.split("```python\n")[1:] if "async def receipt_refusal" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    return namespace["receipt_refusal"]
+
+
+def _request(body: bytes, headers: dict[str, str]) -> Request:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    raw = [(name.encode(), value.encode()) for name, value in headers.items()]
+    scope = {"type": "http", "method": "POST", "path": "/bookings", "query_string": b"", "headers": raw}
+    return Request(scope, receive)
+
+
+@pytest.mark.anyio
+async def test_the_readme_snippet_accepts_the_receipt_of_its_request_and_nothing_else() -> None:
+    """The backend author's snippet, run as the README prints it, over a real Starlette request."""
+    refusal = _readme_snippet()
+    token = await _receipt()
+    body = json.dumps(BODY).encode()
+    good = {RECEIPT_HEADER: token, "idempotency-key": "idem-1"}
+    assert await refusal(_request(body, good), JWKS) is None
+    assert await refusal(_request(body, {"idempotency-key": "idem-1"}), JWKS) == "missing_receipt"
+    assert await refusal(_request(json.dumps({**BODY, "date": "2026-12-16"}).encode(), good), JWKS) == "invalid_receipt"
+    assert await refusal(_request(body, {**good, "idempotency-key": "idem-2"}), JWKS) == "invalid_receipt"
