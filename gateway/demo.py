@@ -73,11 +73,14 @@ class DemoKeys:
 
 
 @contextlib.asynccontextmanager
-async def start_backend(name: str, data_dir: Path, *, port: int = 0) -> AsyncIterator[DemoBackend]:
+async def start_backend(
+    name: str, data_dir: Path, *, port: int = 0, jwks_url: str | None = None
+) -> AsyncIterator[DemoBackend]:
     """Run demo backend `name` (``expenses`` too) with its state in the data directory.
 
     `port` is tried first when given; taken, any free port will do (the expenses manifest then
-    changes, and is quarantined again).
+    changes, and is quarantined again). With `jwks_url` (the gateway's published keys) the backend
+    refuses every write without the gateway's approval receipt for it.
 
     Raises:
         ConfigError: there is no demo backend of that name, or its state file cannot be read.
@@ -88,7 +91,7 @@ async def start_backend(name: str, data_dir: Path, *, port: int = 0) -> AsyncIte
     token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     state_file = data_dir / BACKENDS_DIR / f"{name}.json"
     try:
-        app = factories[name](service_token=token, signing_key=signing_key, state_file=state_file)
+        app = factories[name](service_token=token, signing_key=signing_key, state_file=state_file, jwks_url=jwks_url)
     except StateFileError as error:
         raise ConfigError(f"demo backend {name}: {error} (remove it to start from the seed data)") from error
     async with _serve_on(app, port) as url:

@@ -118,11 +118,13 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
     Raises:
         ConfigError: in production, an adapter without a URL.
     """
+    # The demo backends check approval receipts with the gateway's keys, at the address it is about to serve.
+    jwks = f"http://{_local_host(settings.host)}:{settings.port}/.well-known/jwks.json" if settings.port else None
     async with contextlib.AsyncExitStack() as stack:
         if settings.demo:
             expenses_port = settings.port + 1 if settings.port < 65535 else 0
             started = await stack.enter_async_context(
-                demo.start_backend("expenses", settings.data_dir, port=expenses_port)
+                demo.start_backend("expenses", settings.data_dir, port=expenses_port, jwks_url=jwks)
             )
             settings = replace(
                 settings,
@@ -138,7 +140,7 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
                 continue
             if not settings.demo:
                 raise ConfigError(f"adapter {name} has no url: production mode starts no demo backend")
-            backend = await stack.enter_async_context(demo.start_backend(name, settings.data_dir))
+            backend = await stack.enter_async_context(demo.start_backend(name, settings.data_dir, jwks_url=jwks))
             adapters[name] = replace(
                 adapter, url=backend.url, token=Secret(backend.token), signing_key=Secret(backend.signing_key)
             )
