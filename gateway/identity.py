@@ -48,9 +48,13 @@ class IdentityHeaders:
         self._ttl = ttl_seconds
         self._clock = clock
 
-    def with_key(self, adapter: str, key: str) -> None:
-        """Sign for `adapter` with `key` from now on (remote adapters are added while running)."""
-        self._keys[adapter] = key
+    def with_key(self, adapter: str, key: str | None) -> None:
+        """Sign for `adapter` with the shared `key` from now on, or (None) with the gateway's own keys
+        (remote adapters are added and changed while running)."""
+        if key:
+            self._keys[adapter] = key
+        else:
+            self._keys.pop(adapter, None)
 
     def __call__(self, principal: Principal, adapter: str) -> dict[str, str]:
         """Plain subject/org headers, plus the signed header: HS256 with `adapter`'s shared key when it

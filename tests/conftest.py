@@ -24,7 +24,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings
-from tests.support.signing import ensure_signing_key
+from tests.support.signing import flush_keeping_signing_key
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -73,10 +73,9 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
     first one: `tests.support.signing`), flushed again and closed after the test."""
     client = Redis.from_url(redis_url, decode_responses=False)
     try:
-        await client.flushdb()
-        await ensure_signing_key(client)
+        await flush_keeping_signing_key(client)
         yield client
-        await client.flushdb()
+        await flush_keeping_signing_key(client)
     finally:
         await client.aclose()
 

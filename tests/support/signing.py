@@ -52,3 +52,18 @@ async def receipts_for_key(adapter: str, idempotency_key: str, *, tool: str = "t
     sign = await signer.receipts_for(card, adapter)
     assert sign is not None
     return sign
+
+
+_FLUSH_KEEPING = """
+for _, name in ipairs(redis.call('KEYS', '*')) do
+  if name ~= ARGV[1] then redis.call('DEL', name) end
+end
+return 1
+"""
+
+
+async def flush_keeping_signing_key(client: Any) -> None:
+    """Empty the database but for the gateway's signing key set, then make sure it has a key: a gateway
+    running across tests keeps signing with the key it holds (in production keys outlive any data)."""
+    await client.eval(_FLUSH_KEEPING, 0, "countersign:{signing}:keys")
+    await ensure_signing_key(client)
