@@ -33,6 +33,7 @@ from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_topologies import redis_cluster
 from tests.support.services import Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,6 +56,7 @@ async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
     """A client of the cluster, made the way the gateway makes its own."""
     connection = connect(cluster_url, timeout=5.0)
     try:
+        await ensure_signing_key(connection.client)  # as an operator's first rotate, through the Cluster client
         yield connection.client
     finally:
         await connection.aclose()
