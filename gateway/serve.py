@@ -37,8 +37,10 @@ from gateway.app import audit_loop, build_gateway, create_app, notify_loops, too
 from gateway.audit_secret import audit_secret
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
+from gateway.loops import run_forever
 from gateway.metrics import serve_metrics
 from gateway.settings import AdapterSettings, Settings
+from gateway.signer import CACHE_SECONDS
 from gateway.stopping import Stopper
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
@@ -242,6 +244,10 @@ async def run_worker(settings: Settings) -> None:
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
         delivering = [asyncio.create_task(loop) for loop in notify_loops(gateway, settings)]
+        # The identity tokens of its precondition reads and status queries are signed with the keys it holds.
+        await gateway.signer.poll()
+        delivering.append(asyncio.create_task(run_forever(gateway.signer.poll, what="signing keys refresh",
+                                                          pause_seconds=CACHE_SECONDS, retry_on=())))  # fmt: skip
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)

@@ -5,10 +5,10 @@ outcome is unknown (`reconcile`). It returns the card as it ends up and audits e
 
 The order of the steps in `WritePath._send` is the specification: re-check the binding (the tool
 is still served with the same definition, the arguments still hash to the approved args_hash, the
-requester's key is live and still has access) -> the precondition (a first send reads the tool's
-preview again: what the approver decided on no longer holding is FAILED, PRECONDITION_CHANGED, unsent)
--> record DISPATCHED, durably, before anything is
-sent -> send once with the key minted when the card was created -> classify the attempt by policy
+requester's key is live and still has access) -> hold the approval receipt's signer (no signing key:
+released, unsent) -> the precondition (a first send reads the tool's preview again: what the approver
+decided on no longer holding is FAILED, PRECONDITION_CHANGED, unsent) -> record DISPATCHED, durably,
+before anything is sent -> send once with the key minted when the card was created -> classify the attempt by policy
 (nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
 anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
 blind resend). An argument the adapter cannot put in its request path (`PathArgumentError`) is
@@ -183,13 +183,9 @@ class WritePath:
         contract = tool.write_contract
         args = tool.arguments.model_validate(card.arguments)
 
-        # 1b. The precondition: what the approver decided on still holds, read again just before sending.
-        changed = await self._precondition(card, tool, args)
-        if changed is not None:
-            return changed
-
-        # 1c. The receipt's signer, with the key active now: without a key nothing is sent (a backend that
-        # checks receipts would refuse the write), and the card waits APPROVED for an operator to make one.
+        # 1b. The receipt's signer, with the key active now (read first: the precondition's identity is signed
+        # with the same keys). Without a key nothing is sent (a backend that checks receipts would refuse the
+        # write), and the card waits APPROVED for an operator to make one.
         receipt = await self._receipts(card, tool.adapter)
         if receipt is None:
             reason = "no signing key for the approval receipt (countersign signing-keys rotate)"
@@ -198,6 +194,11 @@ class WritePath:
             )
             await self._record(card, "card.execute", "NOT_SENT", f"{reason}; will retry")
             return released.card
+
+        # 1c. The precondition: what the approver decided on still holds, read again just before sending.
+        changed = await self._precondition(card, tool, args)
+        if changed is not None:
+            return changed
 
         # 2. DISPATCHED is recorded before anything is sent: a crash after this point is UNKNOWN.
         dispatched = await self._ledger.dispatch(card.card_id, fence=card.fence)
