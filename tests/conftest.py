@@ -24,7 +24,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings
-from tests.support.signing import flush_keeping_signing_key
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,6 +113,7 @@ def expenses() -> Iterator[Backend]:
 @pytest.fixture(scope="session")
 def mcp_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> Iterator[str]:
     """A real gateway under uvicorn for the session; tests create their keys after the flush."""
+    signing_key_before_start(redis_url)
     app = create_app(gateway_settings(redis_url, backends, expenses=expenses))
     with serve_app_in_thread(app, lifespan=True) as base:
         yield f"{base}/mcp"

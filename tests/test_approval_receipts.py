@@ -102,7 +102,7 @@ async def world(
     """Rooms and orders that know the gateway only by its JWKS URL, and a gateway that signs for them with its
     own keys (no shared key at all). `rooms_jwks` and `rooms_shared_key` give rooms another key set and an
     HS256 key shared with the gateway (the transition) instead."""
-    url = urlunsplit(urlsplit(redis_server_url)._replace(path="/6"))
+    url = urlunsplit(urlsplit(redis_server_url)._replace(path="/11"))
     redis = Redis.from_url(url)
     await redis.flushdb()
     await ensure_signing_key(redis)

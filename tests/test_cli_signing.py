@@ -15,7 +15,7 @@ from tests.support.services import TEST_AUDIT_SECRET
 @pytest.fixture
 def store_url(redis_server_url: str) -> Iterator[str]:
     """An empty database of the session's server, as a production Redis before its first key."""
-    url = urlunsplit(urlsplit(redis_server_url)._replace(path="/7"))
+    url = urlunsplit(urlsplit(redis_server_url)._replace(path="/12"))
     with Redis.from_url(url) as client:
         client.flushdb()
         yield url

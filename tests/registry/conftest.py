@@ -19,7 +19,7 @@ from gateway.app import create_app
 from gateway.settings import OrgSettings, Settings
 from tests.support.planted import PlantedBackend, serve_planted
 from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
-from tests.support.signing import flush_keeping_signing_key
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +35,7 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
         redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
         audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"NOTES_SIGNING_KEY": NOTES_SIGNING_KEY},
     )  # fmt: skip
+    signing_key_before_start(notes_redis_url)
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         yield f"{base}/mcp"
 

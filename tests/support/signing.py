@@ -67,3 +67,20 @@ async def flush_keeping_signing_key(client: Any) -> None:
     running across tests keeps signing with the key it holds (in production keys outlive any data)."""
     await client.eval(_FLUSH_KEEPING, 0, "countersign:{signing}:keys")
     await ensure_signing_key(client)
+
+
+def signing_key_before_start(url: str) -> None:
+    """Make the first signing key of the database at `url` before a session gateway starts on it, as an
+    operator would (a gateway holding no key signs nothing until its next read of the set)."""
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    async def make() -> None:
+        client = Redis.from_url(url)
+        try:
+            await ensure_signing_key(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(make())
