@@ -88,7 +88,7 @@ async def test_every_process_signs_with_the_new_key_within_the_cache(redis: Redi
     now[0] += CACHE_SECONDS
     assert (await there.refresh()).active_kid == after
     kids = [key["kid"] for key in (await there.jwks())["keys"]]
-    assert kids == [after, before]
+    assert kids[0] == after and before in kids  # active first; the one before it in its overlap
 
 
 async def test_without_any_key_nothing_is_signed(redis: Redis) -> None:
