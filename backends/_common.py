@@ -8,9 +8,12 @@
 3. ``Authorization: Bearer <service_token>`` or 401 ``unauthorized``;
 4. control paths (``/_faults``, ``/_requests``) go straight to their routes: no identity, never faulted;
 5. ``X-Countersign-Identity``, signed by the gateway for this service, or 400 ``missing_identity``
-   when it is absent and 401 ``invalid_identity`` when it does not verify (``backends._http``); the
-   caller is taken from its claims only;
-6. the active fault, if it matches the path (see ``backends._faults``), else the route.
+   when it is absent and 401 ``invalid_identity`` when it does not verify (``backends._http``, and
+   the gateway's JWKS when the service has one: ``backends._gateway_keys``); the caller is taken from
+   its claims only;
+6. with the gateway's JWKS, a write's approval receipt, or 403 ``missing_receipt`` /
+   ``invalid_receipt`` (``backends._gateway_keys``);
+7. the active fault, if it matches the path (see ``backends._faults``), else the route.
 
 Unknown paths and methods answer in the same ``{"error": ...}`` shape, so an unknown path under
 ``/orders/`` is as indistinguishable from a missing order as another org's order is.
@@ -34,7 +37,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends._faults import FaultSwitch, faults_endpoint, inject
-from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Endpoint, error, verified_caller
+from backends._gateway_keys import SAFE_METHODS, GatewayKeys, read_body
+from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Caller, Endpoint, caller_from, error, verified_caller
 from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
 from backends._persist import StateFile, StateFileError
 
@@ -108,13 +112,21 @@ class ServiceShell:
     """ASGI middleware applying the request order in the module docstring to every HTTP request."""
 
     def __init__(
-        self, app: ASGIApp, *, service: ServiceState, service_token: str, signing_key: str, audience: str
+        self,
+        app: ASGIApp,
+        *,
+        service: ServiceState,
+        service_token: str,
+        signing_key: str,
+        audience: str,
+        gateway_keys: GatewayKeys | None = None,
     ) -> None:
         self.app = app
         self._service = service
         self._token = service_token.encode()
         self._signing_key = signing_key
         self._audience = audience
+        self._gateway_keys = gateway_keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -131,14 +143,26 @@ class ServiceShell:
             await self.app(scope, receive, send)
         elif (identity := headers.get(IDENTITY_HEADER)) is None:
             await error(400, "missing_identity")(scope, receive, send)
-        elif (caller := verified_caller(identity, signing_key=self._signing_key, audience=self._audience)) is None:
+        elif (caller := await self._caller(identity)) is None:
             await error(401, "invalid_identity")(scope, receive, send)
         else:
+            if self._gateway_keys is not None and scope["method"] not in SAFE_METHODS:
+                body, receive = await read_body(receive)
+                if (refused := await self._gateway_keys.receipt_refusal(scope, body)) is not None:
+                    await error(403, refused)(scope, receive, send)
+                    return
             scope[CALLER_SCOPE_KEY] = caller
             if (fault := self._service.faults.take(path)) is not None:
                 await inject(fault, self.app, scope, receive, send)
             else:
                 await self.app(scope, receive, send)
+
+    async def _caller(self, identity: str) -> Caller | None:
+        # The shared key first, while the service still has one (the transition); then the gateway's JWKS.
+        caller = verified_caller(identity, signing_key=self._signing_key, audience=self._audience)
+        if caller is None and self._gateway_keys is not None:
+            caller = caller_from(await self._gateway_keys.identity(identity))
+        return caller
 
     def _authorized(self, headers: Headers) -> bool:
         scheme, _, credential = headers.get("authorization", "").partition(" ")
@@ -147,21 +171,29 @@ class ServiceShell:
 
 
 def build_service_app(
-    *, service: ServiceState, service_token: str, signing_key: str, audience: str, routes: Sequence[BaseRoute]
+    *,
+    service: ServiceState,
+    service_token: str,
+    signing_key: str,
+    audience: str,
+    routes: Sequence[BaseRoute],
+    jwks_url: str | None = None,
 ) -> Starlette:
     """Put the shell, the control routes and ``GET /idempotency/{key}`` around a service's own routes.
 
-    `signing_key` is the key the gateway signs callers' identities with for this service, and
-    `audience` the name the gateway knows the service by (the adapter's name).
+    `signing_key` is the shared key the gateway signs callers' identities with for this service (HS256,
+    the transition; empty when it verifies with the gateway's keys only), `audience` the name the
+    gateway knows the service by (the adapter's name), and `jwks_url` the gateway's published keys:
+    given, identities may be signed with them and every write needs a receipt (`backends._gateway_keys`).
 
     Raises:
-        ValueError: if ``service_token`` is empty, which would let any bearer in, or ``signing_key``
-            is empty, which would make any caller's claim as good as another's.
+        ValueError: if ``service_token`` is empty, which would let any bearer in, or there is neither a
+            ``signing_key`` nor a ``jwks_url``, which would make any caller's claim as good as another's.
     """
     if not service_token:
         raise ValueError("service_token must not be empty")
-    if not signing_key:
-        raise ValueError("signing_key must not be empty")
+    if not signing_key and not jwks_url:
+        raise ValueError("signing_key must not be empty without a jwks_url")
     app = Starlette(
         routes=[
             *routes,
@@ -172,7 +204,12 @@ def build_service_app(
         ],
         middleware=[
             Middleware(
-                ServiceShell, service=service, service_token=service_token, signing_key=signing_key, audience=audience
+                ServiceShell,
+                service=service,
+                service_token=service_token,
+                signing_key=signing_key,
+                audience=audience,
+                gateway_keys=GatewayKeys(jwks_url, audience=audience) if jwks_url else None,
             )
         ],
         exception_handlers={HTTPException: _http_error},

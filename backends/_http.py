@@ -46,14 +46,22 @@ class Caller:
 
 
 def verified_caller(token: str, *, signing_key: str, audience: str) -> Caller | None:
-    """The caller a signed identity names, or ``None`` when it does not verify.
+    """The caller an HS256-signed identity names, or ``None`` when it does not verify.
 
-    It does not verify when its signature is not by `signing_key`, it was signed for another service
-    than `audience`, it has expired, its issuer is not the gateway, or its subject or org is blank.
+    It does not verify when its signature is not by `signing_key` (none: nothing verifies), it was
+    signed for another service than `audience`, it has expired, its issuer is not the gateway, or its
+    subject or org is blank.
     """
     try:
         claims = verify_identity(token, key=signing_key, adapter=audience)
     except jwt.InvalidTokenError:
+        return None
+    return caller_from(claims)
+
+
+def caller_from(claims: Mapping[str, str] | None) -> Caller | None:
+    """The caller of verified identity claims; None for none, or a blank subject or org."""
+    if claims is None:
         return None
     subject, org = claims["sub"].strip(), claims["org"].strip()
     return Caller(subject=subject, org=org) if subject and org else None

@@ -178,6 +178,7 @@ def create_expenses_app(
     key_ttl_seconds: float = 86400.0,
     clock: Clock = time.monotonic,
     state_file: Path | None = None,
+    jwks_url: str | None = None,
 ) -> Starlette:
     """Build an expenses service with its own copy of ``data`` (the demo data by default).
 
@@ -185,7 +186,9 @@ def create_expenses_app(
     and every write saves them again before it answers.
 
     ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
-    adapter's name); a request whose identity it does not verify reaches no route.
+    adapter's name); a request whose identity it does not verify reaches no route. With ``jwks_url``
+    (the gateway's ``/.well-known/jwks.json``) identities may be signed with the gateway's keys and
+    every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
     ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
     The state is ``app.state.service``, an :class:`ExpensesService`.
     """
@@ -228,7 +231,12 @@ def create_expenses_app(
         ),
     ]
     return build_service_app(
-        service=service, service_token=service_token, signing_key=signing_key, audience=audience, routes=routes
+        service=service,
+        service_token=service_token,
+        signing_key=signing_key,
+        audience=audience,
+        routes=routes,
+        jwks_url=jwks_url,
     )
 
 

@@ -36,6 +36,7 @@ from gateway.tool_context import ToolContext
 from gateway.upstream import UpstreamResponse
 
 __all__ = [
+    "RECEIPT_REFUSALS",
     "fill_path",
     "keyed_contract",
     "lookup_by_key",
@@ -47,6 +48,9 @@ __all__ = [
 
 _IDENTITY_HEADER = "x-countersign-identity"
 """`gateway.identity.IDENTITY_HEADER` (that module stands above this one, so it is not imported)."""
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+RECEIPT_REFUSALS = frozenset({"missing_receipt", "invalid_receipt"})
+"""The codes of a backend's 403 for a write whose approval receipt it did not accept: nothing applied."""
 
 
 def fill_path(template: str, **values: str) -> str:
@@ -105,7 +109,7 @@ async def request_json(
 
     Raises:
         UpstreamNotFoundError: 404 (a missing object and another org's object look the same).
-        UpstreamRefusedError: 409 or 422, a definitive business refusal.
+        UpstreamRefusedError: 409 or 422, a definitive business refusal; 403 with a `RECEIPT_REFUSALS` code.
         UpstreamRateLimitedError: 429, with the seconds of its ``Retry-After`` (`retry_after_of`).
         UpstreamUnavailableError: connect failures, 502/503/504.
         UpstreamTimeoutError: no answer within the client's read timeout.
@@ -149,13 +153,14 @@ async def lookup_by_key(
 
 def keyed_contract(reference_field: str, *, key_retention_seconds: float = 86400.0) -> WriteContract:
     """The write contract of a backend that dedupes on ``Idempotency-Key`` and answers
-    ``GET /idempotency/{key}``; 400/404/409/422 mean "not applied" (the demo backends' contract)."""
+    ``GET /idempotency/{key}``; 400/403/404/409/422 mean "not applied" (the demo backends' contract:
+    403 is a receipt refused before anything was done)."""
     return WriteContract(
         dedupes_on_key=True,
         key_retention_seconds=key_retention_seconds,
         status_lookup=status_by_key(reference_field),
         reference_field=reference_field,
-        not_applied_statuses=frozenset({400, 404, 409, 422}),
+        not_applied_statuses=frozenset({400, 403, 404, 409, 422}),
     )
 
 
@@ -186,6 +191,12 @@ async def _send(
         raise UpstreamUnavailableError("no signed identity for this backend", service=ctx.service, sent=False)
     headers = dict(ctx.identity)
     if ctx.idempotency_key is not None:
+        # An approved write: each request that can change something carries a receipt signed for exactly
+        # that request (a status lookup by key, and a read inside a write, need none).
+        if ctx.receipt is not None:
+            headers.update(ctx.receipt(method, url, params, json))
+        elif method.upper() not in _SAFE_METHODS:
+            raise UpstreamUnavailableError("no signed receipt for this write", service=ctx.service, sent=False)
         headers["idempotency-key"] = ctx.idempotency_key
     return await http.request(method, url, params=params, json=json, headers=headers)
 
@@ -202,7 +213,7 @@ def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
     status = response.status
     if status == 404:
         return UpstreamNotFoundError("not found", service=service, status=status)
-    if status in (409, 422):
+    if status in (409, 422) or (status == 403 and _reason(response) in RECEIPT_REFUSALS):
         return UpstreamRefusedError("refused", service=service, status=status, reason=_reason(response))
     if status == 429:
         wait = retry_after_of(response.retry_after)

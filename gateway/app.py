@@ -42,13 +42,14 @@ from gateway.loops import run_forever
 from gateway.mcp_edge import HeaderChecks, MessageChecks
 from gateway.mcp_surface import McpSurface
 from gateway.notifier import Notifier, delivery_loops
-from gateway.oauth_resource import protected_resource_routes, resource_server
+from gateway.oauth_resource import jwks_route, protected_resource_routes, resource_server
 from gateway.ops_api import ops_routes
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
 from gateway.settings import AdapterSettings, Settings
+from gateway.signer import CACHE_SECONDS, Signer
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_export import AuditExportCursor
@@ -60,6 +61,7 @@ from gateway.store.ledger import RedisLedger
 from gateway.store.limiter import RedisRateLimiter
 from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
+from gateway.store.signing_keys import SigningKeyStore
 from gateway.tool import Tool
 from gateway.toolbox import Toolbox
 from gateway.upstream import UpstreamClient
@@ -111,22 +113,6 @@ def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
                           timeout_seconds=adapter.timeout_seconds)  # fmt: skip
 
 
-def _signing_key(adapter: AdapterSettings) -> str:
-    """The key the caller's identity is signed with for `adapter`'s backend.
-
-    Raises:
-        ConfigError: when none is configured. The gateway does not start rather than send an identity
-            the backend cannot verify, and never makes up a key the backend could not know.
-    """
-    key = str(adapter.signing_key) if adapter.signing_key is not None else ""
-    if not key:
-        raise ConfigError(
-            f"adapter {adapter.name} has no signing key: set signing_key_env in [adapters.{adapter.name}] "
-            "to the variable holding the key its backend verifies the caller's identity with"
-        )
-    return key
-
-
 def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
     """The gateway's client for one backend: its own credential, never an agent's token."""
     return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
@@ -157,6 +143,8 @@ class Gateway:
     poster: WebhookPoster
     forwarder: AuditForwarder | None
     """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
+    signer: Signer
+    """The gateway's signing keys: identity tokens, approval receipts, the JWKS."""
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -169,8 +157,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     """Wire the layers (no I/O yet: clients connect on first use).
 
     Raises:
-        ConfigError: for an unresolved Redis URL or backend URL, or a configured backend without a
-            signing key.
+        ConfigError: for an unresolved Redis URL or backend URL, or no audit secret in production.
         ToolDeclarationError: for duplicate tool names, or a write tool whose timeout the worker
             lease (`settings.lease_seconds`) does not outlast by `LEASE_MARGIN_SECONDS`.
     """
@@ -205,8 +192,13 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
     alerting = AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
     cards: Ledger = alerting if notify.webhooks else ledger
-    identity = IdentityHeaders({name: _signing_key(settings.adapters[name]) for name in clients})
-    audit = RedisStreamAuditSink(client, secret=audit_secret(settings))
+    secret = audit_secret(settings)
+    # The key set's private halves are encrypted with the audit secret, which every process on one Redis shares.
+    signer = Signer(SigningKeyStore(client, secret=secret))
+    # A shared HS256 key, where an adapter still has one, is the transition; the others verify with the JWKS.
+    shared = {name: str(settings.adapters[name].signing_key or "") for name in clients}
+    identity = IdentityHeaders({name: key for name, key in shared.items() if key}, signer=signer)
+    audit = RedisStreamAuditSink(client, secret=secret)
     archiver = audit_archiver(client, settings)
     store = RegistryStore(client)
     live = LiveToolSource(
@@ -245,6 +237,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
         approvals=settings.approvals,
         announce=alerting.alert,
+        receipts=signer.receipts_for,
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
@@ -273,6 +266,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         warner=warner,
         poster=poster,
         forwarder=forwarder,
+        signer=signer,
     )
 
 
@@ -294,6 +288,7 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
         asyncio.create_task(audit_loop(gateway.archiver, settings)),
+        asyncio.create_task(_poll(gateway.signer.poll, CACHE_SECONDS, "signing keys refresh")),
     ]
     tasks.extend(asyncio.create_task(loop) for loop in notify_loops(gateway, settings))
     if settings.run_worker:
@@ -350,15 +345,17 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
 
     workers: list[asyncio.Task[None]] = []
     running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
-    ops = ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
-                     archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
-                     worker_running=running) + protected_resource_routes(settings.oauth)  # fmt: skip
+    ops = [*ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
+                       archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
+                       worker_running=running),
+           *protected_resource_routes(settings.oauth), jwks_route(gateway.signer)]  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
+            await gateway.signer.poll()  # backends' identity tokens are signed from the first request on
             async with surface.run(), _background(gateway, settings, workers):
                 yield
         finally:

@@ -1,4 +1,4 @@
-"""The `countersign` command line: serve, worker, keys, audit, cards, adapters, agent.
+"""The `countersign` command line: serve, worker, keys, signing-keys, audit, cards, adapters, agent.
 
 Every command acts on the data of the configured Redis, or of the embedded server of the data
 directory (attaching to a running `serve`, or starting the server for the command's duration).

@@ -22,6 +22,7 @@ from gateway.audit import AuditEvent
 from gateway.audit_archive import AuditArchive
 from gateway.audit_formats import export_line
 from gateway.audit_secret import audit_secret
+from gateway.cli_signing import list_signing_keys, rotate_signing_key
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
 from gateway.settings import Settings
@@ -29,6 +30,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
+from gateway.store.signing_keys import SigningKeyStore
 
 __all__ = ["run_command", "where"]
 
@@ -289,7 +291,17 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
                                   org_adapters=settings.org_adapters)  # fmt: skip
 
 
+async def _signing_rotate(store: _Store, args: argparse.Namespace) -> int:
+    return await rotate_signing_key(SigningKeyStore(store.redis, secret=store.secret), store.audit)
+
+
+async def _signing_list(store: _Store, args: argparse.Namespace) -> int:
+    return await list_signing_keys(SigningKeyStore(store.redis, secret=store.secret))
+
+
 _HANDLERS: dict[tuple[str, str], _Handler] = {
+    ("signing-keys", "rotate"): _signing_rotate,
+    ("signing-keys", "list"): _signing_list,
     ("adapters", "review"): _adapters,
     ("adapters", "accept"): _adapters,
     ("adapters", "remove"): _adapters,

@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
 
+    signing = commands.add_parser("signing-keys", help="the gateway's own signing keys (JWKS)").add_subparsers(
+        dest="signing-keys_command", required=True
+    )
+    signing.add_parser("rotate", help="make a new signing key active (the first one too); the old one stays published")
+    signing.add_parser("list", help="the published keys: kid, active or when it retires")
+
     audit = commands.add_parser("audit", help="read the audit trail").add_subparsers(
         dest="audit_command", required=True
     )

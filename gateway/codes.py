@@ -27,6 +27,9 @@ class Code(StrEnum):
     maximum); no card was made. The details say why; the same call fails again unless something changes."""
     PRECONDITION_CHANGED = "PRECONDITION_CHANGED"
     """What the approver decided on changed before an approved write was sent; nothing was sent."""
+    RECEIPT_REFUSED = "RECEIPT_REFUSED"
+    """The backend refused the approved write's signed receipt (missing, not verifying with the gateway's
+    published keys, or for another request); it applied nothing. An operator checks the gateway's keys."""
     REJECTED = "REJECTED"
     """An administrator rejected the proposed write: nothing was written."""
     EXPIRED = "EXPIRED"

@@ -5,7 +5,8 @@ backend and creates no key (the operator creates the first admin with ``counters
 The demo backends keep their data in ``<data_dir>/backends/<name>.json`` (`backends._persist`), so
 after a restart a SUCCEEDED card still points at a booking that exists. Each gets a fresh service
 token and signing key per start: the gateway starts the backend, so it may make up the key both
-sides share. The demo keys are created once and kept in the data directory (0600).
+sides share. The demo keys are created once and kept in the data directory (0600), and the first
+signing key of the gateway's own key set (`ensure_signing_key`) is made when there is none.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from backends.rooms import create_rooms_app
 from backends.serve import serve_app
 from gateway.errors import ConfigError
 from gateway.principal import KeyKind
+from gateway.signer import OVERLAP_SECONDS
 from gateway.store.keys import KeyStore
+from gateway.store.signing_keys import SigningKeyStore
 from gateway.upstream_aiohttp import AiohttpUpstream
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "DemoKeys",
     "demo_keys",
     "ensure_demo_key",
+    "ensure_signing_key",
     "register_demo_manifest",
     "start_backend",
 ]
@@ -69,11 +73,14 @@ class DemoKeys:
 
 
 @contextlib.asynccontextmanager
-async def start_backend(name: str, data_dir: Path, *, port: int = 0) -> AsyncIterator[DemoBackend]:
+async def start_backend(
+    name: str, data_dir: Path, *, port: int = 0, jwks_url: str | None = None
+) -> AsyncIterator[DemoBackend]:
     """Run demo backend `name` (``expenses`` too) with its state in the data directory.
 
     `port` is tried first when given; taken, any free port will do (the expenses manifest then
-    changes, and is quarantined again).
+    changes, and is quarantined again). With `jwks_url` (the gateway's published keys) the backend
+    refuses every write without the gateway's approval receipt for it.
 
     Raises:
         ConfigError: there is no demo backend of that name, or its state file cannot be read.
@@ -84,7 +91,7 @@ async def start_backend(name: str, data_dir: Path, *, port: int = 0) -> AsyncIte
     token, signing_key = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     state_file = data_dir / BACKENDS_DIR / f"{name}.json"
     try:
-        app = factories[name](service_token=token, signing_key=signing_key, state_file=state_file)
+        app = factories[name](service_token=token, signing_key=signing_key, state_file=state_file, jwks_url=jwks_url)
     except StateFileError as error:
         raise ConfigError(f"demo backend {name}: {error} (remove it to start from the seed data)") from error
     async with _serve_on(app, port) as url:
@@ -99,6 +106,13 @@ async def _serve_on(app: Any, port: int) -> AsyncIterator[str]:
         except OSError:  # taken: any free port will do
             base = await stack.enter_async_context(serve_app(app))
         yield base
+
+
+async def ensure_signing_key(store: SigningKeyStore) -> None:
+    """The demo's first signing key, when the store has none (production waits for an operator's
+    ``countersign signing-keys rotate``). A race with another starting process is lost harmlessly."""
+    if (await store.load()).active_kid is None:
+        await store.rotate(overlap_ms=OVERLAP_SECONDS * 1000, expected_active=None)
 
 
 async def demo_keys(keys: KeyStore, data_dir: Path) -> DemoKeys:

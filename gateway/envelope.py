@@ -31,6 +31,7 @@ _MESSAGES: Mapping[Code, str] = {
     Code.INFEASIBLE: "The backend would refuse this write, so no card was made; details.reason says why. "
     "Change the arguments before proposing again.",
     Code.PRECONDITION_CHANGED: "What the approver decided on changed before the write ran; nothing was sent.",
+    Code.RECEIPT_REFUSED: "The backend did not accept the approval's signed receipt; nothing was written.",
     Code.REJECTED: "An administrator rejected this request; nothing was written.",
     Code.EXPIRED: "This request was not decided, or not run, in time; nothing was written.",
     Code.WRITE_FAILED: "The approved write was refused by the backend; nothing was written.",

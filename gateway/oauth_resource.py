@@ -6,6 +6,9 @@
 naming the resource, the issuers whose tokens open it, and the scopes tools require. An MCP
 client finds them from the ``resource_metadata`` of `gateway.auth.BearerAuth`'s 401.
 
+`jwks_route` publishes the gateway's own public keys (`gateway.signer`), with which backends verify
+the identity tokens and approval receipts it sends them.
+
 `ScopeChecks` sits behind BearerAuth on ``/mcp`` and the edge's body checks (so the body is
 already bounded): a ``tools/call`` by a token's principal for a tool whose scopes
 (`OAuthSection.tool_scopes`) the token lacks is 403 with ``error="insufficient_scope"`` and the
@@ -26,10 +29,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import caller_of
 from gateway.codes import Code
+from gateway.errors import StoreUnavailableError
 from gateway.oauth_config import OAuthSection, Surface, metadata_url
+from gateway.signer import Signer
 from gateway.token_verifier import TokenVerifier
 
-__all__ = ["ScopeChecks", "protected_resource_routes", "resource_server"]
+__all__ = ["JWKS_PATH", "ScopeChecks", "jwks_route", "protected_resource_routes", "resource_server"]
 
 _ROOT = "/.well-known/oauth-protected-resource"
 
@@ -62,6 +67,24 @@ def protected_resource_routes(config: OAuthSection) -> list[BaseRoute]:
         return Route(path, endpoint, methods=["GET"])
 
     return [route(path, document) for path, document in documents.items()]
+
+
+JWKS_PATH = "/.well-known/jwks.json"
+
+
+def jwks_route(signer: Signer) -> Route:
+    """``GET /.well-known/jwks.json``: the public keys backends verify identity tokens and approval
+    receipts with (the active key and every key still in its overlap); 503 when Redis does not answer."""
+
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            document = await signer.jwks()
+        except StoreUnavailableError:
+            return JSONResponse({"error": "unavailable"}, 503, headers={"retry-after": "1"})
+        # A backend may cache it this long: shorter than the overlap a rotated-out key is kept for.
+        return JSONResponse(document, headers={"cache-control": "public, max-age=60"})
+
+    return Route(JWKS_PATH, endpoint, methods=["GET"])
 
 
 def _document(config: OAuthSection, resource: str, surface: Surface) -> dict[str, object]:

@@ -38,12 +38,15 @@ from gateway.audit_secret import audit_secret
 from gateway.audit_upkeep import audit_loop
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
+from gateway.loops import run_forever
 from gateway.metrics import serve_metrics
 from gateway.settings import AdapterSettings, Settings
+from gateway.signer import CACHE_SECONDS
 from gateway.stopping import Stopper
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
 from gateway.store.keys import KeyStore
+from gateway.store.signing_keys import SigningKeyStore
 from gateway.worker import Worker
 
 __all__ = ["listen", "preflight", "redis_url_for", "resolved", "run", "run_worker"]
@@ -118,11 +121,13 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
     Raises:
         ConfigError: in production, an adapter without a URL.
     """
+    # The demo backends check approval receipts with the gateway's keys, at the address it is about to serve.
+    jwks = f"http://{_local_host(settings.host)}:{settings.port}/.well-known/jwks.json" if settings.port else None
     async with contextlib.AsyncExitStack() as stack:
         if settings.demo:
             expenses_port = settings.port + 1 if settings.port < 65535 else 0
             started = await stack.enter_async_context(
-                demo.start_backend("expenses", settings.data_dir, port=expenses_port)
+                demo.start_backend("expenses", settings.data_dir, port=expenses_port, jwks_url=jwks)
             )
             settings = replace(
                 settings,
@@ -138,7 +143,7 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
                 continue
             if not settings.demo:
                 raise ConfigError(f"adapter {name} has no url: production mode starts no demo backend")
-            backend = await stack.enter_async_context(demo.start_backend(name, settings.data_dir))
+            backend = await stack.enter_async_context(demo.start_backend(name, settings.data_dir, jwks_url=jwks))
             adapters[name] = replace(
                 adapter, url=backend.url, token=Secret(backend.token), signing_key=Secret(backend.signing_key)
             )
@@ -199,6 +204,7 @@ async def _demo_keys(ready: Settings, redis_url: str) -> demo.DemoKeys:
         redis_url, connect_timeout=ready.redis_connect_timeout_seconds, timeout=ready.redis_timeout_seconds
     )
     try:
+        await demo.ensure_signing_key(SigningKeyStore(connection.client, secret=audit_secret(ready)))
         return await demo.demo_keys(KeyStore(connection.client), ready.data_dir)
     finally:
         await connection.aclose()
@@ -239,6 +245,10 @@ async def run_worker(settings: Settings) -> None:
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
         delivering = [asyncio.create_task(loop) for loop in notify_loops(gateway, settings)]
+        # The identity tokens of its precondition reads and status queries are signed with the keys it holds.
+        await gateway.signer.poll()
+        delivering.append(asyncio.create_task(run_forever(gateway.signer.poll, what="signing keys refresh",
+                                                          pause_seconds=CACHE_SECONDS, retry_on=())))  # fmt: skip
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, task.cancel)

@@ -30,10 +30,10 @@ class AdapterSettings:
     token: Secret | None = None
     """The gateway's own credential for the backend. Never an agent's token."""
     signing_key: Secret | None = None
-    """The key the gateway signs each caller's identity with for this backend (``X-Countersign-Identity``,
-    HS256), shared with the backend, which verifies it. Required for a backend with a `url`: the gateway
-    refuses to start without one (it never invents a key a backend could not know). A demo backend the
-    gateway starts itself gets a fresh one."""
+    """A key shared with this backend to sign each caller's identity with (``X-Countersign-Identity``,
+    HS256): the transition. Without one the identity is signed with the gateway's own keys (EdDSA), which
+    the backend verifies with ``/.well-known/jwks.json`` (`gateway.identity`). A demo backend the gateway
+    starts itself gets a fresh one."""
     timeout_seconds: float = 10.0
     health_path: str = "/_health"
     """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.principal import Principal
 from gateway.upstream import UpstreamClient
 
-__all__ = ["CallerCards", "ToolContext"]
+__all__ = ["CallerCards", "RequestSigner", "ToolContext"]
+
+RequestSigner = Callable[[str, str, Mapping[str, str] | None, Any], Mapping[str, str]]
+"""``(method, path, query, json body) -> headers`` carrying the signed approval receipt of one request
+of an approved write (`gateway.approval_receipts`)."""
 
 
 class CallerCards(Protocol):
@@ -49,3 +53,5 @@ class ToolContext:
     """The caller's cards, for the built-in approvals tools."""
     identity: Mapping[str, str] = field(default_factory=dict)
     """Headers that tell the backend who is asking (subject, org, and a signed claim when keyed)."""
+    receipt: RequestSigner | None = None
+    """Set only when running an approved write: signs the receipt each request of the send carries."""

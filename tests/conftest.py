@@ -21,6 +21,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from tests.support.redis_server import start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,12 +66,13 @@ def quiet_redis_url(redis_server_url: str) -> str:
 
 @pytest.fixture(name="redis")
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
-    """A client (bytes replies) on an empty database, flushed again and closed after the test."""
+    """A client (bytes replies) on a database holding only the gateway's signing key (an operator makes the
+    first one: `tests.support.signing`), flushed again and closed after the test."""
     client = Redis.from_url(redis_url, decode_responses=False)
     try:
-        await client.flushdb()
+        await flush_keeping_signing_key(client)
         yield client
-        await client.flushdb()
+        await flush_keeping_signing_key(client)
     finally:
         await client.aclose()
 
@@ -102,6 +104,7 @@ def expenses() -> Iterator[Backend]:
 @pytest.fixture(scope="session")
 def mcp_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> Iterator[str]:
     """A real gateway under uvicorn for the session; tests create their keys after the flush."""
+    signing_key_before_start(redis_url)
     app = create_app(gateway_settings(redis_url, backends, expenses=expenses))
     with serve_app_in_thread(app, lifespan=True) as base:
         yield f"{base}/mcp"

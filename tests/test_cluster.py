@@ -38,6 +38,7 @@ from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
 from tests.support.redis_topologies import begin_slot_move, redis_cluster
 from tests.support.services import Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -70,6 +71,7 @@ async def cluster(cluster_url: str) -> AsyncIterator[aioredis.Redis]:
     """A client of the cluster, made the way the gateway makes its own."""
     connection = connect(cluster_url, connect_timeout=PATIENT_SECONDS, timeout=PATIENT_SECONDS)
     try:
+        await ensure_signing_key(connection.client)  # as an operator's first rotate, through the Cluster client
         yield connection.client
     finally:
         await connection.aclose()

@@ -34,6 +34,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 from tests.support.services import Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -147,6 +148,7 @@ async def test_nothing_is_acknowledged_or_sent_once_the_ledger_is_not_durable_an
     try:
         token = await make_key(redis, roles=("staff",))
         admin = await make_key(redis, subject="bob@acme.example", kind=KeyKind.ADMIN, roles=("approver",))
+        await ensure_signing_key(redis)
         with serve_app_in_thread(create_app(gateway_settings(url, backends)), lifespan=True) as base:
             headers = {"authorization": f"Bearer {admin}"}
             async with (
@@ -211,6 +213,7 @@ async def test_an_approval_not_confirmed_durable_is_answered_as_such_and_runs_on
     try:
         token = await make_key(redis, roles=("staff",))
         admin = await make_key(redis, subject="bob@acme.example", kind=KeyKind.ADMIN, roles=("approver",))
+        await ensure_signing_key(redis)
         booking = {"room_id": ROOM, "date": day, "start": "09:00", "end": "10:00", "title": "durability"}
         with serve_app_in_thread(create_app(gateway_settings(url, backends)), lifespan=True) as base:
             headers = {"authorization": f"Bearer {admin}"}

@@ -40,6 +40,7 @@ PLACES: dict[str, int] = {
     "gateway.cli_adapters": ROOT_LAYER,
     "gateway.cli_cards": ROOT_LAYER,
     "gateway.cli_commands": ROOT_LAYER,
+    "gateway.cli_signing": ROOT_LAYER,
     "gateway.cli_parser": ROOT_LAYER,
     "gateway.logs": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
@@ -79,6 +80,8 @@ PLACES: dict[str, int] = {
     "gateway.health": EXECUTOR,
     "gateway.readiness": EXECUTOR,
     "gateway.identity": EXECUTOR,
+    "gateway.signer": EXECUTOR,
+    "gateway.approval_receipts": EXECUTOR,
     "gateway.registry": EXECUTOR,
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols
     "gateway.store": STORE,

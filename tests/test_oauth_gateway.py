@@ -25,6 +25,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import free_port
 from tests.support.services import Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 from tests.support.token_issuer import TokenIssuer, serve_issuer
 
 pytestmark = pytest.mark.anyio
@@ -74,6 +75,7 @@ async def store(deployed: Deployed) -> AsyncIterator[Redis]:
     client = Redis.from_url(deployed.redis_url, decode_responses=False)
     try:
         await client.flushdb()
+        await ensure_signing_key(client)
         yield client
     finally:
         await client.aclose()

@@ -172,12 +172,13 @@ def test_a_spec_with_every_decision_declared_drafts_a_valid_manifest() -> None:
     assert [tool.name for tool in manifest.tools] == ["billing_list_invoices", "billing_create_credit_note"]
     assert manifest.credential is not None and manifest.credential.secret_env == "BILLING_BACKEND_TOKEN"
     assert manifest.health_path == "/healthz"
-    assert manifest.signing_secret_env == "BILLING_SIGNING_KEY"
+    assert manifest.signing_secret_env is None
 
 
-def test_the_signing_secret_is_drafted_in_the_adapters_namespace_unless_declared() -> None:
-    """Every manifest must name one (the backend verifies who is asking with it); a declared one is kept."""
-    assert _billing().manifest["signing_secret_env"] == "BILLING_SIGNING_KEY"
+def test_a_shared_signing_secret_is_kept_when_declared_and_never_drafted() -> None:
+    """Without one the backend verifies identities with the gateway's JWKS; a declared one (the HS256
+    transition) is kept."""
+    assert "signing_secret_env" not in _billing().manifest
     declared = BILLING | {"x-countersign": {**BILLING.get("x-countersign", {}), "signing_secret_env": "BILLING_ID_KEY"}}
     assert draft_manifest(declared, name="billing").manifest["signing_secret_env"] == "BILLING_ID_KEY"
 

@@ -156,9 +156,7 @@ async def test_a_changed_definition_is_quarantined_and_agents_keep_the_pinned_on
         (lambda m: m["tools"][0].update(name="rooms_list"), "must start with expenses_"),
         (lambda m: m.update(credential={"secret_env": "COUNTERSIGN_ADMIN_KEY"}), "must start with EXPENSES_"),
         (lambda m: m.update(signing_secret_env="AWS_SECRET_ACCESS_KEY"), "must start with EXPENSES_"),
-        # Without its signing key the backend could not verify who is asking.
-        (lambda m: m.pop("signing_secret_env"), "signing_secret_env: Field required"),
-        (lambda m: m.update(signing_secret_env=None), "signing_secret_env"),
+        (lambda m: m.update(signing_secret_env="lower_case"), "signing_secret_env"),
         # A write may run 60 s, the worker's lease is 30 s: another worker could resend it mid-flight.
         (lambda m: m["tools"][2].update(timeout_seconds=60), "lease"),
     ],

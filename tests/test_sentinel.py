@@ -30,6 +30,7 @@ from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
 from tests.support.redis_topologies import SentinelGroup, sentinel_group
 from tests.support.services import Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -78,6 +79,7 @@ async def test_a_master_killed_mid_flow_loses_no_approved_card_and_runs_none_twi
     old_master = 0
     try:
         token = await make_key(connection.client, subject="failover@acme.example")
+        await ensure_signing_key(connection.client)
         with serve_app_in_thread(create_app(settings), lifespan=True) as base:
             with anyio.fail_after(WITHIN_SECONDS):
                 async with anyio.create_task_group() as group_tasks:

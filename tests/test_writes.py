@@ -24,6 +24,7 @@ from tests.support.cards import settled as _settled
 from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
+from tests.support.signing import ensure_signing_key
 
 AUDIT = Secret(TEST_AUDIT_SECRET)
 
@@ -257,6 +258,7 @@ async def test_an_approved_write_whose_argument_would_change_its_endpoint_fails_
     org = OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff"}))
     try:
         await redis.flushdb()
+        await ensure_signing_key(redis)
         with serve_planted() as (url, backend):
             notes = AdapterSettings(name="notes", url=url, signing_key=Secret(secrets.token_hex(16)))
             settings = Settings(redis_url=quiet_redis_url, adapters={"notes": notes}, orgs=(org,), audit_secret=AUDIT)

@@ -32,7 +32,7 @@ from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.tasks import TaskPath
-from gateway.executor.writes import LivePrincipal, WritePath
+from gateway.executor.writes import LivePrincipal, Receipts, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -70,6 +70,7 @@ class Executor:
         reconcile_horizon_ms: int,
         approvals: ApprovalSettings,
         announce: Announce,
+        receipts: Receipts,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
@@ -80,6 +81,6 @@ class Executor:
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
             live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
-            reconcile_horizon_ms=reconcile_horizon_ms,
+            reconcile_horizon_ms=reconcile_horizon_ms, receipts=receipts,
         )  # fmt: skip
         return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))

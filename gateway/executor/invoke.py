@@ -21,7 +21,7 @@ from gateway.ledger import Ledger
 from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.tool import Tool
-from gateway.tool_context import ToolContext
+from gateway.tool_context import RequestSigner, ToolContext
 from gateway.upstream import UpstreamClient
 
 __all__ = ["IdentityHeaders", "Invoker", "args_hash", "requester_of"]
@@ -38,10 +38,18 @@ class Invoker:
         self._identity = identity
         self._ledger = ledger
 
-    def context(self, tool: Tool, principal: Principal, *, idempotency_key: str | None = None) -> ToolContext:
+    def context(
+        self,
+        tool: Tool,
+        principal: Principal,
+        *,
+        idempotency_key: str | None = None,
+        receipt: RequestSigner | None = None,
+    ) -> ToolContext:
         """What `tool` receives for `principal`: its backend client, identity headers, the caller's cards.
 
-        `idempotency_key` is set only for an approved write: the key minted with its card.
+        `idempotency_key` and `receipt` are set only for an approved write: the key minted with its card,
+        and what signs the approval receipt of each of its requests.
         """
         return ToolContext(
             principal=principal,
@@ -50,6 +58,7 @@ class Invoker:
             idempotency_key=idempotency_key,
             cards=LedgerCallerCards(self._ledger, principal),
             identity=self._identity(principal, tool.adapter),
+            receipt=receipt,
         )
 
     async def invoke(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> BaseModel:

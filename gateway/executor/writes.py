@@ -5,10 +5,10 @@ outcome is unknown (`reconcile`). It returns the card as it ends up and audits e
 
 The order of the steps in `WritePath._send` is the specification: re-check the binding (the tool
 is still served with the same definition, the arguments still hash to the approved args_hash, the
-requester's key is live and still has access) -> the precondition (a first send reads the tool's
-preview again: what the approver decided on no longer holding is FAILED, PRECONDITION_CHANGED, unsent)
--> record DISPATCHED, durably, before anything is
-sent -> send once with the key minted when the card was created -> classify the attempt by policy
+requester's key is live and still has access) -> hold the approval receipt's signer (no signing key:
+released, unsent) -> the precondition (a first send reads the tool's preview again: what the approver
+decided on no longer holding is FAILED, PRECONDITION_CHANGED, unsent) -> record DISPATCHED, durably,
+before anything is sent -> send once with the key minted when the card was created -> classify the attempt by policy
 (nothing sent: release and retry with the same key; definitive refusal of a first send: FAILED;
 anything that may have landed, and a resend's refusal: UNKNOWN, settled by a status query, never a
 blind resend). An argument the adapter cannot put in its request path (`PathArgumentError`) is
@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gateway.adapter_http import RECEIPT_REFUSALS
 from gateway.audit import AuditEvent, AuditSink
 from gateway.card import Card, CardState
 from gateway.codes import Code
@@ -37,14 +38,18 @@ from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
 from gateway.principal import TOKEN_KEY_PREFIX, Principal
 from gateway.tool import Tool
+from gateway.tool_context import RequestSigner
 from gateway.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
 from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
-__all__ = ["LivePrincipal", "WritePath"]
+__all__ = ["LivePrincipal", "Receipts", "WritePath"]
 
 LivePrincipal = Callable[[str], Awaitable[Principal | None]]
 """``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
+Receipts = Callable[[Card, str], Awaitable[RequestSigner | None]]
+"""``(card, adapter) -> what signs the receipts of one send`` (`gateway.signer.Signer.receipts_for`);
+None when the gateway has no signing key."""
 
 _LATE_RESEND = "execute_by passed before a resend; the earlier send may have landed"
 
@@ -65,6 +70,7 @@ class WritePath:
         healthy: Callable[[str], bool],
         lease_ms: int,
         reconcile_horizon_ms: int,
+        receipts: Receipts,
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
@@ -76,6 +82,7 @@ class WritePath:
         self._healthy = healthy
         self._lease_ms = lease_ms
         self._horizon_ms = reconcile_horizon_ms
+        self._receipts = receipts
 
     async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
         """Claim an approved card and run its write once. Returns the card as it ends up."""
@@ -176,7 +183,19 @@ class WritePath:
         contract = tool.write_contract
         args = tool.arguments.model_validate(card.arguments)
 
-        # 1b. The precondition: what the approver decided on still holds, read again just before sending.
+        # 1b. The receipt's signer, with the key active now (read first: the precondition's identity is signed
+        # with the same keys). Without a key nothing is sent (a backend that checks receipts would refuse the
+        # write), and the card waits APPROVED for an operator to make one.
+        receipt = await self._receipts(card, tool.adapter)
+        if receipt is None:
+            reason = "no signing key for the approval receipt (countersign signing-keys rotate)"
+            released = await self._ledger.release(
+                card.card_id, fence=card.fence, reason="no signing key", requeue_ms=backoff_ms(card.attempts)
+            )
+            await self._record(card, "card.execute", "NOT_SENT", f"{reason}; will retry")
+            return released.card
+
+        # 1c. The precondition: what the approver decided on still holds, read again just before sending.
         changed = await self._precondition(card, tool, args)
         if changed is not None:
             return changed
@@ -197,8 +216,8 @@ class WritePath:
         if dispatched.status is not TransitionStatus.OK:
             return dispatched.card  # the lease was lost: another worker owns the card now
 
-        # 3. Send once, with the key minted when the card was created.
-        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
+        # 3. Send once, with the key minted when the card was created and a receipt signed for this send.
+        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key, receipt=receipt)
         error: UpstreamError | None = None
         reference = ""
         try:
@@ -242,7 +261,9 @@ class WritePath:
         reason = _what_failed(error)
         if done.status is TransitionStatus.ERR_NOT_DURABLE:
             reason = f"{reason}; outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
-        await self._record(card, "card.execute", attempt.value, reason.removeprefix("; "))
+        await self._record(
+            card, "card.execute", attempt.value, reason.removeprefix("; "), code=str(evidence.get("code", ""))
+        )
         return done.card
 
     async def _precondition(self, card: Card, tool: Tool, args: Any) -> Card | None:
@@ -319,6 +340,8 @@ def _evidence(error: UpstreamError | None, tool: Tool) -> dict[str, Any]:
     evidence: dict[str, Any] = {"error": type(error).__name__, "status": error.status}
     if isinstance(error, UpstreamRefusedError) and error.reason:
         evidence["reason"] = error.reason
+        if error.reason in RECEIPT_REFUSALS:
+            evidence["code"] = Code.RECEIPT_REFUSED.value
         if error.reason in tool.refusal_words:
             evidence["said"] = tool.refusal_words[error.reason]
     return evidence

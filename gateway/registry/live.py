@@ -4,8 +4,9 @@ Who uses it: the composition root builds one and hands it to the executor and th
 their `ToolSource`. `refresh()` is cheap when nothing changed (one GET of the registry version);
 when an admin accepts or removes an adapter, it builds the new tools, opens a client for each new
 backend, and swaps in a new `Toolbox` in one assignment, so every call sees one consistent set.
-A pinned adapter is served only with its signing key (``signing_secret_env`` set in the gateway's
-secrets): no registered backend ever receives a call whose identity it cannot verify.
+A pinned adapter that names a shared signing key (``signing_secret_env``) is served only when that key
+is set in the gateway's secrets; one that names none gets identities signed with the gateway's own
+keys (its JWKS): no registered backend ever receives a call whose identity it cannot verify.
 Listeners (the MCP surface) are told, so clients can get ``notifications/tools/list_changed``.
 """
 
@@ -83,8 +84,9 @@ class LiveToolSource:
                 # adapter stays out, loudly.
                 logger.error("pinned adapter %s cannot be served: %s", name, error)
                 continue
-            signing_key = self._secrets.get(manifest.signing_secret_env)
-            if not signing_key:
+            # A named shared key must be set (its backend expects HS256); none named: the gateway's own keys.
+            signing_key = self._secrets.get(manifest.signing_secret_env) if manifest.signing_secret_env else None
+            if manifest.signing_secret_env and not signing_key:
                 # Its backend could not verify who is asking; it gets no call at all rather than an
                 # unsigned one.
                 logger.error(
@@ -108,7 +110,7 @@ class LiveToolSource:
                 await listener()
         return changed
 
-    def _connect(self, name: str, manifest: AdapterManifest, signing_key: str) -> None:
+    def _connect(self, name: str, manifest: AdapterManifest, signing_key: str | None) -> None:
         # The key first: by the time a call can reach the new client, it is signed for.
         self._identity.with_key(name, signing_key)
         credential = self._secrets.get(manifest.credential.secret_env) if manifest.credential else None

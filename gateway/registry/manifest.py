@@ -162,15 +162,15 @@ class AdapterManifest(_Strict):
 
     base_url: Annotated[str, Field(max_length=512)]
     credential: CredentialSpec | None = None
-    signing_secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")]
-    """Env var on the gateway host holding the key the gateway signs the identity header with (HS256).
+    signing_secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")] | None = None
+    """Env var on the gateway host holding a key shared with the backend, to sign the identity header
+    with (HS256): the transition for a backend that cannot yet verify with the gateway's JWKS.
 
-    Required, with no default: a backend learns who is asking only from that signed header (the plain
-    subject and org headers beside it are for logs and prove nothing), so a backend the gateway cannot
-    sign for cannot scope its data to the caller. The backend holds the same key and verifies every
-    request with it (`gateway.identity.verify_identity`). Like every secret reference, it must start
-    with the adapter's own namespace (``EXPENSES_SIGNING_KEY`` for ``expenses``). A pinned adapter
-    whose variable is not set on the gateway is not served.
+    Absent, the identity header is signed with the gateway's own keys (EdDSA) and the backend verifies
+    it with ``/.well-known/jwks.json`` (`gateway.identity.verify_identity`): nothing is shared. Named,
+    like every secret reference it must start with the adapter's own namespace
+    (``EXPENSES_SIGNING_KEY`` for ``expenses``), and a pinned adapter whose variable is not set on the
+    gateway is not served (its backend expects HS256 and could not verify anything else).
     """
     health_path: Annotated[str, Field(pattern=_PATH)] = "/_health"
     tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=100)]

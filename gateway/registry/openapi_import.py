@@ -12,9 +12,9 @@ the query and others as the JSON body, so a query parameter on a POST is a probl
 ``x-countersign`` on an operation, with the root's as defaults (``approval`` and ``write_contract``
 merged key by key), declares ``access``, ``approval``, ``write_contract``, ``summary_template``,
 ``agent_text_fields``, ``untrusted_output_fields``, ``timeout_seconds``; the root may add ``credential``,
-``signing_secret_env`` (drafted as ``<NAME>_SIGNING_KEY`` when absent: every manifest needs one) and
-``health_path``. With no problems, the draft is checked with ``AdapterManifest.model_validate`` and its
-errors become problems.
+``signing_secret_env`` (only for a backend that still verifies identities with a shared key; absent,
+the gateway's JWKS) and ``health_path``. With no problems, the draft is checked with
+``AdapterManifest.model_validate`` and its errors become problems.
 """
 
 from __future__ import annotations
@@ -80,9 +80,6 @@ class _Importer:
         root = self._extension("x-countersign (root)", self.document, {*_DEFAULT_KEYS, *_ROOT_ONLY_KEYS})
         manifest: dict[str, Any] = {"base_url": self._base_url(base_url)}
         manifest |= {key: root[key] for key in _ROOT_ONLY_KEYS if key in root}
-        if "signing_secret_env" not in manifest:
-            # Required: the backend verifies who is asking with this key (`gateway.identity`).
-            manifest["signing_secret_env"] = f"{self.name.upper()}_SIGNING_KEY"
         defaults = {key: root[key] for key in _DEFAULT_KEYS if key in root}
         tools: dict[str, dict[str, Any]] = {}
         for path, item in (self.document.get("paths") or {}).items():

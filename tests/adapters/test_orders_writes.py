@@ -25,6 +25,7 @@ from gateway.tool_context import ToolContext
 from gateway.upstream_aiohttp import AiohttpUpstream
 from policies.approval import approvals_required
 from tests.support.services import TEST_SIGNING_KEY
+from tests.support.signing import receipts_for_key
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +53,10 @@ async def context(backend: Served, *, key: str | None = None) -> AsyncIterator[T
     http = AiohttpUpstream(backend.url, service="orders", credential=TOKEN, timeout_seconds=5.0)
     try:
         identity = IdentityHeaders({"orders": TEST_SIGNING_KEY})(CAROL, "orders")
-        yield ToolContext(principal=CAROL, http=http, service="orders", idempotency_key=key, identity=identity)
+        receipt = await receipts_for_key("orders", key) if key is not None else None
+        yield ToolContext(
+            principal=CAROL, http=http, service="orders", idempotency_key=key, identity=identity, receipt=receipt
+        )
     finally:
         await http.aclose()
 

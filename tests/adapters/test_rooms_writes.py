@@ -26,6 +26,7 @@ from gateway.tool import Mode, Tool
 from gateway.tool_context import ToolContext
 from gateway.upstream_aiohttp import AiohttpUpstream
 from tests.support.services import TEST_SIGNING_KEY
+from tests.support.signing import receipts_for_key
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +55,10 @@ async def context(backend: Served, who: Principal = ALICE, *, key: str | None = 
     http = AiohttpUpstream(backend.url, service="rooms", credential=TOKEN, timeout_seconds=5.0)
     try:
         identity = IdentityHeaders({"rooms": TEST_SIGNING_KEY})(who, "rooms")
-        yield ToolContext(principal=who, http=http, service="rooms", idempotency_key=key, identity=identity)
+        receipt = await receipts_for_key("rooms", key) if key is not None else None
+        yield ToolContext(
+            principal=who, http=http, service="rooms", idempotency_key=key, identity=identity, receipt=receipt
+        )
     finally:
         await http.aclose()
 
@@ -91,7 +95,7 @@ def test_room_writes_need_staff_and_one_approver_within_a_day_then_an_hour() -> 
         assert (tool.approval.decide_within_seconds, tool.approval.execute_within_seconds) == (86400, 3600)
         contract = tool.write_contract
         assert (contract.dedupes_on_key, contract.key_retention_seconds) == (True, 86400)
-        assert (contract.reference_field, contract.not_applied_statuses) == ("booking_id", {400, 404, 409, 422})
+        assert (contract.reference_field, contract.not_applied_statuses) == ("booking_id", {400, 403, 404, 409, 422})
     assert BOOK.agent_text_fields == {"title"} and CANCEL.agent_text_fields == frozenset()
     assert BOOK.description.startswith("Requests approval to book a meeting room; nothing happens until")
 

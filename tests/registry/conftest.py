@@ -19,6 +19,7 @@ from gateway.app import create_app
 from gateway.settings import OrgSettings, Settings
 from tests.support.planted import PlantedBackend, serve_planted
 from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 
 
 @pytest.fixture(scope="session")
@@ -34,18 +35,20 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
         redis_url=notes_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
         audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"NOTES_SIGNING_KEY": NOTES_SIGNING_KEY},
     )  # fmt: skip
+    signing_key_before_start(notes_redis_url)
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         yield f"{base}/mcp"
 
 
 @pytest.fixture
 async def notes_redis(notes_redis_url: str) -> AsyncIterator[Redis]:
-    """A client on the notes gateway's database, flushed before and after the test."""
+    """A client on the notes gateway's database, flushed before and after the test but for the gateway's
+    signing key (`tests.support.signing`)."""
     client = Redis.from_url(notes_redis_url, decode_responses=False)
     try:
-        await client.flushdb()
+        await flush_keeping_signing_key(client)
         yield client
-        await client.flushdb()
+        await flush_keeping_signing_key(client)
     finally:
         await client.aclose()
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import anyio
 import httpx
+import jwt
 import pytest
 from redis.asyncio import Redis
 
 from gateway.identity import IDENTITY_HEADER, verify_identity
-from gateway.principal import KeyKind
 from tests.support.agents import agent, error_code, make_key
 from tests.support.planted import PlantedBackend
 from tests.support.registration import register, register_and_accept, remove
@@ -94,18 +94,26 @@ async def test_a_pinned_adapter_whose_signing_secret_is_unset_is_not_served(
     assert backend.requests == []
 
 
-async def test_a_manifest_without_a_signing_secret_is_refused_naming_the_field(
+async def test_a_manifest_without_a_signing_secret_gets_identities_it_verifies_with_the_jwks(
     notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
 ) -> None:
-    url, _backend = planted_backend
+    """No shared key named: every request carries an EdDSA identity that verifies with the gateway's
+    published keys, and with no shared key."""
+    url, backend = planted_backend
+    backend.plant({"note_id": "n1"})
     manifest = _manifest(url)
     del manifest["signing_secret_env"]
-    service = await make_key(notes_redis, kind=KeyKind.SERVICE, subject="notes-svc", org="acme", roles=())
-    async with httpx.AsyncClient(base_url=_base(notes_mcp_url), timeout=10) as http:
-        answer = await http.put(
-            "/registry/api/adapters/notes", json=manifest, headers={"authorization": f"Bearer {service}"}
-        )
-    assert answer.status_code == 422, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == "VALIDATION_ERROR"
-    assert any(problem.startswith("signing_secret_env:") for problem in error["problems"]), error
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, manifest, "notes")
+    backend.forget()
+    try:
+        async with agent(notes_mcp_url, agent_key) as client:
+            assert not (await client.call_tool("notes_detail", {"note_id": "n1"})).is_error
+        async with httpx.AsyncClient(base_url=_base(notes_mcp_url), timeout=10) as http:
+            jwks = (await http.get("/.well-known/jwks.json")).json()
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    [(_path, headers)] = backend.requests
+    claims = verify_identity(headers[IDENTITY_HEADER], adapter="notes", jwks=jwks)
+    assert claims == {"sub": "alice@acme.example", "org": "acme"}
+    with pytest.raises(jwt.InvalidTokenError):
+        verify_identity(headers[IDENTITY_HEADER], key=NOTES_SIGNING_KEY, adapter="notes")
