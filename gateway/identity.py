@@ -52,6 +52,7 @@ class IdentityHeaders:
         # measurable part of a read's CPU).
         self._signed: dict[tuple[str, str, str], str] = {}
         self._second = -1
+        self._kid: str | None = None
 
     def with_key(self, adapter: str, key: str | None) -> None:
         """Sign for `adapter` with the shared `key` from now on, or (None) with the gateway's own keys
@@ -71,9 +72,12 @@ class IdentityHeaders:
                   "iat": now, "exp": now + self._ttl}  # fmt: skip
         key = self._keys.get(adapter)
         if key or self._signer is not None:
-            if now != self._second:
+            # A rotation starts a new cache too: an identity signed with the old key must not ride beside a
+            # receipt signed with the new one (a backend learns a new key from the first token naming it).
+            kid = self._signer.active_kid if self._signer is not None else None
+            if now != self._second or kid != self._kid:
                 self._signed.clear()
-                self._second = now
+                self._second, self._kid = now, kid
             signed = self._signed.get((principal.subject, principal.org, adapter))
             if signed is None:
                 signed = jwt.encode(claims, key, algorithm="HS256") if key else None

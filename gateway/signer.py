@@ -86,6 +86,11 @@ class Signer:
         """Whether an active key is held (production starts with none until an operator rotates one in)."""
         return self._keys is not None and self._keys.private_key is not None
 
+    @property
+    def active_kid(self) -> str | None:
+        """The id of the key `sign` signs with now; None when none is held."""
+        return self._keys.active_kid if self._keys is not None and self._keys.private_key is not None else None
+
     async def jwks(self) -> dict[str, Any]:
         """``{"keys": [...]}``: the public JWK of every key published now (active first)."""
         keys = await self.refresh()
