@@ -70,6 +70,8 @@ class ServiceState:
     def __init__(self, *, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None = None) -> None:
         self.requests: deque[RecordedRequest] = deque(maxlen=REQUEST_LOG_SIZE)
         """The last ``REQUEST_LOG_SIZE`` requests received, oldest first."""
+        self.received = 0
+        """How many requests were ever received: a mark for `since` (the log's length stops growing)."""
         self.idempotency = IdempotencyStore(ttl_seconds=key_ttl_seconds, clock=clock)
         self.faults = FaultSwitch()
         self._state_file = state_file
@@ -106,6 +108,18 @@ class ServiceState:
             name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         self.requests.append(RecordedRequest(method=scope["method"], path=scope["path"], headers=headers))
+        self.received += 1
+
+    def since(self, mark: int) -> list[RecordedRequest]:
+        """The requests received after `mark` (a value of `received`), oldest first.
+
+        Raises:
+            LookupError: more arrived since than the log keeps, so some of them are gone.
+        """
+        count = self.received - mark
+        if count > len(self.requests):
+            raise LookupError(f"{count} requests since the mark; the log keeps {len(self.requests)}")
+        return list(self.requests)[len(self.requests) - count :] if count > 0 else []
 
 
 class ServiceShell:

@@ -29,14 +29,14 @@ async def test_a_configured_backend_without_a_shared_key_gets_identities_signed_
     unkeyed = replace(settings.adapters["rooms"], signing_key=None)
     settings = replace(settings, adapters={**settings.adapters, "rooms": unkeyed}, run_worker=False)
     token = await make_key(redis, roles=("staff",))
-    before = len(backends["rooms"].app.state.service.requests)
+    before = backends["rooms"].app.state.service.received
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         async with agent(f"{base}/mcp", token) as client:
             mine = await client.call_tool("rooms_my_bookings", {})
         with httpx.Client(base_url=base) as http:
             jwks = http.get("/.well-known/jwks.json").json()
     assert error_code(mine) == "UPSTREAM_ERROR"
-    [seen] = [r for r in list(backends["rooms"].app.state.service.requests)[before:] if r.path == "/bookings/mine"]
+    [seen] = [r for r in backends["rooms"].app.state.service.since(before) if r.path == "/bookings/mine"]
     claims = verify_identity(seen.headers["x-countersign-identity"], adapter="rooms", jwks=jwks)
     assert claims == {"sub": "alice@acme.example", "org": "acme"}
     with pytest.raises(jwt.InvalidTokenError):
@@ -51,12 +51,12 @@ async def test_a_backend_refuses_a_gateway_that_signs_with_another_key(
     wrong = replace(settings.adapters["rooms"], signing_key=Secret("not-the-key-rooms-verifies-with-0123456789"))
     settings = replace(settings, adapters={**settings.adapters, "rooms": wrong}, run_worker=False)
     token = await make_key(redis, roles=("staff",))
-    before = len(backends["rooms"].app.state.service.requests)
+    before = backends["rooms"].app.state.service.received
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
         async with agent(f"{base}/mcp", token) as client:
             mine = await client.call_tool("rooms_my_bookings", {})
             orders = await client.call_tool("orders_get", {"order_id": "ord-1001"})
     assert error_code(mine) == "UPSTREAM_ERROR"
     assert not orders.is_error  # orders is keyed correctly and answers
-    seen = list(backends["rooms"].app.state.service.requests)[before:]
+    seen = backends["rooms"].app.state.service.since(before)
     assert [r.path for r in seen if r.path == "/bookings/mine"] == ["/bookings/mine"]

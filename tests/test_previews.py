@@ -115,14 +115,15 @@ async def test_a_proposal_the_backend_would_refuse_makes_no_card(
     with a reason the model can act on, audited, and no card for anyone to approve."""
     text = {"title": "Sync"} if tool == "rooms_book" else {"reason": "goodwill"}
     token = await make_key(redis, **(CAROL if tool.startswith("orders") else {}))
-    posts_before = len([r for r in backends["rooms"].app.state.service.requests if r.method == "POST"])
+    mark = {name: backend.app.state.service.received for name, backend in backends.items()}
     async with agent(mcp_url, token) as client:
         result = await client.call_tool(tool, arguments | text)
     assert error_code(result) == "INFEASIBLE"
     error = payload(result)["error"]
     assert error["retryable"] is False and words in error["details"]["reason"]
     assert await RedisLedger(redis).recent() == []
-    assert len([r for r in backends["rooms"].app.state.service.requests if r.method == "POST"]) == posts_before
+    sent = [r for name, backend in backends.items() for r in backend.app.state.service.since(mark[name])]
+    assert [r for r in sent if r.method == "POST"] == []  # the preview read; nothing was written
     [event] = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.tool == tool]
     assert (event.code, event.outcome) == ("INFEASIBLE", "deny")
 
