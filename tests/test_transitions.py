@@ -48,6 +48,7 @@ from gateway.card_transitions import (
 from gateway.ledger import Ledger, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
+from gateway.store.ledger_codec import decode_card
 from gateway.store.ledger_layout import open_cards_key, requester_tag
 from gateway.store.ledger_scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
@@ -114,7 +115,7 @@ async def _store(ledger: RedisLedger, redis: Redis, state: CardState, fields: Ma
     created = await ledger.propose(PROPOSAL)
     assert created.card is not None
     key = _card_key(created.card.card_id)
-    stored = json.loads(await redis.get(key))
+    stored = decode_card(await redis.get(key), created.card.card_id)
     now = await ledger.server_time_ms()
     times = {PAST: str(now - 60_000), FUTURE: str(now + 3_600_000)}
     stored |= {
@@ -198,10 +199,10 @@ def _cases(pairs: Iterator[tuple[CardTransition, Any, Setup]]) -> list[Any]:
     ]
 
 
-def _assert_refused(guard: Guard, result: Transition, before: bytes, after: bytes) -> None:
+def _assert_refused(guard: Guard, result: Transition, card_id: str, before: bytes, after: bytes) -> None:
     """A refusal by `guard`: its status, and on the card exactly what its aftermath says."""
     assert result.status is guard.refusal
-    old, new = json.loads(before), json.loads(after)
+    old, new = decode_card(before, card_id), decode_card(after, card_id)
     if guard.aftermath is Aftermath.NOTHING:
         assert after == before
         return
@@ -241,11 +242,11 @@ async def test_each_transition_applies_exactly_from_the_states_the_table_lists(
     if state in row.sources:
         assert result.status is TransitionStatus.OK
         assert result.card is not None and result.card.state in row.targets
-        old, new = json.loads(before), json.loads(after)
+        old, new = decode_card(before, card.card_id), decode_card(after, card.card_id)
         assert new["state"] == result.card.state
         assert len(new["events"]) == len(old["events"]) + 1 and int(new["version"]) == int(old["version"]) + 1
     else:
-        _assert_refused(row.wrong_state, result, before, after)
+        _assert_refused(row.wrong_state, result, card.card_id, before, after)
 
 
 VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
@@ -287,7 +288,7 @@ async def test_each_guard_refuses_with_its_status_and_leaves_only_what_the_table
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     before = await redis.get(_card_key(card.card_id))
     result = await RUNS[row.name](ledger, card, setup.call)
-    _assert_refused(guard, result, before, await redis.get(_card_key(card.card_id)))
+    _assert_refused(guard, result, card.card_id, before, await redis.get(_card_key(card.card_id)))
 
 
 def test_every_guard_of_every_row_is_broken_by_some_test() -> None:

@@ -4,13 +4,14 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string holding its events
-and applied transition ids) shares the tag of its shard with the shard's outbox stream, open-card
-(dedupe) hash, index, timers and open-card set, so every script touches exactly one slot (Redis
-Cluster safe). The shard of a card is chosen from its requester (org and subject): all of one
-requester's cards live in one shard, so `propose` counts the requester's open cards against its cap
-(`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
-dedupe key is scoped to its requester, lands where the open card it duplicates lives.
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact JSON string holding
+its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard with
+the shard's outbox stream, open-card (dedupe) hash, index, timers and open-card set, so every script
+touches exactly one slot (Redis Cluster safe). The shard of a card is chosen from its requester (org
+and subject): all of one requester's cards live in one shard, so `propose` counts the requester's
+open cards against its cap (`gateway.limits.Limits.open_cards`) in the same atomic script, and an
+identical proposal, whose dedupe key is scoped to its requester, lands where the open card it
+duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
@@ -41,6 +42,7 @@ from gateway.limits import Limits
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
+from gateway.store.ledger_codec import decode_card
 from gateway.store.ledger_layout import (
     SHARDS,
     card_keys,
@@ -129,7 +131,7 @@ class RedisLedger:
                           applied=result.status, problems=report.problems)  # fmt: skip
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
-        return await self._replay(name, card_id, secrets.token_hex(12), *args)
+        return await self._replay(name, card_id, _transition_id(), *args)
 
     async def _replay(self, name: str, card_id: str, transition_id: str, *args: str | int) -> Transition:
         """Run a script under `transition_id` (`_run` mints a fresh one; tests of replay safety choose theirs)."""
@@ -173,7 +175,7 @@ class RedisLedger:
         result = await self._eval(
             "propose",
             self._proposal_keys(card_id, shard, org, subject),
-            [secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
+            [_transition_id(), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
         )
         if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))
@@ -235,14 +237,14 @@ class RedisLedger:
         if shard is None:
             return None
         raw: Any = await self._client.get(self._keys(card_id, shard)[0])
-        return _card(json.loads(raw)) if raw else None
+        return _card(decode_card(raw, card_id)) if raw else None
 
     async def events(self, card_id: str) -> list[CardEvent]:
         shard = card_shard(card_id)
         if shard is None:
             return []
         raw: Any = await self._client.get(self._keys(card_id, shard)[0])
-        return [_event(entry) for entry in json.loads(raw).get("events", ())] if raw else []
+        return [_event(entry) for entry in decode_card(raw, card_id).get("events", ())] if raw else []
 
     async def recent(
         self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
@@ -281,7 +283,7 @@ class RedisLedger:
             for card_id in card_ids:  # ids come from the indexes, which hold only ids the ledger minted
                 pipe.get(self._keys(card_id, card_shard(card_id) or 0)[0])
             raws: list[Any] = await pipe.execute()
-        return [_card(json.loads(raw)) if raw else None for raw in raws]
+        return [_card(decode_card(raw, card_id)) if raw else None for card_id, raw in zip(card_ids, raws, strict=True)]
 
     async def due(self, *, now_ms: int, limit: int = 100) -> list[str]:
         """Cards whose timer (expiry, requeue, lease, reconcile) is due."""
@@ -316,6 +318,11 @@ class RedisLedger:
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
         await self._client.xdel(entry.stream, entry.entry_id)
+
+
+def _transition_id() -> str:
+    # 64 random bits: an id is only compared with the few dozen a card remembers (`MAX_APPLIED`).
+    return secrets.token_hex(8)
 
 
 def _text(value: bytes | str) -> str:

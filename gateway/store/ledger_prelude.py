@@ -13,6 +13,7 @@ cannot cancel it and did nothing wrong, so a flaky backend must not lock its req
 
 from __future__ import annotations
 
+from gateway.store.ledger_codec import CODEC
 from gateway.store.ledger_history import HISTORY
 
 __all__ = ["PRELUDE"]
@@ -20,7 +21,7 @@ __all__ = ["PRELUDE"]
 PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (JSON string, holding its events and applied transition ids),
+--   1 card (compact JSON string, holding its events and applied transition ids),
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
 --   6 shard open-card set: a zset, every score 0, members '<requester>:<card id>', so that ZLEXCOUNT
 --   over one requester's prefix counts its open cards (all of a requester's cards share a shard)
@@ -39,10 +40,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The history and the applied transition ids live in the card itself: one key per card, which
+-- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
+"""
+    + HISTORY
+    + CODEC
+    + r"""
+-- A card is stored compactly (gateway.store.ledger_codec); the scripts only see it expanded.
 local function load()
   local raw = redis.call('GET', card_key)
   if not raw then return nil end
-  return cjson.decode(raw)
+  return expand(cjson.decode(raw), string.match(card_key, ':card:(.+)$'))
 end
 
 local function counts_as_open(c)
@@ -50,7 +59,7 @@ local function counts_as_open(c)
 end
 
 local function save(c)
-  redis.call('SET', card_key, cjson.encode(c))
+  redis.call('SET', card_key, cjson.encode(compact(c)))
   -- Membership follows the state on every save, so no transition out of the open states can leave
   -- a stale member behind (a card made before the set existed has no `open_member`).
   if c.open_member then
@@ -71,12 +80,6 @@ local function reply(status, c, extra)
   return cjson.encode({status = status, card = fields, extra = extra or {}})
 end
 
--- The history and the applied transition ids live in the card itself: one key per card, which
--- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
--- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
-"""
-    + HISTORY
-    + r"""
 local function replayed()
   local c = load()
   local previous = c and applied_before(c, tid)

@@ -1,11 +1,12 @@
 """The ledger's Lua scripts: one atomic script per card transition, each run after the shared
 prelude (`gateway.store.ledger_prelude`).
 
-Storage, chosen for size (see bench/README.md): a card is one JSON string whose scalar values are
-all strings, and which holds its own history (``events``) and the ids of the latest transitions
-applied to it (``applied``), both bounded (`gateway.store.ledger_history`). Each script loads the
-card, checks every guard before its first write, then changes the card, records its event and
-saves it: one key per card.
+Storage, chosen for size (see bench/README.md): a card is one JSON string, which holds its own
+history (``events``) and the ids of the latest transitions applied to it (``applied``), both
+bounded (`gateway.store.ledger_history`). It is stored compactly (`gateway.store.ledger_codec`);
+the scripts see it expanded, every scalar value a string. Each script loads the card, checks every
+guard before its first write, then changes the card, records its event and saves it: one key per
+card.
 
 Which script may start from which state, ends in which, for whom and behind which guards is the
 table `gateway.card_transitions.TRANSITIONS`, one row per script of the same name;
@@ -44,7 +45,7 @@ redis.call('ZADD', index_key, now, c.card_id)
 redis.call('ZADD', KEYS[7], now, c.card_id)  -- the org's cards in this shard
 redis.call('ZADD', KEYS[8], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
-transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
+transition(c, now, 'created', c.requester_subject, 'PENDING', created_data(c))
 save(c)
 return reply('OK', c)
 """,
