@@ -202,9 +202,11 @@ def card_keys(card_id: str) -> list[str]:
     return RedisLedger._keys(card_id, shard)[:1]
 
 
-def _fields(raw: str | None, *names: str) -> tuple[Any, ...]:
-    """Named fields of a stored card (one JSON string; see gateway/store/ledger_scripts.py)."""
-    card = json.loads(raw) if raw else {}
+def _fields(card_id: str, raw: str | None, *names: str) -> tuple[Any, ...]:
+    """Named fields of a stored card (one compact JSON string; see gateway/store/ledger_codec.py)."""
+    from gateway.store.ledger_codec import decode_card
+
+    card = decode_card(raw, card_id) if raw else {}
     return tuple(card.get(name) for name in names)
 
 
@@ -220,7 +222,8 @@ def approval_inputs(redis_url: str, ids: Sequence[str]) -> list[list[Any]]:
         pipe = client.pipeline(transaction=False)
         for card_id in ids:
             pipe.get(card_keys(card_id)[0])
-        cards = [_fields(raw, "version", "args_hash") for raw in pipe.execute()]
+        raws = pipe.execute()
+        cards = [_fields(card_id, raw, "version", "args_hash") for card_id, raw in zip(ids, raws, strict=True)]
         return [[card_id, int(version), args_hash] for card_id, (version, args_hash) in zip(ids, cards, strict=True)]
 
 
@@ -234,10 +237,12 @@ def ledger_census(redis_url: str) -> dict[str, Any]:
         references: list[str] = []
         for start in range(0, len(hashes), 2000):
             pipe = client.pipeline(transaction=False)
-            for key in hashes[start : start + 2000]:
+            batch = hashes[start : start + 2000]
+            for key in batch:
                 pipe.get(key)
             for state, args_hash, reference in (
-                _fields(raw, "state", "args_hash", "reference") for raw in pipe.execute()
+                _fields(key.rpartition(":")[2], raw, "state", "args_hash", "reference")
+                for key, raw in zip(batch, pipe.execute(), strict=True)
             ):
                 states[state] += 1
                 args_hashes.add(args_hash)
@@ -256,7 +261,10 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
     """Redis bytes per card in `state`: own keys + share of the shard structures - canonical arguments."""
     with _sync_redis(redis_url) as client:
         total_cards = sum(int(client.zcard(keys[2])) for keys in shard_keys())
+        # The shard structures and the per-org and per-requester indexes: every key a card has entries in.
+        indexes = [*client.scan_iter(match="cs:{cs*}:org:*"), *client.scan_iter(match="cs:{cs*}:by:*")]
         shared = sum(int(client.memory_usage(key, samples=0) or 0) for keys in shard_keys() for key in keys)
+        shared += sum(int(client.memory_usage(key, samples=0) or 0) for key in indexes)
         pipe = client.pipeline(transaction=False)
         for card_id in ids:
             pipe.memory_usage(card_keys(card_id)[0], samples=0)
@@ -270,7 +278,8 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
     share = shared / total_cards if total_cards else math.nan
     rows = []
     for position in range(0, len(answers), 2):
-        card_size, (card_state, arguments) = answers[position], _fields(answers[position + 1], "state", "arguments")
+        card_size = answers[position]
+        card_state, arguments = _fields(ids[position // 2], answers[position + 1], "state", "arguments")
         if card_state != state:
             continue
         argument_bytes = len((arguments or "").encode())
