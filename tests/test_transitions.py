@@ -49,7 +49,6 @@ from gateway.ledger import Ledger, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
 from gateway.store.ledger_codec import decode_card
-from gateway.store.ledger_layout import open_cards_key, requester_tag
 from gateway.store.ledger_scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
 from tests.support.services import gateway_settings
@@ -59,8 +58,8 @@ pytestmark = pytest.mark.anyio
 FENCE = 3
 PAST, FUTURE = "past", "future"
 """Stand-ins for a time a minute before / an hour after the Redis clock, filled in when a card is stored."""
-HISTORY = frozenset({"version", "seq", "chain", "updated_ms", "events", "applied"})
-"""The stored fields a recorded refusal may change."""
+HISTORY = frozenset({"version", "seq", "chain", "updated_ms", "events", "applied", "counted"})
+"""The stored fields a recorded refusal may change (``counted`` follows a state `_store` set by hand)."""
 
 
 @pytest.fixture(scope="module", name="redis_url")
@@ -348,10 +347,12 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
 
 
 async def _in_open_card_set(redis: Redis, card: Card) -> bool:
-    shard = card_shard(card.card_id)
-    assert shard is not None
-    member = f"{requester_tag(card.requester_org, card.requester_subject)}:{card.card_id}"
-    return await redis.zscore(open_cards_key(shard), member) is not None
+    """Whether `card` counts against its requester's cap; the requester's count is that of its counted cards."""
+    ledger = RedisLedger(redis)
+    mine = await ledger.recent(limit=10, requester=(card.requester_org, card.requester_subject))
+    counted = {c.card_id for c in mine if decode_card(await redis.get(_card_key(c.card_id)), c.card_id).get("counted")}
+    assert await ledger.open_cards(card.requester_org, card.requester_subject) == len(counted)
+    return card.card_id in counted
 
 
 @pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])

@@ -48,6 +48,7 @@ from gateway.store.ledger_layout import (
     card_keys,
     card_shard,
     open_cards_key,
+    open_count_key,
     org_index,
     requester_index,
     requester_shard,
@@ -109,8 +110,12 @@ class RedisLedger:
 
     async def open_cards(self, org: str, subject: str) -> int:
         """How many of the requester's cards count against its open-card cap now."""
-        key, requester = open_cards_key(requester_shard(org, subject)), requester_tag(org, subject)
-        return int(await self._client.zlexcount(key, f"[{requester}:", f"({requester};"))
+        shard, requester = requester_shard(org, subject), requester_tag(org, subject)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hget(open_count_key(shard), requester)
+            pipe.zlexcount(open_cards_key(shard), f"[{requester}:", f"({requester};")  # cards stored before the counts
+            counted, older = await pipe.execute()
+        return int(counted or 0) + int(older)
 
     @observed  # a span, a count and the card's latencies per transition (gateway.store.ledger_telemetry)
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:

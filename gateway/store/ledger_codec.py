@@ -15,11 +15,11 @@ The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and 
 * **No defaults.** A value equal to its `DEFAULTS` entry (``fence`` ``"0"``, no approvers yet, no
   preview) is left out and filled in again on reading.
 * **Nothing derivable.** The card id is the key's own suffix; ``seq``, ``chain`` and
-  ``updated_ms`` are read off the last event; the open-card member is the requester's tag plus
-  the id; an event's ``seq`` and ``prev`` follow from the events before it (``prev`` is the hash
-  of the event before, or the ``through_hash`` of a ``compacted`` marker, whose ``through`` + 1
-  numbers the next). Derived links still prove the chain: each hash covers its ``prev``, so an
-  altered event breaks the hash of the next (`gateway.card.verify_chain`).
+  ``updated_ms`` are read off the last event; an event's ``seq`` and ``prev`` follow from the
+  events before it (``prev`` is the hash of the event before, or the ``through_hash`` of a
+  ``compacted`` marker, whose ``through`` + 1 numbers the next). Derived links still prove the
+  chain: each hash covers its ``prev``, so an altered event breaks the hash of the next
+  (`gateway.card.verify_chain`).
 * **Times relative to creation.** The `RELATIVE` fields and each event's time are stored as ms
   after ``created_ms``.
 * **Events as rows**, ``[hash, version, at, type, state, data, actor, repeats, last_at]``, with
@@ -82,8 +82,10 @@ SHORT: Mapping[str, str] = {
     "resend": "re",
     "resolved_by": "rb",
     "applied": "y",
+    "requester": "rq",
+    "counted": "oc",
 }
-"""Stored code of each known field (``open_member`` and ``events`` have their own, ``om`` and ``ev``)."""
+"""Stored code of each known field (``events`` has its own: ``ev``)."""
 
 DEFAULTS: Mapping[str, str] = {
     "fence": "0",
@@ -105,7 +107,7 @@ RELATIVE = frozenset(
 )  # fmt: skip
 """Times stored as ms after ``created_ms``."""
 
-_DERIVED = ("card_id", "seq", "chain", "updated_ms", "open_member", "events")
+_DERIVED = ("card_id", "seq", "chain", "updated_ms", "events")
 
 
 def created_data(tool: str, args_hash: str) -> str:
@@ -138,13 +140,12 @@ local function expand(s, card_id)
   for k, v in pairs(s) do
     local long = LONG[k]
     if long and RELATIVE[long] then v = tostring(created + tonumber(v)) end
-    if k ~= 'ev' and k ~= 'om' then c[long or k] = v end
+    if k ~= 'ev' then c[long or k] = v end
   end
   for k, v in pairs(DEFAULTS) do
     if c[k] == nil then c[k] = v end
   end
   c.card_id = card_id
-  if s.om then c.open_member = s.om .. ':' .. card_id end
   local events, seq, prev = {}, 1, ''
   for i, row in ipairs(s.ev or {}) do
     local e = {hash = row[1], version = row[2], at = tostring(created + tonumber(row[3])), type = row[4],
@@ -180,14 +181,6 @@ local function compact(c)
       s[code or k] = v
     end
   end
-  local suffix = ':' .. c.card_id
-  if c.open_member then
-    if string.sub(c.open_member, -#suffix) == suffix then
-      s.om = string.sub(c.open_member, 1, #c.open_member - #suffix)
-    else
-      s.open_member = c.open_member
-    end
-  end
   local rows, prev = {}, ''
   for i, e in ipairs(c.events or {}) do
     local default = e.type == 'created' and created_data(c) or '{}'
@@ -217,13 +210,11 @@ def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
     created = int(stored["c"])
     card: dict[str, Any] = {}
     for key, value in stored.items():
-        if key in ("ev", "om"):
+        if key == "ev":
             continue
         name = _LONG.get(key, key)
         card[name] = str(created + int(value)) if name in RELATIVE and name != key else value
     card = {**DEFAULTS, **card, "card_id": card_id}
-    if "om" in stored:
-        card["open_member"] = f"{stored['om']}:{card_id}"
     events: list[dict[str, Any]] = []
     seq, prev = 1, ""
     for row in stored.get("ev", ()):

@@ -16,6 +16,7 @@ __all__ = [
     "card_keys",
     "card_shard",
     "open_cards_key",
+    "open_count_key",
     "org_index",
     "requester_index",
     "requester_shard",
@@ -43,12 +44,18 @@ def card_keys(card_id: str, shard: int) -> list[str]:
     """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger_prelude` gives."""
     prefix = tag(shard)
     return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
-            f"{prefix}:timers", open_cards_key(shard)]  # fmt: skip
+            f"{prefix}:timers", open_cards_key(shard), open_count_key(shard)]  # fmt: skip
 
 
 def open_cards_key(shard: int) -> str:
-    """The shard's set of the cards that count against their requester's cap (see the prelude)."""
+    """The shard's set of the cards stored before `open_count_key` that count against their requester's
+    cap (see the prelude)."""
     return f"{tag(shard)}:open_cards"
+
+
+def open_count_key(shard: int) -> str:
+    """The shard's hash of requester tag -> how many of its cards count against its cap (see the prelude)."""
+    return f"{tag(shard)}:open_count"
 
 
 def requester_tag(org: str, subject: str) -> str:

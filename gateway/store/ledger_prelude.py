@@ -1,8 +1,9 @@
 """The Lua every ledger script starts with: its keys and arguments, the clock, load and save, the
 one way an event is recorded (`gateway.store.ledger_history`), leases, the outbox and expiry.
 
-`save` also keeps the shard's open-card set (KEYS[6]) exact: a card is a member while it counts
-against its requester's open-card cap, and only then, whatever transition saved it. It counts while
+`save` also keeps the shard's open-card counts (KEYS[7]) exact: a card is counted for its requester
+while it counts against its requester's open-card cap, and only then, whatever transition saved it
+(its ``counted`` field says whether it is counted now). It counts while
 PENDING, APPROVED or EXECUTING its first attempt: those states lead into one another only forward,
 or back to APPROVED, so no transition but `propose` (which checks the cap) ever adds to a count.
 Once UNKNOWN (and from there a resend or NEEDS_RECONCILIATION) it no longer counts: the agent
@@ -23,14 +24,16 @@ PRELUDE = (
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (compact JSON string, holding its events and applied transition ids),
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
---   6 shard open-card set: a zset, every score 0, members '<requester>:<card id>', so that ZLEXCOUNT
---   over one requester's prefix counts its open cards (all of a requester's cards share a shard)
---   (propose only: 7 the shard's index of the requester's org, 8 of the requester)
--- Every script gets keys 1-6, which the helpers below name; each touches only those it needs.
+--   6 shard open-card set of cards stored before the counts (7): a zset, every score 0, members
+--   '<requester>:<card id>', so that ZLEXCOUNT over one requester's prefix counts its open cards,
+--   7 shard open-card counts: a hash, requester tag -> how many of its cards are open (all of a
+--   requester's cards share a shard)
+--   (propose only: 8 the shard's index of the requester's org, 9 of the requester)
+-- Every script gets keys 1-7, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key = KEYS[1]
 local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local open_cards_key = KEYS[6]
+local open_cards_key, open_count_key = KEYS[6], KEYS[7]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 
@@ -59,16 +62,29 @@ local function counts_as_open(c)
 end
 
 local function save(c)
-  redis.call('SET', card_key, cjson.encode(compact(c)))
-  -- Membership follows the state on every save, so no transition out of the open states can leave
-  -- a stale member behind (a card made before the set existed has no `open_member`).
-  if c.open_member then
-    if counts_as_open(c) then
+  -- The count follows the state on every save, so no transition out of the open states can leave a
+  -- card counted; `counted` makes each change happen once, whichever transition makes it.
+  local open = counts_as_open(c)
+  if c.requester then
+    if open and c.counted ~= '1' then
+      redis.call('HINCRBY', open_count_key, c.requester, 1)
+      c.counted = '1'
+    elseif not open and c.counted == '1' then
+      if redis.call('HINCRBY', open_count_key, c.requester, -1) <= 0 then
+        redis.call('HDEL', open_count_key, c.requester)  -- the hash holds only requesters with open cards
+      end
+      c.counted = nil
+    end
+  elseif c.open_member then
+    -- A card stored before the counts: a member of the open-card set while it counts (one made
+    -- before that set existed has neither field, and counts nowhere).
+    if open then
       redis.call('ZADD', open_cards_key, 0, c.open_member)
     else
       redis.call('ZREM', open_cards_key, c.open_member)
     end
   end
+  redis.call('SET', card_key, cjson.encode(compact(c)))
 end
 
 local function reply(status, c, extra)

@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = ["SCRIPTS"]
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 7 and 8: the shard's index of the requester's org, and of the requester.
+    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms, open-card cap, requester tag
     "propose": """
 local again = replayed(); if again then return again end
@@ -34,16 +34,17 @@ if open then
 end
 if redis.call('EXISTS', card_key) == 1 then return reply('ERR_EXISTS') end
 -- The cap comes after the dedupe: an identical proposal still gets its open card at the cap.
-local held = redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')
+local held = tonumber(redis.call('HGET', open_count_key, requester) or '0')
+  + redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')  -- older cards
 if held >= cap then return reply('ERR_QUOTA_EXCEEDED', nil, {limit = cap, open = held}) end
 local decide_by = now + window
 c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), dedupe
-c.open_member = requester .. ':' .. c.card_id
+c.requester = requester
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', index_key, now, c.card_id)
-redis.call('ZADD', KEYS[7], now, c.card_id)  -- the org's cards in this shard
-redis.call('ZADD', KEYS[8], now, c.card_id)  -- the requester's cards in this shard
+redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', created_data(c))
 save(c)
