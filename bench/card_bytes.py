@@ -4,7 +4,8 @@ Files `--cards` cards through the real `RedisLedger.propose` (arguments, hashes 
 the write bench's, one requester as in that bench), runs `--succeed` of them to SUCCEEDED (approve,
 claim, dispatch, complete), and asks ``MEMORY USAGE key SAMPLES 0`` of every key a card has a part
 in: its own key, and the shard structures it is an entry of (outbox stream, dedupe hash, shard
-index, timers, open-card set, the org's and the requester's indexes), each divided by its entries.
+index, timers, open-card set and counts, the org's and the requester's indexes), each divided by
+its entries (the counts by the cards they count, the set of orgs by the cards of those orgs).
 Then it appends `--audit` entries like a proposal's to the audit stream and divides its size by them.
 Net = own key + the entries a card in that state has - its canonical arguments.
 
@@ -35,12 +36,12 @@ from gateway.ledger import Proposal  # noqa: E402
 from gateway.limits import Limits  # noqa: E402
 from gateway.store.audit import RedisStreamAuditSink  # noqa: E402
 from gateway.store.ledger import RedisLedger, card_shard  # noqa: E402
-from gateway.store.ledger_layout import SHARDS, card_keys, org_index, requester_index  # noqa: E402
+from gateway.store.ledger_layout import SHARDS, card_keys, org_index, orgs_key, requester_index  # noqa: E402
 
 SUBJECT, ORG = "bench@acme.example", "acme"
 PENDING_TARGET, SUCCEEDED_TARGET, AUDIT_TARGET = 512, 1024, 150
-STRUCTURES = ("outbox", "open", "index", "timers", "open_cards", "org", "by")
-OPEN_ONLY = {"open", "timers", "open_cards"}
+STRUCTURES = ("outbox", "open", "index", "timers", "open_cards", "open_count", "org", "by", "orgs")
+OPEN_ONLY = {"open", "timers", "open_cards", "open_count"}
 """Structures a card is an entry of only while it is open (the others keep it for good)."""
 
 
@@ -60,8 +61,8 @@ def proposal(n: int) -> Proposal:
 
 def structure_keys(shard: int) -> dict[str, str]:
     keys = card_keys(f"crd_{shard}_{'0' * 32}", shard)
-    return dict(zip(STRUCTURES[:5], keys[1:], strict=True)) | {
-        "org": org_index(shard, ORG), "by": requester_index(shard, ORG, SUBJECT)}  # fmt: skip
+    return dict(zip(STRUCTURES[:6], keys[1:], strict=True)) | {
+        "org": org_index(shard, ORG), "by": requester_index(shard, ORG, SUBJECT), "orgs": orgs_key(shard)}  # fmt: skip
 
 
 async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]]:
@@ -70,11 +71,15 @@ async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]
     for shard in range(SHARDS):
         for name, key in structure_keys(shard).items():
             kind = (await client.type(key)).decode()
-            count = {"zset": client.zcard, "hash": client.hlen, "stream": client.xlen}.get(kind)
+            count = {"zset": client.zcard, "hash": client.hlen, "stream": client.xlen, "set": client.scard}.get(kind)
             if count is None:
                 continue
-            totals[name][0] += int(await count(key))
+            if name == "open_count":  # one field per requester: its entries are the cards it counts
+                totals[name][0] += sum(int(value) for value in await client.hvals(key))
+            else:
+                totals[name][0] += int(await count(key))
             totals[name][1] += int(await client.memory_usage(key, samples=0) or 0)
+    totals["orgs"][0] = totals["org"][0]  # one member per org: its share is per card of those orgs
     return {name: (entries, size) for name, (entries, size) in totals.items()}
 
 

@@ -210,10 +210,16 @@ def _fields(card_id: str, raw: str | None, *names: str) -> tuple[Any, ...]:
     return tuple(card.get(name) for name in names)
 
 
+def org_indexes(client: Any) -> list[str]:
+    """Every org's index in every shard (the ledger lists everyone's cards through them)."""
+    return [f"cs:{{cs{shard}}}:org:{org}" for shard in range(len(shard_keys())) for org in client.smembers(
+        f"cs:{{cs{shard}}}:orgs")]  # fmt: skip
+
+
 def card_ids(redis_url: str) -> list[str]:
-    """Every card id in the shard indexes of one database."""
+    """Every card id in the org indexes of one database."""
     with _sync_redis(redis_url) as client:
-        return [member for index in (keys[2] for keys in shard_keys()) for member in client.zrange(index, 0, -1)]
+        return [member for index in org_indexes(client) for member in client.zrange(index, 0, -1)]
 
 
 def approval_inputs(redis_url: str, ids: Sequence[str]) -> list[list[Any]]:
@@ -231,7 +237,7 @@ def ledger_census(redis_url: str) -> dict[str, Any]:
     """What one database holds: cards (by a key scan), index members, states, distinct args_hash."""
     with _sync_redis(redis_url) as client:
         hashes = [key for key in client.scan_iter(match="cs:{cs*}:card:crd_*", count=1000) if CARD_KEY.match(key)]
-        index_members = sum(int(client.zcard(keys[2])) for keys in shard_keys())
+        index_members = sum(int(client.zcard(index)) for index in org_indexes(client))
         states: Counter[str] = Counter()
         args_hashes: set[str] = set()
         references: list[str] = []
@@ -260,7 +266,7 @@ def ledger_census(redis_url: str) -> dict[str, Any]:
 def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]:
     """Redis bytes per card in `state`: own keys + share of the shard structures - canonical arguments."""
     with _sync_redis(redis_url) as client:
-        total_cards = sum(int(client.zcard(keys[2])) for keys in shard_keys())
+        total_cards = sum(int(client.zcard(index)) for index in org_indexes(client))
         # The shard structures and the per-org and per-requester indexes: every key a card has entries in.
         indexes = [*client.scan_iter(match="cs:{cs*}:org:*"), *client.scan_iter(match="cs:{cs*}:by:*")]
         shared = sum(int(client.memory_usage(key, samples=0) or 0) for keys in shard_keys() for key in keys)

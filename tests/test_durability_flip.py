@@ -52,9 +52,11 @@ _SNAPSHOT = """
 local out = {}
 for shard = 0, 7 do
   local tag = 'cs:{cs' .. shard .. '}'
-  for _, id in ipairs(redis.call('ZRANGE', tag .. ':index', 0, -1)) do
-    local raw = redis.call('GET', tag .. ':card:' .. id)
-    if raw then out[#out + 1] = id; out[#out + 1] = raw end
+  for _, org in ipairs(redis.call('SMEMBERS', tag .. ':orgs')) do
+    for _, id in ipairs(redis.call('ZRANGE', tag .. ':org:' .. org, 0, -1)) do
+      local raw = redis.call('GET', tag .. ':card:' .. id)
+      if raw then out[#out + 1] = id; out[#out + 1] = raw end
+    end
   end
 end
 return out

@@ -18,6 +18,7 @@ from gateway.card import CardState, verify_chain
 from gateway.limits import Limits
 from gateway.store.ledger import RedisLedger, card_shard
 from gateway.store.ledger_codec import decode_card
+from gateway.store.ledger_layout import open_cards_key
 from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio
@@ -89,10 +90,16 @@ async def _run_to_success(ledger: RedisLedger, card_id: str) -> None:
 
 
 async def test_a_card_stored_in_the_long_form_reads_runs_to_its_outcome_and_keeps_its_chain(redis: Redis) -> None:
-    """A card written before the compact form reads as it was stored, approves, runs and succeeds; from its
-    first transition on it is stored compactly, and its history still verifies from the same first hash."""
+    """A card written before the compact form reads as it was stored, is listed and counted against its
+    requester's cap where it was then, approves, runs and succeeds; from its first transition on it is
+    stored compactly, its history still verifies from the same first hash, and it no longer counts."""
     ledger = RedisLedger(redis)
     await redis.set(_key(OLD_ID), OLD_CARD)
+    # Where the ledger had it then: the shard index of everyone's cards and the open-card set.
+    await redis.zadd(RedisLedger._keys(OLD_ID, 7)[3], {OLD_ID: 1796134125350})
+    await redis.zadd(open_cards_key(7), {f"e65590b7c3299e14:{OLD_ID}": 0})
+    assert [c.card_id for c in await ledger.recent()] == [OLD_ID]
+    assert await ledger.open_cards("acme", "bench@acme.example") == 1
     card = await ledger.get(OLD_ID)
     assert card is not None and card.state is CardState.PENDING and card.requester_subject == "bench@acme.example"
     assert card.arguments["room_id"] == "room-atlas" and card.agent_text == {"title": "Bench booking"}
@@ -106,6 +113,10 @@ async def test_a_card_stored_in_the_long_form_reads_runs_to_its_outcome_and_keep
     assert [e.type for e in events] == ["created", "approved", "claimed", "dispatched", "completed"]
     done = await ledger.get(OLD_ID)
     assert done is not None and done.state is CardState.SUCCEEDED and done.idempotency_key == card.idempotency_key
+    assert await ledger.open_cards("acme", "bench@acme.example") == 0 and await redis.zcard(open_cards_key(7)) == 0
+    new = await ledger.propose(replace(BENCH_PROPOSAL, dedupe_key="new"))
+    assert new.card is not None and await ledger.open_cards("acme", "bench@acme.example") == 1
+    assert {c.card_id for c in await ledger.recent()} == {OLD_ID, new.card.card_id}
 
 
 async def test_a_field_the_codec_does_not_know_is_kept_under_its_own_name(redis: Redis) -> None:

@@ -6,12 +6,12 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 
 Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact JSON string holding
 its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard with
-the shard's outbox stream, open-card (dedupe) hash, index, timers and open-card set, so every script
-touches exactly one slot (Redis Cluster safe). The shard of a card is chosen from its requester (org
-and subject): all of one requester's cards live in one shard, so `propose` counts the requester's
-open cards against its cap (`gateway.limits.Limits.open_cards`) in the same atomic script, and an
-identical proposal, whose dedupe key is scoped to its requester, lands where the open card it
-duplicates lives.
+the shard's outbox stream, open-card (dedupe) hash, timers, open-card counts and the indexes of its
+org and its requester, so every script touches exactly one slot (Redis Cluster safe). The shard of
+a card is chosen from its requester (org and subject): all of one requester's cards live in one
+shard, so `propose` counts the requester's open cards against its cap
+(`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
+dedupe key is scoped to its requester, lands where the open card it duplicates lives.
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
@@ -50,6 +50,7 @@ from gateway.store.ledger_layout import (
     open_cards_key,
     open_count_key,
     org_index,
+    orgs_key,
     requester_index,
     requester_shard,
     requester_tag,
@@ -105,8 +106,10 @@ class RedisLedger:
 
     @classmethod
     def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:
-        """The keys of `propose`: every script's, then the shard's index of the org and of the requester."""
-        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
+        """The keys of `propose`: every script's, then the shard's index of the org and of the requester,
+        and the shard's set of org tags."""
+        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject),
+                orgs_key(shard)]  # fmt: skip
 
     async def open_cards(self, org: str, subject: str) -> int:
         """How many of the requester's cards count against its open-card cap now."""
@@ -255,17 +258,19 @@ class RedisLedger:
         self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
     ) -> list[Card]:
         """The newest cards, newest first: of everyone, of one `org`, or of one `(org, subject)`."""
-        ids: list[tuple[str, float]] = []
+        scores: dict[str, float] = {}
         for shard in range(SHARDS):
             if requester is not None:
-                index = requester_index(shard, *requester)
+                indexes = [requester_index(shard, *requester)]
             elif org is not None:
-                index = org_index(shard, org)
-            else:
-                index = f"{_tag(shard)}:index"
-            entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
-            ids.extend((_text(member), float(score)) for member, score in entries)
-        ids.sort(key=lambda item: item[1], reverse=True)
+                indexes = [org_index(shard, org)]
+            else:  # every org's index, and the shard index that listed everyone's cards stored before
+                orgs: Any = await self._client.smembers(orgs_key(shard))
+                indexes = [f"{_tag(shard)}:index", *(f"{_tag(shard)}:org:{_text(o)}" for o in sorted(orgs))]
+            for index in indexes:
+                entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
+                scores.update((_text(member), float(score)) for member, score in entries)
+        ids = sorted(scores.items(), key=lambda item: item[1], reverse=True)
         cards = [await self.get(card_id) for card_id, _ in ids[:limit]]
         return [card for card in cards if card is not None]
 

@@ -18,6 +18,7 @@ __all__ = [
     "open_cards_key",
     "open_count_key",
     "org_index",
+    "orgs_key",
     "requester_index",
     "requester_shard",
     "requester_tag",
@@ -68,7 +69,13 @@ def requester_shard(org: str, subject: str) -> int:
 
 
 def org_index(shard: int, org: str) -> str:
+    """The shard's index of one org's cards (a zset scored by creation time): ``...:org:<org tag>``."""
     return f"{tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
+
+
+def orgs_key(shard: int) -> str:
+    """The shard's set of the org tags that have an index there: how a listing of everyone finds them."""
+    return f"{tag(shard)}:orgs"
 
 
 def requester_index(shard: int, org: str, subject: str) -> str:

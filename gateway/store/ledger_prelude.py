@@ -23,12 +23,14 @@ PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
 --   1 card (compact JSON string, holding its events and applied transition ids),
---   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset of the cards stored
+--   before the org indexes (8) listed everyone's (now only read, by listings), 5 shard timer zset,
 --   6 shard open-card set of cards stored before the counts (7): a zset, every score 0, members
 --   '<requester>:<card id>', so that ZLEXCOUNT over one requester's prefix counts its open cards,
 --   7 shard open-card counts: a hash, requester tag -> how many of its cards are open (all of a
 --   requester's cards share a shard)
---   (propose only: 8 the shard's index of the requester's org, 9 of the requester)
+--   (propose only: 8 the shard's index of the requester's org, 9 of the requester, 10 the shard's
+--   set of org tags, each naming an org index 8)
 -- Every script gets keys 1-7, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key = KEYS[1]

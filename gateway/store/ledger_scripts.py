@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = ["SCRIPTS"]
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
+    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester; 10: the shard's org tags.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms, open-card cap, requester tag
     "propose": """
 local again = replayed(); if again then return again end
@@ -42,9 +42,9 @@ c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), ded
 c.requester = requester
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
-redis.call('ZADD', index_key, now, c.card_id)
 redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
 redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
+redis.call('SADD', KEYS[10], string.match(KEYS[8], ':org:(.+)$'))  -- so a listing of everyone finds the org
 redis.call('ZADD', timers_key, decide_by, c.card_id)
 transition(c, now, 'created', c.requester_subject, 'PENDING', created_data(c))
 save(c)
