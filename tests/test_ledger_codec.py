@@ -63,8 +63,8 @@ BENCH_PROPOSAL = replace(
     execute_within_ms=3_600_000,
 )
 """A card the size of the write bench's (bench/write_path.py): hashes and ids at their real lengths."""
-PENDING_BYTES = 1_000
-SUCCEEDED_BYTES = 1_900
+PENDING_BYTES = 800
+SUCCEEDED_BYTES = 1_600
 """Most bytes (MEMORY USAGE) a card's own key may take beyond its canonical arguments, by state."""
 
 
@@ -187,3 +187,25 @@ def test_the_python_reader_agrees_with_the_scripts_for_any_values(
                                   "approver_role": approver_role, "agent_text": agent, "acting_client": acting,
                                   "actors": actors, "tool": tool}  # fmt: skip
     anyio.run(_agree, quiet_redis_url, changes)
+
+
+async def test_events_keep_their_own_worker_when_a_later_lease_goes_to_another(redis: Redis) -> None:
+    """An event's actor may be stored as "the lease owner": after a release and a claim by a second worker,
+    the first worker's events still name the first worker, and the chain still verifies."""
+    ledger = RedisLedger(redis)
+    created = await ledger.propose(BENCH_PROPOSAL)
+    assert created.card is not None
+    card_id = created.card.card_id
+    assert (await ledger.approve(card_id, approver="admin@acme.example", version=1, args_hash=created.card.args_hash,
+                                 comment="")).status == "OK"  # fmt: skip
+    first = await ledger.claim(card_id, worker="worker-one", lease_ms=30_000)
+    assert first.card is not None
+    assert (await ledger.release(card_id, fence=first.card.fence, reason="busy", requeue_ms=1_000)).status == "OK"
+    second = await ledger.claim(card_id, worker="worker-two", lease_ms=30_000)
+    assert second.card is not None
+    events = await ledger.events(card_id)
+    assert [(e.type, e.actor) for e in events[2:]] == [
+        ("claimed", "worker-one"), ("released", "worker-one"), ("claimed", "worker-two")]  # fmt: skip
+    assert verify_chain(events)
+    stored = json.loads(await redis.get(_key(card_id)))
+    assert [row[6] for row in stored["ev"][2:]] == ["worker-one", "worker-one", 1]  # only the holder's own is coded

@@ -76,7 +76,8 @@ async def _lease_runs_out(ledger: RedisLedger, redis: Redis, card_id: str) -> No
     tool's timeout, which the gateway never lets a lease be shorter than."""
     shard = card_shard(card_id)
     assert shard is not None
-    card_key, _, _, _, timers_key, _ = RedisLedger._keys(card_id, shard)
+    keys = RedisLedger._keys(card_id, shard)
+    card_key, timers_key = keys[0], keys[4]
     now = await ledger.server_time_ms()
     stored = decode_card(await redis.get(card_key), card_id)
     await redis.set(card_key, json.dumps(stored | {"lease_until_ms": str(now)}))

@@ -47,6 +47,7 @@ from gateway.store.ledger_layout import (
     SHARDS,
     card_keys,
     card_shard,
+    count_tag,
     open_cards_key,
     open_count_key,
     org_index,
@@ -115,7 +116,7 @@ class RedisLedger:
         """How many of the requester's cards count against its open-card cap now."""
         shard, requester = requester_shard(org, subject), requester_tag(org, subject)
         async with self._client.pipeline(transaction=False) as pipe:
-            pipe.hget(open_count_key(shard), requester)
+            pipe.hget(open_count_key(shard), count_tag(org, subject))
             pipe.zlexcount(open_cards_key(shard), f"[{requester}:", f"({requester};")  # cards stored before the counts
             counted, older = await pipe.execute()
         return int(counted or 0) + int(older)

@@ -24,8 +24,12 @@ The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and 
   after ``created_ms``.
 * **Events as rows**, ``[hash, version, at, type, state, data, actor, repeats, last_at]``, with
   ``0`` in the data slot for the event type's default data (``{}``; for ``created``, the tool
-  and args hash in a fixed order, `created_data`) and in the actor slot for the requester;
-  trailing defaults are dropped.
+  and args hash in a fixed order, `created_data`), ``0`` in the actor slot for the requester and
+  ``1`` for the card's lease owner (both are read off the card as it is stored, and every save
+  encodes every event again, so a later lease cannot take over an earlier event); trailing
+  defaults are dropped.
+* **States and event types as codes** (`WORDS`), in the card's state, its events and its applied
+  transition ids.
 
 A card stored before this form (long names, every field written out) has no ``v`` field (the
 compact form always has it: the version). Both readers take it as it is; its next transition
@@ -40,7 +44,7 @@ from typing import Any
 
 from gateway.card import COMPACTED
 
-__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "created_data", "decode_card"]
+__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card"]
 
 SHORT: Mapping[str, str] = {
     "tool": "t",
@@ -82,7 +86,6 @@ SHORT: Mapping[str, str] = {
     "resend": "re",
     "resolved_by": "rb",
     "applied": "y",
-    "requester": "rq",
     "counted": "oc",
 }
 """Stored code of each known field (``events`` has its own: ``ev``)."""
@@ -100,6 +103,18 @@ DEFAULTS: Mapping[str, str] = {
     "delegation": json.dumps({"acting_client": "", "actors": []}, sort_keys=True),
 }
 """Values left out of the stored form, and filled in on reading."""
+
+WORDS: Mapping[str, str] = {
+    "PENDING": "P", "APPROVED": "A", "EXECUTING": "E", "SUCCEEDED": "S", "FAILED": "F", "UNKNOWN": "U",
+    "NEEDS_RECONCILIATION": "N", "REJECTED": "R", "CANCELLED": "C", "EXPIRED": "X",
+    "created": "c", "approval_recorded": "ar", "approved": "a", "rejected": "r", "cancelled": "x", "expired": "e",
+    "requeued": "q", "claimed": "cl", "claimed_for_resend": "cr", "dispatched": "d", "completed": "co",
+    "late_result_ignored": "li", "released": "rl", "lease_lost_after_dispatch": "ld",
+    "lease_lost_before_resend": "lr", "lease_lost_before_dispatch": "lb", "status_checked": "sc",
+    "reconciled": "rc", "resolved": "rs", "handed_over": "h", COMPACTED: "k",
+}  # fmt: skip
+"""Stored code of each state and event type, in the card's state, its events and its applied ids. A
+word not listed (a new event type) is stored as it is: every code is shorter than every word."""
 
 RELATIVE = frozenset(
     {"decide_by_ms", "execute_by_ms", "approved_ms", "lease_until_ms", "first_dispatched_ms", "dispatched_ms",
@@ -127,6 +142,8 @@ CODEC = (
     f"local DEFAULTS = {_lua_table(DEFAULTS)}\n"
     f"local RELATIVE = {_lua_table({name: '1' for name in sorted(RELATIVE)})}\n"
     f"local DERIVED = {_lua_table({name: '1' for name in _DERIVED})}\n"
+    f"local CODE = {_lua_table(WORDS)}\n"
+    f"local WORD = {_lua_table({code: word for word, code in WORDS.items()})}\n"
     r"""
 local function created_data(c)
   return '{"tool":"' .. c.tool .. '","args_hash":"' .. c.args_hash .. '"}'
@@ -142,16 +159,23 @@ local function expand(s, card_id)
     if long and RELATIVE[long] then v = tostring(created + tonumber(v)) end
     if k ~= 'ev' then c[long or k] = v end
   end
+  c.state = WORD[c.state] or c.state
+  for _, entry in ipairs(c.applied or {}) do entry[2] = WORD[entry[2]] or entry[2] end
   for k, v in pairs(DEFAULTS) do
     if c[k] == nil then c[k] = v end
   end
   c.card_id = card_id
   local events, seq, prev = {}, 1, ''
   for i, row in ipairs(s.ev or {}) do
-    local e = {hash = row[1], version = row[2], at = tostring(created + tonumber(row[3])), type = row[4],
-      state = row[5], data = row[6], actor = row[7], seq = tostring(seq), prev = prev}
+    local e = {hash = row[1], version = row[2], at = tostring(created + tonumber(row[3])),
+      type = WORD[row[4]] or row[4], state = WORD[row[5]] or row[5], data = row[6], actor = row[7],
+      seq = tostring(seq), prev = prev}
     if e.data == nil or e.data == 0 then e.data = e.type == 'created' and created_data(c) or '{}' end
-    if e.actor == nil or e.actor == 0 then e.actor = c.requester_subject end
+    if e.actor == nil or e.actor == 0 then
+      e.actor = c.requester_subject
+    elseif e.actor == 1 then
+      e.actor = c.lease_owner
+    end
     if row[8] then e.repeats, e.last_at = row[8], tostring(created + tonumber(row[9])) end
     if e.type == COMPACTED then
       local marker = cjson.decode(e.data)
@@ -181,11 +205,19 @@ local function compact(c)
       s[code or k] = v
     end
   end
+  s.st = CODE[c.state] or c.state
+  if c.applied and c.applied[1] then
+    local applied = {}
+    for i, entry in ipairs(c.applied) do applied[i] = {entry[1], CODE[entry[2]] or entry[2]} end
+    s.y = applied
+  end
   local rows, prev = {}, ''
   for i, e in ipairs(c.events or {}) do
     local default = e.type == 'created' and created_data(c) or '{}'
-    local row = {e.hash, e.version, tostring(tonumber(e.at) - created), e.type, e.state,
-      e.data == default and 0 or e.data, e.actor == c.requester_subject and 0 or e.actor}
+    local actor = e.actor
+    if actor == c.requester_subject then actor = 0 elseif actor == c.lease_owner then actor = 1 end
+    local row = {e.hash, e.version, tostring(tonumber(e.at) - created), CODE[e.type] or e.type,
+      CODE[e.state] or e.state, e.data == default and 0 or e.data, actor}
     if e.repeats then
       row[8], row[9] = e.repeats, tostring(tonumber(e.last_at) - created)
     else
@@ -215,12 +247,18 @@ def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
         name = _LONG.get(key, key)
         card[name] = str(created + int(value)) if name in RELATIVE and name != key else value
     card = {**DEFAULTS, **card, "card_id": card_id}
+    card["state"] = _WORD.get(card["state"], card["state"])
+    if isinstance(card.get("applied"), list):
+        card["applied"] = [[tid, _WORD.get(kind, kind)] for tid, kind in card["applied"]]
     events: list[dict[str, Any]] = []
     seq, prev = 1, ""
     for row in stored.get("ev", ()):
-        hash_, version, at, kind, state, *rest = row
+        hash_, version, at, kind_code, state_code, *rest = row
+        kind, state = _WORD.get(kind_code, kind_code), _WORD.get(state_code, state_code)
         data = rest[0] if len(rest) > 0 and rest[0] != 0 else None
-        actor = rest[1] if len(rest) > 1 and rest[1] != 0 else card["requester_subject"]
+        actor = rest[1] if len(rest) > 1 else 0
+        if actor == 0 or actor == 1:  # the requester, the card's lease owner
+            actor = card["requester_subject"] if actor == 0 else card["lease_owner"]
         if data is None:
             data = created_data(card["tool"], card["args_hash"]) if kind == "created" else "{}"
         event = {"hash": hash_, "version": version, "at": str(created + int(at)), "type": kind, "state": state,
@@ -241,3 +279,4 @@ def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
 
 
 _LONG = {code: name for name, code in SHORT.items()}
+_WORD = {code: word for word, code in WORDS.items()}

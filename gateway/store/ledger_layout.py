@@ -15,6 +15,7 @@ __all__ = [
     "SHARDS",
     "card_keys",
     "card_shard",
+    "count_tag",
     "open_cards_key",
     "open_count_key",
     "org_index",
@@ -62,6 +63,12 @@ def open_count_key(shard: int) -> str:
 def requester_tag(org: str, subject: str) -> str:
     """A requester's fixed-length name in keys and in the open-card set: hex, so never a ``:``."""
     return hashlib.sha256(f"{org}|{subject}".encode()).hexdigest()[:16]
+
+
+def count_tag(org: str, subject: str) -> str:
+    """A requester's field in the open-card counts (`open_count_key`): the scripts derive it from the card
+    itself (Lua has SHA-1, not SHA-256), so no card stores it."""
+    return hashlib.sha1(f"{org}|{subject}".encode()).hexdigest()[:16]  # a name, not a secret
 
 
 def requester_shard(org: str, subject: str) -> int:

@@ -63,23 +63,28 @@ local function counts_as_open(c)
   return c.state == 'PENDING' or c.state == 'APPROVED' or (c.state == 'EXECUTING' and c.resend ~= '1')
 end
 
+-- A requester's field in the open-card counts (`gateway.store.ledger_layout.count_tag`).
+local function count_tag(c)
+  return string.sub(redis.sha1hex(c.requester_org .. '|' .. c.requester_subject), 1, 16)
+end
+
 local function save(c)
   -- The count follows the state on every save, so no transition out of the open states can leave a
   -- card counted; `counted` makes each change happen once, whichever transition makes it.
   local open = counts_as_open(c)
-  if c.requester then
+  if not c.open_member then
     if open and c.counted ~= '1' then
-      redis.call('HINCRBY', open_count_key, c.requester, 1)
+      redis.call('HINCRBY', open_count_key, count_tag(c), 1)
       c.counted = '1'
     elseif not open and c.counted == '1' then
-      if redis.call('HINCRBY', open_count_key, c.requester, -1) <= 0 then
-        redis.call('HDEL', open_count_key, c.requester)  -- the hash holds only requesters with open cards
+      if redis.call('HINCRBY', open_count_key, count_tag(c), -1) <= 0 then
+        redis.call('HDEL', open_count_key, count_tag(c))  -- the hash holds only requesters with open cards
       end
       c.counted = nil
     end
-  elseif c.open_member then
-    -- A card stored before the counts: a member of the open-card set while it counts (one made
-    -- before that set existed has neither field, and counts nowhere).
+  else
+    -- A card stored before the counts: a member of the open-card set while it counts. (One made
+    -- before that set existed has no `open_member`: it joins the counts at its next save.)
     if open then
       redis.call('ZADD', open_cards_key, 0, c.open_member)
     else

@@ -34,12 +34,11 @@ if open then
 end
 if redis.call('EXISTS', card_key) == 1 then return reply('ERR_EXISTS') end
 -- The cap comes after the dedupe: an identical proposal still gets its open card at the cap.
-local held = tonumber(redis.call('HGET', open_count_key, requester) or '0')
+local held = tonumber(redis.call('HGET', open_count_key, count_tag(c)) or '0')
   + redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')  -- older cards
 if held >= cap then return reply('ERR_QUOTA_EXCEEDED', nil, {limit = cap, open = held}) end
 local decide_by = now + window
 c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), dedupe
-c.requester = requester
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
