@@ -17,7 +17,7 @@ from gateway.canonical import canonical_json
 from gateway.card import CardState, verify_chain
 from gateway.limits import Limits
 from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_codec import decode_card
+from gateway.store.ledger_codec import SHORT, WORDS, decode_card
 from gateway.store.ledger_layout import open_cards_key
 from tests.support.cards import PROPOSAL
 
@@ -209,3 +209,11 @@ async def test_events_keep_their_own_worker_when_a_later_lease_goes_to_another(r
     assert verify_chain(events)
     stored = json.loads(await redis.get(_key(card_id)))
     assert [row[6] for row in stored["ev"][2:]] == ["worker-one", "worker-one", 1]  # only the holder's own is coded
+
+
+def test_codes_are_unique_and_shorter_than_any_name_or_word_so_an_uncoded_one_reads_as_itself() -> None:
+    """A field or word without a code is stored as it is: no code may equal a name, a word or another code."""
+    for table in (SHORT, WORDS):
+        assert len(set(table.values())) == len(table)
+        assert max(len(code) for code in table.values()) < min(len(name) for name in table)
+    assert {state.value for state in CardState} <= set(WORDS)
