@@ -13,6 +13,7 @@ and a slot that is taken, or a day that is over, makes no card.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -163,11 +164,18 @@ async def _booking_preview(args: BookArgs, ctx: ToolContext) -> Preview:
     in every time zone, is infeasible: the backend would refuse the first, and nobody can meet on
     the second. Other people's titles are not read into the preview: the times say enough.
     """
+    # Both reads at once: a proposal waits for one backend round trip, not two.
+    answers = await asyncio.gather(
+        _list_rooms(NoArguments(), ctx),
+        _availability(AvailabilityArgs(room_id=args.room_id, date=args.date), ctx),
+        return_exceptions=True,  # both finish before either error is raised: no read is left running
+    )
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
     try:
-        rooms = RoomList.model_validate(await _list_rooms(NoArguments(), ctx))
-        day = Availability.model_validate(
-            await _availability(AvailabilityArgs(room_id=args.room_id, date=args.date), ctx)
-        )
+        rooms = RoomList.model_validate(answers[0])
+        day = Availability.model_validate(answers[1])
     except ValidationError as error:
         raise UpstreamProtocolError("unexpected rooms or availability", service=ctx.service) from error
     room = next((r for r in rooms.rooms if r.id == args.room_id), None)

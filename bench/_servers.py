@@ -399,7 +399,10 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[None]:
         async with open_clients():
-            ledgers.append(RedisLedger(clients.redis))
+            from gateway.limits import Limits
+
+            # The same cap as the gateway's (UNBOUNDED_LIMITS): the script counts it either way.
+            ledgers.append(RedisLedger(clients.redis, limits=Limits.model_validate(UNBOUNDED_LIMITS)))
             yield
 
     return sdk_app(server, opened)

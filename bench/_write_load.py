@@ -262,13 +262,15 @@ async def _approve_one(
 async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
     """Follow a card's history until it reaches an outcome: (state, ledger ms approved->outcome).
 
-    The history lives inside the card (see gateway/store/ledger_scripts.py), which cannot be read blocking,
+    The history lives inside the card (see gateway/store/ledger_codec.py), which cannot be read blocking,
     so the card is polled every millisecond; that bounds the resolution of the outcome latency.
     """
+    from gateway.store.ledger_codec import decode_card
+
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
     while time.perf_counter() < deadline:
         raw = await redis.get(card_key)
-        events = json.loads(raw).get("events", []) if raw else []
+        events = decode_card(raw, card_key.rpartition(":")[2]).get("events", []) if raw else []
         approved_at = next((int(e["at"]) for e in events if e.get("type") == "approved"), None)
         for event in events:
             if event.get("state") in OUTCOME_STATES:

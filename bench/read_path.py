@@ -100,6 +100,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-cpu", type=int, default=None, help="core for the server under test")
     parser.add_argument("--other-cpu", type=int, default=None, help="core for load generator, backends, Redis")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of both servers")
+    parser.add_argument("--appendfsync", choices=("everysec", "always"), default="everysec",
+                        help="AOF fsync policy of the bench's Redis (the product ships always)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 2, 1.0, 0.3
@@ -161,7 +163,7 @@ def _create_key(redis_url: str) -> str:
 def started_stack(args: argparse.Namespace, pinning: Pinning, log_dir: Path) -> Iterator[Stack]:
     """Redis, the backends, both servers and the load generator; all stopped on the way out."""
     with contextlib.ExitStack() as stack:
-        redis, redis_url = stack.enter_context(redis_server(pinning.others, log_dir))
+        redis, redis_url = stack.enter_context(redis_server(pinning.others, log_dir, appendfsync=args.appendfsync))
         tokens = fresh_secrets()
 
         def start(name: str, module: str, argv: list[str], cores: frozenset[int], **kw: Any) -> Child:
@@ -418,7 +420,7 @@ def environment(stack: Stack, args: argparse.Namespace, pinning: Pinning) -> dic
         "revision": git_revision(),
         "python": platform.python_version(),
         "versions": _versions(),
-        "redis_server": _redis_version(stack.redis_url) + " (appendonly yes, appendfsync everysec, save '')",
+        "redis_server": _redis_version(stack.redis_url) + f" (appendonly yes, appendfsync {args.appendfsync}, save '')",
         "cpu": _cpu_model(),
         "pinning": pinning.describe(),
         "server_runtime": f"uvicorn, loop {gateway['loop']}, http {gateway['http']}, no access log",

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 
 from gateway.card import COMPACTED, CardState, verify_chain
 from gateway.store.ledger import RedisLedger, card_shard
+from gateway.store.ledger_codec import decode_card
 from gateway.store.ledger_history import HEAD_EVENTS, MAX_APPLIED, MAX_EVENTS
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
@@ -410,7 +411,7 @@ async def test_only_the_latest_transition_ids_are_kept_and_a_retry_is_still_reco
     assert (first.status, again.status) == ("OK", "ALREADY_APPLIED")
     for _ in range(500):
         await ledger.sweep_open(card_id, requeue_ms=10_000)
-    stored = json.loads(await redis.get(_card_key(card_id)))
+    stored = decode_card(await redis.get(_card_key(card_id)), card_id)
     assert len(stored["applied"]) == MAX_APPLIED
 
 
@@ -421,10 +422,10 @@ async def test_a_card_stored_with_every_applied_id_still_recognises_them_and_is_
     ALREADY_APPLIED, and the card's next transition replaces the map by the bounded list."""
     ledger = RedisLedger(redis)
     card_id = await _approved(ledger)
-    stored = json.loads(await redis.get(_card_key(card_id)))
+    stored = decode_card(await redis.get(_card_key(card_id)), card_id)
     stored["applied"] = {f"old-{n}": "requeued" for n in range(1000)} | {"tid-old": "approved"}
     await redis.set(_card_key(card_id), json.dumps(stored))
     again = await ledger._replay("approve", card_id, "tid-old", "bob@acme.example", 2, "h1", "", 10_000)
     assert again.status == "ALREADY_APPLIED" and again.extra["original"] == "approved"
     assert (await ledger.sweep_open(card_id, requeue_ms=10_000)).status == "OK"
-    assert len(json.loads(await redis.get(_card_key(card_id)))["applied"]) == 1
+    assert len(decode_card(await redis.get(_card_key(card_id)), card_id)["applied"]) == 1

@@ -22,6 +22,7 @@ from gateway.app import create_app
 from gateway.card import CardState
 from gateway.principal import KeyKind, Principal
 from gateway.store.ledger import RedisLedger
+from gateway.store.ledger_codec import decode_card
 from gateway.store.probes import LedgerProbe
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import PROPOSAL
@@ -140,7 +141,7 @@ async def test_open_cards_and_worker_lag_are_read_from_the_ledger(quiet: Redis) 
     assert approved.ok
     # Make the approval a minute old, as a worker that stopped a minute ago would leave it.
     key = RedisLedger._keys(waiting.card_id, int(waiting.card_id.split("_")[1]))[0]
-    stored = json.loads(await redis.get(key))
+    stored = decode_card(await redis.get(key), waiting.card_id)  # written back in the long form, read as well
     stored["approved_ms"] = str(int(stored["approved_ms"]) - 60_000)
     await redis.set(key, json.dumps(stored))
     values = await LedgerProbe(redis, cache_seconds=0).gauges()

@@ -22,6 +22,7 @@ from gateway.card import Card, CardState, verify_chain
 from gateway.settings import Settings
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger, card_shard
+from gateway.store.ledger_codec import decode_card
 from gateway.worker import Worker
 from tests.support.agents import make_key
 from tests.support.services import Backend, gateway_settings
@@ -77,7 +78,7 @@ async def _lease_runs_out(ledger: RedisLedger, redis: Redis, card_id: str) -> No
     assert shard is not None
     card_key, _, _, _, timers_key, *_ = RedisLedger._keys(card_id, shard)
     now = await ledger.server_time_ms()
-    stored = json.loads(await redis.get(card_key))
+    stored = decode_card(await redis.get(card_key), card_id)
     await redis.set(card_key, json.dumps(stored | {"lease_until_ms": str(now)}))
     await redis.zadd(timers_key, {card_id: now})
 

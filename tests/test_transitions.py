@@ -50,7 +50,7 @@ from gateway.card_transitions import (
 from gateway.ledger import Ledger, Transition, TransitionStatus
 from gateway.limits import Limits
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
-from gateway.store.ledger_layout import open_cards_key, requester_tag
+from gateway.store.ledger_codec import decode_card
 from gateway.store.ledger_scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
 from tests.support.services import gateway_settings
@@ -60,8 +60,8 @@ pytestmark = pytest.mark.anyio
 FENCE = 3
 PAST, FUTURE = "past", "future"
 """Stand-ins for a time a minute before / an hour after the Redis clock, filled in when a card is stored."""
-HISTORY = frozenset({"version", "seq", "chain", "updated_ms", "events", "applied"})
-"""The stored fields a recorded refusal may change."""
+HISTORY = frozenset({"version", "seq", "chain", "updated_ms", "events", "applied", "counted"})
+"""The stored fields a recorded refusal may change (``counted`` follows a state `_store` set by hand)."""
 
 
 @pytest.fixture(scope="module", name="redis_url")
@@ -118,7 +118,7 @@ async def _store(ledger: RedisLedger, redis: Redis, state: CardState, fields: Ma
     created = await ledger.propose(PROPOSAL)
     assert created.card is not None
     key = _card_key(created.card.card_id)
-    stored = json.loads(await redis.get(key))
+    stored = decode_card(await redis.get(key), created.card.card_id)
     now = await ledger.server_time_ms()
     times = {PAST: str(now - 60_000), FUTURE: str(now + 3_600_000)}
     stored |= {
@@ -220,10 +220,10 @@ def _cases(pairs: Iterator[tuple[CardTransition, Any, Setup]]) -> list[Any]:
     ]
 
 
-def _assert_refused(guard: Guard, result: Transition, before: bytes, after: bytes) -> None:
+def _assert_refused(guard: Guard, result: Transition, card_id: str, before: bytes, after: bytes) -> None:
     """A refusal by `guard`: its status, and on the card exactly what its aftermath says."""
     assert result.status is guard.refusal
-    old, new = json.loads(before), json.loads(after)
+    old, new = decode_card(before, card_id), decode_card(after, card_id)
     if guard.aftermath is Aftermath.NOTHING:
         assert after == before
         return
@@ -263,11 +263,11 @@ async def test_each_transition_applies_exactly_from_the_states_the_table_lists(
     if state in row.sources:
         assert result.status is TransitionStatus.OK
         assert result.card is not None and result.card.state in row.targets
-        old, new = json.loads(before), json.loads(after)
+        old, new = decode_card(before, card.card_id), decode_card(after, card.card_id)
         assert new["state"] == result.card.state
         assert len(new["events"]) == len(old["events"]) + 1 and int(new["version"]) == int(old["version"]) + 1
     else:
-        _assert_refused(row.wrong_state, result, before, after)
+        _assert_refused(row.wrong_state, result, card.card_id, before, after)
 
 
 VIOLATIONS: Mapping[Guard, Callable[[CardTransition], list[Setup]]] = {
@@ -314,7 +314,7 @@ async def test_each_guard_refuses_with_its_status_and_leaves_only_what_the_table
     card = await _store(ledger, redis, start, {**SATISFY.get(row.name, {}), **setup.fields})
     before = await redis.get(_card_key(card.card_id))
     result = await RUNS[row.name](ledger, card, setup.call)
-    _assert_refused(guard, result, before, await redis.get(_card_key(card.card_id)))
+    _assert_refused(guard, result, card.card_id, before, await redis.get(_card_key(card.card_id)))
 
 
 def test_every_guard_of_every_row_is_broken_by_some_test() -> None:
@@ -374,10 +374,12 @@ async def test_every_target_the_table_lists_is_reached_and_no_other(
 
 
 async def _in_open_card_set(redis: Redis, card: Card) -> bool:
-    shard = card_shard(card.card_id)
-    assert shard is not None
-    member = f"{requester_tag(card.requester_org, card.requester_subject)}:{card.card_id}"
-    return await redis.zscore(open_cards_key(shard), member) is not None
+    """Whether `card` counts against its requester's cap; the requester's count is that of its counted cards."""
+    ledger = RedisLedger(redis)
+    mine = await ledger.recent(limit=10, requester=(card.requester_org, card.requester_subject))
+    counted = {c.card_id for c in mine if decode_card(await redis.get(_card_key(c.card_id)), c.card_id).get("counted")}
+    assert await ledger.open_cards(card.requester_org, card.requester_subject) == len(counted)
+    return card.card_id in counted
 
 
 @pytest.mark.parametrize("deadline", [PAST, FUTURE], ids=["past-execute-by", "before-execute-by"])

@@ -24,6 +24,7 @@ from gateway.card import Card, CardState
 from gateway.principal import KeyKind
 from gateway.store.keys import hash_token
 from gateway.store.ledger import card_shard
+from gateway.store.ledger_codec import decode_card
 from gateway.worker import Worker
 from tests.support.services import Backend, gateway_settings
 
@@ -130,9 +131,10 @@ async def test_a_card_whose_stored_arguments_were_altered_after_approval_fails_u
     token, _record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
                                                roles=("staff",))  # fmt: skip
     card = await _approved(gateway, token, "2027-03-03")
-    # The ledger's layout (gateway/store/ledger.py): one JSON string per card, arguments as canonical JSON.
+    # The ledger's layout (gateway/store/ledger_codec.py): one JSON string per card, arguments as canonical
+    # JSON; written back in the long form, which the ledger reads as well.
     key = f"cs:{{cs{card_shard(card.card_id)}}}:card:{card.card_id}"
-    stored = json.loads(await redis.get(key))
+    stored = decode_card(await redis.get(key), card.card_id)
     stored["arguments"] = json.dumps({**json.loads(stored["arguments"]), "start": "11:00", "end": "12:00"})
     await redis.set(key, json.dumps(stored))
     altered = await gateway.ledger.get(card.card_id)

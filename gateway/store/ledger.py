@@ -4,11 +4,12 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one JSON string holding its events
-and applied transition ids) shares the tag of its shard with the shard's outbox stream, open-card
-(dedupe) hash, index, timers and open-card set, so every script touches exactly one slot (Redis
-Cluster safe). The shard of a card is chosen from its requester (org and subject): all of one
-requester's cards live in one shard, so `propose` counts the requester's open cards against its cap
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact JSON string holding
+its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard with
+the shard's outbox stream, open-card (dedupe) hash, timers, open-card counts and the indexes of its
+org and its requester, so every script touches exactly one slot (Redis Cluster safe). The shard of
+a card is chosen from its requester (org and subject): all of one requester's cards live in one
+shard, so `propose` counts the requester's open cards against its cap
 (`gateway.limits.Limits.open_cards`) in the same atomic script, and an identical proposal, whose
 dedupe key is scoped to its requester, lands where the open card it duplicates lives. The same
 dedupe entry outlives a SUCCEEDED card by its repeat window (`repeat_window_ms`), so a repeat of a
@@ -46,13 +47,17 @@ from gateway.store.card_changes import RedisCardChanges
 from gateway.store.card_pages import SCAN_LIMIT, read_page
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
+from gateway.store.ledger_codec import decode_card
 from gateway.store.ledger_layout import (
     SHARDS,
     card_keys,
     card_shard,
+    count_tag,
     open_cards_key,
+    open_count_key,
     org_index,
     policy_budget_key,
+    orgs_key,
     requester_index,
     requester_shard,
     requester_tag,
@@ -112,13 +117,19 @@ class RedisLedger:
 
     @classmethod
     def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:
-        """The keys of `propose`: every script's, then the shard's index of the org and of the requester."""
-        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
+        """The keys of `propose`: every script's, then the shard's index of the org and of the requester,
+        and the shard's set of org tags."""
+        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject),
+                orgs_key(shard)]  # fmt: skip
 
     async def open_cards(self, org: str, subject: str) -> int:
         """How many of the requester's cards count against its open-card cap now."""
-        key, requester = open_cards_key(requester_shard(org, subject)), requester_tag(org, subject)
-        return int(await self._client.zlexcount(key, f"[{requester}:", f"({requester};"))
+        shard, requester = requester_shard(org, subject), requester_tag(org, subject)
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hget(open_count_key(shard), count_tag(org, subject))
+            pipe.zlexcount(open_cards_key(shard), f"[{requester}:", f"({requester};")  # cards stored before the counts
+            counted, older = await pipe.execute()
+        return int(counted or 0) + int(older)
 
     @observed  # a span, a count and the card's latencies per transition (gateway.store.ledger_telemetry)
     async def _eval(self, name: str, keys: list[str], args: list[str | int]) -> Transition:
@@ -139,7 +150,7 @@ class RedisLedger:
                           applied=result.status, problems=report.problems)  # fmt: skip
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
-        return await self._replay(name, card_id, secrets.token_hex(12), *args)
+        return await self._replay(name, card_id, _transition_id(), *args)
 
     async def _replay(self, name: str, card_id: str, transition_id: str, *args: str | int) -> Transition:
         """Run a script under `transition_id` (`_run` mints a fresh one; tests of replay safety choose theirs)."""
@@ -182,7 +193,7 @@ class RedisLedger:
         result = await self._eval(
             "propose",
             self._proposal_keys(card_id, shard, org, subject),
-            [secrets.token_hex(12), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
+            [_transition_id(), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
         )
         if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))
@@ -271,30 +282,32 @@ class RedisLedger:
         if shard is None:
             return None
         raw: Any = await self._client.get(self._keys(card_id, shard)[0])
-        return _card(json.loads(raw)) if raw else None
+        return _card(decode_card(raw, card_id)) if raw else None
 
     async def events(self, card_id: str) -> list[CardEvent]:
         shard = card_shard(card_id)
         if shard is None:
             return []
         raw: Any = await self._client.get(self._keys(card_id, shard)[0])
-        return [_event(entry) for entry in json.loads(raw).get("events", ())] if raw else []
+        return [_event(entry) for entry in decode_card(raw, card_id).get("events", ())] if raw else []
 
     async def recent(
         self, *, limit: int = 200, org: str | None = None, requester: tuple[str, str] | None = None
     ) -> list[Card]:
         """The newest cards, newest first: of everyone, of one `org`, or of one `(org, subject)`."""
-        ids: list[tuple[str, float]] = []
+        scores: dict[str, float] = {}
         for shard in range(SHARDS):
             if requester is not None:
-                index = requester_index(shard, *requester)
+                indexes = [requester_index(shard, *requester)]
             elif org is not None:
-                index = org_index(shard, org)
-            else:
-                index = f"{_tag(shard)}:index"
-            entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
-            ids.extend((_text(member), float(score)) for member, score in entries)
-        ids.sort(key=lambda item: item[1], reverse=True)
+                indexes = [org_index(shard, org)]
+            else:  # every org's index, and the shard index that listed everyone's cards stored before
+                orgs: Any = await self._client.smembers(orgs_key(shard))
+                indexes = [f"{_tag(shard)}:index", *(f"{_tag(shard)}:org:{_text(o)}" for o in sorted(orgs))]
+            for index in indexes:
+                entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
+                scores.update((_text(member), float(score)) for member, score in entries)
+        ids = sorted(scores.items(), key=lambda item: item[1], reverse=True)
         cards = [await self.get(card_id) for card_id, _ in ids[:limit]]
         return [card for card in cards if card is not None]
 
@@ -317,7 +330,7 @@ class RedisLedger:
             for card_id in card_ids:  # ids come from the indexes, which hold only ids the ledger minted
                 pipe.get(self._keys(card_id, card_shard(card_id) or 0)[0])
             raws: list[Any] = await pipe.execute()
-        return [_card(json.loads(raw)) if raw else None for raw in raws]
+        return [_card(decode_card(raw, card_id)) if raw else None for card_id, raw in zip(card_ids, raws, strict=True)]
 
     async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> list[str]:
         """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`."""
@@ -359,6 +372,11 @@ def _stored_dedupe(requester: str, dedupe_key: str) -> str:
     """A dedupe key as stored: hashed (fixed and short: it sits in the shard's open-card hash), and scoped
     to its requester, so no proposal can ever be answered with another requester's card."""
     return hashlib.sha256(f"{requester}|{dedupe_key}".encode()).hexdigest()[:32]
+
+
+def _transition_id() -> str:
+    # 64 random bits: an id is only compared with the few dozen a card remembers (`MAX_APPLIED`).
+    return secrets.token_hex(8)
 
 
 def _text(value: bytes | str) -> str:

@@ -94,10 +94,11 @@ local function compact(events)
   marker.hash = event_hash(marker)
 end
 
--- Bump the version, set the new state, and record the step in the history. Values stay strings.
+-- Bump the version, set the new state, and record the step in the history. Values stay strings;
+-- `data` is a table, or its JSON already encoded (the created event's, built in a fixed order).
 local function transition(c, now, kind, actor, new_state, data)
   local version = num(c.version) + 1
-  local payload = cjson.encode(data or {})
+  local payload = type(data) == 'string' and data or cjson.encode(data or {})
   c.state, c.version, c.updated_ms = new_state, tostring(version), tostring(now)
   remember(c, tid, kind)
   c.events = c.events or {}

@@ -17,9 +17,12 @@ __all__ = [
     "SHARDS",
     "card_keys",
     "card_shard",
+    "count_tag",
     "open_cards_key",
+    "open_count_key",
     "org_index",
     "policy_budget_key",
+    "orgs_key",
     "requester_index",
     "requester_shard",
     "requester_tag",
@@ -49,12 +52,18 @@ def card_keys(card_id: str, shard: int) -> list[str]:
     """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger_prelude` gives."""
     prefix = tag(shard)
     return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
-            f"{prefix}:timers", open_cards_key(shard), f"{prefix}:repeats"]  # fmt: skip
+            f"{prefix}:timers", open_cards_key(shard), f"{prefix}:repeats", open_count_key(shard)]  # fmt: skip
 
 
 def open_cards_key(shard: int) -> str:
-    """The shard's set of the cards that count against their requester's cap (see the prelude)."""
+    """The shard's set of the cards stored before `open_count_key` that count against their requester's
+    cap (see the prelude)."""
     return f"{tag(shard)}:open_cards"
+
+
+def open_count_key(shard: int) -> str:
+    """The shard's hash of requester tag -> how many of its cards count against its cap (see the prelude)."""
+    return f"{tag(shard)}:open_count"
 
 
 def requester_tag(org: str, subject: str) -> str:
@@ -62,12 +71,24 @@ def requester_tag(org: str, subject: str) -> str:
     return hashlib.sha256(f"{org}|{subject}".encode()).hexdigest()[:16]
 
 
+def count_tag(org: str, subject: str) -> str:
+    """A requester's field in the open-card counts (`open_count_key`): the scripts derive it from the card
+    itself (Lua has SHA-1, not SHA-256), so no card stores it."""
+    return hashlib.sha1(f"{org}|{subject}".encode()).hexdigest()[:16]  # a name, not a secret
+
+
 def requester_shard(org: str, subject: str) -> int:
     return int(requester_tag(org, subject)[:8], 16) % SHARDS
 
 
 def org_index(shard: int, org: str) -> str:
+    """The shard's index of one org's cards (a zset scored by creation time): ``...:org:<org tag>``."""
     return f"{tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
+
+
+def orgs_key(shard: int) -> str:
+    """The shard's set of the org tags that have an index there: how a listing of everyone finds them."""
+    return f"{tag(shard)}:orgs"
 
 
 def requester_index(shard: int, org: str, subject: str) -> str:
@@ -76,4 +97,4 @@ def requester_index(shard: int, org: str, subject: str) -> str:
 
 def policy_budget_key(org: str, subject: str, day: str) -> str:
     """The count of a requester's policy approvals on one UTC `day` (``YYYYMMDD``), in its cards' shard."""
-    return f"{tag(requester_shard(org, subject))}:policy:{requester_tag(org, subject)}:{day}"
+    return f"{tag(requester_shard(org, subject))}:policy:{count_tag(org, subject)}:{day}"

@@ -2,8 +2,9 @@
 one way an event is recorded (`gateway.store.ledger_history`), leases, the outbox and expiry.
 
 `save` also announces every saved card on `CHANGES_CHANNEL` (pub/sub: its id, org, state and
-version), and keeps the shard's open-card set (KEYS[6]) exact: a card is a member while it counts
-against its requester's open-card cap, and only then, whatever transition saved it. It counts while
+version), and keeps the shard's open-card counts (KEYS[8]) exact: a card is counted for its requester
+while it counts against its requester's open-card cap, and only then, whatever transition saved it
+(its ``counted`` field says whether it is counted now). It counts while
 PENDING, APPROVED or EXECUTING its first attempt: those states lead into one another only forward,
 or back to APPROVED, so no transition but `propose` (which checks the cap) ever adds to a count.
 Once UNKNOWN (and from there a resend or NEEDS_RECONCILIATION) it no longer counts: the agent
@@ -14,6 +15,7 @@ cannot cancel it and did nothing wrong, so a flaky backend must not lock its req
 
 from __future__ import annotations
 
+from gateway.store.ledger_codec import CODEC
 from gateway.store.ledger_history import HISTORY
 from gateway.store.ledger_layout import CHANGES_CHANNEL
 
@@ -22,18 +24,22 @@ __all__ = ["PRELUDE"]
 PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (JSON string, holding its events and applied transition ids),
---   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset, 5 shard timer zset,
---   6 shard open-card set: a zset, every score 0, members '<requester>:<card id>', so that ZLEXCOUNT
---   over one requester's prefix counts its open cards (all of a requester's cards share a shard)
---   7 shard repeat zset: the dedupe entries kept for succeeded cards (see `close`), scored by when they lapse
---   (propose only: 8 the shard's index of the requester's org, 9 of the requester;
---    approve by a policy only: 8 the requester's count of policy approvals that UTC day)
--- Every script gets keys 1-7, which the helpers below name; each touches only those it needs.
+--   1 card (compact JSON string, holding its events and applied transition ids),
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset of the cards stored
+--   before the org indexes (9) listed everyone's (now only read, by listings), 5 shard timer zset,
+--   6 shard open-card set of cards stored before the counts (8): a zset, every score 0, members
+--   '<requester>:<card id>', so that ZLEXCOUNT over one requester's prefix counts its open cards,
+--   7 shard repeat zset: the dedupe entries kept for succeeded cards (see `close`), scored by when they lapse,
+--   8 shard open-card counts: a hash, requester tag -> how many of its cards are open (all of a
+--   requester's cards share a shard)
+--   (propose only: 9 the shard's index of the requester's org, 10 of the requester, 11 the shard's
+--   set of org tags, each naming an org index 9;
+--    approve by a policy only: 9 the requester's count of policy approvals that UTC day)
+-- Every script gets keys 1-8, which the helpers below name; each touches only those it needs.
 -- ARGV[1] is the transition id: a retried call with the same id changes nothing.
 local card_key = KEYS[1]
 local outbox_key, open_key, index_key, timers_key = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local open_cards_key, repeats_key = KEYS[6], KEYS[7]
+local open_cards_key, repeats_key, open_count_key = KEYS[6], KEYS[7], KEYS[8]
 local tid = ARGV[1]
 local FOREVER = '9007199254740991'
 local CHANGES_CHANNEL = '"""
@@ -46,33 +52,59 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The history and the applied transition ids live in the card itself: one key per card, which
+-- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
+"""
+    + HISTORY
+    + CODEC
+    + r"""
+-- A card is stored compactly (gateway.store.ledger_codec); the scripts only see it expanded.
 local function load()
   local raw = redis.call('GET', card_key)
   if not raw then return nil end
-  return cjson.decode(raw)
+  return expand(cjson.decode(raw), string.match(card_key, ':card:(.+)$'))
 end
 
 local function counts_as_open(c)
   return c.state == 'PENDING' or c.state == 'APPROVED' or (c.state == 'EXECUTING' and c.resend ~= '1')
 end
 
+-- A requester's field in the open-card counts (`gateway.store.ledger_layout.count_tag`).
+local function count_tag(c)
+  return string.sub(redis.sha1hex(c.requester_org .. '|' .. c.requester_subject), 1, 16)
+end
+
 local function save(c)
-  redis.call('SET', card_key, cjson.encode(c))
+  -- The count follows the state on every save, so no transition out of the open states can leave a
+  -- card counted; `counted` makes each change happen once, whichever transition makes it.
+  local open = counts_as_open(c)
+  if not c.open_member then
+    if open and c.counted ~= '1' then
+      redis.call('HINCRBY', open_count_key, count_tag(c), 1)
+      c.counted = '1'
+    elseif not open and c.counted == '1' then
+      if redis.call('HINCRBY', open_count_key, count_tag(c), -1) <= 0 then
+        redis.call('HDEL', open_count_key, count_tag(c))  -- the hash holds only requesters with open cards
+      end
+      c.counted = nil
+    end
+  else
+    -- A card stored before the counts: a member of the open-card set while it counts. (One made
+    -- before that set existed has no `open_member`: it joins the counts at its next save.)
+    if open then
+      redis.call('ZADD', open_cards_key, 0, c.open_member)
+    else
+      redis.call('ZREM', open_cards_key, c.open_member)
+    end
+  end
+  redis.call('SET', card_key, cjson.encode(compact(c)))
   -- Told to whoever watches (the admin console's live list, `gateway.store.card_changes`): ids and
   -- states only, never the card's text. Pub/sub is not keyed, so this stays within the card's slot.
   -- pcall: a user the ACL denies the channel must still move cards (its watchers cannot subscribe
   -- either, and read the cards again instead); an error here would leave the writes above standing.
   redis.pcall('PUBLISH', CHANGES_CHANNEL, cjson.encode({card_id = c.card_id, org = c.requester_org,
     state = c.state, version = c.version}))
-  -- Membership follows the state on every save, so no transition out of the open states can leave
-  -- a stale member behind (a card made before the set existed has no `open_member`).
-  if c.open_member then
-    if counts_as_open(c) then
-      redis.call('ZADD', open_cards_key, 0, c.open_member)
-    else
-      redis.call('ZREM', open_cards_key, c.open_member)
-    end
-  end
 end
 
 local function reply(status, c, extra)
@@ -84,12 +116,6 @@ local function reply(status, c, extra)
   return cjson.encode({status = status, card = fields, extra = extra or {}})
 end
 
--- The history and the applied transition ids live in the card itself: one key per card, which
--- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
--- gateway.store.ledger_history) is the one writer of both, and keeps both bounded.
-"""
-    + HISTORY
-    + r"""
 local function replayed()
   local c = load()
   local previous = c and applied_before(c, tid)

@@ -1,11 +1,12 @@
 """The ledger's Lua scripts: one atomic script per card transition, each run after the shared
 prelude (`gateway.store.ledger_prelude`).
 
-Storage, chosen for size (see bench/README.md): a card is one JSON string whose scalar values are
-all strings, and which holds its own history (``events``) and the ids of the latest transitions
-applied to it (``applied``), both bounded (`gateway.store.ledger_history`). Each script loads the
-card, checks every guard before its first write, then changes the card, records its event and
-saves it: one key per card.
+Storage, chosen for size (see bench/README.md): a card is one JSON string, which holds its own
+history (``events``) and the ids of the latest transitions applied to it (``applied``), both
+bounded (`gateway.store.ledger_history`). It is stored compactly (`gateway.store.ledger_codec`);
+the scripts see it expanded, every scalar value a string. Each script loads the card, checks every
+guard before its first write, then changes the card, records its event and saves it: one key per
+card.
 
 Which script may start from which state, ends in which, for whom and behind which guards is the
 table `gateway.card_transitions.TRANSITIONS`, one row per script of the same name;
@@ -17,7 +18,7 @@ from __future__ import annotations
 __all__ = ["SCRIPTS"]
 
 SCRIPTS: dict[str, str] = {
-    # KEYS 8 and 9: the shard's index of the requester's org, and of the requester.
+    # KEYS 9 and 10: the shard's index of the requester's org, and of the requester; 11: the shard's org tags.
     # ARGV: tid, fields (json object of strings), dedupe key, decide_within_ms, open-card cap, requester tag.
     # The dedupe entry answers while its card is open, or SUCCEEDED within its repeat window (see `close`).
     "propose": """
@@ -34,24 +35,24 @@ if open then
 end
 if redis.call('EXISTS', card_key) == 1 then return reply('ERR_EXISTS') end
 -- The cap comes after the dedupe: an identical proposal still gets its open card at the cap.
-local held = redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')
+local held = tonumber(redis.call('HGET', open_count_key, count_tag(c)) or '0')
+  + redis.call('ZLEXCOUNT', open_cards_key, '[' .. requester .. ':', '(' .. requester .. ';')  -- older cards
 if held >= cap then return reply('ERR_QUOTA_EXCEEDED', nil, {limit = cap, open = held}) end
 prune_repeats(now)
 local decide_by = now + window
 c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), dedupe
-c.open_member = requester .. ':' .. c.card_id
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
 redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
-redis.call('ZADD', index_key, now, c.card_id)
-redis.call('ZADD', KEYS[8], now, c.card_id)  -- the org's cards in this shard
-redis.call('ZADD', KEYS[9], now, c.card_id)  -- the requester's cards in this shard
+redis.call('ZADD', KEYS[9], now, c.card_id)  -- the org's cards in this shard
+redis.call('ZADD', KEYS[10], now, c.card_id)  -- the requester's cards in this shard
+redis.call('SADD', KEYS[11], string.match(KEYS[9], ':org:(.+)$'))  -- so a listing of everyone finds the org
 redis.call('ZADD', timers_key, decide_by, c.card_id)
-transition(c, now, 'created', c.requester_subject, 'PENDING', {tool = c.tool, args_hash = c.args_hash})
+transition(c, now, 'created', c.requester_subject, 'PENDING', created_data(c))
 save(c)
 return reply('OK', c)
 """,
     # ARGV: tid, approver, version, args_hash, comment, requeue_ms; an approver ``policy:<rule>`` also
-    # gives its daily budget (ARGV 7) and KEYS 8, the requester's count of policy approvals that day.
+    # gives its daily budget (ARGV 7) and KEYS 9, the requester's count of policy approvals that day.
     "approve": """
 local again = replayed(); if again then return again end
 local approver, version, args_hash, comment = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
@@ -74,15 +75,14 @@ end
 local spent, budget = 0, 0
 if by_policy then
   budget = tonumber(ARGV[7] or '0')
-  -- The count must be the card's own requester's (its tag leads the card's open-card member).
-  local mine = c.open_member and (':policy:' .. string.sub(c.open_member, 1, 16) .. ':')
-  local own = KEYS[8] and mine and string.find(KEYS[8], mine, 1, true)
-  spent = own and tonumber(redis.call('GET', KEYS[8]) or '0') or 0
+  -- The count must be the card's own requester's (its count tag names the key).
+  local own = KEYS[9] and string.find(KEYS[9], ':policy:' .. count_tag(c) .. ':', 1, true)
+  spent = own and tonumber(redis.call('GET', KEYS[9]) or '0') or 0
   if not own or spent >= budget then
     return reply('ERR_QUOTA_EXCEEDED', c, {limit = budget, spent = spent})
   end
-  redis.call('INCR', KEYS[8])
-  redis.call('PEXPIRE', KEYS[8], 172800000)  -- two days: the day's count outlives the day, then goes
+  redis.call('INCR', KEYS[9])
+  redis.call('PEXPIRE', KEYS[9], 172800000)  -- two days: the day's count outlives the day, then goes
 end
 approvers[#approvers + 1] = approver
 c.approvers = cjson.encode(approvers)

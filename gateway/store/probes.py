@@ -14,7 +14,6 @@ scrapes of several replicas cost Redis no more.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ import redis.asyncio as aioredis
 from gateway.card import CardState
 from gateway.store.client import store_boundary
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
+from gateway.store.ledger_codec import decode_card
 
 __all__ = ["MAX_SCANNED", "LedgerGaugeValues", "LedgerProbe"]
 
@@ -74,18 +74,20 @@ class LedgerProbe:
         seconds, micros = answers[-1]
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         ids = [_text(value).partition("|")[0] for values in answers[:-1] for value in values][:MAX_SCANNED]
+        read: list[str] = []
         async with self._client.pipeline(transaction=False) as pipe:
             for card_id in ids:
                 where = card_shard(card_id)
                 if where is not None:
                     pipe.get(RedisLedger._keys(card_id, where)[0])
-            raws: list[Any] = await pipe.execute() if ids else []
+                    read.append(card_id)
+            raws: list[Any] = await pipe.execute() if read else []
         counts = {state: 0 for state in ("PENDING", "APPROVED", "EXECUTING", "UNKNOWN")}
         oldest: int | None = None
-        for raw in raws:
+        for card_id, raw in zip(read, raws, strict=True):
             if not raw:
                 continue  # finished between the two reads
-            card = json.loads(raw)
+            card = decode_card(raw, card_id)
             state = str(card.get("state", ""))
             if state in _FINAL or not state:
                 continue
