@@ -173,7 +173,7 @@ async def test_lapsed_repeat_entries_are_pruned_by_later_proposals(quiet: Redis)
         finished.append(await _run(ledger, created.card.card_id))
     shard = card_shard(finished[0])
     assert shard is not None
-    _, _, open_key, *_, repeats_key = card_keys(finished[0], shard)
+    _, _, open_key, _, _, _, repeats_key, _ = card_keys(finished[0], shard)
     assert await redis.zcard(repeats_key) == 3 and await redis.hlen(open_key) == 3
     now = await ledger.server_time_ms()
     with anyio.fail_after(5):

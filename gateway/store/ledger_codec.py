@@ -87,6 +87,7 @@ SHORT: Mapping[str, str] = {
     "resolved_by": "rb",
     "applied": "y",
     "counted": "oc",
+    "repeat_within_ms": "rw",
 }
 """Stored code of each known field (``events`` has its own: ``ev``)."""
 
