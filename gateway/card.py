@@ -29,6 +29,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gateway.preview import Preview
+from gateway.provenance import Provenance
 
 __all__ = [
     "COMPACTED",
@@ -184,6 +185,9 @@ class Card:
     actors: tuple[str, ...] = ()
     """The delegation chain the proposing token carried (RFC 8693 ``act``), nearest first. The person
     is `requester_subject`; neither they nor any actor may approve the card."""
+    provenance: Provenance | None = None
+    """What the requester read before proposing it, and what that means for approvers
+    (`gateway.provenance`); None for a card stored before provenance was recorded."""
 
     @property
     def decision(self) -> CardDecision:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from gateway.card import Card, CardEvent, CardState
 from gateway.preview import Preview
+from gateway.provenance import Provenance
 
 __all__ = [
     "CardPage",
@@ -105,6 +106,8 @@ class Proposal:
     """The tool's preview as read for this proposal (None when it declares none); stored on the card."""
     acting_client: str = ""
     actors: tuple[str, ...] = ()
+    provenance: Provenance | None = None
+    """What the requester read before proposing (`gateway.provenance`); stored on the card."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

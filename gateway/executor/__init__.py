@@ -11,7 +11,7 @@
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
 an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
 `Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
-`Limits` it enforces per requester, and the live
+`Limits` it enforces per requester, a `ReadMemory` (reads remembered for card provenance), and the live
 principal of a key id (a requester's key is re-checked before its write runs). Every one is a
 required constructor argument: nothing is optional and checked at run time.
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from gateway.audit import AuditSink
 from gateway.executor.agent import AgentPath
 from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
@@ -37,7 +38,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "Invoker", "TaskPath", "WritePath"]
+__all__ = ["AgentPath", "Executor", "Invoker", "ReadMemory", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,13 +64,14 @@ class Executor:
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
+        memory: ReadMemory,
         lease_ms: int,
         reconcile_horizon_ms: int,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
-            healthy=healthy, limiter=limiter, limits=limits,
+            healthy=healthy, limiter=limiter, limits=limits, memory=memory,
         )  # fmt: skip
         writes = WritePath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,

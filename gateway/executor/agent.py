@@ -7,8 +7,14 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
 approval gate (a write only ever becomes a card, after its preview
-found it feasible) -> backend health -> invoke -> withhold untrusted
-text -> seal.
+found it feasible, with its provenance) -> backend health -> invoke -> withhold untrusted
+text -> remember the read -> seal.
+
+Provenance (`gateway.provenance`): every answered read is remembered for its MCP session, or for
+its principal when the client holds none, one round trip per read; a read that cannot be
+remembered is not answered, so a store that fails can never hide a read of untrusted text from the
+card that follows it. A proposal reads that history back and carries `policies.provenance.assess`'s
+verdict on its card and in its audit event; a tainted one needs the org's tainted quorum.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
 anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the budget cannot be used
@@ -52,6 +58,7 @@ from gateway.errors import (
     UpstreamRefusedError,
 )
 from gateway.executor.invoke import Invoker, args_hash
+from gateway.executor.read_memory import ReadMemory, audit_fields
 from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -60,6 +67,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
+from gateway.provenance import history_owner
 from gateway.tool import Mode, Tool, is_key_field
 from gateway.toolbox import ToolSource
 from gateway.tracing import annotate
@@ -90,6 +98,7 @@ class AgentPath:
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
+        memory: ReadMemory,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -102,25 +111,33 @@ class AgentPath:
         self._limiter = limiter
         self._limits = limits
         self._clock = clock
+        self._memory = memory
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
-    async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
+    async def execute(
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, *, session: str | None = None
+    ) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
+
+        `session` is the MCP session the call came in (2025-11-25 era), None for a stateless client:
+        it says whose history of reads the call joins (`gateway.provenance.history_owner`).
 
         A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
         answered with that code: the caller never sees a stack trace.
         """
         started = self._clock()
         try:
-            return await self._execute(principal, name, arguments, started)
+            return await self._execute(
+                principal, name, arguments, started, history_owner(principal.org, principal.subject, session)
+            )
         except Exception:
             logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
             failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
             return await self._refuse(principal, name, failure, started, ran=True)
 
     async def _execute(
-        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float, owner: str
     ) -> Envelope:
         toolbox = self._tools.current()
         tool = toolbox.get(name)
@@ -157,7 +174,7 @@ class AgentPath:
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
         if tool.mode is Mode.WRITE:
-            return await self._propose(tool, toolbox.version(tool.name), args, principal, started)
+            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
 
         # A read that could not be audited is not answered: refused up front while the trail is down.
         if not self._audited:
@@ -179,12 +196,15 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
+        if not await self._remember(tool, owner):
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the read could not be remembered for provenance")
+            return await self._refuse(principal, name, down, started, ran=True)  # the result is withheld
         if not await self._record(principal, name, "ok", started, reason=decision.reason):
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
     async def _propose(
-        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
+        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float, owner: str
     ) -> Envelope:
         """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
         if not await self._guard.writable():
@@ -211,6 +231,11 @@ class AgentPath:
         if approval is None or summary is None:  # Tool construction makes this unreachable
             raise RuntimeError(f"write tool {tool.name} has no approval policy")
         canonical = args.model_dump(mode="json")
+        try:
+            provenance = await self._memory.provenance(tool, canonical, owner)
+        except StoreUnavailableError as error:
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"call history error: {error.cause}")
+            return await self._refuse(principal, tool.name, down, started)
         bound_to = args_hash(tool.name, version, canonical)
         proposal = Proposal(
             tool=tool.name,
@@ -223,7 +248,12 @@ class AgentPath:
             requester_roles=principal.roles,
             acting_client=principal.acting_client,
             actors=principal.actors,
-            approvals_required=approvals_required(approval, canonical),
+            approvals_required=approvals_required(
+                approval,
+                canonical,
+                tainted=provenance.tainted,
+                tainted_approvals=self._memory.tainted_approvals(principal.org),
+            ),  # fmt: skip
             approver_role=approval.approver_role,
             summary=summary(args),
             agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
@@ -231,6 +261,7 @@ class AgentPath:
             execute_within_ms=int(approval.execute_within_seconds * 1000),
             dedupe_key=f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}",
             preview=preview,
+            provenance=provenance,
         )
         try:
             created = await self._ledger.propose(proposal)
@@ -253,9 +284,18 @@ class AgentPath:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
         existing = created.status is TransitionStatus.EXISTING
         count_proposal(tool.name, existing=existing)
-        extra = {"card_id": card.card_id, "existing": str(existing).lower()}
+        extra = {"card_id": card.card_id, "existing": str(existing).lower(), **audit_fields(card.provenance)}
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
+
+    async def _remember(self, tool: Tool, owner: str) -> bool:
+        """Remember this answered read for provenance; False when the store could not take it."""
+        try:
+            await self._memory.remember(tool, owner)
+        except StoreUnavailableError:
+            self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
+            return False
+        return True
 
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
         """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""

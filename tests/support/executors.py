@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.audit import ListAuditSink
-from gateway.executor import AgentPath, Invoker
+from gateway.executor import AgentPath, Invoker, ReadMemory
 from gateway.identity import IdentityHeaders
 from gateway.limiter import InMemoryRateLimiter, RateLimiter
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
+from gateway.provenance import HistoryRules, InMemoryCallHistory
 from gateway.store.client import connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
@@ -31,7 +32,7 @@ def agent_path(
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made. Rate budgets (`limits`, the defaults unless given) are kept in process
-    unless a `limiter` is given."""
+    unless a `limiter` is given. Reads are remembered for provenance in process."""
     audit = ListAuditSink()
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
@@ -47,5 +48,6 @@ def agent_path(
         healthy=lambda adapter: True,
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
+        memory=ReadMemory(InMemoryCallHistory(), HistoryRules()),
     )
     return executor, audit
