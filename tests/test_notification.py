@@ -23,6 +23,7 @@ from gateway.notification import (
     signed_headers,
     verify,
 )
+from gateway.provenance import Provenance, ProvenanceRead
 
 CONSOLE = "https://gw.example"
 HOOK = Webhook(name="ops", url="https://hooks.example/x", secret="s3cret")
@@ -155,3 +156,26 @@ def test_the_readme_delivery_verifies_with_the_readme_recipe() -> None:
     assert namespace["verify"](b"s3cret", headers, body.encode(), seen)
     assert not namespace["verify"](b"s3cret", headers, body.encode(), seen)  # a redelivery is deduplicated
     assert not namespace["verify"](b"s3cret", headers, body.encode()[:-1] + b" ", set())
+
+
+def test_a_tainted_cards_notification_carries_its_provenance_and_slack_says_so_first() -> None:
+    """The JSON body has the card's provenance in the agreed shape; Slack's headline opens with TAINTED."""
+    provenance = Provenance(
+        tainted=True,
+        data_flow=False,
+        reads=[
+            ProvenanceRead(
+                tool="rooms_availability", at="2026-12-01T08:00:00.000+00:00", untrusted_text=True, private=False
+            )
+        ],  # fmt: skip
+    )
+    card = _card(provenance=provenance)
+    body = json.loads(render(card, NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)
+    assert body["provenance"] == provenance.model_dump(mode="json")
+    assert body["provenance"]["reads"][0]["tool"] == "rooms_availability"
+    assert (
+        json.loads(render(_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)["provenance"]
+        is None
+    )
+    slack = json.loads(render(card, NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE).body)
+    assert slack["blocks"][0]["text"]["text"].startswith("*TAINTED")

@@ -29,10 +29,12 @@ def agent_path(
     org: str = "acme",
     limits: Limits | None = None,
     limiter: RateLimiter | None = None,
+    memory: ReadMemory | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made. Rate budgets (`limits`, the defaults unless given) are kept in process
-    unless a `limiter` is given. Reads are remembered for provenance in process."""
+    unless a `limiter` is given. Reads are remembered for provenance in process
+    unless a `memory` is given."""
     audit = ListAuditSink()
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
@@ -48,6 +50,6 @@ def agent_path(
         healthy=lambda adapter: True,
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
-        memory=ReadMemory(InMemoryCallHistory(), HistoryRules()),
+        memory=memory if memory is not None else ReadMemory(InMemoryCallHistory(), HistoryRules()),
     )
     return executor, audit
