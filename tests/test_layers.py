@@ -152,7 +152,7 @@ def violations(module: str, imports: set[str]) -> list[str]:
                 continue  # one pure function composing another (provenance reads text with text_safety)
             if not name.startswith("gateway") or place(name) != VOCABULARY:
                 found.append(
-                    f"policy {module} imports {name}: policies see only the vocabulary, policies and the standard library"
+                    f"policy {module} imports {name}: policies see only the vocabulary, policies and the stdlib"
                 )
         return found
     if top == "adapters":
