@@ -146,3 +146,33 @@ class Provenance(_Shape):
     def from_stored(cls, raw: str | None) -> Provenance | None:
         """A card's provenance from its stored JSON; None for a card stored without one."""
         return cls.model_validate_json(raw) if raw else None
+
+    def to_audit(self) -> dict[str, str]:
+        """The proposal's audit fields, one per part, so no value outgrows an audit field's bound:
+        ``provenance.tainted`` and ``provenance.data_flow`` (``true``/``false``), and each read and flag
+        as the JSON of its object under ``provenance.reads[<i>]`` and ``provenance.flags[<i>]``."""
+        fields = {"provenance.tainted": _word(self.tainted), "provenance.data_flow": _word(self.data_flow)}
+        fields |= {f"provenance.reads[{i}]": read.model_dump_json() for i, read in enumerate(self.reads)}
+        fields |= {f"provenance.flags[{i}]": flag.model_dump_json() for i, flag in enumerate(self.flags)}
+        return fields
+
+    @classmethod
+    def from_audit(cls, extra: Mapping[str, str]) -> Provenance | None:
+        """The provenance an audit event's fields hold (`to_audit`); None when they hold none."""
+        if "provenance.tainted" not in extra:
+            return None
+
+        def parts(name: str) -> list[str]:
+            count = sum(1 for key in extra if key.startswith(f"provenance.{name}["))
+            return [extra[f"provenance.{name}[{i}]"] for i in range(count)]
+
+        return cls(
+            tainted=extra["provenance.tainted"] == "true",
+            data_flow=extra.get("provenance.data_flow") == "true",
+            reads=[ProvenanceRead.model_validate_json(raw) for raw in parts("reads")],
+            flags=[ProvenanceFlag.model_validate_json(raw) for raw in parts("flags")],
+        )
+
+
+def _word(value: bool) -> str:
+    return "true" if value else "false"

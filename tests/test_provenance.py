@@ -4,7 +4,6 @@ card's provenance is read back from the admin API, ``countersign cards show`` an
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,11 +15,12 @@ from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
+from gateway.audit import MAX_FIELD_CHARS, AuditEvent
 from gateway.card import CardState
 from gateway.cli import main
 from gateway.limits import Limits
 from gateway.principal import KeyKind
-from gateway.provenance import history_owner
+from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead, history_owner
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.call_history import history_key
@@ -102,8 +102,8 @@ async def test_a_proposal_after_a_read_of_untrusted_text_is_tainted_in_the_api_t
     assert lines[1].startswith("TAINTED") and "rooms_availability  [untrusted text]" in shown
 
     [event] = [e for e in await RedisStreamAuditSink(redis).recent(50) if e.action == "card.propose"]
-    assert event.extra["tainted"] == "true"
-    assert json.loads(event.extra["provenance"]) == provenance
+    assert event.extra["provenance.tainted"] == "true"
+    assert Provenance.from_audit(event.extra) == Provenance.model_validate(provenance)
 
 
 async def test_a_proposal_with_no_prior_untrusted_read_is_not_tainted_and_needs_one_approver(
@@ -197,3 +197,19 @@ async def test_a_stateless_principals_reads_expire_after_the_window(
             late = payload(await client.call_tool("rooms_book", _booking("2027-08-09", "11:00")))["card_id"]
         cards = [(await _card(base, redis, card))["provenance"] for card in (soon, late)]
     assert [c["tainted"] for c in cards] == [True, False] and cards[1]["reads"] == []
+
+
+def test_a_long_provenance_survives_the_audit_events_field_bound_whole() -> None:
+    """Twenty reads and long flags: each part is its own audit field, so none is cut at the field bound."""
+    provenance = Provenance(
+        tainted=True,
+        data_flow=True,
+        reads=[ProvenanceRead(tool=f"orders_get_{i}", at="2026-12-01T08:00:00.000+00:00", untrusted_text=True,
+                              private=True) for i in range(20)],
+        flags=[ProvenanceFlag(code="instruction_to_model", where=f"arguments.items[{i}].note", detail="x" * 80)
+               for i in range(5)],
+    )  # fmt: skip
+    assert len(provenance.to_stored()) > MAX_FIELD_CHARS
+    event = AuditEvent(action="card.propose", outcome="ok", extra=provenance.to_audit())
+    assert Provenance.from_audit(event.extra) == provenance
+    assert Provenance.from_audit(AuditEvent(action="card.propose", outcome="ok").extra) is None

@@ -58,7 +58,5 @@ class ReadMemory:
 
 
 def audit_fields(provenance: Provenance | None) -> dict[str, str]:
-    """A proposal's audit fields: whether the card is tainted, and its whole provenance as JSON."""
-    if provenance is None:
-        return {}
-    return {"tainted": str(provenance.tainted).lower(), "provenance": provenance.to_stored()}
+    """A proposal's audit fields: its provenance, one field per part (`Provenance.to_audit`)."""
+    return {} if provenance is None else provenance.to_audit()
