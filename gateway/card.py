@@ -26,10 +26,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.preview import Preview
-from gateway.provenance import Provenance
+
+if TYPE_CHECKING:  # at run time a card only holds one: the store's row parser builds it
+    from gateway.provenance import Provenance
 
 __all__ = [
     "COMPACTED",
