@@ -61,7 +61,9 @@ def definition_hash(tool: Tool) -> str:
     """Content hash of everything a tool promises: name, description, mode, schemas, access, contract.
 
     A card is bound to the hash it was proposed under; executing it against a changed definition
-    is refused.
+    is refused. The provenance declarations (`Tool.visible_fields`, `Tool.returns_private_data`) are
+    left out: they shape what a card says when it is proposed, not what its write does, so declaring
+    them does not strand the cards already open.
     """
     contract = tool.write_contract
     approval = tool.approval
@@ -73,7 +75,6 @@ def definition_hash(tool: Tool) -> str:
         "input": tool.arguments.model_json_schema(),
         "output": tool.output.model_json_schema(),
         "access": {"roles": sorted(tool.access.any_of_roles), "public": tool.access.is_public},
-        "provenance": {"private": tool.returns_private_data, "visible": sorted(tool.visible_fields)},
         "approval": None
         if approval is None
         else {
