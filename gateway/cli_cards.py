@@ -113,7 +113,10 @@ def _provenance_text(view: AdminCard) -> list[str]:
     for read in provenance.reads:
         marks = [mark for mark, on in (("untrusted text", read.untrusted_text), ("private", read.private)) if on]
         lines.append(f"  {read.at}  {_safe(read.tool)}" + (f"  [{', '.join(marks)}]" if marks else ""))
-    lines.append(f"flags       {len(provenance.flags) or 'none'}")
+    lines.append(
+        f"flags       {len(provenance.flags) or 'none'}"
+        + (" (excerpts quote the agent: untrusted)" if provenance.flags else "")
+    )
     lines += [f"  {_safe(flag.code)}  {_safe(flag.where)}: {_safe(flag.detail)}" for flag in provenance.flags]
     return lines
 

@@ -508,10 +508,12 @@
             mono(String(read.tool)), " · ", at(read.at), marks(read) ? " · " + marks(read) : ""))),
       flags.length === 0
         ? null
-        : el("ul", { class: "flags", id: "provenance-flags" }, flags.map((flag) =>
-          el("li", { "data-code": String(flag.code) },
-            mono(String(flag.code)), " in ", mono(String(flag.where)), ": ",
-            el("span", { class: "agent-words" }, String(flag.detail))))));
+        : el("div", { class: "untrusted" },
+          el("p", { class: "untrusted-note" }, "Flagged in the agent's arguments; the excerpts quote the agent: untrusted."),
+          el("ul", { class: "flags", id: "provenance-flags" }, flags.map((flag) =>
+            el("li", { "data-code": String(flag.code) },
+              mono(String(flag.code)), " in ", mono(String(flag.where)), ": ",
+              el("span", { class: "agent-words" }, String(flag.detail)))))));
   }
 
   function previewSection(card) {
