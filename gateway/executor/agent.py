@@ -253,7 +253,7 @@ class AgentPath:
                 canonical,
                 tainted=provenance.tainted,
                 tainted_approvals=self._memory.tainted_approvals(principal.org),
-            ),  # fmt: skip
+            ),
             approver_role=approval.approver_role,
             summary=summary(args),
             agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
