@@ -48,7 +48,7 @@ from gateway.admin_bodies import (
     ResolveBody,
 )
 from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import BEARER_ANSWERS, BearerAuth, caller_of, principal_of
+from gateway.auth import BEARER_ANSWERS, STORE_RETRY_AFTER_SECONDS, BearerAuth, caller_of, principal_of
 from gateway.card_service import CardService
 from gateway.card_views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
@@ -76,7 +76,10 @@ STATUS: dict[ResultCode, int] = {
 def _json(status: int, body: BaseModel | dict[str, Any]) -> JSONResponse:
     content = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
     # Cards hold business data and approval state; no cache may keep a copy.
-    return JSONResponse(content, status_code=status, headers={"cache-control": "no-store"})
+    headers = {"cache-control": "no-store"}
+    if status == 503:  # the ledger could not answer, or not durably: a retry soon may succeed
+        headers["retry-after"] = str(STORE_RETRY_AFTER_SECONDS)
+    return JSONResponse(content, status_code=status, headers=headers)
 
 
 def _error(code: str, message: str, *, status: int, problems: Sequence[str] = ()) -> JSONResponse:

@@ -24,6 +24,7 @@ from gateway.admin_api import admin_routes
 from gateway.audit_archive import AuditArchive
 from gateway.audit_forwarder import AuditForwarder
 from gateway.audit_secret import audit_secret
+from gateway.audit_upkeep import audit_archiver, audit_loop
 from gateway.auth import BearerAuth
 from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
@@ -31,6 +32,7 @@ from gateway.catalog import Catalog
 from gateway.console import console_routes
 from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
 from gateway.executor import Executor, ReadMemory
+from gateway.expiry_warnings import ExpiryWarner
 from gateway.health import AdapterHealth
 from gateway.http_telemetry import HttpTelemetry
 from gateway.identity import IdentityHeaders
@@ -68,9 +70,6 @@ from gateway.worker import Worker
 
 __all__ = [
     "Gateway",
-    "archive_audit",
-    "audit_archiver",
-    "audit_loop",
     "backend_client",
     "build_gateway",
     "create_app",
@@ -154,6 +153,8 @@ class Gateway:
     """`ledger` as the executor and the worker move cards: with notifications when any are configured."""
     notifier: Notifier | None
     """Delivers notifications; None when no webhook is configured."""
+    warner: ExpiryWarner | None
+    """Announces cards about to expire undecided; None when no webhook hears of them."""
     poster: WebhookPoster
     forwarder: AuditForwarder | None
     """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
@@ -243,6 +244,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     )  # fmt: skip
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
+    warner = ExpiryWarner.configured(cards, outbox, notify)
     trail, exporting = AuditTrail(audit, AuditArchive(settings.archive_dir)), settings.audit_export
     forwarder = (
         AuditForwarder(trail, AuditExportCursor(client), exporting, poster, product_version=_version())
@@ -264,36 +266,16 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         archiver=archiver,
         cards=cards,
         notifier=notifier,
+        warner=warner,
         poster=poster,
         forwarder=forwarder,
     )
 
 
-def audit_archiver(client: Any, settings: Settings) -> AuditArchiver:
-    """The archiver of the audit stream, with the retention and archive directory of `settings`."""
-    return AuditArchiver(client, AuditArchive(settings.archive_dir), keep_entries=settings.audit_keep_entries,
-                         keep_minutes=settings.audit_keep_minutes)  # fmt: skip
-
-
-async def archive_audit(archiver: AuditArchiver) -> None:
-    """Archive and trim until nothing is past the retention (one batch per call of `archive_once`)."""
-    while await archiver.archive_once() >= archiver.batch:
-        pass
-
-
-def audit_loop(archiver: AuditArchiver, settings: Settings) -> Coroutine[Any, Any, None]:
-    """The background loop that keeps the audit stream within its retention (`serve` and `worker`)."""
-    return run_forever(
-        lambda: archive_audit(archiver),
-        what="audit archive",
-        pause_seconds=settings.audit_archive_seconds,
-        retry_on=(StoreUnavailableError, OSError),
-    )
-
-
 def notify_loops(gateway: Gateway, settings: Settings) -> list[Coroutine[Any, Any, None]]:
     """The notification and live audit export loops of `serve` and `worker` (`gateway.notifier.delivery_loops`)."""
-    return delivery_loops(gateway.notifier, gateway.forwarder, notify_seconds=settings.notifications.poll_seconds)
+    return delivery_loops(gateway.notifier, gateway.forwarder, notify_seconds=settings.notifications.poll_seconds,
+                          warner=gateway.warner)  # fmt: skip
 
 
 def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> Coroutine[Any, Any, None]:

@@ -19,7 +19,9 @@ resolve to a live key of the right kind) spends from its client address's budget
 (``[limits] unauthenticated``), and an address whose budget is spent gets 429 with
 ``Retry-After`` *before* any key lookup, whatever key it sends, until the budget refills. Only
 failures count: good keys behind one address (a NAT, an office) spend their principals' own
-budgets in the executor, not this one. The budgets are kept in process (`AddressBudgets`,
+budgets in the executor, not this one, and a credential this process admitted from an address in
+the last hour still passes while that address is blocked (`AddressBudgets.vouched`), so one broken
+client behind a NAT does not lock out its neighbours. The budgets are kept in process (`AddressBudgets`,
 bounded), not in Redis, so a flood costs no Redis round trip at all; the price is that each
 gateway process allows the budget on its own. The first 429 of a lockout is audited, not each
 one: auditing every refused request would put the flood back on Redis. Behind a reverse proxy
@@ -34,6 +36,7 @@ executor, which serves nothing it cannot audit.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -55,7 +58,14 @@ from gateway.route_table import Answer
 from gateway.store.keys import KeyCache, KeyStore
 from gateway.token_verifier import TokenVerifier, looks_like_jwt
 
-__all__ = ["BEARER_ANSWERS", "PRINCIPAL_SCOPE_KEY", "BearerAuth", "BearerRefusal", "principal_of"]
+__all__ = [
+    "BEARER_ANSWERS",
+    "PRINCIPAL_SCOPE_KEY",
+    "STORE_RETRY_AFTER_SECONDS",
+    "BearerAuth",
+    "BearerRefusal",
+    "principal_of",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -140,11 +150,11 @@ class BearerAuth:
             await self.app(scope, receive, send)
             return
         address = _address(scope)
+        token = _bearer(scope)
         wait, first = self._floods.blocked(address)
-        if wait > 0:
+        if wait > 0 and not (token is not None and self._floods.vouched(address, _digest(token))):
             await self._throttle(scope, send, address, wait, audit=first)
             return
-        token = _bearer(scope)
         if token is None:
             self._floods.spend(address)
             await self._reject(scope, send, _MISSING, audit=False)
@@ -152,9 +162,10 @@ class BearerAuth:
         if self._tokens is not None and self._surface is not None and looks_like_jwt(token):
             verdict = await self._tokens.verify(token, self._surface)
             if verdict.principal is None:
-                self._floods.spend(address)
+                self._refused(address, token)
                 await self._reject(scope, send, verdict.reason, audit=True, issuer=verdict.issuer)
                 return
+            self._floods.vouch(address, _digest(token))
             await self._admit(verdict.principal, scope, receive, send)
             return
         try:
@@ -165,10 +176,15 @@ class BearerAuth:
             await _send_json(send, 503, refusal, [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())])
             return
         if principal is None or principal.kind is not self._kind:
-            self._floods.spend(address)
+            self._refused(address, token)
             await self._reject(scope, send, "unknown, revoked or wrong-kind key", audit=True)
             return
+        self._floods.vouch(address, _digest(token))
         await self._admit(principal, scope, receive, send)
+
+    def _refused(self, address: str, token: str) -> None:
+        self._floods.spend(address)
+        self._floods.forget(address, _digest(token))
 
     async def _admit(self, principal: Principal, scope: Scope, receive: Receive, send: Send) -> None:
         scope[PRINCIPAL_SCOPE_KEY] = principal
@@ -226,6 +242,11 @@ class BearerAuth:
             )
         refusal = BearerRefusal(error="rate_limited", error_description="too many failed authentications")
         await _send_json(send, 429, refusal, [(b"retry-after", str(math.ceil(wait)).encode())])
+
+
+def _digest(token: str) -> bytes:
+    """What the flood table remembers of a credential: a digest, never the token itself."""
+    return hashlib.blake2b(token.encode(), digest_size=16).digest()
 
 
 def _address(scope: Scope) -> str:

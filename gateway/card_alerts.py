@@ -128,8 +128,8 @@ class AlertingLedger:
     async def page(self, query: CardQuery, *, limit: int, cursor: str | None = None) -> CardPage:
         return await self._ledger.page(query, limit=limit, cursor=cursor)
 
-    async def due(self, *, now_ms: int, limit: int = 100) -> Sequence[str]:
-        return await self._ledger.due(now_ms=now_ms, limit=limit)
+    async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> Sequence[str]:
+        return await self._ledger.due(now_ms=now_ms, limit=limit, from_ms=from_ms)
 
     async def server_time_ms(self) -> int:
         return await self._ledger.server_time_ms()

@@ -125,8 +125,8 @@ class RegistrySection(BaseModel):
     allowed_base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:*"])
 
 
-EventName = Literal["pending", "failed", "unknown", "needs_reconciliation"]
-_ALL_EVENTS: tuple[EventName, ...] = ("pending", "failed", "unknown", "needs_reconciliation")
+EventName = Literal["pending", "expiring", "failed", "unknown", "needs_reconciliation"]
+_ALL_EVENTS: tuple[EventName, ...] = ("pending", "expiring", "failed", "unknown", "needs_reconciliation")
 
 
 class WebhookSection(BaseModel):
@@ -158,6 +158,8 @@ class NotificationsSection(BaseModel):
     retry_cap_seconds: float = Field(default=300.0, gt=0)
     timeout_seconds: float = Field(default=5.0, gt=0)
     poll_seconds: float = Field(default=1.0, gt=0)
+    expiry_warning_seconds: float = Field(default=900.0, ge=0)
+    """How long before its decide-by a PENDING card is announced as expiring; 0: never."""
     webhooks: dict[str, WebhookSection] = Field(default_factory=dict)
 
     def resolve(self, environ: Mapping[str, str]) -> NotificationSettings:
@@ -190,6 +192,7 @@ class NotificationsSection(BaseModel):
             retry_cap_seconds=self.retry_cap_seconds,
             timeout_seconds=self.timeout_seconds,
             poll_seconds=self.poll_seconds,
+            expiry_warning_seconds=self.expiry_warning_seconds,
         )
 
 

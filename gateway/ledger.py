@@ -250,8 +250,9 @@ class Ledger(Protocol):
         """
         ...
 
-    async def due(self, *, now_ms: int, limit: int = 100) -> Sequence[str]:
-        """Cards whose timer (expiry, requeue, lease, reconcile) is due."""
+    async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> Sequence[str]:
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`: those not due before
+        `from_ms`, the soonest first, at most `limit` per shard."""
         ...
 
     async def server_time_ms(self) -> int:

@@ -136,15 +136,30 @@ class AddressBudgets:
     authentication. Addresses are kept least recently spent first; a new address past `capacity`
     evicts the oldest, which costs that address at most a fresh budget. Nothing here is shared
     between processes: each one allows `budget` per address on its own.
+
+    A blocked address does not lock out the good keys behind it (an office behind one NAT with one
+    misconfigured client): the edge `vouch`es for each credential it admitted, by a digest, and a
+    credential vouched for from that address within `vouch_seconds` is not blocked (`vouched`).
+    A flood cannot use it: it would need a credential that authenticated from its address, and that
+    credential is then looked up like any other (a revoked one is refused and `forget`-ten).
     """
 
-    def __init__(self, budget: Budget, *, capacity: int = 10_000, clock: Callable[[], int] = monotonic_us) -> None:
+    def __init__(
+        self,
+        budget: Budget,
+        *,
+        capacity: int = 10_000,
+        clock: Callable[[], int] = monotonic_us,
+        vouch_seconds: float = 3600.0,
+    ) -> None:
         self._budget = budget
         self._capacity = capacity
         self._clock = clock
         self._interval = interval_us(budget)
         self._tats: OrderedDict[str, int] = OrderedDict()
         self._announced: set[str] = set()
+        self._vouch_us = int(vouch_seconds * 1_000_000)
+        self._vouched: OrderedDict[tuple[str, bytes], int] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._tats)
@@ -162,6 +177,23 @@ class AddressBudgets:
         first = address not in self._announced
         self._announced.add(address)
         return retry_after_seconds(wait), first
+
+    def vouch(self, address: str, credential: bytes) -> None:
+        """`credential` (a digest, never a secret) authenticated from `address` just now."""
+        entry = (address, credential)
+        self._vouched[entry] = self._clock() + self._vouch_us
+        self._vouched.move_to_end(entry)
+        while len(self._vouched) > self._capacity:
+            self._vouched.popitem(last=False)
+
+    def vouched(self, address: str, credential: bytes) -> bool:
+        """Whether `credential` authenticated from `address` within the last `vouch_seconds`."""
+        until = self._vouched.get((address, credential))
+        return until is not None and until > self._clock()
+
+    def forget(self, address: str, credential: bytes) -> None:
+        """`credential` failed from `address`: it is vouched for no longer."""
+        self._vouched.pop((address, credential), None)
 
     def spend(self, address: str) -> bool:
         """Spend one from `address`'s budget; False (and nothing spent) when it is already empty."""

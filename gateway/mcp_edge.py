@@ -74,6 +74,19 @@ _CONTENT_LENGTH: Final = b"content-length"
 _MCP_PREFIX: Final = b"mcp-"
 _OWS: Final = b" \t"
 _HANDSHAKE_VERSIONS: Final = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
+_SINGLE: Final = {
+    _AUTHORIZATION: "Authorization",
+    _HOST: "Host",
+    _ORIGIN: "Origin",
+    _SESSION_ID: "Mcp-Session-Id",
+    _PROTOCOL_VERSION: "MCP-Protocol-Version",
+    b"mcp-method": "Mcp-Method",
+    b"mcp-name": "Mcp-Name",
+}
+"""Headers a request may carry once: the checks here and the SDK behind could each read a different
+one of two lines (a Host this gateway admits, and one it does not)."""
+_ROUTING: Final = frozenset({_PROTOCOL_VERSION, b"mcp-method", b"mcp-name"})
+"""Of those, the ones that say what the request is; two of them are a header mismatch (-32020)."""
 
 # An "id" member whose value does not start as a string or an integer (an integer is digits not
 # followed by a fraction or an exponent). A member name can also be written with \u escapes, so any
@@ -147,8 +160,9 @@ class HostPatterns:
 
 
 class HeaderChecks:
-    """Refuse foreign ``Host``/``Origin`` values and duplicated ``Authorization``/``MCP-Protocol-Version``
-    lines; trim ``Mcp-*`` values.
+    """Refuse foreign ``Host``/``Origin`` values and a second line of any header a request carries once
+    (`_SINGLE`: ``Authorization``, ``Host``, ``Origin``, ``Mcp-Session-Id``, the routing headers); trim
+    ``Mcp-*`` values.
 
     Sits outside `BearerAuth`: a request it refuses is never authenticated.
     """
@@ -168,24 +182,33 @@ class HeaderChecks:
             await self.app(scope, receive, send)
             return
         headers = scope["headers"]
-        authorizations = versions = 0
-        host = origin = b""
+        authorizations = 0
+        host = origin = duplicated = b""
+        seen: set[bytes] = set()
         trimmed: list[tuple[bytes, bytes]] | None = None
         for index, (raw_name, value) in enumerate(headers):
             name = raw_name.lower()  # ASGI servers lowercase names; a server that does not must not slip past
+            if name in _SINGLE:
+                if name in seen:
+                    duplicated = duplicated or name
+                seen.add(name)
             if name == _AUTHORIZATION:
                 authorizations += 1
             elif name == _HOST:
                 host = value
             elif name == _ORIGIN:
                 origin = value
-            elif name.startswith(_MCP_PREFIX):
-                if name == _PROTOCOL_VERSION:
-                    versions += 1
-                if value and (value[0] in _OWS or value[-1] in _OWS):
-                    if trimmed is None:
-                        trimmed = list(headers)
-                    trimmed[index] = (raw_name, value.strip(_OWS))
+            elif name.startswith(_MCP_PREFIX) and value and (value[0] in _OWS or value[-1] in _OWS):
+                if trimmed is None:
+                    trimmed = list(headers)
+                trimmed[index] = (raw_name, value.strip(_OWS))
+        if duplicated:  # which of two lines a later reader takes is not ours to guess: refuse both
+            reason = f"the {_SINGLE[duplicated]} header appears more than once"
+            if authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
+                await self._audit.record(_event(scope, Code.INVALID_REQUEST, reason))
+            rpc_code = HEADER_MISMATCH if duplicated in _ROUTING else INVALID_REQUEST
+            await _refuse(send, 400, rpc_code, Code.INVALID_REQUEST, reason)
+            return
         if not self._hosts.admits(host) or (origin and not self._origins.admits(origin)):
             foreign = "Host" if not self._hosts.admits(host) else "Origin"
             reason = f"the {foreign} header names a site this gateway does not serve"
@@ -193,14 +216,6 @@ class HeaderChecks:
                 await self._audit.record(_event(scope, _FOREIGN[foreign], reason))
             status = 421 if foreign == "Host" else 403
             await _refuse(send, status, INVALID_REQUEST, _FOREIGN[foreign], reason)
-            return
-        if authorizations > 1 or versions > 1:
-            which = "Authorization" if authorizations > 1 else "MCP-Protocol-Version"
-            reason = f"the {which} header appears more than once"
-            if authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
-                await self._audit.record(_event(scope, Code.INVALID_REQUEST, reason))
-            rpc_code = HEADER_MISMATCH if versions > 1 else INVALID_REQUEST
-            await _refuse(send, 400, rpc_code, Code.INVALID_REQUEST, reason)
             return
         if trimmed is not None:
             scope["headers"] = trimmed

@@ -28,6 +28,7 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -64,6 +65,8 @@ class NotificationEvent(StrEnum):
     FAILED = "card.failed"
     UNKNOWN = "card.unknown"
     NEEDS_RECONCILIATION = "card.needs_reconciliation"
+    EXPIRING = "card.expiring"
+    """Not a state: a PENDING card near its decide-by, announced once (`gateway.expiry_warnings`)."""
 
 
 NOTIFIED_STATES: Mapping[CardState, NotificationEvent] = {
@@ -119,7 +122,10 @@ class NotificationSettings:
     timeout_seconds: float = 5.0
     """A receiver's deadline per attempt."""
     poll_seconds: float = 1.0
-    """How often `serve` and `worker` look for due notifications."""
+    """How often `serve` and `worker` look for due notifications (and for cards about to expire)."""
+    expiry_warning_seconds: float = 900.0
+    """A PENDING card is announced as expiring this long before its decide-by (or at half its decision
+    window, when that is shorter); 0 announces nothing."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -190,6 +196,7 @@ _HEADLINES = {
     NotificationEvent.FAILED: "A write failed",
     NotificationEvent.UNKNOWN: "A write's outcome is unknown; a status query is under way",
     NotificationEvent.NEEDS_RECONCILIATION: "A write needs reconciliation by a person",
+    NotificationEvent.EXPIRING: "A card expires soon without a decision",
 }
 
 
@@ -208,7 +215,7 @@ def _slack(card: Card, event: NotificationEvent, url: str) -> dict[str, Any]:
     return {
         "text": f"{headline}. <{url}|Open the card>",
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\nState: `{card.state.value}`"}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*\n{_status_line(card)}"}},
             {
                 "type": "section",
                 "text": {"type": "mrkdwn", "text": f"_Written by the requesting agent, not verified:_\n{quoted}"},
@@ -219,6 +226,15 @@ def _slack(card: Card, event: NotificationEvent, url: str) -> dict[str, Any]:
             },
         ],
     }
+
+
+def _status_line(card: Card) -> str:
+    """The card's state, and, while it waits for a decision, when it expires (UTC, ISO 8601)."""
+    line = f"State: `{card.state.value}`"
+    if card.state is CardState.PENDING:
+        decide_by = datetime.fromtimestamp(card.decide_by_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        line += f" · decide by {decide_by}"
+    return line
 
 
 def _mrkdwn(text: str) -> str:

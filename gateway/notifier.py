@@ -30,6 +30,7 @@ from policies.outcome import backoff_ms
 
 if TYPE_CHECKING:
     from gateway.audit_forwarder import AuditForwarder
+    from gateway.expiry_warnings import ExpiryWarner
 
 __all__ = ["Notifier", "Post", "delivery_loops"]
 
@@ -137,13 +138,18 @@ class Notifier:
 
 
 def delivery_loops(
-    notifier: Notifier | None, forwarder: AuditForwarder | None, *, notify_seconds: float
-) -> list[Coroutine[Any, Any, None]]:
-    """The background loops that deliver notifications and the live audit export, off every request's
-    path; none when neither is configured. A refused export batch is tried again each poll."""
+    notifier: Notifier | None, forwarder: AuditForwarder | None, *, notify_seconds: float,
+    warner: ExpiryWarner | None = None,
+) -> list[Coroutine[Any, Any, None]]:  # fmt: skip
+    """The background loops that deliver notifications, look for cards about to expire and run the live
+    audit export, off every request's path; none when none is configured. A refused export batch is
+    tried again each poll."""
     loops = []
     if notifier is not None:
         loops.append(run_forever(notifier.deliver_due, what="notification delivery", pause_seconds=notify_seconds,
+                                 retry_on=(StoreUnavailableError,)))  # fmt: skip
+    if warner is not None:
+        loops.append(run_forever(warner.warn_due, what="expiry warnings", pause_seconds=notify_seconds,
                                  retry_on=(StoreUnavailableError,)))  # fmt: skip
     if forwarder is not None:
         every = forwarder.poll_seconds

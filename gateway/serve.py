@@ -33,8 +33,9 @@ from starlette.datastructures import Secret
 
 from backends.serve import QuietServer
 from gateway import demo
-from gateway.app import audit_loop, build_gateway, create_app, notify_loops, tools_for
+from gateway.app import build_gateway, create_app, notify_loops, tools_for
 from gateway.audit_secret import audit_secret
+from gateway.audit_upkeep import audit_loop
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
 from gateway.metrics import serve_metrics

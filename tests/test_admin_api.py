@@ -348,6 +348,7 @@ async def test_not_writable_ledger_is_503_and_nothing_changes(api: Api, redis: R
         shown = await http.get(f"/cards/{card_id}")
     assert [a.status_code for a in answers] == [503] * 3
     assert {a.json()["error"]["code"] for a in answers} == {"LEDGER_UNAVAILABLE"}
+    assert {a.headers.get("retry-after") for a in answers} == {"1"}  # a retryable refusal says when
     assert shown.status_code == 200 and (shown.json()["card"]["state"], shown.json()["card"]["version"]) == (
         "PENDING", 1,
     )  # fmt: skip

@@ -99,3 +99,26 @@ async def test_good_keys_spend_nothing_from_the_address_budget(
         missing = [await http.get("/") for _ in range(4)]
     assert {r.status_code for r in ok} == {200}
     assert [r.status_code for r in missing] == [401, 401, 401, 429]
+
+
+async def test_a_blocked_address_still_admits_the_good_keys_it_admitted_before_and_no_other(
+    edge: tuple[str, CountingKeyStore, ListAuditSink], redis: Redis
+) -> None:
+    """One broken client behind a NAT does not lock out its neighbours: a key admitted from the address
+    before the lockout keeps working (and is still looked up); a key never seen there gets 429; a
+    vouched-for key that is revoked is refused 401, and from then on gets 429 like any other."""
+    url, keys, _audit = edge
+    neighbour, stranger = await make_key(redis), await make_key(redis, subject="bob@acme.example")
+    async with httpx.AsyncClient(base_url=url, timeout=5) as http:
+        assert (await http.get("/", headers={"authorization": f"Bearer {neighbour}"})).status_code == 200
+        bad = [await http.get("/", headers={"authorization": f"Bearer csk_agent_{n:043d}"}) for n in range(5)]
+        assert [r.status_code for r in bad] == [401, 401, 401, 429, 429]
+        lookups = keys.lookups
+        again = [await http.get("/", headers={"authorization": f"Bearer {neighbour}"}) for _ in range(3)]
+        assert [r.status_code for r in again] == [200] * 3 and keys.lookups == lookups + 3
+        assert (await http.get("/", headers={"authorization": f"Bearer {stranger}"})).status_code == 429
+        record = await KeyStore(redis).list()
+        [mine] = [r for r in record if r.subject == "alice@acme.example"]
+        await KeyStore(redis).revoke(mine.key_id)
+        revoked = [await http.get("/", headers={"authorization": f"Bearer {neighbour}"}) for _ in range(2)]
+        assert [r.status_code for r in revoked] == [401, 429]

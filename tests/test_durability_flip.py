@@ -114,6 +114,7 @@ async def _approve(stream: _Stream, http: httpx.AsyncClient) -> None:
             stream.approvals.append((sent, card_id))
         else:
             assert answer.status_code == 503, answer.text
+            assert answer.headers["retry-after"] == "1"
             body = answer.json()
             assert body["error"]["code"] == "LEDGER_UNAVAILABLE"
             stream.refused["approve"] += 1

@@ -43,6 +43,7 @@ PLACES: dict[str, int] = {
     "gateway.cli_parser": ROOT_LAYER,
     "gateway.logs": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
+    "gateway.audit_upkeep": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
@@ -69,6 +70,7 @@ PLACES: dict[str, int] = {
     "gateway.executor": EXECUTOR,
     "gateway.card_service": EXECUTOR,
     "gateway.card_alerts": EXECUTOR,
+    "gateway.expiry_warnings": EXECUTOR,
     "gateway.health": EXECUTOR,
     "gateway.readiness": EXECUTOR,
     "gateway.identity": EXECUTOR,

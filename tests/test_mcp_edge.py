@@ -127,6 +127,38 @@ async def test_two_protocol_version_lines_are_refused_in_either_order(
     assert "MCP-Protocol-Version" in event.reason
 
 
+_ONCE = {  # every header a request carries once, with a value the gateway would accept on its own
+    "host": lambda url: url.split("//", 1)[1].split("/", 1)[0],
+    "origin": lambda url: "http://127.0.0.1",
+    "mcp-session-id": lambda url: "a" * 32,
+    "mcp-method": lambda url: "tools/list",
+    "mcp-name": lambda url: "rooms_availability",
+}
+
+
+@EXAMPLES
+@given(header=st.sampled_from(sorted(_ONCE)), data=st.data(), ows=OWS)
+async def test_a_second_line_of_any_single_line_header_is_refused_before_anything_reads_it(
+    redis: Redis, mcp_url: str, header: str, data: st.DataObject, ows: str
+) -> None:
+    """The class, not one spelling: whatever the header, its casing and spacing, two lines are 400 (a
+    header mismatch for the routing headers) and nobody is authenticated; the answer names the header."""
+    token = await make_key(redis)
+    value = _ONCE[header](mcp_url)
+    first, second = data.draw(_casings(header)), data.draw(_casings(header))
+    extra = [f"{first}:{ows}{value}{ows}".encode(), f"{second}: {value}".encode()]
+    if header == "host":
+        extra = extra[1:]  # `exchange` writes the first Host line itself
+    lines = [f"Authorization: Bearer {token}".encode(), ACCEPT, JSON, f"MCP-Protocol-Version: {MODERN}".encode(),
+             *extra]  # fmt: skip
+    answer = await exchange(mcp_url, "POST", lines, json.dumps(_modern("tools/list", {})).encode())
+    routing = header in {"mcp-method", "mcp-name"}
+    _assert_refused(answer, 400, "INVALID_REQUEST", rpc_code=-32020 if routing else -32600)
+    assert header in answer.json()["error"]["message"].lower()
+    [*_, event] = await _rejects(redis)
+    assert (event.code, event.subject) == ("INVALID_REQUEST", "")
+
+
 async def test_an_anonymous_duplicate_is_refused_but_not_audited(redis: Redis, mcp_url: str) -> None:
     """No credential, no audit entry: a flood without keys cannot fill the audit stream through the edge."""
     lines = [ACCEPT, JSON, b"MCP-Protocol-Version: 2025-11-25", b"mcp-protocol-version: 2025-11-25"]

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.card import Card, CardState
+from gateway.card import CardState
 from gateway.notification import (
     ID_HEADER,
     SIGNATURE_HEADER,
@@ -24,34 +24,11 @@ from gateway.notification import (
     verify,
 )
 from gateway.provenance import Provenance, ProvenanceRead
+from tests.support.cards import a_card
 
 CONSOLE = "https://gw.example"
 HOOK = Webhook(name="ops", url="https://hooks.example/x", secret="s3cret")
 SLACK = Webhook(name="chat", url="https://hooks.example/y", secret="s3cret", format=PayloadFormat.SLACK)
-
-
-def _card(**changes: Any) -> Card:
-    fields: dict[str, Any] = {
-        "card_id": "crd_1_" + "0" * 32,
-        "tool": "rooms.book",
-        "tool_version": "1",
-        "arguments": {},
-        "args_hash": "h",
-        "requester_subject": "bot@acme.example",
-        "requester_org": "acme",
-        "requester_key_id": "k1",
-        "state": CardState.PENDING,
-        "version": 1,
-        "idempotency_key": "cs-1",
-        "transaction_id": "txn_1",
-        "approvals_required": 1,
-        "approvers": (),
-        "summary": "Book room-eos on 2026-12-10",
-        "agent_text": {"title": "Planning"},
-        "created_ms": 1,
-        "decide_by_ms": 2,
-    }
-    return Card(**{**fields, **changes})
 
 
 def test_a_signature_verifies_and_any_change_of_body_secret_or_timestamp_breaks_it() -> None:
@@ -67,7 +44,7 @@ def test_a_signature_verifies_and_any_change_of_body_secret_or_timestamp_breaks_
 
 
 def test_headers_carry_the_timestamp_the_signature_and_a_stable_id() -> None:
-    notification = render(_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE)
+    notification = render(a_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE)
     first = signed_headers(notification.id, notification.body, "s3cret", 10)
     later = signed_headers(notification.id, notification.body, "s3cret", 99)
     assert first[ID_HEADER] == later[ID_HEADER] == notification.id
@@ -84,7 +61,7 @@ def test_the_id_is_the_same_for_the_same_card_event_and_webhook_only() -> None:
 
 
 def test_the_json_body_links_the_card_and_keeps_the_agents_words_under_untrusted() -> None:
-    body = json.loads(render(_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE + "/").body)
+    body = json.loads(render(a_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE + "/").body)
     assert body["console_url"] == "https://gw.example/admin/#/cards/crd_1_" + "0" * 32
     assert body["event"] == "card.pending" and body["card"]["state"] == "PENDING"
     assert body["untrusted"] == {"summary": "Book room-eos on 2026-12-10", "agent_text": {"title": "Planning"}}
@@ -95,12 +72,12 @@ def test_the_json_body_links_the_card_and_keeps_the_agents_words_under_untrusted
 def test_a_webhook_hears_only_of_its_orgs_roles_and_events() -> None:
     narrow = Webhook(name="n", url="https://h", secret="s", orgs=frozenset({"acme"}),
                      approver_roles=frozenset({"finance"}), events=frozenset({NotificationEvent.FAILED}))  # fmt: skip
-    card = _card(approver_role="finance")
+    card = a_card(approver_role="finance")
     assert narrow.wants(card, NotificationEvent.FAILED)
     assert not narrow.wants(card, NotificationEvent.PENDING)
-    assert not narrow.wants(_card(approver_role="approver"), NotificationEvent.FAILED)
-    assert not narrow.wants(_card(requester_org="globex", approver_role="finance"), NotificationEvent.FAILED)
-    assert HOOK.wants(_card(requester_org="anyone"), NotificationEvent.PENDING)
+    assert not narrow.wants(a_card(approver_role="approver"), NotificationEvent.FAILED)
+    assert not narrow.wants(a_card(requester_org="globex", approver_role="finance"), NotificationEvent.FAILED)
+    assert HOOK.wants(a_card(requester_org="anyone"), NotificationEvent.PENDING)
 
 
 MARK = "ZQXJ"
@@ -115,7 +92,7 @@ def test_slack_shows_the_agents_words_only_inside_the_quote_and_never_as_markup(
     quote no ``<`` (a link or mention), no newline that would end the quote, and no formatting mark."""
     body = json.loads(
         render(
-            _card(summary=summary, agent_text=words), NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE
+            a_card(summary=summary, agent_text=words), NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE
         ).body  # fmt: skip
     )
     headline, quote, actions = body["blocks"]
@@ -126,11 +103,11 @@ def test_slack_shows_the_agents_words_only_inside_the_quote_and_never_as_markup(
     for mark in "*_~":
         assert mark not in quoted.replace(f"\u200b{mark}\u200b", "")
     assert "`" not in quoted
-    assert actions["elements"][0]["url"] == card_url(CONSOLE, _card().card_id)
+    assert actions["elements"][0]["url"] == card_url(CONSOLE, a_card().card_id)
 
 
 def test_slack_escapes_a_mention_and_a_link_an_agent_wrote() -> None:
-    card = _card(summary="<!channel> see <https://evil.example|here> *now*", agent_text={"t": "a\n> b"})
+    card = a_card(summary="<!channel> see <https://evil.example|here> *now*", agent_text={"t": "a\n> b"})
     quote = json.loads(render(card, NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE).body)["blocks"][1]
     text = quote["text"]["text"]
     assert "<!channel>" not in text and "&lt;!channel&gt;" in text
@@ -158,6 +135,17 @@ def test_the_readme_delivery_verifies_with_the_readme_recipe() -> None:
     assert not namespace["verify"](b"s3cret", headers, body.encode()[:-1] + b" ", set())
 
 
+def test_a_slack_warning_says_when_the_card_expires_and_a_finished_card_says_no_deadline() -> None:
+    card = a_card(decide_by_ms=1_796_115_600_000)
+    pending = json.loads(render(card, NotificationEvent.EXPIRING, webhook=SLACK, console_url=CONSOLE).body)
+    head = pending["blocks"][0]["text"]["text"]
+    assert head.startswith("*A card expires soon without a decision")
+    assert "decide by 2026-12-01T09:00:00+00:00" in head
+    failed = json.loads(render(a_card(state=CardState.FAILED), NotificationEvent.FAILED, webhook=SLACK,
+                               console_url=CONSOLE).body)  # fmt: skip
+    assert "decide by" not in failed["blocks"][0]["text"]["text"]
+
+
 def test_a_tainted_cards_notification_carries_its_provenance_and_slack_says_so_first() -> None:
     """The JSON body has the card's provenance in the agreed shape; Slack's headline opens with TAINTED."""
     provenance = Provenance(
@@ -169,12 +157,12 @@ def test_a_tainted_cards_notification_carries_its_provenance_and_slack_says_so_f
             )
         ],  # fmt: skip
     )
-    card = _card(provenance=provenance)
+    card = a_card(provenance=provenance)
     body = json.loads(render(card, NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)
     assert body["provenance"] == provenance.model_dump(mode="json")
     assert body["provenance"]["reads"][0]["tool"] == "rooms_availability"
     assert (
-        json.loads(render(_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)["provenance"]
+        json.loads(render(a_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)["provenance"]
         is None
     )
     slack = json.loads(render(card, NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE).body)

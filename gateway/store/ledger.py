@@ -284,11 +284,12 @@ class RedisLedger:
             raws: list[Any] = await pipe.execute()
         return [_card(json.loads(raw)) if raw else None for raw in raws]
 
-    async def due(self, *, now_ms: int, limit: int = 100) -> list[str]:
-        """Cards whose timer (expiry, requeue, lease, reconcile) is due."""
+    async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> list[str]:
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`."""
         due: list[str] = []
         for shard in range(SHARDS):
-            members: Any = await self._client.zrangebyscore(f"{_tag(shard)}:timers", 0, now_ms, start=0, num=limit)
+            members: Any = await self._client.zrangebyscore(f"{_tag(shard)}:timers", from_ms, now_ms, start=0,
+                                                            num=limit)  # fmt: skip
             due.extend(_text(member) for member in members)
         return due
 

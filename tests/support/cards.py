@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
+from gateway.card import Card, CardState
 from gateway.limits import Limits
 from gateway.store.ledger import Proposal, RedisLedger
 
@@ -54,3 +55,28 @@ async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
         for index in range(count):
             group.start_soon(one, index)
     return created
+
+
+def a_card(**changes: Any) -> Card:
+    """A PENDING card as the ledger would load it, with `changes` applied: for pure functions of a card."""
+    fields: dict[str, Any] = {
+        "card_id": "crd_1_" + "0" * 32,
+        "tool": "rooms.book",
+        "tool_version": "1",
+        "arguments": {},
+        "args_hash": "h",
+        "requester_subject": "bot@acme.example",
+        "requester_org": "acme",
+        "requester_key_id": "k1",
+        "state": CardState.PENDING,
+        "version": 1,
+        "idempotency_key": "cs-1",
+        "transaction_id": "txn_1",
+        "approvals_required": 1,
+        "approvers": (),
+        "summary": "Book room-eos on 2026-12-10",
+        "agent_text": {"title": "Planning"},
+        "created_ms": 1,
+        "decide_by_ms": 2,
+    }
+    return Card(**{**fields, **changes})
