@@ -79,6 +79,7 @@ TOOLS: tuple[Tool, ...] = (
         access=Access.public(),
         execute=_status,
         open_world=False,
+        returns_private_data=False,  # the caller's own cards, as the gateway holds them
     ),
     Tool(
         name="approvals_mine",
@@ -91,6 +92,7 @@ TOOLS: tuple[Tool, ...] = (
         access=Access.public(),
         execute=_mine,
         open_world=False,
+        returns_private_data=False,  # the caller's own cards, as the gateway holds them
     ),
     Tool(
         name="approvals_cancel",
@@ -106,5 +108,6 @@ TOOLS: tuple[Tool, ...] = (
         # A withdrawn request cannot be reopened; the gateway's own ledger is all it touches.
         destructive=True,
         open_world=False,
+        returns_private_data=False,  # the caller's own cards, as the gateway holds them
     ),
 )

@@ -279,6 +279,7 @@ TOOLS: tuple[Tool, ...] = (
         access=Access.public(),
         execute=_list_rooms,
         open_world=False,
+        returns_private_data=False,  # the building's rooms: anyone in the org may see them
     ),
     Tool(
         name="rooms_availability",
@@ -298,6 +299,7 @@ TOOLS: tuple[Tool, ...] = (
         model_view_output=AvailabilityForModel,
         human_view=_availability_for_people,
         emits_untrusted_text=True,
+        returns_private_data=False,  # the shared calendar: other people's titles are untrusted, not secret
     ),
     Tool(
         name="rooms_my_bookings",
@@ -333,6 +335,7 @@ TOOLS: tuple[Tool, ...] = (
         approval=_APPROVAL,
         summary=lambda args: f"Book {args.room_id} on {args.date.isoformat()} from {args.start} to {args.end}",
         agent_text_fields=frozenset({"title"}),
+        visible_fields=frozenset({"title"}),  # the title is on the shared calendar
     ),
     Tool(
         name="rooms_cancel_booking",

@@ -336,6 +336,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "destructive": False,
             "open_world": False,
             "agent_text_fields": ["title"],
+            "visible_fields": ["title"],
             "untrusted_output_fields": ["note"],
         },
         {

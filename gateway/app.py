@@ -31,7 +31,7 @@ from gateway.card_service import CardService
 from gateway.catalog import Catalog
 from gateway.console import console_routes
 from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
-from gateway.executor import Executor
+from gateway.executor import Executor, ReadMemory
 from gateway.expiry_warnings import ExpiryWarner
 from gateway.health import AdapterHealth
 from gateway.http_telemetry import HttpTelemetry
@@ -54,6 +54,7 @@ from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_export import AuditExportCursor
 from gateway.store.audit_trail import AuditTrail
+from gateway.store.call_history import RedisCallHistory
 from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
@@ -222,23 +223,13 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         org_adapters=org_adapters,
     )
     executor = Executor.build(
-        tools=live,
-        org_adapters=org_adapters,
-        audit=audit,
-        clients=clients,
-        identity=identity,
-        ledger=cards,
-        guard=guard,
-        live_principal=keys.live_principal,
-        healthy=health.healthy,
-        limiter=RedisRateLimiter(client),
-        limits=settings.limits,
+        tools=live, org_adapters=org_adapters, audit=audit, clients=clients, identity=identity, ledger=cards,
+        guard=guard, live_principal=keys.live_principal, healthy=health.healthy, limiter=RedisRateLimiter(client),
+        limits=settings.limits, memory=ReadMemory(RedisCallHistory(client), settings.history_rules),
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
-        approvals=settings.approvals,
-        announce=alerting.alert,
-        receipts=signer.receipts_for,
-    )
+        approvals=settings.approvals, announce=alerting.alert, receipts=signer.receipts_for,
+    )  # fmt: skip
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
     warner = ExpiryWarner.configured(cards, outbox, notify)

@@ -26,9 +26,12 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.preview import Preview
+
+if TYPE_CHECKING:  # at run time a card only holds one: the store's row parser builds it
+    from gateway.provenance import Provenance
 
 __all__ = [
     "COMPACTED",
@@ -184,6 +187,9 @@ class Card:
     actors: tuple[str, ...] = ()
     """The delegation chain the proposing token carried (RFC 8693 ``act``), nearest first. The person
     is `requester_subject`; neither they nor any actor may approve the card."""
+    provenance: Provenance | None = None
+    """What the requester read before proposing it, and what that means for approvers
+    (`gateway.provenance`); None for a card stored before provenance was recorded."""
 
     @property
     def decision(self) -> CardDecision:

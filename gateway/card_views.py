@@ -28,6 +28,7 @@ from gateway.canonical import iso_from_ms
 from gateway.card import Card, CardDecision, CardEvent, CardOutcome, CardState, verify_chain
 from gateway.card_words import deadline_ms, failure_code, said_to_agent, said_to_people
 from gateway.codes import Code
+from gateway.provenance import Provenance
 
 __all__ = [
     "UNTRUSTED_NOTE",
@@ -211,6 +212,8 @@ class AdminCardSummary(_View):
     """The deadline still running (decide by, or execute by once approved); None once the card is final."""
     said: str
     """What happened, plainly, with the backend's reason on a failure (third-party text, for people)."""
+    tainted: bool
+    """The card followed a read of untrusted text (`AdminCard.provenance`)."""
 
     @classmethod
     def from_card(cls, card: Card) -> AdminCardSummary:
@@ -230,6 +233,7 @@ class AdminCardSummary(_View):
             execute_by=iso_from_ms(card.execute_by_ms),
             deadline=iso_from_ms(deadline_ms(card)),
             said=said_to_people(card),
+            tainted=card.provenance is not None and card.provenance.tainted,
         )
 
 
@@ -284,6 +288,9 @@ class AdminCard(_View):
     """The stable code of a failure, as the requesting agent is told it."""
     preview: CardPreview | None
     """None when the tool declares no preview."""
+    provenance: Provenance | None
+    """What the requester read before proposing, taint, data flow and flags (`gateway.provenance`); None
+    for a card stored before provenance was recorded. Approvers are shown it first."""
     events: list[CardEventView]
     chain_valid: bool
     """Whether the event history's hash chain is unbroken."""
@@ -331,6 +338,7 @@ class AdminCard(_View):
             preview=None
             if card.preview is None
             else CardPreview(lines=list(card.preview.lines), facts=dict(card.preview.facts)),
+            provenance=card.provenance,
             events=[CardEventView.from_event(event) for event in events],
             chain_valid=verify_chain(events),
         )

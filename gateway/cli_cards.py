@@ -171,10 +171,33 @@ def _safe(value: object) -> str:
     return escape_unprintable(str(value))
 
 
+def _provenance_text(view: AdminCard) -> list[str]:
+    """What the requester read before proposing, shown first: taint, data flow, the reads, the flags."""
+    provenance = view.provenance
+    if provenance is None:
+        return ["provenance  (not recorded for this card)"]
+    lines = []
+    if provenance.tainted:
+        lines.append("TAINTED     proposed after a read of untrusted text: a stranger's words may have steered it")
+    if provenance.data_flow:
+        lines.append("DATA FLOW   text goes where other people see it, after a read of private data")
+    lines.append(f"reads       {len(provenance.reads)} before the proposal, oldest first")
+    for read in provenance.reads:
+        marks = [mark for mark, on in (("untrusted text", read.untrusted_text), ("private", read.private)) if on]
+        lines.append(f"  {read.at}  {_safe(read.tool)}" + (f"  [{', '.join(marks)}]" if marks else ""))
+    lines.append(
+        f"flags       {len(provenance.flags) or 'none'}"
+        + (" (excerpts quote the agent: untrusted)" if provenance.flags else "")
+    )
+    lines += [f"  {_safe(flag.code)}  {_safe(flag.where)}: {_safe(flag.detail)}" for flag in provenance.flags]
+    return lines
+
+
 def _card_text(view: AdminCard, *, history: bool = True) -> list[str]:
     approvals, requester = view.approvals, view.requester
     lines = [
         f"card        {view.card_id}",
+        *_provenance_text(view),
         f"tool        {_safe(view.tool)} ({_safe(view.tool_version)})",
         f"state       {view.state.value}   decision={view.decision}   outcome={view.outcome}",
         f"version     {view.version}   args_hash={_safe(view.args_hash)}   (approve with both)",

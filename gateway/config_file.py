@@ -116,6 +116,8 @@ class OrgSection(BaseModel):
     model_config = _CLOSED
     adapters: list[str] = Field(default_factory=list)
     roles: list[str] = Field(default_factory=list)
+    tainted_approvals: int = Field(default=1, ge=1, le=10)
+    """Distinct approvers a tainted card needs at least (`policies.approval.approvals_required`)."""
 
 
 class RegistrySection(BaseModel):

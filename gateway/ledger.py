@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 from gateway.card import Card, CardEvent, CardState
 from gateway.preview import Preview
+from gateway.provenance import Provenance
 
 __all__ = [
     "CardChange",
@@ -117,6 +118,8 @@ class Proposal:
     awaits_policy: bool = False
     """A policy rule is asked about the card right after it is made (`gateway.executor.policy_approvals`):
     the notice that it waits for a person is given then, if it still does, not on its creation."""
+    provenance: Provenance | None = None
+    """What the requester read before proposing (`gateway.provenance`); stored on the card."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

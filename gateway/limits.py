@@ -18,6 +18,11 @@ open-card cap. The defaults, and why they are what they are:
 - ``session_idle_seconds``: 600. A session unused for ten minutes is closed.
 - ``unauthenticated``: 600 requests per minute per client address, burst 60, counted before any
   key lookup, so a flood of bad or missing keys never reaches the key store.
+- ``provenance_window_seconds``: 900. A card's provenance looks back this far on the requester's
+  reads (its MCP session's, or its principal's for a stateless client): long enough for an agent's
+  plan from reading to proposing, short enough that yesterday's read does not taint today's card.
+- ``provenance_reads``: 20. The latest reads kept per session or principal; one agent turn reads a
+  handful.
 
 Overrides: ``[limits.orgs.<org>]`` replaces any of ``reads``, ``proposals`` and
 ``open_cards_per_requester`` for that org's principals; ``[limits.tools.<tool>]`` adds a budget
@@ -66,6 +71,8 @@ class Limits(BaseModel):
     batch_decisions: int = Field(default=50, ge=1, le=200)
     session_idle_seconds: float = Field(default=600.0, gt=0)
     unauthenticated: Budget = Budget(per_minute=600, burst=60)
+    provenance_window_seconds: float = Field(default=900.0, gt=0)
+    provenance_reads: int = Field(default=20, ge=1, le=1000)
     orgs: dict[str, OrgLimits] = Field(default_factory=dict)
     tools: dict[str, Budget] = Field(default_factory=dict)
 

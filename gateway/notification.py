@@ -6,9 +6,11 @@ delivered, and the delivery loop (`gateway.notifier`) posts it. This module says
 
 A notification's body is JSON, in one of two shapes (`PayloadFormat`):
 
-* ``json``: ``{"id", "event", "card": {...}, "console_url", "untrusted": {...}}``. Everything
-  outside ``untrusted`` is written by the gateway; ``untrusted`` holds the card's summary (rendered
-  from the agent's arguments) and the agent's own words, which a receiver must show as such.
+* ``json``: ``{"id", "event", "card": {...}, "console_url", "provenance", "untrusted": {...}}``.
+  Everything outside ``untrusted`` is written by the gateway, but for the ``detail`` excerpts of
+  ``provenance.flags``, which quote the agent's words; ``untrusted`` holds the card's summary
+  (rendered from the agent's arguments) and the agent's own words, which a receiver must show as such.
+  ``provenance`` is the card's (`gateway.provenance`), null for a card stored without one.
 * ``slack``: ``{"text", "blocks"}`` for a Slack incoming webhook (or anything that speaks its
   format). The agent's words and the summary appear only inside a quoted section, with Slack's
   control characters escaped so they cannot mention, link or format anything.
@@ -183,6 +185,7 @@ def render(card: Card, event: NotificationEvent, *, webhook: Webhook, console_ur
                 "decide_by_ms": card.decide_by_ms,
             },
             "console_url": url,
+            "provenance": None if card.provenance is None else card.provenance.model_dump(mode="json"),
             "untrusted": {"summary": card.summary, "agent_text": dict(card.agent_text)},
         }
     return Notification(id=nid, webhook=webhook.name, body=json.dumps(body, sort_keys=True, separators=(",", ":")))
@@ -202,6 +205,11 @@ def _slack(card: Card, event: NotificationEvent, url: str) -> dict[str, Any]:
     # escaped too, since an org or a subject is chosen by whoever minted the key.
     who = f"{_mrkdwn(card.requester_subject)} ({_mrkdwn(card.requester_org)})"
     headline = f"{_HEADLINES[event]}: {_mrkdwn(card.tool)} for {who}"
+    provenance = card.provenance
+    if provenance is not None and provenance.tainted:
+        headline = f"TAINTED (proposed after a read of untrusted text). {headline}"
+    if provenance is not None and provenance.data_flow:
+        headline += ". Possible data flow: private data may go where others see it"
     lines = [_mrkdwn(card.summary), *(f"{_mrkdwn(k)}: {_mrkdwn(v)}" for k, v in sorted(card.agent_text.items()))]
     quoted = "\n".join(f"&gt; {line}" for line in lines if line) or "&gt; -"
     return {

@@ -59,6 +59,7 @@ Every key the file may hold, with its default (the README's configuration tables
     [orgs.acme]
     adapters = ["rooms", "orders", "expenses"]    # the adapters this org serves, registered ones too
     roles = ["staff", "support", "approver", "registry"]
+    tainted_approvals = 1                         # approvers a tainted card needs at least (2: a second one)
 
     [registry]
     allowed_base_urls = ["http://127.0.0.1:*"]    # base URLs registered adapters may use (fnmatch)
@@ -96,6 +97,7 @@ from gateway.limits import Limits
 from gateway.notification import NotificationSettings
 from gateway.oauth_config import OAuthSection
 from gateway.org_adapters import OrgAdapters
+from gateway.provenance import HistoryRules
 from gateway.settings_parts import (
     _DEMO_ADAPTERS,
     DEMO_ORGS,
@@ -219,6 +221,15 @@ class Settings:
     def org_adapters(self) -> OrgAdapters:
         """Adapters per org, plus the built-in approvals tools every configured org gets."""
         return OrgAdapters({org.name: org.adapters | {"approvals"} for org in self.orgs})
+
+    @property
+    def history_rules(self) -> HistoryRules:
+        """How far a card's provenance looks back, and each org's quorum for tainted cards."""
+        return HistoryRules(
+            window_seconds=self.limits.provenance_window_seconds,
+            max_reads=self.limits.provenance_reads,
+            tainted_approvals={org.name: org.tainted_approvals for org in self.orgs},
+        )
 
     def roles_of(self, org: str) -> frozenset[str] | None:
         """Roles configured for `org`, or None when the org is not configured."""

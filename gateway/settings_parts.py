@@ -44,6 +44,8 @@ class OrgSettings:
     name: str
     adapters: frozenset[str]
     roles: frozenset[str]
+    tainted_approvals: int = 1
+    """Distinct approvers a card of this org needs at least when it is tainted (`gateway.provenance`)."""
 
 
 DEMO_ORGS: tuple[OrgSettings, ...] = (
@@ -99,6 +101,11 @@ def orgs_from(section: Mapping[str, OrgSection] | None, *, demo: bool) -> tuple[
     # An org may name adapters that are not configured here: those are registered by manifest
     # and serve nothing until an admin accepts them.
     return tuple(
-        OrgSettings(name=name, adapters=frozenset(table.adapters), roles=frozenset(table.roles))
+        OrgSettings(
+            name=name,
+            adapters=frozenset(table.adapters),
+            roles=frozenset(table.roles),
+            tainted_approvals=table.tainted_approvals,
+        )
         for name, table in section.items()
     )

@@ -61,7 +61,9 @@ def definition_hash(tool: Tool) -> str:
     """Content hash of everything a tool promises: name, description, mode, schemas, access, contract.
 
     A card is bound to the hash it was proposed under; executing it against a changed definition
-    is refused.
+    is refused. The provenance declarations (`Tool.visible_fields`, `Tool.returns_private_data`) are
+    left out: they shape what a card says when it is proposed, not what its write does, so declaring
+    them does not strand the cards already open.
     """
     contract = tool.write_contract
     approval = tool.approval
@@ -250,6 +252,14 @@ class Tool:
     It must not quote the agent's free text (that goes in `agent_text_fields`)."""
     agent_text_fields: frozenset[str] = frozenset()
     """Input fields holding the agent's own words (a title, a reason), shown to approvers as untrusted."""
+    visible_fields: frozenset[str] = frozenset()
+    """For writes: input fields whose text other people will see once it runs (a booking title on the
+    shared calendar, an expense note). Text in them after a read of private data is a possible data
+    flow, which the card flags (`policies.provenance`)."""
+    returns_private_data: bool = True
+    """For reads: whether the output holds private data (a customer's order, someone's bookings). True
+    unless declared, so a forgotten declaration over-reports a data flow rather than hiding one; a read
+    of what anyone in the org may see (a room list) declares False."""
     preflight: Preflight | None = None
     """For write tools: checks the target was offered to this caller before a card is created."""
     refusal_words: Mapping[str, str] = field(default_factory=dict)
@@ -318,9 +328,13 @@ class Tool:
             raise ToolDeclarationError(
                 "a preview checks the target itself; declare it without a preflight", code="stray_write", tool=self.name
             )
-        stray = self.agent_text_fields - set(self.arguments.model_fields)
+        stray = (self.agent_text_fields | self.visible_fields) - set(self.arguments.model_fields)
+        if self.visible_fields and self.mode is Mode.READ:
+            raise ToolDeclarationError("visible_fields are for writes", code="stray_write", tool=self.name)
         if stray:
-            raise ToolDeclarationError(f"agent_text_fields not in the input: {sorted(stray)}", code="stray_field")
+            raise ToolDeclarationError(
+                f"agent_text_fields or visible_fields not in the input: {sorted(stray)}", code="stray_field"
+            )
         if self.approval is not None:
             numeric = {name for name, info in self.arguments.model_fields.items() if info.annotation in (int, float)}
             for escalation in self.approval.escalations:

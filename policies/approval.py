@@ -15,13 +15,17 @@ from gateway.tool import Approval
 __all__ = ["approvals_required", "may_decide"]
 
 
-def approvals_required(approval: Approval, arguments: Mapping[str, Any]) -> int:
-    """Distinct approvers a proposal needs: the base number, raised by any escalation that applies.
+def approvals_required(
+    approval: Approval, arguments: Mapping[str, Any], *, tainted: bool = False, tainted_approvals: int = 1
+) -> int:
+    """Distinct approvers a proposal needs: the base number, raised by any escalation that applies,
+    and to at least `tainted_approvals` when the proposal is tainted (`policies.provenance`).
 
     `arguments` are the proposal's canonical arguments; an escalation applies when its field holds a
-    number above its threshold (a missing or non-numeric field never lowers the requirement).
+    number above its threshold (a missing or non-numeric field never lowers the requirement). The
+    org's tainted quorum only ever raises the number; separation of duties holds for every approver.
     """
-    required = approval.required
+    required = max(approval.required, tainted_approvals) if tainted else approval.required
     for escalation in approval.escalations:
         value = arguments.get(escalation.field)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > escalation.above:

@@ -32,6 +32,7 @@ from gateway.limiter import AddressBudgets
 from gateway.limits import Limits
 from gateway.preview import Preview
 from gateway.principal import KeyKind
+from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
@@ -562,3 +563,51 @@ async def test_in_a_browser_a_refund_card_shows_its_decision_above_the_fold_and_
     assert seen["everywhere"] == seen["boxed"] == 2
     assert seen["preview"][0] == "Refund 12.34 USD on order ord-1001"
     assert (shots / "card-list.png").stat().st_size > 0 and (shots / "refund-card.png").stat().st_size > 0
+
+
+async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
+    mcp_url: str, redis: Redis, tmp_path: Path
+) -> None:
+    """A tainted card opens with the tainted banner, the reads that came before it and the flags (the agent's
+    words shown as text), above everything else on the card; an untainted card says it is not tainted."""
+    key = await make_key(redis, kind=KeyKind.ADMIN, subject="bob@acme.example", roles=("approver",))
+    tainted = Provenance(
+        tainted=True,
+        data_flow=True,
+        reads=[
+            ProvenanceRead(tool="rooms_availability", at="2026-12-01T08:00:00.000+00:00", untrusted_text=True,
+                           private=False),
+            ProvenanceRead(tool="rooms_my_bookings", at="2026-12-01T08:00:01.000+00:00", untrusted_text=False,
+                           private=True),
+        ],
+        flags=[ProvenanceFlag(code="instruction_to_model", where="arguments.title", detail=HOSTILE)],
+    )  # fmt: skip
+    created = [
+        await RedisLedger(redis).propose(replace(PROPOSAL, provenance=p, dedupe_key=secrets.token_hex(8)))
+        for p in (tainted, Provenance(tainted=False, data_flow=False))
+    ]
+    ids = [c.card.card_id for c in created if c.card is not None]
+    base = mcp_url.removesuffix("/mcp")
+    seen_js = """JSON.stringify({
+        tainted: document.querySelector('#card-provenance').dataset.tainted,
+        banner: document.querySelector('#tainted-banner')?.textContent ?? null,
+        flow: document.querySelector('#data-flow-banner') !== null,
+        reads: [...document.querySelectorAll('#provenance-reads li')].map((li) => li.textContent),
+        flags: [...document.querySelectorAll('#provenance-flags li')].map((li) => li.textContent),
+        images: document.images.length,
+        first: document.querySelector('#card-provenance').compareDocumentPosition(
+            document.querySelector('#card-detail .status')) & Node.DOCUMENT_POSITION_FOLLOWING,
+    })"""
+    async with _browser(tmp_path / "profile") as page:
+        await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards/{ids[0]}"})
+        await page.until("document.querySelector('#card-provenance') !== null")
+        seen = json.loads(await page.evaluate(seen_js))
+        assert seen["tainted"] == "true" and seen["banner"].startswith("Tainted:") and seen["flow"]
+        assert [r.split(" · ")[0] for r in seen["reads"]] == ["rooms_availability", "rooms_my_bookings"]
+        assert "untrusted text" in seen["reads"][0] and "private data" in seen["reads"][1]
+        assert seen["flags"] == [f"instruction_to_model in arguments.title: {HOSTILE}"] and seen["images"] == 0
+        assert seen["first"]
+        await page.evaluate(f"location.hash = '#/cards/{ids[1]}'")
+        await page.until(f"document.querySelector('#card-detail')?.dataset.cardId === '{ids[1]}'")
+        plain = json.loads(await page.evaluate(seen_js))
+        assert plain["tainted"] == "false" and plain["banner"] is None and not plain["flow"]

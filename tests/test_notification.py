@@ -23,6 +23,7 @@ from gateway.notification import (
     signed_headers,
     verify,
 )
+from gateway.provenance import Provenance, ProvenanceRead
 from tests.support.cards import a_card
 
 CONSOLE = "https://gw.example"
@@ -143,3 +144,26 @@ def test_a_slack_warning_says_when_the_card_expires_and_a_finished_card_says_no_
     failed = json.loads(render(a_card(state=CardState.FAILED), NotificationEvent.FAILED, webhook=SLACK,
                                console_url=CONSOLE).body)  # fmt: skip
     assert "decide by" not in failed["blocks"][0]["text"]["text"]
+
+
+def test_a_tainted_cards_notification_carries_its_provenance_and_slack_says_so_first() -> None:
+    """The JSON body has the card's provenance in the agreed shape; Slack's headline opens with TAINTED."""
+    provenance = Provenance(
+        tainted=True,
+        data_flow=False,
+        reads=[
+            ProvenanceRead(
+                tool="rooms_availability", at="2026-12-01T08:00:00.000+00:00", untrusted_text=True, private=False
+            )
+        ],  # fmt: skip
+    )
+    card = a_card(provenance=provenance)
+    body = json.loads(render(card, NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)
+    assert body["provenance"] == provenance.model_dump(mode="json")
+    assert body["provenance"]["reads"][0]["tool"] == "rooms_availability"
+    assert (
+        json.loads(render(a_card(), NotificationEvent.PENDING, webhook=HOOK, console_url=CONSOLE).body)["provenance"]
+        is None
+    )
+    slack = json.loads(render(card, NotificationEvent.PENDING, webhook=SLACK, console_url=CONSOLE).body)
+    assert slack["blocks"][0]["text"]["text"].startswith("*TAINTED")

@@ -178,3 +178,23 @@ def test_destructive_is_refused_on_a_tool_that_only_reads() -> None:
         read_tool(destructive=True)
     assert caught.value.code == "stray_write"
     assert write_tool(destructive=True).destructive is True
+
+
+@pytest.mark.parametrize(
+    ("make", "code"),
+    [
+        (lambda: read_tool(visible_fields=frozenset({"text"})), "stray_write"),
+        (lambda: write_tool(visible_fields=frozenset({"nope"})), "stray_field"),
+    ],
+)
+def test_visible_fields_are_declared_on_writes_and_name_inputs(make: Any, code: str) -> None:
+    """Where a write's text is shown to others is declared over its own inputs, and only for writes."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        make()
+    assert caught.value.code == code
+
+
+def test_a_read_is_private_unless_it_says_otherwise() -> None:
+    """A forgotten privacy declaration over-reports a data flow rather than hiding one."""
+    assert read_tool().returns_private_data is True
+    assert read_tool(returns_private_data=False).returns_private_data is False

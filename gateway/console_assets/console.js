@@ -434,7 +434,7 @@
     return el("article", { id: "card-detail", "data-card-id": card.card_id, "data-state": card.state,
       "data-version": String(card.version) },
     // The card's provenance (what the requester did before proposing it) is rendered into this slot, first.
-    el("section", { id: "card-provenance" }),
+    provenanceSection(card),
     el("div", { class: "card-head" },
       el("h2", null, card.summary || card.card_id),
       el("span", { class: "state state-" + card.state }, card.state),
@@ -505,6 +505,48 @@
         ["Reference", card.reference === null || card.reference === undefined ? "—" : mono(card.reference)],
       ]),
       historySection(card));
+  }
+
+  // What the requester read before proposing: shown first, in its own slot (#card-provenance).
+  function provenanceSection(card) {
+    const provenance = card.provenance;
+    if (!provenance || typeof provenance !== "object") {
+      return el("section", { id: "card-provenance", class: "provenance", "data-tainted": "unknown" },
+        el("p", { class: "empty" }, "No provenance was recorded for this card."));
+    }
+    const reads = Array.isArray(provenance.reads) ? provenance.reads : [];
+    const flags = Array.isArray(provenance.flags) ? provenance.flags : [];
+    const marks = (read) => [read.untrusted_text ? "untrusted text" : null, read.private ? "private data" : null]
+      .filter(Boolean).join(", ");
+    return el("section", {
+      id: "card-provenance",
+      class: "provenance" + (provenance.tainted ? " tainted" : ""),
+      "data-tainted": String(Boolean(provenance.tainted)),
+      "data-data-flow": String(Boolean(provenance.data_flow)),
+    },
+      provenance.tainted
+        ? el("p", { class: "banner", id: "tainted-banner" },
+          "Tainted: the agent proposed this after reading text written by someone else. ",
+          "Its words may have steered the agent.")
+        : el("p", { class: "hint" }, "Not tainted: no read of untrusted text came before this proposal."),
+      provenance.data_flow
+        ? el("p", { class: "banner", id: "data-flow-banner" },
+          "Possible data flow: text goes where other people will see it, after a read of private data.")
+        : null,
+      el("h3", null, `Reads before the proposal (${reads.length})`),
+      reads.length === 0
+        ? el("p", { class: "empty" }, "None in the window.")
+        : el("ul", { class: "reads", id: "provenance-reads" }, reads.map((read) =>
+          el("li", { "data-untrusted": String(Boolean(read.untrusted_text)) },
+            mono(String(read.tool)), " · ", at(read.at), marks(read) ? " · " + marks(read) : ""))),
+      flags.length === 0
+        ? null
+        : el("div", { class: "untrusted" },
+          el("p", { class: "untrusted-note" }, "Flagged in the agent's arguments; the excerpts quote the agent: untrusted."),
+          el("ul", { class: "flags", id: "provenance-flags" }, flags.map((flag) =>
+            el("li", { "data-code": String(flag.code) },
+              mono(String(flag.code)), " in ", mono(String(flag.where)), ": ",
+              el("span", { class: "agent-words" }, String(flag.detail)))))));
   }
 
   function previewSection(card) {

@@ -12,9 +12,9 @@ What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` 
 an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
 `Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
 `Limits` it enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card
-they leave to a person is announced (`Announce`), and the live principal of a key id (a requester's
-key is re-checked before its write runs). Every one is a required constructor argument: nothing is
-optional and checked at run time.
+they leave to a person is announced (`Announce`), a `ReadMemory` (reads remembered for card
+provenance), and the live principal of a key id (a requester's key is re-checked before its write
+runs). Every one is a required constructor argument: nothing is optional and checked at run time.
 
 What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
 `Principal` has none), the store behind the `Ledger` Protocol, and any particular tool (no
@@ -31,6 +31,7 @@ from gateway.audit import AuditSink
 from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
+from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, Receipts, WritePath
 from gateway.ledger import DurabilityGuard, Ledger
@@ -40,7 +41,7 @@ from gateway.org_adapters import OrgAdapters
 from gateway.toolbox import ToolSource
 from gateway.upstream import UpstreamClient
 
-__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "TaskPath", "WritePath"]
+__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,6 +67,7 @@ class Executor:
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
+        memory: ReadMemory,
         lease_ms: int,
         reconcile_horizon_ms: int,
         approvals: ApprovalSettings,
@@ -75,7 +77,7 @@ class Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
             tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
-            healthy=healthy, limiter=limiter, limits=limits,
+            healthy=healthy, limiter=limiter, limits=limits, memory=memory,
             policies=PolicyApprovals(ledger=ledger, audit=audit, settings=approvals, announce=announce),
         )  # fmt: skip
         writes = WritePath(

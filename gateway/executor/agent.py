@@ -7,10 +7,15 @@ anything a caller did, and audits every call exactly once.
 The order of the steps in `AgentPath._execute` is the specification: access (the same function the
 catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the arguments -> the
 approval gate (a write only ever becomes a card, after its preview
-found it feasible, or it repeats a write that succeeded lately: then that card answers; a
-configured rule may approve a new card as one approver: `gateway.executor.policy_approvals`)
--> backend health -> invoke -> withhold untrusted
-text -> seal.
+found it feasible, with its provenance, or it repeats a write that succeeded lately: then that card
+answers; a configured rule may approve a new card as one approver: `gateway.executor.policy_approvals`)
+-> backend health -> invoke -> withhold untrusted text -> remember the read -> seal.
+
+Provenance (`gateway.provenance`): every answered read is remembered for its MCP session, or for
+its principal when the client holds none, one round trip per read; a read that cannot be
+remembered is not answered, so a store that fails can never hide a read of untrusted text from the
+card that follows it. A proposal reads that history back and carries `policies.provenance.assess`'s
+verdict on its card and in its audit event; a tainted one needs the org's tainted quorum.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
 anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the budget cannot be used
@@ -55,8 +60,10 @@ from gateway.errors import (
 )
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
+from gateway.executor.proposals import proposal_for
+from gateway.executor.read_memory import ReadMemory, audit_fields
 from gateway.executor.refusals import error_summary, failure, retry, spent, wait, with_acting_client
-from gateway.ledger import DurabilityGuard, Ledger, Proposal, TransitionStatus
+from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
 from gateway.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
@@ -64,12 +71,12 @@ from gateway.org_adapters import OrgAdapters
 from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
+from gateway.provenance import history_owner
 from gateway.tool import Mode, Tool, is_key_field
 from gateway.toolbox import ToolSource
 from gateway.tracing import annotate
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
-from policies.approval import approvals_required
 from policies.rate_budgets import budget_owner, charges_for
 
 __all__ = ["AgentPath", "HeldRefusal"]
@@ -105,6 +112,7 @@ class AgentPath:
         limiter: RateLimiter,
         limits: Limits,
         policies: PolicyApprovals,
+        memory: ReadMemory,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._tools = tools
@@ -118,25 +126,33 @@ class AgentPath:
         self._limits = limits
         self._policies = policies
         self._clock = clock
+        self._memory = memory
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
-    async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
+    async def execute(
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, *, session: str | None = None
+    ) -> Envelope:
         """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
+
+        `session` is the MCP session the call came in (2025-11-25 era), None for a stateless client:
+        it says whose history of reads the call joins (`gateway.provenance.history_owner`).
 
         A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
         answered with that code: the caller never sees a stack trace.
         """
         started = self._clock()
         try:
-            return await self._execute(principal, name, arguments, started)
+            return await self._execute(
+                principal, name, arguments, started, history_owner(principal.org, principal.subject, session)
+            )
         except Exception:
             logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
             failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
             return await self._refuse(principal, name, failure, started, ran=True)
 
     async def _execute(
-        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float, owner: str
     ) -> Envelope:
         toolbox = self._tools.current()
         tool = toolbox.get(name)
@@ -173,7 +189,7 @@ class AgentPath:
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
         if tool.mode is Mode.WRITE:
-            return await self._propose(tool, toolbox.version(tool.name), args, principal, started)
+            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
 
         # A read that could not be audited is not answered: refused up front while the trail is down.
         if not self._audited:
@@ -195,6 +211,9 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
+        if not await self._remember(tool, owner):
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the read could not be remembered for provenance")
+            return await self._refuse(principal, name, down, started, ran=True)  # the result is withheld
         if not await self._record(principal, name, "ok", started, reason=decision.reason):
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
@@ -218,7 +237,7 @@ class AgentPath:
         return HeldRefusal(decision=spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
-        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float
+        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float, owner: str
     ) -> Envelope:
         """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
         if not await self._guard.writable():
@@ -249,30 +268,16 @@ class AgentPath:
                 return await self._receipt(tool, principal, started, done, existing=True)
             infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
             return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
-        approval, summary = tool.approval, tool.summary
-        if approval is None or summary is None:  # Tool construction makes this unreachable
-            raise RuntimeError(f"write tool {tool.name} has no approval policy")
-        proposal = Proposal(
-            tool=tool.name,
-            tool_version=version,
-            arguments=canonical,
-            args_hash=bound_to,
-            requester_subject=principal.subject,
-            requester_org=principal.org,
-            requester_key_id=principal.key_id,
-            requester_roles=principal.roles,
-            acting_client=principal.acting_client,
-            actors=principal.actors,
-            approvals_required=approvals_required(approval, canonical),
-            approver_role=approval.approver_role,
-            summary=summary(args),
-            agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
-            decide_within_ms=int(approval.decide_within_seconds * 1000),
-            execute_within_ms=int(approval.execute_within_seconds * 1000),
-            dedupe_key=dedupe_key,
-            preview=preview,
+        try:
+            provenance = await self._memory.provenance(tool, canonical, owner)
+        except StoreUnavailableError as error:
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"call history error: {error.cause}")
+            return await self._refuse(principal, tool.name, down, started)
+        proposal = proposal_for(
+            tool, version, args, canonical, principal, args_hash=bound_to, dedupe_key=dedupe_key, preview=preview,
+            provenance=provenance, tainted_approvals=self._memory.tainted_approvals(principal.org),
             awaits_policy=self._policies.apply_to(tool.name),
-        )
+        )  # fmt: skip
         try:
             created = await self._ledger.propose(proposal)
         except StoreUnavailableError as error:
@@ -299,7 +304,8 @@ class AgentPath:
     ) -> Envelope:
         """The agent's receipt for its proposal's card, audited; a new card first goes to the policy rules."""
         count_proposal(tool.name, existing=existing)
-        extra = {"card_id": card.card_id, "existing": str(existing).lower(), "state": card.state.value}
+        extra = {"card_id": card.card_id, "existing": str(existing).lower(), "state": card.state.value,
+                 **audit_fields(card.provenance)}  # fmt: skip
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         if not existing:  # a new card only: an existing one had its rules' say when it was made
             card = await self._policies.consider(card)
@@ -311,6 +317,15 @@ class AgentPath:
             return await self._ledger.repeated(principal.org, principal.subject, dedupe_key)
         except StoreUnavailableError:
             return None  # the proposal is refused as infeasible, which it is
+
+    async def _remember(self, tool: Tool, owner: str) -> bool:
+        """Remember this answered read for provenance; False when the store could not take it."""
+        try:
+            await self._memory.remember(tool, owner)
+        except StoreUnavailableError:
+            self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
+            return False
+        return True
 
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
         """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.manifest_safety import Flag, review_texts
+from policies.text_safety import Flag, review_texts
 
 __all__ = [
     "PLACEHOLDER",
@@ -105,6 +105,10 @@ class ToolSpec(_Strict):
     agent_text_fields: tuple[str, ...] = ()
     untrusted_output_fields: tuple[str, ...] = ()
     """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model."""
+    visible_fields: tuple[str, ...] = ()
+    """For writes: input fields other people will see (an expense note); see `Tool.visible_fields`."""
+    returns_private_data: bool = True
+    """For reads: whether the answer holds private data. Left out, it does (`Tool.returns_private_data`)."""
     timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 10.0
     target_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """For writes: a GET path template that must answer 2xx for the caller before a card is made
@@ -224,6 +228,6 @@ def _entry(where: str, key: str) -> str:
 
 
 def review_manifest(manifest: AdapterManifest, *, other_tool_names: frozenset[str]) -> tuple[Flag, ...]:
-    """The safety review of every model-facing text of `manifest` (see `policies.manifest_safety`)."""
+    """The safety review of every model-facing text of `manifest` (see `policies.text_safety`)."""
     own = frozenset(tool.name for tool in manifest.tools)
     return review_texts(model_facing_texts(manifest), own_tool_names=own, other_tool_names=other_tool_names)

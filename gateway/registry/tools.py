@@ -106,6 +106,8 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         ),
         summary=_summary(spec.summary_template) if write and spec.summary_template else None,
         agent_text_fields=frozenset(spec.agent_text_fields),
+        visible_fields=frozenset(spec.visible_fields),
+        returns_private_data=spec.returns_private_data,
         preflight=_target_check(spec.target_path, target) if spec.target_path else None,
         preview=_preview(spec.preview_path, target, spec.preview_fields) if spec.preview_path else None,
         timeout_seconds=spec.timeout_seconds,

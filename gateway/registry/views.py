@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from gateway.store.registry import Registration, RegistrationState
-from policies.manifest_safety import FlagCode
+from policies.text_safety import FlagCode
 
 __all__ = [
     "ERROR_STATUS",

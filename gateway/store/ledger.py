@@ -188,6 +188,7 @@ class RedisLedger:
             "transaction_id": f"txn_{secrets.token_hex(12)}",
             "preview": canonical_json(proposal.preview.to_json()) if proposal.preview is not None else "",
             "repeat_within_ms": str(self._repeat_window_ms),
+            "provenance": proposal.provenance.to_stored() if proposal.provenance is not None else "",
         } | stored_delegation(proposal.acting_client, proposal.actors)
         cap = self._limits.open_cards(org)
         result = await self._eval(

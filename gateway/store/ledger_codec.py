@@ -88,6 +88,7 @@ SHORT: Mapping[str, str] = {
     "applied": "y",
     "counted": "oc",
     "repeat_within_ms": "rw",
+    "provenance": "pn",
 }
 """Stored code of each known field (``events`` has its own: ``ev``)."""
 
@@ -101,6 +102,7 @@ DEFAULTS: Mapping[str, str] = {
     "approver_role": "approver",
     "agent_text": "{}",
     "preview": "",
+    "provenance": "",
     "delegation": json.dumps({"acting_client": "", "actors": []}, sort_keys=True),
 }
 """Values left out of the stored form, and filled in on reading."""

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 
 from gateway.card import Card, CardEvent, CardState, delegation_of, preview_from_stored
+from gateway.provenance import Provenance
 
 __all__ = ["card_from_fields", "event_from_fields"]
 
@@ -54,6 +55,7 @@ def card_from_fields(f: Mapping[str, str]) -> Card:
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
         preview=preview_from_stored(f.get("preview")),
+        provenance=Provenance.from_stored(f.get("provenance")),
         **delegation_of(f.get("delegation")),
     )
 

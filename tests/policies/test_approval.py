@@ -216,3 +216,23 @@ def test_nobody_in_a_delegation_chain_decides_its_card(subject: str, allowed: bo
     decision = may_decide(DELEGATED, _admin(subject=subject))
     assert decision.allowed is allowed
     assert allowed or decision.code is Code.PERMISSION_DENIED
+
+
+# -- the tainted quorum ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("approval", "tainted", "quorum", "required"),
+    [
+        (Approval(), False, 2, 1),
+        (Approval(), True, 2, 2),
+        (Approval(), True, 1, 1),
+        (Approval(required=3), True, 2, 3),
+        (REFUNDS, True, 2, 2),
+    ],
+)
+def test_a_tainted_proposal_needs_at_least_the_orgs_tainted_quorum(
+    approval: Approval, tainted: bool, quorum: int, required: int
+) -> None:
+    """The tainted quorum raises the requirement of a tainted proposal only, and never lowers one."""
+    assert approvals_required(approval, {}, tainted=tainted, tainted_approvals=quorum) == required

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.registry.manifest import AdapterManifest, review_manifest
-from policies.manifest_safety import EXCERPT_MAX, Flag, FlagCode, check_base_url, review_text
+from policies.manifest_safety import check_base_url
+from policies.text_safety import EXCERPT_MAX, Flag, FlagCode, review_text
 
 OTHER_TOOLS = frozenset({"orders_refund_create", "rooms_cancel_booking"})
 OWN_TOOLS = frozenset({"expenses_list", "expenses_get"})

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 
 from gateway.approval_settings import ApprovalSettings
 from gateway.audit import ListAuditSink
-from gateway.executor import AgentPath, Invoker, PolicyApprovals
+from gateway.executor import AgentPath, Invoker, PolicyApprovals, ReadMemory
 from gateway.identity import IdentityHeaders
 from gateway.ledger import Transition
 from gateway.limiter import InMemoryRateLimiter, RateLimiter
 from gateway.limits import Limits
 from gateway.org_adapters import OrgAdapters
+from gateway.provenance import HistoryRules, InMemoryCallHistory
 from gateway.store.client import connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
@@ -30,10 +31,12 @@ def agent_path(
     org: str = "acme",
     limits: Limits | None = None,
     limiter: RateLimiter | None = None,
+    memory: ReadMemory | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made. Rate budgets (`limits`, the defaults unless given) are kept in process
-    unless a `limiter` is given."""
+    unless a `limiter` is given. Reads are remembered for provenance in process
+    unless a `memory` is given."""
     audit = ListAuditSink()
     nowhere = connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
@@ -50,6 +53,7 @@ def agent_path(
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
         policies=PolicyApprovals(ledger=ledger, audit=audit, settings=ApprovalSettings(), announce=_unheard),
+        memory=memory if memory is not None else ReadMemory(InMemoryCallHistory(), HistoryRules()),
     )
     return executor, audit
 

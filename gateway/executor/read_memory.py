@@ -1,0 +1,62 @@
+"""The agent path's memory of reads, for the provenance of the cards that follow them.
+
+Who calls it: `gateway.executor.agent.AgentPath`, once per answered read (`remember`) and once per
+write proposal (`provenance`). What it asks of its collaborators: a `CallHistory` (the store), the
+`HistoryRules` of this gateway and a wall clock. What it decides: nothing; the verdict is
+`policies.provenance.assess`, and the quorum `policies.approval.approvals_required`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gateway.provenance import CallHistory, CallRecord, HistoryRules, Provenance
+from gateway.tool import Tool
+from policies.provenance import assess
+
+__all__ = ["ReadMemory", "audit_fields"]
+
+
+class ReadMemory:
+    """Remembers answered reads per owner, and assesses a proposal against them."""
+
+    def __init__(
+        self, history: CallHistory, rules: HistoryRules, *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
+        self._history = history
+        self.rules = rules
+        self._wall_clock = wall_clock
+
+    async def remember(self, tool: Tool, owner: str) -> None:
+        """Append this answered read of `tool` to `owner`'s history.
+
+        Raises:
+            StoreUnavailableError: the store could not take it (the caller withholds the read).
+        """
+        record = CallRecord(
+            tool=tool.name,
+            at_ms=int(self._wall_clock() * 1000),
+            untrusted_text=tool.emits_untrusted_text,
+            private=tool.returns_private_data,
+        )
+        await self._history.append(owner, record, rules=self.rules)
+
+    async def provenance(self, tool: Tool, arguments: Mapping[str, Any], owner: str) -> Provenance:
+        """The provenance of a proposal of `tool` with canonical `arguments`, by `owner`'s reads.
+
+        Raises:
+            StoreUnavailableError: the history could not be read (the caller files no card).
+        """
+        history = await self._history.recent(owner, rules=self.rules)
+        return assess(tool, arguments, history, now_ms=int(self._wall_clock() * 1000), rules=self.rules)
+
+    def tainted_approvals(self, org: str) -> int:
+        """The distinct approvers a tainted card of `org` needs at least (1: the tool's own number)."""
+        return self.rules.tainted_approvals.get(org, 1)
+
+
+def audit_fields(provenance: Provenance | None) -> dict[str, str]:
+    """A proposal's audit fields: its provenance, one field per part (`Provenance.to_audit`)."""
+    return {} if provenance is None else provenance.to_audit()

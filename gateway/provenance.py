@@ -1,0 +1,178 @@
+"""Provenance: what a requester read before it proposed a write, as a card carries it. Vocabulary only.
+
+Who uses it: the executor's agent path appends one `CallRecord` to a `CallHistory` per answered read
+and, at a proposal, hands the history it finds to `policies.provenance.assess`, which returns the
+card's `Provenance`. The card stores it (``provenance`` field, JSON) and every surface that shows a
+card shows it in this shape, under these names (the admin API, ``countersign cards show``, the
+proposal's audit event, notifications):
+
+``{"tainted": bool, "data_flow": bool, "reads": [{"tool", "at", "untrusted_text", "private"}],
+"flags": [{"code", "where", "detail"}]}``
+
+A history belongs to one MCP session (2025-11-25 era, ``Mcp-Session-Id``) or, for a client that
+sends none (2026-07-28, stateless), to one principal; either way it keeps the last `HistoryRules.max_reads`
+reads and forgets a read once it is older than `HistoryRules.window_seconds`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CallHistory",
+    "CallRecord",
+    "HistoryRules",
+    "InMemoryCallHistory",
+    "Provenance",
+    "ProvenanceFlag",
+    "ProvenanceRead",
+    "history_owner",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallRecord:
+    """One answered read, as the history keeps it: small, and nothing of its arguments or its result."""
+
+    tool: str
+    at_ms: int
+    """Wall-clock time of the answer, in milliseconds since the epoch."""
+    untrusted_text: bool
+    """The tool declares third-party text in its output (`gateway.tool.Tool.emits_untrusted_text`)."""
+    private: bool
+    """The tool declares its output private (`gateway.tool.Tool.returns_private_data`)."""
+
+    def to_json(self) -> str:
+        return json.dumps([self.tool, self.at_ms, int(self.untrusted_text), int(self.private)], separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> CallRecord:
+        tool, at_ms, untrusted, private = json.loads(raw)
+        return cls(tool=str(tool), at_ms=int(at_ms), untrusted_text=bool(untrusted), private=bool(private))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HistoryRules:
+    """How much of a requester's history a card looks back on, and who must countersign a tainted card."""
+
+    window_seconds: float = 900.0
+    """A read older than this does not count (and the stored history expires after it)."""
+    max_reads: int = 20
+    """The history keeps this many of the latest reads."""
+    tainted_approvals: Mapping[str, int] = field(default_factory=dict)
+    """Per org, the distinct approvers a tainted card needs (absent: the tool's own number)."""
+
+
+def history_owner(org: str, subject: str, session: str | None) -> str:
+    """Whose history a call belongs to: the session's when the client holds one, else the principal's.
+
+    A session's history is still scoped to its principal, so a session id alone names nobody's."""
+    return f"{org}|{subject}|session|{session}" if session else f"{org}|{subject}"
+
+
+class CallHistory(Protocol):
+    """Where reads are remembered between calls. Methods raise `StoreUnavailableError` when the store fails."""
+
+    async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
+        """Remember `record` for `owner`: one round trip, bounded to `rules.max_reads`, expiring after the window."""
+        ...
+
+    async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
+        """`owner`'s remembered reads, oldest first (not yet filtered by the window)."""
+        ...
+
+
+class InMemoryCallHistory:
+    """`CallHistory` in one process: the same bound, and an expiry by the caller's clock at read time."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, list[CallRecord]] = {}
+
+    async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
+        self._calls[owner] = [*self._calls.get(owner, []), record][-rules.max_reads :]
+
+    async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
+        return tuple(self._calls.get(owner, ()))
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ProvenanceRead(_Shape):
+    """One read that preceded the proposal within the window."""
+
+    tool: str
+    at: str
+    """ISO 8601 with its offset (UTC)."""
+    untrusted_text: bool
+    """It returned text written by a third party."""
+    private: bool
+    """It returned private data."""
+
+
+class ProvenanceFlag(_Shape):
+    """Something in the agent's argument values an approver should look at (`policies.text_safety`)."""
+
+    code: str
+    """A `policies.text_safety.FlagCode` value, or ``data_flow``."""
+    where: str
+    """``arguments.<json path>``."""
+    detail: str
+    """An excerpt with hidden characters spelled out, or what flows where."""
+
+
+class Provenance(_Shape):
+    """What the requester did before proposing a card, and what an approver should make of it."""
+
+    tainted: bool
+    """A read that returned untrusted text precedes the proposal in the window."""
+    data_flow: bool
+    """Argument values go where other people will see them, after a read of private data."""
+    reads: list[ProvenanceRead] = Field(default_factory=list)
+    """Oldest first."""
+    flags: list[ProvenanceFlag] = Field(default_factory=list)
+
+    def to_stored(self) -> str:
+        """The JSON a card stores, and an audit event or a notification carries."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_stored(cls, raw: str | None) -> Provenance | None:
+        """A card's provenance from its stored JSON; None for a card stored without one."""
+        return cls.model_validate_json(raw) if raw else None
+
+    def to_audit(self) -> dict[str, str]:
+        """The proposal's audit fields, one per part, so no value outgrows an audit field's bound:
+        ``provenance.tainted`` and ``provenance.data_flow`` (``true``/``false``), and each read and flag
+        as the JSON of its object under ``provenance.reads[<i>]`` and ``provenance.flags[<i>]``."""
+        fields = {"provenance.tainted": _word(self.tainted), "provenance.data_flow": _word(self.data_flow)}
+        fields |= {f"provenance.reads[{i}]": read.model_dump_json() for i, read in enumerate(self.reads)}
+        fields |= {f"provenance.flags[{i}]": flag.model_dump_json() for i, flag in enumerate(self.flags)}
+        return fields
+
+    @classmethod
+    def from_audit(cls, extra: Mapping[str, str]) -> Provenance | None:
+        """The provenance an audit event's fields hold (`to_audit`); None when they hold none."""
+        if "provenance.tainted" not in extra:
+            return None
+
+        def parts(name: str) -> list[str]:
+            count = sum(1 for key in extra if key.startswith(f"provenance.{name}["))
+            return [extra[f"provenance.{name}[{i}]"] for i in range(count)]
+
+        return cls(
+            tainted=extra["provenance.tainted"] == "true",
+            data_flow=extra.get("provenance.data_flow") == "true",
+            reads=[ProvenanceRead.model_validate_json(raw) for raw in parts("reads")],
+            flags=[ProvenanceFlag.model_validate_json(raw) for raw in parts("flags")],
+        )
+
+
+def _word(value: bool) -> str:
+    return "true" if value else "false"

@@ -1,0 +1,59 @@
+"""The requester's recent reads in Redis: a bounded list per session or principal, for card provenance.
+
+Who calls it: the executor's agent path, through the `gateway.provenance.CallHistory` Protocol: one
+`append` per answered read (on the read path, so it is one command: ``EVALSHA`` of a three-line
+script doing ``LPUSH``, ``LTRIM`` and ``PEXPIRE``) and one `recent` per write proposal (``LRANGE``).
+One script call costs the client about what one ``SET`` does; the same three commands as a redis-py
+pipeline cost half as much again (``bench/provenance_cost.py``).
+
+Redis layout: ``countersign:calls:{<owner hash>}`` -> a list of compact JSON records, newest first,
+at most `HistoryRules.max_reads` long, expiring one window after the latest read, so an idle owner
+leaves nothing behind. The owner (org, subject and the MCP session id, if any) is hashed into the
+key's hash tag: one key per owner, so each command touches one Cluster slot, and no caller-chosen
+text (a subject, a session id) ever reaches a key name.
+
+Records older than the window (a list refreshed by a later read keeps them) are left for the
+policy to skip (`policies.provenance.assess`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+
+from gateway.provenance import CallRecord, HistoryRules
+from gateway.store.client import store_boundary
+
+__all__ = ["APPEND_SCRIPT", "RedisCallHistory", "history_key"]
+
+APPEND_SCRIPT = """
+-- KEYS[1]: the owner's history. ARGV: the record, the bound, the window in milliseconds.
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+return redis.call('PEXPIRE', KEYS[1], ARGV[3])
+"""
+
+
+def history_key(owner: str) -> str:
+    """The Redis key of `owner`'s history (`gateway.provenance.history_owner`)."""
+    tag = hashlib.sha256(owner.encode()).hexdigest()[:32]
+    return f"countersign:calls:{{{tag}}}"
+
+
+@store_boundary
+class RedisCallHistory:
+    """`CallHistory` on the Redis every gateway process shares."""
+
+    def __init__(self, client: aioredis.Redis) -> None:
+        self._client = client
+        self._append = client.register_script(APPEND_SCRIPT)  # EVALSHA; loads it again after NOSCRIPT
+
+    async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
+        window_ms = max(1, int(rules.window_seconds * 1000))
+        await self._append(keys=[history_key(owner)], args=[record.to_json(), rules.max_reads, window_ms])
+
+    async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
+        raw = await self._client.lrange(history_key(owner), 0, rules.max_reads - 1)
+        return tuple(CallRecord.from_json(item) for item in reversed(raw))

@@ -1,0 +1,83 @@
+"""What an approver should know of a proposal's origin: taint, data flow, instruction-like words. Pure.
+
+`assess` is called by the executor's agent path once per write proposal, with the requester's
+remembered reads (`gateway.provenance.CallHistory`), the tool, the canonical arguments and the time.
+It decides nothing about the card's fate: it returns the `Provenance` the card carries, and the
+approval policy (`policies.approval.approvals_required`) may ask for more approvers when it is tainted.
+
+* tainted: a read that returned untrusted text (the tool declares `Untrusted` output) precedes the
+  proposal within the window. The model may have been steered by a stranger's words.
+* data_flow: an argument the tool declares visible to other people (`Tool.visible_fields`: a booking
+  title, an expense note) holds text, after a read of private data (`Tool.returns_private_data`). The
+  agent may be carrying private data into a place others read.
+* flags: every string the agent wrote in the arguments, read by the same detectors as a manifest's
+  texts (`policies.text_safety`): instructions to the model or to the approver, hidden Unicode.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from gateway.canonical import iso_from_ms
+from gateway.provenance import CallRecord, HistoryRules, Provenance, ProvenanceFlag, ProvenanceRead
+from gateway.tool import Tool
+from policies.text_safety import review_texts
+
+__all__ = ["DATA_FLOW", "assess", "argument_texts"]
+
+DATA_FLOW = "data_flow"
+"""The flag code of an argument that carries text where others see it after a private read."""
+
+
+def assess(
+    tool: Tool, arguments: Mapping[str, Any], history: Sequence[CallRecord], *, now_ms: int, rules: HistoryRules
+) -> Provenance:
+    """The provenance of a proposal of `tool` with canonical `arguments`, made at `now_ms`.
+
+    Reads older than ``rules.window_seconds`` are left out, and so are reads stamped after `now_ms`
+    (a clock that moved back cannot date a read after the proposal it preceded).
+    """
+    since = now_ms - int(rules.window_seconds * 1000)
+    reads = sorted((r for r in history if since <= r.at_ms <= now_ms), key=lambda r: r.at_ms)
+    texts = list(argument_texts(arguments))
+    flags = [
+        ProvenanceFlag(code=flag.code.value, where=flag.field, detail=flag.excerpt)
+        for flag in review_texts(texts, own_tool_names=frozenset(), other_tool_names=frozenset())
+    ]
+    private = [r.tool for r in reads if r.private]
+    visible = [where for where, text in texts if text.strip() and _field_of(where) in tool.visible_fields]
+    if private:
+        detail = f"shown to other people, after private data from {', '.join(sorted(set(private)))}"
+        flags += [ProvenanceFlag(code=DATA_FLOW, where=where, detail=detail) for where in visible]
+    return Provenance(
+        tainted=any(r.untrusted_text for r in reads),
+        data_flow=bool(private and visible),
+        reads=[
+            ProvenanceRead(tool=r.tool, at=iso_from_ms(r.at_ms), untrusted_text=r.untrusted_text, private=r.private)
+            for r in reads
+        ],
+        flags=flags,
+    )
+
+
+def argument_texts(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Every string in `arguments`, at any depth, with its place: ``arguments.title``, ``arguments.items[0].note``."""
+    yield from _texts("arguments", arguments)
+
+
+def _field_of(where: str) -> str:
+    """The top-level argument a place is in: ``arguments.items[0].note`` is in ``items``."""
+    return re.split(r"[.\[]", where.removeprefix("arguments."), maxsplit=1)[0]
+
+
+def _texts(where: str, value: Any) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _texts(f"{where}.{key}", item)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _texts(f"{where}[{index}]", item)

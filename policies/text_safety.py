@@ -1,0 +1,197 @@
+"""Detectors of text that speaks to a model or hides from a person. Pure functions.
+
+Two readers need them: the manifest review (a registered tool's descriptions reach the model
+verbatim, `policies.manifest_safety`) and the approval card (an agent's own argument values reach an
+approver, `policies.provenance`). Both flag with these functions, so one spelling of a trick is
+caught, or missed, the same way in both places.
+
+Text is matched as a model reads it: tag characters decoded to the ASCII they spell, other hidden
+characters removed, NFKC-normalised (so ``ｉｇｎｏｒｅ`` and ``ig\\u200bnore`` count), and the Cyrillic and
+Greek letters that look like Latin ones (``іgnоrе`` with Cyrillic і, о, е) read as those Latin letters.
+The patterns are heuristics tuned to stay quiet on ordinary API prose; paraphrase, other languages and
+rarer homoglyphs can pass them, which is why a person reads the text too. No I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["EXCERPT_MAX", "Flag", "FlagCode", "review_text", "review_texts"]
+
+EXCERPT_MAX = 80
+"""Longest excerpt a flag carries, escapes included."""
+
+
+class FlagCode(StrEnum):
+    HIDDEN_UNICODE = "hidden_unicode"
+    """Characters a person does not see and a model reads: categories Cf and Cc except newline and tab (so
+    zero-width characters and bidi overrides), tag characters U+E0000-E007F (which can spell a whole hidden
+    sentence), variation selectors U+E0100-E01EF, and the invisible fillers in ``_INVISIBLE_FILLERS``."""
+    INSTRUCTION_TO_MODEL = "instruction_to_model"
+    """Text addressed to the model instead of describing the tool; see ``_INSTRUCTIONS``."""
+    CALLS_OTHER_TOOLS = "calls_other_tools"
+    """Names another adapter's tool, or says "call/use the X tool" for an X that is not the manifest's own."""
+    SECRET_REQUEST = "secret_request"
+    """Asks for keys, tokens, passwords or credentials, or names a key file (``~/.ssh``, ``.env``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """Something in a manifest's text that an admin should look at before accepting it."""
+
+    code: FlagCode
+    field: str
+    """Where the text is, e.g. ``tools[2].input_schema.properties.amount.description``."""
+    excerpt: str
+    """At most ``EXCERPT_MAX`` characters around the finding, hidden characters spelled ``\\u200b``."""
+
+
+_INVISIBLE_FILLERS = frozenset("\u034f\u115f\u1160\u3164\uffa0")
+
+# Cyrillic and Greek letters a reader takes for Latin ones (Unicode's confusables for the Latin
+# lowercase and capitals the patterns spell); NFKC keeps them apart, so they are folded explicitly.
+_CONFUSABLES = str.maketrans(
+    "аеорсхуіјѕԁһӏԛԝꙅвкмнтАВЕКМНОРСТХУІЈЅαεικνορτυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",
+    "aeopcxyijsdhlqwsbkmhtABEKMHOPCTXYIJSaeikvoptuxABEZHIKMNOPTYX",
+)
+
+# Each alternative is a way text speaks to the model: "ignore (all) previous instructions", "disregard",
+# "you must", "new instructions:", "from now on", "system:" opening a line or sentence (not "operating
+# system: linux"), "do not tell the user", <important>-style tags, chat-template markers.
+_INSTRUCTIONS = re.compile(
+    r"\b(?:ignore|disregard|forget|override)\s+(?:(?:all|any|the|your)\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|system)\s+(?:instructions?|prompts?|rules|directions|messages)\b"
+    r"|\bdisregard\b|\byou\s+(?:must|are\s+required\s+to|are\s+now)\b"
+    r"|\b(?:new|updated|real|hidden)\s+instructions?\s*:|\bfrom\s+now\s+on\b"
+    r"|(?:^|(?<=[.!?;]))\s*(?:system|assistant|developer)\s*:"
+    r"|\b(?:do\s+not|don'?t|never)\s+(?:tell|inform|mention|reveal|show|alert|notify|let)\b[^.\n]{0,40}?"
+    r"\b(?:users?|humans?|operators?|approvers?|admins?)\b"
+    r"|\bwithout\s+(?:telling|informing|notifying|asking|alerting)\s+(?:the\s+)?(?:users?|humans?|approvers?)\b"
+    r"|<\s*/?\s*(?:important|system|instructions?|admin|secret|hidden|critical|priority)\b[^>]*>"
+    r"|\[\s*/?\s*(?:system|inst)\s*\]|<<\s*/?\s*sys\s*>>|<\|im_(?:start|end)\|>"
+    # Addressed to the approver: "approve (this) immediately", "no need to review", "pre-approved".
+    r"|\b(?:approve|accept|sign\s+off|authori[sz]e)\b[^.\n]{0,20}?"
+    r"\b(?:immediately|right\s+away|at\s+once|asap|without\s+(?:review|reviewing|checking|reading|question))\b"
+    r"|\bno\s+need\s+to\s+(?:review|check|verify|read|confirm)\b|\b(?:pre|auto)[\s-]?approved?\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+_CALL_THE_TOOL = re.compile(
+    r"\b(?:call|use|invoke|run|execute|trigger)\s+(?:the\s+)?[`'\"]?([a-z][\w.\-]*)[`'\"]?\s+(?:tool|function)\b",
+    re.IGNORECASE,
+)
+_NOT_A_TOOL_NAME = frozenset({"this", "that", "same", "above", "following", "appropriate"})
+
+_SECRET = (
+    r"(?:api[\s_-]?keys?|access[\s_-]?tokens?|refresh[\s_-]?tokens?|bearer[\s_-]?tokens?|session[\s_-]?(?:tokens?|cookies?)"
+    r"|auth(?:entication|orization)?[\s_-]?(?:tokens?|headers?|codes?)|secret[\s_-]?keys?|private[\s_-]?keys?"
+    r"|client[\s_-]?secrets?|ssh[\s_-]?keys?|passwords?|passphrases?|passwd|credentials?"
+    r"|one[\s-]time[\s-](?:codes?|passwords?)|otp|(?:2fa|mfa)[\s_-]codes?|(?:seed|recovery)[\s_-]phrases?)"
+    # "password reset", "credential rotation": talk about the thing, not a request for it.
+    r"(?![\s_-]*(?:reset|polic|strength|expir|rotat|change|length|hash|manager))"
+)
+_SECRET_REQUEST = re.compile(
+    r"\b(?:provide|include|send|pass|enter|supply|paste|give|share|attach|append|forward|reveal|copy|fetch"
+    rf"|retrieve|collect|insert|output|print|leak)\b[^.\n]{{0,40}}?\b{_SECRET}\b|\byour\s+(?:own\s+)?{_SECRET}\b"
+    r"|~/\.ssh|\bid_(?:rsa|ed25519|ecdsa)\b|\.aws/credentials|(?<![\w.])\.env\b|\.netrc\b",
+    re.IGNORECASE,
+)
+
+
+def review_text(
+    tool_name: str, text: str, *, other_tool_names: frozenset[str], own_tool_names: frozenset[str] = frozenset()
+) -> tuple[Flag, ...]:
+    """Flag what in ``text`` (said by or about tool ``tool_name``) an admin should read before accepting it.
+
+    ``other_tool_names`` are tools of other adapters: naming one is ``calls_other_tools``.
+    ``own_tool_names`` are the manifest's own tools, which its texts may mention and point to freely.
+    Each flag's ``field`` is ``tool_name``; at most one flag per code, excerpting the first finding, in
+    :class:`FlagCode` order.
+    """
+    return _review(tool_name, text, others=other_tool_names - own_tool_names - {tool_name}, own=own_tool_names)
+
+
+def review_texts(
+    texts: Sequence[tuple[str, str]], *, own_tool_names: frozenset[str], other_tool_names: frozenset[str]
+) -> tuple[Flag, ...]:
+    """Review every ``(location, text)`` of one manifest that reaches the model or an approver.
+
+    ``own_tool_names`` are the manifest's own tools, which its texts may mention freely; names in
+    ``other_tool_names`` that are also its own (a re-registration) count as its own. Each flag's
+    ``field`` is the text's location.
+    """
+    others = other_tool_names - own_tool_names
+    return tuple(flag for field, text in texts for flag in _review(field, text, others=others, own=own_tool_names))
+
+
+def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str]) -> tuple[Flag, ...]:
+    flags: list[Flag] = []
+    hidden = next((i for i, char in enumerate(text) if _is_hidden(char)), None)
+    if hidden is not None:
+        flags.append(Flag(FlagCode.HIDDEN_UNICODE, field, _excerpt(text, hidden)))
+    read = _as_read(text)
+    if found := _INSTRUCTIONS.search(read):
+        flags.append(Flag(FlagCode.INSTRUCTION_TO_MODEL, field, _excerpt(read, found.start())))
+    if (at := _other_tool_at(read, others, own)) is not None:
+        flags.append(Flag(FlagCode.CALLS_OTHER_TOOLS, field, _excerpt(read, at)))
+    if found := _SECRET_REQUEST.search(read):
+        flags.append(Flag(FlagCode.SECRET_REQUEST, field, _excerpt(read, found.start())))
+    return tuple(flags)
+
+
+def _is_hidden(char: str) -> bool:
+    code = ord(char)
+    if 0xE0000 <= code <= 0xE007F or 0xE0100 <= code <= 0xE01EF:
+        return True
+    return char not in "\n\t" and (unicodedata.category(char) in ("Cf", "Cc") or char in _INVISIBLE_FILLERS)
+
+
+def _as_read(text: str) -> str:
+    """What a model reads: tag characters as ASCII, other hidden ones gone, NFKC, look-alikes as Latin."""
+    out: list[str] = []
+    in_tags = False
+    for char in text:
+        code = ord(char)
+        if 0xE0020 <= code <= 0xE007E:
+            # A space where a smuggled run starts, so its first word is a word of its own.
+            out.append(("" if in_tags else " ") + chr(code - 0xE0000))
+            in_tags = True
+        elif not _is_hidden(char):
+            out.append(char)
+            in_tags = False
+    return unicodedata.normalize("NFKC", "".join(out)).translate(_CONFUSABLES)
+
+
+def _other_tool_at(text: str, others: frozenset[str], own: frozenset[str]) -> int | None:
+    positions = [
+        found.start()
+        for name in others
+        if (found := re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE)) is not None
+    ]
+    for found in _CALL_THE_TOOL.finditer(text):
+        named = found.group(1).lower()
+        if named not in own and named not in _NOT_A_TOOL_NAME:
+            positions.append(found.start())
+    return min(positions, default=None)
+
+
+def _escape(char: str) -> str:
+    if char.isprintable() and not _is_hidden(char):
+        return char
+    code = ord(char)
+    return {"\n": "\\n", "\t": "\\t"}.get(char) or (f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+
+
+def _excerpt(text: str, at: int) -> str:
+    """Up to ``EXCERPT_MAX`` characters from a little before ``at``, every invisible character spelled out."""
+    begin = max(0, at - 20)
+    out = "…" if begin else ""
+    for char in text[begin:]:
+        piece = _escape(char)
+        if len(out) + len(piece) > EXCERPT_MAX - 1:
+            return out + "…"
+        out += piece
+    return out

@@ -1,0 +1,76 @@
+"""The call history behind card provenance: one contract over Redis and in memory, and the read path's use of it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.codes import Code
+from gateway.executor import ReadMemory
+from gateway.principal import Principal
+from gateway.provenance import CallHistory, CallRecord, HistoryRules, InMemoryCallHistory, history_owner
+from gateway.store.call_history import RedisCallHistory, history_key
+from gateway.store.client import connect
+from tests.support.executors import agent_path
+from tests.support.tools import note_tool, read_tool
+
+pytestmark = pytest.mark.anyio
+
+RULES = HistoryRules(window_seconds=30, max_reads=5)
+ALICE = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}), key_id="key_a")
+
+
+def _record(index: int) -> CallRecord:
+    return CallRecord(tool=f"t{index}", at_ms=1_000 + index, untrusted_text=index % 2 == 0, private=index % 3 == 0)
+
+
+@pytest.fixture(params=["redis", "memory"])
+async def history(request: pytest.FixtureRequest, redis: Redis) -> AsyncIterator[CallHistory]:
+    yield RedisCallHistory(redis) if request.param == "redis" else InMemoryCallHistory()
+
+
+async def test_the_history_keeps_the_latest_reads_oldest_first_per_owner(history: CallHistory) -> None:
+    """Past its bound the oldest read goes; another owner's reads are its own."""
+    for index in range(8):
+        await history.append("acme|alice", _record(index), rules=RULES)
+    await history.append("acme|bob", _record(99), rules=RULES)
+    assert list(await history.recent("acme|alice", rules=RULES)) == [_record(i) for i in range(3, 8)]
+    assert list(await history.recent("acme|bob", rules=RULES)) == [_record(99)]
+    assert list(await history.recent("acme|carol", rules=RULES)) == []
+
+
+async def test_the_redis_history_is_one_hash_tagged_key_that_expires_with_the_window(redis: Redis) -> None:
+    """One key per owner, its text hashed into the hash tag, with a TTL of the window after each read."""
+    owner = history_owner("acme", "alice@acme.example", "session-1")
+    await RedisCallHistory(redis).append(owner, _record(1), rules=RULES)
+    key = history_key(owner)
+    assert key.startswith("countersign:calls:{") and key.endswith("}") and "alice" not in key
+    assert 0 < await redis.pttl(key) <= 30_000
+    assert history_key(history_owner("acme", "alice@acme.example", None)) != key
+
+
+async def test_reads_are_remembered_with_the_tools_declarations() -> None:
+    """An answered read joins the caller's history: untrusted text and privacy as the tool declares them."""
+    history = InMemoryCallHistory()
+    memory = ReadMemory(history, RULES)
+    executor, _ = agent_path(note_tool(), read_tool(returns_private_data=False), clients={}, memory=memory)
+    assert not (await executor.execute(ALICE, "demo_note", {"text": "hi"})).is_error
+    assert not (await executor.execute(ALICE, "demo_echo", {"text": "hi"}, session="s1")).is_error
+    mine = await history.recent(history_owner("acme", ALICE.subject, None), rules=RULES)
+    assert [(r.tool, r.untrusted_text, r.private) for r in mine] == [("demo_note", True, True)]
+    session = await history.recent(history_owner("acme", ALICE.subject, "s1"), rules=RULES)
+    assert [(r.tool, r.untrusted_text, r.private) for r in session] == [("demo_echo", False, False)]
+
+
+async def test_a_read_that_cannot_be_remembered_is_not_answered_and_the_refusal_is_audited() -> None:
+    """With the history's store unreachable, the read's result is withheld (LEDGER_UNAVAILABLE): a later card
+    can never look untainted because the read of untrusted text before it went unrecorded."""
+    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
+    executor, audit = agent_path(note_tool(), clients={}, memory=ReadMemory(unreachable, RULES))
+    envelope = await executor.execute(ALICE, "demo_note", {"text": "secret words"})
+    assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE
+    assert "secret words" not in str(envelope.for_model())
+    [event] = audit.events
+    assert (event.outcome, event.code) == ("error", "LEDGER_UNAVAILABLE")
