@@ -44,16 +44,9 @@ def is_policy_approver(subject: str) -> bool:
 
 
 def is_tainted(card: Card) -> bool:
-    """Whether the card followed a read of untrusted text (its ``provenance.tainted``), read defensively.
-
-    The one place that reads it. A card without a provenance record (made before it was recorded) is
-    not tainted; the record may be a mapping (as stored) or an object with a ``tainted`` attribute.
-    """
-    provenance: Any = getattr(card, "provenance", None)
-    if provenance is None:
-        return False
-    tainted = provenance.get("tainted") if isinstance(provenance, Mapping) else getattr(provenance, "tainted", False)
-    return tainted is True
+    """Whether the card followed a read of untrusted text (its ``provenance.tainted``): the one place that
+    reads it. A card without a provenance record (made before it was recorded) is not tainted."""
+    return card.provenance is not None and card.provenance.tainted
 
 
 def policy_approval(card: Card, rules: Mapping[str, PolicyRule], *, now: datetime) -> PolicyVerdict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,6 +14,7 @@ from pydantic import ValidationError
 from gateway.approval_settings import ApprovalSettings, Bound, PolicyRule
 from gateway.card import Card, CardState
 from gateway.codes import Code
+from gateway.provenance import Provenance, ProvenanceRead
 from policies.policy_approval import is_policy_approver, is_tainted, policy_approval, rule_admits
 
 NOON = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -44,13 +44,6 @@ CARD = Card(
 SMALL = PolicyRule(
     tool="orders_refund_create", requester_roles=["support"], arguments={"amount_cents": Bound(min=1, max=2_000)}
 )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _CardWithProvenance(Card):
-    """A card carrying the provenance record the ledger stores beside it (``provenance.tainted``)."""
-
-    provenance: Mapping[str, Any] | None = None
 
 
 def _card(**changes: Any) -> Card:
@@ -152,25 +145,25 @@ def test_a_rule_is_for_its_tool_and_its_orgs_only(changes: dict[str, Any], rule_
 
 @pytest.mark.parametrize(
     "provenance",
-    [{"tainted": True}, {"tainted": True, "data_flow": False, "reads": [], "flags": []}],
-)
-def test_a_tainted_card_is_never_approved_by_policy(provenance: Mapping[str, Any]) -> None:
+    [
+        Provenance(tainted=True, data_flow=False),
+        Provenance(tainted=True, data_flow=True, reads=[ProvenanceRead(tool="rooms_availability",
+                   at="2026-12-01T08:00:00.000+00:00", untrusted_text=True, private=False)]),
+    ],
+)  # fmt: skip
+def test_a_tainted_card_is_never_approved_by_policy(provenance: Provenance) -> None:
     """A card whose provenance says it followed a read of untrusted text waits for a person, whatever the rules."""
-    card = _CardWithProvenance(
-        **{f.name: getattr(CARD, f.name) for f in dataclasses.fields(Card)}, provenance=provenance
-    )
+    card = _card(provenance=provenance)
     assert is_tainted(card)
     verdict = policy_approval(card, {"small-refunds": SMALL}, now=NOON)
     assert not verdict.decision.allowed and verdict.decision.code is Code.APPROVAL_REQUIRED
     assert "tainted" in verdict.decision.reason
 
 
-@pytest.mark.parametrize("provenance", [None, {}, {"tainted": False}, {"tainted": "yes"}])
-def test_a_card_without_taint_is_read_as_not_tainted(provenance: Mapping[str, Any] | None) -> None:
-    """No record (a card made before it was kept), or no ``tainted: true``, is not tainted."""
-    card = _CardWithProvenance(
-        **{f.name: getattr(CARD, f.name) for f in dataclasses.fields(Card)}, provenance=provenance
-    )
+@pytest.mark.parametrize("provenance", [None, Provenance(tainted=False, data_flow=True)])
+def test_a_card_without_taint_is_read_as_not_tainted(provenance: Provenance | None) -> None:
+    """No record (a card made before it was kept), or one that is not tainted, is not tainted."""
+    card = _card(provenance=provenance)
     assert not is_tainted(card) and not is_tainted(CARD)
     assert policy_approval(card, {"small-refunds": SMALL}, now=NOON).decision.allowed
 
