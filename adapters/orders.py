@@ -245,7 +245,10 @@ TOOLS: tuple[Tool, ...] = (
             decide_within_seconds=24 * 3600.0,
             execute_within_seconds=3600.0,
         ),
-        summary=lambda args: f"Refund {args.amount_cents} cents on order {args.order_id}",
+        # The decimal point for a person, the raw amount beside it; the order's currency is in the preview.
+        summary=lambda args: (
+            f"Refund {args.amount_cents / 100:,.2f} ({args.amount_cents} cents) on order {args.order_id}"
+        ),
         agent_text_fields=frozenset({"reason"}),
     ),
 )

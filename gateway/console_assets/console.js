@@ -533,12 +533,15 @@
         ? el("p", { class: "banner", id: "data-flow-banner" },
           "Possible data flow: text goes where other people will see it, after a read of private data.")
         : null,
-      el("h3", null, `Reads before the proposal (${reads.length})`),
+      // A tainted card shows its reads at once; an untainted one keeps them one click away, so the
+      // decision stays above the fold.
       reads.length === 0
-        ? el("p", { class: "empty" }, "None in the window.")
-        : el("ul", { class: "reads", id: "provenance-reads" }, reads.map((read) =>
-          el("li", { "data-untrusted": String(Boolean(read.untrusted_text)) },
-            mono(String(read.tool)), " · ", at(read.at), marks(read) ? " · " + marks(read) : ""))),
+        ? el("p", { class: "empty" }, "No reads before the proposal in the window.")
+        : el("details", { id: "provenance-reads-box", open: Boolean(provenance.tainted || provenance.data_flow) },
+          el("summary", null, `Reads before the proposal (${reads.length})`),
+          el("ul", { class: "reads", id: "provenance-reads" }, reads.map((read) =>
+            el("li", { "data-untrusted": String(Boolean(read.untrusted_text)) },
+              mono(String(read.tool)), " · ", at(read.at), marks(read) ? " · " + marks(read) : "")))),
       flags.length === 0
         ? null
         : el("div", { class: "untrusted" },

@@ -104,7 +104,7 @@ def test_summary_states_amount_and_order_but_never_the_reason() -> None:
     """The approver's one-liner is rendered from validated fields; the agent's reason is not in it."""
     assert REFUND.summary is not None
     text = REFUND.summary(refund(amount_cents=12_000))
-    assert text == "Refund 12000 cents on order ord-1001"
+    assert text == "Refund 120.00 (12000 cents) on order ord-1001"
     assert "SYSTEM" not in text
 
 
