@@ -126,9 +126,9 @@ async def test_a_field_the_codec_does_not_know_is_kept_under_its_own_name(redis:
     assert created.card is not None
     card_id = created.card.card_id
     stored = json.loads(await redis.get(_key(card_id)))
-    await redis.set(_key(card_id), json.dumps(stored | {"provenance": '{"taint":["web"]}'}))
+    await redis.set(_key(card_id), json.dumps(stored | {"receipt_audience": "rooms-v2"}))
     await _run_to_success(ledger, card_id)
-    assert decode_card(await redis.get(_key(card_id)), card_id)["provenance"] == '{"taint":["web"]}'
+    assert decode_card(await redis.get(_key(card_id)), card_id)["receipt_audience"] == "rooms-v2"
 
 
 async def test_a_cards_own_key_stays_within_its_bytes_pending_and_succeeded(redis: Redis) -> None:

@@ -17,7 +17,7 @@ from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.approval_settings import ApprovalSettings, Bound, PolicyRule
 from gateway.audit import AuditEvent, ListAuditSink
-from gateway.card import Card, CardState, verify_chain
+from gateway.card import CardState, verify_chain
 from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
 from gateway.card_views import ResultCode
@@ -26,6 +26,7 @@ from gateway.executor import PolicyApprovals
 from gateway.ledger import Transition
 from gateway.notification import Webhook
 from gateway.principal import KeyKind
+from gateway.provenance import Provenance
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import SHARDS, RedisLedger
@@ -178,19 +179,16 @@ async def test_no_person_may_decide_as_a_policy(redis: Redis, orders: tuple[str,
     assert await ledger.get(card.card_id) == card
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _TaintedCard(Card):
-    provenance: dict[str, Any] = dataclasses.field(default_factory=lambda: {"tainted": True, "reads": []})
-
-
 async def test_a_tainted_card_is_never_approved_by_policy(redis: Redis) -> None:
-    """A card whose provenance says it followed untrusted text is left PENDING, audited, the ledger untouched."""
+    """A card whose provenance says it followed untrusted text (as the ledger stores it) is left PENDING,
+    audited, the ledger untouched."""
     ledger, audit = RedisLedger(redis), ListAuditSink()
     small = dataclasses.replace(PROPOSAL, tool="orders_refund_create", arguments={"amount_cents": 100},
-                                requester_roles=frozenset({"support"}))  # fmt: skip
+                                requester_roles=frozenset({"support"}),
+                                provenance=Provenance(tainted=True, data_flow=False))  # fmt: skip
     created = await ledger.propose(small)
-    assert created.card is not None
-    tainted = _TaintedCard(**{f.name: getattr(created.card, f.name) for f in dataclasses.fields(Card)})
+    assert created.card is not None and created.card.provenance is not None and created.card.provenance.tainted
+    tainted = created.card
     announced: list[Transition] = []
 
     async def announce(result: Transition) -> Transition:
