@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import anyio
@@ -22,6 +23,20 @@ from gateway.store.ledger_layout import open_cards_key
 from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def redis(quiet_redis_url: str) -> AsyncIterator[Redis]:
+    """The database no worker drains (see conftest), flushed: these tests move cards by hand, and a
+    session gateway's worker on the shared database would claim them under the test."""
+    client = Redis.from_url(quiet_redis_url)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
 
 OLD_ID = "crd_7_10c647526acf931f92d1447bcab8a0fc"
 OLD_FIRST_HASH = "795306033bff08c2db6792c7488ac17c0c93cbf6"
