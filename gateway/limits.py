@@ -21,7 +21,7 @@ open-card cap. The defaults, and why they are what they are:
 - ``provenance_window_seconds``: 900. A card's provenance looks back this far on the requester's
   reads (its MCP session's, or its principal's for a stateless client): long enough for an agent's
   plan from reading to proposing, short enough that yesterday's read does not taint today's card.
-- ``provenance_reads``: 20. The latest reads kept per session or principal; one agent turn reads a
+- ``provenance_reads``: 20. The latest reads kept per principal; one agent turn reads a
   handful.
 
 Overrides: ``[limits.orgs.<org>]`` replaces any of ``reads``, ``proposals`` and

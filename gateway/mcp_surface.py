@@ -205,25 +205,12 @@ class McpSurface:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | dict[str, Any]:
-        envelope = await self._executor.execute(
-            request_principal(ctx), params.name, params.arguments, session=_session_of(ctx)
-        )
+        envelope = await self._executor.execute(request_principal(ctx), params.name, params.arguments)
         if envelope.card_id is not None:
             task = await self._tasks.proposal(ctx, envelope.card_id)
             if task is not None:
                 return task
         return tool_result(envelope)
-
-
-def _session_of(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    """The handshake-era session a call came in (whose reads its card's provenance counts), else None.
-
-    Only a 2025-11-25 session the SDK admitted counts: a 2026-07-28 request stands alone, and a header
-    it sent names nothing the SDK checked, so its calls join its principal's history instead."""
-    if ctx.session is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or ctx.request is None:
-        return None
-    session: str | None = ctx.request.headers.get(MCP_SESSION_ID_HEADER)
-    return session
 
 
 class _Server(Server[Any]):

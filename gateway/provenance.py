@@ -68,11 +68,12 @@ class HistoryRules:
     """Per org, the distinct approvers a tainted card needs (absent: the tool's own number)."""
 
 
-def history_owner(org: str, subject: str, session: str | None) -> str:
-    """Whose history a call belongs to: the session's when the client holds one, else the principal's.
-
-    A session's history is still scoped to its principal, so a session id alone names nobody's."""
-    return f"{org}|{subject}|session|{session}" if session else f"{org}|{subject}"
+def history_owner(org: str, subject: str) -> str:
+    """Whose history a call belongs to: its principal's (org and subject), whatever MCP session or protocol
+    era it came in. Not the session's: an agent that read untrusted text in one session must not shed
+    the taint by proposing from a new one (a 2025-11-25 client opens sessions at will, and the
+    2026-07-28 era has none), so every read of a principal within the window counts."""
+    return f"{org}|{subject}"
 
 
 class CallHistory(Protocol):

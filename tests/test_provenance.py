@@ -162,11 +162,12 @@ async def test_text_for_others_after_a_private_read_is_a_data_flow_and_instructi
     assert flags == {("instruction_to_model", "arguments.title"), ("data_flow", "arguments.title")}
 
 
-async def test_a_session_keeps_its_own_history_apart_from_other_sessions_and_stateless_calls(
-    gateway: str, redis: Redis
-) -> None:
-    """2025-11-25 sessions: the untrusted read taints a proposal of the same session only."""
+async def test_a_new_session_or_era_does_not_shed_the_taint_of_an_earlier_read(gateway: str, redis: Redis) -> None:
+    """A principal's reads count for its proposals whichever MCP session or protocol era they come from: an
+    agent that read untrusted text in one 2025-11-25 session is tainted in the next, and stateless; another
+    principal is not."""
     token = await make_key(redis, roles=("staff",))
+    stranger = await make_key(redis, roles=("staff",), subject="bob@acme.example")
     async with agent(f"{gateway}/mcp", token, LEGACY) as first:
         await first.call_tool("rooms_availability", {"room_id": "room-atlas", "date": "2026-12-01"})
         same = payload(await first.call_tool("rooms_book", _booking("2027-08-06", "09:00")))["card_id"]
@@ -174,8 +175,11 @@ async def test_a_session_keeps_its_own_history_apart_from_other_sessions_and_sta
             other = payload(await second.call_tool("rooms_book", _booking("2027-08-06", "11:00")))["card_id"]
     async with agent(f"{gateway}/mcp", token, MODERN) as stateless:
         alone = payload(await stateless.call_tool("rooms_book", _booking("2027-08-06", "13:00")))["card_id"]
-    tainted = [(await _card(gateway, redis, card))["provenance"]["tainted"] for card in (same, other, alone)]
-    assert tainted == [True, False, False]
+    async with agent(f"{gateway}/mcp", stranger, MODERN) as someone:
+        theirs = payload(await someone.call_tool("rooms_book", _booking("2027-08-06", "15:00")))["card_id"]
+    cards = (same, other, alone, theirs)
+    tainted = [(await _card(gateway, redis, card))["provenance"]["tainted"] for card in cards]
+    assert tainted == [True, True, True, False]
 
 
 async def test_a_stateless_principals_reads_expire_after_the_window(
@@ -185,7 +189,7 @@ async def test_a_stateless_principals_reads_expire_after_the_window(
     expired (its key is gone), the next proposal is not."""
     settings = dataclasses.replace(gateway_settings(redis_url, backends), limits=Limits(provenance_window_seconds=2))
     token = await make_key(redis, roles=("staff",))
-    key = history_key(history_owner("acme", ALICE, None))
+    key = history_key(history_owner("acme", ALICE))
     with _serve(settings) as base:
         async with agent(f"{base}/mcp", token, MODERN) as client:
             await client.call_tool("rooms_availability", {"room_id": "room-atlas", "date": "2026-12-01"})

@@ -130,13 +130,9 @@ class AgentPath:
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
-    async def execute(
-        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, *, session: str | None = None
-    ) -> Envelope:
-        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event.
-
-        `session` is the MCP session the call came in (2025-11-25 era), None for a stateless client:
-        it says whose history of reads the call joins (`gateway.provenance.history_owner`).
+    async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
+        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event; an answered
+        read joins the principal's history of reads (`gateway.provenance.history_owner`).
 
         A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
         answered with that code: the caller never sees a stack trace.
@@ -144,7 +140,7 @@ class AgentPath:
         started = self._clock()
         try:
             return await self._execute(
-                principal, name, arguments, started, history_owner(principal.org, principal.subject, session)
+                principal, name, arguments, started, history_owner(principal.org, principal.subject)
             )
         except Exception:
             logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
