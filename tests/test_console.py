@@ -599,7 +599,12 @@ async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
             document.querySelector('#card-detail .status')) & Node.DOCUMENT_POSITION_FOLLOWING,
     })"""
     async with _browser(tmp_path / "profile") as page:
-        await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards/{ids[0]}"})
+        await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards?state=PENDING"})
+        badge = '(id) => document.querySelector(`#card-list tr[data-card-id="${id}"] .tainted-badge`) !== null'
+        await page.until(f"document.querySelector('#card-list tr[data-card-id=\"{ids[1]}\"]') !== null")
+        assert await page.evaluate(f"({badge})('{ids[0]}')") is True  # the list says it before the card is open
+        assert await page.evaluate(f"({badge})('{ids[1]}')") is False
+        await page.evaluate(f"location.hash = '#/cards/{ids[0]}'")
         await page.until("document.querySelector('#card-provenance') !== null")
         seen = json.loads(await page.evaluate(seen_js))
         assert seen["tainted"] == "true" and seen["banner"].startswith("Tainted:") and seen["flow"]

@@ -389,7 +389,11 @@
     // A final card has no running deadline (null): it shows none.
     const expiry = card.deadline;
     return el("tr", { "data-card-id": card.card_id, "data-version": String(card.version), "data-state": card.state },
-      el("td", null, el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
+      el("td", null,
+        // A tainted card says so in the list already: an approver opens it knowing.
+        card.tainted ? el("span", { class: "badge tainted-badge", title: "proposed after a read of untrusted text" },
+          "tainted") : null,
+        el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
       el("td", null, mono(card.tool)),
       el("td", null, card.acting_client ? `${card.requester} (via ${card.acting_client})` : card.requester),
       el("td", null, `${approvals.received ?? "?"} of ${approvals.required ?? "?"}`),
