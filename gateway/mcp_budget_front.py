@@ -52,8 +52,9 @@ from mcp_types import methods as mcp_methods
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.asgi_replay import replay_body, replay_messages
 from gateway.auth import caller_of
 from gateway.codes import Code
 from gateway.envelope import Envelope
@@ -218,15 +219,8 @@ async def _body(receive: Receive) -> tuple[bytes | None, Receive]:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return None, _replay([message], receive)
+            return None, replay_messages([message], receive)
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             body = b"".join(chunks)
-            return body, _replay([{"type": "http.request", "body": body, "more_body": False}], receive)
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    async def replay() -> Message:
-        return messages.pop(0) if messages else await receive()
-
-    return replay
+            return body, replay_body(body, receive)

@@ -51,6 +51,7 @@ from mcp_types import HEADER_MISMATCH, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.asgi_replay import replay_body
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import caller_of
 from gateway.codes import Code
@@ -252,7 +253,7 @@ class MessageChecks:
                 await self._reject(scope, Code.INVALID_REQUEST, reason)
                 await _refuse(send, 400, INVALID_REQUEST, Code.INVALID_REQUEST, reason)
                 return
-            receive = _replay(body, receive)
+            receive = replay_body(body, receive)
         if version is not None and version not in _HANDSHAKE_VERSIONS:
             # The 2026-07-28 path has no sessions: the SDK never stamps an id there.
             await self.app(scope, receive, send)
@@ -321,17 +322,3 @@ def _event(scope: Scope, code: Code, reason: str) -> AuditEvent:
     if who is None:
         return AuditEvent(action=ACTION, outcome="deny", code=code.value, reason=reason, extra=extra)
     return AuditEvent.refusal(who, ACTION, code.value, reason, extra)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A `receive` that yields the already-read body once, then the client's further messages."""
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

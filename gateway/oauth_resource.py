@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.asgi_replay import replay_body
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import caller_of
 from gateway.codes import Code
@@ -130,7 +131,7 @@ class ScopeChecks:
                 (b"www-authenticate", header.encode())]})  # fmt: skip
             await send({"type": "http.response.body", "body": payload})
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_body(body, receive), send)
 
 
 def _called_tool(body: bytes) -> str | None:
@@ -154,16 +155,3 @@ async def _body(receive: Receive) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

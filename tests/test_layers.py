@@ -120,6 +120,7 @@ PLACES: dict[str, int] = {
     "gateway.org_adapters": VOCABULARY,
     "gateway.principal": VOCABULARY,
     "gateway.printable": VOCABULARY,
+    "gateway.asgi_replay": SURFACE,
     "gateway.redis_target": VOCABULARY,
     "gateway.tool": VOCABULARY,
     "gateway.tool_context": VOCABULARY,
