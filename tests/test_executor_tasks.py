@@ -44,3 +44,17 @@ async def _probe(redis_url: str, task_id: str) -> None:
 def test_any_task_id_that_is_not_the_callers_card_is_not_found_and_audited(redis_url: str, task_id: str) -> None:
     """A task id is untrusted text: it reaches the ledger only as a key lookup, and the audit escaped."""
     anyio.run(_probe, redis_url, task_id)
+
+
+async def _delegated(redis_url: str) -> list[str]:
+    agent_for_alice = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}),
+                                acting_client="agent-7@acme.example", actors=("agent-7@acme.example",))  # fmt: skip
+    async with Redis.from_url(redis_url) as redis:
+        audit = ListAuditSink()
+        await TaskPath(ledger=RedisLedger(redis), audit=audit).get(agent_for_alice, "crd_1_" + "0" * 32)
+    return [e.extra.get("acting_client", "") for e in audit.events]
+
+
+def test_a_delegated_callers_task_events_name_the_acting_agent_as_its_tool_calls_do(redis_url: str) -> None:
+    """The task path audits like the agent path (`with_acting_client`): the person and the agent acting for them."""
+    assert anyio.run(_delegated, redis_url) == ["agent-7@acme.example"]

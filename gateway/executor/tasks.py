@@ -24,6 +24,7 @@ from gateway.card import Card
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
 from gateway.executor.caller_cards import LedgerCallerCards
+from gateway.executor.refusals import with_acting_client
 from gateway.ledger import Ledger, TransitionStatus
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
@@ -167,6 +168,8 @@ class TaskPath:
                 reason=reason,
                 latency_ms=(self._clock() - started) * 1000,
                 # The task id is the caller's text: kept printable, and bounded by the event itself.
-                extra={**({"task_id": escape_unprintable(task_id)} if task_id else {}), **(extra or {})},
+                extra=with_acting_client(
+                    principal, {**({"task_id": escape_unprintable(task_id)} if task_id else {}), **(extra or {})}
+                ),
             )
         )
