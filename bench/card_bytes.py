@@ -60,8 +60,9 @@ def proposal(n: int) -> Proposal:
 
 
 def structure_keys(shard: int) -> dict[str, str]:
-    keys = card_keys(f"crd_{shard}_{'0' * 32}", shard)
-    return dict(zip(STRUCTURES[:6], keys[1:], strict=True)) | {
+    card, outbox, open_, index, timers, open_cards, _repeats, open_count = card_keys(f"crd_{shard}_{'0' * 32}", shard)
+    return {"outbox": outbox, "open": open_, "index": index, "timers": timers, "open_cards": open_cards,
+            "open_count": open_count} | {
         "org": org_index(shard, ORG), "by": requester_index(shard, ORG, SUBJECT), "orgs": orgs_key(shard)}  # fmt: skip
 
 

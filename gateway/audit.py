@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.audit_codec import decode, encode
 from gateway.principal import Principal
 
 __all__ = ["AUDIT_STREAM", "MAX_FIELD_CHARS", "AuditEvent", "AuditSink", "ListAuditSink", "bounded"]
@@ -80,6 +81,7 @@ class AuditEvent:
             object.__setattr__(self, "extra", {bounded(k): bounded(v) for k, v in self.extra.items()})
 
     def to_fields(self) -> dict[str, str]:
+        """The logical fields: each non-empty text field under its name, ``latency_ms``, ``extra`` as JSON."""
         # Plain attribute reads: dataclasses.asdict deep-copies and costs more than the XADD's encoding.
         fields = {name: value for name in _TEXT_FIELDS if (value := getattr(self, name))}
         if self.latency_ms is not None:
@@ -87,6 +89,12 @@ class AuditEvent:
         if self.extra:
             fields["extra"] = json.dumps(dict(self.extra), sort_keys=True)
         return fields
+
+    def to_stored(self) -> dict[str, str]:
+        """The fields as the stream stores them (the compact form of `gateway.audit_codec`), without the chain's."""
+        return encode(action=self.action, outcome=self.outcome, subject=self.subject, org=self.org,
+                      key_id=self.key_id, tool=self.tool, code=self.code, reason=self.reason,
+                      latency_ms=self.latency_ms, extra=self.extra)  # fmt: skip
 
     @classmethod
     def refusal(
@@ -98,6 +106,8 @@ class AuditEvent:
 
     @classmethod
     def from_fields(cls, event_id: str, fields: Mapping[str, str]) -> AuditEvent:
+        """The event of the entry `event_id`, from its logical fields or its stored ones in either version."""
+        fields = decode(event_id, fields)
         latency = fields.get("latency_ms")
         return cls(
             action=fields.get("action", ""),

@@ -1,27 +1,45 @@
 """The audit trail's hash chain: how each entry's MAC is made, and how a whole trail is checked.
 
-Every entry of the global audit stream carries two fields besides its event: ``seq`` (1, 2, 3... in
-order of appending) and ``mac``, an HMAC-SHA256, under the gateway's audit secret, of the previous
-entry's MAC, the previous entry's stream id, its own ``seq`` and its event fields. So changing a
-field, deleting an entry, inserting one or reordering two breaks the chain at that entry, and an
-entry's stream id (its time) is covered by the next entry's MAC (the last one's by the chain head
-kept beside the stream). Without the secret nobody can forge a MAC; the secret is never printed.
+Every entry of the global audit stream has a sequence number (1, 2, 3... in order of appending) and
+a MAC, an HMAC-SHA256 under the gateway's audit secret of the previous entry's MAC, the previous
+entry's stream id, its own sequence number and its fields. So changing a field, deleting an entry,
+inserting one or reordering two breaks the chain at that entry, and an entry's stream id (its time)
+is covered by the next entry's MAC (the last one's by the chain head kept beside the stream).
+Without the secret nobody can forge a MAC; the secret is never printed.
+
+Two versions share one chain, entry by entry (`gateway.audit_codec` says how each is stored), so a
+stream written before the compact form goes on in it, and the first compact entry chains to the
+last old one (an older process still appending old entries chains to compact ones the same way):
+
+* version 1 stores ``seq`` and ``mac``, the full 256 bits as 64 hex digits, over the event's fields
+  (`legacy_entry_mac`);
+* version 2 (`entry_mac`) keeps the sequence number in the stream id and stores ``m``: the first
+  128 bits of the HMAC, base64url (22 characters). 128 bits is the truncation RFC 4868 uses for
+  HMAC-SHA-256 and is within NIST SP 800-107 Rev. 1 (section 5.3.3): a forger's chance per try is
+  2^-128, and a try can only be judged by someone holding the secret, when the trail is verified.
+  The MAC covers every stored field but ``m`` and ``q``, in name order, and the sequence number.
 
 Pure computation: the store appends (`gateway.store.audit`), the trail reader feeds `ChainCheck`.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["CHAIN_FIELDS", "GENESIS", "ChainBreak", "ChainCheck", "ChainHead", "entry_mac", "stream_id"]
+from gateway.audit_codec import CHAIN_NAMES, entry_seq, is_compact
+
+__all__ = ["CHAIN_FIELDS", "GENESIS", "ChainBreak", "ChainCheck", "ChainHead", "entry_mac", "legacy_entry_mac",
+           "stream_id"]  # fmt: skip
 
 CHAIN_FIELDS = frozenset({"seq", "mac"})
-"""Fields the chain adds to an entry; every other field is the event's and is covered by the MAC."""
+"""Fields the chain adds to a version 1 entry; every other field is the event's and is covered by the MAC."""
+_VERSION_2 = "countersign.audit.2"
+"""The first item of every version 2 MAC's message: no message of one version is one of the other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +55,16 @@ GENESIS = ChainHead()
 
 
 def entry_mac(secret: bytes, previous: ChainHead, seq: int, fields: Mapping[str, str]) -> str:
-    """The MAC of the entry numbered `seq` with event `fields`, appended after `previous`."""
+    """The MAC of the compact entry numbered `seq` with stored `fields`, appended after `previous`."""
+    covered = sorted((name, value) for name, value in fields.items() if name not in CHAIN_NAMES)
+    message = json.dumps([_VERSION_2, previous.mac, previous.id, seq, covered], separators=(",", ":"),
+                         ensure_ascii=False)  # fmt: skip
+    digest = hmac.digest(secret, message.encode(), "sha256")[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def legacy_entry_mac(secret: bytes, previous: ChainHead, seq: int, fields: Mapping[str, str]) -> str:
+    """The MAC of a version 1 entry numbered `seq` with event `fields`, appended after `previous`."""
     event = {name: value for name, value in fields.items() if name not in CHAIN_FIELDS}
     message = json.dumps(
         {"prev": previous.mac, "prev_id": previous.id, "seq": seq, "fields": event},
@@ -75,9 +102,10 @@ class ChainCheck:
         if self.broken is not None:
             return
         self.count += 1
-        seq_text, mac = fields.get("seq", ""), fields.get("mac", "")
+        compact = is_compact(fields)
+        seq_text, mac = entry_seq(entry_id, fields), fields.get("m" if compact else "mac", "")
         expected_seq = self.head.seq + 1
-        if not seq_text.isdigit() or int(seq_text) != expected_seq:
+        if not (seq_text.isascii() and seq_text.isdigit()) or int(seq_text) != expected_seq:
             self._break(
                 entry_id,
                 f"sequence number {seq_text or 'missing'}, expected {expected_seq}: "
@@ -85,7 +113,10 @@ class ChainCheck:
             )
         elif not _after(entry_id, self.head.id):
             self._break(entry_id, f"stream id not after the previous entry's ({self.head.id})")
-        elif not hmac.compare_digest(mac, entry_mac(self._secret, self.head, expected_seq, fields)):
+        elif not hmac.compare_digest(
+            mac.encode(),
+            (entry_mac if compact else legacy_entry_mac)(self._secret, self.head, expected_seq, fields).encode(),
+        ):
             self._break(entry_id, "MAC does not match: the entry or the one before it was changed")
         else:
             self.head = ChainHead(mac=mac, seq=expected_seq, id=entry_id)

@@ -1,15 +1,16 @@
 """The audit trail's export formats: our own fields as JSON lines, and OCSF events for a SIEM.
 
 Who calls it: ``countersign audit export`` and the live export to a webhook (`gateway.audit_forwarder`),
-through `export_line`, so both write the same lines. ``jsonl`` is the entry's stored fields and its
-id. ``ocsf``: OCSF (the Open Cybersecurity Schema
-Framework, schema 1.1.0) files an API call under the Application Activity category (6), class
-API Activity (6003); ``activity_id`` says what kind of call it was (1 Create, 2 Read, 3 Update,
-4 Delete, 99 Other), ``type_uid`` is ``class_uid * 100 + activity_id``, and ``status_id`` is 1
-(Success) or 2 (Failure). Our action (``card.approve``) is ``api.operation``; the subject, org and
-key id are the actor; the entry's id, sequence number and chain MAC stay in ``metadata`` and
-``unmapped`` so the export can still be checked against the trail. Every value is already bounded
-by `gateway.audit.AuditEvent`.
+through `export_line`, so both write the same lines, whichever version the entry is stored in
+(`gateway.audit_codec`): ``jsonl`` is the entry's logical event fields and its id. ``ocsf``:
+OCSF (the Open Cybersecurity Schema Framework, schema 1.1.0) files an API call under the
+Application Activity category (6), class API Activity (6003); ``activity_id`` says what kind of
+call it was (1 Create, 2 Read, 3 Update, 4 Delete, 99 Other), ``type_uid`` is
+``class_uid * 100 + activity_id``, and ``status_id`` is 1 (Success) or 2 (Failure). Our action
+(``card.approve``) is ``api.operation``; the subject, org and key id are the actor; the entry's id,
+sequence number and chain MAC stay in ``metadata`` and ``unmapped`` (``seq`` and ``mac``, in both
+versions) so the export can still be checked against the trail. Every value is already bounded by
+`gateway.audit.AuditEvent`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.audit import AuditEvent
+from gateway.audit_codec import decode
 
 __all__ = ["FORMATS", "OCSF_VERSION", "AuditExportTarget", "export_line", "to_ocsf"]
 
@@ -85,7 +87,7 @@ def to_ocsf(entry_id: str, fields: Mapping[str, str], *, product_version: str) -
             "uid": event.id,
             "product": {"name": "Countersign", "vendor_name": "Countersign", "version": product_version},
         },
-        "unmapped": {k: v for k, v in fields.items() if k not in _MAPPED},
+        "unmapped": {k: v for k, v in decode(entry_id, fields).items() if k not in _MAPPED},
     }
     if event.code:
         found["status_code"] = event.code

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
 from gateway.audit_archive import AuditArchive
+from gateway.audit_codec import OUTCOMES
 from gateway.cli import main
 from gateway.store.audit import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_archiver import AuditArchiver
@@ -75,7 +76,7 @@ async def _bounded_and_complete(url: str, directory: Path, count: int, keep: int
         await _record(sink, count - count // 2, start=count // 2)
         await _archive_all(archiver)
         assert await client.xlen(AUDIT_STREAM) == min(count, keep)
-        tools = [fields["tool"] async for _id, fields in AuditTrail(sink, archive).entries()]
+        tools = [AuditEvent.from_fields(eid, fields).tool async for eid, fields in AuditTrail(sink, archive).entries()]
         assert tools == [f"t{n}" for n in range(count)]
         recent = await AuditTrail(sink, archive).recent(keep + 3)
         assert [e.tool for e in recent] == [f"t{n}" for n in range(count)][-(keep + 3) :]
@@ -120,14 +121,14 @@ async def _tampered(url: str, directory: Path, count: int, keep: int, kind: str,
             entry_id, fields = live[index]
             await client.xdel(AUDIT_STREAM, entry_id)
             if kind == "change-live":  # no XADD edits a field in place: delete it and add it back changed
-                await client.xadd(AUDIT_STREAM, {**fields, "outcome": "deny"})
+                await client.xadd(AUDIT_STREAM, {**fields, "o": OUTCOMES["deny"]})
             named = live[index + 1][0]  # the first entry whose predecessor is no longer the one it was chained to
         else:
             index = pick % len(archived)
             lines = list(archived)
             if kind == "edit-archive":
                 record = json.loads(lines[index])
-                record["fields"]["outcome"] = "deny"
+                record["fields"]["o"] = OUTCOMES["deny"]
                 lines[index] = json.dumps(record)
                 named = record["id"]
             else:  # swap two neighbouring lines
@@ -189,7 +190,7 @@ async def test_two_concurrent_archivers_archive_each_entry_once(quiet_redis_url:
         ids = [entry_id for (entry_id, _f), _where in archive.entries()]
         assert len(ids) == len(set(ids)) == 1500 - 10
         assert archive.drafts() == []
-        tools = [fields["tool"] async for _id, fields in AuditTrail(sink, archive).entries()]
+        tools = [AuditEvent.from_fields(eid, fields).tool async for eid, fields in AuditTrail(sink, archive).entries()]
         assert tools == [f"t{n}" for n in range(1500)]
         assert (await AuditTrail(sink, archive).verify(SECRET)).broken is None
         assert await client.exists(audit_keys(AUDIT_STREAM)["archiver"]) == 0

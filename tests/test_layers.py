@@ -99,6 +99,7 @@ PLACES: dict[str, int] = {
     "gateway.approval_settings": VOCABULARY,
     "gateway.audit": VOCABULARY,
     "gateway.audit_chain": VOCABULARY,
+    "gateway.audit_codec": VOCABULARY,
     "gateway.audit_formats": VOCABULARY,
     "gateway.canonical": VOCABULARY,
     "gateway.card": VOCABULARY,

@@ -1,8 +1,12 @@
 """The audit trail in Redis: every allow, deny and outcome, appended to one hash-chained stream.
 
 Each entry is appended by one Lua script that reads the chain head, checks it is the one the MAC
-was computed from, XADDs the entry with its ``seq`` and ``mac`` and moves the head, in one step
-(`gateway.audit_chain` says what the MAC covers). The MAC is computed here, not in Lua (Redis has
+was computed from, XADDs the entry in its compact form (`gateway.audit_codec`) with its MAC ``m``
+and moves the head, in one step (`gateway.audit_chain` says what the MAC covers). The entry's
+sequence number is its stream id's second part: the script adds it as ``<ms>-<seq>``, ``<ms>`` the
+Redis server's time (never before the newest entry's), so the id costs what ``*`` would and an
+entry read alone still says its place in the chain. Only a stream that already holds a later id
+(an entry not appended here) gets ``*`` and the number as a field ``q``. The MAC is computed here, not in Lua (Redis has
 no HMAC-SHA256), so the script is a compare-and-set: when another process appended first it
 answers the new head and the entry is MACed again. Every key shares the stream's slot: a key
 without braces hashes on its whole name, so ``{countersign:audit}:head`` lands with
@@ -25,6 +29,7 @@ from redis.exceptions import RedisError
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
 from gateway.audit_chain import GENESIS, ChainHead, entry_mac
+from gateway.audit_codec import decode
 from gateway.metrics import count_refusal
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 
@@ -38,16 +43,25 @@ local mac = head[1] or ''
 if mac ~= ARGV[1] then
   return {0, mac, head[2] or '0', head[3] or ''}
 end
-local args = {'XADD', KEYS[1], '*'}
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local newest = tonumber(string.match(head[3] or '', '^(%d+)-') or '0')
+if newest > ms then ms = newest end
+local args = {'XADD', KEYS[1], string.format('%.0f-%s', ms, ARGV[2])}
 for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
-args[#args + 1] = 'seq'
-args[#args + 1] = ARGV[2]
-args[#args + 1] = 'mac'
+args[#args + 1] = 'm'
 args[#args + 1] = ARGV[3]
-local id = redis.call(unpack(args))
+local id = redis.pcall(unpack(args))
+if type(id) == 'table' and id.err then
+  args[3] = '*'
+  args[#args + 1] = 'q'
+  args[#args + 1] = ARGV[2]
+  id = redis.call(unpack(args))
+end
 redis.call('HSET', KEYS[2], 'mac', ARGV[3], 'seq', ARGV[2], 'id', id)
 return {1, id}
 """
+"""ARGV: the head the MAC was computed from, the entry's sequence number, its MAC, its stored fields."""
 
 _MAX_ATTEMPTS = 50
 """Appends retried after another process moved the head first; each retry costs one round trip."""
@@ -91,9 +105,9 @@ class RedisStreamAuditSink:
         """Append `event` to the chain; False (the event logged instead) when that is not possible."""
         if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
             count_refusal(event.action, event.code, _refusals(event))
-        fields = event.to_fields()
+        fields = event.to_stored()
         if self._secret is None:
-            logger.error("audit sink has no chain secret; event: %s", fields)
+            logger.error("audit sink has no chain secret; event: %s", event.to_fields())
             return False
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -103,7 +117,7 @@ class RedisStreamAuditSink:
                 return await self._append_chained(fields, self._secret)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
-            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, fields)
+            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
             return False
 
     async def _append_chained(self, fields: dict[str, str], secret: bytes) -> bool:
@@ -118,7 +132,7 @@ class RedisStreamAuditSink:
                 self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
                 return True
             self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
-        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, fields)
+        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, decode("", fields))
         return False
 
     async def head(self) -> ChainHead:
@@ -138,7 +152,7 @@ class RedisStreamAuditSink:
         return [event for _stream, entries in answer or [] for event in _events(entries)]
 
     async def entries(self, after_id: str, count: int) -> list[tuple[str, dict[str, str]]]:
-        """Up to `count` raw entries (id, fields with ``seq`` and ``mac``) newer than `after_id`, oldest first."""
+        """Up to `count` entries (id, fields as stored, the chain's included) newer than `after_id`, oldest first."""
         answer: Any = await self._client.xrange(self._stream, min=f"({after_id}" if after_id else "-", count=count)
         return entry_fields(answer or [])
 
