@@ -26,6 +26,7 @@ from gateway.cli import main
 from gateway.store.audit import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_trail import AuditTrail
+from tests.support.audit_v1 import append_v1
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -194,3 +195,62 @@ async def test_two_concurrent_archivers_archive_each_entry_once(quiet_redis_url:
         assert tools == [f"t{n}" for n in range(1500)]
         assert (await AuditTrail(sink, archive).verify(SECRET)).broken is None
         assert await client.exists(audit_keys(AUDIT_STREAM)["archiver"]) == 0
+
+
+async def test_a_trail_of_old_entries_then_compact_ones_archives_verifies_and_exports_as_one(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """An upgraded gateway goes on with the chain it finds: archive, `verify`, `export` and `tail` read
+    both versions, with the same logical fields, and a changed old entry is still caught."""
+    async with _fresh(quiet_redis_url) as client:
+        for number in range(6):
+            await append_v1(client, SECRET, AuditEvent(action="tool.call", outcome="ok", tool=f"t{number}",
+                                                       extra={"card_id": f"crd_1_{number:032x}"}))  # fmt: skip
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        await _record(sink, 6, start=6)
+        archive = AuditArchive(tmp_path / "audit")
+        await _archive_all(AuditArchiver(client, archive, keep_entries=3, keep_minutes=0, batch=4))
+        archived = [fields for (_id, fields), _where in archive.entries()]
+        assert ["mac" in fields for fields in archived] == [True] * 6 + [False] * 3  # both versions archived
+        status, out, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
+        assert status == 0 and "9 archived and 3 live" in out, err
+        status, out, _ = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "export"))
+        exported = [json.loads(line) for line in out.splitlines()]
+        assert [line["tool"] for line in exported] == [f"t{n}" for n in range(12)]
+        assert all(set(line) == {"id", "action", "outcome", "tool"} for line in exported[6:])
+        assert [json.loads(line["extra"])["card_id"] for line in exported[:6]] == [f"crd_1_{n:032x}" for n in range(6)]
+        status, out, _ = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "export", "--format",
+                                                                     "ocsf"))  # fmt: skip
+        unmapped = [json.loads(line)["unmapped"] for line in out.splitlines()]
+        assert [int(u["seq"]) for u in unmapped] == list(range(1, 13)) and all(u["mac"] for u in unmapped)
+        status, out, _ = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "tail", "-n", "12",
+                                                                     "--json"))  # fmt: skip
+        assert [json.loads(line)["tool"] for line in out.splitlines()] == [f"t{n}" for n in range(12)]
+        lines = archive.files()[0].read_text().splitlines()
+        record = json.loads(lines[2])
+        record["fields"]["outcome"] = "deny"
+        lines[2] = json.dumps(record)
+        archive.files()[0].write_text("\n".join(lines) + "\n")
+        status, _, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
+    assert status == 1 and f"broken at entry {record['id']} " in err
+
+
+async def test_an_entry_after_a_later_id_than_the_clock_takes_its_number_as_a_field(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """A stream holding an id past the chain's (written by something else) still takes the next entry:
+    appended with ``*``, its number in ``q``; `verify` names the foreign entry, and without it the chain holds."""
+    async with _fresh(quiet_redis_url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        await _record(sink, 2)
+        foreign = "99999999999999-0"
+        await client.xadd(AUDIT_STREAM, {"a": "1", "m": "forged"}, id=foreign)
+        assert await sink.record(AuditEvent(action="tool.call", outcome="ok", tool="t2"))
+        entries = await sink.entries("", 10)
+        assert entries[-1][1]["q"] == "3" and entries[-1][0] > foreign
+        trail = AuditTrail(sink, AuditArchive(tmp_path / "audit"))
+        verdict = await trail.verify(SECRET)
+        assert verdict.broken is not None and verdict.broken.entry_id == foreign
+        await client.xdel(AUDIT_STREAM, foreign)
+        assert (await trail.verify(SECRET)).broken is None
+        assert [e.tool for e in await trail.recent(3)] == ["t0", "t1", "t2"]

@@ -1,0 +1,126 @@
+"""The hash chain over both versions of entries: any change to what Redis holds fails the check.
+
+The entries are written to a real Redis, old ones by the first version's script, then compact ones
+by the gateway's sink, and read back as the trail reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from gateway.audit import AUDIT_STREAM, AuditEvent
+from gateway.audit_chain import ChainBreak, ChainCheck, ChainHead, entry_mac
+from gateway.audit_codec import is_compact
+from gateway.store.audit import RedisStreamAuditSink, entry_fields
+from tests.support.audit_v1 import append_v1
+from tests.support.services import TEST_AUDIT_SECRET
+
+SECRET = TEST_AUDIT_SECRET.encode()
+OLD, NEW = 4, 8
+
+Entry = tuple[str, dict[str, str]]
+_written: dict[str, tuple[list[Entry], ChainHead]] = {}
+
+
+def _event(number: int) -> AuditEvent:
+    return AuditEvent(action="card.propose" if number % 2 else "tool.call", outcome="ok", subject="ann@acme.example",
+                      org="acme", key_id="key_0123456789ab", tool=f"t{number}", latency_ms=number / 7,
+                      extra={"card_id": f"crd_{number % 16}_{number:032x}", "state": "PENDING"})  # fmt: skip
+
+
+async def _write(url: str) -> tuple[list[Entry], ChainHead]:
+    client = Redis.from_url(url, decode_responses=False)
+    try:
+        await client.delete(AUDIT_STREAM, "{countersign:audit}:head")
+        for number in range(OLD):
+            await append_v1(client, SECRET, _event(number))
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        for number in range(OLD, OLD + NEW):
+            assert await sink.record(_event(number))
+        entries = entry_fields(await client.xrange(AUDIT_STREAM))
+        head = await sink.head()
+        await client.delete(AUDIT_STREAM, "{countersign:audit}:head")
+        return entries, head
+    finally:
+        await client.aclose()
+
+
+def _trail(url: str) -> tuple[list[Entry], ChainHead]:
+    if url not in _written:
+        _written[url] = anyio.run(_write, url)
+    return _written[url]
+
+
+def _check(entries: list[Entry], head: ChainHead) -> ChainBreak | None:
+    check = ChainCheck(SECRET)
+    for entry_id, fields in entries:
+        check.add(entry_id, fields)
+    return check.finish(head)
+
+
+def test_old_entries_then_compact_ones_verify_and_the_first_compact_one_chains_to_the_last_old_one(
+    quiet_redis_url: str,
+) -> None:
+    """One chain across the versions: the first compact entry's MAC is computed over the last old entry."""
+    entries, head = _trail(quiet_redis_url)
+    assert [is_compact(fields) for _id, fields in entries] == [False] * OLD + [True] * NEW
+    assert _check(entries, head) is None
+    (last_old_id, last_old), (_first_new_id, first_new) = entries[OLD - 1], entries[OLD]
+    previous = ChainHead(mac=last_old["mac"], seq=OLD, id=last_old_id)
+    assert first_new["m"] == entry_mac(SECRET, previous, OLD + 1, first_new)
+    assert [entry_id.split("-")[1] for entry_id, _f in entries[OLD:]] == [str(n) for n in range(OLD + 1, OLD + NEW + 1)]
+    read = [AuditEvent.from_fields(entry_id, fields) for entry_id, fields in entries]
+    assert [event.to_fields() for event in read] == [_event(n).to_fields() for n in range(OLD + NEW)]
+
+
+def test_a_changed_value_is_caught_by_the_mac_alone(quiet_redis_url: str) -> None:
+    """Sequence numbers and ids stay right, so only the MAC check can see this change."""
+    entries, head = _trail(quiet_redis_url)
+    changed = [(entry_id, dict(fields)) for entry_id, fields in entries]
+    changed[OLD + 2][1]["o"] = "3"  # ok -> deny
+    broken = _check(changed, head)
+    assert broken is not None and broken.entry_id == entries[OLD + 2][0] and broken.reason.startswith("MAC")
+
+
+MUTATIONS = ["change", "drop-field", "add-field", "swap-values", "drop-entry", "swap-entries", "repeat-entry",
+             "change-id"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(MUTATIONS), at=st.integers(0, OLD + NEW - 1), pick=st.integers(0, 100),
+       value=st.text(max_size=6))  # fmt: skip
+def test_any_change_to_a_field_or_an_entry_fails_the_check(
+    quiet_redis_url: str, kind: str, at: int, pick: int, value: str
+) -> None:
+    """Change, drop, add or swap any field of any entry (chain fields too), or drop, swap, repeat or
+    re-time an entry, old or compact: the check breaks."""
+    entries, head = _trail(quiet_redis_url)
+    mutated: list[Any] = [(entry_id, dict(fields)) for entry_id, fields in entries]
+    entry_id, fields = mutated[at]
+    names = sorted(fields)
+    name = names[pick % len(names)]
+    if kind == "change":
+        fields[name] = value if value != fields[name] else value + "x"
+    elif kind == "drop-field":
+        del fields[name]
+    elif kind == "add-field":
+        fields[f"{value}!"] = value
+    elif kind == "swap-values":
+        other = next(n for n in names[pick % len(names) + 1 :] + names if fields[n] != fields[name])
+        fields[name], fields[other] = fields[other], fields[name]
+    elif kind == "drop-entry":
+        del mutated[at]
+    elif kind == "swap-entries":
+        at = min(at, len(mutated) - 2)
+        mutated[at], mutated[at + 1] = mutated[at + 1], mutated[at]
+    elif kind == "repeat-entry":
+        mutated.insert(at, mutated[at])
+    else:  # the same entry a millisecond later (its sequence number unchanged)
+        millis, _, seq = entry_id.partition("-")
+        mutated[at] = (f"{int(millis) + 1}-{seq}", fields)
+    assert _check(mutated, head) is not None
