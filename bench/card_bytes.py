@@ -6,7 +6,8 @@ claim, dispatch, complete), and asks ``MEMORY USAGE key SAMPLES 0`` of every key
 in: its own key, and the shard structures it is an entry of (outbox stream, dedupe hash, shard
 index, timers, open-card set and counts, the org's and the requester's indexes), each divided by
 its entries (the counts by the cards they count, the set of orgs by the cards of those orgs).
-Then it appends `--audit` entries like a proposal's to the audit stream and divides its size by them.
+Then it appends `--audit` entries like a proposal's to an audit stream and divides its size by them
+(and as many as the executor writes them, with the card's ``existing`` and ``state``, to another).
 Net = own key + the entries a card in that state has - its canonical arguments.
 
     .venv/bin/python bench/card_bytes.py                 # about 20 s
@@ -129,14 +130,19 @@ async def measure(url: str, cards: int, succeed: int, audit: int) -> dict[str, A
         parts = {name: per_entry.get(name, 0.0) for name in STRUCTURES if state == "PENDING" or name not in OPEN_ONLY}
         rows[state] = {"own": statistics.median(own), "max_own": max(own), "parts": parts,
                        "net": max(own) + sum(parts.values())}  # fmt: skip
-    sink = RedisStreamAuditSink(client, secret=b"bench-secret-0123456789abcdef0123", stream="bench:audit")
-    for n in range(audit):
-        await sink.record(AuditEvent(action="card.propose", outcome="ok", subject=SUBJECT, org=ORG,
-                                     key_id="key_0123456789ab", tool="rooms_book", latency_ms=1.234,
-                                     extra={"card_id": ids[n % len(ids)]}))  # fmt: skip
-    audit_bytes = int(await client.memory_usage("bench:audit", samples=0) or 0) / max(audit, 1)
+    audit_bytes = {}
+    # The typical entry (its card id), and the executor's own proposal entry, which also says
+    # whether the card existed and its state (`gateway.executor.agent`, without provenance).
+    for name, more in (("audit", {}), ("audit_full", {"existing": "false", "state": "PENDING"})):
+        stream = f"bench:{name}"
+        sink = RedisStreamAuditSink(client, secret=b"bench-secret-0123456789abcdef0123", stream=stream)
+        for n in range(audit):
+            await sink.record(AuditEvent(action="card.propose", outcome="ok", subject=SUBJECT, org=ORG,
+                                         key_id="key_0123456789ab", tool="rooms_book", latency_ms=1.234,
+                                         extra={"card_id": ids[n % len(ids)], **more}))  # fmt: skip
+        audit_bytes[name] = int(await client.memory_usage(stream, samples=0) or 0) / max(audit, 1)
     await client.aclose()
-    return {"rows": rows, "audit": audit_bytes, "cards": cards, "succeed": succeed}
+    return {"rows": rows, **audit_bytes, "cards": cards, "succeed": succeed}
 
 
 def report(result: dict[str, Any]) -> None:
@@ -153,7 +159,8 @@ def report(result: dict[str, Any]) -> None:
             f"{row['parts'][name]:>10.0f}" if name in row["parts"] else f"{'-':>10}" for name in STRUCTURES
         )
         print(f"  {state:9} | {row['own']:>15,.0f} / {row['max_own']:>6,} | {parts} | {row['net']:>8,.0f}")
-    print(f"  audit entry: {result['audit']:,.0f} B (stream MEMORY USAGE / entries)")
+    print(f"  audit entry: {result['audit']:,.0f} B (stream MEMORY USAGE / entries); with the executor's "
+          f"existing and state: {result['audit_full']:,.0f} B")  # fmt: skip
     print("Targets")
     checks = [("Redis bytes per card beyond args, PENDING", result["rows"]["PENDING"]["net"], PENDING_TARGET),
               ("Redis bytes per card beyond args, SUCCEEDED", result["rows"]["SUCCEEDED"]["net"], SUCCEEDED_TARGET),

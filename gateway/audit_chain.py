@@ -40,6 +40,8 @@ CHAIN_FIELDS = frozenset({"seq", "mac"})
 """Fields the chain adds to a version 1 entry; every other field is the event's and is covered by the MAC."""
 _VERSION_2 = "countersign.audit.2"
 """The first item of every version 2 MAC's message: no message of one version is one of the other."""
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""Built once: `json.dumps` with options builds an encoder per call."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +58,12 @@ GENESIS = ChainHead()
 
 def entry_mac(secret: bytes, previous: ChainHead, seq: int, fields: Mapping[str, str]) -> str:
     """The MAC of the compact entry numbered `seq` with stored `fields`, appended after `previous`."""
-    covered = sorted((name, value) for name, value in fields.items() if name not in CHAIN_NAMES)
-    message = json.dumps([_VERSION_2, previous.mac, previous.id, seq, covered], separators=(",", ":"),
-                         ensure_ascii=False)  # fmt: skip
-    digest = hmac.digest(secret, message.encode(), "sha256")[:16]
+    # A JSON array of strings (names sorted, each followed by its value) parses one way only.
+    message = [_VERSION_2, previous.mac, previous.id, str(seq)]
+    for name in sorted(fields):
+        if name not in CHAIN_NAMES:
+            message += (name, fields[name])
+    digest = hmac.digest(secret, _JSON.encode(message).encode(), "sha256")[:16]
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 

@@ -10,13 +10,15 @@ names, ``extra`` as one JSON object, ``seq`` and ``mac`` (64 hex digits). It is 
 
 **Version 2**, the compact form, chosen for size (bench/README.md, ``card_bytes.py``):
 
-* **One-letter names** (`_NAMES`); each ``extra`` key is a field of its own, named ``.`` + the key.
+* **One-letter names** (`encode` and `decode` list them); each ``extra`` key is a field of its
+  own, named ``.`` + the key.
 * **Codes for the gateway's own words**: an action of `ACTIONS` or an outcome of `OUTCOMES` is its
   number (``a``, ``o``), any other action or outcome is text under ``A`` or ``O``. A code is never
   renumbered or reused: entries already stored keep their meaning.
 * **Ids of the gateway's own shapes as bytes**: a key id ``key_`` + 12 hex digits (``k``) and an
   ``extra`` ``card_id`` ``crd_<shard>_`` + 32 hex digits (``i``: the shard, then base64url) lose
-  their fixed text; a value of any other shape is stored as it is (``K``, ``.card_id``).
+  their fixed text; a value of any other shape is stored as it is (``K``, ``.card_id``). The
+  ``existing`` and ``state`` of a proposal are numbers too (`CODED_EXTRA`: ``e``, ``z``).
 * **Latency in whole microseconds** (``l``), the precision version 1 wrote (``%.3f`` ms).
 * **Nothing derivable, no defaults**: an empty field is left out, and there is no ``seq`` field:
   the sequence number is the second part of the entry's stream id (``<ms>-<seq>``), or ``q`` when
@@ -31,12 +33,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
 from collections.abc import Mapping
 
-__all__ = ["ACTIONS", "CHAIN_NAMES", "OUTCOMES", "decode", "encode", "entry_seq", "is_compact"]
+__all__ = ["ACTIONS", "CHAIN_NAMES", "CODED_EXTRA", "OUTCOMES", "decode", "encode", "entry_seq", "is_compact"]
 
 ACTIONS: dict[str, str] = {
     "tool.call": "1", "card.propose": "2", "card.approve": "3", "card.reject": "4", "card.cancel": "5",
@@ -48,11 +51,21 @@ ACTIONS: dict[str, str] = {
 OUTCOMES: dict[str, str] = {"ok": "1", "allow": "2", "deny": "3", "error": "4"}
 """The outcomes stored as numbers. Append only."""
 
+CODED_EXTRA: dict[str, tuple[str, dict[str, str]]] = {
+    "existing": ("e", {"false": "0", "true": "1"}),
+    "state": ("z", {"PENDING": "1", "APPROVED": "2", "EXECUTING": "3", "SUCCEEDED": "4", "FAILED": "5",
+                    "UNKNOWN": "6", "NEEDS_RECONCILIATION": "7", "REJECTED": "8", "CANCELLED": "9", "EXPIRED": "10"}),
+}  # fmt: skip
+"""``extra`` keys of every proposal whose usual values are numbers: key -> (stored name, value -> code).
+A value not in its table is stored as it is, under ``.`` + the key. Append only."""
+
+_EXTRA_OF = {
+    short: (name, {code: value for value, code in codes.items()}) for name, (short, codes) in CODED_EXTRA.items()
+}
 _ACTION_OF = {code: action for action, code in ACTIONS.items()}
 _OUTCOME_OF = {code: outcome for outcome, code in OUTCOMES.items()}
-_NAMES = {"subject": "s", "org": "g", "tool": "t", "code": "c", "reason": "r"}
+_TEXT_OF = {"s": "subject", "g": "org", "t": "tool", "c": "code", "r": "reason"}
 """Text fields stored as they are, under one letter."""
-_TEXT_OF = {short: name for name, short in _NAMES.items()}
 _KEY_ID = re.compile(r"key_([0-9a-f]{12})")
 _CARD_ID = re.compile(r"crd_([0-9]{1,2})_([0-9a-f]{32})")
 CHAIN_NAMES = frozenset({"m", "q"})
@@ -74,29 +87,38 @@ def encode(
 ) -> dict[str, str]:
     """An event's compact stored fields, without the chain's (`decode` gives back the logical fields)."""
     stored: dict[str, str] = {}
-    _coded(stored, action, ACTIONS, "a", "A")
-    _coded(stored, outcome, OUTCOMES, "o", "O")
-    for name, value in (("subject", subject), ("org", org)):
-        if value:
-            stored[_NAMES[name]] = value
+    if action in ACTIONS:
+        stored["a"] = ACTIONS[action]
+    elif action:
+        stored["A"] = action
+    if outcome in OUTCOMES:
+        stored["o"] = OUTCOMES[outcome]
+    elif outcome:
+        stored["O"] = outcome
+    if subject:
+        stored["s"] = subject
+    if org:
+        stored["g"] = org
     if key_id:
-        found = _KEY_ID.fullmatch(key_id)
-        if found:
-            stored["k"] = _pack(found[1])
-        else:
-            stored["K"] = key_id
-    for name, value in (("tool", tool), ("code", code), ("reason", reason)):
-        if value:
-            stored[_NAMES[name]] = value
+        name, value = _stored_key_id(key_id)
+        stored[name] = value
+    if tool:
+        stored["t"] = tool
+    if code:
+        stored["c"] = code
+    if reason:
+        stored["r"] = reason
     if latency_ms is not None:
         if math.isfinite(latency_ms):
             stored["l"] = str(round(latency_ms * 1000))
         else:
             stored["L"] = f"{latency_ms:.3f}"
     for name, value in extra.items():
-        found = _CARD_ID.fullmatch(value) if name == "card_id" else None
-        if found:
+        if name == "card_id" and (found := _CARD_ID.fullmatch(value)):
             stored["i"] = found[1] + _pack(found[2])
+        elif name in CODED_EXTRA and value in CODED_EXTRA[name][1]:
+            short, codes = CODED_EXTRA[name]
+            stored[short] = codes[value]
         else:
             stored[f".{name}"] = value
     return stored
@@ -127,6 +149,9 @@ def decode(entry_id: str, stored: Mapping[str, str]) -> dict[str, str]:
     for name, value in stored.items():
         if name.startswith("."):
             extra[name[1:]] = value
+        elif name in _EXTRA_OF:
+            key, values = _EXTRA_OF[name]
+            extra[key] = values.get(value, value)
         elif name in _TEXT_OF:
             logical[_TEXT_OF[name]] = value
         elif name == "a" or name == "A":
@@ -156,11 +181,11 @@ def decode(entry_id: str, stored: Mapping[str, str]) -> dict[str, str]:
     return logical
 
 
-def _coded(stored: dict[str, str], value: str, codes: Mapping[str, str], coded: str, text: str) -> None:
-    if value in codes:
-        stored[coded] = codes[value]
-    elif value:
-        stored[text] = value
+@functools.lru_cache(maxsize=4096)
+def _stored_key_id(key_id: str) -> tuple[str, str]:
+    # Cached: a caller's key id is in every event of its calls.
+    found = _KEY_ID.fullmatch(key_id)
+    return ("k", _pack(found[1])) if found else ("K", key_id)
 
 
 def _pack(hex_digits: str) -> str:

@@ -83,3 +83,24 @@ async def test_a_100_kb_tool_name_from_an_agent_is_stored_bounded(redis: Redis, 
     [event] = [e for e in await RedisStreamAuditSink(redis).recent(10) if e.action == "tool.call"]
     assert event.code == "PERMISSION_DENIED" and len(event.tool) <= MAX_FIELD_CHARS
     assert _is_kept_as_prefix_and_hash(name, event.tool)
+
+
+async def _bytes_per_entry(redis_url: str, extra: dict[str, str], count: int) -> float:
+    client = Redis.from_url(redis_url)
+    try:
+        await client.delete("test:audit:size", "{test:audit:size}:head")
+        sink = RedisStreamAuditSink(client, secret=AUDIT_SECRET, stream="test:audit:size")
+        for n in range(count):
+            await sink.record(AuditEvent(action="card.propose", outcome="ok", subject="bench@acme.example", org="acme",
+                                         key_id="key_0123456789ab", tool="rooms_book", latency_ms=1.234,
+                                         extra={"card_id": f"crd_{n % 16}_{n:032x}", **extra}))  # fmt: skip
+        return int(await client.memory_usage("test:audit:size", samples=0) or 0) / count
+    finally:
+        await client.delete("test:audit:size", "{test:audit:size}:head")
+        await client.aclose()
+
+
+async def test_a_proposal_entry_takes_at_most_150_bytes_of_redis(quiet_redis_url: str) -> None:
+    """The size target of `bench/card_bytes.py` (issue 15), for the issue's entry and the executor's."""
+    assert await _bytes_per_entry(quiet_redis_url, {}, 1000) <= 150
+    assert await _bytes_per_entry(quiet_redis_url, {"existing": "false", "state": "PENDING"}, 1000) <= 150

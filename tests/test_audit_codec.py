@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.audit import AuditEvent
-from gateway.audit_codec import ACTIONS, OUTCOMES, decode, encode, entry_seq
+from gateway.audit_codec import ACTIONS, CODED_EXTRA, OUTCOMES, decode, encode, entry_seq
 
 text = st.text(max_size=12)
 key_ids = st.one_of(st.just(""), st.from_regex(r"key_[0-9a-f]{12}", fullmatch=True), text,
@@ -21,7 +21,8 @@ events = st.builds(
     action=words, outcome=words, subject=text, org=text, key_id=key_ids, tool=text, code=text, reason=text,
     latency_ms=st.one_of(st.none(), st.floats(-1e6, 1e9), st.sampled_from([math.inf, -math.inf])),
     extra=st.one_of(st.dictionaries(text, text, max_size=3), st.builds(lambda c, d: {"card_id": c, **d}, card_ids,
-                    st.dictionaries(text, text, max_size=2))),
+                    st.dictionaries(st.sampled_from([*CODED_EXTRA, "x"]), st.sampled_from(
+                        [*CODED_EXTRA["state"][1], "true", "false", "", "2"]), max_size=2))),
 )  # fmt: skip
 
 
@@ -47,9 +48,10 @@ def test_a_proposal_entry_stores_its_ids_as_bytes_and_its_words_as_codes() -> No
     """The bench's proposal entry, field by field: what `bench/card_bytes.py` measures."""
     event = AuditEvent(action="card.propose", outcome="ok", subject="bench@acme.example", org="acme",
                        key_id="key_0123456789ab", tool="rooms_book", latency_ms=1.234,
-                       extra={"card_id": "crd_3_" + "00ff" * 8})  # fmt: skip
+                       extra={"card_id": "crd_3_" + "00ff" * 8, "existing": "false", "state": "PENDING"})  # fmt: skip
     assert event.to_stored() == {"a": "2", "o": "1", "s": "bench@acme.example", "g": "acme", "k": "ASNFZ4mr",
-                                 "t": "rooms_book", "l": "1234", "i": "3AP8A_wD_AP8A_wD_AP8A_w"}  # fmt: skip
+                                 "t": "rooms_book", "l": "1234", "i": "3AP8A_wD_AP8A_wD_AP8A_w", "e": "0",
+                                 "z": "1"}  # fmt: skip
 
 
 def test_an_old_entry_reads_as_it_is_stored_and_a_compact_one_takes_its_number_from_q_or_its_id() -> None:
