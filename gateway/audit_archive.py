@@ -6,7 +6,7 @@ then records it in Redis as the checkpoint and only then `commit`s it: renames i
 fsyncs the directory. Entries are trimmed from Redis only after that, so an entry is always in
 Redis, or in a committed file, or both. Files are never rewritten; readers order them by the
 stream id of their first entry. Each line is ``{"id": <stream id>, "fields": {...}}``, fields as
-stored in the stream (the event, ``seq`` and ``mac``).
+stored in the stream, in either version of the chain (`gateway.audit_codec`), chain fields included.
 
 Who calls it: `gateway.store.audit_archiver` (writes), `gateway.store.audit_trail` (reads).
 """

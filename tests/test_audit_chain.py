@@ -21,7 +21,9 @@ from tests.support.audit_v1 import append_v1
 from tests.support.services import TEST_AUDIT_SECRET
 
 SECRET = TEST_AUDIT_SECRET.encode()
-OLD, NEW = 4, 8
+OLD, NEW, LATE = 4, 8, 2
+"""Old entries, then compact ones, then old ones again (a process not yet upgraded) and compact ones."""
+VERSIONS = [False] * OLD + [True] * NEW + [False] * LATE + [True] * LATE
 
 Entry = tuple[str, dict[str, str]]
 _written: dict[str, tuple[list[Entry], ChainHead]] = {}
@@ -42,6 +44,10 @@ async def _write(url: str) -> tuple[list[Entry], ChainHead]:
         sink = RedisStreamAuditSink(client, secret=SECRET)
         for number in range(OLD, OLD + NEW):
             assert await sink.record(_event(number))
+        for number in range(OLD + NEW, OLD + NEW + LATE):
+            await append_v1(client, SECRET, _event(number))
+        for number in range(OLD + NEW + LATE, len(VERSIONS)):
+            assert await sink.record(_event(number))  # its head is stale: it learns the new one and goes on
         entries = entry_fields(await client.xrange(AUDIT_STREAM))
         head = await sink.head()
         await client.delete(AUDIT_STREAM, "{countersign:audit}:head")
@@ -68,14 +74,17 @@ def test_old_entries_then_compact_ones_verify_and_the_first_compact_one_chains_t
 ) -> None:
     """One chain across the versions: the first compact entry's MAC is computed over the last old entry."""
     entries, head = _trail(quiet_redis_url)
-    assert [is_compact(fields) for _id, fields in entries] == [False] * OLD + [True] * NEW
+    assert [is_compact(fields) for _id, fields in entries] == VERSIONS
     assert _check(entries, head) is None
     (last_old_id, last_old), (_first_new_id, first_new) = entries[OLD - 1], entries[OLD]
     previous = ChainHead(mac=last_old["mac"], seq=OLD, id=last_old_id)
     assert first_new["m"] == entry_mac(SECRET, previous, OLD + 1, first_new)
-    assert [entry_id.split("-")[1] for entry_id, _f in entries[OLD:]] == [str(n) for n in range(OLD + 1, OLD + NEW + 1)]
+    numbers = [
+        int(entry_id.split("-")[1]) for (entry_id, _f), compact in zip(entries, VERSIONS, strict=True) if compact
+    ]
+    assert numbers == [n + 1 for n, compact in enumerate(VERSIONS) if compact]  # each one's place, in its id
     read = [AuditEvent.from_fields(entry_id, fields) for entry_id, fields in entries]
-    assert [event.to_fields() for event in read] == [_event(n).to_fields() for n in range(OLD + NEW)]
+    assert [event.to_fields() for event in read] == [_event(n).to_fields() for n in range(len(VERSIONS))]
 
 
 def test_a_changed_value_is_caught_by_the_mac_alone(quiet_redis_url: str) -> None:
@@ -92,13 +101,13 @@ MUTATIONS = ["change", "drop-field", "add-field", "swap-values", "drop-entry", "
 
 
 @settings(max_examples=300, deadline=None)
-@given(kind=st.sampled_from(MUTATIONS), at=st.integers(0, OLD + NEW - 1), pick=st.integers(0, 100),
+@given(kind=st.sampled_from(MUTATIONS), at=st.integers(0, len(VERSIONS) - 1), pick=st.integers(0, 100),
        value=st.text(max_size=6))  # fmt: skip
 def test_any_change_to_a_field_or_an_entry_fails_the_check(
     quiet_redis_url: str, kind: str, at: int, pick: int, value: str
 ) -> None:
     """Change, drop, add or swap any field of any entry (chain fields too), or drop, swap, repeat or
-    re-time an entry, old or compact: the check breaks."""
+    re-time an entry, old or compact, before or after the other version: the check breaks."""
     entries, head = _trail(quiet_redis_url)
     mutated: list[Any] = [(entry_id, dict(fields)) for entry_id, fields in entries]
     entry_id, fields = mutated[at]
