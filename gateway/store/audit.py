@@ -6,11 +6,11 @@ and moves the head, in one step (`gateway.audit_chain` says what the MAC covers)
 sequence number is its stream id's second part: the script adds it as ``<ms>-<seq>``, ``<ms>`` the
 Redis server's time (never before the newest entry's), so the id costs what ``*`` would and an
 entry read alone still says its place in the chain. Only a stream that already holds a later id
-(an entry not appended here) gets ``*`` and the number as a field ``q``. The MAC is computed here, not in Lua (Redis has
-no HMAC-SHA256), so the script is a compare-and-set: when another process appended first it
-answers the new head and the entry is MACed again. Every key shares the stream's slot: a key
-without braces hashes on its whole name, so ``{countersign:audit}:head`` lands with
-``countersign:audit`` in Redis Cluster.
+(an entry not appended here) gets ``*`` and the number as a field ``q``. The MAC is computed
+here, not in Lua (Redis has no HMAC-SHA256), so the script is a compare-and-set: when another
+process appended first it answers the new head and the entry is MACed again. Every key shares
+the stream's slot: a key without braces hashes on its whole name, so ``{countersign:audit}:head``
+lands with ``countersign:audit`` in Redis Cluster.
 
 If the stream cannot be written, the event goes to the process log instead, so nothing is silent
 even when Redis is down, and `record` answers False: the caller then refuses what it was auditing
@@ -29,7 +29,6 @@ from redis.exceptions import RedisError
 
 from gateway.audit import AUDIT_STREAM, AuditEvent
 from gateway.audit_chain import GENESIS, ChainHead, entry_mac
-from gateway.audit_codec import decode
 from gateway.metrics import count_refusal
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 
@@ -105,7 +104,6 @@ class RedisStreamAuditSink:
         """Append `event` to the chain; False (the event logged instead) when that is not possible."""
         if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
             count_refusal(event.action, event.code, _refusals(event))
-        fields = event.to_stored()
         if self._secret is None:
             logger.error("audit sink has no chain secret; event: %s", event.to_fields())
             return False
@@ -114,13 +112,14 @@ class RedisStreamAuditSink:
         try:
             # One append in flight per process: concurrent appends from one head would all but one retry.
             async with self._lock:
-                return await self._append_chained(fields, self._secret)
+                return await self._append_chained(event, self._secret)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
             logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
             return False
 
-    async def _append_chained(self, fields: dict[str, str], secret: bytes) -> bool:
+    async def _append_chained(self, event: AuditEvent, secret: bytes) -> bool:
+        fields = event.to_stored()
         flat = [part for pair in fields.items() for part in pair]
         for _attempt in range(_MAX_ATTEMPTS):
             seq = self._head.seq + 1
@@ -132,7 +131,7 @@ class RedisStreamAuditSink:
                 self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
                 return True
             self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
-        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, decode("", fields))
+        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, event.to_fields())
         return False
 
     async def head(self) -> ChainHead:
