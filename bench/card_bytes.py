@@ -41,7 +41,7 @@ from gateway.store.ledger_layout import SHARDS, card_keys, org_index, orgs_key, 
 
 SUBJECT, ORG = "bench@acme.example", "acme"
 PENDING_TARGET, SUCCEEDED_TARGET, AUDIT_TARGET = 512, 1024, 150
-STRUCTURES = ("outbox", "open", "index", "timers", "open_cards", "open_count", "org", "by", "orgs")
+STRUCTURES = ("outbox", "open", "index", "timers", "open_cards", "repeats", "open_count", "org", "by", "orgs")
 OPEN_ONLY = {"open", "timers", "open_cards", "open_count"}
 """Structures a card is an entry of only while it is open (the others keep it for good)."""
 
@@ -61,9 +61,8 @@ def proposal(n: int) -> Proposal:
 
 
 def structure_keys(shard: int) -> dict[str, str]:
-    card, outbox, open_, index, timers, open_cards, _repeats, open_count = card_keys(f"crd_{shard}_{'0' * 32}", shard)
-    return {"outbox": outbox, "open": open_, "index": index, "timers": timers, "open_cards": open_cards,
-            "open_count": open_count} | {
+    keys = card_keys(f"crd_{shard}_{'0' * 32}", shard)
+    return dict(zip(STRUCTURES[:7], keys[1:], strict=True)) | {
         "org": org_index(shard, ORG), "by": requester_index(shard, ORG, SUBJECT), "orgs": orgs_key(shard)}  # fmt: skip
 
 
