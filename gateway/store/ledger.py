@@ -53,6 +53,7 @@ from gateway.store.ledger_layout import (
     card_keys,
     card_shard,
     count_tag,
+    open_bucket,
     open_cards_key,
     open_count_key,
     org_index,
@@ -205,9 +206,12 @@ class RedisLedger:
         """The SUCCEEDED card an identical proposal of (`org`, `subject`) would be answered with now, or None."""
         shard = requester_shard(org, subject)
         async with self._client.pipeline(transaction=False) as pipe:
-            pipe.hget(f"{_tag(shard)}:open", _stored_dedupe(requester_tag(org, subject), dedupe_key))
+            dedupe = _stored_dedupe(requester_tag(org, subject), dedupe_key)
+            pipe.hget(open_bucket(shard, dedupe), dedupe)
+            pipe.hget(f"{_tag(shard)}:open", dedupe)  # an entry written before the buckets
             pipe.time()
-            entry, (seconds, micros) = await pipe.execute()
+            bucketed, older, (seconds, micros) = await pipe.execute()
+        entry = bucketed or older
         card_id, _, until = _text(entry).partition("|") if entry else ("", "", "0")
         if int(seconds) * 1000 + int(micros) // 1000 >= int(until):
             return None
