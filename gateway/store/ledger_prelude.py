@@ -24,7 +24,7 @@ __all__ = ["PRELUDE"]
 PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (compact JSON string, holding its events and applied transition ids),
+--   1 card (compact MessagePack string, holding its events and applied transition ids),
 --   2 shard outbox stream, 3 shard open-card (dedupe) hash of the entries written before the buckets
 --   (`open_get` below: now only read and emptied), 4 shard index zset of the cards stored
 --   before the org indexes (9) listed everyone's (now only read, by listings), 5 shard timer zset,
@@ -84,10 +84,18 @@ end
     + CODEC
     + r"""
 -- A card is stored compactly (gateway.store.ledger_codec); the scripts only see it expanded.
+-- `replayed` hands the card it read to the `load` each script makes next (nothing is written between
+-- the two, and `replayed` changes nothing in it), so a transition unpacks its card once.
+local handed = nil
 local function load()
+  if handed then
+    local c = handed
+    handed = nil
+    return c
+  end
   local raw = redis.call('GET', card_key)
   if not raw then return nil end
-  return expand(cjson.decode(raw), string.match(card_key, ':card:(.+)$'))
+  return unpack_card(raw, string.match(card_key, ':card:(.+)$'))
 end
 
 local function counts_as_open(c)
@@ -122,7 +130,7 @@ local function save(c)
       redis.call('ZREM', open_cards_key, c.open_member)
     end
   end
-  redis.call('SET', card_key, cjson.encode(compact(c)))
+  redis.call('SET', card_key, pack_card(c))
   -- Told to whoever watches (the admin console's live list, `gateway.store.card_changes`): ids and
   -- states only, never the card's text. Pub/sub is not keyed, so this stays within the card's slot.
   -- pcall: a user the ACL denies the channel must still move cards (its watchers cannot subscribe
@@ -144,6 +152,7 @@ local function replayed()
   local c = load()
   local previous = c and applied_before(c, tid)
   if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
+  handed = c
   return nil
 end
 
