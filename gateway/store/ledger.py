@@ -4,9 +4,9 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact JSON string holding
-its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard with
-the shard's outbox stream, open-card (dedupe) hash, timers, open-card counts and the indexes of its
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact MessagePack string
+holding its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard
+with the shard's outbox stream, dedupe buckets (`open_bucket`), timers, open-card counts and the indexes of its
 org and its requester, so every script touches exactly one slot (Redis Cluster safe). The shard of
 a card is chosen from its requester (org and subject): all of one requester's cards live in one
 shard, so `propose` counts the requester's open cards against its cap

@@ -1,7 +1,7 @@
 """The ledger's Lua scripts: one atomic script per card transition, each run after the shared
 prelude (`gateway.store.ledger_prelude`).
 
-Storage, chosen for size (see bench/README.md): a card is one JSON string, which holds its own
+Storage, chosen for size (see bench/README.md): a card is one string (MessagePack), which holds its own
 history (``events``) and the ids of the latest transitions applied to it (``applied``), both
 bounded (`gateway.store.ledger_history`). It is stored compactly (`gateway.store.ledger_codec`);
 the scripts see it expanded, every scalar value a string. Each script loads the card, checks every
