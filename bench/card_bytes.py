@@ -37,7 +37,7 @@ from gateway.ledger import Proposal  # noqa: E402
 from gateway.limits import Limits  # noqa: E402
 from gateway.store.audit import RedisStreamAuditSink  # noqa: E402
 from gateway.store.ledger import RedisLedger, card_shard  # noqa: E402
-from gateway.store.ledger_layout import SHARDS, card_keys, org_index, orgs_key, requester_index  # noqa: E402
+from gateway.store.ledger_layout import SHARDS, card_keys, open_buckets, org_index, orgs_key, requester_index  # noqa: E402
 
 SUBJECT, ORG = "bench@acme.example", "acme"
 PENDING_TARGET, SUCCEEDED_TARGET, AUDIT_TARGET = 512, 1024, 150
@@ -70,7 +70,9 @@ async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]
     """Per structure over all shards: (entries, MEMORY USAGE bytes)."""
     totals = {name: [0, 0] for name in STRUCTURES}
     for shard in range(SHARDS):
-        for name, key in structure_keys(shard).items():
+        named = [(name, key) for name, key in structure_keys(shard).items() if name != "open"]
+        buckets = [("open", key) for key in open_buckets(shard)]  # the dedupe buckets and the hash written before
+        for name, key in buckets + named:
             kind = (await client.type(key)).decode()
             count = {"zset": client.zcard, "hash": client.hlen, "stream": client.xlen, "set": client.scard}.get(kind)
             if count is None:

@@ -1,5 +1,6 @@
-"""The stored form of a card (gateway/store/ledger_codec.py): cards written in the long form still
-read and run, the Python reader agrees with the scripts, and a card's own key stays within its bytes."""
+"""The stored form of a card (gateway/store/ledger_codec.py, ledger_packing.py): cards written in the long
+form or as compact JSON still read and run, the Python reader agrees with the scripts, and a card's own key
+stays within its bytes."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from gateway.canonical import canonical_json
 from gateway.card import CardState, verify_chain
 from gateway.limits import Limits
 from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_codec import SHORT, WORDS, decode_card
-from gateway.store.ledger_layout import open_cards_key
+from gateway.store.ledger_codec import SHORT, WORDS, decode_card, stored_table
+from gateway.store.ledger_layout import card_keys, count_tag, open_cards_key, org_index, orgs_key, requester_index
 from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio
@@ -63,6 +64,22 @@ OLD_CARD = (
     '"created_ms":"1796134125350","version":"1","seq":"1","requester_org":"acme"}'
 )
 
+COMPACT_ID = "crd_7_a6d714700c1081881b0440a89898ad2f"
+COMPACT_FIRST_HASH = "5d9b2759d8c5d78d5f22cc62d57f9c1d8880c3d1"
+# A PENDING card as the ledger stored it before the packing (compact JSON, revision 5f417bc), verbatim but for
+# its decision deadline (``d``, relative to ``c``), which lies outside the hashed history.
+COMPACT_CARD = (
+    '{"a":"{\\"date\\":\\"2031-01-06\\",\\"end\\":\\"10:00\\",\\"room_id\\":\\"room-atlas\\",\\"start\\":\\"09:00\\",'
+    '\\"title\\":\\"Bench booking\\"}","c":"1796145183987","d":"2306299616013",'
+    '"ev":[["5d9b2759d8c5d78d5f22cc62d57f9c1d8880c3d1","1","0","c","P"]],'
+    '"h":"b10d5c3c31958916a5281190cb87f1c09fc5e0256f81a99adcfa90d1f2d880e7","rw":"0",'
+    '"dd":"f40a4ac54226d5818141e0a0be36b0e5","rr":"staff","rs":"bench@acme.example","xw":"3600000",'
+    '"s":"Book room-atlas on 2031-01-06 from 09:00 to 10:00","rk":"key_0123456789ab","st":"P","v":"1",'
+    '"tx":"txn_28186a931c406fe39ed7b242","x":"{\\"title\\":\\"Bench booking\\"}","ro":"acme",'
+    '"y":[["544c659211e52fae","c"]],"oc":"1","t":"rooms_book",'
+    '"tv":"2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881","k":"cs-f115a2fae535a09cd8d32a31d46521cc"}'
+)
+
 BENCH_ARGUMENTS = {"date": "2031-01-06", "end": "10:00", "room_id": "room-atlas", "start": "09:00",
                    "title": "Bench booking"}  # fmt: skip
 BENCH_PROPOSAL = replace(
@@ -79,7 +96,7 @@ BENCH_PROPOSAL = replace(
 )
 """A card the size of the write bench's (bench/write_path.py): hashes and ids at their real lengths."""
 PENDING_BYTES = 800
-SUCCEEDED_BYTES = 1_600
+SUCCEEDED_BYTES = 1_300
 """Most bytes (MEMORY USAGE) a card's own key may take beyond its canonical arguments, by state."""
 
 
@@ -121,8 +138,9 @@ async def test_a_card_stored_in_the_long_form_reads_runs_to_its_outcome_and_keep
     assert card.idempotency_key == "cs-aad256fb62a08c8da046a83be00dad73" and card.approver_role == "approver"
     assert verify_chain(await ledger.events(OLD_ID))
     await _run_to_success(ledger, OLD_ID)
-    stored = json.loads(await redis.get(_key(OLD_ID)))
-    assert "v" in stored and "card_id" not in stored and "events" not in stored
+    raw = await redis.get(_key(OLD_ID))
+    stored = stored_table(raw)
+    assert raw[:1] != b"{" and "v" in stored and "card_id" not in stored and "events" not in stored
     events = await ledger.events(OLD_ID)
     assert verify_chain(events) and events[0].hash == OLD_FIRST_HASH
     assert [e.type for e in events] == ["created", "approved", "claimed", "dispatched", "completed"]
@@ -134,13 +152,47 @@ async def test_a_card_stored_in_the_long_form_reads_runs_to_its_outcome_and_keep
     assert {c.card_id for c in await ledger.recent()} == {OLD_ID, new.card.card_id}
 
 
+async def test_a_card_stored_as_compact_json_reads_is_found_runs_to_its_outcome_and_is_packed(redis: Redis) -> None:
+    """A card written as compact JSON, before the packing, with its dedupe entry in the shard's one hash, reads
+    as it was stored, is listed, answers an identical proposal and counts against its requester's cap; it
+    approves, runs and succeeds, is then stored packed (no JSON), its history still verifies from
+    the same first hash, and it no longer counts."""
+    ledger = RedisLedger(redis)
+    org, subject = "acme", "bench@acme.example"
+    keys = card_keys(COMPACT_ID, 7)
+    await redis.set(keys[0], COMPACT_CARD)
+    await redis.hset(keys[2], "f40a4ac54226d5818141e0a0be36b0e5", f"{COMPACT_ID}|4102444800000")
+    await redis.zadd(keys[4], {COMPACT_ID: 4102444800000})
+    await redis.hset(keys[7], count_tag(org, subject), 1)
+    for index in (org_index(7, org), requester_index(7, org, subject)):
+        await redis.zadd(index, {COMPACT_ID: 1796145183987})
+    await redis.sadd(orgs_key(7), org_index(7, org).rsplit(":", 1)[1])
+    assert [c.card_id for c in await ledger.recent()] == [COMPACT_ID]
+    assert await ledger.open_cards(org, subject) == 1
+    card = await ledger.get(COMPACT_ID)
+    assert card is not None and card.state is CardState.PENDING and card.args_hash == BENCH_PROPOSAL.args_hash
+    assert card.idempotency_key == "cs-f115a2fae535a09cd8d32a31d46521cc" and card.arguments == BENCH_ARGUMENTS
+    assert card.transaction_id == "txn_28186a931c406fe39ed7b242" and card.requester_key_id == "key_0123456789ab"
+    again = await ledger.propose(replace(BENCH_PROPOSAL, dedupe_key="compact-json"))
+    assert again.status == "EXISTING" and again.card == card
+    assert verify_chain(await ledger.events(COMPACT_ID))
+    await _run_to_success(ledger, COMPACT_ID)
+    raw = await redis.get(keys[0])
+    assert raw[:1] != b"{" and b'\\"' not in raw
+    events = await ledger.events(COMPACT_ID)
+    assert verify_chain(events) and events[0].hash == COMPACT_FIRST_HASH
+    done = await ledger.get(COMPACT_ID)
+    assert done is not None and done.state is CardState.SUCCEEDED and done.idempotency_key == card.idempotency_key
+    assert await ledger.open_cards(org, subject) == 0
+
+
 async def test_a_field_the_codec_does_not_know_is_kept_under_its_own_name(redis: Redis) -> None:
     """A field a newer version adds (no short code yet) survives every transition and reads back as stored."""
     ledger = RedisLedger(redis)
     created = await ledger.propose(BENCH_PROPOSAL)
     assert created.card is not None
     card_id = created.card.card_id
-    stored = json.loads(await redis.get(_key(card_id)))
+    stored = stored_table(await redis.get(_key(card_id)))
     await redis.set(_key(card_id), json.dumps(stored | {"receipt_audience": "rooms-v2"}))
     await _run_to_success(ledger, card_id)
     assert decode_card(await redis.get(_key(card_id)), card_id)["receipt_audience"] == "rooms-v2"
@@ -181,9 +233,19 @@ async def _agree(redis_url: str, proposal_changes: dict[str, object]) -> None:
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 
 
+digits = st.sampled_from(["0", "007", "-1", "-0", "12345678901234", "123456789012345", "1e5", "1.5", " 1"])
+"""Values an integer packing must give back exactly, or leave alone."""
+hexes = st.sampled_from(
+    ["", "ab", "abc", "ABCD", "0g", "00ff", "b10d5c3c31958916a5281190cb87f1c09fc5e0256f81a99adcfa90d1f2"]
+)
+"""Values a raw packing of hex must give back exactly, or leave alone."""
+
+
 @settings(max_examples=30, deadline=None)
 @given(
-    summary=text,
+    summary=text | digits,
+    args_hash=hexes.filter(bool) | digits,
+    key_id=hexes.map(lambda h: f"key_{h}"),
     subject=text.filter(bool),
     roles=st.frozensets(st.sampled_from(["staff", "ops", "finance"])),
     approver_role=st.sampled_from(["approver", "finance-approver"]),
@@ -193,12 +255,13 @@ text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
     tool=st.sampled_from(["rooms_book", "orders.refund_create"]),
 )
 def test_the_python_reader_agrees_with_the_scripts_for_any_values(
-    quiet_redis_url: str, summary: str, subject: str, roles: frozenset[str], approver_role: str,
-    agent: dict[str, str], acting: str, actors: tuple[str, ...], tool: str,
+    quiet_redis_url: str, summary: str, args_hash: str, key_id: str, subject: str, roles: frozenset[str],
+    approver_role: str, agent: dict[str, str], acting: str, actors: tuple[str, ...], tool: str,
 ) -> None:  # fmt: skip
-    """Whatever the text, defaults or not: a card read from Redis equals the card the scripts answered,
-    after its proposal and after an approval, and its history verifies."""
-    changes: dict[str, object] = {"summary": summary, "requester_subject": subject, "requester_roles": roles,
+    """Whatever the text, defaults or not, hex or digits or neither: a card read from Redis equals the card the
+    scripts answered, after its proposal and after an approval, and its history verifies."""
+    changes: dict[str, object] = {"summary": summary, "args_hash": args_hash, "requester_key_id": key_id,
+                                  "requester_subject": subject, "requester_roles": roles,
                                   "approver_role": approver_role, "agent_text": agent, "acting_client": acting,
                                   "actors": actors, "tool": tool}  # fmt: skip
     anyio.run(_agree, quiet_redis_url, changes)
@@ -222,7 +285,7 @@ async def test_events_keep_their_own_worker_when_a_later_lease_goes_to_another(r
     assert [(e.type, e.actor) for e in events[2:]] == [
         ("claimed", "worker-one"), ("released", "worker-one"), ("claimed", "worker-two")]  # fmt: skip
     assert verify_chain(events)
-    stored = json.loads(await redis.get(_key(card_id)))
+    stored = stored_table(await redis.get(_key(card_id)))
     assert [row[6] for row in stored["ev"][2:]] == ["worker-one", "worker-one", 1]  # only the holder's own is coded
 
 

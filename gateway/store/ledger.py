@@ -4,9 +4,9 @@ Who calls it: the executor (`propose`), the card service behind the admin API an
 `reject`, `cancel`, `resolve`, reads), and the worker (`claim`, `dispatch`, `complete`, `release`,
 `recover`, `reconcile`, the outbox and the timers).
 
-Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact JSON string holding
-its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard with
-the shard's outbox stream, open-card (dedupe) hash, timers, open-card counts and the indexes of its
+Layout: cards are spread over `SHARDS` hash tags ``{csN}``. A card (one compact MessagePack string
+holding its events and applied transition ids, `gateway.store.ledger_codec`) shares the tag of its shard
+with the shard's outbox stream, dedupe buckets (`open_bucket`), timers, open-card counts and the indexes of its
 org and its requester, so every script touches exactly one slot (Redis Cluster safe). The shard of
 a card is chosen from its requester (org and subject): all of one requester's cards live in one
 shard, so `propose` counts the requester's open cards against its cap
@@ -53,6 +53,7 @@ from gateway.store.ledger_layout import (
     card_keys,
     card_shard,
     count_tag,
+    open_bucket,
     open_cards_key,
     open_count_key,
     org_index,
@@ -205,9 +206,12 @@ class RedisLedger:
         """The SUCCEEDED card an identical proposal of (`org`, `subject`) would be answered with now, or None."""
         shard = requester_shard(org, subject)
         async with self._client.pipeline(transaction=False) as pipe:
-            pipe.hget(f"{_tag(shard)}:open", _stored_dedupe(requester_tag(org, subject), dedupe_key))
+            dedupe = _stored_dedupe(requester_tag(org, subject), dedupe_key)
+            pipe.hget(open_bucket(shard, dedupe), dedupe)
+            pipe.hget(f"{_tag(shard)}:open", dedupe)  # an entry written before the buckets
             pipe.time()
-            entry, (seconds, micros) = await pipe.execute()
+            bucketed, older, (seconds, micros) = await pipe.execute()
+        entry = bucketed or older
         card_id, _, until = _text(entry).partition("|") if entry else ("", "", "0")
         if int(seconds) * 1000 + int(micros) // 1000 >= int(until):
             return None

@@ -1,7 +1,7 @@
-"""How a card is stored: one compact JSON string, its Lua writer and reader, and the Python reader.
+"""How a card is stored: one compact MessagePack string, its Lua writer and reader, and the Python reader.
 
 Who uses it: the ledger's scripts (`gateway.store.ledger_prelude` includes `CODEC`, whose
-`expand` runs in ``load`` and `compact` in ``save``) and every Python read of a stored card
+`unpack_card` runs in ``load`` and `pack_card` in ``save``) and every Python read of a stored card
 (`decode_card`, used by `gateway.store.ledger` and `gateway.store.probes`). The scripts and
 `gateway.store.ledger_rows` only ever see the *expanded* card: long field names, every value a
 string, the history as a list of events with all their fields. Only this module knows the
@@ -30,10 +30,13 @@ The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and 
   defaults are dropped.
 * **States and event types as codes** (`WORDS`), in the card's state, its events and its applied
   transition ids.
+* **Packed as bytes**: MessagePack (`gateway.store.ledger_packing`).
 
-A card stored before this form (long names, every field written out) has no ``v`` field (the
-compact form always has it: the version). Both readers take it as it is; its next transition
-stores it compactly. So cards written by earlier versions read and move on without a migration.
+Two earlier forms still read, and a card in either is stored in the current one by its next
+transition, so cards written by earlier versions read and move on without a migration: the
+compact table as a JSON string (before the packing), and the long form before
+it (long names, every field written out), which has no ``v`` field (the compact form always has
+it: the version) and is taken as it is.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.card import COMPACTED
+from gateway.store.ledger_packing import PACKING, unpack_stored
 
-__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card"]
+__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card", "stored_table"]
 
 SHORT: Mapping[str, str] = {
     "tool": "t",
@@ -231,15 +235,28 @@ local function compact(c)
   s.ev = rows
   return s
 end
+
+"""
+    + PACKING
+    + r"""
+local function pack_card(c) return pack_stored(compact(c)) end
+
+local function unpack_card(raw, card_id) return expand(unpack_stored(raw), card_id) end
 """
 )
-"""Lua source defining `expand` and `compact` (which need the history's `COMPACTED`)."""
+"""Lua source defining `expand` and `compact` (which need the history's `COMPACTED`), and `unpack_card` and
+`pack_card`: the same through the packing."""
+
+
+def stored_table(raw: bytes | str) -> dict[str, Any]:
+    """The compact table of a stored card (or the long form's fields): what `decode_card` expands."""
+    return unpack_stored(raw)
 
 
 def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
-    """The expanded card (long names, string values, ``events`` as dicts) from its stored JSON,
-    in either form; the Python twin of the Lua `expand`, held to it by tests/test_ledger_codec.py."""
-    stored: dict[str, Any] = json.loads(raw)
+    """The expanded card (long names, string values, ``events`` as dicts) from its stored bytes, in any
+    form; the Python twin of the Lua `unpack_card`, held to it by tests/test_ledger_codec.py."""
+    stored = stored_table(raw)
     if "v" not in stored:
         return stored  # stored before the compact form
     created = int(stored["c"])

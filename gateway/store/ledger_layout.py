@@ -17,8 +17,11 @@ __all__ = [
     "SHARDS",
     "card_keys",
     "card_shard",
+    "OPEN_BUCKET_DIGITS",
     "count_tag",
     "open_cards_key",
+    "open_bucket",
+    "open_buckets",
     "open_count_key",
     "org_index",
     "policy_budget_key",
@@ -30,6 +33,8 @@ __all__ = [
 ]
 
 SHARDS = 8
+OPEN_BUCKET_DIGITS = 2
+"""How many leading hex digits of a stored dedupe key name its bucket (`open_bucket`): 256 buckets a shard."""
 CHANGES_CHANNEL = "cs:card-changes"
 """The pub/sub channel every saved card is announced on (`gateway.store.ledger_prelude`). Channels are
 per server, not per database: a listener loads each announced card from its own database."""
@@ -53,6 +58,28 @@ def card_keys(card_id: str, shard: int) -> list[str]:
     prefix = tag(shard)
     return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
             f"{prefix}:timers", open_cards_key(shard), f"{prefix}:repeats", open_count_key(shard)]  # fmt: skip
+
+
+def open_bucket(shard: int, dedupe: str) -> str:
+    """The small hash of the shard's dedupe entries (stored dedupe key -> ``<card id>|<until ms>``) that
+    `dedupe` belongs to: ``...:open:<its first OPEN_BUCKET_DIGITS hex digits>``. The scripts name it the
+    same way from the card (`gateway.store.ledger_prelude`).
+
+    Why buckets: one hash of every entry of a shard is a hashtable past 128 entries (about 150 B an
+    entry); a bucket under ``hash-max-listpack-entries`` (128) stays a listpack (an entry costs its
+    bytes, 32 + 52, plus a few). 256 buckets a shard keep every bucket a listpack up to about 20,000
+    entries a shard (160,000 open or repeat-window cards over the 8 shards: a mean of 80 a bucket,
+    the fullest still under 128); past that the fullest become hashtables, which costs bytes, never
+    correctness. The shard's one hash of the entries written before (``...:open``, key 3 of every
+    script) is still read, and an entry leaves it when its card next writes one.
+    """
+    return f"{tag(shard)}:open:{dedupe[:OPEN_BUCKET_DIGITS]}"
+
+
+def open_buckets(shard: int) -> list[str]:
+    """Every dedupe bucket of the shard (`open_bucket`), then the shard's hash of older entries."""
+    width = OPEN_BUCKET_DIGITS
+    return [f"{tag(shard)}:open:{n:0{width}x}" for n in range(16**width)] + [f"{tag(shard)}:open"]
 
 
 def open_cards_key(shard: int) -> str:

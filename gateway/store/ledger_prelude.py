@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from gateway.store.ledger_codec import CODEC
 from gateway.store.ledger_history import HISTORY
-from gateway.store.ledger_layout import CHANGES_CHANNEL
+from gateway.store.ledger_layout import CHANGES_CHANNEL, OPEN_BUCKET_DIGITS
 
 __all__ = ["PRELUDE"]
 
 PRELUDE = (
     r"""
 -- KEYS (all under one hash tag, so one slot):
---   1 card (compact JSON string, holding its events and applied transition ids),
---   2 shard outbox stream, 3 shard open-card (dedupe) hash, 4 shard index zset of the cards stored
+--   1 card (compact MessagePack string, holding its events and applied transition ids),
+--   2 shard outbox stream, 3 shard open-card (dedupe) hash of the entries written before the buckets
+--   (`open_get` below: now only read and emptied), 4 shard index zset of the cards stored
 --   before the org indexes (9) listed everyone's (now only read, by listings), 5 shard timer zset,
 --   6 shard open-card set of cards stored before the counts (8): a zset, every score 0, members
 --   '<requester>:<card id>', so that ZLEXCOUNT over one requester's prefix counts its open cards,
@@ -45,6 +46,29 @@ local FOREVER = '9007199254740991'
 local CHANGES_CHANNEL = '"""
     + CHANGES_CHANNEL
     + r"""'
+local OPEN_BUCKET_DIGITS = """
+    + str(OPEN_BUCKET_DIGITS)
+    + r"""
+
+-- The dedupe entries (stored dedupe key -> '<card id>|<until ms>') live in small hashes, one per bucket
+-- of the shard (`gateway.store.ledger_layout.open_bucket`), each under the card's hash tag; the shard's
+-- one hash of the entries written before (KEYS[3]) is still read, and an entry leaves it when its card
+-- writes one again.
+local function open_bucket(dedupe) return open_key .. ':' .. string.sub(dedupe, 1, OPEN_BUCKET_DIGITS) end
+
+local function open_get(dedupe)
+  return redis.call('HGET', open_bucket(dedupe), dedupe) or redis.call('HGET', open_key, dedupe)
+end
+
+local function open_set(dedupe, entry)
+  redis.call('HSET', open_bucket(dedupe), dedupe, entry)
+  redis.call('HDEL', open_key, dedupe)
+end
+
+local function open_del(dedupe)
+  redis.call('HDEL', open_bucket(dedupe), dedupe)
+  redis.call('HDEL', open_key, dedupe)
+end
 
 local function now_ms()
   -- The Redis server's clock, never the application's: every replica and worker agrees on expiry.
@@ -60,10 +84,18 @@ end
     + CODEC
     + r"""
 -- A card is stored compactly (gateway.store.ledger_codec); the scripts only see it expanded.
+-- `replayed` hands the card it read to the `load` each script makes next (nothing is written between
+-- the two, and `replayed` changes nothing in it), so a transition unpacks its card once.
+local handed = nil
 local function load()
+  if handed then
+    local c = handed
+    handed = nil
+    return c
+  end
   local raw = redis.call('GET', card_key)
   if not raw then return nil end
-  return expand(cjson.decode(raw), string.match(card_key, ':card:(.+)$'))
+  return unpack_card(raw, string.match(card_key, ':card:(.+)$'))
 end
 
 local function counts_as_open(c)
@@ -98,7 +130,7 @@ local function save(c)
       redis.call('ZREM', open_cards_key, c.open_member)
     end
   end
-  redis.call('SET', card_key, cjson.encode(compact(c)))
+  redis.call('SET', card_key, pack_card(c))
   -- Told to whoever watches (the admin console's live list, `gateway.store.card_changes`): ids and
   -- states only, never the card's text. Pub/sub is not keyed, so this stays within the card's slot.
   -- pcall: a user the ACL denies the channel must still move cards (its watchers cannot subscribe
@@ -120,6 +152,7 @@ local function replayed()
   local c = load()
   local previous = c and applied_before(c, tid)
   if previous then return reply('ALREADY_APPLIED', c, {original = previous}) end
+  handed = c
   return nil
 end
 
@@ -127,15 +160,15 @@ end
 -- entry for its repeat window (`repeat_within_ms`, fixed when it was proposed): an identical proposal
 -- is answered with it, as with an open card. `propose` prunes the entries that lapsed (`prune_repeats`).
 local function close(c)
-  local open = redis.call('HGET', open_key, c.dedupe)
+  local open = open_get(c.dedupe)
   if open and string.sub(open, 1, #c.card_id) == c.card_id then
     local window = num(c.repeat_within_ms)
     if c.state == 'SUCCEEDED' and window > 0 then
       local lapses = now_ms() + window
-      redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. lapses)
+      open_set(c.dedupe, c.card_id .. '|' .. lapses)
       redis.call('ZADD', repeats_key, lapses, c.dedupe)
     else
-      redis.call('HDEL', open_key, c.dedupe)
+      open_del(c.dedupe)
     end
   end
   redis.call('ZREM', timers_key, c.card_id)
@@ -146,9 +179,9 @@ end
 -- (its deadline still ahead) is left alone.
 local function prune_repeats(now)
   for _, dedupe in ipairs(redis.call('ZRANGEBYSCORE', repeats_key, '-inf', now, 'LIMIT', 0, 8)) do
-    local entry = redis.call('HGET', open_key, dedupe)
+    local entry = open_get(dedupe)
     if entry and tonumber(string.sub(entry, string.find(entry, '|', 1, true) + 1)) <= now then
-      redis.call('HDEL', open_key, dedupe)
+      open_del(dedupe)
     end
     redis.call('ZREM', repeats_key, dedupe)
   end

@@ -1,7 +1,7 @@
 """The ledger's Lua scripts: one atomic script per card transition, each run after the shared
 prelude (`gateway.store.ledger_prelude`).
 
-Storage, chosen for size (see bench/README.md): a card is one JSON string, which holds its own
+Storage, chosen for size (see bench/README.md): a card is one string (MessagePack), which holds its own
 history (``events``) and the ids of the latest transitions applied to it (``applied``), both
 bounded (`gateway.store.ledger_history`). It is stored compactly (`gateway.store.ledger_codec`);
 the scripts see it expanded, every scalar value a string. Each script loads the card, checks every
@@ -26,7 +26,7 @@ local again = replayed(); if again then return again end
 local c, dedupe, window = cjson.decode(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local cap, requester = tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
-local open = redis.call('HGET', open_key, dedupe)
+local open = open_get(dedupe)
 if open then
   local sep = string.find(open, '|', 1, true)
   if now < tonumber(string.sub(open, sep + 1)) then
@@ -42,7 +42,7 @@ prune_repeats(now)
 local decide_by = now + window
 c.created_ms, c.decide_by_ms, c.dedupe = tostring(now), tostring(decide_by), dedupe
 c.fence, c.dispatched, c.attempts, c.approvers, c.version, c.seq = '0', '0', '0', '[]', '0', '0'
-redis.call('HSET', open_key, dedupe, c.card_id .. '|' .. decide_by)
+open_set(dedupe, c.card_id .. '|' .. decide_by)
 redis.call('ZADD', KEYS[9], now, c.card_id)  -- the org's cards in this shard
 redis.call('ZADD', KEYS[10], now, c.card_id)  -- the requester's cards in this shard
 redis.call('SADD', KEYS[11], string.match(KEYS[9], ':org:(.+)$'))  -- so a listing of everyone finds the org
@@ -95,7 +95,7 @@ end
 local execute_by = now + num(c.execute_within_ms)
 c.execute_by_ms, c.approved_ms = tostring(execute_by), tostring(now)
 transition(c, now, 'approved', approver, 'APPROVED', {comment = comment, approvals = #approvers})
-redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. execute_by)
+open_set(c.dedupe, c.card_id .. '|' .. execute_by)
 enqueue(c)
 redis.call('ZADD', timers_key, math.min(execute_by, now + tonumber(ARGV[6])), c.card_id)
 save(c)
@@ -161,7 +161,7 @@ if not c then return reply('ERR_NOT_FOUND') end
 local now = now_ms()
 if c.state ~= 'APPROVED' then return reply('ERR_STATE', c) end
 if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
-redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. FOREVER)
+open_set(c.dedupe, c.card_id .. '|' .. FOREVER)
 take_lease(c, now, 'claimed')
 save(c)
 return reply('OK', c)
@@ -257,7 +257,7 @@ if c.execute_by_ms and now >= num(c.execute_by_ms) then
   return reply('OK', c, {action = 'expired'})
 end
 transition(c, now, 'released', c.lease_owner, 'APPROVED', {reason = ARGV[3]})
-redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. c.execute_by_ms)
+open_set(c.dedupe, c.card_id .. '|' .. c.execute_by_ms)
 redis.call('ZADD', timers_key, math.min(num(c.execute_by_ms), now + tonumber(ARGV[4])), c.card_id)
 save(c)
 return reply('OK', c, {action = 'released'})
@@ -287,7 +287,7 @@ if now >= num(c.execute_by_ms) then
   return reply('OK', c, {action = 'expired'})
 end
 transition(c, now, 'lease_lost_before_dispatch', 'ledger', 'APPROVED', {fence = old_fence})
-redis.call('HSET', open_key, c.dedupe, c.card_id .. '|' .. c.execute_by_ms)
+open_set(c.dedupe, c.card_id .. '|' .. c.execute_by_ms)
 enqueue(c)
 redis.call('ZADD', timers_key, now + 1000, c.card_id)
 save(c)

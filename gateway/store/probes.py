@@ -7,7 +7,7 @@ Open cards by state and worker lag are read from the ledger itself, so every rep
 same numbers and nothing drifts: the shards' open-card hashes name every card not yet final (and
 the SUCCEEDED cards of the repeat window, read and skipped like any final card), and
 one pipelined ``GET`` each gives its state (and, for an APPROVED card, when it was approved). That is
-one round trip per shard plus one for the cards, linear in the open cards (bounded per principal by
+one pipelined round trip for the buckets plus one for the cards, linear in the open cards (bounded per principal by
 ``[limits]``; at most `MAX_SCANNED` are read), and the answer is kept `cache_seconds` so frequent
 scrapes of several replicas cost Redis no more.
 """
@@ -25,6 +25,7 @@ from gateway.card import CardState
 from gateway.store.client import store_boundary
 from gateway.store.ledger import SHARDS, RedisLedger, card_shard
 from gateway.store.ledger_codec import decode_card
+from gateway.store.ledger_layout import open_buckets
 
 __all__ = ["MAX_SCANNED", "LedgerGaugeValues", "LedgerProbe"]
 
@@ -68,7 +69,8 @@ class LedgerProbe:
     async def _read(self) -> LedgerGaugeValues:
         async with self._client.pipeline(transaction=False) as pipe:
             for shard in range(SHARDS):
-                pipe.hvals(f"cs:{{cs{shard}}}:open")
+                for key in open_buckets(shard):
+                    pipe.hvals(key)
             pipe.time()
             answers: list[Any] = await pipe.execute()
         seconds, micros = answers[-1]
