@@ -188,7 +188,28 @@ async def _gateway(
         # ./.countersign, where the CLI (and its tests) would read them as the trail's.
         data_dir=Path(tempfile.mkdtemp(prefix="bench-gateway-")),
     )
+    if run_worker:
+        await _first_signing_key(settings)
     await _serve(create_app(settings), run_worker=run_worker)
+
+
+async def _first_signing_key(settings: Any) -> None:
+    """What an operator's first ``countersign signing-keys rotate`` does, before the gateway starts.
+
+    Production never makes a signing key itself, and without one an approved write waits APPROVED,
+    unsent (it needs an approval receipt): a worker gateway without this step executes nothing.
+    """
+    import redis.asyncio as aioredis
+
+    from gateway.audit_secret import audit_secret
+    from gateway.demo import ensure_signing_key
+    from gateway.store.signing_keys import SigningKeyStore
+
+    client = aioredis.from_url(settings.redis_url)
+    try:
+        await ensure_signing_key(SigningKeyStore(client, secret=audit_secret(settings)))
+    finally:
+        await client.aclose()
 
 
 # --- the bare SDK server ------------------------------------------------------------------------
