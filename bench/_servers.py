@@ -13,8 +13,8 @@
 * ``bare-write``: the floor for a write proposal, on the same transport. Its tool ``rooms_book``
   builds the `Proposal` the gateway would build for the same arguments (same fields and sizes),
   calls `RedisLedger.propose` (the same Lua script), appends one small audit entry and returns the
-  agent's receipt (`card_for_agent`). ``rooms_book_checked`` first makes the same availability GET
-  the gateway's ``rooms_book`` makes as its preflight.
+  agent's receipt (`card_for_agent`). ``rooms_book_checked`` first makes the backend reads the
+  gateway's ``rooms_book`` makes for its preview (the room list and the day's availability, at once).
 
 Each prints one JSON line (``{"url": ..., "pid": ...}``) on stdout once it accepts connections, then
 serves until SIGTERM. Backend tokens come from the environment, never the command line.
@@ -373,14 +373,16 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
         if params.name not in (WRITE_TOOL, CHECKED_WRITE_TOOL):
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name}")
         args = {key: str(value) for key, value in (params.arguments or {}).items()}
-        if params.name == CHECKED_WRITE_TOOL:  # the gateway's preflight: the room must exist
-            url = f"/rooms/{quote(args['room_id'], safe='')}/availability"
+        if params.name == CHECKED_WRITE_TOOL:  # the gateway's preview reads, both at once, as rooms_book's
             headers = _signed_identity()
-            async with clients.http.get(url, params={"date": args["date"]}, headers=headers) as response:
-                await response.read()
-                if response.status != 200:
-                    text = json.dumps({"error": f"backend answered {response.status}"})
-                    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+            availability = f"/rooms/{quote(args['room_id'], safe='')}/availability"
+            statuses = await asyncio.gather(
+                _read(clients.http, "/rooms", headers=headers),
+                _read(clients.http, availability, params={"date": args["date"]}, headers=headers),
+            )
+            if any(status != 200 for status in statuses):
+                text = json.dumps({"error": f"backend answered {statuses}"})
+                return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
         canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         args_hash = hashlib.sha256(f"{WRITE_TOOL}\n{tool_version}\n{canonical}".encode()).hexdigest()
         proposal = Proposal(
@@ -427,6 +429,14 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
             yield
 
     return sdk_app(server, opened)
+
+
+async def _read(http: Any, url: str, **options: Any) -> int:
+    """One backend GET, its body read and parsed as the gateway's client does; its status."""
+    async with http.get(url, **options) as response:
+        if response.status == 200:
+            await response.json()
+        return int(response.status)
 
 
 async def _bare_write(redis_url: str, rooms_url: str) -> None:
