@@ -3,7 +3,8 @@
 * ``backends``: the rooms and orders demo backends, both in one process and one event loop.
 * ``gateway``: Countersign as `gateway.app.create_app` builds it with default settings and the rooms and
   orders adapters (bearer-key auth, executor, audit XADD, and whatever else the default app runs).
-  ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``).
+  ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``); with the worker,
+  the gateway's first signing key is made before it starts (an operator's ``signing-keys rotate``).
 * ``bare``: the floor the gateway is compared with. A low-level SDK `Server` behind the same
   `StreamableHTTPSessionManager` configuration the gateway uses (stateful, SSE-capable responses,
   DNS-rebinding protection for 127.0.0.1), with one tool that makes the identical backend GET with

@@ -19,7 +19,8 @@ What is measured, in one run:
 2. **Approvals.** Pending gateway cards approved through the admin REST API
    (``POST /admin/api/cards/{id}/approve`` with their ``version`` and ``args_hash``) at concurrency 8,
    by the same gateway process, which has no worker: approvals alone.
-3. **Approval to outcome.** A second gateway process with the default settings (its worker running)
+3. **Approval to outcome.** A second gateway process with the default settings (its worker running, its
+   first signing key made before it starts, as an operator would)
    on its own Redis database: cards proposed through it, then approved one per approver, and each
    approver follows the card's history (polled every 1 ms) until it reaches an outcome against the
    demo rooms backend.

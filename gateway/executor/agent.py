@@ -39,7 +39,6 @@ probe that finds Redis back).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -243,13 +242,12 @@ class AgentPath:
         # The target must be one this caller was shown (its own booking, its org's order). A preview checks that
         # and reads what the write will change, in one read; a backend that cannot answer refuses the proposal
         # (retryably): no card is filed without its preview. The caller's reads (provenance) are read meanwhile.
-        preview, reads = await asyncio.gather(self._look(tool, args, principal), self._memory.reads(owner),
-                                              return_exceptions=True)  # fmt: skip
+        preview, reads = await self._memory.beside(owner, self._look(tool, args, principal))
         if isinstance(preview, PathArgumentError):
             return await self._refuse_path(principal, tool.name, preview, started)
         if isinstance(preview, UpstreamError):
             return await self._refuse(principal, tool.name, failure(preview), started, ran=True, details=wait(preview))
-        if isinstance(preview, BaseException):
+        if isinstance(preview, Exception):
             raise preview
         canonical = args.model_dump(mode="json")
         bound_to = args_hash(tool.name, version, canonical)
@@ -266,7 +264,7 @@ class AgentPath:
         if isinstance(reads, StoreUnavailableError):
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"call history error: {reads.cause}")
             return await self._refuse(principal, tool.name, down, started)
-        if isinstance(reads, BaseException):
+        if isinstance(reads, Exception):
             raise reads
         provenance = self._memory.assess(tool, canonical, reads)
         proposal = proposal_for(

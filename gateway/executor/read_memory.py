@@ -8,15 +8,18 @@ write proposal (`reads`, then `assess`). What it asks of its collaborators: a `C
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, Provenance
 from gateway.tool import Tool
 from policies.provenance import assess
 
 __all__ = ["ReadMemory", "audit_fields"]
+
+T = TypeVar("T")
 
 
 class ReadMemory:
@@ -58,6 +61,22 @@ class ReadMemory:
             StoreUnavailableError: the history could not be read (the caller files no card).
         """
         return await self._history.recent(owner, rules=self.rules)
+
+    async def beside(self, owner: str, work: Awaitable[T]) -> tuple[T | Exception, Sequence[CallRecord] | Exception]:
+        """`work` awaited while `owner`'s reads are read (`reads`, in one task of its own): what each
+        gave or raised. Both finish before this returns; cancelled, it cancels the reads too."""
+        reading = asyncio.ensure_future(self.reads(owner))
+        try:
+            done: T | Exception = await work
+        except Exception as error:
+            done = error
+        except BaseException:
+            reading.cancel()
+            raise
+        try:
+            return done, await reading
+        except Exception as error:
+            return done, error
 
     def assess(self, tool: Tool, arguments: Mapping[str, Any], reads: Sequence[CallRecord]) -> Provenance:
         """The provenance of a proposal of `tool` with canonical `arguments`, after `reads` (`reads`), now."""
