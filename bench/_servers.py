@@ -3,7 +3,8 @@
 * ``backends``: the rooms and orders demo backends, both in one process and one event loop.
 * ``gateway``: Countersign as `gateway.app.create_app` builds it with default settings and the rooms and
   orders adapters (bearer-key auth, executor, audit XADD, and whatever else the default app runs).
-  ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``).
+  ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``); with the worker,
+  the gateway's first signing key is made before it starts (an operator's ``signing-keys rotate``).
 * ``bare``: the floor the gateway is compared with. A low-level SDK `Server` behind the same
   `StreamableHTTPSessionManager` configuration the gateway uses (stateful, SSE-capable responses,
   DNS-rebinding protection for 127.0.0.1), with one tool that makes the identical backend GET with
@@ -13,8 +14,8 @@
 * ``bare-write``: the floor for a write proposal, on the same transport. Its tool ``rooms_book``
   builds the `Proposal` the gateway would build for the same arguments (same fields and sizes),
   calls `RedisLedger.propose` (the same Lua script), appends one small audit entry and returns the
-  agent's receipt (`card_for_agent`). ``rooms_book_checked`` first makes the same availability GET
-  the gateway's ``rooms_book`` makes as its preflight.
+  agent's receipt (`card_for_agent`). ``rooms_book_checked`` first makes the backend reads the
+  gateway's ``rooms_book`` makes for its preview (the room list and the day's availability, at once).
 
 Each prints one JSON line (``{"url": ..., "pid": ...}``) on stdout once it accepts connections, then
 serves until SIGTERM. Backend tokens come from the environment, never the command line.
@@ -188,7 +189,28 @@ async def _gateway(
         # ./.countersign, where the CLI (and its tests) would read them as the trail's.
         data_dir=Path(tempfile.mkdtemp(prefix="bench-gateway-")),
     )
+    if run_worker:
+        await _first_signing_key(settings)
     await _serve(create_app(settings), run_worker=run_worker)
+
+
+async def _first_signing_key(settings: Any) -> None:
+    """What an operator's first ``countersign signing-keys rotate`` does, before the gateway starts.
+
+    Production never makes a signing key itself, and without one an approved write waits APPROVED,
+    unsent (it needs an approval receipt): a worker gateway without this step executes nothing.
+    """
+    import redis.asyncio as aioredis
+
+    from gateway.audit_secret import audit_secret
+    from gateway.demo import ensure_signing_key
+    from gateway.store.signing_keys import SigningKeyStore
+
+    client = aioredis.from_url(settings.redis_url)
+    try:
+        await ensure_signing_key(SigningKeyStore(client, secret=audit_secret(settings)))
+    finally:
+        await client.aclose()
 
 
 # --- the bare SDK server ------------------------------------------------------------------------
@@ -352,14 +374,16 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
         if params.name not in (WRITE_TOOL, CHECKED_WRITE_TOOL):
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name}")
         args = {key: str(value) for key, value in (params.arguments or {}).items()}
-        if params.name == CHECKED_WRITE_TOOL:  # the gateway's preflight: the room must exist
-            url = f"/rooms/{quote(args['room_id'], safe='')}/availability"
+        if params.name == CHECKED_WRITE_TOOL:  # the gateway's preview reads, both at once, as rooms_book's
             headers = _signed_identity()
-            async with clients.http.get(url, params={"date": args["date"]}, headers=headers) as response:
-                await response.read()
-                if response.status != 200:
-                    text = json.dumps({"error": f"backend answered {response.status}"})
-                    return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
+            availability = f"/rooms/{quote(args['room_id'], safe='')}/availability"
+            statuses = await asyncio.gather(
+                _read(clients.http, "/rooms", headers=headers),
+                _read(clients.http, availability, params={"date": args["date"]}, headers=headers),
+            )
+            if any(status != 200 for status in statuses):
+                text = json.dumps({"error": f"backend answered {statuses}"})
+                return types.CallToolResult(content=[types.TextContent(text=text)], is_error=True)
         canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         args_hash = hashlib.sha256(f"{WRITE_TOOL}\n{tool_version}\n{canonical}".encode()).hexdigest()
         proposal = Proposal(
@@ -406,6 +430,14 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
             yield
 
     return sdk_app(server, opened)
+
+
+async def _read(http: Any, url: str, **options: Any) -> int:
+    """One backend GET, its body read and parsed as the gateway's client does; its status."""
+    async with http.get(url, **options) as response:
+        if response.status == 200:
+            await response.json()
+        return int(response.status)
 
 
 async def _bare_write(redis_url: str, rooms_url: str) -> None:

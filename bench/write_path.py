@@ -5,19 +5,22 @@ What is measured, in one run:
 1. **Proposals.** ``tools/call rooms_book`` with different arguments on every call (each one files a
    new approval card) against three servers, interleaved round by round as in `bench.read_path`:
    * **gateway**: `gateway.app.create_app` without its in-process worker (bearer key, access,
-     validation, the tool's preflight GET to the rooms backend, the ledger's ``create`` script,
+     validation, the tool's preview reads from the rooms backend, the ledger's ``create`` script,
      audit event);
    * **bare**: a low-level SDK server on the same transport whose tool builds the identical
      `Proposal` and calls `RedisLedger.propose` (same Lua script, same card sizes), plus one audit
      ``XADD`` (see `bench._servers.bare_write_app`). The target compares the gateway with this one;
-   * **bare+GET**: the same bare tool, preceded by the availability GET that the gateway's
-     ``rooms_book`` makes as its preflight. It separates what the preflight costs from the rest.
+   * **bare+GET**: the same bare tool, preceded by the backend reads the gateway's ``rooms_book``
+     makes as its preflight (the room list and the day's availability, at once; the run counts both
+     servers' requests at the backend and checks they are the same). It separates what the preflight
+     costs from the rest.
      The gateway has no write tool without a preflight (``orders_refund_create`` and
      ``rooms_cancel_booking`` have one too), so the gateway itself cannot be measured without one.
 2. **Approvals.** Pending gateway cards approved through the admin REST API
    (``POST /admin/api/cards/{id}/approve`` with their ``version`` and ``args_hash``) at concurrency 8,
    by the same gateway process, which has no worker: approvals alone.
-3. **Approval to outcome.** A second gateway process with the default settings (its worker running)
+3. **Approval to outcome.** A second gateway process with the default settings (its worker running, its
+   first signing key made before it starts, as an operator would)
    on its own Redis database: cards proposed through it, then approved one per approver, and each
    approver follows the card's history (polled every 1 ms) until it reaches an outcome against the
    demo rooms backend.
@@ -104,7 +107,7 @@ ORG = "acme"
 ADMIN_SUBJECT = "root@acme.example"
 
 PROPOSAL_RATIO_TARGETS = {"bare+GET": 0.9, "bare": 0.85}
-"""Issue 15's bounds on proposals/s, gateway over each floor: the same preflight GET, and none."""
+"""Issue 15's bounds on proposals/s, gateway over each floor: the same preflight reads, and none."""
 BYTES_PER_CARD_TARGET = {"PENDING": 512, "SUCCEEDED": 1024}
 """Issue 15's bounds on a card's Redis bytes beyond its arguments, by state."""
 CARD_KEY = re.compile(r"^cs:\{cs[0-9]+\}:card:crd_[0-9]{1,2}_[0-9a-f]{32}$")
@@ -447,6 +450,39 @@ def verify(stack: Stack) -> dict[str, Any]:
     return checks
 
 
+BACKEND_COUNT_CALLS = 20
+"""Proposals per variant whose requests to the rooms backend are counted (its request log keeps 1,000)."""
+
+
+def _rooms_requests(stack: Stack, method: str) -> list[dict[str, Any]]:
+    """The rooms backend's request log (``/_requests``; ``DELETE`` empties it first)."""
+    import urllib.request
+
+    headers = {"authorization": f"Bearer {stack.tokens[ROOMS_TOKEN_ENV]}"}
+    request = urllib.request.Request(f"{stack.rooms_url}/_requests", method=method, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return list(json.loads(response.read())["requests"])
+
+
+def backend_requests(stack: Stack) -> dict[str, dict[str, float]]:
+    """Per variant: the requests the rooms backend receives per proposal, by method and path.
+
+    The floors are honest only when the bare+GET tool makes the backend reads the gateway makes; this
+    counts them instead of assuming it. Proposals one at a time, the log emptied before each variant.
+    """
+    counted = {}
+    for variant in VARIANTS:
+        process = PROCESS[variant]
+        _rooms_requests(stack, "DELETE")
+        command = propose_command(stack, process, TOOLS[variant], 1, calls=BACKEND_COUNT_CALLS)
+        answer = stack.ask(command, 60)
+        if answer.get("failures"):
+            raise RuntimeError(f"counting backend requests: {variant} failed {answer['failures']}")
+        seen = Counter(f"{r['method']} {r['path']}" for r in _rooms_requests(stack, "GET") if r["path"] != "/_requests")
+        counted[variant] = {request: count / BACKEND_COUNT_CALLS for request, count in sorted(seen.items())}
+    return counted
+
+
 def run_proposals(stack: Stack, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every round: each level, the three variants back to back, rotating which goes first."""
     records = []
@@ -586,6 +622,7 @@ def run(stack: Stack, args: argparse.Namespace) -> dict[str, Any]:
     stack.start_server("gateway", "gateway", DATABASES["gateway"], *orders, "--no-worker")
     stack.start_server("bare", "bare-write", DATABASES["bare"])
     document["verify"] = verify(stack)
+    document["backend_requests"] = backend_requests(stack)
     document["rss_mib"] = {p: memory_kib(stack.servers[p].pid) / 1024 for p in ("gateway", "bare")}
 
     print("step 1: proposals", file=sys.stderr, flush=True)
@@ -706,6 +743,9 @@ def targets(summary: dict[str, Any], counts: dict[str, Any], document: dict[str,
                 "x",
             )
         )
+    gateway_reads, floor_reads = (document["backend_requests"][v] for v in ("gateway", "bare+GET"))
+    differ = sum(abs(gateway_reads.get(r, 0) - floor_reads.get(r, 0)) for r in {*gateway_reads, *floor_reads})
+    found.append(Check("backend requests per proposal, gw vs b+G", differ, None, "= 0", differ == 0, "differ"))
     lost = sum(db["discrepancy"] for db in counts["databases"].values())
     found.append(Check("cards in Redis - successful proposals", lost, None, "= 0", lost == 0, "cards"))
     mismatch = abs(counts["bookings"] - counts["succeeded_cards"])
@@ -768,7 +808,7 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
     )
     print("\nProposals: tools/call rooms_book, new arguments every call (each files a new PENDING card)")
     print("  gw = gateway (no worker); bare = SDK server, same Proposal + RedisLedger.propose + audit XADD;")
-    print("  b+G = bare plus the availability GET the gateway's rooms_book makes as its preflight")
+    print("  b+G = bare plus the backend reads the gateway's rooms_book makes as its preflight (counted below)")
     header = (
         f"{'c':>3} | {'calls/s gw':>10} {'bare':>6} {'b+G':>6} | {'gw/bare':>17} {'gw/b+G':>17} | "
         f"{'p50 ms gw':>9} {'bare':>5} {'b+G':>5} | {'p99 ms gw':>9} {'bare':>5} {'b+G':>5} | "
@@ -795,7 +835,7 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
         parts.append(
             f"c={level}: vs bare {_ranged(entry['added_cpu_vs_bare'], 0)}, "
             f"vs b+G {_ranged(entry['added_cpu_vs_bare+GET'], 0)} "
-            f"(the GET itself costs bare {_fmt(entry['preflight_cpu_in_bare']['median'])})"
+            f"(the reads themselves cost bare {_fmt(entry['preflight_cpu_in_bare']['median'])})"
         )
     print("Added server CPU µs per proposal, gateway minus floor: " + "; ".join(parts))
     busy = "; ".join(
@@ -803,6 +843,9 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
         for level in env["levels"]
     )
     print(f"Other core (load generator, backends, Redis) busy gw/bare/b+G: {busy}")
+    print(f"Rooms backend requests per proposal ({BACKEND_COUNT_CALLS} proposals each, its request log):")
+    for variant, requests in document["backend_requests"].items():
+        print(f"  {variant:<9} " + (", ".join(f"{name} {count:g}" for name, count in requests.items()) or "none"))
 
     approvals = document["approvals"]
     rates = [batch["calls_per_s"] for batch in approvals]

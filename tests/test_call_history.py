@@ -8,13 +8,16 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.codes import Code
+from gateway.errors import UpstreamUnavailableError
 from gateway.executor import ReadMemory
+from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, InMemoryCallHistory, history_owner
 from gateway.store.call_history import RedisCallHistory, history_key
 from gateway.store.client import connect
+from gateway.upstream_aiohttp import AiohttpUpstream
 from tests.support.executors import agent_path
-from tests.support.tools import note_tool, read_tool
+from tests.support.tools import note_tool, read_tool, write_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -75,3 +78,39 @@ async def test_a_read_that_cannot_be_remembered_is_not_answered_and_the_refusal_
     assert "secret words" not in str(envelope.for_model())
     [event] = audit.events
     assert (event.outcome, event.code) == ("error", "LEDGER_UNAVAILABLE")
+
+
+async def test_a_proposal_whose_reads_cannot_be_read_files_no_card_and_the_refusal_is_audited(redis: Redis) -> None:
+    """Provenance is read beside the preview; a history that cannot be read still files no card (a card
+    must never look untainted for want of its reads): LEDGER_UNAVAILABLE, audited. The same proposal
+    with a history that answers files its card."""
+    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
+    executor, audit = agent_path(write_tool(), clients={}, memory=ReadMemory(unreachable, RULES), ledger_client=redis)
+    envelope = await executor.execute(ALICE, "demo_write", {"text": "hi"})
+    assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE
+    assert [key async for key in redis.scan_iter(match="cs:*:card:*")] == []
+    [event] = audit.events
+    assert (event.outcome, event.code) == ("deny", "LEDGER_UNAVAILABLE") and "call history" in event.reason
+
+    answering, _ = agent_path(write_tool(), clients={}, memory=ReadMemory(InMemoryCallHistory(), RULES),
+                              ledger_client=redis)  # fmt: skip
+    filed = await answering.execute(ALICE, "demo_write", {"text": "hi"})
+    assert not filed.is_error and filed.card_id is not None
+    assert len([key async for key in redis.scan_iter(match="cs:*:card:*")]) == 1
+
+
+async def test_a_preview_that_fails_is_the_refusal_even_when_the_reads_cannot_be_read_either(redis: Redis) -> None:
+    """Both are read at once; the preview's failure is what the caller and the audit are told, as before."""
+
+    async def down(args: object, ctx: object) -> Preview:
+        raise UpstreamUnavailableError("backend down", service="demo")
+
+    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
+    clients = {"demo": AiohttpUpstream("http://127.0.0.1:9", service="demo")}
+    memory = ReadMemory(unreachable, RULES)
+    executor, audit = agent_path(write_tool(preview=down), clients=clients, memory=memory, ledger_client=redis)
+    envelope = await executor.execute(ALICE, "demo_write", {"text": "hi"})
+    assert envelope.is_error and envelope.code is Code.UPSTREAM_UNAVAILABLE
+    [event] = audit.events
+    assert (event.outcome, event.code) == ("error", "UPSTREAM_UNAVAILABLE")
+    assert [key async for key in redis.scan_iter(match="cs:*:card:*")] == []

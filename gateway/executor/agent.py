@@ -239,19 +239,16 @@ class AgentPath:
         if not await self._guard.writable():
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
             return await self._refuse(principal, tool.name, down, started)
-        # The target must be one this caller was shown (its own booking, its org's order). A preview
-        # checks that and reads what the write will change, in one read; a backend that cannot
-        # answer refuses the proposal (retryably): no card is filed without its preview.
-        preview: Preview | None = None
-        try:
-            if tool.preview is not None:
-                preview = await self._invoker.preview(tool, args, self._invoker.context(tool, principal))
-            elif tool.preflight is not None:
-                await tool.preflight(args, self._invoker.context(tool, principal))
-        except PathArgumentError as error:
-            return await self._refuse_path(principal, tool.name, error, started)
-        except UpstreamError as error:
-            return await self._refuse(principal, tool.name, failure(error), started, ran=True, details=wait(error))
+        # The target must be one this caller was shown (its own booking, its org's order). A preview checks that
+        # and reads what the write will change, in one read; a backend that cannot answer refuses the proposal
+        # (retryably): no card is filed without its preview. The caller's reads (provenance) are read meanwhile.
+        preview, reads = await self._memory.beside(owner, self._look(tool, args, principal))
+        if isinstance(preview, PathArgumentError):
+            return await self._refuse_path(principal, tool.name, preview, started)
+        if isinstance(preview, UpstreamError):
+            return await self._refuse(principal, tool.name, failure(preview), started, ran=True, details=wait(preview))
+        if isinstance(preview, Exception):
+            raise preview
         canonical = args.model_dump(mode="json")
         bound_to = args_hash(tool.name, version, canonical)
         dedupe_key = f"{principal.org}|{principal.subject}|{tool.name}|{bound_to}"
@@ -264,11 +261,12 @@ class AgentPath:
                 return await self._receipt(tool, principal, started, done, existing=True)
             infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
             return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
-        try:
-            provenance = await self._memory.provenance(tool, canonical, owner)
-        except StoreUnavailableError as error:
-            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"call history error: {error.cause}")
+        if isinstance(reads, StoreUnavailableError):
+            down = Decision.deny(Code.LEDGER_UNAVAILABLE, f"call history error: {reads.cause}")
             return await self._refuse(principal, tool.name, down, started)
+        if isinstance(reads, Exception):
+            raise reads
+        provenance = self._memory.assess(tool, canonical, reads)
         proposal = proposal_for(
             tool, version, args, canonical, principal, args_hash=bound_to, dedupe_key=dedupe_key, preview=preview,
             provenance=provenance, tainted_approvals=self._memory.tainted_approvals(principal.org),
@@ -294,6 +292,14 @@ class AgentPath:
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
         return await self._receipt(tool, principal, started, card, existing=created.status is TransitionStatus.EXISTING)
+
+    async def _look(self, tool: Tool, args: BaseModel, principal: Principal) -> Preview | None:
+        """The tool's preview of this write, or its preflight check (None), or nothing to look at."""
+        if tool.preview is not None:
+            return await self._invoker.preview(tool, args, self._invoker.context(tool, principal))
+        if tool.preflight is not None:
+            await tool.preflight(args, self._invoker.context(tool, principal))
+        return None
 
     async def _receipt(
         self, tool: Tool, principal: Principal, started: float, card: Card, *, existing: bool

@@ -1,22 +1,25 @@
 """The agent path's memory of reads, for the provenance of the cards that follow them.
 
 Who calls it: `gateway.executor.agent.AgentPath`, once per answered read (`remember`) and once per
-write proposal (`provenance`). What it asks of its collaborators: a `CallHistory` (the store), the
+write proposal (`reads`, then `assess`). What it asks of its collaborators: a `CallHistory` (the store), the
 `HistoryRules` of this gateway and a wall clock. What it decides: nothing; the verdict is
 `policies.provenance.assess`, and the quorum `policies.approval.approvals_required`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, Provenance
 from gateway.tool import Tool
 from policies.provenance import assess
 
 __all__ = ["ReadMemory", "audit_fields"]
+
+T = TypeVar("T")
 
 
 class ReadMemory:
@@ -49,8 +52,35 @@ class ReadMemory:
         Raises:
             StoreUnavailableError: the history could not be read (the caller files no card).
         """
-        history = await self._history.recent(owner, rules=self.rules)
-        return assess(tool, arguments, history, now_ms=int(self._wall_clock() * 1000), rules=self.rules)
+        return self.assess(tool, arguments, await self.reads(owner))
+
+    async def reads(self, owner: str) -> Sequence[CallRecord]:
+        """`owner`'s remembered reads, for `assess` (read apart so a proposal can overlap it with its preview).
+
+        Raises:
+            StoreUnavailableError: the history could not be read (the caller files no card).
+        """
+        return await self._history.recent(owner, rules=self.rules)
+
+    async def beside(self, owner: str, work: Awaitable[T]) -> tuple[T | Exception, Sequence[CallRecord] | Exception]:
+        """`work` awaited while `owner`'s reads are read (`reads`, in one task of its own): what each
+        gave or raised. Both finish before this returns; cancelled, it cancels the reads too."""
+        reading = asyncio.ensure_future(self.reads(owner))
+        try:
+            done: T | Exception = await work
+        except Exception as error:
+            done = error
+        except BaseException:
+            reading.cancel()
+            raise
+        try:
+            return done, await reading
+        except Exception as error:
+            return done, error
+
+    def assess(self, tool: Tool, arguments: Mapping[str, Any], reads: Sequence[CallRecord]) -> Provenance:
+        """The provenance of a proposal of `tool` with canonical `arguments`, after `reads` (`reads`), now."""
+        return assess(tool, arguments, reads, now_ms=int(self._wall_clock() * 1000), rules=self.rules)
 
     def tainted_approvals(self, org: str) -> int:
         """The distinct approvers a tainted card of `org` needs at least (1: the tool's own number)."""

@@ -98,3 +98,24 @@ def test_every_string_of_the_arguments_is_read_with_its_place() -> None:
         ("arguments.items[1]", "c"),
         ("arguments.meta.tag", "d"),
     ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
+def test_ascii_text_is_read_as_the_general_path_reads_it(text: str) -> None:
+    """ASCII text takes a shortcut (one regex scan); it finds the hidden characters and reads the text
+    exactly as the per-character path does, so no trick spelled in ASCII passes one and not the other."""
+    from policies import text_safety
+
+    assert text_safety._first_hidden(text) == text_safety._first_hidden_any(text)
+    assert text_safety._as_read(text) == text_safety._as_read_any(text)
+
+
+def test_every_ascii_character_is_hidden_by_the_shortcut_as_by_its_category() -> None:
+    """Each of the 128 ASCII characters, alone and inside a word, is hidden to both paths alike."""
+    from policies import text_safety
+
+    for code in range(128):
+        text = f"ab{chr(code)}cd"
+        assert text_safety._first_hidden(text) == text_safety._first_hidden_any(text), code
+        assert text_safety._as_read(text) == text_safety._as_read_any(text), code

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from redis.asyncio import Redis
+
 from gateway.approval_settings import ApprovalSettings
 from gateway.audit import ListAuditSink
 from gateway.executor import AgentPath, Invoker, PolicyApprovals, ReadMemory
@@ -32,13 +34,14 @@ def agent_path(
     limits: Limits | None = None,
     limiter: RateLimiter | None = None,
     memory: ReadMemory | None = None,
+    ledger_client: Redis | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
-    durable): no card can be made. Rate budgets (`limits`, the defaults unless given) are kept in process
-    unless a `limiter` is given. Reads are remembered for provenance in process
-    unless a `memory` is given."""
+    durable): no card can be made, unless a `ledger_client` is given (the ledger is then on it). Rate budgets
+    (`limits`, the defaults unless given) are kept in process unless a `limiter` is given. Reads are
+    remembered for provenance in process unless a `memory` is given."""
     audit = ListAuditSink()
-    nowhere = connect("redis://127.0.0.1:9/0").client
+    nowhere = ledger_client if ledger_client is not None else connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
     executor = AgentPath(
         tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
