@@ -500,7 +500,8 @@ def print_report(
     audit, calls = extra["audit"], extra["calls"]
     verdict = "one per call" if audit == calls else "MISMATCH: not one entry per successful call"
     print(
-        f"Audit stream entries: gateway {audit['gateway']:,} for {calls['gateway']:,} successful calls, "
+        f"Audit entries appended (the gateway's by its chain head, archived ones included): "
+        f"gateway {audit['gateway']:,} for {calls['gateway']:,} successful calls, "
         f"bare {audit['bare']:,} for {calls['bare']:,} (warm-ups and checks included): {verdict}"
     )
     print("\nTargets")
