@@ -23,6 +23,7 @@ policy to skip (`policies.provenance.assess`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -50,8 +51,9 @@ redis.call('PEXPIRE', KEYS[3], ARGV[7])
 """`APPEND_SCRIPT` inside the audit append (`Along`): its key and arguments come after the append's."""
 
 
+@functools.lru_cache(maxsize=4096)
 def history_key(owner: str) -> str:
-    """The Redis key of `owner`'s history (`gateway.provenance.history_owner`)."""
+    """The Redis key of `owner`'s history (`gateway.provenance.history_owner`); the recent owners' are cached."""
     tag = hashlib.sha256(owner.encode()).hexdigest()[:32]
     return f"countersign:calls:{{{tag}}}"
 
