@@ -100,3 +100,16 @@ async def test_a_history_that_cannot_take_the_read_leaves_no_audit_entry(redis: 
     assert await history.append_audited(other, _record("t2"), rules=RULES, event=_event("t2"))
     assert [event.tool for event in await sink.recent(10)] == ["t2"]
     assert (await sink.head()).seq == 1
+
+
+async def test_every_field_is_stored_byte_for_byte_whatever_its_text(redis: Redis, tmp_path: Path) -> None:
+    """The event travels to the script as one packed argument and its sizes in bytes: multibyte text, digits,
+    commas, separators and newlines come out of the stream exactly as the event's fields went in."""
+    sink = RedisStreamAuditSink(redis, secret=SECRET)
+    event = AuditEvent(action="tool.call", outcome="deny", subject="zoë@例え.example", org="acme,1,2", tool="t",
+                       code="VALIDATION_ERROR", reason="12,34\n\"quoted\" é 🙂 %d+ \\", latency_ms=0.25,
+                       extra={"acting_client": "cl,ient", "note": "ÿ" * 300})  # fmt: skip
+    assert await RedisCallHistory(redis, audit=sink).append_audited(OWNER, _record("t"), rules=RULES, event=event)
+    [(_, stored)] = await sink.entries("", 10)
+    assert {name: value for name, value in stored.items() if name not in {"seq", "mac"}} == event.to_fields()
+    assert await _verified(redis, tmp_path) == 1
