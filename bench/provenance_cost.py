@@ -1,16 +1,20 @@
 """What remembering reads for card provenance adds to a read, beside the Redis writes a read already makes.
 
-Every answered read appends one record to its session's or principal's history
-(`gateway.store.call_history.RedisCallHistory.append`: one ``EVALSHA`` of a script doing ``LPUSH``,
-``LTRIM`` and ``PEXPIRE``); a proposal reads it back once (`recent`, one ``LRANGE``). This compares, on one
-throwaway Redis (AOF on, ``appendfsync everysec``) and one client connection pool, in the same run:
+Every answered read appends one record to its principal's history (`gateway.store.call_history`:
+``LPUSH``, ``LTRIM`` and ``PEXPIRE``, in the read's audit append on a single node); a proposal
+reads it back once (`recent`, one ``LRANGE``). This compares, on one throwaway Redis (AOF on,
+``appendfsync everysec``) and one client connection pool, in the same run:
 
 * ``set``: one ``SET``, the floor of a round trip;
 * ``audit``: `RedisStreamAuditSink.record` of a read's ``tool.call`` event, the write every read
   already makes;
 * ``history``: the provenance append;
 * ``pipelined``: the same three commands as a redis-py pipeline, the alternative it was chosen over;
-* ``recent``: the proposal's read of a full history (20 records).
+* ``recent``: the proposal's read of a full history (20 records);
+* ``read-2``: what an answered read wrote until the history rode in the audit append: ``history``,
+  then ``audit``, two round trips;
+* ``read-1``: what it writes now on a single node, `RedisCallHistory.append_audited`: the history's
+  three commands inside the audit append's script, one round trip.
 
 Rounds are interleaved (each round runs every variant once), at concurrency 1 and 8; the table shows
 the median of the rounds' wall time per operation and client CPU per operation, and the median of the
@@ -68,11 +72,16 @@ async def _pipelined(client: aioredis.Redis, key: str, raw: str) -> None:
         await pipe.execute()
 
 
+async def _two_trips(history: RedisCallHistory, audit: RedisStreamAuditSink, owner: str, record: CallRecord) -> bool:
+    await history.append(owner, record, rules=RULES)
+    return await audit.record(EVENT)
+
+
 async def _run(url: str, rounds: int, ops: int, levels: Sequence[int]) -> None:
     client = aioredis.Redis.from_url(url)
     audit = RedisStreamAuditSink(client, secret=b"bench-secret")
-    history = RedisCallHistory(client)
-    owners = [history_owner("acme", f"agent-{i}@acme.example", None) for i in range(64)]
+    history = RedisCallHistory(client, audit=audit)
+    owners = [history_owner("acme", f"agent-{i}@acme.example") for i in range(64)]
     record = CallRecord(tool="rooms_availability", at_ms=int(time.time() * 1000), untrusted_text=True, private=False)
     for owner in owners:  # full histories, so `recent` reads the bound
         for _ in range(RULES.max_reads):
@@ -83,6 +92,8 @@ async def _run(url: str, rounds: int, ops: int, levels: Sequence[int]) -> None:
         "history": lambda n: history.append(owners[n % 64], record, rules=RULES),
         "pipelined": lambda n: _pipelined(client, history_key(owners[n % 64]), record.to_json()),
         "recent": lambda n: history.recent(owners[n % 64], rules=RULES),
+        "read-2": lambda n: _two_trips(history, audit, owners[n % 64], record),
+        "read-1": lambda n: history.append_audited(owners[n % 64], record, rules=RULES, event=EVENT),
     }
     for concurrency in levels:
         for op in variants.values():  # warm up

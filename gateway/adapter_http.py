@@ -77,8 +77,14 @@ _DOT_SEGMENTS = frozenset({".", ".."})
 _MAX_DECODINGS = 8
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
+"""ASCII letters, digits, ``-`` and ``_`` only: no dot, separator or ``%``, and NFKC leaves them as they are."""
+
+
 def path_segment_problem(value: str) -> str | None:
     """Why `value` cannot be one path segment, or None when it can (see `fill_path`)."""
+    if _PLAIN.fullmatch(value):
+        return None  # the common id: nothing below could find a problem in it
     if not value:
         return "is empty"
     try:

@@ -200,6 +200,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     shared = {name: str(settings.adapters[name].signing_key or "") for name in clients}
     identity = IdentityHeaders({name: key for name, key in shared.items() if key}, signer=signer)
     audit = RedisStreamAuditSink(client, secret=secret)
+    history = RedisCallHistory(client, audit=audit)  # a read's history write goes in its audit append
     archiver = audit_archiver(client, settings)
     store = RegistryStore(client)
     live = LiveToolSource(
@@ -225,7 +226,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     executor = Executor.build(
         tools=live, org_adapters=org_adapters, audit=audit, clients=clients, identity=identity, ledger=cards,
         guard=guard, live_principal=keys.live_principal, healthy=health.healthy, limiter=RedisRateLimiter(client),
-        limits=settings.limits, memory=ReadMemory(RedisCallHistory(client), settings.history_rules),
+        limits=settings.limits, memory=ReadMemory(history, settings.history_rules, audited=history),
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
         approvals=settings.approvals, announce=alerting.alert, receipts=signer.receipts_for,

@@ -23,6 +23,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.audit import AuditEvent
+
 __all__ = [
     "CallHistory",
     "CallRecord",
@@ -85,6 +87,20 @@ class CallHistory(Protocol):
 
     async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
         """`owner`'s remembered reads, oldest first (not yet filtered by the window)."""
+        ...
+
+
+class AuditedCallHistory(Protocol):
+    """A history that remembers an answered read and appends its audit event in one step where it can
+    (`gateway.store.call_history`: one round trip on a single Redis node)."""
+
+    async def append_audited(self, owner: str, record: CallRecord, *, rules: HistoryRules, event: AuditEvent) -> bool:
+        """Remember `record` for `owner` and audit `event`: whether the event is in the trail (when not,
+        the read was not remembered either, or it was first and the trail alone failed).
+
+        Raises:
+            StoreUnavailableError: the read could not be remembered; nothing was audited.
+        """
         ...
 
 

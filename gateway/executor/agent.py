@@ -12,10 +12,11 @@ answers; a configured rule may approve a new card as one approver: `gateway.exec
 -> backend health -> invoke -> withhold untrusted text -> remember the read -> seal.
 
 Provenance (`gateway.provenance`): every answered read is remembered for its MCP session, or for
-its principal when the client holds none, one round trip per read; a read that cannot be
-remembered is not answered, so a store that fails can never hide a read of untrusted text from the
-card that follows it. A proposal reads that history back and carries `policies.provenance.assess`'s
-verdict on its card and in its audit event; a tainted one needs the org's tainted quorum.
+its principal when the client holds none, in its audit append's round trip (two on a Cluster); a
+read that cannot be remembered is not answered, so a store that fails can never hide a read of
+untrusted text from the card that follows it. A proposal reads that history back and carries
+`policies.provenance.assess`'s verdict on its card and in its audit event; a tainted one needs the
+org's tainted quorum.
 
 Rate budgets come right after access. An unknown or forbidden name is refused before it costs
 anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the budget cannot be used
@@ -207,10 +208,14 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
-        if not await self._remember(tool, owner):
+        try:  # remembered and audited, in one round trip where the store can
+            audited = await self._record(principal, name, "ok", started, reason=decision.reason, read=(tool, owner))
+        except StoreUnavailableError:
+            self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the read could not be remembered for provenance")
             return await self._refuse(principal, name, down, started, ran=True)  # the result is withheld
-        if not await self._record(principal, name, "ok", started, reason=decision.reason):
+        if not audited:
+            self._guard.invalidate()
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
         return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
 
@@ -320,15 +325,6 @@ class AgentPath:
         except StoreUnavailableError:
             return None  # the proposal is refused as infeasible, which it is
 
-    async def _remember(self, tool: Tool, owner: str) -> bool:
-        """Remember this answered read for provenance; False when the store could not take it."""
-        try:
-            await self._memory.remember(tool, owner)
-        except StoreUnavailableError:
-            self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
-            return False
-        return True
-
     async def _spend(self, tool: Tool, principal: Principal, started: float) -> Envelope | None:
         """The refusal when `principal` has spent a budget this call needs (None: go on, one call spent)."""
         try:
@@ -374,25 +370,27 @@ class AgentPath:
         reason: str = "",
         action: str = "tool.call",
         extra: Mapping[str, str] | None = None,
+        read: tuple[Tool, str] | None = None,
     ) -> bool:
-        """Audit one call. Returns whether the event landed in the trail (and remembers it)."""
+        """Audit one call. Returns whether the event landed in the trail (and remembers it).
+
+        With `read` (the tool and the history owner of an answered read), the read is remembered
+        first or in the same step (`ReadMemory.remember_audited`).
+
+        Raises:
+            StoreUnavailableError: (`read` only) the read could not be remembered; nothing was audited
+                or counted, so the caller's refusal is the call's one event.
+        """
         seconds = self._clock() - started
+        event = AuditEvent(action=action, outcome=outcome, subject=principal.subject, org=principal.org,
+                           key_id=principal.key_id, tool=name, code=code, reason=reason, latency_ms=seconds * 1000,
+                           extra=with_acting_client(principal, extra or {}))  # fmt: skip
+        if read is None:
+            self._audited = await self._audit.record(event)
+        else:
+            self._audited = await self._memory.remember_audited(read[0], read[1], event, self._audit)
         # The one count per call, beside its one audit event. A name the catalog does not serve is
         # any string an agent sent: it is counted as unknown, never as a label of its own.
         count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
         annotate(code=code)
-        self._audited = await self._audit.record(
-            AuditEvent(
-                action=action,
-                outcome=outcome,
-                subject=principal.subject,
-                org=principal.org,
-                key_id=principal.key_id,
-                tool=name,
-                code=code,
-                reason=reason,
-                latency_ms=seconds * 1000,
-                extra=with_acting_client(principal, extra or {}),
-            )
-        )
         return self._audited

@@ -13,7 +13,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from gateway.provenance import CallHistory, CallRecord, HistoryRules, Provenance
+from gateway.audit import AuditEvent, AuditSink
+from gateway.provenance import AuditedCallHistory, CallHistory, CallRecord, HistoryRules, Provenance
 from gateway.tool import Tool
 from policies.provenance import assess
 
@@ -26,11 +27,18 @@ class ReadMemory:
     """Remembers answered reads per owner, and assesses a proposal against them."""
 
     def __init__(
-        self, history: CallHistory, rules: HistoryRules, *, wall_clock: Callable[[], float] = time.time
+        self,
+        history: CallHistory,
+        rules: HistoryRules,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        audited: AuditedCallHistory | None = None,
     ) -> None:
         self._history = history
         self.rules = rules
         self._wall_clock = wall_clock
+        self._audited = audited
+        """The same history, able to audit a read in the same step (None: history, then audit sink)."""
 
     async def remember(self, tool: Tool, owner: str) -> None:
         """Append this answered read of `tool` to `owner`'s history.
@@ -38,13 +46,28 @@ class ReadMemory:
         Raises:
             StoreUnavailableError: the store could not take it (the caller withholds the read).
         """
-        record = CallRecord(
+        await self._history.append(owner, self._record(tool), rules=self.rules)
+
+    async def remember_audited(self, tool: Tool, owner: str, event: AuditEvent, audit: AuditSink) -> bool:
+        """Remember this answered read, then audit it with `event` (in `audit`, or in the same step
+        as the history's write when this memory was given an `AuditedCallHistory`). Returns whether
+        the event is in the trail; the read must not be answered otherwise.
+
+        Raises:
+            StoreUnavailableError: the read could not be remembered; nothing was audited.
+        """
+        if self._audited is not None:
+            return await self._audited.append_audited(owner, self._record(tool), rules=self.rules, event=event)
+        await self._history.append(owner, self._record(tool), rules=self.rules)
+        return await audit.record(event)
+
+    def _record(self, tool: Tool) -> CallRecord:
+        return CallRecord(
             tool=tool.name,
             at_ms=int(self._wall_clock() * 1000),
             untrusted_text=tool.emits_untrusted_text,
             private=tool.returns_private_data,
         )
-        await self._history.append(owner, record, rules=self.rules)
 
     async def provenance(self, tool: Tool, arguments: Mapping[str, Any], owner: str) -> Provenance:
         """The provenance of a proposal of `tool` with canonical `arguments`, by `owner`'s reads.

@@ -12,6 +12,11 @@ process appended first it answers the new head and the entry is MACed again. Eve
 the stream's slot: a key without braces hashes on its whole name, so ``{countersign:audit}:head``
 lands with ``countersign:audit`` in Redis Cluster.
 
+An append can carry one more write (`Along`, e.g. the call history's for an answered read): the
+same script runs it after the head check and before the ``XADD``, so the two land together in one
+round trip, or neither does (the head check fails before any write). Its keys must be in the
+stream's slot, or the deployment a single node (Sentinel included), never a Cluster.
+
 If the stream cannot be written, the event goes to the process log instead, so nothing is silent
 even when Redis is down, and `record` answers False: the caller then refuses what it was auditing
 (invariant 7: when Redis is gone, reads fail fast too, since the call can no longer be audited).
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -32,7 +38,7 @@ from gateway.audit_chain import GENESIS, ChainHead, entry_mac
 from gateway.metrics import count_refusal
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 
-__all__ = ["RedisStreamAuditSink", "audit_keys", "entry_fields"]
+__all__ = ["Along", "RedisStreamAuditSink", "audit_keys", "entry_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +50,15 @@ if mac ~= ARGV[1] then
 end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local newest = tonumber(string.match(head[3] or '', '^(%d+)-') or '0')
+local newest = tonumber(string.match(head[3] or '', '^(%%d+)-') or '0')
 if newest > ms then ms = newest end
-local args = {'XADD', KEYS[1], string.format('%.0f-%s', ms, ARGV[2])}
-for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
+%s
+local blob, at = ARGV[5 + tonumber(ARGV[4])], 1
+local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, ARGV[2])}
+for size in string.gmatch(ARGV[6 + tonumber(ARGV[4])], '%%d+') do
+  args[#args + 1] = string.sub(blob, at, at + tonumber(size) - 1)
+  at = at + tonumber(size)
+end
 args[#args + 1] = 'm'
 args[#args + 1] = ARGV[3]
 local id = redis.pcall(unpack(args))
@@ -60,10 +71,25 @@ end
 redis.call('HSET', KEYS[2], 'mac', ARGV[3], 'seq', ARGV[2], 'id', id)
 return {1, id}
 """
-"""ARGV: the head the MAC was computed from, the entry's sequence number, its MAC, its stored fields."""
+"""ARGV: the head the MAC was computed from, the entry's sequence number, its MAC, the count of the
+`Along` write's arguments and those arguments, then the entry's stored fields (names and values in
+turn) as one string and their byte sizes, comma-separated. ``%s`` takes the `Along` write's Lua."""
 
 _MAX_ATTEMPTS = 50
 """Appends retried after another process moved the head first; each retry costs one round trip."""
+
+
+@dataclass(frozen=True, slots=True)
+class Along:
+    """A write sent in the same script as an append, after its head check and before its ``XADD``.
+
+    `lua` reads its keys as ``KEYS[3]``, ``KEYS[4]``... and its arguments as ``ARGV[5]``,
+    ``ARGV[6]``... (`keys` and `args`, in order); it must not return. Its keys must share the
+    stream's Cluster slot unless the deployment is a single node."""
+
+    lua: str
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
 
 
 def audit_keys(stream: str) -> dict[str, str]:
@@ -95,13 +121,16 @@ class RedisStreamAuditSink:
         self._stream = stream
         self._head_key = audit_keys(stream)["head"]
         self._secret = secret
-        self._append = client.register_script(_APPEND)
+        self._scripts: dict[str, Any] = {}
+        """The append script, by the Lua of the write it carries along ("" for none), registered on first use."""
         self._head = GENESIS
         """The head this process last saw: right unless another process appended since."""
         self._lock: asyncio.Lock | None = None
 
-    async def record(self, event: AuditEvent) -> bool:
-        """Append `event` to the chain; False (the event logged instead) when that is not possible."""
+    async def record(self, event: AuditEvent, *, along: Along | None = None) -> bool:
+        """Append `event` to the chain; False (the event logged instead) when that is not possible.
+
+        With `along`, that write lands in the same step as the entry, or (when False) neither does."""
         if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
             count_refusal(event.action, event.code, _refusals(event))
         if self._secret is None:
@@ -112,20 +141,28 @@ class RedisStreamAuditSink:
         try:
             # One append in flight per process: concurrent appends from one head would all but one retry.
             async with self._lock:
-                return await self._append_chained(event, self._secret)
+                return await self._append_chained(event, self._secret, along)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
             logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
             return False
 
-    async def _append_chained(self, event: AuditEvent, secret: bytes) -> bool:
+    async def _append_chained(self, event: AuditEvent, secret: bytes, along: Along | None) -> bool:
         fields = event.to_stored()
-        flat = [part for pair in fields.items() for part in pair]
+        # The event's names and values go as one argument and their sizes, which the script cuts apart:
+        # redis-py packs each argument of a command in turn, and 16 of them cost it twice what 2 do.
+        parts = [part.encode() for pair in fields.items() for part in pair]
+        packed, sizes = b"".join(parts), ",".join([str(len(part)) for part in parts])
+        lua, keys, extra = ("", (), ()) if along is None else (along.lua, along.keys, along.args)
+        script = self._scripts.get(lua)
+        if script is None:
+            script = self._scripts[lua] = self._client.register_script(_APPEND % lua)
         for _attempt in range(_MAX_ATTEMPTS):
             seq = self._head.seq + 1
             mac = entry_mac(secret, self._head, seq, fields)
-            answer: Any = await self._append(
-                keys=[self._stream, self._head_key], args=[self._head.mac, seq, mac, *flat]
+            answer: Any = await script(
+                keys=[self._stream, self._head_key, *keys],
+                args=[self._head.mac, seq, mac, len(extra), *extra, packed, sizes],
             )
             if int(answer[0]) == 1:
                 self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
