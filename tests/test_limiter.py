@@ -299,14 +299,16 @@ async def test_a_held_refusal_is_one_redis_would_also_answer_for_any_schedule_of
     redis: Redis, schedule: list[tuple[int, str]], per_minute: float, burst: int
 ) -> None:
     """GCRA's refusal is monotone until its retry time: whenever either process's memory holds a refusal,
-    a check with no memory at all (asking Redis) is refused too, with at least the wait held; and once
-    one process held a refusal, every spend of both before its end is refused. Leased budgets included."""
+    a check with no memory at all (asking Redis) is refused too, with at least the wait held; once a
+    process met a refusal, its own spends are refused until the refusal ends; and a spend the other
+    process is allowed meanwhile is one it had leased before (served from memory, no round trip: Redis
+    had counted it already). Leased budgets included."""
     budget = Budget(per_minute=per_minute, burst=burst)
     owner = f"held-{per_minute}-{burst}-{len(schedule)}-{sum(s for s, _ in schedule)}"
     await redis.delete(bucket_key(owner, "reads"))
     clock = Clock()
     limiters = {"one": RedisRateLimiter(redis, clock=clock), "two": RedisRateLimiter(redis, clock=clock)}
-    refused_until = 0
+    refused_until = {"one": 0, "two": 0}
     for step, who in schedule:
         clock.now += step
         for limiter in limiters.values():
@@ -314,10 +316,14 @@ async def test_a_held_refusal_is_one_redis_would_also_answer_for_any_schedule_of
             if held is not None:
                 asked = await RedisRateLimiter(redis, clock=clock).spend(owner, reads(budget))
                 assert not asked.allowed and asked.retry_after >= held.retry_after
+        round_trips = await _script_calls(redis)
         verdict = await limiters[who].spend(owner, reads(budget))
-        assert not (verdict.allowed and clock.now < refused_until)
+        assert not (verdict.allowed and clock.now < refused_until[who])
+        other = "two" if who == "one" else "one"
+        if verdict.allowed and clock.now < refused_until[other]:
+            assert await _script_calls(redis) == round_trips  # a leased call, counted before the refusal
         if not verdict.allowed:
-            refused_until = max(refused_until, clock.now + int(verdict.retry_after * SECOND) - 1000)
+            refused_until[who] = max(refused_until[who], clock.now + int(verdict.retry_after * SECOND) - 1000)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
