@@ -316,7 +316,7 @@ async def approve(command: dict[str, Any]) -> dict[str, Any]:
     state = ApproveState(queue=list(reversed(command["cards"])))
     headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
     watch_url = command.get("watch_redis_url")
-    redis = aioredis.from_url(watch_url, decode_responses=True) if watch_url else None
+    redis = aioredis.from_url(watch_url, decode_responses=False) if watch_url else None  # cards are packed bytes
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     try:
         async with aiohttp.ClientSession(

@@ -186,17 +186,19 @@ def _keys(redis_url: str) -> dict[str, str]:
     return asyncio.run(create())
 
 
-def _sync_redis(redis_url: str) -> Any:
+def _sync_redis(redis_url: str, *, decode: bool = True) -> Any:
     import redis
 
-    return redis.Redis.from_url(redis_url, decode_responses=True)
+    return redis.Redis.from_url(redis_url, decode_responses=decode)
 
 
 def shard_keys() -> list[list[str]]:
-    """Per shard: its outbox, open-card hash, index and timers (the ledger's own key layout)."""
+    """Per shard: its outbox, dedupe hashes (older one, buckets), index and timers (the ledger's key layout)."""
     from gateway.store.ledger import SHARDS, RedisLedger
+    from gateway.store.ledger_layout import open_buckets
 
-    return [RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:] for shard in range(SHARDS)]
+    return [[*RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]]
+            for shard in range(SHARDS)]  # fmt: skip
 
 
 def card_keys(card_id: str) -> list[str]:
@@ -208,8 +210,8 @@ def card_keys(card_id: str) -> list[str]:
     return RedisLedger._keys(card_id, shard)[:1]
 
 
-def _fields(card_id: str, raw: str | None, *names: str) -> tuple[Any, ...]:
-    """Named fields of a stored card (one compact JSON string; see gateway/store/ledger_codec.py)."""
+def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
+    """Named fields of a stored card (its packed bytes; see gateway/store/ledger_codec.py)."""
     from gateway.store.ledger_codec import decode_card
 
     card = decode_card(raw, card_id) if raw else {}
@@ -230,7 +232,7 @@ def card_ids(redis_url: str) -> list[str]:
 
 def approval_inputs(redis_url: str, ids: Sequence[str]) -> list[list[Any]]:
     """[card_id, version, args_hash] of each card, as an admin reads them before approving."""
-    with _sync_redis(redis_url) as client:
+    with _sync_redis(redis_url, decode=False) as client:  # a card is packed bytes, not text
         pipe = client.pipeline(transaction=False)
         for card_id in ids:
             pipe.get(card_keys(card_id)[0])
@@ -241,14 +243,14 @@ def approval_inputs(redis_url: str, ids: Sequence[str]) -> list[list[Any]]:
 
 def ledger_census(redis_url: str) -> dict[str, Any]:
     """What one database holds: cards (by a key scan), index members, states, distinct args_hash."""
-    with _sync_redis(redis_url) as client:
+    with _sync_redis(redis_url) as client, _sync_redis(redis_url, decode=False) as raw_client:
         hashes = [key for key in client.scan_iter(match="cs:{cs*}:card:crd_*", count=1000) if CARD_KEY.match(key)]
         index_members = sum(int(client.zcard(index)) for index in org_indexes(client))
         states: Counter[str] = Counter()
         args_hashes: set[str] = set()
         references: list[str] = []
         for start in range(0, len(hashes), 2000):
-            pipe = client.pipeline(transaction=False)
+            pipe = raw_client.pipeline(transaction=False)  # a card is packed bytes, not text
             batch = hashes[start : start + 2000]
             for key in batch:
                 pipe.get(key)
@@ -277,11 +279,12 @@ def card_bytes(redis_url: str, ids: Sequence[str], state: str) -> dict[str, Any]
         indexes = [*client.scan_iter(match="cs:{cs*}:org:*"), *client.scan_iter(match="cs:{cs*}:by:*")]
         shared = sum(int(client.memory_usage(key, samples=0) or 0) for keys in shard_keys() for key in keys)
         shared += sum(int(client.memory_usage(key, samples=0) or 0) for key in indexes)
-        pipe = client.pipeline(transaction=False)
-        for card_id in ids:
-            pipe.memory_usage(card_keys(card_id)[0], samples=0)
-            pipe.get(card_keys(card_id)[0])
-        answers = pipe.execute()
+        with _sync_redis(redis_url, decode=False) as raw_client:  # a card is packed bytes, not text
+            pipe = raw_client.pipeline(transaction=False)
+            for card_id in ids:
+                pipe.memory_usage(card_keys(card_id)[0], samples=0)
+                pipe.get(card_keys(card_id)[0])
+            answers = pipe.execute()
         audit = {
             stream: (int(client.memory_usage(stream, samples=0) or 0), int(client.xlen(stream)))
             for stream in (GATEWAY_AUDIT_STREAM, BARE_AUDIT_STREAM)
