@@ -77,6 +77,40 @@ async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
         await client.aclose()
 
 
+@pytest.fixture
+async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
+    """A client (bytes replies) on the database no worker drains (`quiet_redis_url`), flushed before and
+    after the test: for tests that move cards (or outbox entries) by hand and must find them where they
+    left them."""
+    client = Redis.from_url(quiet_redis_url)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture(scope="module")
+def own_redis_url() -> Iterator[str]:
+    """A server of the requesting module's own (one per module), without AOF: for tests that count round
+    trips in the server-wide command statistics, which the session's background gateways move on the
+    shared server."""
+    with start_redis_server(appendonly=False) as url:
+        yield url
+
+
+@pytest.fixture
+async def own_redis(own_redis_url: str) -> AsyncIterator[Redis]:
+    """A client (bytes replies) on the module's own server (`own_redis_url`), its database flushed first."""
+    client = Redis.from_url(own_redis_url)
+    try:
+        await client.flushdb()
+        yield client
+    finally:
+        await client.aclose()
+
+
 @pytest.fixture(scope="session")
 def backends() -> Iterator[dict[str, Backend]]:
     """The rooms and orders services, each with its own credential and identity signing key for the gateway."""

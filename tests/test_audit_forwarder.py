@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,15 +39,6 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     hook = Receiver()
     with serve_app_in_thread(hook.app()) as base:
         yield hook, f"{base}/hook"
-
-
-@pytest.fixture
-async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(quiet_redis_url)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
 
 
 async def test_every_entry_reaches_the_receiver_once_acknowledged_in_order_and_signed(

@@ -5,7 +5,6 @@ hash, still answer, move out with their card's next write, and are removed, repe
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -21,15 +20,9 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def redis(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    """The database no worker drains (see conftest), flushed: these tests move cards by hand."""
-    client = Redis.from_url(quiet_redis_url)
-    try:
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
+def redis(quiet: Redis) -> Redis:
+    """These tests move cards by hand: the database no worker drains (conftest's `quiet`)."""
+    return quiet
 
 
 async def _entries(redis: Redis, card_id: str) -> dict[str, tuple[str, str]]:

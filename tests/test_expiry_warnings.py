@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
@@ -74,15 +74,6 @@ def test_expiring_is_an_event_a_webhook_hears_of_by_default_and_can_be_left_out(
     assert NotificationEvent.EXPIRING in hooks["all"].events
     assert NotificationEvent.EXPIRING not in hooks["few"].events
     assert section.resolve({"S": "x"}).expiry_warning_seconds == 900.0
-
-
-@pytest.fixture
-async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(quiet_redis_url)
-    await client.flushdb()
-    yield client
-    await client.flushdb()
-    await client.aclose()
 
 
 def _proposal(n: int, *, decide_within_ms: int) -> Proposal:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -147,18 +147,6 @@ async def test_a_repeat_past_the_window_or_with_it_off_files_a_new_card(
     finally:
         await gateway.aclose()
     assert again["card_id"] != first["card_id"] and again["status"] == "PENDING" and "existing" not in again
-
-
-@pytest.fixture(name="quiet")
-async def quiet_client(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    """The database no worker drains (see conftest), flushed: cards are moved by hand there."""
-    client = Redis.from_url(quiet_redis_url)
-    try:
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
 
 
 async def test_lapsed_repeat_entries_are_pruned_by_later_proposals(quiet: Redis) -> None:

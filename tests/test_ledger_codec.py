@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import anyio
@@ -27,16 +26,10 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def redis(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    """The database no worker drains (see conftest), flushed: these tests move cards by hand, and a
-    session gateway's worker on the shared database would claim them under the test."""
-    client = Redis.from_url(quiet_redis_url)
-    try:
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
+def redis(quiet: Redis) -> Redis:
+    """These tests move cards by hand, which a session worker on the shared database would claim: the
+    database no worker drains (conftest's `quiet`)."""
+    return quiet
 
 
 OLD_ID = "crd_7_10c647526acf931f92d1447bcab8a0fc"

@@ -7,7 +7,7 @@ server's own clock is checked separately, by two limiters (two processes' worth)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,27 +19,15 @@ from gateway.limiter import AddressBudgets, Charge, InMemoryRateLimiter, RateLim
 from gateway.limits import Budget
 from gateway.store.client import connect
 from gateway.store.limiter import LEASE_US, MAX_LEASE, RedisRateLimiter, bucket_key
-from tests.support.redis_server import start_redis_server
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module")
-def own_redis_url() -> Iterator[str]:
-    """A server of this module's own. The round-trip counts (`_script_calls`) read the server-wide command
-    statistics, which the session's background gateways move too on the shared server."""
-    with start_redis_server(appendonly=False) as url:
-        yield url
-
-
 @pytest.fixture
-async def redis(own_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(own_redis_url)
-    try:
-        await client.flushdb()
-        yield client
-    finally:
-        await client.aclose()
+def redis(own_redis: Redis) -> Redis:
+    """A server of this module's own (conftest's `own_redis`): the round-trip counts (`_script_calls`) read
+    its command statistics."""
+    return own_redis
 
 
 PER_SECOND_BURST_3 = Budget(per_minute=60, burst=3)

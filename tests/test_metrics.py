@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -115,18 +115,6 @@ async def test_a_read_a_refusal_and_a_write_from_proposal_to_outcome_are_counted
     assert _value(after, "countersign_open_cards", state="APPROVED") == 0
     assert _value(after, "countersign_worker_lag_seconds") == 0
     assert pending["card_id"] not in scrape.text and card.card_id not in scrape.text
-
-
-@pytest.fixture
-async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
-    """A flushed database no worker drains: an approved card stays approved."""
-    client = Redis.from_url(quiet_redis_url)
-    await client.flushdb()
-    try:
-        yield client
-    finally:
-        await client.flushdb()
-        await client.aclose()
 
 
 async def test_open_cards_and_worker_lag_are_read_from_the_ledger(quiet: Redis) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from gateway.provenance import CallRecord, HistoryRules, history_owner
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
-from tests.support.redis_server import start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -24,21 +22,10 @@ RULES = HistoryRules(window_seconds=30, max_reads=5)
 OWNER = history_owner("acme", "alice@acme.example")
 
 
-@pytest.fixture(scope="module")
-def own_redis_url() -> Iterator[str]:
-    """A server of this module's own: the round-trip count reads the server-wide command statistics."""
-    with start_redis_server(appendonly=False) as url:
-        yield url
-
-
 @pytest.fixture
-async def redis(own_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(own_redis_url)
-    try:
-        await client.flushdb()
-        yield client
-    finally:
-        await client.aclose()
+def redis(own_redis: Redis) -> Redis:
+    """A server of this module's own (conftest's `own_redis`): the round-trip count reads its command statistics."""
+    return own_redis
 
 
 def _event(tool: str) -> AuditEvent:
