@@ -133,13 +133,28 @@ def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str
     if hidden is not None:
         flags.append(Flag(FlagCode.HIDDEN_UNICODE, field, _excerpt(text, hidden)))
     read = _as_read(text)
-    if found := _INSTRUCTIONS.search(read):
+    worded = _has_words(read)  # a date, a time, an amount has none: most argument values
+    if worded and (found := _INSTRUCTIONS.search(read)):
         flags.append(Flag(FlagCode.INSTRUCTION_TO_MODEL, field, _excerpt(read, found.start())))
-    if (at := _other_tool_at(read, others, own)) is not None:
+    if (at := _other_tool_at(read, others, own, worded=worded)) is not None:
         flags.append(Flag(FlagCode.CALLS_OTHER_TOOLS, field, _excerpt(read, at)))
-    if found := _SECRET_REQUEST.search(read):
+    if worded and (found := _SECRET_REQUEST.search(read)):
         flags.append(Flag(FlagCode.SECRET_REQUEST, field, _excerpt(read, found.start())))
     return tuple(flags)
+
+
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+
+
+def _has_words(read: str) -> bool:
+    """Whether `_INSTRUCTIONS`, `_CALL_THE_TOOL` or `_SECRET_REQUEST` could match `read` at all.
+
+    Every alternative of the three spells a word, so ASCII text without an ASCII letter matches none
+    of them (tests/policies/test_text_safety.py holds the patterns to it), and is not searched. Only
+    ASCII text is let off: under IGNORECASE a pattern's letter also matches a few other characters
+    (``ı``, ``ſ``, the Kelvin sign).
+    """
+    return not read.isascii() or _ASCII_LETTER.search(read) is not None
 
 
 def _is_hidden(char: str) -> bool:
@@ -187,13 +202,15 @@ def _as_read_any(text: str) -> str:
     return unicodedata.normalize("NFKC", "".join(out)).translate(_CONFUSABLES)
 
 
-def _other_tool_at(text: str, others: frozenset[str], own: frozenset[str]) -> int | None:
+def _other_tool_at(text: str, others: frozenset[str], own: frozenset[str], *, worded: bool) -> int | None:
+    """Where `text` first names a tool of `others` or says to call one not `own`; `worded`: see `_has_words`
+    (a tool's name needs no letter: it is looked for either way)."""
     positions = [
         found.start()
         for name in others
         if (found := re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE)) is not None
     ]
-    for found in _CALL_THE_TOOL.finditer(text):
+    for found in _CALL_THE_TOOL.finditer(text) if worded else ():
         named = found.group(1).lower()
         if named not in own and named not in _NOT_A_TOOL_NAME:
             positions.append(found.start())

@@ -119,3 +119,39 @@ def test_every_ascii_character_is_hidden_by_the_shortcut_as_by_its_category() ->
         text = f"ab{chr(code)}cd"
         assert text_safety._first_hidden(text) == text_safety._first_hidden_any(text), code
         assert text_safety._as_read(text) == text_safety._as_read_any(text), code
+
+
+_NOT_LETTERS = "".join(chr(code) for code in range(128) if not chr(code).isalpha())
+"""The ASCII characters that are not letters: what a date, a time or an amount is written in."""
+_WORD_PATTERNS = ("_INSTRUCTIONS", "_CALL_THE_TOOL", "_SECRET_REQUEST")
+
+
+def _matched_by_a_word_pattern(text: str) -> list[str]:
+    from policies import text_safety
+
+    return [name for name in _WORD_PATTERNS if getattr(text_safety, name).search(text) is not None]
+
+
+def test_no_ascii_text_without_a_letter_of_two_characters_or_fewer_matches_a_word_pattern() -> None:
+    """Letter-free ASCII text skips the three phrase patterns (`_has_words`): no such text matches one.
+    All of them up to two characters, and the punctuation the patterns spell, are tried."""
+    texts = [a + b for a in _NOT_LETTERS for b in ("", *_NOT_LETTERS)]
+    texts += ["<|>", "<||>", "<>", "</>", "[/]", "[]", "<<>>", "<</>>", "~/.", "./.", ".:", ";:", ". :", "\n:", "-:"]
+    assert [(text, names) for text in texts if (names := _matched_by_a_word_pattern(text))] == []
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=_NOT_LETTERS, max_size=60))
+def test_no_ascii_text_without_a_letter_matches_a_word_pattern(text: str) -> None:
+    """The same, for longer letter-free text: it is only ever flagged for hidden characters or a tool name."""
+    from policies import text_safety
+
+    assert _matched_by_a_word_pattern(text) == []
+    assert not text_safety._has_words(text_safety._as_read(text))
+
+
+def test_a_tool_name_without_a_letter_is_flagged_in_letter_free_text() -> None:
+    """Text without a letter is still read for other tools' names, which may be digits only."""
+    flags = review_texts([("arguments.note", "2048 / 4096")], own_tool_names=frozenset(),
+                         other_tool_names=frozenset({"2048"}))  # fmt: skip
+    assert [(flag.code, flag.field) for flag in flags] == [(FlagCode.CALLS_OTHER_TOOLS, "arguments.note")]
