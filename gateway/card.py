@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # at run time a card only holds one: the store's row parser b
 
 __all__ = [
     "COMPACTED",
+    "NO_DELEGATION",
     "OPEN",
     "TERMINAL",
     "Card",
@@ -205,15 +206,21 @@ def preview_from_stored(raw: str | None) -> Preview | None:
     return Preview.from_json(json.loads(raw)) if raw else None
 
 
+NO_DELEGATION = json.dumps({"acting_client": "", "actors": []}, sort_keys=True)
+"""The ``delegation`` of a card proposed with a key, as `stored_delegation` writes it: made once, not per card."""
+
+
 def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
     """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
+    if not acting_client and not actors:  # a card proposed with a key: most are
+        return {"delegation": NO_DELEGATION}
     return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
 
 
 def delegation_of(stored: str | None) -> dict[str, Any]:
     """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
     proposed with a key, or stored before delegation was recorded, has none of either."""
-    data = json.loads(stored) if stored else {}
+    data = json.loads(stored) if stored and stored != NO_DELEGATION else {}
     return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}
 
 

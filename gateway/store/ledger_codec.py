@@ -45,7 +45,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.card import COMPACTED
+from gateway.card import COMPACTED, NO_DELEGATION
 from gateway.store.ledger_packing import PACKING, unpack_stored
 
 __all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card", "stored_table"]
@@ -107,7 +107,7 @@ DEFAULTS: Mapping[str, str] = {
     "agent_text": "{}",
     "preview": "",
     "provenance": "",
-    "delegation": json.dumps({"acting_client": "", "actors": []}, sort_keys=True),
+    "delegation": NO_DELEGATION,
 }
 """Values left out of the stored form, and filled in on reading."""
 

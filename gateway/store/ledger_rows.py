@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from gateway.card import Card, CardEvent, CardState, delegation_of, preview_from_stored
 from gateway.provenance import Provenance
@@ -17,6 +18,12 @@ __all__ = ["card_from_fields", "event_from_fields"]
 
 def _optional_int(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
+
+
+def _mapping(raw: str | None) -> dict[str, Any]:
+    """A stored JSON object; an empty one (most cards' evidence and rejection, while they have none) is
+    not parsed."""
+    return json.loads(raw) if raw and raw != "{}" else {}
 
 
 def card_from_fields(f: Mapping[str, str]) -> Card:
@@ -35,9 +42,9 @@ def card_from_fields(f: Mapping[str, str]) -> Card:
         idempotency_key=f["idempotency_key"],
         transaction_id=f["transaction_id"],
         approvals_required=int(f["approvals_required"]),
-        approvers=tuple(json.loads(f.get("approvers") or "[]")),
+        approvers=tuple(json.loads(raw)) if (raw := f.get("approvers")) and raw != "[]" else (),
         summary=f["summary"],
-        agent_text=json.loads(f.get("agent_text") or "{}"),
+        agent_text=_mapping(f.get("agent_text")),
         created_ms=int(f["created_ms"]),
         decide_by_ms=int(f["decide_by_ms"]),
         execute_by_ms=_optional_int(f.get("execute_by_ms")),
@@ -50,8 +57,8 @@ def card_from_fields(f: Mapping[str, str]) -> Card:
         approved_ms=_optional_int(f.get("approved_ms")),
         resend=f.get("resend") == "1",
         reference=f.get("reference") or None,
-        evidence=json.loads(f.get("evidence") or "{}"),
-        rejection=json.loads(f.get("rejection") or "{}"),
+        evidence=_mapping(f.get("evidence")),
+        rejection=_mapping(f.get("rejection")),
         approver_role=f.get("approver_role", "approver"),
         requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
         preview=preview_from_stored(f.get("preview")),
