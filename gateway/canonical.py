@@ -16,7 +16,12 @@ __all__ = ["canonical_json", "iso_from_ms"]
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 text as is; values JSON cannot hold are written as `str`."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return _CANONICAL.encode(value)
+
+
+# What `json.dumps` would build on every call with these options (it only reuses its own for the
+# defaults): one encoder holds no state between calls, so one serves them all.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 @overload
