@@ -9,6 +9,7 @@ approvals (`policy_budget_key`), live in one shard.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -93,6 +94,7 @@ def open_count_key(shard: int) -> str:
     return f"{tag(shard)}:open_count"
 
 
+@functools.lru_cache(maxsize=4096)  # a proposal names its requester's keys three times: hash it once
 def requester_tag(org: str, subject: str) -> str:
     """A requester's fixed-length name in keys and in the open-card set: hex, so never a ``:``."""
     return hashlib.sha256(f"{org}|{subject}".encode()).hexdigest()[:16]
@@ -110,7 +112,12 @@ def requester_shard(org: str, subject: str) -> int:
 
 def org_index(shard: int, org: str) -> str:
     """The shard's index of one org's cards (a zset scored by creation time): ``...:org:<org tag>``."""
-    return f"{tag(shard)}:org:{hashlib.sha256(org.encode()).hexdigest()[:16]}"
+    return f"{tag(shard)}:org:{_org_tag(org)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _org_tag(org: str) -> str:
+    return hashlib.sha256(org.encode()).hexdigest()[:16]
 
 
 def orgs_key(shard: int) -> str:
