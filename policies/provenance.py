@@ -47,13 +47,14 @@ def assess(
         for flag in review_texts(texts, own_tool_names=frozenset(), other_tool_names=frozenset())
     ]
     private = [r.tool for r in reads if r.private]
-    visible = [where for where, text in texts if text.strip() and _field_of(where) in tool.visible_fields]
+    visible: list[str] = []  # only a private read makes a visible value a data flow: looked for then only
     if private:
+        visible = [where for where, text in texts if text.strip() and _field_of(where) in tool.visible_fields]
         detail = f"shown to other people, after private data from {', '.join(sorted(set(private)))}"
         flags += [ProvenanceFlag(code=DATA_FLOW, where=where, detail=detail) for where in visible]
     return Provenance(
         tainted=any(r.untrusted_text for r in reads),
-        data_flow=bool(private and visible),
+        data_flow=bool(visible),
         reads=[
             ProvenanceRead(tool=r.tool, at=iso_from_ms(r.at_ms), untrusted_text=r.untrusted_text, private=r.private)
             for r in reads
