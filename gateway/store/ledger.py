@@ -195,7 +195,7 @@ class RedisLedger:
         result = await self._eval(
             "propose",
             self._proposal_keys(card_id, shard, org, subject),
-            [_transition_id(), json.dumps(fields), dedupe, proposal.decide_within_ms, cap, requester],
+            [_transition_id(), _ARGUMENT.encode(fields), dedupe, proposal.decide_within_ms, cap, requester],
         )
         if result.status is TransitionStatus.EXISTING:
             existing = await self.get(str(result.extra["card_id"]))
@@ -371,6 +371,9 @@ class RedisLedger:
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)
         await self._client.xdel(entry.stream, entry.entry_id)
+
+
+_ARGUMENT = json.JSONEncoder(separators=(",", ":"))  # a script's JSON argument, without json.dumps' spaces
 
 
 def _stored_dedupe(requester: str, dedupe_key: str) -> str:
