@@ -7,6 +7,7 @@ are constructed: a bad tool fails when its adapter module is imported, not on th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,6 +44,7 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 # Normalised field names that would let a caller choose the idempotency key (invariant 4).
 _KEY_FIELD = re.compile(r"idempoten|dedup")
+_NOT_LOWER = re.compile(r"[^a-z]")
 
 Execute = Callable[[Any, "ToolContext"], Awaitable[Mapping[str, Any] | BaseModel]]
 """``async (arguments, ctx) -> raw result``; the executor validates the result against `output`."""
@@ -52,9 +54,10 @@ Preflight = Callable[[Any, "ToolContext"], Awaitable[None]]
 any card exists. Raises `UpstreamNotFoundError` (NOT_FOUND) otherwise; it never changes anything."""
 
 
+@functools.lru_cache(maxsize=512)  # asked of every argument name of every call: the same few names
 def is_key_field(name: str) -> bool:
     """Whether an argument name would let a caller choose an idempotency key (any spelling)."""
-    return bool(_KEY_FIELD.search(re.sub(r"[^a-z]", "", name.lower())))
+    return bool(_KEY_FIELD.search(_NOT_LOWER.sub("", name.lower())))
 
 
 def definition_hash(tool: Tool) -> str:
