@@ -69,6 +69,7 @@ PLACES: dict[str, int] = {
     "gateway.ops_api": SURFACE,
     "gateway.http_telemetry": SURFACE,
     "gateway.root_app": SURFACE,
+    "gateway.mcp_headers": SURFACE,
     # 2. the per-caller catalog
     "gateway.catalog": CATALOG,
     # 3. the executor, and the services that decide beside it
