@@ -55,7 +55,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.asgi_replay import replay_body, replay_messages
+from gateway.asgi_replay import replay_body, replay_message
 from gateway.auth import caller_of
 from gateway.codes import Code
 from gateway.envelope import Envelope
@@ -212,7 +212,7 @@ async def _body(receive: Receive) -> tuple[bytes | None, Receive]:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return None, replay_messages([message], receive)
+            return None, replay_message(message, receive)
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             body = b"".join(chunks)
