@@ -26,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Route
-from starlette.types import Lifespan, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
 
 __all__ = ["GatewayApp"]
 
@@ -50,10 +50,17 @@ class GatewayApp(Starlette):
             raise ValueError(f"no route for {fast_path!r} to serve directly")
         self._fast_path = fast_path
         self._fast_methods = frozenset(fast.methods or ())
-        endpoint = fast.app
+        self._fast_endpoint = fast.app
+        self._fast: ASGIApp = fast.app
+
+    def build_middleware_stack(self) -> ASGIApp:
+        """Starlette's stack, and the direct route behind the same user middleware (both built on first use,
+        so middleware added before it is in both)."""
+        endpoint = self._fast_endpoint
         for cls, args, kwargs in reversed(self.user_middleware):
             endpoint = cls(endpoint, *args, **kwargs)
         self._fast = endpoint
+        return super().build_middleware_stack()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -64,6 +71,8 @@ class GatewayApp(Starlette):
             await super().__call__(scope, receive, send)
             return
         scope["app"] = self
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
         started = False
 
         async def sending(message: Message) -> None:
