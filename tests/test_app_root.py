@@ -16,6 +16,7 @@ from starlette.datastructures import Secret
 
 from gateway.app import create_app
 from gateway.mcp_edge import HostPatterns
+from gateway.root_app import GatewayApp
 from gateway.settings import Settings
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -123,3 +124,8 @@ async def test_the_app_keeps_its_state_routes_and_lifespan(app: Any) -> None:
 
     await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
     assert [m["type"] for m in messages] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+
+
+def test_a_root_without_the_route_it_should_serve_directly_is_refused() -> None:
+    with pytest.raises(ValueError):
+        GatewayApp(routes=[], fast_path="/mcp")
