@@ -364,7 +364,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             *console_routes(),
         ],
         lifespan=lifespan,
-        # Outermost: a span per admin and registry request, and the access log (gateway.http_telemetry).
+        # Around every route, /mcp's direct one too: a span per admin and registry request, and the access log
+        # (gateway.http_telemetry).
         middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway
