@@ -1,7 +1,7 @@
 """The gateway's root ASGI app: requests to the MCP endpoint go straight to its edge, the rest through Starlette.
 
 Who builds it: `gateway.app.create_app`, with the route table and middleware it would give Starlette,
-and the path of the one route that is the hot one (``/mcp``). What it asks of that route: an ASGI
+and the path of the one route that is the hot one (``/mcp``, first in the table). What it asks of that route: an ASGI
 endpoint that neither raises `HTTPException` nor reads the router's scope keys (``router``, ``route``,
 ``endpoint``, ``path_params``), as the MCP edge does not.
 
@@ -43,11 +43,12 @@ class GatewayApp(Starlette):
         lifespan: Lifespan[GatewayApp] | None = None,
     ) -> None:
         """Raises:
-        ValueError: no `Route` in `routes` has the path `fast_path`."""
+        ValueError: the first of `routes` is not a `Route` for `fast_path` (first, so that no other route
+            could have answered a request the direct route takes)."""
         super().__init__(routes=routes, middleware=middleware, lifespan=lifespan)
-        fast = next((r for r in routes if isinstance(r, Route) and r.path == fast_path), None)
-        if fast is None:
-            raise ValueError(f"no route for {fast_path!r} to serve directly")
+        fast = routes[0] if routes else None
+        if not isinstance(fast, Route) or fast.path != fast_path:
+            raise ValueError(f"the first route must be the one for {fast_path!r}, to serve it directly")
         self._fast_path = fast_path
         self._fast_methods = frozenset(fast.methods or ())
         self._fast_endpoint = fast.app

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from starlette.datastructures import Secret
+from starlette.routing import Route
 
 from gateway.app import create_app
 from gateway.mcp_edge import HostPatterns
@@ -126,6 +127,12 @@ async def test_the_app_keeps_its_state_routes_and_lifespan(app: Any) -> None:
     assert [m["type"] for m in messages] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
 
 
-def test_a_root_without_the_route_it_should_serve_directly_is_refused() -> None:
+@pytest.mark.parametrize("paths", [[], ["/other"], ["/other", "/mcp"]])
+def test_a_root_whose_first_route_is_not_the_direct_one_is_refused(paths: list[str]) -> None:
+    """Another route first could answer a request the direct route would take."""
     with pytest.raises(ValueError):
-        GatewayApp(routes=[], fast_path="/mcp")
+        GatewayApp(routes=[Route(path, _endpoint) for path in paths], fast_path="/mcp")
+
+
+async def _endpoint(scope: Any, receive: Any, send: Any) -> None:
+    """Never called."""
