@@ -1,11 +1,14 @@
-"""CPU the MCP edge (`gateway.mcp_edge`) adds to one request, in process.
+"""CPU the MCP edge (`gateway.mcp_edge`) and everything in front of the SDK add to one request, in process.
 
-    .venv/bin/python bench/mcp_edge_cost.py        # about 15 s; pin it with taskset -c 1 on a busy box
+    .venv/bin/python bench/mcp_edge_cost.py        # about 30 s; pin it with taskset -c 1 on a busy box
 
-Both layers around an ASGI app that reads the body and answers three SSE frames, against the app
-alone, for a ``tools/call`` as the official client sends it in each era; then the id scan against
-the parse it replaces. Medians of 7 interleaved rounds of process CPU time. The end-to-end read path
-costs about a millisecond of server CPU per call (bench/README.md), so this is the share to compare.
+Both edge layers around an ASGI app that reads the body and answers three SSE frames, against the app
+alone, for a ``tools/call`` as the official client sends it in each era; then the whole front as
+`create_app` composes it for an API key (the root app, `HttpTelemetry`, the edge, `BearerAuth` over a
+warm key cache, the budget front with nothing held), once through the root's direct route and once
+through Starlette's stack; then the id scan against the parse it replaces. Medians of 7 interleaved
+rounds of process CPU time. The end-to-end read path costs about a millisecond of server CPU per call
+(bench/README.md), so this is the share to compare.
 """
 
 from __future__ import annotations
@@ -18,9 +21,21 @@ from collections.abc import Callable
 from typing import Any
 
 import pydantic_core
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
 
 from gateway.audit import ListAuditSink
+from gateway.auth import BearerAuth
+from gateway.flood_audit import FloodAudit
+from gateway.http_telemetry import HttpTelemetry
+from gateway.limiter import AddressBudgets
+from gateway.limits import Limits
+from gateway.mcp_budget_front import BudgetFront
 from gateway.mcp_edge import HeaderChecks, MessageChecks, needs_parse
+from gateway.principal import KeyKind, Principal
+from gateway.root_app import GatewayApp
+from gateway.store.keys import KeyCache
 
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
@@ -51,6 +66,35 @@ async def _app(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class _Sdk:
+    """Where the SDK's ASGI app would be (a class, so a `Route` passes ASGI calls to it)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await _app(scope, receive, send)
+
+
+class _Keys:
+    """The key store behind the agents' cache: every token is one agent's (the cache stays warm)."""
+
+    async def resolve(self, token: str) -> Principal:
+        return Principal(subject="bench@acme.example", org="acme", roles=frozenset({"staff"}), key_id="k1")
+
+
+def _front(audit: ListAuditSink, *, direct: bool) -> Any:
+    """The /mcp path as `gateway.app.create_app` composes it without OAuth issuers, in front of `_Sdk`."""
+    budget = BudgetFront(_Sdk(), server=None, held=lambda principal, tool: None,  # type: ignore[arg-type]
+                         input_schema=lambda tool: None, audit=FloodAudit(audit))  # fmt: skip
+    keys = KeyCache(_Keys(), ttl_seconds=3600)  # type: ignore[arg-type]
+    floods = AddressBudgets(Limits().unauthenticated)
+    authenticated = BearerAuth(MessageChecks(budget, audit=audit), keys=keys, kind=KeyKind.AGENT, audit=audit,
+                               realm="mcp", floods=floods)  # fmt: skip
+    edge = HeaderChecks(authenticated, audit=audit, allowed_hosts=["127.0.0.1:*", "localhost:*"], allowed_origins=[])
+    routes = [Route("/mcp", edge, methods=["GET", "POST", "DELETE"])]
+    if direct:
+        return GatewayApp(routes=routes, fast_path="/mcp", middleware=[Middleware(HttpTelemetry)])
+    return Starlette(routes=routes, middleware=[Middleware(HttpTelemetry)])
+
+
 async def _per_request(app: Any, headers: list[tuple[bytes, bytes]], count: int) -> float:
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": BODY, "more_body": False}
@@ -60,7 +104,14 @@ async def _per_request(app: Any, headers: list[tuple[bytes, bytes]], count: int)
 
     start = time.process_time()
     for _ in range(count):
-        await app({"type": "http", "method": "POST", "path": "/mcp", "headers": list(headers)}, receive, send)
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/mcp",
+            "headers": list(headers),
+            "client": ("127.0.0.1", 5000),
+        }
+        await app(scope, receive, send)
     return (time.process_time() - start) / count * 1e6
 
 
@@ -81,6 +132,16 @@ async def main() -> None:
             bare = await _per_request(_app, headers, 20_000)
             added.append(await _per_request(edge, headers, 20_000) - bare)
         print(f"{era}: the edge adds {statistics.median(added):.2f} µs per request "
+              f"(rounds {min(added):.2f}-{max(added):.2f})")  # fmt: skip
+    fronts = {"the root's direct route": _front(audit, direct=True), "Starlette's stack": _front(audit, direct=False)}
+    headers = ERAS["2026-07-28"]
+    added_by: dict[str, list[float]] = {name: [] for name in fronts}
+    for _ in range(7):
+        bare = await _per_request(_app, headers, 20_000)
+        for name, front in fronts.items():
+            added_by[name].append(await _per_request(front, headers, 20_000) - bare)
+    for name, added in added_by.items():
+        print(f"2026-07-28, the whole front through {name}: adds {statistics.median(added):.2f} µs per request "
               f"(rounds {min(added):.2f}-{max(added):.2f})")  # fmt: skip
     for body in (BODY, LARGE):
         for name, check in (("id scan", needs_parse), ("pydantic-core parse", pydantic_core.from_json)):

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
@@ -48,6 +47,7 @@ from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
+from gateway.root_app import GatewayApp
 from gateway.settings import AdapterSettings, Settings
 from gateway.signer import CACHE_SECONDS, Signer
 from gateway.store.audit import RedisStreamAuditSink
@@ -298,8 +298,9 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
-def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Starlette:
-    """The gateway's ASGI app. `tools` defaults to those of the adapters `settings` enables."""
+def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
+    """The gateway's ASGI app (a Starlette app that serves ``/mcp`` directly: `gateway.root_app`). `tools`
+    defaults to those of the adapters `settings` enables."""
     declared = list(tools) if tools is not None else tools_for(settings)
     gateway = build_gateway(settings, declared)
     surface = McpSurface(
@@ -343,7 +344,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
            *protected_resource_routes(settings.oauth), jwks_route(gateway.signer)]  # fmt: skip
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
@@ -353,7 +354,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
         finally:
             await gateway.aclose()
 
-    app = Starlette(
+    app = GatewayApp(
+        fast_path="/mcp",
         routes=[
             Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
             *ops,
@@ -362,7 +364,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> St
             *console_routes(),
         ],
         lifespan=lifespan,
-        # Outermost: a span per admin and registry request, and the access log (gateway.http_telemetry).
+        # Around every route, /mcp's direct one too: a span per admin and registry request, and the access log
+        # (gateway.http_telemetry).
         middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway

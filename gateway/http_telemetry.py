@@ -1,7 +1,7 @@
 """The HTTP edge's telemetry: a span per admin, registry and operations request, and the access log.
 
-Who uses it: the composition root wraps the whole Starlette app in `HttpTelemetry`. It decides
-nothing and answers nothing itself.
+Who uses it: the composition root wraps every route in `HttpTelemetry`, the one `gateway.root_app` serves
+directly (``/mcp``) as well. It decides nothing and answers nothing itself.
 
 Spans follow the OpenTelemetry HTTP server conventions (kind SERVER, ``http.request.method``,
 ``url.path``, ``http.response.status_code``, ``error.type`` for a 5xx), parented on the request's

@@ -26,8 +26,9 @@ the per-request ``_meta`` envelope, the ``tools/call`` params, ``Mcp-Param-*`` h
 else, or any doubt, goes on to the SDK unchanged, where the executor decides as for every call; a
 handshake-era session's calls are refused there too, without a Redis round trip.
 
-Cost on the path of every other call: a scan of the header lines and, for a ``tools/call`` of a
-principal the limiter holds nothing against, one dict lookup. Nothing here parses the body then.
+Cost on the path of every other call: the header facts the edge already read (`gateway.mcp_headers`)
+and, for a ``tools/call`` of a principal the limiter holds nothing against, one dict lookup. Nothing
+here parses the body then.
 """
 
 from __future__ import annotations
@@ -54,21 +55,19 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.asgi_replay import replay_body, replay_messages
+from gateway.asgi_replay import replay_body, replay_message
 from gateway.auth import caller_of
 from gateway.codes import Code
 from gateway.envelope import Envelope
 from gateway.executor import HeldRefusal
 from gateway.flood_audit import FloodAudit
+from gateway.mcp_headers import mcp_headers
 from gateway.mcp_tasks import tool_result
 from gateway.metrics import count_edge_refusal
 from gateway.principal import Principal
 
 __all__ = ["BudgetFront"]
 
-_VERSION: Final = b"mcp-protocol-version"
-_METHOD: Final = b"mcp-method"
-_NAME: Final = b"mcp-name"
 _TOOLS_CALL: Final = b"tools/call"
 _MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 
@@ -110,17 +109,11 @@ class BudgetFront:
         if principal is None:
             await self.app(scope, receive, send)
             return
-        version = method = name = None
-        for key, value in scope["headers"]:
-            if key == _VERSION:
-                version = value
-            elif key == _METHOD:
-                method = value
-            elif key == _NAME:
-                name = value
+        facts = mcp_headers(scope)  # read once for the whole edge
+        name = facts.name
         tool = decode_header_value(name.decode("latin-1")) if name is not None else None
         held = None
-        if version in _MODERN and method == _TOOLS_CALL and tool is not None:
+        if facts.version in _MODERN and facts.method == _TOOLS_CALL and tool is not None:
             held = self._held(principal, tool)
         if held is None or tool is None:
             await self.app(scope, receive, send)
@@ -219,7 +212,7 @@ async def _body(receive: Receive) -> tuple[bytes | None, Receive]:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return None, replay_messages([message], receive)
+            return None, replay_message(message, receive)
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             body = b"".join(chunks)

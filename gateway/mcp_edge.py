@@ -4,7 +4,8 @@ Two ASGI layers around ``/mcp``, composed by the root as
 ``HeaderChecks(BearerAuth(MessageChecks(surface.asgi)))``. Each fixes one measured gap of the
 SDK (mcp 2.3.0) and leaves everything the SDK already answers correctly to the SDK:
 
-`HeaderChecks`, before authentication, looks at the header lines only:
+`HeaderChecks`, before authentication, looks at the header lines only (read once for the whole
+edge, `gateway.mcp_headers`):
 
 * a ``Host`` the gateway does not answer to is 421 and an ``Origin`` it does not serve is 403
   (DNS-rebinding protection, always on; a request without ``Origin`` passes, as a non-browser
@@ -55,6 +56,7 @@ from gateway.asgi_replay import replay_body
 from gateway.audit import AuditEvent, AuditSink
 from gateway.auth import caller_of
 from gateway.codes import Code
+from gateway.mcp_headers import OWS, SINGLE, mcp_headers
 
 __all__ = ["MAX_BODY_BYTES", "HeaderChecks", "MessageChecks", "bad_id_or_batch", "needs_parse"]
 
@@ -66,28 +68,12 @@ make the gateway buffer and parse four times as much before any tool schema coul
 ACTION: Final = "mcp.reject"
 """The audit action of every refusal made here."""
 
-_AUTHORIZATION: Final = b"authorization"
-_HOST: Final = b"host"
-_ORIGIN: Final = b"origin"
-_PROTOCOL_VERSION: Final = b"mcp-protocol-version"
-_SESSION_ID: Final = b"mcp-session-id"
-_CONTENT_LENGTH: Final = b"content-length"
-_MCP_PREFIX: Final = b"mcp-"
-_OWS: Final = b" \t"
 _HANDSHAKE_VERSIONS: Final = frozenset(v.encode() for v in HANDSHAKE_PROTOCOL_VERSIONS)
-_SINGLE: Final = {
-    _AUTHORIZATION: "Authorization",
-    _HOST: "Host",
-    _ORIGIN: "Origin",
-    _SESSION_ID: "Mcp-Session-Id",
-    _PROTOCOL_VERSION: "MCP-Protocol-Version",
-    b"mcp-method": "Mcp-Method",
-    b"mcp-name": "Mcp-Name",
-}
-"""Headers a request may carry once: the checks here and the SDK behind could each read a different
-one of two lines (a Host this gateway admits, and one it does not)."""
-_ROUTING: Final = frozenset({_PROTOCOL_VERSION, b"mcp-method", b"mcp-name"})
-"""Of those, the ones that say what the request is; two of them are a header mismatch (-32020)."""
+_SESSION_ID: Final = b"mcp-session-id"
+_MCP_PREFIX: Final = b"mcp-"
+_ROUTING: Final = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
+"""Of the headers a request may carry once (`SINGLE`), the ones that say what the request is; two of
+them are a header mismatch (-32020)."""
 
 # An "id" member whose value does not start as a string or an integer (an integer is digits not
 # followed by a fraction or an exponent). A member name can also be written with \u escapes, so any
@@ -162,7 +148,7 @@ class HostPatterns:
 
 class HeaderChecks:
     """Refuse foreign ``Host``/``Origin`` values and a second line of any header a request carries once
-    (`_SINGLE`: ``Authorization``, ``Host``, ``Origin``, ``Mcp-Session-Id``, the routing headers); trim
+    (`SINGLE`: ``Authorization``, ``Host``, ``Origin``, ``Mcp-Session-Id``, the routing headers); trim
     ``Mcp-*`` values.
 
     Sits outside `BearerAuth`: a request it refuses is never authenticated.
@@ -182,45 +168,32 @@ class HeaderChecks:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = scope["headers"]
-        authorizations = 0
-        host = origin = duplicated = b""
-        seen: set[bytes] = set()
-        trimmed: list[tuple[bytes, bytes]] | None = None
-        for index, (raw_name, value) in enumerate(headers):
-            name = raw_name.lower()  # ASGI servers lowercase names; a server that does not must not slip past
-            if name in _SINGLE:
-                if name in seen:
-                    duplicated = duplicated or name
-                seen.add(name)
-            if name == _AUTHORIZATION:
-                authorizations += 1
-            elif name == _HOST:
-                host = value
-            elif name == _ORIGIN:
-                origin = value
-            elif name.startswith(_MCP_PREFIX) and value and (value[0] in _OWS or value[-1] in _OWS):
-                if trimmed is None:
-                    trimmed = list(headers)
-                trimmed[index] = (raw_name, value.strip(_OWS))
-        if duplicated:  # which of two lines a later reader takes is not ours to guess: refuse both
-            reason = f"the {_SINGLE[duplicated]} header appears more than once"
-            if authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
+        facts = mcp_headers(scope)
+        if facts.duplicated:  # which of two lines a later reader takes is not ours to guess: refuse both
+            reason = f"the {SINGLE[facts.duplicated]} header appears more than once"
+            if facts.authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
                 await self._audit.record(_event(scope, Code.INVALID_REQUEST, reason))
-            rpc_code = HEADER_MISMATCH if duplicated in _ROUTING else INVALID_REQUEST
+            rpc_code = HEADER_MISMATCH if facts.duplicated in _ROUTING else INVALID_REQUEST
             await _refuse(send, 400, rpc_code, Code.INVALID_REQUEST, reason)
             return
-        if not self._hosts.admits(host) or (origin and not self._origins.admits(origin)):
-            foreign = "Host" if not self._hosts.admits(host) else "Origin"
+        host_admitted = self._hosts.admits(facts.host)
+        if not host_admitted or (facts.origin and not self._origins.admits(facts.origin)):
+            foreign = "Host" if not host_admitted else "Origin"
             reason = f"the {foreign} header names a site this gateway does not serve"
-            if authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
+            if facts.authorizations:  # a credential was presented: audited, as BearerAuth audits a bad key
                 await self._audit.record(_event(scope, _FOREIGN[foreign], reason))
             status = 421 if foreign == "Host" else 403
             await _refuse(send, status, INVALID_REQUEST, _FOREIGN[foreign], reason)
             return
-        if trimmed is not None:
-            scope["headers"] = trimmed
+        if facts.padded:
+            scope["headers"] = _trimmed(facts.source)
         await self.app(scope, receive, send)
+
+
+def _trimmed(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` with SP and HTAB trimmed from both ends of every ``Mcp-*`` value (names in any casing)."""
+    return [(name, value.strip(OWS)) if name.lower().startswith(_MCP_PREFIX) else (name, value)
+            for name, value in headers]  # fmt: skip
 
 
 class MessageChecks:
@@ -235,18 +208,10 @@ class MessageChecks:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session = False
-        version: bytes | None = None
-        length: bytes | None = None
-        for name, value in scope["headers"]:
-            if name == _SESSION_ID:
-                session = True
-            elif name == _PROTOCOL_VERSION:
-                version = value
-            elif name == _CONTENT_LENGTH:
-                length = value
+        facts = mcp_headers(scope)
+        session, version = facts.session, facts.version
         if scope["method"] == "POST":
-            body = await self._body(scope, receive, send, length)
+            body = await self._body(scope, receive, send, facts.length)
             if body is None:
                 return
             if needs_parse(body) and (reason := bad_id_or_batch(body)) is not None:

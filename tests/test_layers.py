@@ -68,6 +68,8 @@ PLACES: dict[str, int] = {
     "gateway.audit_forwarder": SURFACE,
     "gateway.ops_api": SURFACE,
     "gateway.http_telemetry": SURFACE,
+    "gateway.root_app": SURFACE,
+    "gateway.mcp_headers": SURFACE,
     # 2. the per-caller catalog
     "gateway.catalog": CATALOG,
     # 3. the executor, and the services that decide beside it
