@@ -26,7 +26,6 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
-from gateway.audit_secret import SECRET_FILE
 from gateway.card import CardState
 from gateway.demo import register_demo_manifest
 from gateway.log_context import bind_key_id
@@ -39,6 +38,7 @@ from gateway.store.ledger import RedisLedger
 from gateway.tracing import tracer
 from tests.support.agents import agent, payload
 from tests.support.redis_server import free_port
+from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.tracing import recording
 
 pytestmark = pytest.mark.anyio
@@ -70,8 +70,11 @@ async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
     """Every line is a JSON object with the standard fields; access lines name the key id; no credential
     minted in the flow (keys, backend tokens, signing keys, the audit secret, the metrics token) appears."""
     metrics_token = secrets.token_urlsafe(24)
+    # The audit secret is the one the fixture's signing key is stored with: a demo's own would make that key
+    # unreadable, and an approved card waits (DEFERRED) for a key it can sign with.
     settings = Settings(redis_url=redis_url, demo=True, port=free_port(), data_dir=tmp_path,
-                        metrics_token=Secret(metrics_token), log_format="json", access_log=True)  # fmt: skip
+                        audit_secret=Secret(TEST_AUDIT_SECRET), metrics_token=Secret(metrics_token),
+                        log_format="json", access_log=True)  # fmt: skip
     configure_logging("json", access_log=True, stream=captured)
     store = KeyStore(redis)
     agent_token, agent_record = await store.create(kind=KeyKind.AGENT, subject="demo@acme.example", org="acme",
@@ -115,7 +118,7 @@ async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
             for adapter in ready.adapters.values():
                 minted += [str(value) for value in (adapter.token, adapter.signing_key) if value is not None]
             minted += [ready.secrets["EXPENSES_BACKEND_TOKEN"], ready.secrets["EXPENSES_SIGNING_KEY"]]
-    minted.append((tmp_path / SECRET_FILE).read_text().strip())
+    minted.append(TEST_AUDIT_SECRET)
 
     text = captured.getvalue()
     lines = [json.loads(line) for line in text.splitlines()]
