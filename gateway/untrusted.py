@@ -18,7 +18,7 @@ import copy
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
@@ -92,19 +92,23 @@ def _holds_marked(annotation: Any) -> bool:
         return _mentions(annotation, frozenset())
 
 
+Scrub = Callable[[Any], Any]
+"""A value, as validated for one annotation, with the marked strings in it withheld."""
+
+
 @cache
-def _plan(model: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
-    """``(field name, annotation)`` of each field of `model` that can hold marked text.
+def _plan(model: type[BaseModel]) -> tuple[tuple[str, Scrub], ...]:
+    """``(field name, its scrubber)`` of each field of `model` that can hold marked text.
 
     A field marked as a whole (``body: Untrusted``, where pydantic moves the mark into the field's
     metadata) gets its annotation wrapped again, so one walk handles both spellings.
     """
-    plan: list[tuple[str, Any]] = []
+    plan: list[tuple[str, Scrub]] = []
     for name, info in model.model_fields.items():
         if _marks(info.metadata):
-            plan.append((name, Annotated[info.annotation, UntrustedText()]))
+            plan.append((name, _scrubber(Annotated[info.annotation, UntrustedText()])))
         elif _holds_marked(info.annotation):
-            plan.append((name, info.annotation))
+            plan.append((name, _scrubber(info.annotation)))
     return tuple(plan)
 
 
@@ -118,51 +122,122 @@ def withhold_untrusted(instance: M) -> M:
     plan = _plan(type(instance))
     if not plan:
         return instance
-    return instance.model_copy(update={name: _scrub(annotation, getattr(instance, name)) for name, annotation in plan})
+    return instance.model_copy(update={name: scrub(getattr(instance, name)) for name, scrub in plan})
 
 
-def _scrub(annotation: Any, value: Any) -> Any:
-    """`value`, as validated for `annotation`, with the marked strings in it withheld."""
-    if value is None:
-        return None
+def _scrubber(annotation: Any) -> Scrub:
+    """The scrubber of `annotation`, taken apart once: a read runs it on every answer."""
+    try:
+        return _cached_scrubber(annotation)
+    except TypeError:  # an unhashable annotation (metadata without __hash__): no cache
+        return _compile(annotation)
+
+
+@cache
+def _cached_scrubber(annotation: Any) -> Scrub:
+    return _compile(annotation)
+
+
+def _compile(annotation: Any) -> Scrub:
+    """What withholding does to a value of `annotation`, decided by the annotation alone.
+
+    Only the value's own shape is looked at per call: None stays None, a model is scrubbed by its own
+    class's plan (`withhold_untrusted`), and a value of another shape than its annotation (one member
+    of a union) is passed on as it is, for the member that describes it.
+    """
     origin = get_origin(annotation)
     if origin is Annotated:
         base, *metadata = get_args(annotation)
-        return _withhold_all(value) if _marks(metadata) else _scrub(base, value)
-    if isinstance(value, BaseModel):
-        return withhold_untrusted(value)  # its own class says which of its fields are marked
+        inner = _withhold_all if _marks(metadata) else _scrubber(base)
+        return lambda value: None if value is None else inner(value)
+    shaped = _shaped(annotation, origin)
+    return lambda value: (
+        None if value is None else withhold_untrusted(value) if isinstance(value, BaseModel) else shaped(value)
+    )
+
+
+def _shaped(annotation: Any, origin: Any) -> Scrub:
+    """The scrubber of `annotation` (not an `Annotated` one) for a value that is neither None nor a model."""
     if origin in _UNIONS:
         # Each member scrubs only what has its shape, and scrubbing only ever withholds more.
-        for member in get_args(annotation):
-            value = _scrub(member, value)
-        return value
+        members = tuple(_scrubber(member) for member in get_args(annotation))
+
+        def union(value: Any) -> Any:
+            for scrub in members:
+                value = scrub(value)
+            return value
+
+        return union
     if not _holds_marked(annotation):
-        return value
+        return _unchanged
     args = get_args(annotation)
     hints = _hints(annotation)
-    if hints is not None and isinstance(value, Mapping):  # a TypedDict
-        return {key: _scrub(hints.get(key, Any), item) for key, item in value.items()}
-    if hints is not None and dataclasses.is_dataclass(value):
-        return _replaced(value, {name: _scrub(hints[name], getattr(value, name)) for name in hints})
+    if hints is not None:
+        # Taken apart when first used: a dataclass or TypedDict may name itself in its own fields.
+        fields = {name: _Lazy(hint) for name, hint in hints.items()}
+        anything = _Lazy(Any)
+
+        def record(value: Any) -> Any:
+            if isinstance(value, Mapping):  # a TypedDict
+                return {key: fields.get(key, anything)(item) for key, item in value.items()}
+            if dataclasses.is_dataclass(value):
+                return _replaced(value, {name: scrub(getattr(value, name)) for name, scrub in fields.items()})
+            return _withhold_all(value)  # a NamedTuple, or another shape of a value of this record's class
+
+        return record
     if origin in (dict, typing.Mapping, typing.MutableMapping):
-        if not isinstance(value, Mapping):
-            return value  # another member of a union describes this value, and scrubs it
         key_type, item_type = args if len(args) == 2 else (Any, Any)
         marked_keys = _holds_marked(key_type)
-        return {
-            (_withheld_key(index) if marked_keys else key): _scrub(item_type, item)
-            for index, (key, item) in enumerate(value.items())
-        }
+        item_scrub = _scrubber(item_type)
+
+        def mapping_of(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                return value  # another member of a union describes this value, and scrubs it
+            return {
+                (_withheld_key(index) if marked_keys else key): item_scrub(item)
+                for index, (key, item) in enumerate(value.items())
+            }
+
+        return mapping_of
     if origin in _COLLECTIONS:
-        if not isinstance(value, list | tuple | set | frozenset):
-            return value  # as above
         if origin is tuple and args and args[-1] is not Ellipsis:
-            items = [_scrub(item_type, item) for item_type, item in zip(args, value, strict=False)]
-        else:
-            items = [_scrub(args[0] if args else Any, item) for item in value]
-        return _rebuilt(value, items)
+            positions = tuple(_scrubber(item_type) for item_type in args)
+
+            def fixed_tuple(value: Any) -> Any:
+                if not isinstance(value, list | tuple | set | frozenset):
+                    return value  # as above
+                return _rebuilt(value, [scrub(item) for scrub, item in zip(positions, value, strict=False)])
+
+            return fixed_tuple
+        item_scrub = _scrubber(args[0] if args else Any)
+
+        def collection_of(value: Any) -> Any:
+            if not isinstance(value, list | tuple | set | frozenset):
+                return value  # as above
+            return _rebuilt(value, [item_scrub(item) for item in value])
+
+        return collection_of
     # A shape not taken apart here (a NamedTuple, an unusual generic) that can hold marked text.
-    return _withhold_all(value)
+    return _withhold_all
+
+
+def _unchanged(value: Any) -> Any:
+    return value
+
+
+class _Lazy:
+    """The scrubber of `annotation`, compiled on its first call."""
+
+    __slots__ = ("_annotation", "_scrub")
+
+    def __init__(self, annotation: Any) -> None:
+        self._annotation = annotation
+        self._scrub: Scrub | None = None
+
+    def __call__(self, value: Any) -> Any:
+        if self._scrub is None:
+            self._scrub = _scrubber(self._annotation)
+        return self._scrub(value)
 
 
 def _withhold_all(value: Any) -> Any:

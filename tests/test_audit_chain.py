@@ -6,6 +6,10 @@ by the gateway's sink, and read back as the trail reads them.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 from typing import Any
 
 import anyio
@@ -133,3 +137,15 @@ def test_any_change_to_a_field_or_an_entry_fails_the_check(
         millis, _, seq = entry_id.partition("-")
         mutated[at] = (f"{int(millis) + 1}-{seq}", fields)
     assert _check(mutated, head) is not None
+
+
+def test_the_compact_mac_is_the_first_128_bits_of_hmac_sha256_under_each_secret_in_turn() -> None:
+    """The MAC is the documented HMAC-SHA256 of the documented message, whichever secret came before it:
+    the keyed state `entry_mac` reuses belongs to one secret only."""
+    fields = {"a": "1", "o": "1", "t": "rooms_availability", "m": "ignored", "q": "7"}
+    previous = ChainHead(mac="AAAAAAAAAAAAAAAAAAAAAA", seq=6, id="1764600000000-6")
+    message = json.dumps(["countersign.audit.2", previous.mac, previous.id, "7", "a", "1", "o", "1",
+                          "t", "rooms_availability"], separators=(",", ":")).encode()  # fmt: skip
+    for secret in (SECRET, b"another secret", SECRET):
+        digest = hmac.new(secret, message, hashlib.sha256).digest()[:16]
+        assert entry_mac(secret, previous, 7, fields) == base64.urlsafe_b64encode(digest).rstrip(b"=").decode()

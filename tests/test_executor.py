@@ -76,6 +76,18 @@ async def test_bad_arguments_give_validation_error_with_field_details(
     assert audit.events[-1].code == "VALIDATION_ERROR"
 
 
+@pytest.mark.parametrize("name", ["idempotency_key", "Dedup-Token", "x" * 80 + "_idempotency"])
+async def test_a_key_argument_is_refused_on_every_call_whatever_its_length(name: str) -> None:
+    """An argument that would choose an idempotency key is refused each time it is sent, short names (whose
+    verdict is remembered) and long ones alike, before the arguments are validated."""
+    executor, audit = _executor(read_tool())
+    for _ in range(2):
+        envelope = await executor.execute(STAFF, "demo_echo", {"text": "x", name: "mine"})
+        details = envelope.for_model()["error"]["details"]["errors"]
+        assert [(d["field"], d["type"]) for d in details] == [(name, "server_minted_key")]
+    assert [e.reason for e in audit.events] == ["agent supplied an idempotency key"] * 2
+
+
 async def test_forbidden_tool_with_bad_arguments_still_says_permission_denied() -> None:
     """Access is checked before the arguments, so validation leaks nothing about a hidden tool."""
     executor, _ = _executor(read_tool(access=Access.roles("manager")))

@@ -63,7 +63,16 @@ from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
 from gateway.executor.proposals import proposal_for
 from gateway.executor.read_memory import ReadMemory, audit_fields
-from gateway.executor.refusals import error_summary, failure, retry, spent, wait, with_acting_client
+from gateway.executor.refusals import (
+    error_summary,
+    failure,
+    key_fields,
+    minted_keys,
+    retry,
+    spent,
+    wait,
+    with_acting_client,
+)
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.limiter import RateLimiter
 from gateway.limits import Limits
@@ -73,7 +82,7 @@ from gateway.preview import Preview
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.provenance import history_owner
-from gateway.tool import Mode, Tool, is_key_field
+from gateway.tool import Mode, Tool
 from gateway.toolbox import ToolSource
 from gateway.tracing import annotate
 from gateway.untrusted import withhold_untrusted
@@ -167,16 +176,10 @@ class AgentPath:
 
         # 3. Input validation against the same closed model the catalog's schema came from. An
         #    agent that tries to choose an idempotency key is told keys are the gateway's.
-        supplied_keys = sorted(field for field in (arguments or {}) if is_key_field(field))
+        supplied_keys = key_fields(arguments or {})
         if supplied_keys:
             refusal = Decision.deny(Code.VALIDATION_ERROR, "agent supplied an idempotency key")
-            details = {
-                "errors": [
-                    {"field": f, "type": "server_minted_key", "message": "idempotency keys are minted by the gateway"}
-                    for f in supplied_keys
-                ]
-            }
-            return await self._refuse(principal, name, refusal, started, details=details)
+            return await self._refuse(principal, name, refusal, started, details=minted_keys(supplied_keys))
         try:
             args = tool.arguments.model_validate(arguments or {})
         except ValidationError as error:

@@ -2,12 +2,13 @@
 
 Pure functions of a verdict or an error (`gateway.executor.agent` is their one user): a budget's
 refusal, a backend's failure (its own words for the audit only), a validation error without its
-input, and the acting agent of a delegated call.
+input, the arguments that would choose an idempotency key, and the acting agent of a delegated call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,8 +18,9 @@ from gateway.decision import Decision
 from gateway.errors import UpstreamError, UpstreamRateLimitedError, UpstreamRefusedError
 from gateway.limiter import RateVerdict
 from gateway.principal import Principal
+from gateway.tool import is_key_field
 
-__all__ = ["error_summary", "failure", "retry", "spent", "wait", "with_acting_client"]
+__all__ = ["error_summary", "failure", "key_fields", "minted_keys", "retry", "spent", "wait", "with_acting_client"]
 
 
 def with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
@@ -53,3 +55,29 @@ def error_summary(error: ValidationError) -> list[dict[str, Any]]:
         {"field": ".".join(str(part) for part in item["loc"]), "type": item["type"], "message": item["msg"]}
         for item in error.errors(include_url=False, include_input=False)
     ]
+
+
+_KNOWN_NAME_CHARS = 64
+"""Argument names up to this long have their `is_key_field` verdict remembered: a bounded cache of
+bounded names, so an agent cannot pin large strings in memory with it."""
+
+
+def key_fields(arguments: Iterable[str]) -> list[str]:
+    """The argument names that would let the caller choose an idempotency key (`is_key_field`), sorted."""
+    return sorted(name for name in arguments if _is_key_field(name))
+
+
+def minted_keys(fields: Iterable[str]) -> dict[str, Any]:
+    """The refusal's details for `key_fields`: keys are the gateway's."""
+    message = "idempotency keys are minted by the gateway"
+    return {"errors": [{"field": f, "type": "server_minted_key", "message": message} for f in fields]}
+
+
+def _is_key_field(name: str) -> bool:
+    # Remembered: every call of a tool sends the same few names, and each check lowercases, strips and searches.
+    return _remembered_key_field(name) if len(name) <= _KNOWN_NAME_CHARS else is_key_field(name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _remembered_key_field(name: str) -> bool:
+    return is_key_field(name)

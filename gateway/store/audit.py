@@ -43,37 +43,44 @@ __all__ = ["Along", "RedisStreamAuditSink", "audit_keys", "entry_fields"]
 logger = logging.getLogger(__name__)
 
 _APPEND = """
+local a, at = {}, 1
+for size in string.gmatch(ARGV[2], '%%d+') do
+  a[#a + 1] = string.sub(ARGV[1], at, at + tonumber(size) - 1)
+  at = at + tonumber(size)
+end
 local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')
 local mac = head[1] or ''
-if mac ~= ARGV[1] then
-  return {0, mac, head[2] or '0', head[3] or ''}
+if mac ~= a[1] then
+  return {mac, head[2] or '0', head[3] or ''}
 end
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local newest = tonumber(string.match(head[3] or '', '^(%%d+)-') or '0')
 if newest > ms then ms = newest end
 %s
-local blob, at = ARGV[5 + tonumber(ARGV[4])], 1
-local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, ARGV[2])}
-for size in string.gmatch(ARGV[6 + tonumber(ARGV[4])], '%%d+') do
-  args[#args + 1] = string.sub(blob, at, at + tonumber(size) - 1)
-  at = at + tonumber(size)
+local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, a[2])}
+for i = 5 + tonumber(a[4]), #a do
+  args[#args + 1] = a[i]
 end
 args[#args + 1] = 'm'
-args[#args + 1] = ARGV[3]
+args[#args + 1] = a[3]
 local id = redis.pcall(unpack(args))
 if type(id) == 'table' and id.err then
   args[3] = '*'
   args[#args + 1] = 'q'
-  args[#args + 1] = ARGV[2]
+  args[#args + 1] = a[2]
   id = redis.call(unpack(args))
 end
-redis.call('HSET', KEYS[2], 'mac', ARGV[3], 'seq', ARGV[2], 'id', id)
-return {1, id}
+redis.call('HSET', KEYS[2], 'mac', a[3], 'seq', a[2], 'id', id)
+return id
 """
-"""ARGV: the head the MAC was computed from, the entry's sequence number, its MAC, the count of the
-`Along` write's arguments and those arguments, then the entry's stored fields (names and values in
-turn) as one string and their byte sizes, comma-separated. ``%s`` takes the `Along` write's Lua."""
+"""ARGV: one string and its parts' byte sizes, comma-separated, which the script cuts into ``a``: the
+head the MAC was computed from, the entry's sequence number, its MAC, the count of the `Along`
+write's arguments and those arguments, then the entry's stored fields (names and values in turn).
+redis-py packs each argument of a command in turn, and each costs it about a microsecond: 2 cost
+it less than the 9 or more these would be. It answers the new entry's id, or the head it found
+(MAC, sequence number, id) when that is not the one the MAC was computed from. ``%s`` takes the
+`Along` write's Lua."""
 
 _MAX_ATTEMPTS = 50
 """Appends retried after another process moved the head first; each retry costs one round trip."""
@@ -83,8 +90,8 @@ _MAX_ATTEMPTS = 50
 class Along:
     """A write sent in the same script as an append, after its head check and before its ``XADD``.
 
-    `lua` reads its keys as ``KEYS[3]``, ``KEYS[4]``... and its arguments as ``ARGV[5]``,
-    ``ARGV[6]``... (`keys` and `args`, in order); it must not return. Its keys must share the
+    `lua` reads its keys as ``KEYS[3]``, ``KEYS[4]``... and its arguments, as strings, as ``a[5]``,
+    ``a[6]``... (`keys` and `args`, in order); it must not return. Its keys must share the
     stream's Cluster slot unless the deployment is a single node."""
 
     lua: str
@@ -149,25 +156,26 @@ class RedisStreamAuditSink:
 
     async def _append_chained(self, event: AuditEvent, secret: bytes, along: Along | None) -> bool:
         fields = event.to_stored()
-        # The event's names and values go as one argument and their sizes, which the script cuts apart:
-        # redis-py packs each argument of a command in turn, and 16 of them cost it twice what 2 do.
-        parts = [part.encode() for pair in fields.items() for part in pair]
-        packed, sizes = b"".join(parts), ",".join([str(len(part)) for part in parts])
         lua, keys, extra = ("", (), ()) if along is None else (along.lua, along.keys, along.args)
+        # What follows the head, the sequence number and the MAC, packed once for every attempt.
+        tail = [str(len(extra)).encode(), *(str(arg).encode() for arg in extra)]
+        tail += [part.encode() for pair in fields.items() for part in pair]
+        packed, sizes = b"".join(tail), ",".join([str(len(part)) for part in tail])
         script = self._scripts.get(lua)
         if script is None:
             script = self._scripts[lua] = self._client.register_script(_APPEND % lua)
         for _attempt in range(_MAX_ATTEMPTS):
             seq = self._head.seq + 1
             mac = entry_mac(secret, self._head, seq, fields)
+            head = (self._head.mac.encode(), str(seq).encode(), mac.encode())
             answer: Any = await script(
                 keys=[self._stream, self._head_key, *keys],
-                args=[self._head.mac, seq, mac, len(extra), *extra, packed, sizes],
+                args=[b"".join((*head, packed)), f"{len(head[0])},{len(head[1])},{len(head[2])},{sizes}"],
             )
-            if int(answer[0]) == 1:
-                self._head = ChainHead(mac=mac, seq=seq, id=_text(answer[1]))
+            if not isinstance(answer, list):  # the new entry's id
+                self._head = ChainHead(mac=mac, seq=seq, id=_text(answer))
                 return True
-            self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
+            self._head = ChainHead(mac=_text(answer[0]), seq=int(answer[1]), id=_text(answer[2]))
         logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, event.to_fields())
         return False
 

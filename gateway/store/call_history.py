@@ -44,9 +44,9 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[3])
 """
 
 _ALONG_AUDIT = """
-redis.call('LPUSH', KEYS[3], ARGV[5])
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[6]) - 1)
-redis.call('PEXPIRE', KEYS[3], ARGV[7])
+redis.call('LPUSH', KEYS[3], a[5])
+redis.call('LTRIM', KEYS[3], 0, tonumber(a[6]) - 1)
+redis.call('PEXPIRE', KEYS[3], a[7])
 """
 """`APPEND_SCRIPT` inside the audit append (`Along`): its key and arguments come after the append's."""
 
