@@ -7,7 +7,6 @@ are constructed: a bad tool fails when its adapter module is imported, not on th
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,7 +53,6 @@ Preflight = Callable[[Any, "ToolContext"], Awaitable[None]]
 any card exists. Raises `UpstreamNotFoundError` (NOT_FOUND) otherwise; it never changes anything."""
 
 
-@functools.lru_cache(maxsize=512)  # asked of every argument name of every call: the same few names
 def is_key_field(name: str) -> bool:
     """Whether an argument name would let a caller choose an idempotency key (any spelling)."""
     return bool(_KEY_FIELD.search(_NOT_LOWER.sub("", name.lower())))
