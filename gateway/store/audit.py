@@ -1,21 +1,26 @@
 """The audit trail in Redis: every allow, deny and outcome, appended to one hash-chained stream.
 
-Each entry is appended by one Lua script that reads the chain head, checks it is the one the MAC
-was computed from, XADDs the entry in its compact form (`gateway.audit_codec`) with its MAC ``m``
+Entries are appended by one Lua script that reads the chain head, checks it is the one the MACs
+were computed from, XADDs each entry in its compact form (`gateway.audit_codec`) with its MAC ``m``
 and moves the head, in one step (`gateway.audit_chain` says what the MAC covers). The entry's
-sequence number is its stream id's second part: the script adds it as ``<ms>-<seq>``, ``<ms>`` the
-Redis server's time (never before the newest entry's), so the id costs what ``*`` would and an
-entry read alone still says its place in the chain. Only a stream that already holds a later id
-(an entry not appended here) gets ``*`` and the number as a field ``q``. The MAC is computed
+sequence number is its stream id's second part, ``<ms>-<seq>``, so the id costs what ``*`` would and
+an entry read alone still says its place in the chain. ``<ms>`` is the Redis server's time (never
+before the newest entry's), as this process knows it from the last answer (its offset to the local
+clock): the sink names the ids itself, because each entry's MAC covers the id of the one before and
+appends made while one is in flight go together, in one script call (up to `MAX_BATCH`), each entry
+its own link. Before the first answer an append goes alone and the server picks its time. Only a
+stream that already holds a later id (an entry not appended here) gets ``*`` and the number as a
+field ``q``; that entry ends its batch, and the ones after it are MACed again. The MAC is computed
 here, not in Lua (Redis has no HMAC-SHA256), so the script is a compare-and-set: when another
-process appended first it answers the new head and the entry is MACed again. Every key shares
-the stream's slot: a key without braces hashes on its whole name, so ``{countersign:audit}:head``
-lands with ``countersign:audit`` in Redis Cluster.
+process appended first it answers the new head and the batch is MACed again. Every key shares the
+stream's slot: a key without braces hashes on its whole name, so ``{countersign:audit}:head`` lands
+with ``countersign:audit`` in Redis Cluster.
 
 An append can carry one more write (`Along`, e.g. the call history's for an answered read): the
-same script runs it after the head check and before the ``XADD``, so the two land together in one
-round trip, or neither does (the head check fails before any write). Its keys must be in the
-stream's slot, or the deployment a single node (Sentinel included), never a Cluster.
+same script runs it after the head check and just before its entry's ``XADD``, so the two land
+together in one round trip, or neither does (a failed write ends the batch before its entry; the
+entries before it stand). Its keys must be in the stream's slot, or the deployment a single node
+(Sentinel included), never a Cluster.
 
 If the stream cannot be written, the event goes to the process log instead, so nothing is silent
 even when Redis is down, and `record` answers False: the caller then refuses what it was auditing
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,51 +54,78 @@ for size in string.gmatch(ARGV[2], '%%d+') do
   a[#a + 1] = string.sub(ARGV[1], at, at + tonumber(size) - 1)
   at = at + tonumber(size)
 end
-local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')
-local mac = head[1] or ''
-if mac ~= a[1] then
-  return {mac, head[2] or '0', head[3] or ''}
-end
 local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')
 local newest = tonumber(string.match(head[3] or '', '^(%%d+)-') or '0')
-if newest > ms then ms = newest end
+local ms = tonumber(a[2]) or math.max(now, newest)
+if (head[1] or '') ~= a[1] or ms < newest then
+  return {0, head[1] or '', head[2] or '0', head[3] or '', now}
+end
+local function along(K, A)
 %s
-local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, a[2])}
-for i = 5 + tonumber(a[4]), #a do
-  args[#args + 1] = a[i]
 end
-args[#args + 1] = 'm'
-args[#args + 1] = a[3]
-local id = redis.pcall(unpack(args))
-if type(id) == 'table' and id.err then
-  args[3] = '*'
-  args[#args + 1] = 'q'
-  args[#args + 1] = a[2]
-  id = redis.call(unpack(args))
+local i, k, id = 4, 3, ''
+for e = 1, tonumber(a[3]) do
+  local seq, mac, keys, count = a[i], a[i + 1], tonumber(a[i + 2]), tonumber(a[i + 3])
+  local K, A = {}, {}
+  for j = 1, keys do K[j] = KEYS[k + j - 1] end
+  for j = 1, count do A[j] = a[i + 3 + j] end
+  k, i = k + keys, i + 4 + count
+  local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, seq)}
+  for j = i + 1, i + tonumber(a[i]) do args[#args + 1] = a[j] end
+  i = i + 1 + tonumber(a[i])
+  args[#args + 1] = 'm'
+  args[#args + 1] = mac
+  local ok, failure = pcall(along, K, A)
+  if not ok then
+    return {1, e - 1, id, now, tostring(failure.err or failure)}
+  end
+  id = redis.pcall(unpack(args))
+  if type(id) == 'table' and id.err then
+    args[3] = '*'
+    args[#args + 1] = 'q'
+    args[#args + 1] = seq
+    id = redis.call(unpack(args))
+    redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
+    return {1, e, id, now}
+  end
+  redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
 end
-redis.call('HSET', KEYS[2], 'mac', a[3], 'seq', a[2], 'id', id)
-return id
+return {1, tonumber(a[3]), id, now}
 """
-"""ARGV: one string and its parts' byte sizes, comma-separated, which the script cuts into ``a``: the
-head the MAC was computed from, the entry's sequence number, its MAC, the count of the `Along`
-write's arguments and those arguments, then the entry's stored fields (names and values in turn).
-redis-py packs each argument of a command in turn, and each costs it about a microsecond: 2 cost
-it less than the 9 or more these would be. It answers the new entry's id, or the head it found
-(MAC, sequence number, id) when that is not the one the MAC was computed from. ``%s`` takes the
-`Along` write's Lua."""
+"""Appends a batch of entries after one head check. ARGV: one string and its parts' byte sizes,
+comma-separated, which the script cuts into ``a``: the head the MACs were computed from, the ``<ms>``
+of every new id ('' for the server's time, clamped to the newest entry's: a batch of one), the
+number of entries, then per entry its sequence number, MAC, the number of its `Along` write's keys
+(taken from KEYS[3] on, in entry order) and of its arguments, those arguments, and its stored fields
+(a count, then names and values in turn). redis-py packs each argument of a command in turn, and
+each costs it about a microsecond: 2 cost it less than the dozens these would be.
+
+It answers ``{0, mac, seq, id, now}`` when the head is not the one the MACs were computed from
+(nothing written), else ``{1, n, id, now}``: the first ``n`` entries appended and the last one's id.
+Fewer than all were appended when an entry had to take ``*`` (the stream held a later id than it was
+given: the next entries' MACs cover an id it does not have), or, with a fifth item, the error, when
+the next entry's `Along` write failed (that entry is not appended). ``now`` is the server's time in
+ms, from which the sink keeps its offset to the process clock. ``%s`` takes the `Along` write's Lua;
+each entry's head is set as it is appended, so a script stopped by an error leaves a consistent
+chain."""
 
 _MAX_ATTEMPTS = 50
-"""Appends retried after another process moved the head first; each retry costs one round trip."""
+"""Rounds a batch is MACed again after another process moved the head first (each one round trip); rounds
+that append some of it do not count."""
+MAX_BATCH = 64
+"""Entries appended by one script call at most: a bound on its run time and its argument."""
 
 
 @dataclass(frozen=True, slots=True)
 class Along:
     """A write sent in the same script as an append, after its head check and before its ``XADD``.
 
-    `lua` reads its keys as ``KEYS[3]``, ``KEYS[4]``... and its arguments, as strings, as ``a[5]``,
-    ``a[6]``... (`keys` and `args`, in order); it must not return. Its keys must share the
-    stream's Cluster slot unless the deployment is a single node."""
+    `lua` is the body of a Lua function of ``K``, its keys, and ``A``, its arguments as strings (`keys`
+    and `args`, in order); an error it raises stops the batch before its entry (the entry is not
+    appended, the ones before it are). Its keys must share the stream's Cluster slot unless the
+    deployment is a single node."""
 
     lua: str
     keys: tuple[str, ...]
@@ -133,11 +166,19 @@ class RedisStreamAuditSink:
         self._head = GENESIS
         """The head this process last saw: right unless another process appended since."""
         self._lock: asyncio.Lock | None = None
+        self._waiting: list[_Entry] = []
+        """Entries recorded while a batch was in flight, for the next one."""
+        self._offset_ms: int | None = None
+        """The server's clock minus this process's, as of the last answer (ids are the server's time)."""
 
     async def record(self, event: AuditEvent, *, along: Along | None = None) -> bool:
         """Append `event` to the chain; False (the event logged instead) when that is not possible.
 
-        With `along`, that write lands in the same step as the entry, or (when False) neither does."""
+        With `along`, that write lands in the same step as the entry, or (when False) neither does.
+
+        One batch is in flight per process (concurrent appends from one head would all but one retry):
+        events recorded meanwhile wait, and the first of them to go on appends them all, in one script
+        call per kind of `Along` write; each caller then reads its own event's answer."""
         if event.code:  # every refusal is audited here, so here is where each is counted (by its code)
             count_refusal(event.action, event.code, _refusals(event))
         if self._secret is None:
@@ -145,39 +186,94 @@ class RedisStreamAuditSink:
             return False
         if self._lock is None:
             self._lock = asyncio.Lock()
+        entry = _Entry(event, along)
+        self._waiting.append(entry)
         try:
-            # One append in flight per process: concurrent appends from one head would all but one retry.
             async with self._lock:
-                return await self._append_chained(event, self._secret, along)
+                if entry.appended is None:  # no batch before took it: this one takes every waiting entry
+                    batch, self._waiting = self._waiting, []
+                    await self._append_all(batch, self._secret)
+        except asyncio.CancelledError:
+            if entry in self._waiting:  # its caller is gone before it was sent: it is not appended
+                self._waiting.remove(entry)
+            raise
+        return bool(entry.appended)
+
+    async def _append_all(self, batch: list[_Entry], secret: bytes) -> None:
+        """Append `batch`, setting every entry's `appended`: each `Along` kind's entries in their order."""
+        try:
+            runs: dict[str, list[_Entry]] = {}
+            for entry in batch:
+                runs.setdefault(entry.lua, []).append(entry)
+            for lua, run in runs.items():
+                await self._append_run(lua, run, secret)
         except (RedisError, OSError) as error:
             # The fallback is itself recorded, in the log, with the whole event.
-            logger.error("audit stream unavailable (%s); event: %s", type(error).__name__, event.to_fields())
-            return False
+            for entry in batch:
+                if entry.appended is None:
+                    entry.appended = False
+                    logger.error("audit stream unavailable (%s); event: %s", type(error).__name__,
+                                 entry.event.to_fields())  # fmt: skip
+        finally:
+            for entry in batch:  # cancelled mid-call: whether it landed is unknown, as after a timeout
+                if entry.appended is None:
+                    entry.appended = False
+                    logger.error("audit append interrupted; event: %s", entry.event.to_fields())
 
-    async def _append_chained(self, event: AuditEvent, secret: bytes, along: Along | None) -> bool:
-        fields = event.to_stored()
-        lua, keys, extra = ("", (), ()) if along is None else (along.lua, along.keys, along.args)
-        # What follows the head, the sequence number and the MAC, packed once for every attempt.
-        tail = [str(len(extra)).encode(), *(str(arg).encode() for arg in extra)]
-        tail += [part.encode() for pair in fields.items() for part in pair]
-        packed, sizes = b"".join(tail), ",".join([str(len(part)) for part in tail])
+    async def _append_run(self, lua: str, run: list[_Entry], secret: bytes) -> None:
         script = self._scripts.get(lua)
         if script is None:
             script = self._scripts[lua] = self._client.register_script(_APPEND % lua)
-        for _attempt in range(_MAX_ATTEMPTS):
-            seq = self._head.seq + 1
-            mac = entry_mac(secret, self._head, seq, fields)
-            head = (self._head.mac.encode(), str(seq).encode(), mac.encode())
-            answer: Any = await script(
-                keys=[self._stream, self._head_key, *keys],
-                args=[b"".join((*head, packed)), f"{len(head[0])},{len(head[1])},{len(head[2])},{sizes}"],
-            )
-            if not isinstance(answer, list):  # the new entry's id
-                self._head = ChainHead(mac=mac, seq=seq, id=_text(answer))
-                return True
-            self._head = ChainHead(mac=_text(answer[0]), seq=int(answer[1]), id=_text(answer[2]))
-        logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, event.to_fields())
-        return False
+        waiting, stale_rounds = run, 0
+        while waiting and stale_rounds < _MAX_ATTEMPTS:
+            ms = self._id_ms()
+            batch = waiting[: MAX_BATCH if ms else 1]  # the server's time: the next MAC would need the id
+            macs, parts, keys = self._batch(batch, secret, ms)
+            sizes = ",".join([str(len(part)) for part in parts])
+            answer: Any = await script(keys=[self._stream, self._head_key, *keys], args=[b"".join(parts), sizes])
+            stale = int(answer[0]) == 0
+            self._offset_ms = int(answer[4] if stale else answer[3]) - _now_ms()
+            if stale:  # another process appended first: MAC them again on its head
+                self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
+                stale_rounds += 1
+                continue
+            done = int(answer[1])
+            for entry in batch[:done]:
+                entry.appended = True
+            if done:
+                self._head = ChainHead(mac=macs[done - 1], seq=self._head.seq + done, id=_text(answer[2]))
+            if len(answer) > 4:  # the next entry's own write failed: it is not appended, the rest go on
+                failed = batch[done]
+                failed.appended = False
+                logger.error("audit append refused (%s); event: %s", _text(answer[4]), failed.event.to_fields())
+                done += 1
+            waiting = waiting[done:]
+        for entry in waiting:
+            entry.appended = False
+            logger.error("audit chain contended past %d attempts; event: %s", _MAX_ATTEMPTS, entry.event.to_fields())
+
+    def _batch(self, batch: list[_Entry], secret: bytes, ms: str) -> tuple[list[str], list[bytes], list[str]]:
+        """The MACs of `batch` chained from the head, the script's argument parts, and the `Along` keys."""
+        head = self._head
+        macs: list[str] = []
+        keys: list[str] = []
+        parts = [head.mac.encode(), ms.encode(), str(len(batch)).encode()]
+        for entry in batch:
+            seq = head.seq + 1
+            mac = entry_mac(secret, head, seq, entry.fields)
+            macs.append(mac)
+            head = ChainHead(mac=mac, seq=seq, id=f"{ms}-{seq}")
+            parts += [str(seq).encode(), mac.encode(), *entry.packed]
+            keys += entry.keys
+        return macs, parts, keys
+
+    def _id_ms(self) -> str:
+        """The ``<ms>`` of the next batch's ids: the server's time as the process clock and the offset last
+        seen say, never before the head's; '' (the server decides) before any answer told the offset."""
+        if self._offset_ms is None:
+            return ""
+        newest = self._head.id.partition("-")[0]
+        return str(max(_now_ms() + self._offset_ms, int(newest) if newest.isdigit() else 0))
 
     async def head(self) -> ChainHead:
         """The chain head as Redis keeps it: the newest entry's MAC, sequence number and id."""
@@ -199,6 +295,26 @@ class RedisStreamAuditSink:
         """Up to `count` entries (id, fields as stored, the chain's included) newer than `after_id`, oldest first."""
         answer: Any = await self._client.xrange(self._stream, min=f"({after_id}" if after_id else "-", count=count)
         return entry_fields(answer or [])
+
+
+class _Entry:
+    """One recorded event on its way into a batch, and its answer once the batch is done."""
+
+    __slots__ = ("appended", "event", "fields", "keys", "lua", "packed")
+
+    def __init__(self, event: AuditEvent, along: Along | None) -> None:
+        self.event = event
+        self.fields = event.to_stored()
+        self.lua, self.keys, extra = ("", (), ()) if along is None else (along.lua, along.keys, along.args)
+        # What follows the sequence number and the MAC among the script's argument parts, packed once.
+        self.packed = [str(len(self.keys)).encode(), str(len(extra)).encode(), *(str(arg).encode() for arg in extra),
+                       str(2 * len(self.fields)).encode(),
+                       *(part.encode() for pair in self.fields.items() for part in pair)]  # fmt: skip
+        self.appended: bool | None = None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _refusals(event: AuditEvent) -> int:

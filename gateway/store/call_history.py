@@ -44,9 +44,9 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[3])
 """
 
 _ALONG_AUDIT = """
-redis.call('LPUSH', KEYS[3], a[5])
-redis.call('LTRIM', KEYS[3], 0, tonumber(a[6]) - 1)
-redis.call('PEXPIRE', KEYS[3], a[7])
+redis.call('LPUSH', K[1], A[1])
+redis.call('LTRIM', K[1], 0, tonumber(A[2]) - 1)
+redis.call('PEXPIRE', K[1], A[3])
 """
 """`APPEND_SCRIPT` inside the audit append (`Along`): its key and arguments come after the append's."""
 
