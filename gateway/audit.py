@@ -70,7 +70,7 @@ class AuditEvent:
     latency_ms: float | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
     id: str = ""
-    """Stream id once stored (its first part is the Redis server's time in ms)."""
+    """Stream id once stored (its first part is the Redis server's time in ms, as the appending process knows it)."""
 
     def __post_init__(self) -> None:
         for name in _TEXT_FIELDS:

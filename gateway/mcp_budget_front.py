@@ -162,7 +162,12 @@ class BudgetFront:
         """The request's id and protocol version when the SDK's own checks of the request all pass and it
         names `tool`; None otherwise (then the SDK, not this, answers whatever is wrong)."""
         lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
-        if not check_accept_headers(Request(scope))[0] or find_duplicated_routing_header(lines) is not None:
+        # The SDK's own first checks: a JSON body (else 400), and an Accept naming JSON and, since this
+        # gateway's responses may stream, SSE (else 406).
+        content_type = next((value for name, value in lines if name == "content-type"), "")
+        if not content_type.lower().startswith("application/json") or not all(check_accept_headers(Request(scope))):
+            return None
+        if find_duplicated_routing_header(lines) is not None:
             return None
         try:
             decoded = json.loads(body)

@@ -117,8 +117,8 @@ async def test_calls_the_edge_cannot_answer_exactly_as_the_sdk_would_go_on_to_th
 ) -> None:
     """While the key's budget is held spent: a body naming another tool than its Mcp-Name header gets the
     SDK's header-mismatch error; an unknown tool reads PERMISSION_DENIED from the executor (a name is never
-    probed through the budget); an id of the wrong type is refused by the edge checks. None is counted
-    as an edge refusal."""
+    probed through the budget); an id of the wrong type is refused by the edge checks; an Accept without
+    SSE gets the SDK's 406 and a body not declared JSON its 400. None is counted as an edge refusal."""
     token = await make_key(redis)
     with gateways(redis_url, backends) as [url], anyio.fail_after(30):
         async with httpx.AsyncClient(timeout=10) as http:
@@ -128,12 +128,18 @@ async def test_calls_the_edge_cannot_answer_exactly_as_the_sdk_would_go_on_to_th
             mismatch = await http.post(url, **raw_call(token, name="rooms_list", header_name="rooms_availability"))
             unknown = await http.post(url, **raw_call(token, name="rooms_nope"))
             bad_id = await http.post(url, **raw_call(token, id=None))
+            json_only, plain = raw_call(token), raw_call(token)
+            json_only["headers"]["accept"] = "application/json"  # the SDK streams: it needs SSE accepted too
+            plain["headers"]["content-type"] = "text/plain"
+            not_acceptable = await http.post(url, **json_only)
+            not_json = await http.post(url, **plain)
             assert edge_refusals() == before
             edge = (await http.post(url, **raw_call(token))).json()
     assert mismatch.status_code == 400 and mismatch.json()["error"]["code"] == HEADER_MISMATCH
     unknown_result = unknown.json()["result"]
     assert unknown_result["structuredContent"]["error"]["code"] == "PERMISSION_DENIED"
     assert bad_id.status_code == 400
+    assert (not_acceptable.status_code, not_json.status_code) == (406, 400)
     assert edge["id"] == 7 and edge["result"]["structuredContent"]["error"]["code"] == "RATE_LIMITED"
     assert edge["result"]["resultType"] == "complete"
 
