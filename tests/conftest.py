@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from backends.expenses import create_expenses_app
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
-from tests.support.redis_server import start_redis_server
+from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 
@@ -82,13 +82,8 @@ async def quiet(quiet_redis_url: str) -> AsyncIterator[Redis]:
     """A client (bytes replies) on the database no worker drains (`quiet_redis_url`), flushed before and
     after the test: for tests that move cards (or outbox entries) by hand and must find them where they
     left them."""
-    client = Redis.from_url(quiet_redis_url)
-    try:
-        await client.flushdb()
+    async with flushed_client(quiet_redis_url) as client:
         yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture(scope="module")

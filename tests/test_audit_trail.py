@@ -10,7 +10,6 @@ import io
 import json
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -27,23 +26,13 @@ from gateway.store.audit import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_trail import AuditTrail
 from tests.support.audit_v1 import append_v1
+from tests.support.redis_server import flushed_client
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
 SECRET = TEST_AUDIT_SECRET.encode()
 QUICK = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-@contextlib.asynccontextmanager
-async def _fresh(url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(url, decode_responses=False)
-    try:
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
 
 
 async def _record(sink: RedisStreamAuditSink, count: int, start: int = 0) -> None:
@@ -68,7 +57,7 @@ def _cli(url: str, directory: Path, *args: str) -> tuple[int, str, str]:
 
 
 async def _bounded_and_complete(url: str, directory: Path, count: int, keep: int, batch: int) -> None:
-    async with _fresh(url) as client:
+    async with flushed_client(url) as client:
         sink = RedisStreamAuditSink(client, secret=SECRET)
         archive = AuditArchive(directory / "audit")
         archiver = AuditArchiver(client, archive, keep_entries=keep, keep_minutes=0, batch=batch)
@@ -103,7 +92,7 @@ def test_archive_and_trim_bound_the_stream_and_lose_nothing(
 
 
 async def _tampered(url: str, directory: Path, count: int, keep: int, kind: str, pick: int) -> None:
-    async with _fresh(url) as client:
+    async with flushed_client(url) as client:
         sink = RedisStreamAuditSink(client, secret=SECRET)
         archive = AuditArchive(directory / "audit")
         await _record(sink, count)
@@ -162,7 +151,7 @@ def test_verify_names_the_first_tampered_entry(quiet_redis_url: str, count: int,
 
 async def test_removing_the_newest_entries_is_caught_by_the_chain_head(quiet_redis_url: str, tmp_path: Path) -> None:
     """Truncating the trail's end leaves a chain that checks out entry by entry, but not against the head."""
-    async with _fresh(quiet_redis_url) as client:
+    async with flushed_client(quiet_redis_url) as client:
         await _record(RedisStreamAuditSink(client, secret=SECRET), 5)
         [(newest, _fields)] = await client.xrevrange(AUDIT_STREAM, count=1)
         await client.xdel(AUDIT_STREAM, newest)
@@ -172,7 +161,7 @@ async def test_removing_the_newest_entries_is_caught_by_the_chain_head(quiet_red
 
 async def test_two_concurrent_archivers_archive_each_entry_once(quiet_redis_url: str, tmp_path: Path) -> None:
     """Two archivers (two processes' worth: own clients) racing over one stream and directory never duplicate."""
-    async with _fresh(quiet_redis_url) as client:
+    async with flushed_client(quiet_redis_url) as client:
         sink = RedisStreamAuditSink(client, secret=SECRET)
         await _record(sink, 1200)
         archive = AuditArchive(tmp_path / "audit")
@@ -202,7 +191,7 @@ async def test_a_trail_of_old_entries_then_compact_ones_archives_verifies_and_ex
 ) -> None:
     """An upgraded gateway goes on with the chain it finds: archive, `verify`, `export` and `tail` read
     both versions, with the same logical fields, and a changed old entry is still caught."""
-    async with _fresh(quiet_redis_url) as client:
+    async with flushed_client(quiet_redis_url) as client:
         for number in range(6):
             await append_v1(client, SECRET, AuditEvent(action="tool.call", outcome="ok", tool=f"t{number}",
                                                        extra={"card_id": f"crd_1_{number:032x}"}))  # fmt: skip
@@ -240,7 +229,7 @@ async def test_an_entry_after_a_later_id_than_the_clock_takes_its_number_as_a_fi
 ) -> None:
     """A stream holding an id past the chain's (written by something else) still takes the next entry:
     appended with ``*``, its number in ``q``; `verify` names the foreign entry, and without it the chain holds."""
-    async with _fresh(quiet_redis_url) as client:
+    async with flushed_client(quiet_redis_url) as client:
         sink = RedisStreamAuditSink(client, secret=SECRET)
         await _record(sink, 2)
         foreign = "99999999999999-0"

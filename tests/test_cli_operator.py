@@ -8,7 +8,6 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from gateway.cli_parser import RESOLUTIONS, build_parser
 from gateway.settings import Settings
 from gateway.store.audit import RedisStreamAuditSink
 from gateway.store.audit_archiver import AuditArchiver
+from tests.support.redis_server import flushed_client
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -74,17 +74,6 @@ def test_a_missing_data_directory_is_a_warning_and_an_existing_one_is_named(tmp_
     assert where(Settings(data_dir=tmp_path)) == f"countersign: using data directory {tmp_path.resolve()}"
 
 
-@contextlib.asynccontextmanager
-async def _fresh(url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(url, decode_responses=False)
-    try:
-        await client.flushdb()
-        yield client
-        await client.flushdb()
-    finally:
-        await client.aclose()
-
-
 def _export(url: str, directory: Path, *args: str) -> tuple[int, list[dict[str, object]], str]:
     out, err = io.StringIO(), io.StringIO()
     environ = {"COUNTERSIGN_REDIS_URL": url, "COUNTERSIGN_DATA_DIR": str(directory),
@@ -112,7 +101,7 @@ async def test_export_keeps_the_window_across_archive_and_stream_in_both_formats
 ) -> None:
     """Three entries a millisecond apart, the first archived: --since/--until select the middle one, and
     OCSF maps each to an API Activity with its outcome, actor and chain fields."""
-    async with _fresh(quiet_redis_url) as client:
+    async with flushed_client(quiet_redis_url) as client:
         sink = RedisStreamAuditSink(client, secret=TEST_AUDIT_SECRET.encode())
         millis = []
         for number, (action, outcome) in enumerate([("key.create", "ok"), ("card.approve", "deny"), ("x", "ok")]):

