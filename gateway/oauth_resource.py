@@ -40,15 +40,13 @@ __all__ = ["JWKS_PATH", "ScopeChecks", "jwks_route", "protected_resource_routes"
 _ROOT = "/.well-known/oauth-protected-resource"
 
 
-def resource_server(config: OAuthSection, app: ASGIApp, *, audit: AuditSink) -> tuple[TokenVerifier, ASGIApp]:
+def resource_server(config: OAuthSection, app: ASGIApp, *, audit: AuditSink) -> tuple[TokenVerifier, ScopeChecks]:
     """The verifier `gateway.auth.BearerAuth` consults for tokens, and `app` behind the scope checks.
 
     Both do nothing until `config` names an issuer: no surface takes tokens, and an API key's
-    principal is never scope-limited. So until an issuer's tokens open ``/mcp``, `app` is returned
-    as it is: the checks would pass every request on, at a layer's cost on each.
+    principal is never scope-limited.
     """
-    scoped = ScopeChecks(app, config=config, audit=audit) if config.issuers_for("mcp") else app
-    return TokenVerifier(config), scoped
+    return TokenVerifier(config), ScopeChecks(app, config=config, audit=audit)
 
 
 def protected_resource_routes(config: OAuthSection) -> list[BaseRoute]:
