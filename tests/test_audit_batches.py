@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from gateway.audit import AuditEvent
 from gateway.audit_archive import AuditArchive
 from gateway.provenance import CallRecord, HistoryRules, history_owner
+from gateway.store import audit as store_audit
 from gateway.store.audit import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
@@ -64,8 +65,11 @@ async def test_appends_made_while_one_is_in_flight_go_in_one_script_call(redis: 
     assert sorted(await _verified(redis, "batched", tmp_path)) == sorted(["warm-up", *(f"t{i}" for i in range(20))])
 
 
-async def test_a_batch_is_timed_by_the_server_clock(redis: Redis) -> None:
-    """Ids are the server's milliseconds (learnt from each answer), not this process's clock as it stands."""
+async def test_a_batch_is_timed_by_the_server_clock(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids are the server's milliseconds (learnt from each answer), not this process's clock: one an hour
+    ahead of the server still names ids within a minute of the server's time."""
+    ahead = store_audit._now_ms
+    monkeypatch.setattr(store_audit, "_now_ms", lambda: ahead() + 3_600_000)
     sink = RedisStreamAuditSink(redis, secret=SECRET, stream="timed")
     assert await sink.record(_event("first"))
     await asyncio.gather(*(sink.record(_event(f"t{i}")) for i in range(5)))
