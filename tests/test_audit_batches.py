@@ -19,7 +19,7 @@ from gateway.audit import AuditEvent
 from gateway.audit_archive import AuditArchive
 from gateway.provenance import CallRecord, HistoryRules, history_owner
 from gateway.store import audit as store_audit
-from gateway.store.audit import RedisStreamAuditSink, audit_keys
+from gateway.store.audit import Along, RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
 from tests.support.services import TEST_AUDIT_SECRET
@@ -68,8 +68,8 @@ async def test_appends_made_while_one_is_in_flight_go_in_one_script_call(redis: 
 async def test_a_batch_is_timed_by_the_server_clock(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ids are the server's milliseconds (learnt from each answer), not this process's clock: one an hour
     ahead of the server still names ids within a minute of the server's time."""
-    ahead = store_audit._now_ms
-    monkeypatch.setattr(store_audit, "_now_ms", lambda: ahead() + 3_600_000)
+    ahead = store_audit._now_us
+    monkeypatch.setattr(store_audit, "_now_us", lambda: ahead() + 3_600_000_000)
     sink = RedisStreamAuditSink(redis, secret=SECRET, stream="timed")
     assert await sink.record(_event("first"))
     await asyncio.gather(*(sink.record(_event(f"t{i}")) for i in range(5)))
@@ -77,6 +77,24 @@ async def test_a_batch_is_timed_by_the_server_clock(redis: Redis, monkeypatch: p
     server_ms = seconds * 1000 + micros // 1000
     for entry_id, _fields in await sink.entries("", 100):
         assert abs(int(entry_id.partition("-")[0]) - server_ms) < 60_000
+
+
+_SLOW = Along(lua="local n = 0 for i = 1, tonumber(A[1]) do n = n + i end", keys=(), args=(20_000_000,))
+"""A write that keeps the script busy for tens of ms after it read the server's clock: a slow answer."""
+
+
+async def test_an_id_is_never_behind_the_server_clock_after_a_slow_answer(redis: Redis) -> None:
+    """The offset is measured from when the call was sent, so an answer that arrives long after the server
+    read its clock does not set the ids back: each id is at or after the server time read before it."""
+    sink = RedisStreamAuditSink(redis, secret=SECRET, stream=f"slow{next(_streams)}")
+    assert await sink.record(_event("slow"), along=_SLOW)
+    for number in range(3):
+        seconds, micros = await redis.time()
+        before_ms = seconds * 1000 + micros // 1000
+        assert await sink.record(_event(f"t{number}"))
+        [entry] = await sink.recent(1)
+        assert int(entry.id.partition("-")[0]) >= before_ms
+        assert await sink.record(_event("slow"), along=_SLOW)
 
 
 async def test_an_entry_whose_own_write_fails_is_left_out_and_the_rest_of_its_batch_lands(

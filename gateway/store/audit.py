@@ -1,20 +1,20 @@
 """The audit trail in Redis: every allow, deny and outcome, appended to one hash-chained stream.
 
-Entries are appended by one Lua script that reads the chain head, checks it is the one the MACs
-were computed from, XADDs each entry in its compact form (`gateway.audit_codec`) with its MAC ``m``
-and moves the head, in one step (`gateway.audit_chain` says what the MAC covers). The entry's
-sequence number is its stream id's second part, ``<ms>-<seq>``, so the id costs what ``*`` would and
-an entry read alone still says its place in the chain. ``<ms>`` is the Redis server's time (never
-before the newest entry's), as this process knows it from the last answer (its offset to the local
-clock): the sink names the ids itself, because each entry's MAC covers the id of the one before and
-appends made while one is in flight go together, in one script call (up to `MAX_BATCH`), each entry
-its own link. Before the first answer an append goes alone and the server picks its time. Only a
-stream that already holds a later id (an entry not appended here) gets ``*`` and the number as a
-field ``q``; that entry ends its batch, and the ones after it are MACed again. The MAC is computed
-here, not in Lua (Redis has no HMAC-SHA256), so the script is a compare-and-set: when another
-process appended first it answers the new head and the batch is MACed again. Every key shares the
-stream's slot: a key without braces hashes on its whole name, so ``{countersign:audit}:head`` lands
-with ``countersign:audit`` in Redis Cluster.
+Entries are appended by one Lua script that reads the chain head, checks it is the one the MACs were
+computed from, XADDs each entry in its compact form (`gateway.audit_codec`) with its MAC ``m`` and moves
+the head, in one step (`gateway.audit_chain` says what the MAC covers). The entry's sequence number is
+its stream id's second part, ``<ms>-<seq>``, so the id costs what ``*`` would and an entry read alone
+still says its place in the chain. ``<ms>`` is the Redis server's time (never before the newest
+entry's), as this process knows it from the last answer (its offset to the local clock, measured from
+the send: an id is never behind the server's clock, at most a round trip ahead): the sink names the ids
+itself, because each entry's MAC covers the id of the one before and appends made while one is in flight
+go together, in one script call (up to `MAX_BATCH`), each entry its own link. Before the first answer an
+append goes alone and the server picks its time. Only a stream that already holds a later id (an entry
+not appended here) gets ``*`` and the number as a field ``q``; that entry ends its batch, and the ones
+after it are MACed again. The MAC is computed here, not in Lua (Redis has no HMAC-SHA256), so the script
+is a compare-and-set: when another process appended first it answers the new head and the batch is MACed
+again. Every key shares the stream's slot: a key without braces hashes on its whole name, so
+``{countersign:audit}:head`` lands with ``countersign:audit`` in Redis Cluster.
 
 An append can carry one more write (`Along`, e.g. the call history's for an answered read): the
 same script runs it after the head check and just before its entry's ``XADD``, so the two land
@@ -54,13 +54,14 @@ for size in string.gmatch(ARGV[2], '%%d+') do
   a[#a + 1] = string.sub(ARGV[1], at, at + tonumber(size) - 1)
   at = at + tonumber(size)
 end
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local us = redis.call('TIME')
+us = tonumber(us[1]) * 1000000 + tonumber(us[2])
+local now = math.floor(us / 1000)
 local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')
 local newest = tonumber(string.match(head[3] or '', '^(%%d+)-') or '0')
 local ms = tonumber(a[2]) or math.max(now, newest)
 if (head[1] or '') ~= a[1] or ms < newest then
-  return {0, head[1] or '', head[2] or '0', head[3] or '', now}
+  return {0, head[1] or '', head[2] or '0', head[3] or '', us}
 end
 local function along(K, A)
 %s
@@ -79,7 +80,7 @@ for e = 1, tonumber(a[3]) do
   args[#args + 1] = mac
   local ok, failure = pcall(along, K, A)
   if not ok then
-    return {1, e - 1, id, now, tostring(failure.err or failure)}
+    return {1, e - 1, id, us, tostring(failure.err or failure)}
   end
   id = redis.pcall(unpack(args))
   if type(id) == 'table' and id.err then
@@ -88,11 +89,11 @@ for e = 1, tonumber(a[3]) do
     args[#args + 1] = seq
     id = redis.call(unpack(args))
     redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
-    return {1, e, id, now}
+    return {1, e, id, us}
   end
   redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
 end
-return {1, tonumber(a[3]), id, now}
+return {1, tonumber(a[3]), id, us}
 """
 """Appends a batch of entries after one head check. ARGV: one string and its parts' byte sizes,
 comma-separated, which the script cuts into ``a``: the head the MACs were computed from, the ``<ms>``
@@ -102,12 +103,12 @@ number of entries, then per entry its sequence number, MAC, the number of its `A
 (a count, then names and values in turn). redis-py packs each argument of a command in turn, and
 each costs it about a microsecond: 2 cost it less than the dozens these would be.
 
-It answers ``{0, mac, seq, id, now}`` when the head is not the one the MACs were computed from
-(nothing written), else ``{1, n, id, now}``: the first ``n`` entries appended and the last one's id.
+It answers ``{0, mac, seq, id, us}`` when the head is not the one the MACs were computed from
+(nothing written), else ``{1, n, id, us}``: the first ``n`` entries appended and the last one's id.
 Fewer than all were appended when an entry had to take ``*`` (the stream held a later id than it was
 given: the next entries' MACs cover an id it does not have), or, with a fifth item, the error, when
-the next entry's `Along` write failed (that entry is not appended). ``now`` is the server's time in
-ms, from which the sink keeps its offset to the process clock. ``%s`` takes the `Along` write's Lua;
+the next entry's `Along` write failed (that entry is not appended). ``us`` is the server's time in
+µs, from which the sink keeps its offset to the process clock. ``%s`` takes the `Along` write's Lua;
 each entry's head is set as it is appended, so a script stopped by an error leaves a consistent
 chain."""
 
@@ -168,8 +169,9 @@ class RedisStreamAuditSink:
         self._lock: asyncio.Lock | None = None
         self._waiting: list[_Entry] = []
         """Entries recorded while a batch was in flight, for the next one."""
-        self._offset_ms: int | None = None
-        """The server's clock minus this process's, as of the last answer (ids are the server's time)."""
+        self._offset_us: int | None = None
+        """The server's clock minus this process's, in µs, as of the last answer (ids are the server's time):
+        at most the call's round trip more than the true offset, never less."""
 
     async def record(self, event: AuditEvent, *, along: Along | None = None) -> bool:
         """Append `event` to the chain; False (the event logged instead) when that is not possible.
@@ -230,9 +232,12 @@ class RedisStreamAuditSink:
             batch = waiting[: MAX_BATCH if ms else 1]  # the server's time: the next MAC would need the id
             macs, parts, keys = self._batch(batch, secret, ms)
             sizes = ",".join([str(len(part)) for part in parts])
+            sent_us = _now_us()
             answer: Any = await script(keys=[self._stream, self._head_key, *keys], args=[b"".join(parts), sizes])
             stale = int(answer[0]) == 0
-            self._offset_ms = int(answer[4] if stale else answer[3]) - _now_ms()
+            # Measured from the send, the offset is never short of the true one (the server read its clock
+            # after it), so ids are never behind the server's clock; 2 µs make up the two truncations.
+            self._offset_us = int(answer[4] if stale else answer[3]) - sent_us + 2
             if stale:  # another process appended first: MAC them again on its head
                 self._head = ChainHead(mac=_text(answer[1]), seq=int(answer[2]), id=_text(answer[3]))
                 stale_rounds += 1
@@ -270,10 +275,10 @@ class RedisStreamAuditSink:
     def _id_ms(self) -> str:
         """The ``<ms>`` of the next batch's ids: the server's time as the process clock and the offset last
         seen say, never before the head's; '' (the server decides) before any answer told the offset."""
-        if self._offset_ms is None:
+        if self._offset_us is None:
             return ""
         newest = self._head.id.partition("-")[0]
-        return str(max(_now_ms() + self._offset_ms, int(newest) if newest.isdigit() else 0))
+        return str(max((_now_us() + self._offset_us) // 1000, int(newest) if newest.isdigit() else 0))
 
     async def head(self) -> ChainHead:
         """The chain head as Redis keeps it: the newest entry's MAC, sequence number and id."""
@@ -313,8 +318,8 @@ class _Entry:
         self.appended: bool | None = None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+def _now_us() -> int:
+    return time.time_ns() // 1000
 
 
 def _refusals(event: AuditEvent) -> int:
