@@ -33,6 +33,7 @@ from gateway.card import Card, CardState
 from gateway.codes import Code
 from gateway.decision import Decision
 from gateway.errors import PathArgumentError, UpstreamError, UpstreamNotFoundError, UpstreamRefusedError
+from gateway.executor.deferrals import DeferralLog
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
 from gateway.org_adapters import OrgAdapters
@@ -84,6 +85,7 @@ class WritePath:
         self._lease_ms = lease_ms
         self._horizon_ms = reconcile_horizon_ms
         self._receipts = receipts
+        self._deferrals = DeferralLog()
 
     async def run_approved(self, card_id: str, *, worker: str) -> Card | None:
         """Claim an approved card and run its write once. Returns the card as it ends up."""
@@ -92,23 +94,28 @@ class WritePath:
             return card
         # Deferrals are not failures: the card stays APPROVED and the sweeper enqueues it again.
         if not await self._guard.writable():
-            await self._record(card, "card.execute", "DEFERRED", "ledger not durable or unreachable")
-            return card
+            return await self._defer(card, "ledger not durable or unreachable")
         tool = self._tools.current().get(card.tool)
         if tool is not None and not self._healthy(tool.adapter):
-            await self._record(card, "card.execute", "DEFERRED", f"adapter {tool.adapter} is unhealthy")
-            return card
+            return await self._defer(card, f"adapter {tool.adapter} is unhealthy")
         # No signing key: deferred before the claim, as the two above, so a card waiting for an operator's
         # first key is looked at again on its timer, not claimed and released (three card events) every 0.5 s.
         if tool is not None and await self._receipts(card, tool.adapter) is None:
-            await self._record(card, "card.execute", "DEFERRED", f"{_NO_SIGNING_KEY}; will retry")
-            return card
+            return await self._defer(card, f"{_NO_SIGNING_KEY}; will retry")
+        self._deferrals.forget(card_id)
         claim = await self._ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
         if claim.unconfirmed and claim.card is not None:
             return await self._release_unconfirmed(claim.card, "claim")
         if claim.status is not TransitionStatus.OK or claim.card is None:
             return claim.card
         return await self._send(claim.card)
+
+    async def _defer(self, card: Card, reason: str) -> Card:
+        """Leave `card` APPROVED, unclaimed, for the sweeper to offer again; audited as `DeferralLog` says
+        (the first deferral for each reason, then one an interval while it goes on)."""
+        if self._deferrals.due(card.card_id, reason):
+            await self._record(card, "card.execute", "DEFERRED", reason)
+        return card
 
     async def _release_unconfirmed(self, card: Card, step: str) -> Card | None:
         """A claim or dispatch the ledger applied but did not confirm durable: hand the card back, unsent."""
