@@ -46,6 +46,8 @@ WRITES = int(os.environ.get("COUNTERSIGN_CLUSTER_WRITES", "50"))
 """Approved writes in the exactly-once run (the issue asks for 200; 50 keeps the suite's time down)."""
 
 AGENTS = 5
+RETRIES = 5
+"""Times a proposal refused as retryable (the store slower than its timeout) is sent again."""
 GENEROUS = Limits(proposals=Budget(per_minute=60_000, burst=1_000), reads=Budget(per_minute=60_000, burst=1_000))
 """Budgets that let the run go at full speed: rate limits are not what it measures."""
 PATIENT_SECONDS = 5.0
@@ -123,6 +125,11 @@ async def test_approved_writes_through_two_gateways_run_exactly_once_each(
                 "title": "Sync",
             }
             receipt = payload(await client.call_tool("rooms_book", booking))
+            for _ in range(RETRIES):  # a store slow past its timeout on a loaded box is refused as retryable
+                if "error" not in receipt or not receipt["error"]["retryable"]:
+                    break
+                await anyio.sleep(0.2)  # as an agent would; the proposal's dedupe makes a retry safe
+                receipt = payload(await client.call_tool("rooms_book", booking))
         assert receipt["status"] == "PENDING", receipt
         card = await ledger.get(receipt["card_id"])
         assert card is not None
