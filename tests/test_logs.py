@@ -12,7 +12,7 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +26,9 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
+from gateway.audit_secret import SECRET_FILE, audit_secret
 from gateway.card import CardState
-from gateway.demo import register_demo_manifest
+from gateway.demo import ensure_signing_key, register_demo_manifest
 from gateway.log_context import bind_key_id
 from gateway.logs import configure_logging
 from gateway.principal import KeyKind
@@ -35,10 +36,10 @@ from gateway.serve import resolved
 from gateway.settings import Settings
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
+from gateway.store.signing_keys import SigningKeyStore
 from gateway.tracing import tracer
 from tests.support.agents import agent, payload
-from tests.support.redis_server import free_port
-from tests.support.services import TEST_AUDIT_SECRET
+from tests.support.redis_server import free_port, start_redis_server
 from tests.support.tracing import recording
 
 pytestmark = pytest.mark.anyio
@@ -64,17 +65,35 @@ def captured() -> Iterator[io.StringIO]:
         logging.getLogger(name).setLevel(old)
 
 
+@pytest.fixture
+def fresh_redis_url() -> Iterator[str]:
+    """A durable server of this test's own, empty: what `countersign serve` finds on a fresh machine."""
+    with start_redis_server(appendonly=True) as url:
+        yield url
+
+
+@pytest.fixture
+async def fresh_redis(fresh_redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(fresh_redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
-    redis: Redis, redis_url: str, tmp_path: Path, captured: io.StringIO
+    fresh_redis: Redis, fresh_redis_url: str, tmp_path: Path, captured: io.StringIO
 ) -> None:
     """Every line is a JSON object with the standard fields; access lines name the key id; no credential
-    minted in the flow (keys, backend tokens, signing keys, the audit secret, the metrics token) appears."""
+    minted in the flow (keys, backend tokens, signing keys, the audit secret, the metrics token) appears.
+
+    The demo runs on a server of its own, as on a fresh machine: it mints its audit secret and then
+    its first signing key under it (the shared test server holds a key stored under the tests' secret, which a
+    demo's own secret could not read: its approved card would wait for a key it can sign with)."""
+    redis = fresh_redis
     metrics_token = secrets.token_urlsafe(24)
-    # The audit secret is the one the fixture's signing key is stored with: a demo's own would make that key
-    # unreadable, and an approved card waits (DEFERRED) for a key it can sign with.
-    settings = Settings(redis_url=redis_url, demo=True, port=free_port(), data_dir=tmp_path,
-                        audit_secret=Secret(TEST_AUDIT_SECRET), metrics_token=Secret(metrics_token),
-                        log_format="json", access_log=True)  # fmt: skip
+    settings = Settings(redis_url=fresh_redis_url, demo=True, port=free_port(), data_dir=tmp_path,
+                        metrics_token=Secret(metrics_token), log_format="json", access_log=True)  # fmt: skip
     configure_logging("json", access_log=True, stream=captured)
     store = KeyStore(redis)
     agent_token, agent_record = await store.create(kind=KeyKind.AGENT, subject="demo@acme.example", org="acme",
@@ -86,6 +105,7 @@ async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
     booking = {"room_id": "room-eos", "date": "2026-12-28", "start": "09:00", "end": "10:00", "title": "Logged"}
     with recording():
         async with resolved(settings) as ready:
+            await ensure_signing_key(SigningKeyStore(redis, secret=audit_secret(ready)))  # as `serve` does in a demo
             app = create_app(ready)
             with serve_app_in_thread(app, port=ready.port, lifespan=True) as base:
                 await register_demo_manifest(base, service_token, ready.demo_services["expenses"])
@@ -118,7 +138,7 @@ async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
             for adapter in ready.adapters.values():
                 minted += [str(value) for value in (adapter.token, adapter.signing_key) if value is not None]
             minted += [ready.secrets["EXPENSES_BACKEND_TOKEN"], ready.secrets["EXPENSES_SIGNING_KEY"]]
-    minted.append(TEST_AUDIT_SECRET)
+    minted.append((tmp_path / SECRET_FILE).read_text().strip())  # the audit secret the demo minted
 
     text = captured.getvalue()
     lines = [json.loads(line) for line in text.splitlines()]
