@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.provenance import argument_texts
@@ -155,3 +157,22 @@ def test_a_tool_name_without_a_letter_is_flagged_in_letter_free_text() -> None:
     flags = review_texts([("arguments.note", "2048 / 4096")], own_tool_names=frozenset(),
                          other_tool_names=frozenset({"2048"}))  # fmt: skip
     assert [(flag.code, flag.field) for flag in flags] == [(FlagCode.CALLS_OTHER_TOOLS, "arguments.note")]
+
+
+@pytest.mark.parametrize("name", _WORD_PATTERNS)
+def test_every_match_of_a_word_pattern_holds_a_letter_or_is_not_ascii(name: str) -> None:
+    """From the patterns' side: strings generated from each pattern itself (every alternative of it) match
+    it only on text that holds an ASCII letter or a non-ASCII character, so letter-free ASCII text, which
+    `_has_words` lets off, can hold no match. A pattern gaining an alternative without a letter fails here."""
+    from policies import text_safety
+
+    pattern: re.Pattern[str] = getattr(text_safety, name)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.from_regex(pattern))
+    def matches_hold_a_letter(text: str) -> None:
+        found = pattern.search(text)
+        assert found is not None
+        assert not found.group().isascii() or re.search("[A-Za-z]", found.group()), found.group()
+
+    matches_hold_a_letter()
