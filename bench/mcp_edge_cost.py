@@ -5,7 +5,7 @@
 Both edge layers around an ASGI app that reads the body and answers three SSE frames, against the app
 alone, for a ``tools/call`` as the official client sends it in each era; then the whole front as
 `create_app` composes it for an API key (the root app, `HttpTelemetry`, the edge, `BearerAuth` over a
-warm key cache, the budget front with nothing held), once through the root's direct route and once
+warm key cache, the scope checks, the budget front with nothing held), once through the root's direct route and once
 through Starlette's stack; then the id scan against the parse it replaces. Medians of 7 interleaved
 rounds of process CPU time. The end-to-end read path costs about a millisecond of server CPU per call
 (bench/README.md), so this is the share to compare.
@@ -33,6 +33,8 @@ from gateway.limiter import AddressBudgets
 from gateway.limits import Limits
 from gateway.mcp_budget_front import BudgetFront
 from gateway.mcp_edge import HeaderChecks, MessageChecks, needs_parse
+from gateway.oauth_config import OAuthSection
+from gateway.oauth_resource import resource_server
 from gateway.principal import KeyKind, Principal
 from gateway.root_app import GatewayApp
 from gateway.store.keys import KeyCache
@@ -81,13 +83,15 @@ class _Keys:
 
 
 def _front(audit: ListAuditSink, *, direct: bool) -> Any:
-    """The /mcp path as `gateway.app.create_app` composes it without OAuth issuers, in front of `_Sdk`."""
+    """The /mcp path as `gateway.app.create_app` composes it without OAuth issuers, in front of `_Sdk`:
+    the scope checks and the token verifier stand there too (`resource_server`), doing nothing for a key."""
     budget = BudgetFront(_Sdk(), server=None, held=lambda principal, tool: None,  # type: ignore[arg-type]
                          input_schema=lambda tool: None, audit=FloodAudit(audit))  # fmt: skip
+    oauth, scoped = resource_server(OAuthSection(), budget, audit=audit)
     keys = KeyCache(_Keys(), ttl_seconds=3600)  # type: ignore[arg-type]
     floods = AddressBudgets(Limits().unauthenticated)
-    authenticated = BearerAuth(MessageChecks(budget, audit=audit), keys=keys, kind=KeyKind.AGENT, audit=audit,
-                               realm="mcp", floods=floods)  # fmt: skip
+    authenticated = BearerAuth(MessageChecks(scoped, audit=audit), keys=keys, kind=KeyKind.AGENT, audit=audit,
+                               realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
     edge = HeaderChecks(authenticated, audit=audit, allowed_hosts=["127.0.0.1:*", "localhost:*"], allowed_origins=[])
     routes = [Route("/mcp", edge, methods=["GET", "POST", "DELETE"])]
     if direct:
