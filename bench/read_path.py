@@ -6,8 +6,8 @@ same rooms backend process (``GET /rooms/room-atlas/availability?date=...`` with
 headers) and write one audit entry to the same Redis (``XADD``):
 
 * **gateway**: `gateway.app.create_app` (bearer-key lookup in Redis, access policy, argument and
-  output validation, untrusted-text withholding, envelope, audit event, httpx over the aiohttp
-  transport);
+  output validation, untrusted-text withholding, envelope, audit event, the backend call through
+  the gateway's aiohttp client `gateway.upstream_aiohttp.AiohttpUpstream`);
 * **bare**: a low-level SDK `Server` whose one tool makes the backend call with one shared
   `aiohttp.ClientSession` and one ``XADD`` (see `bench._servers`). This is the floor: what any MCP
   server in Python with this SDK pays for the same work. The difference is what the gateway adds.
@@ -375,7 +375,7 @@ def checks(summary: dict[str, Any], memory: dict[str, Any], eras: Sequence[str],
 def _versions() -> dict[str, str]:
     names = ("mcp", "mcp-types", "starlette", "uvicorn", "uvloop", "httptools", "redis", "aiohttp", "httpx")
     found = {}
-    for name in (*names, "httpx-aiohttp", "pydantic"):
+    for name in (*names, "pydantic"):
         try:
             found[name] = version(name)
         except PackageNotFoundError:
