@@ -169,15 +169,19 @@ def start_python(
     log_dir: Path,
     env: dict[str, str] | None = None,
     interactive: bool = False,
+    wrapper: Sequence[str] = (),
+    ready_timeout: float = READY_TIMEOUT_SECONDS,
 ) -> Child:
-    """Start ``python -m module args`` from the repository root and wait for its JSON ready line."""
+    """Start ``python -m module args`` from the repository root and wait for its JSON ready line.
+
+    `wrapper` comes before the interpreter on the command line (``valgrind --tool=callgrind ...``)."""
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), child_env.get("PYTHONPATH", "")) if p)
     child_env["PYTHONUNBUFFERED"] = "1"
     log_path = log_dir / f"{name}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
+            [*wrapper, sys.executable, "-m", module, *args],
             cwd=ROOT,
             env=child_env,
             stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
@@ -189,7 +193,7 @@ def start_python(
         )
     child = Child(name=name, proc=proc, log_path=log_path)
     try:
-        child.ready = child.receive(READY_TIMEOUT_SECONDS)
+        child.ready = child.receive(ready_timeout)
     except BaseException:
         child.stop()
         raise

@@ -37,7 +37,7 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("SDK runs tools/list inside tools/call (Mcp-Param check)", r"_tool_input_schema"),
     ("bearer key lookup (KeyStore.resolve)", r"KeyStore\.resolve"),
     ("audit XADD", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
-    ("backend GET (aiohttp in both; gateway: its AiohttpUpstream)", r"request_json|ClientSession\._request|AiohttpUpstream"),
+    ("backend GET (aiohttp in both servers)", r"request_json|ClientSession\._request|AiohttpUpstream"),
     ("executor: validation, withholding, views, envelope", r"AgentPath\.|Invoker\.|withhold_untrusted"),
     ("tool result building (surface / bare handler)", r"McpSurface\.|call_tool \(bench"),
     ("SDK result serialization", r"serialize_server_result|ServerRunner\._serialize"),

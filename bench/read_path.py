@@ -141,7 +141,7 @@ class Stack:
         return [self.redis.pid, self.backends.pid]
 
 
-def _create_key(redis_url: str) -> str:
+def create_key(redis_url: str) -> str:
     """A demo agent key for the gateway, created in Redis before any load."""
     import redis.asyncio as aioredis
 
@@ -173,7 +173,7 @@ def started_stack(args: argparse.Namespace, pinning: Pinning, log_dir: Path) -> 
 
         backends = start("backends", "bench._servers", ["backends"], pinning.others)
         rooms, orders = backends.ready["rooms"], backends.ready["orders"]
-        token = _create_key(redis_url)
+        token = create_key(redis_url)
         common = ["--redis-url", redis_url, "--rooms-url", rooms]
         gateway_argv = ["--loop", args.loop, "gateway", *common, "--orders-url", orders]
         servers = {
