@@ -86,6 +86,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=60, help="uninstrumented calls first (default 60)")
     parser.add_argument("--concurrency", default="1,8", help="comma-separated levels (default 1,8)")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds counted without calls (default 10)")
+    parser.add_argument("--out", type=Path, default=None, help="keep the callgrind dumps here (callgrind_annotate)")
     args = parser.parse_args(argv)
     args.levels = [int(level) for level in args.concurrency.split(",") if level.strip()]
     if args.calls <= 0 or not args.levels or min(args.levels) <= 0:
@@ -205,7 +206,7 @@ def run_path(write: bool, args: argparse.Namespace, logs: Path, out_dir: Path) -
                 results[variant.name] = measure(child, out_dir, token, variant, args, write)
             finally:
                 child.stop()
-            print(f"  {variant.name:9} {_line(results[variant.name])}", flush=True)
+            print(f"  {variant.name:9} pid {child.pid:<7} {_line(results[variant.name])}", flush=True)
     return results
 
 
@@ -237,8 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"revision {git_revision()}; {args.calls} counted calls per level after {args.warmup} warm-up calls; "
           f"idle counted over {args.idle:g} s")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
-        logs, out_dir = Path(tmp), Path(tmp) / "callgrind"
-        out_dir.mkdir()
+        logs, out_dir = Path(tmp), args.out or Path(tmp) / "callgrind"
+        out_dir.mkdir(parents=True, exist_ok=True)
         for write in {"read": [False], "write": [True], "both": [False, True]}[args.path]:
             results = run_path(write, args, logs, out_dir)
             if write:
