@@ -118,6 +118,23 @@ async def test_cancel_racing_claims_never_lets_a_cancelled_card_execute(redis: R
         assert final.state is (CardState.CANCELLED if cancel.status == "OK" else CardState.EXECUTING)
 
 
+async def test_due_gathers_the_timers_of_every_shard_within_the_window(redis: Redis) -> None:
+    """One sweep's question sees the due timers of every shard, `limit` of each, and none outside the window."""
+    ledger = RedisLedger(redis)
+    decide_ms = 9 * 86_400_000 + 4_321  # a deadline no other test's cards share
+    now = await ledger.server_time_ms()
+    # A requester's cards share its shard: 24 requesters spread them (all in one shard: odds of 8**-23).
+    ids = {await _pending(ledger, decide_within_ms=decide_ms, requester_subject=f"due{n}@acme.example",
+                          dedupe_key=f"due-window-{now}-{n}") for n in range(24)}  # fmt: skip
+    shards = {card_shard(card_id) for card_id in ids}
+    assert len(shards) > 1
+    start, end = now + decide_ms - 60_000, now + decide_ms + 60_000
+    assert set(await ledger.due(now_ms=end, from_ms=start)) == ids
+    first = await ledger.due(now_ms=end, from_ms=start, limit=1)
+    assert set(first) <= ids and {card_shard(card_id) for card_id in first} == shards and len(first) == len(shards)
+    assert not set(await ledger.due(now_ms=start, from_ms=now)) & ids  # not due yet
+
+
 async def test_expiry_racing_approval_has_one_winner(redis: Redis) -> None:
     """At the deadline, the sweep and a late approval cannot both win."""
     ledger = RedisLedger(redis)
