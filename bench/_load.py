@@ -126,8 +126,7 @@ class RunState:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-async def post_call(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> str | None:
-    """Send one call; None when it succeeded with the expected content, else the failure kind (`failure_of`)."""
+async def _post(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> str | None:
     try:
         async with session.post(url, data=body, headers=headers) as response:
             raw = await response.read()
@@ -141,7 +140,7 @@ async def _worker(session: aiohttp.ClientSession, url: str, era: str, headers: d
     while not state.stop:
         request_id += 1
         started = time.perf_counter()
-        failure = await post_call(session, url, call_body(request_id, era), headers)
+        failure = await _post(session, url, call_body(request_id, era), headers)
         ended = time.perf_counter()
         if failure is None:
             state.completed.append((ended, ended - started))

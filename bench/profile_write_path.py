@@ -34,7 +34,7 @@ VARIANTS = ("gateway", "bare+GET", "bare")
 BUCKETS: tuple[tuple[str, str], ...] = (
     ("ledger create script (RedisLedger.propose)", r"RedisLedger\.propose"),
     ("preflight GET to the rooms backend", r"_room_exists|request_json|ClientSession\._request|AiohttpUpstream"),
-    ("audit XADD", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
+    ("audit XADD and other Redis calls (call history)", r"RedisStreamAuditSink\.record|Redis\.execute_command"),
     ("bearer key lookup (KeyCache / KeyStore)", r"KeyCache\.resolve|KeyStore\.resolve"),
     ("ledger durability guard", r"LedgerGuard\."),
     ("executor: validation, proposal, envelope, audit event", r"AgentPath\.|Invoker\.|args_hash"),
