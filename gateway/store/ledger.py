@@ -338,11 +338,8 @@ class RedisLedger:
         return [_card(decode_card(raw, card_id)) if raw else None for card_id, raw in zip(card_ids, raws, strict=True)]
 
     async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> list[str]:
-        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`:
-        up to `limit` of each shard, the earliest first, shard after shard.
-
-        Every shard is asked in one pipeline (on a Cluster, redis-py sends one per node): the sweeper asks
-        four times a second, and one round trip per shard made an idle worker's largest cost."""
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`: up to `limit`
+        a shard, shard after shard, in one pipeline (one per node on a Cluster): the sweeper asks 4 times a second."""
         async with self._client.pipeline(transaction=False) as pipe:
             for shard in range(SHARDS):
                 pipe.zrangebyscore(f"{_tag(shard)}:timers", from_ms, now_ms, start=0, num=limit)
