@@ -39,7 +39,7 @@ from gateway.store.ledger import RedisLedger
 from gateway.store.signing_keys import SigningKeyStore
 from gateway.tracing import tracer
 from tests.support.agents import agent, payload
-from tests.support.redis_server import free_port, start_redis_server
+from tests.support.redis_server import flushed_client, free_port, start_redis_server
 from tests.support.tracing import recording
 
 pytestmark = pytest.mark.anyio
@@ -74,11 +74,8 @@ def fresh_redis_url() -> Iterator[str]:
 
 @pytest.fixture
 async def fresh_redis(fresh_redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(fresh_redis_url)
-    try:
+    async with flushed_client(fresh_redis_url) as client:  # flushing an empty server changes nothing
         yield client
-    finally:
-        await client.aclose()
 
 
 async def test_a_demo_flow_logs_json_lines_with_ids_and_no_key_or_secret(
