@@ -245,14 +245,12 @@ def _free_slots(day: Availability) -> list[dict[str, str]]:
 
 
 def _availability_for_model(day: Availability) -> Mapping[str, Any]:
-    return AvailabilityForModel(
-        room_id=day.room_id,
-        date=day.date,
-        open=day.open,
-        close=day.close,
-        taken=[Span(start=s.start, end=s.end) for s in sorted(day.bookings, key=lambda s: s.start)],
-        free=[Span(**slot) for slot in _free_slots(day)],
-    ).model_dump(mode="json")
+    """`AvailabilityForModel`'s JSON for `day`, built as plain data: every read runs it, and models built
+    only to be dumped again are most of its cost (tests/test_tool_metadata.py holds every answer to the
+    listed schema)."""
+    taken = [{"start": s.start, "end": s.end} for s in sorted(day.bookings, key=lambda s: s.start)]
+    return {"room_id": day.room_id, "date": day.date, "open": day.open, "close": day.close, "taken": taken,
+            "free": _free_slots(day)}  # fmt: skip
 
 
 def _availability_for_people(day: Availability) -> str:
