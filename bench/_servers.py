@@ -458,7 +458,38 @@ def run_loop(main: Coroutine[Any, Any, None], loop_name: str) -> None:
         runner.run(main)
 
 
+PROFILE_DIR_ENV = "BENCH_PROFILE_DIR"
+"""With this set, SIGUSR1 starts a deterministic profile (cProfile) of the server's main thread and SIGUSR2
+ends it, writing ``<dir>/<pid>.<n>.prof`` (`bench/call_counts.py`)."""
+
+
+def _profile_on_signals(out_dir: Path) -> None:
+    import cProfile
+    import signal
+
+    running: list[cProfile.Profile] = []
+
+    def start(_signum: int, _frame: Any) -> None:
+        if not running:
+            running.append(cProfile.Profile())
+            running[0].enable()
+
+    def stop(_signum: int, _frame: Any) -> None:
+        if running:
+            profile = running.pop()
+            profile.disable()
+            done = len(list(out_dir.glob(f"{os.getpid()}.*.prof")))
+            partial = out_dir / f"{os.getpid()}.{done}.partial"
+            profile.dump_stats(partial)
+            partial.replace(out_dir / f"{os.getpid()}.{done}.prof")  # whole or absent for the reader
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+
+
 def main(argv: list[str] | None = None) -> None:
+    if os.environ.get(PROFILE_DIR_ENV):
+        _profile_on_signals(Path(os.environ[PROFILE_DIR_ENV]))
     parser = argparse.ArgumentParser(prog="python -m bench._servers")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     sub = parser.add_subparsers(dest="kind", required=True)

@@ -31,52 +31,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 if not __package__:  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aiohttp  # noqa: E402
-
-from bench._harness import Child, redis_server, start_python  # noqa: E402
-from bench._load import REQUEST_TIMEOUT_SECONDS, call_body, failure_of, modern_headers  # noqa: E402
-from bench._servers import fresh_secrets  # noqa: E402
-from bench._write_load import booking, propose_body, propose_headers, receipt_of  # noqa: E402
-from bench.read_path import create_key, git_revision  # noqa: E402
+from bench._counted import Variant, send_calls, servers_in_turn  # noqa: E402
+from bench._harness import Child  # noqa: E402
+from bench.read_path import git_revision  # noqa: E402
 
 STARTUP_TIMEOUT_SECONDS = 300.0
 """Start-up under valgrind, instrumentation off: the gateway's imports take tens of seconds."""
+SLOWDOWN = 30.0
+"""A call under valgrind takes about 50 times as long: the request timeout is stretched this much."""
 _TOTALS = re.compile(rb"^(?:summary|totals):\s+(\d+)", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One server under count and the call it is sent."""
-
-    name: str
-    kind: str
-    """`bench._servers` subcommand."""
-    tool: str
-    extra: tuple[str, ...] = ()
-
-
-READS = (Variant("gateway", "gateway", "rooms_availability"), Variant("bare", "bare", "rooms_availability"))
-WRITES = (
-    Variant("gateway", "gateway", "rooms_book", ("--no-worker",)),
-    Variant("bare+GET", "bare-write", "rooms_book_checked"),
-    Variant("bare", "bare-write", "rooms_book"),
-)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -127,45 +103,11 @@ def counting(out_dir: Path, pid: int, seen: set[Path]) -> Iterator[Callable[[], 
         _control(pid, "--instr=off")
 
 
-# --- load -------------------------------------------------------------------------------------------
-
-
-_requests = itertools.count(1)
-_bookings = itertools.count()
-
-
-async def _calls(url: str, token: str, variant: Variant, calls: int, concurrency: int, *, write: bool) -> Counter[str]:
-    """Exactly `calls` calls, `concurrency` at a time; the failures by kind (none expected)."""
-    failures: Counter[str] = Counter()
-    left = iter(range(calls))
-    headers = propose_headers(token, variant.tool) if write else modern_headers(token)
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS * 30)  # a call is ~50x slower under valgrind
-    async with aiohttp.ClientSession(timeout=timeout) as session:
-
-        async def worker() -> None:
-            for _ in left:
-                request_id = next(_requests)
-                body = (
-                    propose_body(request_id, variant.tool, booking(next(_bookings)))
-                    if write
-                    else call_body(request_id, "modern")
-                )
-                async with session.post(url, data=body, headers=headers) as response:
-                    raw = await response.read()
-                    status, kind = response.status, response.content_type
-                failure = receipt_of(status, raw, kind)[0] if write else failure_of(status, raw, kind)
-                if failure is not None:
-                    failures[failure] += 1
-
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return failures
-
-
 def measure(
     child: Child, out_dir: Path, token: str, variant: Variant, args: argparse.Namespace, write: bool
 ) -> dict[str, Any]:
     url, pid, seen = f"{child.ready['url']}/mcp", child.pid, set[Path]()
-    asyncio.run(_calls(url, token, variant, args.warmup, 1, write=write))
+    asyncio.run(send_calls(url, token, variant, args.warmup, 1, write=write, slowdown=SLOWDOWN))
     with counting(out_dir, pid, seen) as count:
         started = time.monotonic()
         time.sleep(args.idle)
@@ -174,7 +116,8 @@ def measure(
     for concurrency in args.levels:
         with counting(out_dir, pid, seen) as count:
             started = time.monotonic()
-            failures = asyncio.run(_calls(url, token, variant, args.calls, concurrency, write=write))
+            sent = send_calls(url, token, variant, args.calls, concurrency, write=write, slowdown=SLOWDOWN)
+            failures = asyncio.run(sent)
             seconds = time.monotonic() - started
             total = count()
         if failures:
@@ -185,27 +128,11 @@ def measure(
 
 
 def run_path(write: bool, args: argparse.Namespace, logs: Path, out_dir: Path) -> dict[str, dict[str, Any]]:
-    variants = WRITES if write else READS
     results = {}
-    with contextlib.ExitStack() as stack:
-        _redis, redis_url = stack.enter_context(redis_server(frozenset(), logs, appendfsync="everysec"))
-        tokens = fresh_secrets()
-        backends = start_python("backends", "bench._servers", ["backends"], cores=frozenset(), log_dir=logs, env=tokens)
-        stack.callback(backends.stop)
-        token = create_key(redis_url)
-        for index, variant in enumerate(variants):
-            # The gateway on the database its agent key is in; each bare server on a database of its own.
-            database = redis_url if variant.kind == "gateway" else f"{redis_url.rsplit('/', 1)[0]}/{index}"
-            argv = ["--loop", "uvloop", variant.kind, "--redis-url", database, "--rooms-url", backends.ready["rooms"]]
-            if variant.kind == "gateway":
-                argv += ["--orders-url", backends.ready["orders"], *variant.extra]
-            wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/%p.out"]
-            child = start_python(variant.name, "bench._servers", argv, cores=frozenset(), log_dir=logs, env=tokens,
-                                 wrapper=wrapper, ready_timeout=STARTUP_TIMEOUT_SECONDS)  # fmt: skip
-            try:
-                results[variant.name] = measure(child, out_dir, token, variant, args, write)
-            finally:
-                child.stop()
+    wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_dir}/%p.out"]
+    with servers_in_turn(write, logs, wrapper=wrapper, ready_timeout=STARTUP_TIMEOUT_SECONDS) as servers:
+        for variant, child, token in servers:
+            results[variant.name] = measure(child, out_dir, token, variant, args, write)
             print(f"  {variant.name:9} pid {child.pid:<7} {_line(results[variant.name])}", flush=True)
     return results
 
