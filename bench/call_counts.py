@@ -49,6 +49,7 @@ SLOWDOWN = 5.0
 """A profiled call takes a few times as long: the request timeout is stretched this much."""
 _PACKAGE = re.compile(r"site-packages/([^/]+)")
 _STDLIB = re.compile(r"python3\.\d+/([^/]+)")
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,9 +83,13 @@ def function_label(path: str, line: int, name: str) -> str:
 
 
 def counted(stats_file: Path) -> Counter[tuple[str, int, str]]:
-    """Calls of each function (file, line, name) in one dumped profile."""
+    """Calls of each function (file, line, name) in one dumped profile. A C method's name loses the
+    address of its type (``__new__ of type object at 0x...``), which differs from process to process."""
     stats: dict[Any, Any] = pstats.Stats(str(stats_file)).stats  # type: ignore[attr-defined]
-    return Counter({key: value[1] for key, value in stats.items()})
+    calls: Counter[tuple[str, int, str]] = Counter()
+    for (path, line, name), value in stats.items():
+        calls[path, line, _ADDRESS.sub("", name)] += value[1]
+    return calls
 
 
 def profiled(pid: int, out_dir: Path, calls: Coroutine[Any, Any, Counter[str]]) -> Counter[tuple[str, int, str]]:
