@@ -20,7 +20,8 @@ figures are instructions per call, idle work subtracted (the raw ones are printe
     .venv/bin/python bench/instructions.py                    # reads and proposals, about 6 minutes
     .venv/bin/python bench/instructions.py --path read --calls 200
 
-Servers: reads, ``gateway`` against ``bare`` (tools/call rooms_availability); proposals, the gateway
+Servers: reads, ``gateway`` (without its worker: its sweeps are the clock's work, and under load they
+fall behind the idle rate subtracted) against ``bare`` (tools/call rooms_availability); proposals, the gateway
 without its worker against ``bare-write``'s ``rooms_book_checked`` (same Proposal, ledger script and
 audit append, and the preview's two backend reads) and ``rooms_book`` (no reads), as `write_path.py`.
 Needs valgrind (``apt-get install valgrind``).
