@@ -41,8 +41,9 @@ READS = (
     Variant("bare", "bare", "rooms_availability"),
 )
 """The read gateway runs without its worker here (`read_path.py` runs it): the worker's sweeps are work of
-the clock, not of a read, and under valgrind they were most of a c=1 window's count (9.5 M instructions a
-second against 1 M without), so subtracting them left that much more noise in each read's figure."""
+the clock, not of a read (9.5 M instructions a second idle under valgrind against 0.8 M without it, a
+quarter of a c=1 window's count), and under load they fall behind, so subtracting their idle rate took
+more than they did (3.54 M a read at c=8 with the worker, 3.89 M without)."""
 WRITES = (
     Variant("gateway", "gateway", "rooms_book", ("--no-worker",)),
     Variant("bare+GET", "bare-write", "rooms_book_checked"),
