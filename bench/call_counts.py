@@ -2,8 +2,9 @@
 
 py-spy samples where the time goes, and `instructions.py` counts what each call costs in all; neither
 says which of the gateway's functions a call runs that the bare server's does not. A call count
-does: the functions each server runs for exactly N calls are the same numbers on every machine and
-under any load (the profiler slows a call down, which changes what it costs, never what it runs).
+does, and its figures hardly depend on the machine or its load: the profiler slows a call down, which
+changes what it costs, not what it runs. What moves is what depends on timing: how many calls share an
+audit batch at c > 1, and how much background work falls in the window.
 
 What it does: Redis, the backends and an agent key as `instructions.py` starts them; then each server
 in turn with a profiling hook (`bench._servers.PROFILE_DIR_ENV`). After `--warmup` calls it sends the
