@@ -27,6 +27,7 @@ from gateway.audit_upkeep import audit_archiver, audit_loop
 from gateway.auth import BearerAuth
 from gateway.card_alerts import AlertingLedger
 from gateway.card_service import CardService
+from gateway.card_upkeep import card_retention, retention_loop
 from gateway.catalog import Catalog
 from gateway.console import console_routes
 from gateway.errors import ConfigError, StoreUnavailableError, UpstreamError
@@ -55,6 +56,7 @@ from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_export import AuditExportCursor
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory
+from gateway.store.card_retention import RedisCardRetention
 from gateway.store.client import Connection, connect
 from gateway.store.durability import LedgerGuard
 from gateway.store.keys import KeyCache, KeyStore
@@ -135,6 +137,8 @@ class Gateway:
     health: AdapterHealth
     registry: RegistryService
     archiver: AuditArchiver
+    retention: RedisCardRetention
+    """Moves finished cards past `Settings.card_keep_days` from Redis to the card archive."""
     cards: Ledger
     """`ledger` as the executor and the worker move cards: with notifications when any are configured."""
     notifier: Notifier | None
@@ -253,6 +257,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         health=health,
         registry=registry,
         archiver=archiver,
+        retention=card_retention(client, settings, audit),
         cards=cards,
         notifier=notifier,
         warner=warner,
@@ -274,12 +279,13 @@ def _poll(step: Callable[[], Awaitable[object]], seconds: float, what: str) -> C
 
 @contextlib.asynccontextmanager
 async def _background(gateway: Gateway, settings: Settings, workers: list[asyncio.Task[None]]) -> AsyncIterator[None]:
-    """The live tool source's refresh, the health checks, the audit archive, notification delivery and the
-    live audit export (when configured), and (by default) the worker, whose task joins `workers`."""
+    """The live tool source's refresh, the health checks, the audit archive, the card retention, notification
+    delivery and the live audit export (when configured), and (by default) the worker, whose task joins `workers`."""
     tasks = [
         asyncio.create_task(_poll(gateway.live.refresh, settings.registry_poll_seconds, "tool source refresh")),
         asyncio.create_task(_poll(gateway.health.check_once, settings.health_poll_seconds, "health check")),
         asyncio.create_task(audit_loop(gateway.archiver, settings)),
+        asyncio.create_task(retention_loop(gateway.retention, settings)),
         asyncio.create_task(_poll(gateway.signer.poll, CACHE_SECONDS, "signing keys refresh")),
     ]
     tasks.extend(asyncio.create_task(loop) for loop in notify_loops(gateway, settings))

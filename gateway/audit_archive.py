@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gateway.audit_chain import stream_id
 
-__all__ = ["AuditArchive", "Entry"]
+__all__ = ["AuditArchive", "Entry", "fsync_directory"]
 
 Entry = tuple[str, dict[str, str]]
 """A stream entry: its id and its fields."""
@@ -63,7 +63,7 @@ class AuditArchive:
         except FileNotFoundError:
             if not target.exists():
                 raise
-        self._sync_directory()
+        fsync_directory(self.directory)
 
     def drafts(self) -> list[Path]:
         """Drafts left by an archiver that stopped between writing and committing."""
@@ -101,13 +101,14 @@ class AuditArchive:
         newest = self.last(1)
         return newest[0][0] if newest else ""
 
-    def _sync_directory(self) -> None:
-        # The rename is durable only once the directory entry is on disk.
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable: it is on disk only once the directory entry is."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _first_id(path: Path) -> tuple[int, int]:

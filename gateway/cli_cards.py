@@ -17,23 +17,33 @@ from typing import Any
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.card import CardState
+from gateway.card_archive import CardArchive
 from gateway.card_batch import BatchItem, decide_batch
 from gateway.card_service import CardService
 from gateway.card_views import AdminCard, CardActionResult, ResultCode
+from gateway.card_watch import visible_to
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
+from gateway.store.ledger_rows import card_from_fields, event_from_fields
 
 __all__ = ["COMMANDS", "run"]
 
-COMMANDS = ("list", "show", "approve", "reject", "cancel", "resolve")
+COMMANDS = ("list", "show", "archived", "approve", "reject", "cancel", "resolve")
 
 
 async def run(
-    client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, *, batch_limit: int = 50
+    client: Any,
+    audit: AuditSink,
+    admin: Principal,
+    args: argparse.Namespace,
+    *,
+    batch_limit: int = 50,
+    archive: CardArchive | None = None,
 ) -> int:
-    """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused)."""
+    """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused). `archive` is
+    where ``archived`` looks (the retired cards, `gateway.store.card_retention`)."""
     guard = LedgerGuard(client)
     service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable,
                           batch_limit=batch_limit)  # fmt: skip
@@ -64,6 +74,8 @@ async def run(
         shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
         print(shown if args.json else "\n".join(_card_text(view)))
         return 0
+    if command == "archived":
+        return await _archived(archive, audit, admin, args)
     if command in ("approve", "reject"):
         return await _decide(service, audit, admin, args, guard)
     if command == "cancel":
@@ -127,6 +139,23 @@ async def _decide(
         print(f"{view.card_id}  {result.code.value}  {_safe(result.message)}{where}")
     print(_safe(outcome.message))
     return 0 if all(result.ok for result in outcome.results) else 1
+
+
+async def _archived(archive: CardArchive | None, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:
+    """``cards archived``: a card retention removed from Redis, as ``show`` prints it, from its newest archived
+    copy. Scoped as ``show`` is: another org's card reads as no card, and that refusal is audited."""
+    found = await asyncio.to_thread(archive.find, args.card_id) if archive is not None else None
+    try:  # an archived copy is read back as the card it was; one that does not read is no card
+        card = card_from_fields(found) if found is not None else None
+        events = [event_from_fields(event) for event in found.get("events", ())] if found is not None else []
+    except (KeyError, TypeError, ValueError):
+        card = None
+    if card is None or not visible_to(card, admin):
+        return await _refuse(audit, admin, "card.show", ResultCode.NOT_FOUND, "no such archived card")
+    view = AdminCard.from_card(card, events)
+    shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
+    print(shown if args.json else "\n".join(["archived (no longer in Redis)", *_card_text(view)]))
+    return 0
 
 
 async def _one(

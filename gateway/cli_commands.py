@@ -253,8 +253,10 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
     if admin is None:
         return 1
     from gateway import cli_cards  # here: each command imports only what it uses
+    from gateway.card_archive import CardArchive
 
-    return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions)
+    return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions,
+                               archive=CardArchive(store.settings.cards_dir))  # fmt: skip
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:

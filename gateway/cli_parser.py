@@ -179,6 +179,11 @@ def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:
     show = cards.add_parser("show", parents=[identity], help="one card with its history")
     show.add_argument("card_id")
     show.add_argument("--json", action="store_true")
+    archived = cards.add_parser(
+        "archived", parents=[identity], help="a finished card retention moved out of Redis, from the card archive"
+    )
+    archived.add_argument("card_id")
+    archived.add_argument("--json", action="store_true")
     approve = cards.add_parser(
         "approve", parents=[identity], help="show cards, then approve them exactly as shown once you confirm"
     )

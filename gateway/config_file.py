@@ -82,6 +82,9 @@ class GatewaySection(BaseModel):
     audit_keep_entries: int = Field(default=10_000, ge=1)
     audit_keep_minutes: float = Field(default=60.0, ge=0)
     audit_archive_seconds: float = Field(default=10.0, gt=0)
+    card_keep_days: float = Field(default=30.0, ge=0)
+    card_archive_dir: str | None = None
+    card_retention_seconds: float = Field(default=60.0, gt=0)
     redis_connect_timeout_seconds: float = Field(default=0.5, gt=0)
     redis_timeout_seconds: float = Field(default=0.5, gt=0)
     log_format: Literal["plain", "json"] = "plain"

@@ -36,6 +36,7 @@ from gateway import demo
 from gateway.app import build_gateway, create_app, notify_loops, tools_for
 from gateway.audit_secret import audit_secret
 from gateway.audit_upkeep import audit_loop
+from gateway.card_upkeep import retention_loop
 from gateway.errors import ConfigError, UpstreamError
 from gateway.logs import LogFormat, configure_logging
 from gateway.loops import run_forever
@@ -244,6 +245,7 @@ async def run_worker(settings: Settings) -> None:
         stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None
         task = asyncio.create_task(worker.run())
         archiving = asyncio.create_task(audit_loop(gateway.archiver, settings))
+        retiring = asyncio.create_task(retention_loop(gateway.retention, settings))
         delivering = [asyncio.create_task(loop) for loop in notify_loops(gateway, settings)]
         # The identity tokens of its precondition reads and status queries are signed with the keys it holds.
         await gateway.signer.poll()
@@ -258,7 +260,7 @@ async def run_worker(settings: Settings) -> None:
         except asyncio.CancelledError:
             pass
         finally:
-            for background in (archiving, *delivering):
+            for background in (archiving, retiring, *delivering):
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background

@@ -41,6 +41,9 @@ Every key the file may hold, with its default (the README's configuration tables
     audit_keep_entries = 10000         # entries kept in Redis; older ones are archived
     audit_keep_minutes = 60            # and none older than this (0: no age limit)
     audit_archive_seconds = 10         # how often serve and worker archive
+    card_keep_days = 30                # finished cards older than this leave Redis for the card archive (0: never)
+    card_archive_dir = "/var/lib/countersign/cards"  # default: <data_dir>/cards
+    card_retention_seconds = 60        # how often serve and worker look for them
     redis_connect_timeout_seconds = 0.5  # a Redis that cannot be reached fails a request this fast
     redis_timeout_seconds = 0.5        # and one that does not answer (503 / LEDGER_UNAVAILABLE)
     log_format = "plain"               # or "json": one object per line (COUNTERSIGN_LOG_FORMAT wins)
@@ -171,6 +174,14 @@ class Settings:
     """Entries older than this are archived and trimmed even among the newest; 0 sets no age limit."""
     audit_archive_seconds: float = 10.0
     """How often `serve` and `worker` archive and trim the stream."""
+    card_keep_days: float = 30.0
+    """How long a finished card (SUCCEEDED, FAILED, REJECTED, CANCELLED, EXPIRED) stays in Redis after its
+    last event; then it is written to the card archive and removed (`gateway.store.card_retention`). 0: never."""
+    card_archive_dir: Path | None = None
+    """Where retired cards are written as JSON-lines files; None means ``<data_dir>/cards``. Every process
+    that sweeps one Redis must share it, as for the audit archive."""
+    card_retention_seconds: float = 60.0
+    """How often `serve` and `worker` look for cards past their retention."""
     redis_connect_timeout_seconds: float = 0.5
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
@@ -205,6 +216,11 @@ class Settings:
     def archive_dir(self) -> Path:
         return self.audit_archive_dir if self.audit_archive_dir is not None else self.data_dir / "audit"
 
+    @property
+    def cards_dir(self) -> Path:
+        """The card archive's directory (`card_archive_dir`, else ``<data_dir>/cards``)."""
+        return self.card_archive_dir if self.card_archive_dir is not None else self.data_dir / "cards"
+
     def __post_init__(self) -> None:
         if not self.lease_seconds > 0 or not self.reconcile_horizon_seconds > 0:
             raise ConfigError("lease_seconds and reconcile_horizon_seconds must be positive")
@@ -216,6 +232,8 @@ class Settings:
             raise ConfigError(f"port must be between 1 and 65535, not {self.port}")
         if self.log_format not in ("plain", "json"):
             raise ConfigError(f"log_format must be plain or json, not {self.log_format!r}")
+        if not self.card_keep_days >= 0 or not self.card_retention_seconds > 0:
+            raise ConfigError("card_keep_days must not be negative and card_retention_seconds must be positive")
 
     @property
     def org_adapters(self) -> OrgAdapters:
@@ -324,6 +342,9 @@ class Settings:
                 audit_keep_entries=gateway.audit_keep_entries,
                 audit_keep_minutes=gateway.audit_keep_minutes,
                 audit_archive_seconds=gateway.audit_archive_seconds,
+                card_keep_days=gateway.card_keep_days,
+                card_archive_dir=Path(gateway.card_archive_dir) if gateway.card_archive_dir else None,
+                card_retention_seconds=gateway.card_retention_seconds,
                 redis_connect_timeout_seconds=gateway.redis_connect_timeout_seconds,
                 redis_timeout_seconds=gateway.redis_timeout_seconds,
                 min_replicas=gateway.min_replicas,

@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -14,10 +15,12 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.card import CardState
+from gateway.card_archive import CardArchive
 from gateway.cli import main
 from gateway.preview import Preview
 from gateway.principal import KeyKind
 from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.card_retention import RedisCardRetention
 from gateway.store.ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
@@ -345,3 +348,30 @@ async def test_deciding_without_seeing_the_card_or_naming_the_review_is_refused(
     assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
     refused = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action.startswith("card.")]
     assert [(e.outcome, e.code) for e in refused] == [("deny", "VALIDATION_ERROR")]
+
+
+async def test_archived_prints_a_retired_card_as_show_did_and_only_to_its_org(
+    cli: Cli, redis: Redis, tmp_path: Path
+) -> None:
+    """A card the retention moved out of Redis: ``show`` no longer finds it, ``archived`` prints the same
+    view from the archive (escaped and fenced the same way), and to another org's admin it is no card."""
+    card_id = await propose(redis)
+    await RedisLedger(redis).reject(card_id, admin="bob@acme.example", reason="no")
+    cli.environ["COUNTERSIGN_DATA_DIR"] = str(tmp_path)
+    _, before, _ = await cli("cards", "show", card_id, "--json")
+    await anyio.sleep(0.05)
+    retention = RedisCardRetention(redis, CardArchive(tmp_path / "cards"), keep_ms=10,
+                                   audit=RedisStreamAuditSink(redis, secret=TEST_AUDIT_SECRET.encode()))  # fmt: skip
+    assert await retention.sweep() == 1
+    status, _, err = await cli("cards", "show", card_id)
+    assert status == 1 and "NOT_FOUND" in err
+    status, out, _ = await cli("cards", "archived", card_id, "--json")
+    assert status == 0 and json.loads(out) == json.loads(before)
+    status, out, _ = await cli("cards", "archived", card_id)
+    assert status == 0 and out.startswith("archived (no longer in Redis)\n")
+    assert "<<< end of untrusted agent text" in out and "\x1b" not in out and "hash chain valid" in out
+    outsider = await make_key(redis, subject="gil@globex.example", org="globex", roles=("approver",),
+                              kind=KeyKind.ADMIN)  # fmt: skip
+    cli.environ["COUNTERSIGN_ADMIN_KEY"] = outsider
+    assert (await cli("cards", "archived", card_id))[0] == 1
+    assert (await cli("cards", "archived", "crd_1_" + "0" * 32))[0] == 1

@@ -14,6 +14,7 @@ import datetime
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import anyio
 import httpx
@@ -23,10 +24,13 @@ import redis.asyncio as aioredis
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
 from gateway.card import Card, CardState
+from gateway.card_archive import CardArchive
 from gateway.ledger import CardQuery
 from gateway.limits import Budget, Limits
 from gateway.notification import Notification
 from gateway.principal import KeyKind
+from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.card_retention import RedisCardRetention
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
 from gateway.store.ledger import RedisLedger
@@ -35,9 +39,10 @@ from gateway.store.ledger_outbox import outbox_keys
 from gateway.store.notifications import RedisNotificationOutbox
 from gateway.store.registry import RegistryStore
 from tests.support.agents import agent, make_key, payload
+from tests.support.cards import PROPOSAL
 from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
 from tests.support.redis_topologies import begin_slot_move, redis_cluster
-from tests.support.services import Backend, gateway_settings
+from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 from tests.support.signing import ensure_signing_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -262,3 +267,23 @@ async def test_the_notification_outbox_works_on_the_cluster(cluster: aioredis.Re
     assert again.attempts == 1
     await outbox.finish(again.id)
     assert await outbox.pending() == 0
+
+
+async def test_card_retention_works_on_the_cluster(cluster: aioredis.Redis, tmp_path: Path) -> None:
+    """Finished cards of requesters spread over the shards (so over every master) leave for the archive:
+    the lock, the index reads and the removal script each stay within one slot."""
+    ledger = RedisLedger(cluster)
+    ids = []
+    for n in range(12):
+        proposal = dataclasses.replace(PROPOSAL, requester_subject=f"r{n}@acme.example", dedupe_key=f"retire|{n}")
+        created = await ledger.propose(proposal)
+        assert created.card is not None
+        assert (await ledger.reject(created.card.card_id, admin="root@acme.example", reason="no")).ok
+        ids.append(created.card.card_id)
+    assert len({card_shard(card_id) for card_id in ids}) > 3
+    await anyio.sleep(0.1)
+    audit = RedisStreamAuditSink(cluster, secret=TEST_AUDIT_SECRET.encode())
+    retention = RedisCardRetention(cluster, CardArchive(tmp_path), keep_ms=50, audit=audit)
+    assert await retention.sweep() >= len(ids)  # and any finished card an earlier test left
+    assert [await ledger.get(card_id) for card_id in ids] == [None] * len(ids)
+    assert all(CardArchive(tmp_path).find(card_id) is not None for card_id in ids)

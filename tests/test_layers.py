@@ -45,6 +45,7 @@ PLACES: dict[str, int] = {
     "gateway.logs": ROOT_LAYER,
     "gateway.audit_secret": ROOT_LAYER,
     "gateway.audit_upkeep": ROOT_LAYER,
+    "gateway.card_upkeep": ROOT_LAYER,
     "gateway.__main__": ROOT_LAYER,
     # 1. surfaces and drivers: transports and presentation, the worker; they decide nothing
     "gateway.mcp_surface": SURFACE,
@@ -90,6 +91,7 @@ PLACES: dict[str, int] = {
     "gateway.upstream_aiohttp": STORE,
     "gateway.jwks": STORE,
     "gateway.audit_archive": STORE,
+    "gateway.card_archive": STORE,
     "gateway.webhook_post": STORE,
     # The process's instruments and tracer: they feed exporters, so they stand with the I/O
     # implementations, below every layer that counts or traces (the vocabulary does neither).

@@ -1,0 +1,204 @@
+"""Card retention: finished cards past their retention leave Redis for the card archive.
+
+Without it every card stays in Redis for good, with its entries in its org's and its requester's
+indexes (about 1.5 KB a finished card, bench/README.md): memory grows with every write ever
+proposed. `RedisCardRetention.sweep` bounds that: a card in a `TERMINAL` state whose last event
+is older than `keep_ms` is written to the archive (`gateway.card_archive`), fsynced, and only then
+removed from Redis by `RETIRE`, one atomic script per card that checks, on the card as it is then:
+
+* it is the version that was archived (a card that changed since, by a late worker result, is
+  archived again at the next sweep instead);
+* its state is terminal: a card a person or a worker may still act on (PENDING, APPROVED, EXECUTING,
+  UNKNOWN, NEEDS_RECONCILIATION) is never removed, however old;
+* its last event is at least `keep_ms` old, by the Redis server's clock;
+* no dedupe entry still answers from it: a SUCCEEDED card inside its repeat window stays (an
+  entry whose window has lapsed is removed with the card).
+
+A removed card leaves every structure of its shard (the card key, the org's, the requester's and the
+shard's indexes, timers, the open-card set), is audited as ``card.archive`` and counted as the
+``retire`` transition. Listings and reads no longer find it; `CardArchive.find` does
+(``countersign cards archived``). Which cards are looked at: per shard, each org index's (and the
+shard's older index's) cards created before the cutoff, a batch at a time: a card finishes after it
+is created, so one created after the cutoff cannot have finished before it.
+
+Two sweepers on one Redis (``serve`` and a ``worker``) take turns by a lock key; were both to sweep
+at once, a card would be archived twice (readers take the highest version) and removed once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.audit import AuditEvent, AuditSink
+from gateway.card import TERMINAL
+from gateway.card_archive import CardArchive, card_record
+from gateway.metrics import count_transition
+from gateway.store.client import store_boundary
+from gateway.store.ledger_codec import decode_card
+from gateway.store.ledger_layout import SHARDS, card_keys, org_index, orgs_key, requester_index, tag
+from gateway.store.ledger_prelude import PRELUDE
+
+__all__ = ["LOCK_KEY", "RETIRE", "RedisCardRetention", "keep_ms_of"]
+
+logger = logging.getLogger("countersign.retention")
+
+LOCK_KEY = "cs:card-retention:lock"
+LOCK_MS = 300_000
+"""How long one sweep holds the lock at most: a sweeper that dies leaves it to lapse."""
+DAY_MS = 86_400_000
+
+RETIRE = (
+    PRELUDE
+    + "local RETIRABLE = {"
+    + ", ".join(f"[{state.value!r}] = true" for state in sorted(TERMINAL))
+    + "}\n"
+    + r"""
+-- KEYS 9 and 10: the shard's index of the card's org and of its requester.
+-- ARGV[2]: the version archived; ARGV[3]: how long ago, at least, its last event must be (ms).
+local c = load()
+if not c then return 'GONE' end
+if c.version ~= ARGV[2] then return 'CHANGED' end
+if not RETIRABLE[c.state] then return 'OPEN' end
+local now = now_ms()
+if now - num(c.updated_ms) < tonumber(ARGV[3]) then return 'RECENT' end
+local entry = c.dedupe and open_get(c.dedupe)
+if entry and string.sub(entry, 1, #c.card_id + 1) == c.card_id .. '|' then
+  if num(string.sub(entry, #c.card_id + 2)) > now then return 'REPEATING' end
+  open_del(c.dedupe)
+  redis.call('ZREM', repeats_key, c.dedupe)
+end
+redis.call('DEL', card_key)
+redis.call('ZREM', KEYS[9], c.card_id)
+redis.call('ZREM', KEYS[10], c.card_id)
+redis.call('ZREM', index_key, c.card_id)
+redis.call('ZREM', timers_key, c.card_id)
+if c.open_member then redis.call('ZREM', open_cards_key, c.open_member) end
+return 'RETIRED'
+"""
+)
+"""The removal of one archived card, with every check before its first write (module docstring)."""
+
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+@store_boundary
+class RedisCardRetention:
+    """Moves the finished cards older than `keep_ms` from Redis to `archive`; 0 keeps every card."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        archive: CardArchive,
+        *,
+        keep_ms: int,
+        audit: AuditSink,
+        batch: int = 200,
+        on_retired: Callable[[str], None] = lambda status: count_transition("retire", status),
+    ) -> None:
+        self._client = client
+        self._archive = archive
+        self.keep_ms = keep_ms
+        self._audit = audit
+        self.batch = batch
+        self._on_retired = on_retired
+        self._retire = client.register_script(RETIRE)
+        self._release = client.register_script(_RELEASE)
+
+    async def sweep(self) -> int:
+        """Archive and remove every card finished more than `keep_ms` ago; how many were removed.
+
+        Returns 0 without looking when `keep_ms` is 0 or another sweeper holds the lock.
+
+        Raises:
+            CardArchiveError: the archive cannot be written; no card of that batch is removed.
+            StoreUnavailableError: Redis cannot be reached.
+        """
+        if self.keep_ms <= 0:
+            return 0
+        token = secrets.token_hex(8)
+        if not await self._client.set(LOCK_KEY, token, nx=True, px=LOCK_MS):
+            return 0
+        try:
+            self._archive.remove_stale_drafts()
+            seconds, micros = await self._client.time()
+            cutoff = int(seconds) * 1000 + int(micros) // 1000 - self.keep_ms
+            retired = 0
+            for shard in range(SHARDS):
+                for index in await self._indexes(shard):
+                    retired += await self._sweep_index(shard, index, cutoff)
+            return retired
+        finally:
+            await self._release(keys=[LOCK_KEY], args=[token])
+
+    async def _indexes(self, shard: int) -> list[str]:
+        """The shard's org indexes, and its index of the cards stored before them."""
+        orgs: Any = await self._client.smembers(orgs_key(shard))
+        found = sorted(f"{tag(shard)}:org:{_text(org)}" for org in orgs)
+        return [*found, f"{tag(shard)}:index"]
+
+    async def _sweep_index(self, shard: int, index: str, cutoff: int) -> int:
+        """Retire the cards of one index created before `cutoff` that are due; how many were retired."""
+        retired, kept = 0, 0
+        while True:
+            ids: Any = await self._client.zrangebyscore(index, "-inf", cutoff, start=kept, num=self.batch)
+            if not ids:
+                return retired
+            card_ids = [_text(card_id) for card_id in ids]
+            due = _due(card_ids, await self._client.mget([card_keys(c, shard)[0] for c in card_ids]), cutoff)
+            done = await self._retire_all(shard, due) if due else 0
+            retired += done
+            kept += len(card_ids) - done
+            if len(card_ids) < self.batch:
+                return retired
+
+    async def _retire_all(self, shard: int, due: list[dict[str, Any]]) -> int:
+        """Archive `due`, then remove each card that is still as archived; how many were removed."""
+        # In a thread: a batch's fsyncs must not hold up the event loop that serves requests.
+        path = await asyncio.to_thread(self._archive.write, [card_record(card) for card in due], secrets.token_hex(6))
+        retired = 0
+        for card in due:
+            card_id, org, subject = card["card_id"], card["requester_org"], card["requester_subject"]
+            keys = [*card_keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
+            status = _text(await self._retire(keys=keys, args=["retire", card["version"], self.keep_ms]))
+            self._on_retired(status)
+            if status != "RETIRED":
+                continue
+            retired += 1
+            await self._audit.record(
+                AuditEvent(
+                    action="card.archive",
+                    outcome="ok",
+                    org=org,
+                    tool=card.get("tool", ""),
+                    extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": path.name},
+                )  # fmt: skip
+            )
+        logger.info("archived %d of %d finished cards to %s", retired, len(due), path.name)
+        return retired
+
+
+def _due(card_ids: Iterable[str], raws: Iterable[Any], cutoff: int) -> list[dict[str, Any]]:
+    """The expanded cards of `card_ids` (stored as `raws`) that are finished and last changed before `cutoff`."""
+    due = []
+    for card_id, raw in zip(card_ids, raws, strict=True):
+        if raw is None:
+            continue
+        card = decode_card(raw, card_id)
+        if card.get("state") in TERMINAL and int(card.get("updated_ms") or 0) <= cutoff:
+            due.append(card)
+    return due
+
+
+def keep_ms_of(days: float) -> int:
+    """`Settings.card_keep_days` in ms (0: keep every card)."""
+    return int(days * DAY_MS)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
