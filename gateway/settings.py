@@ -186,13 +186,13 @@ class Settings:
     """The longest a Redis connection may take to open; past it the command fails as the store being
     unavailable (a retryable refusal) rather than stalling the request."""
     limits: Limits = field(default_factory=Limits)
+    """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     approvals: ApprovalSettings = field(default_factory=ApprovalSettings)
     """Policy approvals and repeats of finished writes (`gateway.approval_settings`), from ``[approvals]``."""
     notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
     audit_export: AuditExportTarget | None = None
     """Where new audit entries are posted as they come (`gateway.audit_forwarder`); None: nowhere."""
-    """Who is told when a card needs a person (`gateway.notification`), from ``[notifications]``."""
-    """Per-principal rate budgets and quotas (`gateway.limits`), from the ``[limits]`` section."""
     oauth: OAuthSection = field(default_factory=OAuthSection)
     """The OAuth resource server (`gateway.oauth_config`): trusted issuers; none, API keys only."""
     redis_timeout_seconds: float = 0.5

@@ -210,7 +210,7 @@ async def test_a_succeeded_card_stays_while_its_repeat_window_answers_and_leaves
     shard = card_shard(card_id)
     assert shard is not None
     for bucket in open_buckets(shard):
-        assert all(card_id.encode() not in value for value in (await redis.hvals(bucket)))  # type: ignore[misc]
+        assert all(card_id.encode() not in value for value in (await redis.hvals(bucket)))
     again = await ledger.propose(replace(PROPOSAL, dedupe_key="retention|1"))
     assert again.status == "OK" and again.card is not None and again.card.card_id != card_id
 
@@ -291,3 +291,22 @@ async def test_the_removal_script_itself_refuses_open_changed_and_recent_cards(r
         assert await _stored(redis, card_id) is not None
     assert await retire(finished, version) == "RETIRED"
     assert await _stored(redis, finished) is None
+
+
+async def test_a_sweeper_that_lost_its_lock_stops_at_the_next_batch(redis: Redis, tmp_path: Path) -> None:
+    """Stalled past the lock's life, another sweeper took over: this one finishes its batch and stops."""
+    ledger = RedisLedger(redis)
+    ids = [await _to(ledger, CardState.REJECTED, n) for n in range(3)]
+    await _wait_out_retention()
+    loop = asyncio.get_running_loop()
+
+    class LockTakenArchive(CardArchive):
+        def write(self, records: Sequence[Mapping[str, Any]], token: str) -> Path:
+            taken = redis.set(LOCK_KEY, "another-sweeper", px=10_000)
+            asyncio.run_coroutine_threadsafe(taken, loop).result(timeout=5)  # type: ignore[arg-type]
+            return super().write(records, token)
+
+    retention = RedisCardRetention(redis, LockTakenArchive(tmp_path), keep_ms=KEEP_MS, audit=_audit(redis), batch=1)
+    assert await retention.sweep() == 1
+    assert sum([await _stored(redis, card_id) is not None for card_id in ids]) == 2
+    assert await redis.get(LOCK_KEY) == b"another-sweeper"

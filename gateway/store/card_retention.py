@@ -41,7 +41,7 @@ from gateway.card_archive import CardArchive, card_record
 from gateway.metrics import count_transition
 from gateway.store.client import store_boundary
 from gateway.store.ledger_codec import decode_card
-from gateway.store.ledger_layout import SHARDS, card_keys, org_index, orgs_key, requester_index, tag
+from gateway.store.ledger_layout import SHARDS, card_keys, everyones_indexes, org_index, orgs_key, requester_index
 from gateway.store.ledger_prelude import PRELUDE
 
 __all__ = ["LOCK_KEY", "RETIRE", "RedisCardRetention", "keep_ms_of"]
@@ -52,6 +52,8 @@ LOCK_KEY = "cs:card-retention:lock"
 LOCK_MS = 300_000
 """How long one sweep holds the lock at most: a sweeper that dies leaves it to lapse."""
 DAY_MS = 86_400_000
+CONCURRENCY = 16
+"""Removals in flight at once within a batch."""
 
 RETIRE = (
     PRELUDE
@@ -85,6 +87,7 @@ return 'RETIRED'
 """The removal of one archived card, with every check before its first write (module docstring)."""
 
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+_RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 
 
 @store_boundary
@@ -109,6 +112,8 @@ class RedisCardRetention:
         self._on_retired = on_retired
         self._retire = client.register_script(RETIRE)
         self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
+        self._token = ""
 
     async def sweep(self) -> int:
         """Archive and remove every card finished more than `keep_ms` ago; how many were removed.
@@ -121,7 +126,7 @@ class RedisCardRetention:
         """
         if self.keep_ms <= 0:
             return 0
-        token = secrets.token_hex(8)
+        token = self._token = secrets.token_hex(8)
         if not await self._client.set(LOCK_KEY, token, nx=True, px=LOCK_MS):
             return 0
         try:
@@ -137,15 +142,18 @@ class RedisCardRetention:
             await self._release(keys=[LOCK_KEY], args=[token])
 
     async def _indexes(self, shard: int) -> list[str]:
-        """The shard's org indexes, and its index of the cards stored before them."""
+        """The shard's index of the cards stored before the org indexes, then its org indexes."""
         orgs: Any = await self._client.smembers(orgs_key(shard))
-        found = sorted(f"{tag(shard)}:org:{_text(org)}" for org in orgs)
-        return [*found, f"{tag(shard)}:index"]
+        return everyones_indexes(shard, orgs)
 
     async def _sweep_index(self, shard: int, index: str, cutoff: int) -> int:
         """Retire the cards of one index created before `cutoff` that are due; how many were retired."""
         retired, kept = 0, 0
         while True:
+            # A long first sweep (a backlog of months) keeps the lock while it makes progress; one that
+            # lost it (stalled past `LOCK_MS`) stops, and the sweeper that holds it now goes on.
+            if not await self._renew(keys=[LOCK_KEY], args=[self._token, LOCK_MS]):
+                return retired
             ids: Any = await self._client.zrangebyscore(index, "-inf", cutoff, start=kept, num=self.batch)
             if not ids:
                 return retired
@@ -161,26 +169,30 @@ class RedisCardRetention:
         """Archive `due`, then remove each card that is still as archived; how many were removed."""
         # In a thread: a batch's fsyncs must not hold up the event loop that serves requests.
         path = await asyncio.to_thread(self._archive.write, [card_record(card) for card in due], secrets.token_hex(6))
-        retired = 0
-        for card in due:
-            card_id, org, subject = card["card_id"], card["requester_org"], card["requester_subject"]
-            keys = [*card_keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
-            status = _text(await self._retire(keys=keys, args=["retire", card["version"], self.keep_ms]))
-            self._on_retired(status)
-            if status != "RETIRED":
-                continue
-            retired += 1
-            await self._audit.record(
-                AuditEvent(
-                    action="card.archive",
-                    outcome="ok",
-                    org=org,
-                    tool=card.get("tool", ""),
-                    extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": path.name},
-                )  # fmt: skip
-            )
+        # A few at a time: the audit sink appends concurrent events in one batch (one chained script).
+        limiter = asyncio.Semaphore(CONCURRENCY)
+
+        async def retire(card: dict[str, Any]) -> bool:
+            async with limiter:
+                return await self._retire_one(shard, card, path.name)
+
+        retired = sum(await asyncio.gather(*(retire(card) for card in due)))
         logger.info("archived %d of %d finished cards to %s", retired, len(due), path.name)
         return retired
+
+    async def _retire_one(self, shard: int, card: dict[str, Any], archive: str) -> bool:
+        """Remove one archived card if the script finds it as archived (audited); whether it was removed."""
+        card_id, org, subject = card["card_id"], card["requester_org"], card["requester_subject"]
+        keys = [*card_keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject)]
+        status = _text(await self._retire(keys=keys, args=["retire", card["version"], self.keep_ms]))
+        self._on_retired(status)
+        if status != "RETIRED":
+            return False
+        await self._audit.record(
+            AuditEvent(action="card.archive", outcome="ok", org=org, tool=card.get("tool", ""),
+                       extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": archive})
+        )  # fmt: skip
+        return True
 
 
 def _due(card_ids: Iterable[str], raws: Iterable[Any], cutoff: int) -> list[dict[str, Any]]:

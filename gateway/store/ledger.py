@@ -53,6 +53,7 @@ from gateway.store.ledger_layout import (
     card_keys,
     card_shard,
     count_tag,
+    everyones_indexes,
     open_bucket,
     open_cards_key,
     open_count_key,
@@ -307,8 +308,7 @@ class RedisLedger:
             elif org is not None:
                 indexes = [org_index(shard, org)]
             else:  # every org's index, and the shard index that listed everyone's cards stored before
-                orgs: Any = await self._client.smembers(orgs_key(shard))
-                indexes = [f"{_tag(shard)}:index", *(f"{_tag(shard)}:org:{_text(o)}" for o in sorted(orgs))]
+                indexes = everyones_indexes(shard, await self._client.smembers(orgs_key(shard)))
             for index in indexes:
                 entries: Any = await self._client.zrevrange(index, 0, limit - 1, withscores=True)
                 scores.update((_text(member), float(score)) for member, score in entries)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Iterable
 
 __all__ = [
     "CHANGES_CHANNEL",
@@ -20,6 +21,7 @@ __all__ = [
     "card_shard",
     "OPEN_BUCKET_DIGITS",
     "count_tag",
+    "everyones_indexes",
     "open_cards_key",
     "open_bucket",
     "open_buckets",
@@ -118,6 +120,13 @@ def org_index(shard: int, org: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _org_tag(org: str) -> str:
     return hashlib.sha256(org.encode()).hexdigest()[:16]
+
+
+def everyones_indexes(shard: int, org_tags: Iterable[bytes | str]) -> list[str]:
+    """Every index of the shard that lists cards of everyone: the shard index of the cards stored before
+    the org indexes, then the index of each org tag `orgs_key` holds (in tag order)."""
+    tags = sorted(t.decode() if isinstance(t, bytes) else t for t in org_tags)
+    return [f"{tag(shard)}:index", *(f"{tag(shard)}:org:{org_tag}" for org_tag in tags)]
 
 
 def orgs_key(shard: int) -> str:
