@@ -310,3 +310,14 @@ async def test_a_sweeper_that_lost_its_lock_stops_at_the_next_batch(redis: Redis
     assert await retention.sweep() == 1
     assert sum([await _stored(redis, card_id) is not None for card_id in ids]) == 2
     assert await redis.get(LOCK_KEY) == b"another-sweeper"
+
+
+async def test_a_sweep_stops_at_its_share_and_the_next_one_goes_on(redis: Redis, tmp_path: Path) -> None:
+    """A backlog leaves a share per sweep (rounded up to whole batches), until none is left."""
+    ledger = RedisLedger(redis)
+    ids = [await _to(ledger, CardState.CANCELLED, n) for n in range(7)]
+    await _wait_out_retention()
+    retention = RedisCardRetention(redis, CardArchive(tmp_path), keep_ms=KEEP_MS, audit=_audit(redis), batch=2,
+                                   per_sweep=3)  # fmt: skip
+    assert [await retention.sweep() for _ in range(4)] == [4, 3, 0, 0]
+    assert [await _stored(redis, card_id) for card_id in ids] == [None] * len(ids)

@@ -54,6 +54,10 @@ LOCK_MS = 300_000
 DAY_MS = 86_400_000
 CONCURRENCY = 16
 """Removals in flight at once within a batch."""
+PER_SWEEP = 5_000
+"""Cards one sweep removes at most: about 3 s of the sweeping process's CPU (bench/retention.py), so a
+backlog (a first sweep over months of cards) is worked off a minute at a time, never by taking the
+event loop from the requests it serves for long; a sweep a minute still retires 7 million cards a day."""
 
 RETIRE = (
     PRELUDE
@@ -102,6 +106,7 @@ class RedisCardRetention:
         keep_ms: int,
         audit: AuditSink,
         batch: int = 200,
+        per_sweep: int = PER_SWEEP,
         on_retired: Callable[[str], None] = lambda status: count_transition("retire", status),
     ) -> None:
         self._client = client
@@ -109,6 +114,8 @@ class RedisCardRetention:
         self.keep_ms = keep_ms
         self._audit = audit
         self.batch = batch
+        self.per_sweep = per_sweep
+        self._left = 0  # of `per_sweep`, in the sweep under way
         self._on_retired = on_retired
         self._retire = client.register_script(RETIRE)
         self._release = client.register_script(_RELEASE)
@@ -118,7 +125,8 @@ class RedisCardRetention:
     async def sweep(self) -> int:
         """Archive and remove every card finished more than `keep_ms` ago; how many were removed.
 
-        Returns 0 without looking when `keep_ms` is 0 or another sweeper holds the lock.
+        Returns 0 without looking when `keep_ms` is 0 or another sweeper holds the lock. Stops once
+        `per_sweep` cards are removed (give or take a batch): a backlog is worked off sweep by sweep.
 
         Raises:
             CardArchiveError: the archive cannot be written; no card of that batch is removed.
@@ -133,9 +141,11 @@ class RedisCardRetention:
             self._archive.remove_stale_drafts()
             seconds, micros = await self._client.time()
             cutoff = int(seconds) * 1000 + int(micros) // 1000 - self.keep_ms
-            retired = 0
+            retired, self._left = 0, self.per_sweep
             for shard in range(SHARDS):
                 for index in await self._indexes(shard):
+                    if self._left <= 0:
+                        return retired
                     retired += await self._sweep_index(shard, index, cutoff)
             return retired
         finally:
@@ -153,6 +163,7 @@ class RedisCardRetention:
             # A long first sweep (a backlog of months) keeps the lock while it makes progress; one that
             # lost it (stalled past `LOCK_MS`) stops, and the sweeper that holds it now goes on.
             if not await self._renew(keys=[LOCK_KEY], args=[self._token, LOCK_MS]):
+                self._left = 0
                 return retired
             ids: Any = await self._client.zrangebyscore(index, "-inf", cutoff, start=kept, num=self.batch)
             if not ids:
@@ -160,9 +171,9 @@ class RedisCardRetention:
             card_ids = [_text(card_id) for card_id in ids]
             due = _due(card_ids, await self._client.mget([card_keys(c, shard)[0] for c in card_ids]), cutoff)
             done = await self._retire_all(shard, due) if due else 0
-            retired += done
+            retired, self._left = retired + done, self._left - done
             kept += len(card_ids) - done
-            if len(card_ids) < self.batch:
+            if len(card_ids) < self.batch or self._left <= 0:
                 return retired
 
     async def _retire_all(self, shard: int, due: list[dict[str, Any]]) -> int:
