@@ -92,7 +92,8 @@ class CardArchive:
         return sorted(path for path in self.directory.glob(f"{_PREFIX}*{_SUFFIX}") if path.is_file())
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every archived copy, oldest file first; lines that are not a card record are skipped."""
+        """Every archived copy, oldest file first; lines that are not a card record (a card and an integer
+        version) are skipped."""
         for path in self.files():
             with path.open(encoding="utf-8", errors="replace") as handle:
                 for line in handle:
@@ -100,7 +101,8 @@ class CardArchive:
                         record = json.loads(line)
                     except ValueError:
                         continue
-                    if isinstance(record, dict) and isinstance(record.get("card"), dict):
+                    if (isinstance(record, dict) and isinstance(record.get("card"), dict)
+                            and isinstance(record.get("version"), int)):  # fmt: skip
                         yield record
 
     def find(self, card_id: str) -> dict[str, Any] | None:

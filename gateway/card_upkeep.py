@@ -1,8 +1,8 @@
 """Keep Redis within the card retention: the sweep `serve` and `worker` run in the background.
 
-Who calls it: the composition root (`gateway.app`) builds the retention, `serve`'s worker and
-`create_app`'s lifespan run `retention_loop`. What leaves Redis, and the checks before it does, is
-`gateway.store.card_retention`'s.
+Who calls it: the composition root (`gateway.app`) builds the retention; `create_app`'s lifespan (so
+``countersign serve``) and ``countersign worker`` (`gateway.serve.run_worker`) run `retention_loop`.
+What leaves Redis, and the checks before it does, is `gateway.store.card_retention`'s.
 """
 
 from __future__ import annotations

@@ -257,7 +257,8 @@ async def test_archive_lines_that_do_not_read_are_skipped_and_the_highest_versio
     card = {"card_id": "crd_1_" + "a" * 32, "version": "3", "state": "SUCCEEDED"}
     archive.write([{"card_id": card["card_id"], "version": 3, "card": card}], "one")
     archive.write([{"card_id": card["card_id"], "version": 5, "card": {**card, "version": "5"}}], "two")
-    (tmp_path / "cards-20000101-000000-broken.jsonl").write_text("not json\n" + json.dumps([1]) + "\n")
+    broken = ["not json", json.dumps([1]), json.dumps({"card_id": card["card_id"], "version": "9", "card": card})]
+    (tmp_path / "cards-20000101-000000-broken.jsonl").write_text("\n".join(broken) + "\n")
     found = archive.find(card["card_id"])
     assert found is not None and found["version"] == "5"
     assert archive.find("crd_1_" + "b" * 32) is None

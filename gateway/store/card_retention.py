@@ -1,7 +1,7 @@
 """Card retention: finished cards past their retention leave Redis for the card archive.
 
 Without it every card stays in Redis for good, with its entries in its org's and its requester's
-indexes (about 1.5 KB a finished card, bench/README.md): memory grows with every write ever
+indexes (about 1.3 KB a finished card, bench/retention.py): memory grows with every write ever
 proposed. `RedisCardRetention.sweep` bounds that: a card in a `TERMINAL` state whose last event
 is older than `keep_ms` is written to the archive (`gateway.card_archive`), fsynced, and only then
 removed from Redis by `RETIRE`, one atomic script per card that checks, on the card as it is then:
