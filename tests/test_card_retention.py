@@ -250,6 +250,10 @@ async def test_every_retired_card_is_audited_with_its_archive_file(redis: Redis,
     assert {e.extra["card_id"] for e in events} == ids
     files = {path.name for path in CardArchive(tmp_path).files()}
     assert all(e.extra["archive"] in files and e.org == "acme" for e in events)
+    for event in events:  # the keyed trail binds each archived copy: its version and its chain head
+        copy = CardArchive(tmp_path).find(event.extra["card_id"])
+        assert copy is not None and (event.extra["version"], event.extra["chain"]) == (copy["version"], copy["chain"])
+        assert copy["chain"] == copy["events"][-1]["hash"]
 
 
 async def test_archive_lines_that_do_not_read_are_skipped_and_the_highest_version_wins(tmp_path: Path) -> None:

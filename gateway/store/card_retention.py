@@ -16,7 +16,10 @@ removed from Redis by `RETIRE`, one atomic script per card that checks, on the c
 
 A removed card leaves every structure of its shard (the card key, the org's, the requester's and the
 shard's indexes, timers, the open-card set), is audited as ``card.archive`` and counted as the
-``retire`` transition. Listings and reads no longer find it; `CardArchive.find` does
+``retire`` transition. The audit event names the archive file and the card's version and chain head
+(its last event's hash): the card's own chain is unkeyed, so it is the keyed audit trail that binds
+the archived copy, and a copy whose history was rewritten, chain and all, no longer matches it.
+Listings and reads no longer find a removed card; `CardArchive.find` does
 (``countersign cards archived``). Which cards are looked at: per shard, each org index's (and the
 shard's older index's) cards created before the cutoff, a batch at a time: a card finishes after it
 is created, so one created after the cutoff cannot have finished before it.
@@ -201,7 +204,8 @@ class RedisCardRetention:
             return False
         await self._audit.record(
             AuditEvent(action="card.archive", outcome="ok", org=org, tool=card.get("tool", ""),
-                       extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": archive})
+                       extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": archive,
+                              "version": card["version"], "chain": card["chain"]})
         )  # fmt: skip
         return True
 
