@@ -24,6 +24,7 @@ from gateway.card_views import AdminCard, CardActionResult, ResultCode
 from gateway.card_watch import visible_to
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
+from gateway.store.audit_trail import AuditTrail
 from gateway.store.durability import LedgerGuard
 from gateway.store.ledger import RedisLedger
 from gateway.store.ledger_rows import card_from_fields, event_from_fields
@@ -41,9 +42,11 @@ async def run(
     *,
     batch_limit: int = 50,
     archive: CardArchive | None = None,
+    trail: AuditTrail | None = None,
 ) -> int:
     """Run one `cards` command as `admin`. Returns the exit status (0 done, 1 refused). `archive` is
-    where ``archived`` looks (the retired cards, `gateway.store.card_retention`)."""
+    where ``archived`` looks (the retired cards, `gateway.store.card_retention`), `trail` where its
+    ``--verify`` looks for the audit entry of the removal."""
     guard = LedgerGuard(client)
     service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable,
                           batch_limit=batch_limit)  # fmt: skip
@@ -75,7 +78,7 @@ async def run(
         print(shown if args.json else "\n".join(_card_text(view)))
         return 0
     if command == "archived":
-        return await _archived(archive, audit, admin, args)
+        return await _archived(archive, trail, audit, admin, args)
     if command in ("approve", "reject"):
         return await _decide(service, audit, admin, args, guard)
     if command == "cancel":
@@ -141,7 +144,9 @@ async def _decide(
     return 0 if all(result.ok for result in outcome.results) else 1
 
 
-async def _archived(archive: CardArchive | None, audit: AuditSink, admin: Principal, args: argparse.Namespace) -> int:
+async def _archived(
+    archive: CardArchive | None, trail: AuditTrail | None, audit: AuditSink, admin: Principal, args: argparse.Namespace
+) -> int:
     """``cards archived``: a card retention removed from Redis, as ``show`` prints it, from its newest archived
     copy. Scoped as ``show`` is: another org's card reads as no card, and that refusal is audited."""
     found = await asyncio.to_thread(archive.find, args.card_id) if archive is not None else None
@@ -150,11 +155,34 @@ async def _archived(archive: CardArchive | None, audit: AuditSink, admin: Princi
         events = [event_from_fields(event) for event in found.get("events", ())] if found is not None else []
     except (KeyError, TypeError, ValueError):
         card = None
-    if card is None or not visible_to(card, admin):
+    if found is None or card is None or not visible_to(card, admin):
         return await _refuse(audit, admin, "card.show", ResultCode.NOT_FOUND, "no such archived card")
     view = AdminCard.from_card(card, events)
     shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
     print(shown if args.json else "\n".join(["archived (no longer in Redis)", *_card_text(view)]))
+    return await _vouched(trail, found) if args.verify else 0
+
+
+async def _vouched(trail: AuditTrail | None, copy: dict[str, Any]) -> int:
+    """``archived --verify``: the newest ``card.archive`` audit entry of the card names the copy's version and
+    chain head, or exit 1. A card's own chain is unkeyed; the trail is MAC-chained (`audit verify` checks
+    that chain), so this is what tells a rewritten copy from the one removed. Reads the whole trail."""
+    vouching = None
+    if trail is not None:
+        async for entry_id, fields in trail.entries():
+            event = AuditEvent.from_fields(entry_id, fields)
+            if event.action == "card.archive" and event.extra.get("card_id") == copy["card_id"]:
+                vouching = event
+    if vouching is None:
+        print("countersign: NOT_FOUND: no card.archive audit entry names this card", file=sys.stderr)
+        return 1
+    named = (vouching.extra.get("version"), vouching.extra.get("chain"))
+    if named != (str(copy["version"]), copy["chain"]):
+        print(f"countersign: the archived copy (version {_safe(copy['version'])}, chain head {_safe(copy['chain'])}) "
+              f"is not the one audit entry {vouching.id} vouches for (version {_safe(named[0])}, chain head "
+              f"{_safe(named[1])})", file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"audit entry {vouching.id} vouches for this copy: version {named[0]}, chain head {named[1]}")
     return 0
 
 

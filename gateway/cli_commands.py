@@ -256,7 +256,7 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
     from gateway.card_archive import CardArchive
 
     return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions,
-                               archive=CardArchive(store.settings.cards_dir))  # fmt: skip
+                               archive=CardArchive(store.settings.cards_dir), trail=store.trail)  # fmt: skip
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:

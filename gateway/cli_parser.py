@@ -184,6 +184,9 @@ def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:
     )
     archived.add_argument("card_id")
     archived.add_argument("--json", action="store_true")
+    archived.add_argument(
+        "--verify", action="store_true", help="check the copy against its card.archive audit entry (reads the trail)"
+    )
     approve = cards.add_parser(
         "approve", parents=[identity], help="show cards, then approve them exactly as shown once you confirm"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -370,6 +371,23 @@ async def test_archived_prints_a_retired_card_as_show_did_and_only_to_its_org(
     status, out, _ = await cli("cards", "archived", card_id)
     assert status == 0 and out.startswith("archived (no longer in Redis)\n")
     assert "<<< end of untrusted agent text" in out and "\x1b" not in out and "hash chain valid" in out
+    status, out, _ = await cli("cards", "archived", card_id, "--verify")
+    assert status == 0 and out.splitlines()[-1].startswith("audit entry ") and "vouches for this copy" in out
+    # A history rewritten in the archive, its unkeyed hashes recomputed: the copy reads as a card with a
+    # valid chain, and only the keyed audit trail tells it from the copy that was removed.
+    [path] = CardArchive(tmp_path / "cards").files()
+    record = json.loads(path.read_text())
+    rejected = record["card"]["events"][-1]
+    rejected["data"] = json.dumps({"reason": "approved by security"})
+    prev = record["card"]["events"][-2]["hash"] if len(record["card"]["events"]) > 1 else ""
+    parts = [prev, rejected["seq"], rejected["type"], rejected["actor"], rejected["state"], rejected["version"],
+             rejected["at"], rejected["data"]]  # fmt: skip
+    rejected["hash"] = record["card"]["chain"] = hashlib.sha1("|".join(parts).encode()).hexdigest()
+    path.write_text(json.dumps(record) + "\n")
+    status, out, _ = await cli("cards", "archived", card_id)
+    assert status == 0 and "hash chain valid" in out
+    status, _, err = await cli("cards", "archived", card_id, "--verify")
+    assert status == 1 and "is not the one audit entry" in err
     outsider = await make_key(redis, subject="gil@globex.example", org="globex", roles=("approver",),
                               kind=KeyKind.ADMIN)  # fmt: skip
     cli.environ["COUNTERSIGN_ADMIN_KEY"] = outsider
