@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from gateway.audit import AuditEvent, AuditSink
 from gateway.card import CardState
@@ -160,13 +160,14 @@ async def _archived(
     view = AdminCard.from_card(card, events)
     shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
     print(shown if args.json else "\n".join(["archived (no longer in Redis)", *_card_text(view)]))
-    return await _vouched(trail, found) if args.verify else 0
+    return await _vouched(trail, found, sys.stderr if args.json else sys.stdout) if args.verify else 0
 
 
-async def _vouched(trail: AuditTrail | None, copy: dict[str, Any]) -> int:
+async def _vouched(trail: AuditTrail | None, copy: dict[str, Any], said: TextIO) -> int:
     """``archived --verify``: the newest ``card.archive`` audit entry of the card names the copy's version and
-    chain head, or exit 1. A card's own chain is unkeyed; the trail is MAC-chained (`audit verify` checks
-    that chain), so this is what tells a rewritten copy from the one removed. Reads the whole trail."""
+        chain head, or exit 1. A card's own chain is unkeyed; the trail is MAC-chained (`audit verify` checks
+        that chain), so this is what tells a rewritten copy from the one removed. Reads the whole trail. Says
+    so on `said` (stderr under ``--json``, whose stdout is the card alone)."""
     vouching = None
     if trail is not None:
         async for entry_id, fields in trail.entries():
@@ -182,7 +183,7 @@ async def _vouched(trail: AuditTrail | None, copy: dict[str, Any]) -> int:
               f"is not the one audit entry {vouching.id} vouches for (version {_safe(named[0])}, chain head "
               f"{_safe(named[1])})", file=sys.stderr)  # fmt: skip
         return 1
-    print(f"audit entry {vouching.id} vouches for this copy: version {named[0]}, chain head {named[1]}")
+    print(f"audit entry {vouching.id} vouches for this copy: version {named[0]}, chain head {named[1]}", file=said)
     return 0
 
 

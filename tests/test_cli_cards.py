@@ -373,6 +373,8 @@ async def test_archived_prints_a_retired_card_as_show_did_and_only_to_its_org(
     assert "<<< end of untrusted agent text" in out and "\x1b" not in out and "hash chain valid" in out
     status, out, _ = await cli("cards", "archived", card_id, "--verify")
     assert status == 0 and out.splitlines()[-1].startswith("audit entry ") and "vouches for this copy" in out
+    status, out, err = await cli("cards", "archived", card_id, "--verify", "--json")
+    assert status == 0 and json.loads(out) == json.loads(before) and "vouches for this copy" in err
     # A history rewritten in the archive, its unkeyed hashes recomputed: the copy reads as a card with a
     # valid chain, and only the keyed audit trail tells it from the copy that was removed.
     [path] = CardArchive(tmp_path / "cards").files()
