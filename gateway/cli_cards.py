@@ -160,14 +160,19 @@ async def _archived(
     view = AdminCard.from_card(card, events)
     shown = json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True)
     print(shown if args.json else "\n".join(["archived (no longer in Redis)", *_card_text(view)]))
-    return await _vouched(trail, found, sys.stderr if args.json else sys.stdout) if args.verify else 0
+    if not args.verify:
+        return 0
+    return await _vouched(trail, found, audit, admin, sys.stderr if args.json else sys.stdout)
 
 
-async def _vouched(trail: AuditTrail | None, copy: dict[str, Any], said: TextIO) -> int:
+async def _vouched(
+    trail: AuditTrail | None, copy: dict[str, Any], audit: AuditSink, admin: Principal, said: TextIO
+) -> int:
     """``archived --verify``: the newest ``card.archive`` audit entry of the card names the copy's version and
-        chain head, or exit 1. A card's own chain is unkeyed; the trail is MAC-chained (`audit verify` checks
-        that chain), so this is what tells a rewritten copy from the one removed. Reads the whole trail. Says
-    so on `said` (stderr under ``--json``, whose stdout is the card alone)."""
+            chain head, or exit 1. A card's own chain is unkeyed; the trail is MAC-chained (`audit verify` checks
+            that chain), so this is what tells a rewritten copy from the one removed. Reads the whole trail. Says
+        so on `said` (stderr under ``--json``, whose stdout is the card alone); a copy it cannot vouch for is a
+    refusal, audited (``card.verify``) like every other."""
     vouching = None
     if trail is not None:
         async for entry_id, fields in trail.entries():
@@ -175,14 +180,12 @@ async def _vouched(trail: AuditTrail | None, copy: dict[str, Any], said: TextIO)
             if event.action == "card.archive" and event.extra.get("card_id") == copy["card_id"]:
                 vouching = event
     if vouching is None:
-        print("countersign: NOT_FOUND: no card.archive audit entry names this card", file=sys.stderr)
-        return 1
+        return await _refuse(audit, admin, "card.verify", ResultCode.NOT_FOUND, "no card.archive audit entry names it")
     named = (vouching.extra.get("version"), vouching.extra.get("chain"))
     if named != (str(copy["version"]), copy["chain"]):
-        print(f"countersign: the archived copy (version {_safe(copy['version'])}, chain head {_safe(copy['chain'])}) "
-              f"is not the one audit entry {vouching.id} vouches for (version {_safe(named[0])}, chain head "
-              f"{_safe(named[1])})", file=sys.stderr)  # fmt: skip
-        return 1
+        message = (f"the archived copy (version {copy['version']}, chain head {copy['chain']}) is not the one "
+                   f"audit entry {vouching.id} vouches for (version {named[0]}, chain head {named[1]})")  # fmt: skip
+        return await _refuse(audit, admin, "card.verify", ResultCode.CONFLICT, message)
     print(f"audit entry {vouching.id} vouches for this copy: version {named[0]}, chain head {named[1]}", file=said)
     return 0
 

@@ -389,7 +389,9 @@ async def test_archived_prints_a_retired_card_as_show_did_and_only_to_its_org(
     status, out, _ = await cli("cards", "archived", card_id)
     assert status == 0 and "hash chain valid" in out
     status, _, err = await cli("cards", "archived", card_id, "--verify")
-    assert status == 1 and "is not the one audit entry" in err
+    assert status == 1 and "CONFLICT" in err and "is not the one audit entry" in err
+    refused = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "card.verify"]
+    assert [(e.code, e.subject) for e in refused] == [("CONFLICT", "bob@acme.example")]  # audited
     outsider = await make_key(redis, subject="gil@globex.example", org="globex", roles=("approver",),
                               kind=KeyKind.ADMIN)  # fmt: skip
     cli.environ["COUNTERSIGN_ADMIN_KEY"] = outsider
