@@ -203,6 +203,7 @@ async def test_a_succeeded_card_stays_while_its_repeat_window_answers_and_leaves
     await _wait_out_retention()
     retention = _retention(redis, tmp_path)
     assert await retention.sweep() == 0
+    assert CardArchive(tmp_path).find(card_id) is None  # not archived either: no copy per sweep while it waits
     repeat = await ledger.propose(replace(PROPOSAL, dedupe_key="retention|1"))
     assert repeat.status == "EXISTING" and repeat.card is not None and repeat.card.card_id == card_id
     await anyio.sleep(1.6)
@@ -285,6 +286,8 @@ async def test_the_removal_script_itself_refuses_open_changed_and_recent_cards(r
 
     open_ids = {state: await _to(ledger, state, n) for n, state in enumerate(sorted(set(CardState) - TERMINAL))}
     finished = await _to(ledger, CardState.SUCCEEDED, 50)
+    repeating = await _to(RedisLedger(redis, repeat_window_ms=60_000), CardState.SUCCEEDED, 51)
+    repeating_version = (await ledger.get(repeating)).version  # type: ignore[union-attr]
     assert await retire(finished, 1, keep_ms=60_000) == "CHANGED"  # not the version it is at
     version = (await ledger.get(finished)).version  # type: ignore[union-attr]
     assert await retire(finished, version, keep_ms=60_000) == "RECENT"
@@ -294,6 +297,8 @@ async def test_the_removal_script_itself_refuses_open_changed_and_recent_cards(r
         assert card is not None and card.state is state
         assert await retire(card_id, card.version) == "OPEN", state
         assert await _stored(redis, card_id) is not None
+    assert await retire(repeating, repeating_version) == "REPEATING"  # its window answers repeats
+    assert await _stored(redis, repeating) is not None
     assert await retire(finished, version) == "RETIRED"
     assert await _stored(redis, finished) is None
 

@@ -124,6 +124,7 @@ class RedisCardRetention:
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
         self._token = ""
+        self._now = 0  # the Redis clock when the sweep under way began (ms)
 
     async def sweep(self) -> int:
         """Archive and remove every card finished more than `keep_ms` ago; how many were removed.
@@ -143,7 +144,8 @@ class RedisCardRetention:
         try:
             self._archive.remove_stale_drafts()
             seconds, micros = await self._client.time()
-            cutoff = int(seconds) * 1000 + int(micros) // 1000 - self.keep_ms
+            self._now = int(seconds) * 1000 + int(micros) // 1000
+            cutoff = self._now - self.keep_ms
             retired, self._left = 0, self.per_sweep
             for shard in range(SHARDS):
                 for index in await self._indexes(shard):
@@ -172,7 +174,8 @@ class RedisCardRetention:
             if not ids:
                 return retired
             card_ids = [_text(card_id) for card_id in ids]
-            due = _due(card_ids, await self._client.mget([card_keys(c, shard)[0] for c in card_ids]), cutoff)
+            raws = await self._client.mget([card_keys(c, shard)[0] for c in card_ids])
+            due = _due(card_ids, raws, cutoff, self._now)
             done = await self._retire_all(shard, due) if due else 0
             retired, self._left = retired + done, self._left - done
             kept += len(card_ids) - done
@@ -210,15 +213,23 @@ class RedisCardRetention:
         return True
 
 
-def _due(card_ids: Iterable[str], raws: Iterable[Any], cutoff: int) -> list[dict[str, Any]]:
-    """The expanded cards of `card_ids` (stored as `raws`) that are finished and last changed before `cutoff`."""
+def _due(card_ids: Iterable[str], raws: Iterable[Any], cutoff: int, now: int) -> list[dict[str, Any]]:
+    """The expanded cards of `card_ids` (stored as `raws`) that are finished, last changed before `cutoff` and
+    past any repeat window at `now`. `RETIRE` checks all of it again; this only keeps a card the script would
+    refuse out of the archive (a SUCCEEDED card in a repeat window longer than the retention would otherwise
+    be archived again by every sweep until its window lapsed)."""
     due = []
     for card_id, raw in zip(card_ids, raws, strict=True):
         if raw is None:
             continue
         card = decode_card(raw, card_id)
-        if card.get("state") in TERMINAL and int(card.get("updated_ms") or 0) <= cutoff:
-            due.append(card)
+        updated = int(card.get("updated_ms") or 0)
+        if card.get("state") not in TERMINAL or updated > cutoff:
+            continue
+        # The window runs from the card's close, which is no later than its last event: this errs on waiting.
+        if card.get("state") == "SUCCEEDED" and updated + int(card.get("repeat_within_ms") or 0) > now:
+            continue
+        due.append(card)
     return due
 
 
