@@ -78,4 +78,4 @@ class _Subscription:
             return None  # not the ledger's message: someone else published on the channel
 
     async def close(self) -> None:
-        await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+        await self._pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
