@@ -319,7 +319,6 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         audit=gateway.audit,
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
-        direct_calls=settings.mcp_direct_calls,
     )
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and

@@ -22,8 +22,7 @@ memory for no more than that many.
 What it answers is only what it can answer exactly as the SDK would: a POST of the stateless
 2026-07-28 era (one self-contained request, no session), ``Mcp-Method: tools/call``, whose body
 passes the SDK's own request checks (the JSON-RPC envelope, the routing headers against the body,
-the per-request ``_meta`` envelope, the ``tools/call`` params, ``Mcp-Param-*`` headers: the checks and
-the answer are `gateway.mcp_modern_call`'s, shared with `gateway.mcp_direct_calls`). Anything
+the per-request ``_meta`` envelope, the ``tools/call`` params, ``Mcp-Param-*`` headers). Anything
 else, or any doubt, goes on to the SDK unchanged, where the executor decides as for every call; a
 handshake-era session's calls are refused there too, without a Redis round trip.
 
@@ -35,21 +34,42 @@ here parses the body then.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.inbound import (
+    InboundModernRoute,
+    classify_inbound_request,
+    decode_header_value,
+    find_duplicated_routing_header,
+    validate_mcp_param_headers,
+    x_mcp_header_map,
+)
+from mcp_types import SERVER_INFO_META_KEY, JSONRPCRequest, RequestId
+from mcp_types import methods as mcp_methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from gateway.asgi_replay import replay_body, replay_message
 from gateway.auth import caller_of
 from gateway.codes import Code
+from gateway.envelope import Envelope
 from gateway.executor import HeldRefusal
 from gateway.flood_audit import FloodAudit
-from gateway.mcp_modern_call import ModernCalls, called_tool, read_body
+from gateway.mcp_headers import mcp_headers
+from gateway.mcp_tasks import tool_result
 from gateway.metrics import count_edge_refusal
 from gateway.principal import Principal
 
 __all__ = ["BudgetFront"]
 
+_TOOLS_CALL: Final = b"tools/call"
+_MODERN: Final = frozenset(v.encode() for v in MODERN_PROTOCOL_VERSIONS)
 
 DELAY_SECONDS: Final = 0.05
 """How long a refusal answered here is held back (at most its own ``retry_after``): 50 ms."""
@@ -62,20 +82,25 @@ MAX_DELAYED: Final = 1_000
 Held = Callable[[Principal, str], "HeldRefusal | None"]
 """`AgentPath.held_refusal`."""
 InputSchema = Callable[[str], "Mapping[str, Any] | None"]
-"""The input schema a tool is listed with (`gateway.mcp_modern_call.InputSchema`), by its name."""
+"""The input schema a tool is listed with (what the SDK checks ``Mcp-Param-*`` headers against), the
+same object for as long as the catalog does not change."""
 
 
 class BudgetFront:
     """Answer a 2026-07-28 ``tools/call`` the caller's spent budget certainly refuses; pass everything else on."""
 
     def __init__(
-        self, app: ASGIApp, *, calls: ModernCalls, held: Held, input_schema: InputSchema, audit: FloodAudit
+        self, app: ASGIApp, *, server: Server[Any], held: Held, input_schema: InputSchema, audit: FloodAudit
     ) -> None:
         self.app = app
-        self._calls = calls
+        self._server = server
         self._held = held
         self._input_schema = input_schema
         self._audit = audit
+        self._stamp: dict[str, Any] | None = None
+        # Per tool, its schema as last seen and whether it declares any header: a schema is the same
+        # object until the catalog changes, so the SDK's schema walk runs once per tool and catalog.
+        self._declares: dict[str, tuple[Mapping[str, Any], bool]] = {}
         self._delayed = 0
         self._probing: set[tuple[Principal, str]] = set()
 
@@ -84,14 +109,18 @@ class BudgetFront:
         if principal is None:
             await self.app(scope, receive, send)
             return
-        tool = called_tool(scope)
-        held = self._held(principal, tool) if tool is not None else None
+        facts = mcp_headers(scope)  # read once for the whole edge
+        name = facts.name
+        tool = decode_header_value(name.decode("latin-1")) if name is not None else None
+        held = None
+        if facts.version in _MODERN and facts.method == _TOOLS_CALL and tool is not None:
+            held = self._held(principal, tool)
         if held is None or tool is None:
             await self.app(scope, receive, send)
             return
-        body, receive = await read_body(receive)
-        call = self._calls.parse(scope, body, tool, self._input_schema(tool)) if body is not None else None
-        if call is None:
+        body, receive = await _body(receive)
+        request = self._request(scope, body, tool) if body is not None else None
+        if request is None:
             await self.app(scope, receive, send)
             return
         probe = (principal, tool)
@@ -122,7 +151,74 @@ class BudgetFront:
                 if asking:
                     self._probing.discard(probe)
             return
-        answer = self._calls.render(call, held.envelope)
+        answer = self._render(*request, held.envelope)
         count_edge_refusal(Code.RATE_LIMITED.value)
         self._audit.note(principal, tool, held.decision)
-        await answer.send(send)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    def _request(self, scope: Scope, body: bytes, tool: str) -> tuple[RequestId, str] | None:
+        """The request's id and protocol version when the SDK's own checks of the request all pass and it
+        names `tool`; None otherwise (then the SDK, not this, answers whatever is wrong)."""
+        lines = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+        # The SDK's own first checks: a JSON body (else 400), and an Accept naming JSON and, since this
+        # gateway's responses may stream, SSE (else 406).
+        content_type = next((value for name, value in lines if name == "content-type"), "")
+        if not content_type.lower().startswith("application/json") or not all(check_accept_headers(Request(scope))):
+            return None
+        if find_duplicated_routing_header(lines) is not None:
+            return None
+        try:
+            decoded = json.loads(body)
+            rpc = JSONRPCRequest.model_validate(decoded)
+        except (ValueError, RecursionError):  # a ValidationError is a ValueError
+            return None
+        if rpc.method != "tools/call":
+            return None
+        route = classify_inbound_request(decoded, headers=dict(lines))
+        params = rpc.params or {}
+        if not isinstance(route, InboundModernRoute) or params.get("name") != tool:
+            return None
+        try:
+            mcp_methods.validate_client_request("tools/call", route.protocol_version, params)
+        except (ValidationError, ValueError, KeyError):
+            return None
+        arguments = params.get("arguments") or {}
+        if not isinstance(arguments, Mapping) or not self._headers_agree(scope, tool, arguments):
+            return None
+        return rpc.id, route.protocol_version
+
+    def _render(self, request_id: RequestId, version: str, envelope: Envelope) -> bytes:
+        """The response body the SDK would send for `envelope` as the result of request `request_id`."""
+        dumped = tool_result(envelope).model_dump(by_alias=True, mode="json", exclude_none=True)
+        result = mcp_methods.serialize_server_result("tools/call", version, dumped)
+        if self._stamp is None:  # the SDK copies it for every result; it never changes while serving
+            self._stamp = self._server.server_info_stamp
+        # The stamp the SDK puts on every 2026-era result (its `_stamp_server_info`).
+        result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META_KEY: self._stamp}
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
+
+    def _headers_agree(self, scope: Scope, tool: str, arguments: Mapping[str, Any]) -> bool:
+        """Whether the SDK's ``Mcp-Param-*`` check passes: at once for a schema that declares no header
+        (the check compares only declared ones), else by the SDK's own function."""
+        schema = self._input_schema(tool)
+        if schema is None:
+            return True
+        known = self._declares.get(tool)
+        if known is None or known[0] is not schema:
+            known = self._declares[tool] = (schema, bool(x_mcp_header_map(schema)))
+        return not known[1] or validate_mcp_param_headers(schema, arguments, Request(scope).headers) is None
+
+
+async def _body(receive: Receive) -> tuple[bytes | None, Receive]:
+    """The whole request body (None if the client left), and a `receive` that yields it again."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None, replay_message(message, receive)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            body = b"".join(chunks)
+            return body, replay_body(body, receive)

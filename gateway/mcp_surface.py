@@ -7,8 +7,7 @@ model projection. Both protocol eras the SDK speaks are served by one session ma
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
 `gateway.mcp_sessions`) and the per-request 2026-07-28 envelope. In front of the SDK, a 2026-era
 ``tools/call`` that the caller's spent rate budget certainly refuses is answered without it
-(`gateway.mcp_budget_front`), so a flood costs little more than its HTTP, and one of a read tool is
-served without it (`gateway.mcp_direct_calls`, unless `direct_calls` is off), as the SDK would serve it.
+(`gateway.mcp_budget_front`), so a flood costs little more than its HTTP.
 
 A client that declares task support follows a write proposal as a task bound to its card
 (`gateway.mcp_tasks`); any other client gets the card receipt and the approvals tools.
@@ -52,8 +51,6 @@ from gateway.executor import AgentPath, TaskPath
 from gateway.flood_audit import FloodAudit
 from gateway.log_context import bind_key_id
 from gateway.mcp_budget_front import BudgetFront
-from gateway.mcp_direct_calls import DirectCalls
-from gateway.mcp_modern_call import ModernCalls
 from gateway.mcp_sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.mcp_tasks import McpTasks, request_principal, tool_result
 from gateway.tool import Mode, Tool
@@ -82,7 +79,6 @@ class McpSurface:
         audit: AuditSink,
         sessions_per_key: int = 32,
         session_idle_seconds: float = 600.0,
-        direct_calls: bool = True,
     ) -> None:
         self._catalog = catalog
         self._audit = audit
@@ -134,14 +130,9 @@ class McpSurface:
             session_idle_timeout=session_idle_seconds,
         )
         self.flood_audit = FloodAudit(audit)
-        calls = ModernCalls(self.server)
-        # A 2026-era read is served without the SDK, as the SDK would serve it (gateway.mcp_direct_calls);
-        # not while a tracer is installed, as the SDK then opens a span per message.
-        direct = DirectCalls(StreamableHTTPASGIApp(self.session_manager), calls=calls, execute=executor.execute,
-                             listed=self._listed_tool, input_schema=self._listed_schema,
-                             enabled=direct_calls and not installed())  # fmt: skip
-        # A call its spent budget certainly refuses is answered before anything parses it (gateway.mcp_budget_front).
-        self.asgi = BudgetFront(direct, calls=calls, held=executor.held_refusal, input_schema=self._listed_schema,
+        # A call its spent budget certainly refuses is answered before the SDK parses it (gateway.mcp_budget_front).
+        self.asgi = BudgetFront(StreamableHTTPASGIApp(self.session_manager), server=self.server,
+                                held=executor.held_refusal, input_schema=self._listed_schema,
                                 audit=self.flood_audit)  # fmt: skip
 
     @contextlib.asynccontextmanager
@@ -171,9 +162,6 @@ class McpSurface:
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         schema = self._listed_schema(name)
         return dict(schema) if schema is not None else None
-
-    def _listed_tool(self, name: str) -> Tool | None:
-        return self._catalog.current().get(name)
 
     def _listed_schema(self, name: str) -> Mapping[str, Any] | None:
         box = self._catalog.current()

@@ -32,7 +32,6 @@ Every key the file may hold, with its default (the README's configuration tables
     allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
     allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
     mcp_stateless = false              # serve the handshake era without sessions
-    mcp_direct_calls = true            # serve 2026-era reads without the SDK, as it would
     run_worker = true                  # run the approved-card worker in serve
     key_cache_seconds = 1              # an agent key's revocation takes effect within this
     lease_seconds = 30                 # how long a worker owns a claimed card (> write timeouts + 5 s)
@@ -140,9 +139,6 @@ class Settings:
     ``https://`` of each allowed host, which only a loopback bind may rely on."""
     mcp_stateless: bool = False
     """Serve the handshake era without sessions (no server-initiated notifications)."""
-    mcp_direct_calls: bool = True
-    """Serve a 2026-era ``tools/call`` of a read tool straight from the request, answering as the SDK
-    would (`gateway.mcp_direct_calls`); False: every request goes through the SDK."""
     run_worker: bool = True
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
@@ -334,7 +330,6 @@ class Settings:
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,
-                mcp_direct_calls=env("MCP_DIRECT_CALLS", cast=bool, default=gateway.mcp_direct_calls),
                 run_worker=gateway.run_worker,
                 demo=is_demo,
                 key_cache_seconds=gateway.key_cache_seconds,

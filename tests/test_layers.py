@@ -52,8 +52,6 @@ PLACES: dict[str, int] = {
     "gateway.mcp_sessions": SURFACE,
     "gateway.mcp_edge": SURFACE,
     "gateway.mcp_budget_front": SURFACE,
-    "gateway.mcp_direct_calls": SURFACE,
-    "gateway.mcp_modern_call": SURFACE,
     "gateway.flood_audit": SURFACE,
     "gateway.mcp_tasks": SURFACE,
     "gateway.admin_api": SURFACE,
