@@ -444,7 +444,9 @@ def _ranged(derived: dict[str, Any], digits: int) -> str:
 
 
 def _other_core_line(summary: dict[str, Any], era: str, levels: Sequence[int]) -> str:
-    """Where the other core's time went, to show the client side is not the bottleneck."""
+    """Where the other core's time went, to show whether the client side is the bottleneck: the ceiling
+    is the calls a second that core could carry for a server at the measured cost per call (load
+    generator, backends and Redis), which no server's throughput here can pass."""
     parts = []
     for level in levels:
         entry = summary[f"{era}/c={level}"]
@@ -453,11 +455,18 @@ def _other_core_line(summary: dict[str, Any], era: str, levels: Sequence[int]) -
             return "/".join(_fmt(entry[server][metric]) for server in SERVERS)
 
         shares = "/".join(f"{entry[server]['other_core_share']:.0%}" for server in SERVERS)
+        ceilings = "/".join(_fmt(_ceiling(entry[server])) for server in SERVERS)
         parts.append(
             f"c={level}: backends+Redis {pair('services_cpu_us_per_call')}, "
-            f"load generator {pair('load_cpu_us_per_call')}, busy {shares}"
+            f"load generator {pair('load_cpu_us_per_call')}, busy {shares}, ceiling {ceilings} calls/s"
         )
     return "Other core, µs per call gw/bare: " + "; ".join(parts)
+
+
+def _ceiling(server: dict[str, Any]) -> float:
+    """Calls a second the other core could carry at `server`'s measured cost per call there."""
+    per_call = server["services_cpu_us_per_call"] + server["load_cpu_us_per_call"]
+    return 1e6 / per_call if per_call > 0 else math.nan
 
 
 def print_report(
