@@ -78,4 +78,5 @@ class _Subscription:
             return None  # not the ledger's message: someone else published on the channel
 
     async def close(self) -> None:
+        # (Untyped before redis 8.2, typed since: the ignore serves both.)
         await self._pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
