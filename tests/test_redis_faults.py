@@ -13,6 +13,7 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import RedisClusterException, RedisError
 
 from backends.serve import serve_app_in_thread
 from gateway.app import create_app
@@ -130,12 +131,15 @@ async def test_reads_fail_fast_too_while_redis_is_frozen_and_come_back_without_a
 
 
 async def test_a_cluster_none_of_whose_nodes_answers_is_a_store_unavailable_error() -> None:
-    """redis-py's Cluster client says so with RedisClusterException, which is no RedisError: the store
-    boundary turns it into StoreUnavailableError too, so the gateway fails closed rather than crashing."""
+    """redis-py's Cluster client says so with a RedisClusterException (RedisClusterUnreachableError, one of
+    them, from redis 8.2), which is no RedisError: the store boundary turns it into StoreUnavailableError
+    too, so the gateway fails closed rather than crashing."""
     connection = connect(f"redis+cluster://127.0.0.1:{free_port()},127.0.0.1:{free_port()}")
     try:
         with pytest.raises(StoreUnavailableError) as refused:
             await connection.ping()
     finally:
         await connection.aclose()
-    assert "RedisClusterException" in refused.value.cause
+    assert isinstance(refused.value.__cause__, RedisClusterException)
+    assert not isinstance(refused.value.__cause__, RedisError)  # what the boundary must catch besides RedisError
+    assert refused.value.cause == type(refused.value.__cause__).__name__
