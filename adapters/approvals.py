@@ -31,7 +31,7 @@ class MineArgs(BaseModel):
 
 
 class CardView(AgentCard):
-    """A card as its requester sees it (`gateway.card_views.AgentCard`), and whether a cancel took."""
+    """A card as its requester sees it (`gateway.cards.views.AgentCard`), and whether a cancel took."""
 
     cancelled: bool | None = None
 

@@ -10,7 +10,7 @@ in the demo and in the tests that need it). Then:
   ``Idempotency-Key``): 403 ``missing_receipt`` without one, 403 ``invalid_receipt`` when it does
   not verify or is for another request. So a write that did not come through an approval fails.
 
-Keys are fetched with `gateway.jwks.JwksSource` (cached; fetched again for a ``kid`` it has not
+Keys are fetched with `gateway.auth.jwks.JwksSource` (cached; fetched again for a ``kid`` it has not
 seen, at most once a second), so a rotation needs no restart.
 """
 
@@ -24,9 +24,9 @@ import jwt
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope
 
-from gateway.approval_receipts import RECEIPT_HEADER, verify_receipt
-from gateway.identity import verify_identity
-from gateway.jwks import JwksSource
+from gateway.auth.jwks import JwksSource
+from gateway.signing.identity import verify_identity
+from gateway.signing.receipts import RECEIPT_HEADER, verify_receipt
 
 __all__ = ["SAFE_METHODS", "GatewayKeys"]
 

@@ -24,10 +24,10 @@ from pydantic import TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.identity import verify_identity
+from gateway.signing.identity import verify_identity
 
 IDENTITY_HEADER = "x-countersign-identity"
-"""Who is asking, as the gateway authenticated them: a JWT signed for this service (`gateway.identity`)."""
+"""Who is asking, as the gateway authenticated them: a JWT signed for this service (`gateway.signing.identity`)."""
 CALLER_SCOPE_KEY = "countersign.caller"
 """Where the service shell puts the verified `Caller` in the ASGI scope, for `caller_of`."""
 

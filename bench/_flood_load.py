@@ -111,10 +111,10 @@ async def steady(command: dict[str, Any]) -> dict[str, Any]:
 
 
 async def limiter(command: dict[str, Any]) -> dict[str, Any]:
-    from gateway.limiter import Charge
-    from gateway.limits import Budget
+    from gateway.limits.budgets import Budget
+    from gateway.limits.rate_limiter import Charge
     from gateway.store.client import connect
-    from gateway.store.limiter import RedisRateLimiter
+    from gateway.store.rate_buckets import RedisRateLimiter
 
     # A generous read timeout: on a busy box a pause of the shared Redis must not end the measurement.
     connection = connect(command["redis_url"], timeout=10.0)

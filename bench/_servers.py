@@ -1,7 +1,7 @@
 """The processes under test and their services: ``python -m bench._servers {backends,gateway,bare,bare-write} ...``.
 
 * ``backends``: the rooms and orders demo backends, both in one process and one event loop.
-* ``gateway``: Countersign as `gateway.app.create_app` builds it with default settings and the rooms and
+* ``gateway``: Countersign as `gateway.runtime.app.create_app` builds it with default settings and the rooms and
   orders adapters (bearer-key auth, executor, audit XADD, and whatever else the default app runs).
   ``--no-worker`` runs it without the in-process worker (``Settings(run_worker=False)``); with the worker,
   the gateway's first signing key is made before it starts (an operator's ``signing-keys rotate``).
@@ -162,9 +162,9 @@ async def _gateway(
 ) -> None:
     from starlette.datastructures import Secret
 
-    from gateway.app import create_app
-    from gateway.limits import Limits
-    from gateway.settings import AdapterSettings, Settings
+    from gateway.config.settings import AdapterSettings, Settings
+    from gateway.limits.budgets import Limits
+    from gateway.runtime.app import create_app
 
     settings = Settings(
         redis_url=redis_url,
@@ -202,8 +202,8 @@ async def _first_signing_key(settings: Any) -> None:
     """
     import redis.asyncio as aioredis
 
-    from gateway.audit_secret import audit_secret
-    from gateway.demo import ensure_signing_key
+    from gateway.audit.secret import audit_secret
+    from gateway.runtime.demo import ensure_signing_key
     from gateway.store.signing_keys import SigningKeyStore
 
     client = aioredis.from_url(settings.redis_url)
@@ -226,8 +226,8 @@ class _Clients:
 
 def _signed_identity() -> dict[str, str]:
     """The identity headers the gateway would send the rooms backend for the bench caller, signed per call."""
-    from gateway.identity import IdentityHeaders
     from gateway.principal import Principal
+    from gateway.signing.identity import IdentityHeaders
 
     caller = Principal(subject=SUBJECT, org=ORG, roles=frozenset())
     return IdentityHeaders({"rooms": os.environ[ROOMS_SIGNING_KEY_ENV]})(caller, "rooms")
@@ -350,9 +350,9 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     from mcp_types.jsonrpc import INVALID_PARAMS
 
     from adapters.rooms import TOOLS
-    from gateway.card_views import card_for_agent
-    from gateway.store.ledger import Proposal, RedisLedger
-    from gateway.tool import definition_hash
+    from gateway.cards.views import card_for_agent
+    from gateway.store.ledger.redis_ledger import Proposal, RedisLedger
+    from gateway.tools.declarations import definition_hash
 
     book = next(tool for tool in TOOLS if tool.name == WRITE_TOOL)
     approval = book.approval
@@ -423,7 +423,7 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     @contextlib.asynccontextmanager
     async def opened() -> AsyncIterator[None]:
         async with open_clients():
-            from gateway.limits import Limits
+            from gateway.limits.budgets import Limits
 
             # The same cap as the gateway's (UNBOUNDED_LIMITS): the script counts it either way.
             ledgers.append(RedisLedger(clients.redis, limits=Limits.model_validate(UNBOUNDED_LIMITS)))

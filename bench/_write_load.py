@@ -262,10 +262,10 @@ async def _approve_one(
 async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
     """Follow a card's history until it reaches an outcome: (state, ledger ms approved->outcome).
 
-    The history lives inside the card (see gateway/store/ledger_codec.py), which cannot be read blocking,
+    The history lives inside the card (see gateway/store/ledger/codec.py), which cannot be read blocking,
     so the card is polled every millisecond; that bounds the resolution of the outcome latency.
     """
-    from gateway.store.ledger_codec import decode_card
+    from gateway.store.ledger.codec import decode_card
 
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
     while time.perf_counter() < deadline:
@@ -283,7 +283,7 @@ async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
 async def _approver(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str], redis: Any, state: ApproveState
 ) -> None:
-    from gateway.store.ledger import RedisLedger, card_shard
+    from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 
     while state.queue:
         card = state.queue.pop()

@@ -30,14 +30,14 @@ if not __package__:  # run as a script: make the repository root importable
 import redis.asyncio as aioredis  # noqa: E402
 
 from bench._harness import redis_server  # noqa: E402
-from gateway.audit import AuditEvent  # noqa: E402
+from gateway.audit.events import AuditEvent  # noqa: E402
 from gateway.canonical import canonical_json  # noqa: E402
-from gateway.card import CardState  # noqa: E402
-from gateway.ledger import Proposal  # noqa: E402
-from gateway.limits import Limits  # noqa: E402
-from gateway.store.audit import RedisStreamAuditSink  # noqa: E402
-from gateway.store.ledger import RedisLedger, card_shard  # noqa: E402
-from gateway.store.ledger_layout import SHARDS, card_keys, open_buckets, org_index, orgs_key, requester_index  # noqa: E402
+from gateway.cards.card import CardState  # noqa: E402
+from gateway.cards.contract import Proposal  # noqa: E402
+from gateway.limits.budgets import Limits  # noqa: E402
+from gateway.store.audit_stream import RedisStreamAuditSink  # noqa: E402
+from gateway.store.ledger.layout import SHARDS, card_keys, open_buckets, org_index, orgs_key, requester_index  # noqa: E402
+from gateway.store.ledger.redis_ledger import RedisLedger, card_shard  # noqa: E402
 
 SUBJECT, ORG = "bench@acme.example", "acme"
 PENDING_TARGET, SUCCEEDED_TARGET, AUDIT_TARGET = 512, 1024, 150

@@ -36,8 +36,8 @@ if not __package__:  # run as a script: make the repository root importable
 import redis.asyncio as aioredis  # noqa: E402
 
 from bench._harness import Pinning, cpu_seconds, median, pin_self, redis_server, spread  # noqa: E402
-from gateway.ledger import Proposal, Transition  # noqa: E402
-from gateway.store.ledger import RedisLedger, _transition  # noqa: E402
+from gateway.cards.contract import Proposal, Transition  # noqa: E402
+from gateway.store.ledger.redis_ledger import RedisLedger, _transition  # noqa: E402
 
 PROPOSAL = Proposal(
     tool="rooms_book", tool_version="v1",

@@ -1,4 +1,4 @@
-"""CPU the MCP edge (`gateway.mcp_edge`) and everything in front of the SDK add to one request, in process.
+"""CPU the MCP edge (`gateway.mcp.edge`) and everything in front of the SDK add to one request, in process.
 
     .venv/bin/python bench/mcp_edge_cost.py        # about 30 s; pin it with taskset -c 1 on a busy box
 
@@ -25,19 +25,19 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from gateway.audit import ListAuditSink
-from gateway.auth import BearerAuth
-from gateway.flood_audit import FloodAudit
-from gateway.http_telemetry import HttpTelemetry
-from gateway.limiter import AddressBudgets
-from gateway.limits import Limits
-from gateway.mcp_budget_front import BudgetFront
-from gateway.mcp_edge import HeaderChecks, MessageChecks, needs_parse
-from gateway.oauth_config import OAuthSection
-from gateway.oauth_resource import resource_server
+from gateway.audit.events import ListAuditSink
+from gateway.auth.bearer import BearerAuth
+from gateway.auth.oauth_resource import resource_server
+from gateway.config.oauth import OAuthSection
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import AddressBudgets
+from gateway.mcp.budget_front import BudgetFront
+from gateway.mcp.edge import HeaderChecks, MessageChecks, needs_parse
+from gateway.mcp.flood_audit import FloodAudit
 from gateway.principal import KeyKind, Principal
-from gateway.root_app import GatewayApp
 from gateway.store.keys import KeyCache
+from gateway.web.request_telemetry import HttpTelemetry
+from gateway.web.root_app import GatewayApp
 
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
@@ -83,7 +83,7 @@ class _Keys:
 
 
 def _front(audit: ListAuditSink, *, direct: bool) -> Any:
-    """The /mcp path as `gateway.app.create_app` composes it without OAuth issuers, in front of `_Sdk`:
+    """The /mcp path as `gateway.runtime.app.create_app` composes it without OAuth issuers, in front of `_Sdk`:
     the scope checks and the token verifier stand there too (`resource_server`), doing nothing for a key."""
     budget = BudgetFront(_Sdk(), server=None, held=lambda principal, tool: None,  # type: ignore[arg-type]
                          input_schema=lambda tool: None, audit=FloodAudit(audit))  # fmt: skip

@@ -40,9 +40,9 @@ if not __package__:  # run as a script: make the repository root importable
 import redis.asyncio as aioredis
 
 from bench._harness import redis_server
-from gateway.audit import AuditEvent
+from gateway.audit.events import AuditEvent
 from gateway.provenance import CallRecord, HistoryRules, history_owner
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.call_history import RedisCallHistory, history_key
 
 RULES = HistoryRules()

@@ -5,9 +5,9 @@ HTTP configuration (a stateful `StreamableHTTPSessionManager` serving both proto
 same rooms backend process (``GET /rooms/room-atlas/availability?date=...`` with the identity
 headers) and write one audit entry to the same Redis (``XADD``):
 
-* **gateway**: `gateway.app.create_app` (bearer-key lookup in Redis, access policy, argument and
+* **gateway**: `gateway.runtime.app.create_app` (bearer-key lookup in Redis, access policy, argument and
   output validation, untrusted-text withholding, envelope, audit event, the backend call through
-  the gateway's aiohttp client `gateway.upstream_aiohttp.AiohttpUpstream`);
+  the gateway's aiohttp client `gateway.outbound.backend_client.AiohttpUpstream`);
 * **bare**: a low-level SDK `Server` whose one tool makes the backend call with one shared
   `aiohttp.ClientSession` and one ``XADD`` (see `bench._servers`). This is the floor: what any MCP
   server in Python with this SDK pays for the same work. The difference is what the gateway adds.
@@ -535,10 +535,10 @@ def print_report(
 def _audit_counts(redis_url: str) -> dict[str, int]:
     """Entries each server appended in this run (its Redis is fresh). The gateway's archiver moves the
     entries past its retention (10,000) out of the stream while the load runs, so the stream's length
-    undercounts them; the chain head's ``seq`` numbers every entry ever appended (`gateway.audit_chain`)."""
+    undercounts them; the chain head's ``seq`` numbers every entry ever appended (`gateway.audit.chain`)."""
     import redis
 
-    from gateway.store.audit import audit_keys
+    from gateway.store.audit_stream import audit_keys
 
     with redis.Redis.from_url(redis_url) as client:
         appended = int(client.hget(audit_keys(GATEWAY_AUDIT_STREAM)["head"], "seq") or 0)

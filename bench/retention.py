@@ -33,11 +33,11 @@ import redis.asyncio as aioredis  # noqa: E402
 
 from bench._harness import redis_server  # noqa: E402
 from bench.card_bytes import proposal, run_to_success  # noqa: E402
-from gateway.card_archive import CardArchive  # noqa: E402
-from gateway.limits import Limits  # noqa: E402
-from gateway.store.audit import RedisStreamAuditSink  # noqa: E402
-from gateway.store.card_retention import RedisCardRetention  # noqa: E402
-from gateway.store.ledger import RedisLedger  # noqa: E402
+from gateway.archives.card_archive import CardArchive  # noqa: E402
+from gateway.limits.budgets import Limits  # noqa: E402
+from gateway.store.audit_stream import RedisStreamAuditSink  # noqa: E402
+from gateway.store.ledger.redis_ledger import RedisLedger  # noqa: E402
+from gateway.store.ledger.retention import RedisCardRetention  # noqa: E402
 
 KEEP_MS = 1_000
 

@@ -33,8 +33,8 @@ from mcp.shared._otel import otel_span
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from gateway import metrics
-from gateway.tracing import annotate, inject, installed, span
+from gateway.telemetry import metrics
+from gateway.telemetry.tracing import annotate, inject, installed, span
 
 BUDGET_US = 20.0
 """The per-call budget of counting (the issue's figure)."""

@@ -4,7 +4,7 @@ What is measured, in one run:
 
 1. **Proposals.** ``tools/call rooms_book`` with different arguments on every call (each one files a
    new approval card) against three servers, interleaved round by round as in `bench.read_path`:
-   * **gateway**: `gateway.app.create_app` without its in-process worker (bearer key, access,
+   * **gateway**: `gateway.runtime.app.create_app` without its in-process worker (bearer key, access,
      validation, the tool's preview reads from the rooms backend, the ledger's ``create`` script,
      audit event);
    * **bare**: a low-level SDK server on the same transport whose tool builds the identical
@@ -194,8 +194,8 @@ def _sync_redis(redis_url: str, *, decode: bool = True) -> Any:
 
 def shard_keys() -> list[list[str]]:
     """Per shard: its outbox, dedupe hashes (older one, buckets), index and timers (the ledger's key layout)."""
-    from gateway.store.ledger import SHARDS, RedisLedger
-    from gateway.store.ledger_layout import open_buckets
+    from gateway.store.ledger.layout import open_buckets
+    from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
 
     return [[*RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]]
             for shard in range(SHARDS)]  # fmt: skip
@@ -203,7 +203,7 @@ def shard_keys() -> list[list[str]]:
 
 def card_keys(card_id: str) -> list[str]:
     """A card's own keys: just the one, which holds its history and applied transitions too."""
-    from gateway.store.ledger import RedisLedger, card_shard
+    from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 
     shard = card_shard(card_id)
     assert shard is not None
@@ -211,8 +211,8 @@ def card_keys(card_id: str) -> list[str]:
 
 
 def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
-    """Named fields of a stored card (its packed bytes; see gateway/store/ledger_codec.py)."""
-    from gateway.store.ledger_codec import decode_card
+    """Named fields of a stored card (its packed bytes; see gateway/store/ledger/codec.py)."""
+    from gateway.store.ledger.codec import decode_card
 
     card = decode_card(raw, card_id) if raw else {}
     return tuple(card.get(name) for name in names)
@@ -319,8 +319,8 @@ def backend_bookings(rooms_url: str, token: str, signing_key: str) -> list[dict[
     """The bench subject's active bookings at the rooms backend from the bench's first day on."""
     import urllib.request
 
-    from gateway.identity import IdentityHeaders
     from gateway.principal import Principal
+    from gateway.signing.identity import IdentityHeaders
 
     caller = Principal(subject=SUBJECT, org=ORG, roles=frozenset())
     identity = IdentityHeaders({"rooms": signing_key})(caller, "rooms")

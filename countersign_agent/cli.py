@@ -1,6 +1,6 @@
 """``countersign agent ask`` and ``countersign agent eval``: the reference agent from the command line.
 
-`gateway.cli` parses (the options are in `gateway.cli_parser`) and hands the parsed arguments and
+`gateway.cli.main` parses (the options are in `gateway.cli.parser`) and hands the parsed arguments and
 the environment here, before it loads any gateway settings: the agent is a client of a gateway,
 reached over HTTP, and needs nothing of the gateway's own configuration. This module reads keys
 from the environment or from key files, builds the driver, runs, and prints; exit status 0 when

@@ -14,9 +14,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gateway.adapter_http import fill_path, keyed_contract, lookup_by_key, request_json, status_by_key
-    from gateway.card_views import AgentCard
+    from gateway.cards.views import AgentCard
     from gateway.codes import Code
+    from gateway.config.org_adapters import OrgAdapters
     from gateway.decision import Decision
     from gateway.envelope import Envelope
     from gateway.errors import (
@@ -34,13 +34,22 @@ if TYPE_CHECKING:
         UpstreamTimeoutError,
         UpstreamUnavailableError,
     )
-    from gateway.org_adapters import OrgAdapters
-    from gateway.preview import Preview, PreviewRead
     from gateway.principal import KeyKind, Principal
-    from gateway.tool import Access, Approval, Escalation, Mode, StatusLookup, Tool, WriteContract, WriteStatus
-    from gateway.tool_context import CallerCards, ToolContext
+    from gateway.tools.backend_http import fill_path, keyed_contract, lookup_by_key, request_json, status_by_key
+    from gateway.tools.context import CallerCards, ToolContext
+    from gateway.tools.declarations import (
+        Access,
+        Approval,
+        Escalation,
+        Mode,
+        StatusLookup,
+        Tool,
+        WriteContract,
+        WriteStatus,
+    )
+    from gateway.tools.preview import Preview, PreviewRead
+    from gateway.tools.upstream import UpstreamClient, UpstreamResponse
     from gateway.untrusted import WITHHELD, Untrusted
-    from gateway.upstream import UpstreamClient, UpstreamResponse
 
 __all__ = [
     "Access",
@@ -87,47 +96,47 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
-    "Access": "gateway.tool",
-    "AgentCard": "gateway.card_views",
-    "Approval": "gateway.tool",
+    "Access": "gateway.tools.declarations",
+    "AgentCard": "gateway.cards.views",
+    "Approval": "gateway.tools.declarations",
     "AuthError": "gateway.errors",
-    "CallerCards": "gateway.tool_context",
+    "CallerCards": "gateway.tools.context",
     "Code": "gateway.codes",
     "ConfigError": "gateway.errors",
     "Decision": "gateway.decision",
     "Envelope": "gateway.envelope",
-    "Escalation": "gateway.tool",
+    "Escalation": "gateway.tools.declarations",
     "GatewayError": "gateway.errors",
     "KeyKind": "gateway.principal",
-    "Mode": "gateway.tool",
-    "OrgAdapters": "gateway.org_adapters",
+    "Mode": "gateway.tools.declarations",
+    "OrgAdapters": "gateway.config.org_adapters",
     "PathArgumentError": "gateway.errors",
-    "Preview": "gateway.preview",
-    "PreviewRead": "gateway.preview",
+    "Preview": "gateway.tools.preview",
+    "PreviewRead": "gateway.tools.preview",
     "Principal": "gateway.principal",
-    "StatusLookup": "gateway.tool",
+    "StatusLookup": "gateway.tools.declarations",
     "StoreUnavailableError": "gateway.errors",
-    "Tool": "gateway.tool",
-    "ToolContext": "gateway.tool_context",
+    "Tool": "gateway.tools.declarations",
+    "ToolContext": "gateway.tools.context",
     "ToolDeclarationError": "gateway.errors",
     "Untrusted": "gateway.untrusted",
-    "UpstreamClient": "gateway.upstream",
+    "UpstreamClient": "gateway.tools.upstream",
     "UpstreamError": "gateway.errors",
     "UpstreamNotFoundError": "gateway.errors",
     "UpstreamProtocolError": "gateway.errors",
     "UpstreamRateLimitedError": "gateway.errors",
     "UpstreamRefusedError": "gateway.errors",
-    "UpstreamResponse": "gateway.upstream",
+    "UpstreamResponse": "gateway.tools.upstream",
     "UpstreamTimeoutError": "gateway.errors",
     "UpstreamUnavailableError": "gateway.errors",
     "WITHHELD": "gateway.untrusted",
-    "WriteContract": "gateway.tool",
-    "WriteStatus": "gateway.tool",
-    "fill_path": "gateway.adapter_http",
-    "keyed_contract": "gateway.adapter_http",
-    "lookup_by_key": "gateway.adapter_http",
-    "request_json": "gateway.adapter_http",
-    "status_by_key": "gateway.adapter_http",
+    "WriteContract": "gateway.tools.declarations",
+    "WriteStatus": "gateway.tools.declarations",
+    "fill_path": "gateway.tools.backend_http",
+    "keyed_contract": "gateway.tools.backend_http",
+    "lookup_by_key": "gateway.tools.backend_http",
+    "request_json": "gateway.tools.backend_http",
+    "status_by_key": "gateway.tools.backend_http",
 }
 """Where each exported name is defined. Imported on first use (PEP 562), so `import gateway`, which every
 module of the package runs first, costs nothing: the command line starts without loading pydantic."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from gateway.cli import main as _main
-from gateway.tracing import configure as _configure_tracing
+from gateway.cli.main import main as _main
+from gateway.telemetry.tracing import configure as _configure_tracing
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
-    # The MCP edge's refusals (gateway.mcp_edge) are JSON-RPC errors, but every code has its message.
+    # The MCP edge's refusals (gateway.mcp.edge) are JSON-RPC errors, but every code has its message.
     Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",
     Code.PAYLOAD_TOO_LARGE: "The request body is larger than the gateway accepts.",
 }

@@ -83,7 +83,7 @@ class PathArgumentError(GatewayError, ValueError):
     """A value cannot be a path segment as given: empty, a dot segment (``.``, ``..``) in any encoding,
     or not valid text. Filled in, it would change which endpoint is called, so nothing is sent.
 
-    Raised by `gateway.adapter_http.fill_path`; the agent's path answers it as VALIDATION_ERROR.
+    Raised by `gateway.tools.backend_http.fill_path`; the agent's path answers it as VALIDATION_ERROR.
     `argument` names the placeholder.
     """
 

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.audit import AuditEvent
+from gateway.audit.events import AuditEvent
 
 __all__ = [
     "CallHistory",
@@ -45,9 +45,9 @@ class CallRecord:
     at_ms: int
     """Wall-clock time of the answer, in milliseconds since the epoch."""
     untrusted_text: bool
-    """The tool declares third-party text in its output (`gateway.tool.Tool.emits_untrusted_text`)."""
+    """The tool declares third-party text in its output (`gateway.tools.declarations.Tool.emits_untrusted_text`)."""
     private: bool
-    """The tool declares its output private (`gateway.tool.Tool.returns_private_data`)."""
+    """The tool declares its output private (`gateway.tools.declarations.Tool.returns_private_data`)."""
 
     def to_json(self) -> str:
         return json.dumps([self.tool, self.at_ms, int(self.untrusted_text), int(self.private)], separators=(",", ":"))

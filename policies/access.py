@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gateway.codes import Code
+from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
-from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
-from gateway.tool import Tool
+from gateway.tools.declarations import Tool
 
 __all__ = ["decide_access"]
 

@@ -13,8 +13,8 @@ about another org's adapters. That is why refusals are PERMISSION_DENIED and not
 from __future__ import annotations
 
 from gateway.codes import Code
+from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
-from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 
 __all__ = ["OPERATOR_ROLE", "REGISTRY_ROLE", "may_manage_adapter", "may_review_adapters"]

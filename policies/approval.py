@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.approval_settings import POLICY_PREFIX
-from gateway.card import Card
+from gateway.cards.card import Card
 from gateway.codes import Code
+from gateway.config.approvals import POLICY_PREFIX
 from gateway.decision import Decision
 from gateway.principal import KeyKind, Principal, normalize_subject
-from gateway.tool import Approval
+from gateway.tools.declarations import Approval
 
 __all__ = ["approvals_required", "may_decide"]
 

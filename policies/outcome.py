@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.errors import UpstreamError, UpstreamRateLimitedError
-from gateway.tool import WriteContract, WriteStatus
+from gateway.tools.declarations import WriteContract, WriteStatus
 
 __all__ = ["Attempt", "Next", "ReconcileStep", "backoff_ms", "classify", "reconcile_step", "retry_delay_ms"]
 

@@ -1,6 +1,6 @@
 """Whether a configured rule approves a card in a person's stead. Pure functions; the clock is passed in.
 
-A rule (`gateway.approval_settings.PolicyRule`) is an operator's standing decision about one tool:
+A rule (`gateway.config.approvals.PolicyRule`) is an operator's standing decision about one tool:
 "refunds of at most 20.00 by support staff, during office hours, need nobody". It approves as
 ``policy:<rule>``, and only ever as one approver of a quorum: a card that needs two approvals still
 needs a person. It never approves a tainted card (one that followed a read of untrusted text):
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gateway.approval_settings import POLICY_PREFIX, Bound, PolicyRule
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
 from gateway.codes import Code
+from gateway.config.approvals import POLICY_PREFIX, Bound, PolicyRule
 from gateway.decision import Decision
 
 __all__ = ["PolicyVerdict", "is_policy_approver", "is_tainted", "policy_approval", "rule_admits"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from gateway.canonical import iso_from_ms
 from gateway.provenance import CallRecord, HistoryRules, Provenance, ProvenanceFlag, ProvenanceRead
-from gateway.tool import Tool
+from gateway.tools.declarations import Tool
 from policies.text_safety import review_texts
 
 __all__ = ["DATA_FLOW", "assess", "argument_texts"]

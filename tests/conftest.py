@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from backends.expenses import create_expenses_app
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
+from gateway.runtime.app import create_app
 from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 from tests.support.signing import flush_keeping_signing_key, signing_key_before_start

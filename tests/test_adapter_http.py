@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 from gateway import Access, Mode, Tool, ToolContext, fill_path, request_json
-from gateway.adapter_http import DEFAULT_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS, retry_after_of
 from gateway.codes import Code
 from gateway.errors import PathArgumentError
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
-from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.tools.backend_http import DEFAULT_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS, retry_after_of
 from tests.support.canaries import CANARY, planted
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend, serve_planted
@@ -261,8 +261,8 @@ async def test_a_placeholder_value_never_changes_the_endpoint_an_agent_calls(
 
 
 def test_adapters_refuse_to_send_without_the_header_gateway_identity_signs() -> None:
-    from gateway import adapter_http
-    from gateway.identity import IDENTITY_HEADER
+    from gateway.signing.identity import IDENTITY_HEADER
+    from gateway.tools import backend_http as adapter_http
 
     assert adapter_http._IDENTITY_HEADER == IDENTITY_HEADER
 

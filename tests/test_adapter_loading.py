@@ -19,7 +19,7 @@ def installed_adapter(tmp_path: Path) -> Iterator[str]:
         textwrap.dedent(
             """
             from pydantic import BaseModel, ConfigDict
-            from gateway.tool import Access, Mode, Tool
+            from gateway.tools.declarations import Access, Mode, Tool
 
             class NoArgs(BaseModel):
                 model_config = ConfigDict(extra="forbid")

@@ -17,22 +17,22 @@ from starlette.datastructures import Secret
 from starlette.routing import BaseRoute, Mount, Route
 
 from backends.serve import serve_app_in_thread
-from gateway.admin_api import admin_routes
-from gateway.app import create_app
-from gateway.audit import AuditEvent
-from gateway.card import CardState
-from gateway.card_service import CardService
-from gateway.limiter import AddressBudgets
-from gateway.limits import Limits
-from gateway.org_adapters import OrgAdapters
+from gateway.admin.api import admin_routes
+from gateway.approvals.service import CardService
+from gateway.audit.events import AuditEvent
+from gateway.cards.card import CardState
+from gateway.config.org_adapters import OrgAdapters
+from gateway.config.settings import Settings
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table
 from gateway.registry.service import RegistryService
-from gateway.settings import Settings
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
-from gateway.store.registry import RegistryStore
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.registrations import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood

@@ -15,10 +15,10 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.datastructures import Secret
 
-from gateway.app import create_app
-from gateway.audit import AuditEvent
+from gateway.audit.events import AuditEvent
+from gateway.config.settings import Settings
 from gateway.principal import KeyKind
-from gateway.settings import Settings
+from gateway.runtime.app import create_app
 from tests.support.agents import make_key
 from tests.support.services import TEST_AUDIT_SECRET
 

@@ -11,8 +11,8 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.identity import verify_identity
+from gateway.runtime.app import create_app
+from gateway.signing.identity import verify_identity
 from tests.support.agents import agent, error_code, make_key
 from tests.support.services import Backend, gateway_settings
 

@@ -15,10 +15,10 @@ import pytest
 from starlette.datastructures import Secret
 from starlette.routing import Route
 
-from gateway.app import create_app
-from gateway.mcp_edge import HostPatterns
-from gateway.root_app import GatewayApp
-from gateway.settings import Settings
+from gateway.config.settings import Settings
+from gateway.mcp.edge import HostPatterns
+from gateway.runtime.app import create_app
+from gateway.web.root_app import GatewayApp
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -111,7 +111,7 @@ async def test_an_exception_escaping_the_edge_is_a_plain_500_and_reaches_the_ser
 
 
 async def test_the_app_keeps_its_state_routes_and_lifespan(app: Any) -> None:
-    """Tests and `gateway.serve` reach the wiring through ``app.state``; the route table still lists ``/mcp``."""
+    """Tests and `gateway.runtime.serve` reach the wiring through ``app.state``; the route table lists ``/mcp``."""
     assert app.state.gateway is not None and app.state.mcp is not None
     assert "/mcp" in {getattr(route, "path", None) for route in app.routes}
     messages: list[dict[str, Any]] = []

@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 from starlette.types import Message
 
-from gateway.approval_receipts import (
+from gateway.cards.card import Card, CardState
+from gateway.principal import Principal
+from gateway.signing.identity import IdentityHeaders, verify_identity
+from gateway.signing.receipts import (
     RECEIPT_HEADER,
     RECEIPT_TYPE,
     ReceiptMismatchError,
@@ -27,10 +30,7 @@ from gateway.approval_receipts import (
     request_hash,
     verify_receipt,
 )
-from gateway.card import Card, CardState
-from gateway.identity import IdentityHeaders, verify_identity
-from gateway.principal import Principal
-from gateway.signer import IDENTITY_TYPE, Signer
+from gateway.signing.signer import IDENTITY_TYPE, Signer
 from gateway.store.signing_keys import KeySet, PublishedKey, public_jwk
 
 KEY = Ed25519PrivateKey.generate()

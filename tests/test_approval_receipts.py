@@ -25,14 +25,14 @@ from starlette.routing import Route
 from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app, serve_app_in_thread
-from gateway.app import Gateway, create_app
-from gateway.approval_receipts import RECEIPT_HEADER, RECEIPT_TYPE, receipt_claims, request_hash, verify_receipt
-from gateway.audit import ListAuditSink
-from gateway.card import Card, CardState
-from gateway.cli_signing import rotate_signing_key
-from gateway.identity import IDENTITY_HEADER
+from gateway.audit.events import ListAuditSink
+from gateway.cards.card import Card, CardState
+from gateway.cli.signing_keys import rotate_signing_key
+from gateway.runtime.app import Gateway, create_app
+from gateway.signing.identity import IDENTITY_HEADER
+from gateway.signing.receipts import RECEIPT_HEADER, RECEIPT_TYPE, receipt_claims, request_hash, verify_receipt
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.signing_keys import SigningKeyStore, public_jwk
 from tests.support.agents import make_key
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM, MAX_FIELD_CHARS, AuditEvent
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.audit.events import AUDIT_STREAM, MAX_FIELD_CHARS, AuditEvent
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, make_key
 from tests.support.services import TEST_AUDIT_SECRET
 

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import AuditEvent
-from gateway.audit_archive import AuditArchive
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.events import AuditEvent
 from gateway.provenance import CallRecord, HistoryRules, history_owner
-from gateway.store import audit as store_audit
-from gateway.store.audit import Along, RedisStreamAuditSink, audit_keys
+from gateway.store import audit_stream as store_audit
+from gateway.store.audit_stream import Along, RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
 from tests.support.services import TEST_AUDIT_SECRET

@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM, AuditEvent
-from gateway.audit_chain import ChainBreak, ChainCheck, ChainHead, entry_mac
-from gateway.audit_codec import is_compact
-from gateway.store.audit import RedisStreamAuditSink, entry_fields
+from gateway.audit.chain import ChainBreak, ChainCheck, ChainHead, entry_mac
+from gateway.audit.codec import is_compact
+from gateway.audit.events import AUDIT_STREAM, AuditEvent
+from gateway.store.audit_stream import RedisStreamAuditSink, entry_fields
 from tests.support.audit_v1 import append_v1
 from tests.support.services import TEST_AUDIT_SECRET
 

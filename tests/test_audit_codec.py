@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit import AuditEvent
-from gateway.audit_codec import ACTIONS, CODED_EXTRA, OUTCOMES, decode, encode, entry_seq
+from gateway.audit.codec import ACTIONS, CODED_EXTRA, OUTCOMES, decode, encode, entry_seq
+from gateway.audit.events import AuditEvent
 
 text = st.text(max_size=12)
 key_ids = st.one_of(st.just(""), st.from_regex(r"key_[0-9a-f]{12}", fullmatch=True), text,

@@ -15,17 +15,17 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.audit import AuditEvent
-from gateway.audit_archive import AuditArchive
-from gateway.audit_formats import AuditExportTarget
-from gateway.audit_forwarder import AuditForwarder
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.events import AuditEvent
+from gateway.audit.formats import AuditExportTarget
+from gateway.audit.forwarder import AuditForwarder
 from gateway.errors import UpstreamError
-from gateway.notification import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.notifications.message import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from gateway.outbound.webhook import WebhookPoster
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_export import AuditExportCursor
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
-from gateway.webhook_post import WebhookPoster
 from tests.support.receiver import Receiver
 from tests.support.services import TEST_AUDIT_SECRET
 

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM, AuditEvent
-from gateway.audit_archive import AuditArchive
-from gateway.audit_codec import OUTCOMES
-from gateway.cli import main
-from gateway.store.audit import RedisStreamAuditSink, audit_keys
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.codec import OUTCOMES
+from gateway.audit.events import AUDIT_STREAM, AuditEvent
+from gateway.cli.main import main
 from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_stream import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from tests.support.audit_v1 import append_v1
 from tests.support.redis_server import flushed_client

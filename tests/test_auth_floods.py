@@ -17,10 +17,10 @@ from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
 from backends.serve import serve_app_in_thread
-from gateway.audit import ListAuditSink
-from gateway.auth import BearerAuth
-from gateway.limiter import AddressBudgets
-from gateway.limits import Budget
+from gateway.audit.events import ListAuditSink
+from gateway.auth.bearer import BearerAuth
+from gateway.limits.budgets import Budget
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key

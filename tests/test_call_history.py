@@ -10,12 +10,12 @@ from redis.asyncio import Redis
 from gateway.codes import Code
 from gateway.errors import UpstreamUnavailableError
 from gateway.executor import ReadMemory
-from gateway.preview import Preview
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, InMemoryCallHistory, history_owner
 from gateway.store.call_history import RedisCallHistory, history_key
 from gateway.store.client import connect
-from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.tools.preview import Preview
 from tests.support.executors import agent_path
 from tests.support.tools import note_tool, read_tool, write_tool
 

@@ -12,14 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.card_batch import BatchItem, decide_batch
-from gateway.card_service import CardService
-from gateway.card_views import ResultCode
-from gateway.limits import Limits
+from gateway.approvals.batch import BatchItem, decide_batch
+from gateway.approvals.service import CardService
+from gateway.cards.card import CardState
+from gateway.cards.views import ResultCode
+from gateway.limits.budgets import Limits
 from gateway.principal import KeyKind, Principal
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
 

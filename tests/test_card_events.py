@@ -13,10 +13,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from gateway.cards.contract import CardChange
 from gateway.errors import StoreUnavailableError
-from gateway.ledger import CardChange
 from gateway.principal import KeyKind
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
 

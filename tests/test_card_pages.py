@@ -19,12 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
+from gateway.cards.contract import CardQuery
 from gateway.errors import InvalidCursorError
-from gateway.ledger import CardQuery
-from gateway.limits import Limits
-from gateway.store.ledger import SHARDS, RedisLedger
-from gateway.store.ledger_layout import requester_shard
+from gateway.limits.budgets import Limits
+from gateway.store.ledger.layout import requester_shard
+from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
 from tests.support.cards import PROPOSAL, flood
 
 REQUESTERS = ("alice@acme.example", "dan@acme.example", "erin@acme.example")
@@ -64,7 +64,7 @@ async def _populate(url: str) -> list[str]:
 async def _in_one_shard(ledger: RedisLedger, count: int) -> list[str]:
     """A burst of cards all in shard 0: the shards' batches then cover very different spans of time,
     which is when merging them in order needs care. A card lives in its requester's shard
-    (`gateway.store.ledger_layout`), so the burst comes from acme requesters of shard 0."""
+    (`gateway.store.ledger.layout`), so the burst comes from acme requesters of shard 0."""
     subjects = [s for s in (f"skew-{n}@acme.example" for n in range(200)) if requester_shard("acme", s) == 0][:3]
     made: list[str] = []
     for attempt in range(count):

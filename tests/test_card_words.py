@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.card import TERMINAL, Card, CardState
-from gateway.card_views import AdminCard, card_for_agent
-from gateway.card_words import deadline_ms, failure_code, said_to_agent, said_to_people
+from gateway.cards.card import TERMINAL, Card, CardState
+from gateway.cards.views import AdminCard, card_for_agent
+from gateway.cards.words import deadline_ms, failure_code, said_to_agent, said_to_people
 
 
 def _card(state: CardState, evidence: dict[str, Any] | None = None) -> Card:

@@ -12,14 +12,14 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.audit import AuditEvent
-from gateway.card import CardState
-from gateway.card_service import MAX_EVIDENCE_BYTES, CardService
-from gateway.card_views import UNTRUSTED_NOTE, ResultCode
+from gateway.approvals.service import MAX_EVIDENCE_BYTES, CardService
+from gateway.audit.events import AuditEvent
+from gateway.cards.card import CardState
+from gateway.cards.views import UNTRUSTED_NOTE, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.principal import KeyKind, Principal
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET

@@ -17,9 +17,9 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import Card, CardState, verify_chain
-from gateway.store.ledger import RedisLedger
+from gateway.cards.card import Card, CardState, verify_chain
+from gateway.runtime.app import create_app
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key, payload
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LEASE_SECONDS = 15.5
 """The shortest lease the worker accepts with the rooms tools: it must outlast their 10 s timeout by
-more than the 5 s margin (`gateway.toolbox.LEASE_MARGIN_SECONDS`)."""
+more than the 5 s margin (`gateway.tools.toolbox.LEASE_MARGIN_SECONDS`)."""
 
 
 @pytest.fixture(scope="module", name="redis_url")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM
-from gateway.cli import main
+from gateway.audit.events import AUDIT_STREAM
+from gateway.cli.main import main
 from gateway.principal import KeyKind
 from gateway.store.keys import KeyStore
 from tests.support.agents import agent, make_key

@@ -10,12 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
-from gateway.cli import main
-from gateway.org_adapters import OrgAdapters
+from gateway.cli.main import main
+from gateway.config.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.registry.service import RegistryService
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.registry import RegistryStore
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.registrations import RegistryStore
 from tests.support.agents import make_key
 from tests.support.services import TEST_AUDIT_SECRET, Backend
 

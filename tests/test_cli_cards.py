@@ -15,14 +15,14 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.card_archive import CardArchive
-from gateway.cli import main
-from gateway.preview import Preview
+from gateway.archives.card_archive import CardArchive
+from gateway.cards.card import CardState
+from gateway.cli.main import main
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.card_retention import RedisCardRetention
-from gateway.store.ledger import RedisLedger
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.ledger.retention import RedisCardRetention
+from gateway.tools.preview import Preview
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood

@@ -15,15 +15,15 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.audit import AuditEvent
-from gateway.audit_archive import AuditArchive
-from gateway.card_service import OUTCOMES
-from gateway.cli import main
-from gateway.cli_commands import where
-from gateway.cli_parser import RESOLUTIONS, build_parser
-from gateway.settings import Settings
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.approvals.service import OUTCOMES
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.events import AuditEvent
+from gateway.cli.commands import where
+from gateway.cli.main import main
+from gateway.cli.parser import RESOLUTIONS, build_parser
+from gateway.config.settings import Settings
 from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.redis_server import flushed_client
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -33,8 +33,8 @@ HEAVY = ("mcp", "mcp_types", "uvicorn", "starlette", "redis", "aiohttp", "pydant
 
 
 def test_importing_the_cli_loads_no_server_store_or_validation_library() -> None:
-    """``countersign --help`` stays fast because `gateway.cli` imports what a command needs only when it runs."""
-    code = f"import sys, gateway.cli; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    """``countersign --help`` stays fast because `gateway.cli.main` imports what a command needs only when it runs."""
+    code = f"import sys, gateway.cli.main; print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from redis import Redis
 
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.support.services import TEST_AUDIT_SECRET
 
 

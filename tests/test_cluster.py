@@ -22,22 +22,22 @@ import pytest
 import redis.asyncio as aioredis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import Card, CardState
-from gateway.card_archive import CardArchive
-from gateway.ledger import CardQuery
-from gateway.limits import Budget, Limits
-from gateway.notification import Notification
+from gateway.archives.card_archive import CardArchive
+from gateway.cards.card import Card, CardState
+from gateway.cards.contract import CardQuery
+from gateway.limits.budgets import Budget, Limits
+from gateway.notifications.message import Notification
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.card_retention import RedisCardRetention
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
-from gateway.store.ledger_layout import SHARDS, card_keys, card_shard
-from gateway.store.ledger_outbox import outbox_keys
-from gateway.store.notifications import RedisNotificationOutbox
-from gateway.store.registry import RegistryStore
+from gateway.store.ledger.layout import SHARDS, card_keys, card_shard
+from gateway.store.ledger.outbox import outbox_keys
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.ledger.retention import RedisCardRetention
+from gateway.store.notification_outbox import RedisNotificationOutbox
+from gateway.store.registrations import RegistryStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL
 from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS

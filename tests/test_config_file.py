@@ -1,6 +1,6 @@
 """The config file is validated: unknown sections and keys, and bad values, are refused by their path.
 
-And it is documented: the README's tables and the `gateway.settings` docstring name every key the
+And it is documented: the README's tables and the `gateway.config.settings` docstring name every key the
 models accept, with the models' defaults, which are `Settings`' own.
 """
 
@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from gateway import settings as settings_module
-from gateway.approval_settings import ApprovalSettings, PolicyRule
-from gateway.config_file import (
+from gateway.config import settings as settings_module
+from gateway.config.approvals import ApprovalSettings, PolicyRule
+from gateway.config.file import (
     AdapterSection,
     AuditExportSection,
     ConfigFile,
@@ -30,10 +30,10 @@ from gateway.config_file import (
     key_path,
     read_config,
 )
+from gateway.config.oauth import IssuerSection, OAuthSection
+from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError
-from gateway.limits import Limits
-from gateway.oauth_config import IssuerSection, OAuthSection
-from gateway.settings import AdapterSettings, Settings
+from gateway.limits.budgets import Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -204,7 +204,7 @@ def test_the_readme_documents_every_setting_with_its_default() -> None:
 
 
 def _docstring_example() -> str:
-    """The annotated file in the `gateway.settings` docstring, dedented."""
+    """The annotated file in the `gateway.config.settings` docstring, dedented."""
     doc = settings_module.__doc__ or ""
     block = doc.split("with its default (the README's configuration tables say the same)::\n", 1)[1]
     lines = []

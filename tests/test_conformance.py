@@ -30,9 +30,9 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.settings import AdapterSettings, OrgSettings, Settings
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.config.settings import AdapterSettings, OrgSettings, Settings
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import make_key
 from tests.support.bearer_proxy import BearerProxy
 from tests.support.conformance import ADAPTERS, TOOLS, ContactArgs, create_fixture_backend

@@ -24,25 +24,25 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from backends.serve import serve_app_in_thread
-from gateway.admin_api import admin_routes
-from gateway.card import CardState
-from gateway.card_service import CardService
-from gateway.console import console_routes
-from gateway.limiter import AddressBudgets
-from gateway.limits import Limits
-from gateway.preview import Preview
+from gateway.admin.api import admin_routes
+from gateway.approvals.service import CardService
+from gateway.cards.card import CardState
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
 from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.tools.preview import Preview
+from gateway.web.console import console_routes
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, flood
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
-ASSETS = files("gateway") / "console_assets"
+ASSETS = files("gateway.web") / "console_assets"
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 STRICT_CSP = {

@@ -1,4 +1,4 @@
-"""The dedupe entries in small buckets (gateway/store/ledger_layout.py `open_bucket`): the scripts and Python
+"""The dedupe entries in small buckets (gateway/store/ledger/layout.py `open_bucket`): the scripts and Python
 name the same bucket, a bucket stays a listpack, and entries written before the buckets, in the shard's one
 hash, still answer, move out with their card's next write, and are removed, repeated and pruned."""
 
@@ -10,9 +10,9 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_layout import card_keys, open_buckets
+from gateway.cards.card import CardState
+from gateway.store.ledger.layout import card_keys, open_buckets
+from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from gateway.store.probes import LedgerProbe
 from tests.support.cards import PROPOSAL
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.settings import Settings
 from gateway.errors import ConfigError
-from gateway.serve import preflight
-from gateway.settings import Settings
+from gateway.runtime.serve import preflight
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import ListAuditSink
-from gateway.card_service import CardService
-from gateway.card_views import ResultCode
-from gateway.ledger import Proposal, Transition, TransitionStatus
+from gateway.approvals.service import CardService
+from gateway.audit.events import ListAuditSink
+from gateway.cards.contract import Proposal, Transition, TransitionStatus
+from gateway.cards.views import ResultCode
 from gateway.principal import KeyKind, Principal
 from gateway.store.durability import DurabilityReport, LedgerGuard, check_durability
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 

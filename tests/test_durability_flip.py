@@ -28,10 +28,10 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger_codec import decode_card
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.codec import decode_card
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 from tests.support.services import Backend, gateway_settings

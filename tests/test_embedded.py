@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 from gateway.errors import ConfigError
 from gateway.store.durability import DurabilityReport, check_durability
 from gateway.store.embedded import embedded_redis, embedded_redis_sync
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
 from tests.support.redis_server import free_port, start_redis_server
 

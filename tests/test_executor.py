@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from gateway.audit import ListAuditSink
+from gateway.audit.events import ListAuditSink
 from gateway.codes import Code
 from gateway.errors import UpstreamRefusedError
 from gateway.executor import AgentPath
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
-from gateway.tool import Access, Tool
-from gateway.tool_context import ToolContext
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import Access, Tool
 from gateway.untrusted import WITHHELD
-from gateway.upstream_aiohttp import AiohttpUpstream
 from tests.support.executors import agent_path
 from tests.support.tools import EchoArgs, note_tool, read_tool, write_tool
 

@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from gateway.limits import Budget, Limits
+from gateway.limits.budgets import Budget, Limits
 from gateway.principal import Principal
 from gateway.store.client import connect
-from gateway.store.limiter import RedisRateLimiter
-from gateway.tool import Access
-from gateway.tool_context import ToolContext
+from gateway.store.rate_buckets import RedisRateLimiter
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import Access
 from tests.support.executors import agent_path
 from tests.support.tools import EchoArgs, read_tool
 

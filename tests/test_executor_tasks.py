@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit import ListAuditSink
+from gateway.audit.events import ListAuditSink
 from gateway.codes import Code
 from gateway.executor.tasks import TaskPath
 from gateway.principal import Principal
 from gateway.printable import is_printable
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 
 ALICE = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}))
 

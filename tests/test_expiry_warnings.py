@@ -21,14 +21,14 @@ from redis.asyncio import Redis
 
 from adapters.rooms import TOOLS as ROOM_TOOLS
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import CardState
-from gateway.config_file import NotificationsSection
-from gateway.expiry_warnings import ExpiryWarner, expiring
-from gateway.ledger import Proposal
-from gateway.notification import NotificationEvent, NotificationSettings, Webhook
-from gateway.store.ledger import RedisLedger
-from gateway.store.notifications import RedisNotificationOutbox
+from gateway.cards.card import CardState
+from gateway.cards.contract import Proposal
+from gateway.config.file import NotificationsSection
+from gateway.notifications.expiry_warnings import ExpiryWarner, expiring
+from gateway.notifications.message import NotificationEvent, NotificationSettings, Webhook
+from gateway.runtime.app import create_app
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.notification_outbox import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import a_card
 from tests.support.receiver import Receiver

@@ -35,7 +35,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_importing_gateway_does_not_import_the_composition_root() -> None:
     """Adapters and policies import `gateway` without pulling in the app or the layers."""
-    code = "import sys, gateway; print(any(m in sys.modules for m in ('gateway.app', 'gateway.executor')))"
+    code = "import sys, gateway; print(any(m in sys.modules for m in ('gateway.runtime.app', 'gateway.executor')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -76,12 +76,12 @@ def _private_gateway_imports(source: str) -> list[str]:
     [
         ("from gateway import Tool, request_json", []),
         ("from pydantic import BaseModel\nfrom . import rooms", []),
-        ("from gateway.tool import Tool", ["gateway.tool"]),
-        ("from gateway import tool_context", ["gateway.tool_context"]),
+        ("from gateway.tools.declarations import Tool", ["gateway.tools.declarations"]),
+        ("from gateway import tools", ["gateway.tools"]),
         ("import gateway", ["gateway"]),
         ("import gateway.errors as errors", ["gateway.errors"]),
         ("def f():\n    from gateway.untrusted import Untrusted", ["gateway.untrusted"]),
-        ("if TYPE_CHECKING:\n    from gateway.adapter_http import fill_path", ["gateway.adapter_http"]),
+        ("if TYPE_CHECKING:\n    from gateway.tools.backend_http import fill_path", ["gateway.tools.backend_http"]),
     ],
 )
 def test_the_public_import_rule_tells_public_from_private(source: str, found: list[str]) -> None:

@@ -12,13 +12,13 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import build_gateway, create_app, tools_for
-from gateway.approval_settings import ApprovalSettings
-from gateway.card import CardState
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.cards.card import CardState
+from gateway.config.approvals import ApprovalSettings
+from gateway.runtime.app import build_gateway, create_app, tools_for
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_layout import card_keys, open_buckets
+from gateway.store.ledger.layout import card_keys, open_buckets
+from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import PROPOSAL, settled
 from tests.support.services import Backend, gateway_settings, serve_backends

@@ -6,13 +6,13 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.audit import ListAuditSink
+from gateway.audit.events import ListAuditSink
 from gateway.codes import Code
 from gateway.decision import Decision
-from gateway.flood_audit import EDGE, FloodAudit
-from gateway.metrics import REGISTRY
+from gateway.mcp.flood_audit import EDGE, FloodAudit
 from gateway.principal import Principal
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.telemetry.metrics import REGISTRY
 
 pytestmark = pytest.mark.anyio
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import CardState
+from gateway.cards.card import CardState
+from gateway.runtime.app import Gateway, build_gateway, tools_for
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL

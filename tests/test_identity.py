@@ -7,8 +7,8 @@ import time
 import jwt
 import pytest
 
-from gateway.identity import IDENTITY_HEADER, IdentityHeaders, verify_identity
 from gateway.principal import Principal
+from gateway.signing.identity import IDENTITY_HEADER, IdentityHeaders, verify_identity
 
 ALICE = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}))
 BOB = Principal(subject="bob@globex.example", org="globex", roles=frozenset({"staff"}))

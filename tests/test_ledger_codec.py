@@ -1,4 +1,4 @@
-"""The stored form of a card (gateway/store/ledger_codec.py, ledger_packing.py): cards written in the long
+"""The stored form of a card (gateway/store/ledger/codec.py, ledger_packing.py): cards written in the long
 form or as compact JSON still read and run, the Python reader agrees with the scripts, and a card's own key
 stays within its bytes."""
 
@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway.canonical import canonical_json
-from gateway.card import CardState, verify_chain
-from gateway.limits import Limits
-from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_codec import SHORT, WORDS, decode_card, stored_table
-from gateway.store.ledger_layout import card_keys, count_tag, open_cards_key, org_index, orgs_key, requester_index
+from gateway.cards.card import CardState, verify_chain
+from gateway.limits.budgets import Limits
+from gateway.store.ledger.codec import SHORT, WORDS, decode_card, stored_table
+from gateway.store.ledger.layout import card_keys, count_tag, open_cards_key, org_index, orgs_key, requester_index
+from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio

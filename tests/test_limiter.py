@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway.errors import StoreUnavailableError
-from gateway.limiter import AddressBudgets, Charge, InMemoryRateLimiter, RateLimiter, interval_us
-from gateway.limits import Budget
+from gateway.limits.budgets import Budget
+from gateway.limits.rate_limiter import AddressBudgets, Charge, InMemoryRateLimiter, RateLimiter, interval_us
 from gateway.store.client import connect
-from gateway.store.limiter import LEASE_US, MAX_LEASE, RedisRateLimiter, bucket_key
+from gateway.store.rate_buckets import LEASE_US, MAX_LEASE, RedisRateLimiter, bucket_key
 
 pytestmark = pytest.mark.anyio
 

@@ -9,12 +9,12 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
-from gateway.app import backend_client
-from gateway.identity import IDENTITY_HEADER, IdentityHeaders, verify_identity
 from gateway.principal import Principal
 from gateway.registry.live import LiveToolSource
-from gateway.store.registry import RegistryStore
-from gateway.upstream import UpstreamClient
+from gateway.runtime.app import backend_client
+from gateway.signing.identity import IDENTITY_HEADER, IdentityHeaders, verify_identity
+from gateway.store.registrations import RegistryStore
+from gateway.tools.upstream import UpstreamClient
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend
 from tests.support.tools import read_tool
 

@@ -25,19 +25,19 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.audit_secret import SECRET_FILE, audit_secret
-from gateway.card import CardState
-from gateway.demo import ensure_signing_key, register_demo_manifest
-from gateway.log_context import bind_key_id
-from gateway.logs import configure_logging
+from gateway.audit.secret import SECRET_FILE, audit_secret
+from gateway.cards.card import CardState
+from gateway.config.settings import Settings
 from gateway.principal import KeyKind
-from gateway.serve import resolved
-from gateway.settings import Settings
+from gateway.runtime.app import create_app
+from gateway.runtime.demo import ensure_signing_key, register_demo_manifest
+from gateway.runtime.serve import resolved
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.signing_keys import SigningKeyStore
-from gateway.tracing import tracer
+from gateway.telemetry.log_context import bind_key_id
+from gateway.telemetry.logs import configure_logging
+from gateway.telemetry.tracing import tracer
 from tests.support.agents import agent, payload
 from tests.support.redis_server import flushed_client, free_port, start_redis_server
 from tests.support.tracing import recording

@@ -21,12 +21,12 @@ from mcp_types import HEADER_MISMATCH
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.audit import AuditEvent
-from gateway.flood_audit import EDGE
-from gateway.limits import Budget, Limits
-from gateway.metrics import REGISTRY
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.audit.events import AuditEvent
+from gateway.limits.budgets import Budget, Limits
+from gateway.mcp.flood_audit import EDGE
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.agents import LEGACY, MODERN, agent, error_code, make_key, payload
 from tests.support.services import Backend, gateway_settings
 

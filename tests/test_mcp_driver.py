@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_NOTE, HOSTILE_TITLE
-from gateway.identity import IDENTITY_HEADER, verify_identity
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.signing.identity import IDENTITY_HEADER, verify_identity
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
 from tests.support.services import Backend

@@ -19,10 +19,10 @@ from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.audit import AuditEvent
-from gateway.mcp_edge import MAX_BODY_BYTES, HostPatterns, bad_id_or_batch, needs_parse
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.audit.events import AuditEvent
+from gateway.mcp.edge import MAX_BODY_BYTES, HostPatterns, bad_id_or_batch, needs_parse
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import LEGACY, MODERN, agent, make_key, payload
 from tests.support.raw_http import ACCEPT, JSON, RawAnswer, exchange
 from tests.support.services import Backend, gateway_settings

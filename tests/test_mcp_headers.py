@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.mcp_headers import mcp_headers
+from gateway.mcp.headers import mcp_headers
 
 LINES = [(b"host", b"127.0.0.1:8000"), (b"authorization", b"Bearer x"), (b"content-length", b"12"),
          (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"), (b"mcp-name", b"t"),

@@ -22,10 +22,10 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.limits import Limits
-from gateway.mcp_sessions import SESSION_QUOTA_ERROR, KeyedSessionManager
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.limits.budgets import Limits
+from gateway.mcp.sessions import SESSION_QUOTA_ERROR, KeyedSessionManager
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from tests.support.agents import LEGACY, agent, error_code, make_key, payload
 from tests.support.services import Backend, gateway_settings

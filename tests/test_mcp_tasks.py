@@ -15,12 +15,12 @@ from mcp.shared.exceptions import MCPError
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import Card, CardState
-from gateway.mcp_tasks import TASKS_EXTENSION
+from gateway.cards.card import Card, CardState
+from gateway.mcp.tasks import TASKS_EXTENSION
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import LEGACY, MODERN, make_key, payload
 from tests.support.services import Backend, gateway_settings
 from tests.support.task_clients import TaskAgent, task_agent

@@ -17,13 +17,13 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway import metrics
-from gateway.app import create_app
-from gateway.card import CardState
+from gateway.cards.card import CardState
 from gateway.principal import KeyKind, Principal
-from gateway.store.ledger import RedisLedger
-from gateway.store.ledger_codec import decode_card
+from gateway.runtime.app import create_app
+from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.probes import LedgerProbe
+from gateway.telemetry import metrics
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import PROPOSAL
 from tests.support.executors import agent_path
@@ -196,11 +196,14 @@ async def test_a_tool_name_an_agent_makes_up_never_becomes_a_label(name: str) ->
     executor, _audit = agent_path(read_tool("demo_echo"), clients={})
     if name == "demo_echo":
         return
+    labels = _tool_labels()
     before = _value(_now(), "countersign_tool_calls_total", tool="unknown", code="PERMISSION_DENIED")
     await executor.execute(AGENT, name, {})
     after = _value(_now(), "countersign_tool_calls_total", tool="unknown", code="PERMISSION_DENIED")
     assert after == before + 1
-    assert name not in _tool_labels() or name in ("unknown", "other", "rooms_availability", "rooms_book")
+    # Labels are process-wide: a real tool's name may already be one from another test (Hypothesis also
+    # draws names from the code's own string constants). The call itself adds no label.
+    assert _tool_labels() - labels <= {"unknown"}
 
 
 def test_served_tools_past_the_cap_share_one_label(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,8 +220,8 @@ def test_served_tools_past_the_cap_share_one_label(monkeypatch: pytest.MonkeyPat
 @pytest.mark.parametrize("code", ["RATE_LIMITED", "QUOTA_EXCEEDED"])
 async def test_a_rate_limit_refusal_is_counted_where_it_is_audited(code: str, redis: Redis) -> None:
     """Whichever layer refuses by budget or quota, its audit event is where the refusal is counted."""
-    from gateway.audit import AuditEvent
-    from gateway.store.audit import RedisStreamAuditSink
+    from gateway.audit.events import AuditEvent
+    from gateway.store.audit_stream import RedisStreamAuditSink
     from tests.support.services import TEST_AUDIT_SECRET
 
     before = _now()

@@ -1,4 +1,4 @@
-"""What a notification says and how it is signed (`gateway.notification`): pure, no I/O."""
+"""What a notification says and how it is signed (`gateway.notifications.message`): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.card import CardState
-from gateway.notification import (
+from gateway.cards.card import CardState
+from gateway.notifications.message import (
     ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

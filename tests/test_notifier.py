@@ -17,11 +17,11 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.audit import ListAuditSink
-from gateway.card_alerts import AlertingLedger
-from gateway.ledger import Proposal
-from gateway.notification import (
+from gateway.audit.events import ListAuditSink
+from gateway.cards.contract import Proposal
+from gateway.notifications.card_alerts import AlertingLedger
+from gateway.notifications.delivery import Notifier
+from gateway.notifications.message import (
     ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -31,10 +31,10 @@ from gateway.notification import (
     Webhook,
     verify,
 )
-from gateway.notifier import Notifier
-from gateway.store.ledger import RedisLedger
-from gateway.store.notifications import RedisNotificationOutbox
-from gateway.webhook_post import WebhookPoster
+from gateway.outbound.webhook import WebhookPoster
+from gateway.runtime.app import create_app
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.notification_outbox import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.receiver import Receiver
 from tests.support.services import Backend, gateway_settings

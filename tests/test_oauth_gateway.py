@@ -18,10 +18,10 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.oauth_config import IssuerSection, OAuthSection
+from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import free_port
 from tests.support.services import Backend, gateway_settings

@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.ledger import Proposal, TransitionStatus
-from gateway.limits import Limits, OrgLimits
-from gateway.store.ledger import RedisLedger
+from gateway.cards.card import CardState
+from gateway.cards.contract import Proposal, TransitionStatus
+from gateway.limits.budgets import Limits, OrgLimits
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
 
 pytestmark = pytest.mark.anyio

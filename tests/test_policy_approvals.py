@@ -14,24 +14,24 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.approval_settings import ApprovalSettings, Bound, PolicyRule
-from gateway.audit import AuditEvent, ListAuditSink
-from gateway.card import CardState, verify_chain
-from gateway.card_alerts import AlertingLedger
-from gateway.card_service import CardService
-from gateway.card_views import ResultCode
+from gateway.approvals.service import CardService
+from gateway.audit.events import AuditEvent, ListAuditSink
+from gateway.cards.card import CardState, verify_chain
+from gateway.cards.contract import Transition
+from gateway.cards.views import ResultCode
 from gateway.codes import Code
+from gateway.config.approvals import ApprovalSettings, Bound, PolicyRule
 from gateway.executor import PolicyApprovals
-from gateway.ledger import Transition
-from gateway.notification import Webhook
+from gateway.notifications.card_alerts import AlertingLedger
+from gateway.notifications.message import Webhook
 from gateway.principal import KeyKind
 from gateway.provenance import Provenance
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import SHARDS, RedisLedger
-from gateway.store.ledger_layout import card_keys, policy_budget_key, requester_shard
-from gateway.store.notifications import RedisNotificationOutbox
+from gateway.store.ledger.layout import card_keys, policy_budget_key, requester_shard
+from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
+from gateway.store.notification_outbox import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, settled
 from tests.support.services import Backend, gateway_settings, serve_backends

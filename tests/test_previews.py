@@ -18,10 +18,10 @@ from redis.asyncio import Redis
 from backends._faults import FaultSpec
 from backends.demo_data import Booking
 from backends.expenses import expenses_manifest
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.registration import register_and_accept, remove
 from tests.support.services import Backend

@@ -9,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.card import CardState
-from gateway.card_service import CardService, ResultCode
-from gateway.ledger import TransitionStatus
+from gateway.approvals.service import CardService, ResultCode
+from gateway.cards.card import CardState
+from gateway.cards.contract import TransitionStatus
 from gateway.principal import KeyKind, normalize_subject
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
 from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.spellings import spellings

@@ -14,17 +14,17 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.audit import MAX_FIELD_CHARS, AuditEvent
-from gateway.card import CardState
-from gateway.cli import main
-from gateway.limits import Limits
+from gateway.audit.events import MAX_FIELD_CHARS, AuditEvent
+from gateway.cards.card import CardState
+from gateway.cli.main import main
+from gateway.config.settings import Settings
+from gateway.limits.budgets import Limits
 from gateway.principal import KeyKind
 from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead, history_owner
-from gateway.settings import Settings
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.call_history import history_key
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import LEGACY, MODERN, agent, make_key, payload
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 

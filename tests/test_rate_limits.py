@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.limits import Budget, Limits, OrgLimits
+from gateway.limits.budgets import Budget, Limits, OrgLimits
+from gateway.runtime.app import create_app
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.services import Backend, gateway_settings
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM, AuditEvent
-from gateway.audit_archive import AuditArchive
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.provenance import CallRecord, HistoryRules, history_owner
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
 from tests.support.services import TEST_AUDIT_SECRET

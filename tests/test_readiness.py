@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
+from gateway.runtime.app import create_app
 from tests.support.redis_server import free_port, start_redis_process, start_redis_server
 from tests.support.services import Backend, gateway_settings
 

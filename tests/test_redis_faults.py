@@ -16,8 +16,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
 from gateway.errors import StoreUnavailableError
+from gateway.runtime.app import create_app
 from gateway.store.client import connect
 from tests.support.agents import agent, error_code, make_key
 from tests.support.redis_server import free_port, start_redis_process

@@ -1,4 +1,4 @@
-"""Which Redis deployment a URL, or the ``[gateway] redis_*`` settings, name (`gateway.redis_target`)."""
+"""Which Redis deployment a URL, or the ``[gateway] redis_*`` settings, name (`gateway.config.redis_target`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.config.redis_target import RedisKind, parse_redis_url, redis_url_of
+from gateway.config.settings import Settings
 from gateway.errors import ConfigError
-from gateway.redis_target import RedisKind, parse_redis_url, redis_url_of
-from gateway.settings import Settings
 
 
 def test_a_single_node_url_goes_to_redis_py_whole() -> None:

@@ -14,11 +14,11 @@ from mcp.client.streamable_http import streamable_http_client
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
-from gateway.card import CardState
-from gateway.identity import verify_identity
+from gateway.cards.card import CardState
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.signing.identity import verify_identity
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend
 

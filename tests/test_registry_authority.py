@@ -17,12 +17,12 @@ from starlette.datastructures import Secret
 
 from backends.expenses import expenses_manifest
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
 from gateway.canonical import canonical_json
+from gateway.config.settings import OrgSettings, Settings
 from gateway.principal import KeyKind
-from gateway.settings import OrgSettings, Settings
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.registry import RegistryStore, manifest_hash
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.registrations import RegistryStore, manifest_hash
 from tests.support.agents import make_key
 from tests.support.services import TEST_AUDIT_SECRET
 

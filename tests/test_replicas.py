@@ -35,12 +35,12 @@ from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import CardState
-from gateway.limits import Budget, Limits
+from gateway.cards.card import CardState
+from gateway.limits.budgets import Budget, Limits
 from gateway.principal import KeyKind
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import LEGACY, MODERN, make_key, payload
 from tests.support.balancer import Balancer
 from tests.support.services import Backend, gateway_settings

@@ -17,13 +17,13 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import Card, CardState, verify_chain
-from gateway.settings import Settings
+from gateway.cards.card import Card, CardState, verify_chain
+from gateway.config.settings import Settings
+from gateway.runtime.app import Gateway, build_gateway, tools_for
+from gateway.runtime.worker import Worker
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger, card_shard
-from gateway.store.ledger_codec import decode_card
-from gateway.worker import Worker
+from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.agents import make_key
 from tests.support.services import Backend, gateway_settings
 

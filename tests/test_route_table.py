@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from gateway.route_table import Answer, Operation, RouteTable, openapi_document
+from gateway.web.route_table import Answer, Operation, RouteTable, openapi_document
 
 
 class Thing(BaseModel):

@@ -19,13 +19,13 @@ import anyio
 import pytest
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
+from gateway.cards.contract import TransitionStatus
 from gateway.errors import StoreUnavailableError
-from gateway.ledger import TransitionStatus
-from gateway.limits import Budget, Limits
+from gateway.limits.budgets import Budget, Limits
+from gateway.runtime.app import create_app
 from gateway.store.client import connect
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import SERVER_KINDS, SERVER_PARAMS
 from tests.support.redis_topologies import SentinelGroup, sentinel_group

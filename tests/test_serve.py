@@ -17,13 +17,13 @@ import pytest
 from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
-from gateway.card import CardState
-from gateway.identity import IDENTITY_HEADER, IdentityHeaders
+from gateway.cards.card import CardState
+from gateway.config.settings import Settings
 from gateway.principal import Principal
-from gateway.serve import resolved
-from gateway.settings import Settings
+from gateway.runtime.serve import resolved
+from gateway.signing.identity import IDENTITY_HEADER, IdentityHeaders
 from gateway.store.embedded import embedded_redis
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, payload
 from tests.support.redis_server import free_port
 

@@ -20,9 +20,9 @@ import pytest
 from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
+from gateway.config.settings import Settings
 from gateway.errors import ConfigError
-from gateway.serve import _without_credentials, preflight
-from gateway.settings import Settings
+from gateway.runtime.serve import _without_credentials, preflight
 from tests.support.agents import agent, payload
 from tests.support.processes import READY, children_of, clean_environ, listening_ports, processes_using, serve
 from tests.support.redis_server import free_port

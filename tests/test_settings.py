@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.audit_secret import audit_secret
+from gateway.audit.secret import audit_secret
+from gateway.config.settings import DEMO_ORGS, LOOPBACK_HOSTS, Settings
 from gateway.errors import ConfigError
-from gateway.settings import DEMO_ORGS, LOOPBACK_HOSTS, Settings
 
 
 def test_environment_and_config_file_are_read_once_into_frozen_settings(tmp_path: Path) -> None:

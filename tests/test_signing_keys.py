@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from redis.asyncio import Redis
 
 from gateway.errors import ConfigError
-from gateway.signer import CACHE_SECONDS, OVERLAP_SECONDS, Signer
+from gateway.signing.signer import CACHE_SECONDS, OVERLAP_SECONDS, Signer
 from gateway.store.signing_keys import SigningKeyStore
 from tests.support.services import TEST_AUDIT_SECRET
 

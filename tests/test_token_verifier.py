@@ -22,10 +22,10 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.jwks import JwksSource
-from gateway.oauth_config import IssuerSection, OAuthSection
+from gateway.auth.jwks import JwksSource
+from gateway.auth.tokens import TokenVerifier, looks_like_jwt
+from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.principal import KeyKind
-from gateway.token_verifier import TokenVerifier, looks_like_jwt
 from tests.support.token_issuer import Listener, TokenIssuer, make_key, serve_issuer, serve_listener
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ToolDeclarationError
-from gateway.tool import Access, Mode, Tool
-from gateway.toolbox import Toolbox
+from gateway.tools.declarations import Access, Mode, Tool
+from gateway.tools.toolbox import Toolbox
 from tests.support.tools import CONTRACT, EchoArgs, EchoOut, NoteOut, echo, read_tool, write_tool
 
 

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from gateway.codes import Code
 from gateway.envelope import Envelope
 from gateway.errors import ToolDeclarationError
-from gateway.tool_schema import Refusal, output_schema, success_model
-from gateway.toolbox import Toolbox
+from gateway.tools.output_schema import Refusal, output_schema, success_model
+from gateway.tools.toolbox import Toolbox
 from tests.support.tools import EchoOut, NoteOut, read_tool, write_tool
 
 

@@ -16,11 +16,11 @@ from opentelemetry.trace import SpanKind
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.card import CardState
+from gateway.cards.card import CardState
 from gateway.principal import KeyKind
-from gateway.store.ledger import RedisLedger
-from gateway.tracing import CARD_ID, configure
+from gateway.runtime.app import create_app
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.telemetry.tracing import CARD_ID, configure
 from tests.support.agents import agent, make_key, payload
 from tests.support.services import Backend, gateway_settings
 from tests.support.tracing import recording

@@ -1,4 +1,4 @@
-"""Every ledger script held to the transition table (`gateway.card_transitions`), on a real Redis.
+"""Every ledger script held to the transition table (`gateway.cards.transitions`), on a real Redis.
 
 A card is put into a state by proposing it and rewriting its stored JSON (state, fence, lease,
 dispatch flag, deadlines): this tests the scripts' guards, so the stored form is written directly.
@@ -22,9 +22,9 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from starlette.routing import BaseRoute, Mount, Route
 
-from gateway.app import create_app
-from gateway.card import OPEN, TERMINAL, Card, CardState
-from gateway.card_transitions import (
+from gateway.cards.card import OPEN, TERMINAL, Card, CardState
+from gateway.cards.contract import Ledger, Transition, TransitionStatus
+from gateway.cards.transitions import (
     DEADLINE_NOT_PASSED,
     EXECUTING_UNDER_THIS_FENCE,
     FENCE_MATCHES,
@@ -47,11 +47,11 @@ from gateway.card_transitions import (
     CardTransition,
     Guard,
 )
-from gateway.ledger import Ledger, Transition, TransitionStatus
-from gateway.limits import Limits
-from gateway.store.ledger import SHARDS, RedisLedger, card_shard
-from gateway.store.ledger_codec import decode_card
-from gateway.store.ledger_scripts import SCRIPTS
+from gateway.limits.budgets import Limits
+from gateway.runtime.app import create_app
+from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger, card_shard
+from gateway.store.ledger.scripts import SCRIPTS
 from tests.support.cards import PROPOSAL
 from tests.support.services import gateway_settings
 

@@ -9,11 +9,11 @@ import anyio
 import pytest
 from redis.asyncio import Redis
 
-from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import CardState, verify_chain
+from gateway.cards.card import CardState, verify_chain
 from gateway.errors import ToolDeclarationError
+from gateway.runtime.app import Gateway, build_gateway, tools_for
+from gateway.runtime.worker import Worker
 from gateway.store.keys import KeyStore
-from gateway.worker import Worker
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
 from tests.support.services import Backend, gateway_settings

@@ -19,13 +19,13 @@ from redis.asyncio import Redis
 from backends._common import CONTROL_PATHS
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
-from gateway.app import Gateway, build_gateway, tools_for
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
 from gateway.principal import KeyKind
+from gateway.runtime.app import Gateway, build_gateway, tools_for
+from gateway.runtime.worker import Worker
 from gateway.store.keys import hash_token
-from gateway.store.ledger import card_shard
-from gateway.store.ledger_codec import decode_card
-from gateway.worker import Worker
+from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.redis_ledger import card_shard
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
@@ -131,7 +131,7 @@ async def test_a_card_whose_stored_arguments_were_altered_after_approval_fails_u
     token, _record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
                                                roles=("staff",))  # fmt: skip
     card = await _approved(gateway, token, "2027-03-03")
-    # The ledger's layout (gateway/store/ledger_codec.py): one JSON string per card, arguments as canonical
+    # The ledger's layout (gateway/store/ledger/codec.py): one JSON string per card, arguments as canonical
     # JSON; written back in the long form, which the ledger reads as well.
     key = f"cs:{{cs{card_shard(card.card_id)}}}:card:{card.card_id}"
     stored = decode_card(await redis.get(key), card.card_id)

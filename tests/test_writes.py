@@ -13,12 +13,12 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway import Access, Approval, Mode, Tool, ToolContext, fill_path, keyed_contract, request_json
-from gateway.app import build_gateway, create_app
-from gateway.card import Card, CardState, verify_chain
-from gateway.settings import AdapterSettings, OrgSettings, Settings
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.cards.card import Card, CardState, verify_chain
+from gateway.config.settings import AdapterSettings, OrgSettings, Settings
+from gateway.runtime.app import build_gateway, create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import settled as _settled
 from tests.support.planted import serve_planted

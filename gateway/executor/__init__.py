@@ -26,20 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gateway.approval_settings import ApprovalSettings
-from gateway.audit import AuditSink
+from gateway.audit.events import AuditSink
+from gateway.cards.contract import DurabilityGuard, Ledger
+from gateway.config.approvals import ApprovalSettings
+from gateway.config.org_adapters import OrgAdapters
 from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentityHeaders, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
 from gateway.executor.writes import LivePrincipal, Receipts, WritePath
-from gateway.ledger import DurabilityGuard, Ledger
-from gateway.limiter import RateLimiter
-from gateway.limits import Limits
-from gateway.org_adapters import OrgAdapters
-from gateway.toolbox import ToolSource
-from gateway.upstream import UpstreamClient
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import RateLimiter
+from gateway.tools.toolbox import ToolSource
+from gateway.tools.upstream import UpstreamClient
 
 __all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
 

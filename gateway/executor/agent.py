@@ -23,7 +23,7 @@ anything: it reads as PERMISSION_DENIED whatever the caller's budget, so the bud
 to probe the catalog, and it reaches no backend and no approver, which is what the budgets protect
 (it costs its audit write either way). Everything after access spends, invalid arguments
 included: an agent looping on a malformed call is a runaway like any other. The budgets are the
-requester's (org and subject), shared by all its keys (`policies.rate_budgets`); a store that
+requester's (org and subject), shared by all its keys (`policies.charges`); a store that
 cannot answer fails the call closed, as LEDGER_UNAVAILABLE.
 
 Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
@@ -48,10 +48,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.audit import AuditEvent, AuditSink
-from gateway.card import Card
-from gateway.card_views import card_for_agent
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.cards.card import Card
+from gateway.cards.contract import DurabilityGuard, Ledger, TransitionStatus
+from gateway.cards.views import card_for_agent
 from gateway.codes import Code
+from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
 from gateway.envelope import Envelope
 from gateway.errors import (
@@ -73,21 +75,19 @@ from gateway.executor.refusals import (
     wait,
     with_acting_client,
 )
-from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
-from gateway.limiter import RateLimiter
-from gateway.limits import Limits
-from gateway.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
-from gateway.org_adapters import OrgAdapters
-from gateway.preview import Preview
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import RateLimiter
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.provenance import history_owner
-from gateway.tool import Mode, Tool
-from gateway.toolbox import ToolSource
-from gateway.tracing import annotate
+from gateway.telemetry.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
+from gateway.telemetry.tracing import annotate
+from gateway.tools.declarations import Mode, Tool
+from gateway.tools.preview import Preview
+from gateway.tools.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
-from policies.rate_budgets import budget_owner, charges_for
+from policies.charges import budget_owner, charges_for
 
 __all__ = ["AgentPath", "HeldRefusal"]
 
@@ -229,7 +229,7 @@ class AgentPath:
         For the MCP edge, which answers a flood before the SDK parses it. It takes the same first two
         steps as `execute` (access, then the budgets), so an unknown or forbidden name is never answered
         here (it reads as PERMISSION_DENIED, audited, whatever the budget). It spends nothing and audits
-        nothing: the caller audits the refusals it answers (`gateway.flood_audit`).
+        nothing: the caller audits the refusals it answers (`gateway.mcp.flood_audit`).
         """
         tool = self._tools.current().get(name)
         if tool is None or not decide_access(tool, principal, self._org_adapters).allowed:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.card import Card
-from gateway.card_views import card_for_agent
-from gateway.ledger import Ledger, Transition, TransitionStatus
+from gateway.cards.card import Card
+from gateway.cards.contract import Ledger, Transition, TransitionStatus
+from gateway.cards.views import card_for_agent
 from gateway.principal import Principal, normalize_subject
-from gateway.tool_context import CallerCards
+from gateway.tools.context import CallerCards
 
 __all__ = ["LedgerCallerCards"]
 

@@ -14,20 +14,20 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from gateway.canonical import canonical_json
-from gateway.card import Card
+from gateway.cards.card import Card
+from gateway.cards.contract import Ledger
 from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError
 from gateway.executor.caller_cards import LedgerCallerCards
-from gateway.ledger import Ledger
-from gateway.preview import Preview
 from gateway.principal import Principal
-from gateway.tool import Tool
-from gateway.tool_context import RequestSigner, ToolContext
-from gateway.upstream import UpstreamClient
+from gateway.tools.context import RequestSigner, ToolContext
+from gateway.tools.declarations import Tool
+from gateway.tools.preview import Preview
+from gateway.tools.upstream import UpstreamClient
 
 __all__ = ["IdentityHeaders", "Invoker", "args_hash", "requester_of"]
 
 IdentityHeaders = Callable[[Principal, str], Mapping[str, str]]
-"""``(principal, adapter) -> headers`` that tell a backend who is asking (`gateway.identity`)."""
+"""``(principal, adapter) -> headers`` that tell a backend who is asking (`gateway.signing.identity`)."""
 
 
 class Invoker:

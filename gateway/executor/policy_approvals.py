@@ -20,19 +20,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from gateway.approval_settings import POLICY_PREFIX, ApprovalSettings
-from gateway.audit import AuditEvent, AuditSink
-from gateway.card import Card, CardState
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.cards.card import Card, CardState
+from gateway.cards.contract import Ledger, Transition, TransitionStatus
 from gateway.codes import Code
+from gateway.config.approvals import POLICY_PREFIX, ApprovalSettings
 from gateway.errors import StoreUnavailableError
-from gateway.ledger import Ledger, Transition, TransitionStatus
 from policies.policy_approval import policy_approval
 
 __all__ = ["Announce", "PolicyApprovals"]
 
 
 Announce = Callable[[Transition], Awaitable[Transition]]
-"""Tell people of a card that waits for them (`gateway.card_alerts.AlertingLedger.alert`)."""
+"""Tell people of a card that waits for them (`gateway.notifications.card_alerts.AlertingLedger.alert`)."""
 
 
 class PolicyApprovals:

@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.ledger import Proposal
-from gateway.preview import Preview
+from gateway.cards.contract import Proposal
 from gateway.principal import Principal
 from gateway.provenance import Provenance
-from gateway.tool import Tool
+from gateway.tools.declarations import Tool
+from gateway.tools.preview import Preview
 from policies.approval import approvals_required
 
 __all__ = ["proposal_for"]

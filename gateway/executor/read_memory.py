@@ -13,9 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from gateway.audit import AuditEvent, AuditSink
+from gateway.audit.events import AuditEvent, AuditSink
 from gateway.provenance import AuditedCallHistory, CallHistory, CallRecord, HistoryRules, Provenance
-from gateway.tool import Tool
+from gateway.tools.declarations import Tool
 from policies.provenance import assess
 
 __all__ = ["ReadMemory", "audit_fields"]

@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from gateway.codes import Code
 from gateway.decision import Decision
 from gateway.errors import UpstreamError, UpstreamRateLimitedError, UpstreamRefusedError
-from gateway.limiter import RateVerdict
+from gateway.limits.rate_limiter import RateVerdict
 from gateway.principal import Principal
-from gateway.tool import is_key_field
+from gateway.tools.declarations import is_key_field
 
 __all__ = ["error_summary", "failure", "key_fields", "minted_keys", "retry", "spent", "wait", "with_acting_client"]
 

@@ -1,7 +1,7 @@
 """A principal's write proposals followed as MCP tasks: read, list, cancel (`TaskPath`).
 
 Who calls it: the MCP surface, for ``tasks/*`` requests and to answer a task-capable client's
-proposal with its task. A task is its card (`gateway.task_states`); the card is reached only
+proposal with its task. A task is its card (`gateway.cards.task_states`); the card is reached only
 through `LedgerCallerCards`, the same piece the approvals tools use, so a task of another
 principal answers exactly like one that does not exist (NOT_FOUND).
 
@@ -19,16 +19,16 @@ from collections.abc import Callable, Mapping
 
 import anyio
 
-from gateway.audit import AuditEvent, AuditSink
-from gateway.card import Card
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.cards.card import Card
+from gateway.cards.contract import Ledger, TransitionStatus
+from gateway.cards.task_states import TaskState, task_of
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
 from gateway.executor.caller_cards import LedgerCallerCards
 from gateway.executor.refusals import with_acting_client
-from gateway.ledger import Ledger, TransitionStatus
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
-from gateway.task_states import TaskState, task_of
 
 __all__ = ["TaskPath"]
 

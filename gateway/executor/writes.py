@@ -27,20 +27,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.adapter_http import RECEIPT_REFUSALS
-from gateway.audit import AuditEvent, AuditSink
-from gateway.card import Card, CardState
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.cards.card import Card, CardState
+from gateway.cards.contract import DurabilityGuard, Ledger, TransitionStatus
 from gateway.codes import Code
+from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
 from gateway.errors import PathArgumentError, UpstreamError, UpstreamNotFoundError, UpstreamRefusedError
 from gateway.executor.deferrals import DeferralLog
 from gateway.executor.invoke import Invoker, args_hash, requester_of
-from gateway.ledger import DurabilityGuard, Ledger, TransitionStatus
-from gateway.org_adapters import OrgAdapters
 from gateway.principal import TOKEN_KEY_PREFIX, Principal
-from gateway.tool import Tool
-from gateway.tool_context import RequestSigner
-from gateway.toolbox import Toolbox, ToolSource
+from gateway.tools.backend_http import RECEIPT_REFUSALS
+from gateway.tools.context import RequestSigner
+from gateway.tools.declarations import Tool
+from gateway.tools.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
 from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
@@ -49,7 +49,7 @@ __all__ = ["LivePrincipal", "Receipts", "WritePath"]
 LivePrincipal = Callable[[str], Awaitable[Principal | None]]
 """``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
 Receipts = Callable[[Card, str], Awaitable[RequestSigner | None]]
-"""``(card, adapter) -> what signs the receipts of one send`` (`gateway.signer.Signer.receipts_for`);
+"""``(card, adapter) -> what signs the receipts of one send`` (`gateway.signing.signer.Signer.receipts_for`);
 None when the gateway has no signing key."""
 
 _NO_SIGNING_KEY = "no signing key for the approval receipt (countersign signing-keys rotate)"

@@ -4,7 +4,7 @@
 * `schema` — a manifest's JSON Schemas compiled into the closed pydantic models tools validate with;
 * `tools` — a manifest compiled into the same `Tool` declarations in-process adapters export;
 * `service` — registration, review, acceptance and removal, audited (its state is
-  `gateway.store.registry`);
+  `gateway.store.registrations`);
 * `live` — the `LiveToolSource`: in-process tools plus every pinned manifest's, rebuilt on change;
 * `api` — the HTTP routes for services (register, status) and admins (review, accept, remove);
 * `openapi_import` — a draft manifest from a service's OpenAPI document (the CLI's import command).

@@ -26,9 +26,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
-from gateway.audit import AuditEvent, AuditSink
-from gateway.auth import BearerAuth, caller_of, principal_of
-from gateway.limiter import AddressBudgets
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.auth.bearer import BearerAuth, caller_of, principal_of
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import (
@@ -39,8 +39,8 @@ from gateway.registry.views import (
     AdapterList,
     AdapterRegistration,
 )
-from gateway.route_table import Answer, Operation, RouteTable, error_handler, mount
 from gateway.store.keys import KeyStore
+from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
 
@@ -141,7 +141,7 @@ _NOT_FOUND = Answer(description="no such adapter", model=AdapterError)
 
 
 def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> RouteTable:
-    """The admins' review of registered adapters, for `gateway.admin_api.admin_routes` to mount and document."""
+    """The admins' review of registered adapters, for `gateway.admin.api.admin_routes` to mount and document."""
     endpoints = _Endpoints(service, audit)
     return RouteTable(
         mount="/admin/api/adapters",

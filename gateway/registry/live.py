@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequen
 from pydantic import ValidationError
 
 from gateway.errors import ToolDeclarationError
-from gateway.identity import IdentityHeaders
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import ManifestError, tools_from_manifest
-from gateway.store.registry import RegistryStore
-from gateway.tool import Tool
-from gateway.toolbox import Toolbox
-from gateway.upstream import UpstreamClient
+from gateway.signing.identity import IdentityHeaders
+from gateway.store.registrations import RegistryStore
+from gateway.tools.declarations import Tool
+from gateway.tools.toolbox import Toolbox
+from gateway.tools.upstream import UpstreamClient
 
 __all__ = ["LiveToolSource"]
 

@@ -2,7 +2,7 @@
 
 A service registers a manifest (`PUT /registry/api/adapters/{name}` with a service key). It is
 plain data, validated here with every problem listed at once. Nothing in it becomes a tool until
-an admin accepts (pins) it; see `gateway.store.registry`.
+an admin accepts (pins) it; see `gateway.store.registrations`.
 
 Input schemas must be closed JSON Schema objects of a small, explicit subset (see
 `gateway.registry.schema`), so the gateway can build the same validator the catalog advertises.
@@ -171,7 +171,7 @@ class AdapterManifest(_Strict):
     with (HS256): the transition for a backend that cannot yet verify with the gateway's JWKS.
 
     Absent, the identity header is signed with the gateway's own keys (EdDSA) and the backend verifies
-    it with ``/.well-known/jwks.json`` (`gateway.identity.verify_identity`): nothing is shared. Named,
+    it with ``/.well-known/jwks.json`` (`gateway.signing.identity.verify_identity`): nothing is shared. Named,
     like every secret reference it must start with the adapter's own namespace
     (``EXPENSES_SIGNING_KEY`` for ``expenses``), and a pinned adapter whose variable is not set on the
     gateway is not served (its backend expects HS256 and could not verify anything else).

@@ -22,15 +22,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.audit import AuditEvent, AuditSink
+from gateway.audit.events import AuditEvent, AuditSink
+from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
 from gateway.errors import ToolDeclarationError
-from gateway.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from gateway.registry.manifest import AdapterManifest, review_manifest
 from gateway.registry.tools import ManifestError, tools_from_manifest
-from gateway.store.registry import Registration, RegistryStore
-from gateway.toolbox import Toolbox
+from gateway.store.registrations import Registration, RegistryStore
+from gateway.tools.toolbox import Toolbox
 from policies.adapter_authority import OPERATOR_ROLE, REGISTRY_ROLE, may_manage_adapter, may_review_adapters
 from policies.manifest_safety import check_base_url
 

@@ -16,13 +16,13 @@ from typing import Any
 
 from pydantic import BaseModel, create_model, field_validator
 
-from gateway.adapter_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.errors import ToolDeclarationError
-from gateway.preview import Preview, PreviewRead
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
 from gateway.registry.schema import SchemaError, input_model, output_model
-from gateway.tool import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
-from gateway.tool_context import ToolContext
+from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
+from gateway.tools.preview import Preview, PreviewRead
 
 __all__ = ["ManifestError", "tools_from_manifest"]
 

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from gateway.store.registry import Registration, RegistrationState
+from gateway.store.registrations import Registration, RegistrationState
 from policies.text_safety import FlagCode
 
 __all__ = [

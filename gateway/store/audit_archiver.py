@@ -23,10 +23,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.audit import AUDIT_STREAM
-from gateway.audit_archive import AuditArchive, Entry
-from gateway.audit_chain import stream_id
-from gateway.store.audit import audit_keys, entry_fields
+from gateway.archives.audit_archive import AuditArchive, Entry
+from gateway.audit.chain import stream_id
+from gateway.audit.events import AUDIT_STREAM
+from gateway.store.audit_stream import audit_keys, entry_fields
 from gateway.store.client import store_boundary
 
 __all__ = ["AuditArchiver"]

@@ -1,6 +1,6 @@
 """Where the live audit export stands: the id of the last entry a receiver took, and who exports now.
 
-Who calls it: the audit forwarder (`gateway.audit_forwarder`), in `serve` and `worker`. The cursor
+Who calls it: the audit forwarder (`gateway.audit.forwarder`), in `serve` and `worker`. The cursor
 moves only forward and only by compare-and-set, after the receiver answered 2xx, so an entry is
 sent at least once (again after a crash between the answer and the move). Only one process at a
 time exports: it holds a lease (`hold`), renewed each round, which another takes over when it lapses.

@@ -2,7 +2,7 @@
 
 An entry stays in the stream until some time after it is archived, so the stream is read only
 past the newest archived id: each entry is read exactly once, in order. `verify` replays the
-hash chain over that sequence (`gateway.audit_chain`) and compares its end with the chain head
+hash chain over that sequence (`gateway.audit.chain`) and compares its end with the chain head
 Redis keeps.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from gateway.audit import AuditEvent
-from gateway.audit_archive import AuditArchive, Entry
-from gateway.audit_chain import ChainBreak, ChainCheck, stream_id
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.archives.audit_archive import AuditArchive, Entry
+from gateway.audit.chain import ChainBreak, ChainCheck, stream_id
+from gateway.audit.events import AuditEvent
+from gateway.store.audit_stream import RedisStreamAuditSink
 
 __all__ = ["AuditTrail", "Verdict"]
 

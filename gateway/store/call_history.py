@@ -13,7 +13,7 @@ key's hash tag: one key per owner, so each command touches one Cluster slot, and
 text (a subject, a session id) ever reaches a key name.
 
 A read is also remembered together with its audit event (`append_audited`): the same three commands
-run inside the audit append's script (`gateway.store.audit.Along`), one round trip for both. The
+run inside the audit append's script (`gateway.store.audit_stream.Along`), one round trip for both. The
 history key is in its own slot, so only a sink on a single node (Sentinel included) is given one;
 on a Cluster the two are separate round trips.
 
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import redis.asyncio as aioredis
 
-from gateway.audit import AuditEvent
+from gateway.audit.events import AuditEvent
 from gateway.provenance import CallRecord, HistoryRules
-from gateway.store.audit import Along, RedisStreamAuditSink
+from gateway.store.audit_stream import Along, RedisStreamAuditSink
 from gateway.store.client import is_cluster, store_boundary
 
 __all__ = ["APPEND_SCRIPT", "RedisCallHistory", "history_key"]

@@ -14,8 +14,8 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import RedisClusterException, RedisError
 
+from gateway.config.redis_target import RedisKind, RedisTarget, parse_redis_url
 from gateway.errors import ConfigError, StoreUnavailableError
-from gateway.redis_target import RedisKind, RedisTarget, parse_redis_url
 
 __all__ = ["Connection", "bounded_block", "connect", "is_cluster", "routes", "store_boundary"]
 
@@ -32,7 +32,7 @@ def connect(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
 ) -> Connection:
-    """A connection to `url` (a single node, Sentinel or Cluster: `gateway.redis_target`). It connects
+    """A connection to `url` (a single node, Sentinel or Cluster: `gateway.config.redis_target`). It connects
     on first use; callers own it and must `aclose()` it. This is the only place a client is made.
 
     Every command on `Connection.client` fails (as `StoreUnavailableError`) when connecting takes
@@ -45,7 +45,7 @@ def connect(
     whose callers bound each read by its block plus `timeout` (`bounded_block`).
 
     Raises:
-        ConfigError: `url` is not a Redis URL `gateway.redis_target.parse_redis_url` reads.
+        ConfigError: `url` is not a Redis URL `gateway.config.redis_target.parse_redis_url` reads.
     """
     target = parse_redis_url(url)
     options: dict[str, Any] = {"health_check_interval": 30, "socket_connect_timeout": connect_timeout}

@@ -1,6 +1,6 @@
 """Fail closed: a ledger transition counts only once the store has confirmed it durable.
 
-Who calls it: the ledger (`gateway.store.ledger.RedisLedger._eval`) on every transition, and through
+Who calls it: the ledger (`gateway.store.ledger.redis_ledger.RedisLedger._eval`) on every transition, and through
 `LedgerGuard` the executor, the card service, the CLI and the composition root. A durable ledger keeps
 every transition it acknowledged: the append-only file is on, nothing is evicted
 (``maxmemory-policy noeviction``) and, on servers that have ``WAITAOF`` (Redis 7.2+, Valkey), the

@@ -21,11 +21,11 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.card import CardState
+from gateway.cards.card import CardState
 from gateway.store.client import store_boundary
-from gateway.store.ledger import SHARDS, RedisLedger, card_shard
-from gateway.store.ledger_codec import decode_card
-from gateway.store.ledger_layout import open_buckets
+from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.layout import open_buckets
+from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger, card_shard
 
 __all__ = ["MAX_SCANNED", "LedgerGaugeValues", "LedgerProbe"]
 

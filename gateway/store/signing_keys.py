@@ -1,6 +1,6 @@
 """The gateway's own signing keys (Ed25519), kept in Redis with the private half encrypted.
 
-Who calls it: `gateway.signer` (every gateway and worker process, through a short cache), the CLI
+Who calls it: `gateway.signing.signer` (every gateway and worker process, through a short cache), the CLI
 (``countersign signing-keys rotate|list``) and the demo wiring (a first key when there is none).
 It knows nothing of what is signed with the keys.
 

@@ -19,10 +19,10 @@ from adapters import orders
 from backends.orders import OrdersService, create_orders_app
 from backends.serve import serve_app_in_thread
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError
-from gateway.identity import IdentityHeaders
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
-from gateway.tool_context import ToolContext
-from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.signing.identity import IdentityHeaders
+from gateway.tools.context import ToolContext
 from policies.approval import approvals_required
 from tests.support.services import TEST_SIGNING_KEY
 from tests.support.signing import receipts_for_key

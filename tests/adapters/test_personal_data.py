@@ -26,11 +26,11 @@ from backends.expenses import ExpenseReport, create_expenses_app, expenses_manif
 from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
-from gateway.app import Gateway, build_gateway
+from gateway.config.settings import AdapterSettings, OrgSettings, Settings
 from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
-from gateway.settings import AdapterSettings, OrgSettings, Settings
+from gateway.runtime.app import Gateway, build_gateway
 from tests.support.services import TEST_AUDIT_SECRET, Backend
 
 AUDIT = Secret(TEST_AUDIT_SECRET)

@@ -20,11 +20,11 @@ from backends._faults import FaultSpec
 from backends.rooms import RoomsService, create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.errors import UpstreamNotFoundError, UpstreamRefusedError, UpstreamUnavailableError
-from gateway.identity import IdentityHeaders
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
-from gateway.tool import Mode, Tool
-from gateway.tool_context import ToolContext
-from gateway.upstream_aiohttp import AiohttpUpstream
+from gateway.signing.identity import IdentityHeaders
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import Mode, Tool
 from tests.support.services import TEST_SIGNING_KEY
 from tests.support.signing import receipts_for_key
 

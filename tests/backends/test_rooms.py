@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from backends import RoomsService, create_rooms_app
 from backends._http import IDENTITY_HEADER
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_TITLE
-from gateway.identity import ISSUER
+from gateway.signing.identity import ISSUER
 from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ def test_the_agent_imports_nothing_of_the_gateway(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "source", ["import gateway", "from gateway.card import Card", "def f():\n    from redis import Redis"]
+    "source", ["import gateway", "from gateway.cards.card import Card", "def f():\n    from redis import Redis"]
 )
 def test_the_rule_catches_a_gateway_import(source: str) -> None:
     assert imported_tops(source) & FORBIDDEN

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from backends.serve import serve_app
-from gateway.cli import main
+from gateway.cli.main import main
 from gateway.principal import KeyKind
 from tests.support.agents import make_key
 

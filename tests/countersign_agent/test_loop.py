@@ -23,9 +23,9 @@ from countersign_agent.loop import DEGRADED_MARK, converse, follow, report, wait
 from countersign_agent.prompt import FENCE_CLOSE, FENCE_OPEN
 from countersign_agent.scenarios import Injection, Scenario
 from countersign_agent.scripted import ScriptedModel
-from gateway.card import CardState
+from gateway.cards.card import CardState
 from gateway.principal import KeyKind
-from gateway.store.ledger import RedisLedger
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import LEGACY, make_key
 from tests.support.registration import register_and_accept
 from tests.support.services import Backend

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.codes import Code
-from gateway.org_adapters import OrgAdapters
+from gateway.config.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
-from gateway.tool import Access
+from gateway.tools.declarations import Access
 from policies.access import decide_access
 from tests.support.tools import read_tool
 

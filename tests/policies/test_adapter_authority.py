@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.codes import Code
-from gateway.org_adapters import OrgAdapters
+from gateway.config.org_adapters import OrgAdapters
 from gateway.principal import KeyKind, Principal
 from policies.adapter_authority import may_manage_adapter, may_review_adapters
 

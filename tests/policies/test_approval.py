@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
 from gateway.codes import Code
 from gateway.principal import KeyKind, Principal
-from gateway.tool import Approval, Escalation
+from gateway.tools.declarations import Approval, Escalation
 from policies.approval import approvals_required, may_decide
 from tests.support.spellings import spellings
 

@@ -23,8 +23,8 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
-from gateway.tool import WriteContract, WriteStatus
-from gateway.tool_context import ToolContext
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import WriteContract, WriteStatus
 from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step, retry_delay_ms
 
 
@@ -66,7 +66,7 @@ def _sent(cls: type[UpstreamError], status: int | None) -> UpstreamError:
     return cls("failed", service="rooms", status=status, sent=True)
 
 
-# What the adapters raise in each phase of a send (gateway/adapter_http.py, gateway/upstream_aiohttp.py,
+# What the adapters raise in each phase of a send (gateway/tools/backend_http.py, gateway/outbound/backend_client.py,
 # and the executor's deadline and output check).
 NOT_SENT_CASES = [
     pytest.param(UpstreamUnavailableError("cannot connect", service="rooms", sent=False), id="connect-refused"),
@@ -225,7 +225,7 @@ SETTLED = DISPATCHED + 2_000  # settle_seconds=2.0
 REMEMBERED = DISPATCHED + 90_000  # 90% of key_retention_seconds=100.0: the margin
 FORGOTTEN = DISPATCHED + 100_000
 DAY = 24 * 3600 * 1000
-"""The default reconciliation horizon (`gateway.settings.Settings.reconcile_horizon_seconds`)."""
+"""The default reconciliation horizon (`gateway.config.settings.Settings.reconcile_horizon_seconds`)."""
 EXECUTE_BY = DISPATCHED + 365 * DAY
 """An execute_by no case here reaches, unless it says otherwise."""
 

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gateway.approval_settings import ApprovalSettings, Bound, PolicyRule
-from gateway.card import Card, CardState
+from gateway.cards.card import Card, CardState
 from gateway.codes import Code
+from gateway.config.approvals import ApprovalSettings, Bound, PolicyRule
 from gateway.provenance import Provenance, ProvenanceRead
 from policies.policy_approval import is_policy_approver, is_tainted, policy_approval, rule_admits
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.provenance import CallRecord, HistoryRules
-from gateway.tool import Tool
+from gateway.tools.declarations import Tool
 from policies.provenance import assess
 from tests.support.tools import write_tool
 

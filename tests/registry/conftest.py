@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.app import create_app
-from gateway.settings import OrgSettings, Settings
+from gateway.config.settings import OrgSettings, Settings
+from gateway.runtime.app import create_app
 from tests.support.planted import PlantedBackend, serve_planted
 from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
 from tests.support.signing import flush_keeping_signing_key, signing_key_before_start

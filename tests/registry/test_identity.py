@@ -10,7 +10,7 @@ import jwt
 import pytest
 from redis.asyncio import Redis
 
-from gateway.identity import IDENTITY_HEADER, verify_identity
+from gateway.signing.identity import IDENTITY_HEADER, verify_identity
 from tests.support.agents import agent, error_code, make_key
 from tests.support.planted import PlantedBackend
 from tests.support.registration import register, register_and_accept, remove

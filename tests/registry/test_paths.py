@@ -8,8 +8,8 @@ from urllib.parse import quote
 import pytest
 from redis.asyncio import Redis
 
-from gateway.store.audit import RedisStreamAuditSink
-from gateway.store.ledger import RedisLedger
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code
 from tests.support.planted import PlantedBackend
 from tests.support.registration import register_and_accept, remove

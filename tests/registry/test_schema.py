@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.schema import output_model
 from gateway.registry.tools import tools_from_manifest
 from gateway.untrusted import withhold_untrusted
-from gateway.upstream_aiohttp import AiohttpUpstream
 from tests.support.canaries import CANARY, TRUSTED_TEXT, planted
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.store.audit import RedisStreamAuditSink
+from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, error_code, everything_the_model_sees, payload
 from tests.support.canaries import CANARY, HOSTILE
 from tests.support.planted import PlantedBackend

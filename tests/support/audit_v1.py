@@ -10,9 +10,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.audit import AUDIT_STREAM, AuditEvent
-from gateway.audit_chain import ChainHead, legacy_entry_mac
-from gateway.store.audit import audit_keys
+from gateway.audit.chain import ChainHead, legacy_entry_mac
+from gateway.audit.events import AUDIT_STREAM, AuditEvent
+from gateway.store.audit_stream import audit_keys
 
 LEGACY_APPEND = """
 local head = redis.call('HMGET', KEYS[2], 'mac', 'seq', 'id')

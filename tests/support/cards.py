@@ -9,9 +9,9 @@ from typing import Any
 import anyio
 from redis.asyncio import Redis
 
-from gateway.card import Card, CardState
-from gateway.limits import Limits
-from gateway.store.ledger import Proposal, RedisLedger
+from gateway.cards.card import Card, CardState
+from gateway.limits.budgets import Limits
+from gateway.store.ledger.redis_ledger import Proposal, RedisLedger
 
 PROPOSAL = Proposal(
     tool="rooms_book",

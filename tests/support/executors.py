@@ -6,21 +6,21 @@ from collections.abc import Mapping
 
 from redis.asyncio import Redis
 
-from gateway.approval_settings import ApprovalSettings
-from gateway.audit import ListAuditSink
+from gateway.audit.events import ListAuditSink
+from gateway.cards.contract import Transition
+from gateway.config.approvals import ApprovalSettings
+from gateway.config.org_adapters import OrgAdapters
 from gateway.executor import AgentPath, Invoker, PolicyApprovals, ReadMemory
-from gateway.identity import IdentityHeaders
-from gateway.ledger import Transition
-from gateway.limiter import InMemoryRateLimiter, RateLimiter
-from gateway.limits import Limits
-from gateway.org_adapters import OrgAdapters
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import InMemoryRateLimiter, RateLimiter
 from gateway.provenance import HistoryRules, InMemoryCallHistory
+from gateway.signing.identity import IdentityHeaders
 from gateway.store.client import connect
 from gateway.store.durability import LedgerGuard
-from gateway.store.ledger import RedisLedger
-from gateway.tool import Tool
-from gateway.toolbox import Toolbox
-from gateway.upstream import UpstreamClient
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.tools.declarations import Tool
+from gateway.tools.toolbox import Toolbox
+from gateway.tools.upstream import UpstreamClient
 from tests.support.services import TEST_SIGNING_KEY
 
 LEASE_SECONDS = 30.0

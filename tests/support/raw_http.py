@@ -1,7 +1,7 @@
 """One HTTP/1.1 exchange written byte for byte, for requests no client library would send.
 
 httpx (h11) refuses header values with surrounding whitespace and folds the case of names, so the
-edge cases of `gateway.mcp_edge` (two ``Authorization`` lines in any case, ``Mcp-Name:  x ``) are
+edge cases of `gateway.mcp.edge` (two ``Authorization`` lines in any case, ``Mcp-Name:  x ``) are
 written here as raw lines on a real socket to the real server.
 """
 

@@ -14,9 +14,9 @@ from starlette.datastructures import Secret
 from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
-from gateway.identity import IdentityHeaders
+from gateway.config.settings import AdapterSettings, Settings
 from gateway.principal import Principal
-from gateway.settings import AdapterSettings, Settings
+from gateway.signing.identity import IdentityHeaders
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from gateway.card import Card, CardState
-from gateway.signer import OVERLAP_SECONDS, Signer
+from gateway.cards.card import Card, CardState
+from gateway.signing.signer import OVERLAP_SECONDS, Signer
 from gateway.store.signing_keys import KeySet, PublishedKey, SigningKeyStore, public_jwk
-from gateway.tool_context import RequestSigner
+from gateway.tools.context import RequestSigner
 from tests.support.services import TEST_AUDIT_SECRET
 
 

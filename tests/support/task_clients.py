@@ -26,7 +26,7 @@ from mcp.client import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ConfigDict, TypeAdapter
 
-from gateway.mcp_tasks import TASKS_EXTENSION
+from gateway.mcp.tasks import TASKS_EXTENSION
 from tests.support.agents import LEGACY, MODERN
 
 __all__ = ["TaskAgent", "task_agent"]

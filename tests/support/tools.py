@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway.tool import Access, Approval, Mode, Tool, WriteContract, WriteStatus
-from gateway.tool_context import ToolContext
+from gateway.tools.context import ToolContext
+from gateway.tools.declarations import Access, Approval, Mode, Tool, WriteContract, WriteStatus
 from gateway.untrusted import Untrusted
 
 

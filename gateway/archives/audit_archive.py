@@ -1,0 +1,133 @@
+"""The audit trail's archive: append-only JSON-lines files in one directory, one file per archived batch.
+
+A batch is written as a hidden draft (``.audit-….jsonl.<token>.tmp``) and fsynced; the archiver
+then records it in Redis as the checkpoint and only then `commit`s it: renames it to
+``audit-YYYYMMDD-HHMMSS-<first id>.jsonl`` (the time of its first entry, from the stream id) and
+fsyncs the directory. Entries are trimmed from Redis only after that, so an entry is always in
+Redis, or in a committed file, or both. Files are never rewritten; readers order them by the
+stream id of their first entry. Each line is ``{"id": <stream id>, "fields": {...}}``, fields as
+stored in the stream, in either version of the chain (`gateway.audit.codec`), chain fields included.
+
+Who calls it: `gateway.store.audit_archiver` (writes), `gateway.store.audit_trail` (reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gateway.audit.chain import stream_id
+
+__all__ = ["AuditArchive", "Entry", "fsync_directory"]
+
+Entry = tuple[str, dict[str, str]]
+"""A stream entry: its id and its fields."""
+
+_SUFFIX = ".jsonl"
+
+
+class AuditArchive:
+    """The archive files of one directory (created on first write)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def draft(self, entries: Sequence[Entry], token: str) -> Path:
+        """Write `entries` (at least one, oldest first) to a fsynced draft; it is not part of the archive yet."""
+        first_id = entries[0][0]
+        millis = stream_id(first_id)[0]
+        stamp = datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y%m%d-%H%M%S")
+        name = f"audit-{stamp}-{first_id}{_SUFFIX}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f".{name}.{token}.tmp"
+        with path.open("x", encoding="utf-8") as handle:
+            for entry_id, fields in entries:
+                handle.write(json.dumps({"id": entry_id, "fields": fields}, sort_keys=True, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return path
+
+    @staticmethod
+    def final_name(draft: Path) -> str:
+        """The name `draft` gets once committed."""
+        return draft.name[1:].rsplit(".", 2)[0]
+
+    def commit(self, draft: Path) -> None:
+        """Make `draft` part of the archive. Idempotent: a draft another process committed is left alone."""
+        target = self.directory / self.final_name(draft)
+        try:
+            os.rename(draft, target)
+        except FileNotFoundError:
+            if not target.exists():
+                raise
+        fsync_directory(self.directory)
+
+    def drafts(self) -> list[Path]:
+        """Drafts left by an archiver that stopped between writing and committing."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(self.directory.glob(f".audit-*{_SUFFIX}.*.tmp"))
+
+    def files(self) -> list[Path]:
+        """The committed files, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [path for path in self.directory.glob(f"audit-*{_SUFFIX}") if path.is_file()]
+        return sorted(found, key=_first_id)
+
+    def entries(self) -> Iterator[tuple[Entry, str]]:
+        """Every archived entry, oldest first, with where it is (``<file>:<line>``).
+
+        A line that is not an entry is yielded with an id naming its place and no fields, so a
+        check of the chain stops there rather than skipping it.
+        """
+        for path in self.files():
+            yield from _read(path)
+
+    def last(self, count: int) -> list[Entry]:
+        """The newest `count` archived entries, oldest first (reads files from the newest back)."""
+        found: list[Entry] = []
+        for path in reversed(self.files()):
+            if len(found) >= count:
+                break
+            found[:0] = [entry for entry, _where in _read(path)]
+        return found[-count:] if count else []
+
+    def last_id(self) -> str:
+        """The id of the newest archived entry, or "" for an empty archive."""
+        newest = self.last(1)
+        return newest[0][0] if newest else ""
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable: it is on disk only once the directory entry is."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _first_id(path: Path) -> tuple[int, int]:
+    try:
+        _prefix, millis, seq = path.name.removesuffix(_SUFFIX).rsplit("-", 2)
+        return stream_id(f"{millis}-{seq}")
+    except ValueError:
+        return (0, 0)
+
+
+def _read(path: Path) -> Iterator[tuple[Entry, str]]:
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            where = f"{path.name}:{number}"
+            try:
+                record = json.loads(line)
+                entry_id, fields = record["id"], record["fields"]
+                if not isinstance(entry_id, str) or not isinstance(fields, dict):
+                    raise TypeError
+                yield (entry_id, {str(k): str(v) for k, v in fields.items()}), where
+            except (ValueError, KeyError, TypeError):
+                yield (where, {}), where

@@ -1,0 +1,316 @@
+"""The commands of `countersign` that act on the store: keys, audit, and the admin's cards and adapters.
+
+Who calls it: `gateway.cli.main`, after parsing, with the resolved `Settings`. Each command gets one
+`_Store` (the Redis of the settings, or the data directory's embedded server, attached to or
+started for the command) and says on stderr, in one line, which one it is.
+`cards` (`gateway.cli.cards`) and `adapters` (`gateway.cli.adapters`) act as an admin, identified by
+an admin key, which this module resolves (and audits when it is refused) before handing the admin
+to them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from urllib.parse import urlsplit, urlunsplit
+
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.events import AuditEvent
+from gateway.audit.formats import export_line
+from gateway.audit.secret import audit_secret
+from gateway.cli.signing_keys import list_signing_keys, rotate_signing_key
+from gateway.config.settings import Settings
+from gateway.principal import KeyKind, Principal
+from gateway.printable import escape_unprintable
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.audit_trail import AuditTrail
+from gateway.store.client import connect
+from gateway.store.keys import KeyStore
+from gateway.store.signing_keys import SigningKeyStore
+
+__all__ = ["run_command", "where"]
+
+
+async def run_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the parsed store command `args` against the store of `settings`; its exit status."""
+    handler = _HANDLERS.get((args.command, getattr(args, f"{args.command}_command")))
+    handler = handler or {"cards": _cards, "adapters": _adapters}[args.command]
+    print(where(settings), file=sys.stderr)
+    if settings.redis_url is not None:
+        return await _on(settings, settings.redis_url, handler, args)
+    # As `gateway.runtime.serve.redis_url_for`, without importing the server (and the MCP SDK) to get there.
+    from gateway.store.embedded import embedded_redis
+
+    async with embedded_redis(settings.data_dir, owner="cli") as embedded:
+        return await _on(settings, embedded.url, handler, args)
+
+
+async def _on(settings: Settings, url: str, handler: _Handler, args: argparse.Namespace) -> int:
+    store = _Store(settings, url)
+    try:
+        return await handler(store, args)
+    finally:
+        await store.connection.aclose()
+
+
+def where(settings: Settings) -> str:
+    """One line naming the store a command acts on, a warning when the data directory does not exist
+    yet (a mistyped path would otherwise silently give an empty store), the Redis URL without its password."""
+    if settings.redis_url is not None:
+        parts = urlsplit(settings.redis_url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return f"countersign: using Redis {urlunsplit(parts._replace(netloc=netloc))}"
+    data_dir = settings.data_dir.resolve()
+    if not data_dir.exists():
+        return (
+            f"countersign: warning: data directory {data_dir} does not exist: starting an empty one "
+            "(is it the one serve uses? --config or COUNTERSIGN_DATA_DIR)"
+        )
+    return f"countersign: using data directory {data_dir}"
+
+
+class _Store:
+    def __init__(self, settings: Settings, url: str) -> None:
+        self.settings = settings
+        self.connection = connect(
+            url,
+            connect_timeout=settings.redis_connect_timeout_seconds,
+            timeout=settings.redis_timeout_seconds,
+        )
+        self.redis = self.connection.client
+        self.keys = KeyStore(self.redis)
+        self.secret = audit_secret(settings)
+        self.audit = RedisStreamAuditSink(
+            self.redis, secret=self.secret, blocking=self.connection.blocking, blocking_slack=self.connection.timeout
+        )
+        self.trail = AuditTrail(self.audit, AuditArchive(settings.archive_dir))
+
+
+_Handler = Callable[[_Store, argparse.Namespace], Awaitable[int]]
+
+
+async def _keys_create(store: _Store, args: argparse.Namespace) -> int:
+    roles = [role for chunk in args.roles for role in chunk.split(",") if role.strip()]
+    known = store.settings.roles_of(args.org)
+    org = escape_unprintable(args.org)
+    if known is None:
+        print(f"warning: org {org} is not configured; its keys will see no tools", file=sys.stderr)
+    elif unknown := sorted(set(roles) - known):
+        named = escape_unprintable(", ".join(unknown))
+        print(f"warning: role(s) {named} are not configured for org {org}", file=sys.stderr)
+    token, record = await store.keys.create(kind=KeyKind(args.kind), subject=args.subject, org=args.org, roles=roles)
+    await store.audit.record(
+        AuditEvent(
+            action="key.create",
+            outcome="ok",
+            subject=record.subject,
+            org=record.org,
+            key_id=record.key_id,
+            extra={"kind": record.kind.value, "roles": ",".join(sorted(record.roles)), "by": getpass.getuser()},
+        )
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "key": token,
+                    "key_id": record.key_id,
+                    "kind": record.kind.value,
+                    "subject": record.subject,
+                    "org": record.org,
+                    "roles": sorted(record.roles),
+                }
+            )
+        )
+    else:
+        print(token)
+        print(
+            f"{record.key_id}  {record.kind.value}  {escape_unprintable(record.subject)}  "
+            f"org={escape_unprintable(record.org)}  "
+            f"roles={','.join(sorted(record.roles)) or '-'}  (shown once; only its hash is stored)",
+            file=sys.stderr,
+        )
+    return 0
+
+
+async def _keys_list(store: _Store, args: argparse.Namespace) -> int:
+    for record in await store.keys.list():
+        created = datetime.fromtimestamp(float(record.created_at), UTC).strftime("%Y-%m-%d %H:%M:%S")
+        state = "revoked" if record.revoked else "active"
+        roles = ",".join(sorted(record.roles)) or "-"
+        kind = record.kind.value
+        org, subject = escape_unprintable(record.org), escape_unprintable(record.subject)
+        print(f"{record.key_id}  {kind:<7}  {state:<7}  {created}Z  {org:<10}  {subject}  {roles}")
+    return 0
+
+
+async def _keys_revoke(store: _Store, args: argparse.Namespace) -> int:
+    record = await store.keys.revoke(args.key_id)
+    await store.audit.record(
+        AuditEvent(
+            action="key.revoke",
+            outcome="ok",
+            subject=record.subject,
+            org=record.org,
+            key_id=record.key_id,
+            extra={"by": getpass.getuser()},
+        )
+    )
+    print(f"revoked {record.key_id} ({escape_unprintable(record.subject)})")
+    return 0
+
+
+def _format(event: AuditEvent, as_json: bool) -> str:
+    """One line per event, whatever its fields hold: an agent named the tool, so every value is escaped.
+
+    As JSON, `json.dumps` escapes every control character but DEL, which is escaped here.
+    """
+    if as_json:
+        return json.dumps({"id": event.id, **event.to_fields()}, sort_keys=True).replace("\x7f", "\\u007f")
+    millis = int(event.id.split("-")[0]) if event.id else 0
+    when = datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    parts = [f"{when}Z", escape_unprintable(event.action), escape_unprintable(event.outcome)]
+    parts += [
+        f"{name}={escape_unprintable(value)}"
+        for name, value in (
+            ("subject", event.subject),
+            ("org", event.org),
+            ("tool", event.tool),
+            ("code", event.code),
+            ("key", event.key_id),
+        )
+        if value
+    ]
+    if event.latency_ms is not None:
+        parts.append(f"{event.latency_ms:.1f}ms")
+    if event.reason:
+        parts.append(f"({escape_unprintable(event.reason)})")
+    return "  ".join(parts)
+
+
+async def _audit_tail(store: _Store, args: argparse.Namespace) -> int:
+    events = await store.trail.recent(args.n)
+    for event in events:
+        print(_format(event, args.json), flush=True)
+    if args.follow:
+        last = events[-1].id if events else "$"
+        while True:
+            for event in await store.audit.after(last, block_ms=5000):
+                print(_format(event, args.json), flush=True)
+                last = event.id
+    return 0
+
+
+async def _audit_export(store: _Store, args: argparse.Namespace) -> int:
+    """The trail, archive then stream, oldest first, from `--since` up to `--until` (milliseconds, by the
+    time in each entry's id), one JSON object a line: our fields, or OCSF."""
+    since, until = args.since or 0, args.until
+    product = _version() if args.format == "ocsf" else ""
+    async for entry_id, fields in store.trail.entries():
+        millis = int(entry_id.split("-")[0])
+        if millis < since:
+            continue
+        if until is not None and millis >= until:
+            break  # entries come oldest first
+        print(export_line(entry_id, fields, format=args.format, product_version=product))
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("countersign")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
+        return "0.0.0"
+
+
+async def _audit_verify(store: _Store, args: argparse.Namespace) -> int:
+    """Exit 0 when the chain holds from the first entry to the head Redis keeps; 1 naming the first break."""
+    verdict = await store.trail.verify(store.secret)
+    if verdict.broken is None:
+        print(f"audit trail intact: {verdict.archived} archived and {verdict.live} live entries")
+        return 0
+    broken = verdict.broken
+    print(
+        f"countersign: audit trail broken at entry {escape_unprintable(broken.entry_id)} "
+        f"(position {broken.position}, {escape_unprintable(verdict.where)}): {broken.reason}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+# -- admin commands -------------------------------------------------------------------------------
+
+
+async def _cards(store: _Store, args: argparse.Namespace) -> int:
+    admin = await _admin(store, args.key)
+    if admin is None:
+        return 1
+    from gateway.archives.card_archive import CardArchive
+    from gateway.cli import cards as cli_cards  # here: each command imports only what it uses
+
+    return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions,
+                               archive=CardArchive(store.settings.cards_dir), trail=store.trail)  # fmt: skip
+
+
+async def _admin(store: _Store, token: str) -> Principal | None:
+    """The admin the key stands for; otherwise say why on stderr (and audit a bad key) and return None."""
+    if not token:
+        print("countersign: this command needs an admin key: --key or COUNTERSIGN_ADMIN_KEY", file=sys.stderr)
+        return None
+    principal = await store.keys.resolve(token)
+    if principal is not None and principal.kind is KeyKind.ADMIN:
+        return principal
+    reason = "unknown or revoked key" if principal is None else f"{principal.kind.value} key, not an admin key"
+    await store.audit.record(
+        AuditEvent(
+            action="auth.reject",
+            outcome="deny",
+            code="UNAUTHENTICATED",
+            reason=reason,
+            key_id=principal.key_id if principal else "",
+            extra={"surface": "cli"},
+        )
+    )
+    print(f"countersign: not an admin: {reason}", file=sys.stderr)
+    return None
+
+
+async def _adapters(store: _Store, args: argparse.Namespace) -> int:
+    admin = await _admin(store, args.key)
+    if admin is None:
+        return 1
+    settings = store.settings
+    from gateway.cli import adapters as cli_adapters
+
+    return await cli_adapters.run(store.redis, store.audit, admin, args, allowed=settings.registry_allowed_base_urls,
+                                  org_adapters=settings.org_adapters)  # fmt: skip
+
+
+async def _signing_rotate(store: _Store, args: argparse.Namespace) -> int:
+    return await rotate_signing_key(SigningKeyStore(store.redis, secret=store.secret), store.audit)
+
+
+async def _signing_list(store: _Store, args: argparse.Namespace) -> int:
+    return await list_signing_keys(SigningKeyStore(store.redis, secret=store.secret))
+
+
+_HANDLERS: dict[tuple[str, str], _Handler] = {
+    ("signing-keys", "rotate"): _signing_rotate,
+    ("signing-keys", "list"): _signing_list,
+    ("adapters", "review"): _adapters,
+    ("adapters", "accept"): _adapters,
+    ("adapters", "remove"): _adapters,
+    ("keys", "create"): _keys_create,
+    ("keys", "list"): _keys_list,
+    ("keys", "revoke"): _keys_revoke,
+    ("audit", "tail"): _audit_tail,
+    ("audit", "verify"): _audit_verify,
+    ("audit", "export"): _audit_export,
+}

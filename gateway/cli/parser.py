@@ -1,0 +1,299 @@
+"""The shape of the `countersign` command line: every command, option and help text, and nothing else.
+
+`gateway.cli.main` parses with it before importing anything a command needs, so ``--help``,
+``--version`` and a usage error cost an argparse and no more: this module imports only the
+standard library and two vocabulary enums.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gateway.cards.card import CardState
+from gateway.principal import KeyKind
+
+__all__ = ["AGENT_ENVIRONMENT", "ENVIRONMENT", "RESOLUTIONS", "build_parser"]
+
+RESOLUTIONS = ("SUCCEEDED", "FAILED")
+"""What `cards resolve --outcome` accepts: `gateway.approvals.service.OUTCOMES` (a test holds them equal)."""
+
+ENVIRONMENT = """\
+environment (each wins over the config file):
+  COUNTERSIGN_CONFIG           the TOML config file (or --config)
+  COUNTERSIGN_MODE             demo or production (unset: production with a config file or a Redis URL)
+  COUNTERSIGN_REDIS_URL        an external Redis (unset: the embedded server of the data directory)
+  COUNTERSIGN_DATA_DIR         the data directory (default .countersign)
+  COUNTERSIGN_HOST             the address to bind (default 127.0.0.1)
+  COUNTERSIGN_PORT             the port (default 8765)
+  COUNTERSIGN_ALLOWED_HOSTS    Host headers accepted on /mcp, comma-separated
+  COUNTERSIGN_ALLOWED_ORIGINS  Origin headers accepted on /mcp, comma-separated
+  COUNTERSIGN_AUDIT_SECRET     the audit chain's key (the variable [gateway] audit_secret_env names)
+  COUNTERSIGN_ADMIN_KEY        the admin key of the cards and adapters commands
+and the variables the config file names: [adapters.*] token_env and signing_key_env,
+[notifications.webhooks.*] secret_env."""
+
+
+AGENT_ENVIRONMENT = """\
+environment:
+  COUNTERSIGN_AGENT_KEY        the agent's gateway key (else --key-file)
+  COUNTERSIGN_ADMIN_KEY        eval: the stand-in approver's admin key (else --admin-key-file)
+  OPENAI_API_KEY               the model API key for --provider openai (--api-key-env names another)
+  ANTHROPIC_API_KEY            the model API key for --provider anthropic
+  COUNTERSIGN_MODEL_BASE_URL   the model API's base URL (else --base-url; default: the provider's)"""
+
+
+class _Version(argparse.Action):
+    """``--version``, which reads the installed metadata only when asked (importlib.metadata is slow to load)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("countersign")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree without installing
+            found = "0.0.0"
+        print(f"countersign {found}")  # on stdout, as argparse's own version action does
+        parser.exit()
+
+
+def _instant(text: str) -> int:
+    """An ISO 8601 time (``Z`` or an offset; none means UTC) as milliseconds since the epoch."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line. Building it imports nothing heavy (no test of it needs Redis)."""
+    parser = argparse.ArgumentParser(prog="countersign", description="An MCP gateway with human-approved writes.")
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and exit")
+    parser.add_argument("--config", type=Path, help="TOML config file (adapters, backend URLs, orgs, roles)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway: the demo with no config and no COUNTERSIGN_REDIS_URL, else production",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument(
+        "--demo", action="store_true", help="demo mode whatever is configured: demo backends, demo keys printed"
+    )
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--no-worker", action="store_true", help="run no approved-card worker in this process")
+    commands.add_parser(
+        "worker",
+        help="run an approved-card worker on its own (backends need configured URLs)",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+    keys = commands.add_parser("keys", help="manage API keys").add_subparsers(dest="keys_command", required=True)
+    create = keys.add_parser("create", help="mint a key; it is printed once")
+    create.add_argument("--kind", choices=[k.value for k in KeyKind], required=True)
+    create.add_argument("--subject", required=True)
+    create.add_argument("--org", required=True)
+    create.add_argument("--roles", action="append", default=[], help="comma-separated; may repeat")
+    create.add_argument("--json", action="store_true", help="print the key and its record as JSON")
+    keys.add_parser("list", help="list keys (never the keys themselves)")
+    revoke = keys.add_parser("revoke", help="revoke a key by id")
+    revoke.add_argument("key_id")
+
+    signing = commands.add_parser("signing-keys", help="the gateway's own signing keys (JWKS)").add_subparsers(
+        dest="signing-keys_command", required=True
+    )
+    signing.add_parser("rotate", help="make a new signing key active (the first one too); the old one stays published")
+    signing.add_parser("list", help="the published keys: kid, active or when it retires")
+
+    audit = commands.add_parser("audit", help="read the audit trail").add_subparsers(
+        dest="audit_command", required=True
+    )
+    tail = audit.add_parser("tail", help="print the newest audit events")
+    tail.add_argument("-n", type=int, default=20)
+    tail.add_argument("-f", "--follow", action="store_true")
+    tail.add_argument("--json", action="store_true")
+    audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    export = audit.add_parser("export", help="print the trail, archive and stream, one JSON object a line")
+    export.add_argument("--since", type=_instant, help="from this time on (ISO 8601, e.g. 2026-12-01T09:00Z)")
+    export.add_argument("--until", type=_instant, help="up to this time, exclusive (ISO 8601)")
+    export.add_argument(
+        "--format", choices=["jsonl", "ocsf"], default="jsonl", help="jsonl: our fields; ocsf: OCSF API Activity"
+    )
+    identity = _identity()
+    _cards(commands, identity)
+    _adapters(commands, identity)
+    _agent(commands)
+    _accept_config_everywhere(parser)
+    return parser
+
+
+def _accept_config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand take ``--config`` too (``countersign serve --config f.toml``).
+
+    Its default is SUPPRESS, so a subcommand without the option keeps the value given before the
+    subcommand. argparse offers no public walk of its subparsers, hence `_actions`.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in {id(p): p for p in action.choices.values()}.values():
+            if not any("--config" in option.option_strings for option in sub._actions):
+                sub.add_argument(
+                    "--config",
+                    type=Path,
+                    default=argparse.SUPPRESS,
+                    help="TOML config file (here or before the command)",
+                )
+            _accept_config_everywhere(sub)
+
+
+def _identity() -> argparse.ArgumentParser:
+    """The ``--key`` option every admin command (cards, adapters) takes."""
+    identity = argparse.ArgumentParser(add_help=False)
+    identity.add_argument(
+        "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
+    )
+    return identity
+
+
+def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:
+    cards = commands.add_parser("cards", help="review and decide approval cards").add_subparsers(
+        dest="cards_command", required=True
+    )
+    listing = cards.add_parser("list", parents=[identity], help="cards of your org, newest first")
+    listing.add_argument("--state", choices=[state.value for state in CardState])
+    listing.add_argument("--tool")
+    listing.add_argument("--requester", help="the requesting agent's subject")
+    listing.add_argument("--limit", type=int, help="stop after this many cards (default: every matching card)")
+    listing.add_argument("--json", action="store_true", help="one JSON object per card")
+    show = cards.add_parser("show", parents=[identity], help="one card with its history")
+    show.add_argument("card_id")
+    show.add_argument("--json", action="store_true")
+    archived = cards.add_parser(
+        "archived", parents=[identity], help="a finished card retention moved out of Redis, from the card archive"
+    )
+    archived.add_argument("card_id")
+    archived.add_argument("--json", action="store_true")
+    archived.add_argument(
+        "--verify", action="store_true", help="check the copy against its card.archive audit entry (reads the trail)"
+    )
+    approve = cards.add_parser(
+        "approve", parents=[identity], help="show cards, then approve them exactly as shown once you confirm"
+    )
+    _decision(approve)
+    approve.add_argument("--comment", default="")
+    reject = cards.add_parser("reject", parents=[identity], help="show cards, then veto them once you confirm")
+    _decision(reject)
+    reject.add_argument("--reason", required=True)
+    cancel = cards.add_parser("cancel", parents=[identity], help="cancel a pending or approved card")
+    cancel.add_argument("card_id")
+    resolve = cards.add_parser("resolve", parents=[identity], help="settle a NEEDS_RECONCILIATION card")
+    resolve.add_argument("card_id")
+    resolve.add_argument("--outcome", choices=RESOLUTIONS, required=True)
+    resolve.add_argument(
+        "--evidence", type=_json_object, required=True, help='a JSON object, e.g. \'{"ticket": "T-1"}\''
+    )
+
+
+def _decision(command: argparse.ArgumentParser) -> None:
+    """The options approve and reject share: the cards, and how the decision is bound to a review."""
+    command.add_argument("card_ids", nargs="+", metavar="card_id", help="one card, or several decided as one batch")
+    command.add_argument("--version", type=int, help="the version you reviewed (one card; with --args-hash)")
+    command.add_argument("--args-hash", help="the args_hash you reviewed (one card; with --version)")
+    command.add_argument(
+        "--yes", action="store_true", help="no confirmation, for scripts: needs --version and --args-hash"
+    )
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not valid JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _adapters(commands: Any, identity: argparse.ArgumentParser) -> None:
+    adapters = commands.add_parser("adapters", help="review and pin registered adapters").add_subparsers(
+        dest="adapters_command", required=True
+    )
+    review = adapters.add_parser("review", parents=[identity], help="registrations, their flags and diffs")
+    review.add_argument("--json", action="store_true")
+    accept = adapters.add_parser("accept", parents=[identity], help="serve the proposal you reviewed")
+    accept.add_argument("name")
+    accept.add_argument("--hash", required=True, help="the proposed_hash shown by review")
+    remove = adapters.add_parser("remove", parents=[identity], help="stop serving an adapter")
+    remove.add_argument("name")
+    drafting = adapters.add_parser("import-openapi", help="draft a manifest from an OpenAPI 3 document")
+    drafting.add_argument("spec", type=Path)
+    drafting.add_argument("--name", required=True)
+    drafting.add_argument("--base-url")
+
+
+def _agent(commands: Any) -> None:
+    agent = commands.add_parser(
+        "agent", help="the reference agent: a client of a gateway over MCP, and its evaluation"
+    ).add_subparsers(dest="agent_command", required=True)
+    client = argparse.ArgumentParser(add_help=False)
+    # A client of a gateway reads no gateway config: hidden here, `_accept_config_everywhere` leaves it out.
+    client.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    client.add_argument("--url", default="http://127.0.0.1:8765/mcp", help="the gateway's MCP endpoint")
+    client.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        default=Path(".countersign/demo-agent.key"),
+        help="the agent key, if not in the env",
+    )
+    client.add_argument("--provider", choices=["openai", "anthropic"], default="openai", help="the model API's format")
+    client.add_argument("--model", help="the model name the API knows (required without --scripted)")
+    client.add_argument("--base-url", help="the model API's base URL (default: the provider's own)")
+    client.add_argument("--api-key-env", help="the variable holding the model API key (default: by provider)")
+    client.add_argument("--follow-seconds", type=float, default=300.0, help="how long to follow a card (default 300)")
+    client.add_argument("--no-tasks", action="store_true", help="follow cards with approvals_status, not MCP tasks")
+    for name, text in (
+        ("ask", "run the agent on one request and report what came of its cards"),
+        ("eval", "score the agent on the evaluation scenarios; prints a table"),
+    ):
+        command = agent.add_parser(
+            name,
+            parents=[client],
+            help=text,
+            epilog=AGENT_ENVIRONMENT,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == "ask":
+            command.add_argument("request", help="what the user asks, in plain words")
+            command.add_argument("--max-turns", type=int, default=8)
+            command.add_argument(
+                "--scripted", type=Path, metavar="FILE", help="replay this transcript (JSON list of turns)"
+            )
+        else:
+            command.add_argument(
+                "--admin-key-file",
+                type=Path,
+                metavar="FILE",
+                default=Path(".countersign/demo-admin.key"),
+                help="the stand-in approver's admin key, if not in the env",
+            )
+            command.add_argument(
+                "--scenarios", type=Path, metavar="DIR", help="a directory of scenario TOML files (default: built-in)"
+            )
+            command.add_argument(
+                "--only", action="append", default=[], metavar="NAME", help="run only this scenario; may repeat"
+            )
+            command.add_argument(
+                "--scripted", type=Path, metavar="DIR", help="replay DIR/<scenario>.json transcripts instead of a model"
+            )

@@ -1,0 +1,361 @@
+"""The composition root: the only place that builds Redis clients, HTTP clients and layers.
+
+`create_app(settings, tools=...)` wires one gateway: the key store and audit sink over one Redis
+client, one HTTP client per adapter, the executor, the catalog, and the surfaces. `settings`
+must be resolved (a Redis URL and a URL for every adapter); `gateway.runtime.serve` resolves the
+embedded defaults before it calls this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from gateway.admin.api import admin_routes
+from gateway.approvals.service import CardService
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.forwarder import AuditForwarder
+from gateway.audit.secret import audit_secret
+from gateway.auth.bearer import BearerAuth
+from gateway.auth.oauth_resource import jwks_route, protected_resource_routes, resource_server
+from gateway.cards.contract import Ledger
+from gateway.config.settings import AdapterSettings, Settings
+from gateway.errors import ConfigError
+from gateway.executor import Executor, ReadMemory
+from gateway.limits.rate_limiter import AddressBudgets
+from gateway.mcp.edge import HeaderChecks, MessageChecks
+from gateway.mcp.surface import McpSurface
+from gateway.notifications.card_alerts import AlertingLedger
+from gateway.notifications.delivery import Notifier
+from gateway.notifications.expiry_warnings import ExpiryWarner
+from gateway.ops.api import ops_routes
+from gateway.ops.health import AdapterHealth
+from gateway.outbound.backend_client import AiohttpUpstream
+from gateway.outbound.webhook import WebhookPoster
+from gateway.principal import KeyKind
+from gateway.registry.api import adapter_review_table, registry_routes
+from gateway.registry.live import LiveToolSource
+from gateway.registry.service import RegistryService
+from gateway.runtime.background import audit_archiver, background_loops, card_retention
+from gateway.runtime.worker import Worker
+from gateway.signing.identity import IdentityHeaders
+from gateway.signing.signer import Signer
+from gateway.store.audit_archiver import AuditArchiver
+from gateway.store.audit_export import AuditExportCursor
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.audit_trail import AuditTrail
+from gateway.store.call_history import RedisCallHistory
+from gateway.store.client import Connection, connect
+from gateway.store.durability import LedgerGuard
+from gateway.store.keys import KeyCache, KeyStore
+from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.ledger.retention import RedisCardRetention
+from gateway.store.notification_outbox import RedisNotificationOutbox
+from gateway.store.rate_buckets import RedisRateLimiter
+from gateway.store.registrations import RegistryStore
+from gateway.store.signing_keys import SigningKeyStore
+from gateway.tools.catalog import Catalog
+from gateway.tools.declarations import Tool
+from gateway.tools.toolbox import Toolbox
+from gateway.tools.upstream import UpstreamClient
+from gateway.web.console import console_routes
+from gateway.web.request_telemetry import HttpTelemetry
+from gateway.web.root_app import GatewayApp
+
+__all__ = [
+    "Gateway",
+    "backend_client",
+    "build_gateway",
+    "create_app",
+    "tools_for",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    try:
+        return version("countersign")
+    except PackageNotFoundError:  # running from a source tree without installing
+        return "0.0.0"
+
+
+def tools_for(settings: Settings) -> list[Tool]:
+    """The declared tools of every adapter `settings` enables, in a stable order.
+
+    Raises:
+        ConfigError: when an adapter name is not known.
+    """
+    from adapters import ALWAYS_ON, load_adapter  # adapters import the vocabulary, never this module
+
+    tools: list[Tool] = []
+    for name in [*settings.adapters, *sorted(ALWAYS_ON - set(settings.adapters))]:
+        try:
+            tools.extend(load_adapter(name))
+        except LookupError as error:
+            raise ConfigError(f"unknown adapter {name!r}") from error
+    return tools
+
+
+def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
+    if adapter.url is None:
+        raise ConfigError(f"adapter {adapter.name} has no backend URL")
+    credential = str(adapter.token) if adapter.token is not None else None
+    return AiohttpUpstream(adapter.url, service=adapter.name, credential=credential,
+                          timeout_seconds=adapter.timeout_seconds)  # fmt: skip
+
+
+def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
+    """The gateway's client for one backend: its own credential, never an agent's token."""
+    return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Gateway:
+    """The wired parts of one gateway, exposed for the CLI and tests."""
+
+    redis: Connection
+    keys: KeyStore
+    audit: RedisStreamAuditSink
+    executor: Executor
+    catalog: Catalog
+    clients: Mapping[str, UpstreamClient]
+    ledger: RedisLedger
+    guard: LedgerGuard
+    live: LiveToolSource
+    health: AdapterHealth
+    registry: RegistryService
+    archiver: AuditArchiver
+    retention: RedisCardRetention
+    """Moves finished cards past `Settings.card_keep_days` from Redis to the card archive."""
+    cards: Ledger
+    """`ledger` as the executor and the worker move cards: with notifications when any are configured."""
+    notifier: Notifier | None
+    """Delivers notifications; None when no webhook is configured."""
+    warner: ExpiryWarner | None
+    """Announces cards about to expire undecided; None when no webhook hears of them."""
+    poster: WebhookPoster
+    forwarder: AuditForwarder | None
+    """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
+    signer: Signer
+    """The gateway's signing keys: identity tokens, approval receipts, the JWKS."""
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+        await self.poster.aclose()
+        await self.redis.aclose()
+
+
+def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
+    """Wire the layers (no I/O yet: clients connect on first use).
+
+    Raises:
+        ConfigError: for an unresolved Redis URL or backend URL, or no audit secret in production.
+        ToolDeclarationError: for duplicate tool names, or a write tool whose timeout the worker
+            lease (`settings.lease_seconds`) does not outlast by `LEASE_MARGIN_SECONDS`.
+    """
+    if settings.redis_url is None:
+        raise ConfigError("settings.redis_url must be resolved before building a gateway")
+    static = list(tools)
+    # Refuses duplicate names, and writes that could outlast the lease, before anything connects.
+    toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
+    connection = connect(settings.redis_url, connect_timeout=settings.redis_connect_timeout_seconds,
+                         timeout=settings.redis_timeout_seconds)  # fmt: skip
+    client = connection.client
+    from adapters import ALWAYS_ON
+
+    used = {tool.adapter for tool in toolbox.values()}
+    clients: dict[str, UpstreamClient] = {
+        name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters
+    }
+    missing = used - set(clients) - ALWAYS_ON
+    if missing:
+        raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
+    health_paths = {name: settings.adapters[name].health_path for name in clients}
+    org_adapters = settings.org_adapters
+    keys = KeyStore(client)
+    guard = LedgerGuard(client)
+    # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
+    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
+                         fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
+                         limits=settings.limits, min_replicas=settings.min_replicas,
+                         repeat_window_ms=settings.approvals.repeat_window_ms)  # fmt: skip
+    notify = settings.notifications
+    outbox = RedisNotificationOutbox(client)
+    # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
+    alerting = AlertingLedger(ledger, queue=outbox, webhooks=notify.webhooks, console_url=notify.console_url)
+    cards: Ledger = alerting if notify.webhooks else ledger
+    secret = audit_secret(settings)
+    # The key set's private halves are encrypted with the audit secret, which every process on one Redis shares.
+    signer = Signer(SigningKeyStore(client, secret=secret))
+    # A shared HS256 key, where an adapter still has one, is the transition; the others verify with the JWKS.
+    shared = {name: str(settings.adapters[name].signing_key or "") for name in clients}
+    identity = IdentityHeaders({name: key for name, key in shared.items() if key}, signer=signer)
+    audit = RedisStreamAuditSink(client, secret=secret)
+    history = RedisCallHistory(client, audit=audit)  # a read's history write goes in its audit append
+    archiver = audit_archiver(client, settings)
+    store = RegistryStore(client)
+    live = LiveToolSource(
+        static=static,
+        store=store,
+        clients=clients,
+        make_client=backend_client,
+        secrets=settings.secrets,
+        identity=identity,
+        health_paths=health_paths,
+        lease_seconds=settings.lease_seconds,
+    )
+    health = AdapterHealth(clients, health_paths)
+    registry = RegistryService(
+        store,
+        audit,
+        allowed_base_urls=settings.registry_allowed_base_urls,
+        served_tool_names=lambda: frozenset(live.current()),
+        refresh=live.refresh,
+        lease_seconds=settings.lease_seconds,
+        org_adapters=org_adapters,
+    )
+    executor = Executor.build(
+        tools=live, org_adapters=org_adapters, audit=audit, clients=clients, identity=identity, ledger=cards,
+        guard=guard, live_principal=keys.live_principal, healthy=health.healthy, limiter=RedisRateLimiter(client),
+        limits=settings.limits, memory=ReadMemory(history, settings.history_rules, audited=history),
+        lease_ms=int(settings.lease_seconds * 1000),
+        reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
+        approvals=settings.approvals, announce=alerting.alert, receipts=signer.receipts_for,
+    )  # fmt: skip
+    poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
+    notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
+    warner = ExpiryWarner.configured(cards, outbox, notify)
+    trail, exporting = AuditTrail(audit, AuditArchive(settings.archive_dir)), settings.audit_export
+    forwarder = (
+        AuditForwarder(trail, AuditExportCursor(client), exporting, poster, product_version=_version())
+        if exporting
+        else None
+    )
+    return Gateway(
+        redis=connection,
+        keys=keys,
+        audit=audit,
+        executor=executor,
+        catalog=Catalog(live, org_adapters),
+        clients=clients,
+        ledger=ledger,
+        guard=guard,
+        live=live,
+        health=health,
+        registry=registry,
+        archiver=archiver,
+        retention=card_retention(client, settings, audit),
+        cards=cards,
+        notifier=notifier,
+        warner=warner,
+        poster=poster,
+        forwarder=forwarder,
+        signer=signer,
+    )
+
+
+@contextlib.asynccontextmanager
+async def _background(gateway: Gateway, settings: Settings, workers: list[asyncio.Task[None]]) -> AsyncIterator[None]:
+    """The live tool source's refresh, the health checks, the audit archive, the card retention, notification
+    delivery and the live audit export (when configured), and (by default) the worker, whose task joins `workers`."""
+    tasks = [
+        asyncio.create_task(loop, name=f"countersign {what}")
+        for what, loop in background_loops(gateway, settings, serving=True).items()
+    ]
+    if settings.run_worker:
+        tasks.append(
+            asyncio.create_task(Worker(gateway.executor.writes, gateway.cards).run(), name="countersign-worker")
+        )
+        workers.append(tasks[-1])
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
+    """The gateway's ASGI app (a Starlette app that serves ``/mcp`` directly: `gateway.web.root_app`). `tools`
+    defaults to those of the adapters `settings` enables."""
+    declared = list(tools) if tools is not None else tools_for(settings)
+    gateway = build_gateway(settings, declared)
+    surface = McpSurface(
+        catalog=gateway.catalog,
+        executor=gateway.executor.agent,
+        tasks=gateway.executor.tasks,
+        version=_version(),
+        stateless=settings.mcp_stateless,
+        catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
+        audit=gateway.audit,
+        sessions_per_key=settings.limits.sessions_per_key,
+        session_idle_seconds=settings.limits.session_idle_seconds,
+    )
+    gateway.live.on_change(surface.tools_changed)
+    # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
+    # registry keys are looked up on every request, so their revocation is immediate.
+    agent_keys = KeyCache(gateway.keys, ttl_seconds=settings.key_cache_seconds)
+    # One table of failed authentications per client address for every surface of this process: it is
+    # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth.bearer).
+    floods = AddressBudgets(settings.limits.unauthenticated)
+    # The edge's header checks run before authentication, its body and session checks after (gateway.mcp.edge).
+    oauth, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
+    authenticated = BearerAuth(MessageChecks(scoped, audit=gateway.audit), keys=agent_keys, kind=KeyKind.AGENT,
+                               audit=gateway.audit, realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
+    mcp_endpoint = HeaderChecks(
+        authenticated,
+        audit=gateway.audit,
+        allowed_hosts=settings.mcp_allowed_hosts(),
+        allowed_origins=settings.mcp_allowed_origins(),
+    )
+    # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
+    cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable, changes=gateway.ledger.changes,
+                        batch_limit=settings.limits.batch_decisions)  # fmt: skip
+    adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
+
+    workers: list[asyncio.Task[None]] = []
+    running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
+    ops = [*ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
+                       archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
+                       worker_running=running),
+           *protected_resource_routes(settings.oauth), jwks_route(gateway.signer)]  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
+        try:
+            await gateway.guard.check()  # logs loudly at startup when writes will be refused
+            await gateway.live.refresh()
+            await gateway.signer.poll()  # backends' identity tokens are signed from the first request on
+            async with surface.run(), _background(gateway, settings, workers):
+                yield
+        finally:
+            await gateway.aclose()
+
+    app = GatewayApp(
+        fast_path="/mcp",
+        routes=[
+            Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
+            *ops,
+            *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
+            *admin_routes(cards, oauth, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
+            *console_routes(),
+        ],
+        lifespan=lifespan,
+        # Around every route, /mcp's direct one too: a span per admin and registry request, and the access log
+        # (gateway.web.request_telemetry).
+        middleware=[Middleware(HttpTelemetry)],
+    )
+    app.state.gateway = gateway
+    app.state.mcp = surface
+    return app

@@ -1,0 +1,302 @@
+"""How a card is stored: one compact MessagePack string, its Lua writer and reader, and the Python reader.
+
+Who uses it: the ledger's scripts (`gateway.store.ledger.prelude` includes `CODEC`, whose
+`unpack_card` runs in ``load`` and `pack_card` in ``save``) and every Python read of a stored card
+(`decode_card`, used by `gateway.store.ledger.redis_ledger` and `gateway.store.probes`). The scripts and
+`gateway.store.ledger.rows` only ever see the *expanded* card: long field names, every value a
+string, the history as a list of events with all their fields. Only this module knows the
+stored form; both of its readers are generated from the tables below, so they cannot drift.
+
+The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and what it leaves out:
+
+* **Short names.** Each known field is stored under its code in `SHORT` (``state`` as ``st``). A
+  field not in the table (one a newer version adds) is stored under its own name and read back as
+  it is: a new optional field costs nothing while absent and works before it is given a code.
+* **No defaults.** A value equal to its `DEFAULTS` entry (``fence`` ``"0"``, no approvers yet, no
+  preview) is left out and filled in again on reading.
+* **Nothing derivable.** The card id is the key's own suffix; ``seq``, ``chain`` and
+  ``updated_ms`` are read off the last event; an event's ``seq`` and ``prev`` follow from the
+  events before it (``prev`` is the hash of the event before, or the ``through_hash`` of a
+  ``compacted`` marker, whose ``through`` + 1 numbers the next). Derived links still prove the
+  chain: each hash covers its ``prev``, so an altered event breaks the hash of the next
+  (`gateway.cards.card.verify_chain`).
+* **Times relative to creation.** The `RELATIVE` fields and each event's time are stored as ms
+  after ``created_ms``.
+* **Events as rows**, ``[hash, version, at, type, state, data, actor, repeats, last_at]``, with
+  ``0`` in the data slot for the event type's default data (``{}``; for ``created``, the tool
+  and args hash in a fixed order, `created_data`), ``0`` in the actor slot for the requester and
+  ``1`` for the card's lease owner (both are read off the card as it is stored, and every save
+  encodes every event again, so a later lease cannot take over an earlier event); trailing
+  defaults are dropped.
+* **States and event types as codes** (`WORDS`), in the card's state, its events and its applied
+  transition ids.
+* **Packed as bytes**: MessagePack (`gateway.store.ledger.packing`).
+
+Two earlier forms still read, and a card in either is stored in the current one by its next
+transition, so cards written by earlier versions read and move on without a migration: the
+compact table as a JSON string (before the packing), and the long form before
+it (long names, every field written out), which has no ``v`` field (the compact form always has
+it: the version) and is taken as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.cards.card import COMPACTED, NO_DELEGATION
+from gateway.store.ledger.packing import PACKING, unpack_stored
+
+__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card", "stored_table"]
+
+SHORT: Mapping[str, str] = {
+    "tool": "t",
+    "tool_version": "tv",
+    "arguments": "a",
+    "args_hash": "h",
+    "requester_subject": "rs",
+    "requester_org": "ro",
+    "requester_key_id": "rk",
+    "requester_roles": "rr",
+    "approvals_required": "q",
+    "approver_role": "ar",
+    "summary": "s",
+    "agent_text": "x",
+    "execute_within_ms": "xw",
+    "idempotency_key": "k",
+    "transaction_id": "tx",
+    "preview": "pv",
+    "delegation": "dg",
+    "created_ms": "c",
+    "decide_by_ms": "d",
+    "dedupe": "dd",
+    "fence": "f",
+    "dispatched": "dp",
+    "attempts": "n",
+    "approvers": "ap",
+    "version": "v",
+    "state": "st",
+    "execute_by_ms": "eb",
+    "approved_ms": "aa",
+    "lease_until_ms": "lu",
+    "lease_owner": "lo",
+    "first_dispatched_ms": "fd",
+    "dispatched_ms": "dm",
+    "completed_ms": "cm",
+    "reference": "r",
+    "evidence": "e",
+    "rejection": "rj",
+    "resend": "re",
+    "resolved_by": "rb",
+    "applied": "y",
+    "counted": "oc",
+    "repeat_within_ms": "rw",
+    "provenance": "pn",
+}
+"""Stored code of each known field (``events`` has its own: ``ev``)."""
+
+DEFAULTS: Mapping[str, str] = {
+    "fence": "0",
+    "dispatched": "0",
+    "attempts": "0",
+    "approvers": "[]",
+    "requester_roles": "",
+    "approvals_required": "1",
+    "approver_role": "approver",
+    "agent_text": "{}",
+    "preview": "",
+    "provenance": "",
+    "delegation": NO_DELEGATION,
+}
+"""Values left out of the stored form, and filled in on reading."""
+
+WORDS: Mapping[str, str] = {
+    "PENDING": "P", "APPROVED": "A", "EXECUTING": "E", "SUCCEEDED": "S", "FAILED": "F", "UNKNOWN": "U",
+    "NEEDS_RECONCILIATION": "N", "REJECTED": "R", "CANCELLED": "C", "EXPIRED": "X",
+    "created": "c", "approval_recorded": "ar", "approved": "a", "rejected": "r", "cancelled": "x", "expired": "e",
+    "requeued": "q", "claimed": "cl", "claimed_for_resend": "cr", "dispatched": "d", "completed": "co",
+    "late_result_ignored": "li", "released": "rl", "lease_lost_after_dispatch": "ld",
+    "lease_lost_before_resend": "lr", "lease_lost_before_dispatch": "lb", "status_checked": "sc",
+    "reconciled": "rc", "resolved": "rs", "handed_over": "h", COMPACTED: "k",
+}  # fmt: skip
+"""Stored code of each state and event type, in the card's state, its events and its applied ids. A
+word not listed (a new event type) is stored as it is: every code is shorter than every word."""
+
+RELATIVE = frozenset(
+    {"decide_by_ms", "execute_by_ms", "approved_ms", "lease_until_ms", "first_dispatched_ms", "dispatched_ms",
+     "completed_ms"}
+)  # fmt: skip
+"""Times stored as ms after ``created_ms``."""
+
+_DERIVED = ("card_id", "seq", "chain", "updated_ms", "events")
+
+
+def created_data(tool: str, args_hash: str) -> str:
+    """The data of a card's ``created`` event, hashed into its chain: the tool and the args hash, in
+    this order. Tool names and hashes need no JSON escaping (SEP-986 names, hex), so both readers
+    build the same bytes by concatenation."""
+    return '{"tool":"' + tool + '","args_hash":"' + args_hash + '"}'
+
+
+def _lua_table(mapping: Mapping[str, str]) -> str:
+    return "{" + ", ".join(f"[{json.dumps(k)}] = {json.dumps(v)}" for k, v in mapping.items()) + "}"
+
+
+CODEC = (
+    f"local SHORT = {_lua_table(SHORT)}\n"
+    f"local LONG = {_lua_table({code: name for name, code in SHORT.items()})}\n"
+    f"local DEFAULTS = {_lua_table(DEFAULTS)}\n"
+    f"local RELATIVE = {_lua_table({name: '1' for name in sorted(RELATIVE)})}\n"
+    f"local DERIVED = {_lua_table({name: '1' for name in _DERIVED})}\n"
+    f"local CODE = {_lua_table(WORDS)}\n"
+    f"local WORD = {_lua_table({code: word for word, code in WORDS.items()})}\n"
+    r"""
+local function created_data(c)
+  return '{"tool":"' .. c.tool .. '","args_hash":"' .. c.args_hash .. '"}'
+end
+
+-- The card from its stored table: long names, defaults, absolute times, full events.
+local function expand(s, card_id)
+  if s.v == nil then return s end  -- stored before the compact form: already the card itself
+  local created = tonumber(s.c)
+  local c = {}
+  for k, v in pairs(s) do
+    local long = LONG[k]
+    if long and RELATIVE[long] then v = tostring(created + tonumber(v)) end
+    if k ~= 'ev' then c[long or k] = v end
+  end
+  c.state = WORD[c.state] or c.state
+  for _, entry in ipairs(c.applied or {}) do entry[2] = WORD[entry[2]] or entry[2] end
+  for k, v in pairs(DEFAULTS) do
+    if c[k] == nil then c[k] = v end
+  end
+  c.card_id = card_id
+  local events, seq, prev = {}, 1, ''
+  for i, row in ipairs(s.ev or {}) do
+    local e = {hash = row[1], version = row[2], at = tostring(created + tonumber(row[3])),
+      type = WORD[row[4]] or row[4], state = WORD[row[5]] or row[5], data = row[6], actor = row[7],
+      seq = tostring(seq), prev = prev}
+    if e.data == nil or e.data == 0 then e.data = e.type == 'created' and created_data(c) or '{}' end
+    if e.actor == nil or e.actor == 0 then
+      e.actor = c.requester_subject
+    elseif e.actor == 1 then
+      e.actor = c.lease_owner
+    end
+    if row[8] then e.repeats, e.last_at = row[8], tostring(created + tonumber(row[9])) end
+    if e.type == COMPACTED then
+      local marker = cjson.decode(e.data)
+      seq, prev = tonumber(marker.through) + 1, marker.through_hash
+    else
+      seq, prev = seq + 1, e.hash
+    end
+    events[i] = e
+  end
+  c.events = events
+  local last = events[#events]
+  c.seq, c.chain = last and last.seq or '0', last and last.hash or ''
+  c.updated_ms = last and (last.last_at or last.at) or c.created_ms
+  return c
+end
+
+-- The stored table of a card: the inverse of `expand`.
+local function compact(c)
+  local created = tonumber(c.created_ms)
+  local s = {}
+  for k, v in pairs(c) do
+    if not DERIVED[k] and DEFAULTS[k] ~= v then
+      local code = SHORT[k]
+      if code and RELATIVE[k] then
+        if tonumber(v) then v = tostring(tonumber(v) - created) else code = nil end
+      end
+      s[code or k] = v
+    end
+  end
+  s.st = CODE[c.state] or c.state
+  if c.applied and c.applied[1] then
+    local applied = {}
+    for i, entry in ipairs(c.applied) do applied[i] = {entry[1], CODE[entry[2]] or entry[2]} end
+    s.y = applied
+  end
+  local rows, prev = {}, ''
+  for i, e in ipairs(c.events or {}) do
+    local default = e.type == 'created' and created_data(c) or '{}'
+    local actor = e.actor
+    if actor == c.requester_subject then actor = 0 elseif actor == c.lease_owner then actor = 1 end
+    local row = {e.hash, e.version, tostring(tonumber(e.at) - created), CODE[e.type] or e.type,
+      CODE[e.state] or e.state, e.data == default and 0 or e.data, actor}
+    if e.repeats then
+      row[8], row[9] = e.repeats, tostring(tonumber(e.last_at) - created)
+    else
+      while row[#row] == 0 do row[#row] = nil end
+    end
+    rows[i] = row
+  end
+  s.ev = rows
+  return s
+end
+
+"""
+    + PACKING
+    + r"""
+local function pack_card(c) return pack_stored(compact(c)) end
+
+local function unpack_card(raw, card_id) return expand(unpack_stored(raw), card_id) end
+"""
+)
+"""Lua source defining `expand` and `compact` (which need the history's `COMPACTED`), and `unpack_card` and
+`pack_card`: the same through the packing."""
+
+
+def stored_table(raw: bytes | str) -> dict[str, Any]:
+    """The compact table of a stored card (or the long form's fields): what `decode_card` expands."""
+    return unpack_stored(raw)
+
+
+def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
+    """The expanded card (long names, string values, ``events`` as dicts) from its stored bytes, in any
+    form; the Python twin of the Lua `unpack_card`, held to it by tests/test_ledger_codec.py."""
+    stored = stored_table(raw)
+    if "v" not in stored:
+        return stored  # stored before the compact form
+    created = int(stored["c"])
+    card: dict[str, Any] = {}
+    for key, value in stored.items():
+        if key == "ev":
+            continue
+        name = _LONG.get(key, key)
+        card[name] = str(created + int(value)) if name in RELATIVE and name != key else value
+    card = {**DEFAULTS, **card, "card_id": card_id}
+    card["state"] = _WORD.get(card["state"], card["state"])
+    if isinstance(card.get("applied"), list):
+        card["applied"] = [[tid, _WORD.get(kind, kind)] for tid, kind in card["applied"]]
+    events: list[dict[str, Any]] = []
+    seq, prev = 1, ""
+    for row in stored.get("ev", ()):
+        hash_, version, at, kind_code, state_code, *rest = row
+        kind, state = _WORD.get(kind_code, kind_code), _WORD.get(state_code, state_code)
+        data = rest[0] if len(rest) > 0 and rest[0] != 0 else None
+        actor = rest[1] if len(rest) > 1 else 0
+        if actor == 0 or actor == 1:  # the requester, the card's lease owner
+            actor = card["requester_subject"] if actor == 0 else card["lease_owner"]
+        if data is None:
+            data = created_data(card["tool"], card["args_hash"]) if kind == "created" else "{}"
+        event = {"hash": hash_, "version": version, "at": str(created + int(at)), "type": kind, "state": state,
+                 "data": data, "actor": actor, "seq": str(seq), "prev": prev}  # fmt: skip
+        if len(rest) > 2:
+            event["repeats"], event["last_at"] = rest[2], str(created + int(rest[3]))
+        if kind == COMPACTED:
+            marker = json.loads(data)
+            seq, prev = int(marker["through"]) + 1, marker["through_hash"]
+        else:
+            seq, prev = seq + 1, hash_
+        events.append(event)
+    card["events"] = events
+    last = events[-1] if events else None
+    card["seq"], card["chain"] = (last["seq"], last["hash"]) if last else ("0", "")
+    card["updated_ms"] = (last.get("last_at") or last["at"]) if last else card["created_ms"]
+    return card
+
+
+_LONG = {code: name for name, code in SHORT.items()}
+_WORD = {code: word for word, code in WORDS.items()}
