@@ -223,8 +223,13 @@ async def _cancel_preview(args: CancelArgs, ctx: ToolContext) -> Preview:
     booking = next((b for b in mine.bookings if b.booking_id == args.booking_id and b.status == "active"), None)
     if booking is None:
         raise UpstreamNotFoundError("not among the caller's active bookings", service=ctx.service)
-    facts = {"booking_id": booking.booking_id, "room_id": booking.room_id, "date": booking.date,
-             "start": booking.start, "end": booking.end}  # fmt: skip
+    facts = {
+        "booking_id": booking.booking_id,
+        "room_id": booking.room_id,
+        "date": booking.date,
+        "start": booking.start,
+        "end": booking.end,
+    }
     lines = (f"Cancel {booking.booking_id}: {booking.room_id} on {booking.date} {booking.start}-{booking.end}",)
     return Preview(lines=lines, facts=facts)
 
@@ -249,8 +254,14 @@ def _availability_for_model(day: Availability) -> Mapping[str, Any]:
     only to be dumped again are most of its cost (tests/test_tool_metadata.py holds every answer to the
     listed schema)."""
     taken = [{"start": s.start, "end": s.end} for s in sorted(day.bookings, key=lambda s: s.start)]
-    return {"room_id": day.room_id, "date": day.date, "open": day.open, "close": day.close, "taken": taken,
-            "free": _free_slots(day)}  # fmt: skip
+    return {
+        "room_id": day.room_id,
+        "date": day.date,
+        "open": day.open,
+        "close": day.close,
+        "taken": taken,
+        "free": _free_slots(day),
+    }
 
 
 def _availability_for_people(day: Availability) -> str:

@@ -132,8 +132,13 @@ class _Endpoints:
 
     async def _invalid(self, request: Request, problems: list[str], message: str) -> Response:
         """A body or query refused before the card service saw it: audited like every refusal."""
-        refusal = AuditEvent.refusal(principal_of(request.scope), "admin.request", ResultCode.VALIDATION_ERROR.value,
-                                     message, {"path": request.url.path})  # fmt: skip
+        refusal = AuditEvent.refusal(
+            principal_of(request.scope),
+            "admin.request",
+            ResultCode.VALIDATION_ERROR.value,
+            message,
+            {"path": request.url.path},
+        )
         await self._audit.record(refusal)
         return _error(ResultCode.VALIDATION_ERROR, message, status=422, problems=problems)
 
@@ -180,8 +185,10 @@ class _Endpoints:
         body = await self._body(request, DecisionsBody)
         if isinstance(body, Response):
             return body
-        items = [BatchItem(card_id=d.card_id, decision=d.decision, version=d.version, args_hash=d.args_hash,
-                           reason=d.reason) for d in body.decisions]  # fmt: skip
+        items = [
+            BatchItem(card_id=d.card_id, decision=d.decision, version=d.version, args_hash=d.args_hash, reason=d.reason)
+            for d in body.decisions
+        ]
         outcome = await decide_batch(self.service, self._audit, principal_of(request.scope), items)
         if not outcome.ok:
             return _error(outcome.code, outcome.message, status=STATUS[outcome.code], problems=outcome.problems)
@@ -193,7 +200,7 @@ class _Endpoints:
                 message=result.message,
                 state=result.card_view.state if result.card_view else None,
                 version=result.card_view.version if result.card_view else None,
-            )  # fmt: skip
+            )
             for item, result in zip(items, outcome.results, strict=True)
         ]
         return _json(200, DecisionsDone(code="OK", message=outcome.message, results=results))
@@ -364,12 +371,14 @@ def admin_routes(
 
     cards = _card_table(_Endpoints(service, audit), openapi)
     every = [*tables, cards]
-    document.update(openapi_document(title="Countersign admin API", server=PREFIX, tables=every,
-                                     security=_SECURITY, common=BEARER_ANSWERS))  # fmt: skip
+    document.update(
+        openapi_document(
+            title="Countersign admin API", server=PREFIX, tables=every, security=_SECURITY, common=BEARER_ANSWERS
+        )
+    )
 
     def guarded(app: ASGIApp) -> BearerAuth:
-        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods,
-                          tokens=tokens)  # fmt: skip
+        return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods, tokens=tokens)
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})

@@ -60,17 +60,22 @@ async def decide_batch(
     problems = _problems(items, service.batch_limit)
     if problems:
         message = "; ".join(problems)
-        await audit.record(AuditEvent.refusal(admin, "card.batch", ResultCode.VALIDATION_ERROR.value, message,
-                                              {"cards": str(len(items))}))  # fmt: skip
+        await audit.record(
+            AuditEvent.refusal(
+                admin, "card.batch", ResultCode.VALIDATION_ERROR.value, message, {"cards": str(len(items))}
+            )
+        )
         return BatchOutcome(code=ResultCode.VALIDATION_ERROR, message=message, problems=tuple(problems))
     results: list[CardActionResult] = []
     for item in items:
         if item.decision == "approve":
-            result = await service.approve(admin, item.card_id, version=item.version, args_hash=item.args_hash,
-                                           comment=item.reason)  # fmt: skip
+            result = await service.approve(
+                admin, item.card_id, version=item.version, args_hash=item.args_hash, comment=item.reason
+            )
         else:
-            result = await service.reject(admin, item.card_id, reason=item.reason, version=item.version,
-                                          args_hash=item.args_hash)  # fmt: skip
+            result = await service.reject(
+                admin, item.card_id, reason=item.reason, version=item.version, args_hash=item.args_hash
+            )
         results.append(result)
     done = sum(result.ok for result in results)
     message = f"{len(results)} decisions: {done} done, {len(results) - done} refused"
@@ -83,7 +88,7 @@ async def decide_batch(
             key_id=admin.key_id,
             reason=message,
             extra={"cards": str(len(results)), "done": str(done)},
-        )  # fmt: skip
+        )
     )
     return BatchOutcome(code=ResultCode.OK, message=message, results=tuple(results))
 

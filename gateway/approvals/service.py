@@ -81,8 +81,15 @@ class CardService:
     raise `StoreUnavailableError` when Redis cannot answer.
     """
 
-    def __init__(self, ledger: Ledger, audit: AuditSink, *, writable: Writable | None = None,
-                 changes: CardChanges | None = None, batch_limit: int = 50) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ledger: Ledger,
+        audit: AuditSink,
+        *,
+        writable: Writable | None = None,
+        changes: CardChanges | None = None,
+        batch_limit: int = 50,
+    ) -> None:
         self._ledger = ledger
         self._audit = audit
         self._writable = writable or _always_writable

@@ -101,8 +101,11 @@ class CardArchive:
                         record = json.loads(line)
                     except ValueError:
                         continue
-                    if (isinstance(record, dict) and isinstance(record.get("card"), dict)
-                            and isinstance(record.get("version"), int)):  # fmt: skip
+                    if (
+                        isinstance(record, dict)
+                        and isinstance(record.get("card"), dict)
+                        and isinstance(record.get("version"), int)
+                    ):
                         yield record
 
     def find(self, card_id: str) -> dict[str, Any] | None:

@@ -34,8 +34,16 @@ from dataclasses import dataclass
 
 from gateway.audit.codec import CHAIN_NAMES, entry_seq, is_compact
 
-__all__ = ["CHAIN_FIELDS", "GENESIS", "ChainBreak", "ChainCheck", "ChainHead", "entry_mac", "legacy_entry_mac",
-           "stream_id"]  # fmt: skip
+__all__ = [
+    "CHAIN_FIELDS",
+    "GENESIS",
+    "ChainBreak",
+    "ChainCheck",
+    "ChainHead",
+    "entry_mac",
+    "legacy_entry_mac",
+    "stream_id",
+]
 
 CHAIN_FIELDS = frozenset({"seq", "mac"})
 """Fields the chain adds to a version 1 entry; every other field is the event's and is covered by the MAC."""

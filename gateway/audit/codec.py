@@ -42,20 +42,46 @@ from collections.abc import Mapping
 __all__ = ["ACTIONS", "CHAIN_NAMES", "CODED_EXTRA", "OUTCOMES", "decode", "encode", "entry_seq", "is_compact"]
 
 ACTIONS: dict[str, str] = {
-    "tool.call": "1", "card.propose": "2", "card.approve": "3", "card.reject": "4", "card.cancel": "5",
-    "card.execute": "6", "card.resolve": "7", "card.reconcile": "8", "card.batch": "9", "auth.reject": "10",
-    "auth.throttle": "11", "auth.scope": "12", "http.request": "13", "mcp.session": "14", "mcp.reject": "15",
-    "key.create": "16", "key.revoke": "17",
-}  # fmt: skip
+    "tool.call": "1",
+    "card.propose": "2",
+    "card.approve": "3",
+    "card.reject": "4",
+    "card.cancel": "5",
+    "card.execute": "6",
+    "card.resolve": "7",
+    "card.reconcile": "8",
+    "card.batch": "9",
+    "auth.reject": "10",
+    "auth.throttle": "11",
+    "auth.scope": "12",
+    "http.request": "13",
+    "mcp.session": "14",
+    "mcp.reject": "15",
+    "key.create": "16",
+    "key.revoke": "17",
+}
 """The actions stored as numbers. Append only: a stored code must keep its action forever."""
 OUTCOMES: dict[str, str] = {"ok": "1", "allow": "2", "deny": "3", "error": "4"}
 """The outcomes stored as numbers. Append only."""
 
 CODED_EXTRA: dict[str, tuple[str, dict[str, str]]] = {
     "existing": ("e", {"false": "0", "true": "1"}),
-    "state": ("z", {"PENDING": "1", "APPROVED": "2", "EXECUTING": "3", "SUCCEEDED": "4", "FAILED": "5",
-                    "UNKNOWN": "6", "NEEDS_RECONCILIATION": "7", "REJECTED": "8", "CANCELLED": "9", "EXPIRED": "10"}),
-}  # fmt: skip
+    "state": (
+        "z",
+        {
+            "PENDING": "1",
+            "APPROVED": "2",
+            "EXECUTING": "3",
+            "SUCCEEDED": "4",
+            "FAILED": "5",
+            "UNKNOWN": "6",
+            "NEEDS_RECONCILIATION": "7",
+            "REJECTED": "8",
+            "CANCELLED": "9",
+            "EXPIRED": "10",
+        },
+    ),
+}
 """``extra`` keys of every proposal whose usual values are numbers: key -> (stored name, value -> code).
 A value not in its table is stored as it is, under ``.`` + the key. Append only."""
 

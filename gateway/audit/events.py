@@ -92,17 +92,34 @@ class AuditEvent:
 
     def to_stored(self) -> dict[str, str]:
         """The fields as the stream stores them (the compact form of `gateway.audit.codec`), without the chain's."""
-        return encode(action=self.action, outcome=self.outcome, subject=self.subject, org=self.org,
-                      key_id=self.key_id, tool=self.tool, code=self.code, reason=self.reason,
-                      latency_ms=self.latency_ms, extra=self.extra)  # fmt: skip
+        return encode(
+            action=self.action,
+            outcome=self.outcome,
+            subject=self.subject,
+            org=self.org,
+            key_id=self.key_id,
+            tool=self.tool,
+            code=self.code,
+            reason=self.reason,
+            latency_ms=self.latency_ms,
+            extra=self.extra,
+        )
 
     @classmethod
     def refusal(
         cls, who: Principal, action: str, code: str, reason: str, extra: Mapping[str, str] | None = None
     ) -> AuditEvent:
         """A request refused before it reached a service (a malformed body, a missing role)."""
-        return cls(action=action, outcome="deny", subject=who.subject, org=who.org, key_id=who.key_id, code=code,
-                   reason=reason, extra=extra or {})  # fmt: skip
+        return cls(
+            action=action,
+            outcome="deny",
+            subject=who.subject,
+            org=who.org,
+            key_id=who.key_id,
+            code=code,
+            reason=reason,
+            extra=extra or {},
+        )
 
     @classmethod
     def from_fields(cls, event_id: str, fields: Mapping[str, str]) -> AuditEvent:

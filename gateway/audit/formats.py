@@ -32,11 +32,24 @@ API_ACTIVITY = 6003
 APPLICATION_ACTIVITY = 6
 
 _ACTIVITY_BY_VERB = {
-    "create": 1, "propose": 1, "register": 1,
-    "list": 2, "show": 2, "read": 2, "call": 2, "tail": 2,
-    "approve": 3, "reject": 3, "cancel": 3, "resolve": 3, "accept": 3, "update": 3,
-    "revoke": 4, "remove": 4, "delete": 4,
-}  # fmt: skip
+    "create": 1,
+    "propose": 1,
+    "register": 1,
+    "list": 2,
+    "show": 2,
+    "read": 2,
+    "call": 2,
+    "tail": 2,
+    "approve": 3,
+    "reject": 3,
+    "cancel": 3,
+    "resolve": 3,
+    "accept": 3,
+    "update": 3,
+    "revoke": 4,
+    "remove": 4,
+    "delete": 4,
+}
 _ACTIVITY_NAMES = {1: "Create", 2: "Read", 3: "Update", 4: "Delete", 99: "Other"}
 _SUCCESS, _FAILURE = {"ok", "allow"}, {"deny", "error"}
 

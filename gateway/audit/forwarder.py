@@ -68,16 +68,20 @@ class AuditForwarder:
             entries = await self._trail.after(position, self._target.batch)
             if not entries:
                 return sent
-            lines = [export_line(eid, fields, format=self._target.format, product_version=self._product_version)
-                     for eid, fields in entries]  # fmt: skip
+            lines = [
+                export_line(eid, fields, format=self._target.format, product_version=self._product_version)
+                for eid, fields in entries
+            ]
             body = "".join(f"{line}\n" for line in lines)
             delivery = f"aud_{entries[0][0]}_{entries[-1][0]}"
-            headers = signed_headers(delivery, body, self._target.secret, int(self._clock()),
-                                     content_type="application/x-ndjson")  # fmt: skip
+            headers = signed_headers(
+                delivery, body, self._target.secret, int(self._clock()), content_type="application/x-ndjson"
+            )
             status = await self._poster.post(self._target.url, body.encode(), headers)
             if not 200 <= status < 300:
-                raise UpstreamUnavailableError(f"audit export refused: HTTP {status}", service="audit-export",
-                                               status=status)  # fmt: skip
+                raise UpstreamUnavailableError(
+                    f"audit export refused: HTTP {status}", service="audit-export", status=status
+                )
             if not await self._cursor.advance(position, entries[-1][0]):
                 return sent  # another process moved it (its lease had lapsed ours): it carries on
             sent += len(entries)

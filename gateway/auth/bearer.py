@@ -202,8 +202,9 @@ class BearerAuth:
         if user is None:
             if len(self._users) >= 10_000:
                 self._users.clear()
-            token = AccessToken(token="", client_id=principal.key_id, scopes=sorted(principal.roles),
-                                subject=principal.subject)  # fmt: skip
+            token = AccessToken(
+                token="", client_id=principal.key_id, scopes=sorted(principal.roles), subject=principal.subject
+            )
             user = self._users[principal] = AuthenticatedUser(token)
         return user
 
@@ -220,9 +221,11 @@ class BearerAuth:
                 )
             )
         # RFC 6750 section 3.1: a request that presented no credential gets the challenge without an error code.
-        header = self._challenge if reason == _MISSING else (
-            f'{self._challenge}, error="invalid_token", error_description="{reason}"'
-        )  # fmt: skip
+        header = (
+            self._challenge
+            if reason == _MISSING
+            else (f'{self._challenge}, error="invalid_token", error_description="{reason}"')
+        )
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
         await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
 

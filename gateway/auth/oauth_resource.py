@@ -124,11 +124,20 @@ class ScopeChecks:
             reason = f"token lacks scope {' '.join(missing)}"
             await self._audit.record(AuditEvent.refusal(principal, "auth.scope", Code.PERMISSION_DENIED, reason, extra))
             header = f'Bearer realm="mcp", error="insufficient_scope", scope="{needed}"{self._metadata}'
-            payload = json.dumps({"error": "insufficient_scope", "error_description": f"{tool} needs scope {needed}",
-                                  "scope": needed}).encode()  # fmt: skip
-            await send({"type": "http.response.start", "status": 403, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
-                (b"www-authenticate", header.encode())]})  # fmt: skip
+            payload = json.dumps(
+                {"error": "insufficient_scope", "error_description": f"{tool} needs scope {needed}", "scope": needed}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 403,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(payload)).encode()),
+                        (b"www-authenticate", header.encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": payload})
             return
         await self.app(scope, replay_body(body, receive), send)

@@ -78,12 +78,19 @@ class TokenVerifier:
         self.config = config
         self._by_issuer = {section.issuer: (name, section) for name, section in config.issuers.items()}
         self._keys: dict[tuple[str, str | None, str], tuple[Mapping[str, Any], jwt.PyJWK]] = {}
-        self._sources = dict(sources) if sources is not None else {
-            name: JwksSource(issuer=section.issuer, jwks_url=section.jwks_url,
-                             min_refresh_seconds=section.min_refresh_seconds,
-                             max_age_seconds=section.max_key_age_seconds)
-            for name, section in config.issuers.items()
-        }  # fmt: skip
+        self._sources = (
+            dict(sources)
+            if sources is not None
+            else {
+                name: JwksSource(
+                    issuer=section.issuer,
+                    jwks_url=section.jwks_url,
+                    min_refresh_seconds=section.min_refresh_seconds,
+                    max_age_seconds=section.max_key_age_seconds,
+                )
+                for name, section in config.issuers.items()
+            }
+        )
 
     def audience(self, surface: Surface) -> str | None:
         return self.config.resource if surface == "mcp" else self.config.admin_resource

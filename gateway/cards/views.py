@@ -79,9 +79,10 @@ def card_for_agent(card: Card, *, existing: bool = False) -> dict[str, Any]:
     if existing:
         view["existing"] = True
         view["note"] = (
-            "An identical write already succeeded; this is its card." if card.state is CardState.SUCCEEDED
+            "An identical write already succeeded; this is its card."
+            if card.state is CardState.SUCCEEDED
             else "An identical request is already open; this is that card."
-        )  # fmt: skip
+        )
     elif card.state is CardState.PENDING:
         view["note"] = PROPOSAL_NOTE
     if card.rejection:
@@ -147,8 +148,15 @@ class CardEventView(_View):
 
     @classmethod
     def from_event(cls, event: CardEvent) -> CardEventView:
-        return cls(seq=event.seq, type=event.type, actor=event.actor, state=event.state, version=event.version,
-                   at=iso_from_ms(event.at_ms), data=dict(event.data))  # fmt: skip
+        return cls(
+            seq=event.seq,
+            type=event.type,
+            actor=event.actor,
+            state=event.state,
+            version=event.version,
+            at=iso_from_ms(event.at_ms),
+            data=dict(event.data),
+        )
 
 
 class ApprovalTally(_View):
@@ -317,7 +325,7 @@ class AdminCard(_View):
                 key_id=card.requester_key_id,
                 acting_client=card.acting_client,
                 actors=list(card.actors),
-            ),  # fmt: skip
+            ),
             approvals=Approvals(
                 required=card.approvals_required,
                 received=len(card.approvers),

@@ -56,9 +56,14 @@ async def run(
     # The CLI reviews, accepts and removes; it never validates a registration, so the lease a
     # registration is held to (each gateway's own) plays no part here.
     service = RegistryService(
-        RegistryStore(client), audit, allowed_base_urls=allowed, served_tool_names=frozenset, refresh=_no_refresh,
-        lease_seconds=Settings().lease_seconds, org_adapters=org_adapters,
-    )  # fmt: skip
+        RegistryStore(client),
+        audit,
+        allowed_base_urls=allowed,
+        served_tool_names=frozenset,
+        refresh=_no_refresh,
+        lease_seconds=Settings().lease_seconds,
+        org_adapters=org_adapters,
+    )
     if args.adapters_command == "review":
         registrations = await service.review(admin)
         if registrations is None:

@@ -48,15 +48,17 @@ async def run(
     where ``archived`` looks (the retired cards, `gateway.store.ledger.retention`), `trail` where its
     ``--verify`` looks for the audit entry of the removal."""
     guard = LedgerGuard(client)
-    service = CardService(RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable,
-                          batch_limit=batch_limit)  # fmt: skip
+    service = CardService(
+        RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable, batch_limit=batch_limit
+    )
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None
         # Every page, so no card is out of view; one more than --limit tells whether any were left out.
         wanted = None if args.limit is None else max(1, args.limit)
-        items = await service.list(admin, state=state, tool=args.tool, requester=args.requester,
-                                   limit=None if wanted is None else wanted + 1)  # fmt: skip
+        items = await service.list(
+            admin, state=state, tool=args.tool, requester=args.requester, limit=None if wanted is None else wanted + 1
+        )
         if wanted is not None and len(items) > wanted:
             items = items[:wanted]
             print(f"countersign: more cards match; showing the newest {wanted} (raise --limit)", file=sys.stderr)
@@ -130,8 +132,10 @@ async def _decide(
         return 1
     if len(views) == 1:
         return _report(await _one(service, admin, verb, ids[0], views[0].version, views[0].args_hash, text), guard)
-    items = [BatchItem(card_id=view.card_id, decision=verb, version=view.version, args_hash=view.args_hash,
-                       reason=text) for view in views]  # fmt: skip
+    items = [
+        BatchItem(card_id=view.card_id, decision=verb, version=view.version, args_hash=view.args_hash, reason=text)
+        for view in views
+    ]
     outcome = await decide_batch(service, audit, admin, items)
     if not outcome.ok:
         print(f"countersign: {outcome.code.value}: {_safe(outcome.message)}", file=sys.stderr)
@@ -183,8 +187,10 @@ async def _vouched(
         return await _refuse(audit, admin, "card.verify", ResultCode.NOT_FOUND, "no card.archive audit entry names it")
     named = (vouching.extra.get("version"), vouching.extra.get("chain"))
     if named != (str(copy["version"]), copy["chain"]):
-        message = (f"the archived copy (version {copy['version']}, chain head {copy['chain']}) is not the one "
-                   f"audit entry {vouching.id} vouches for (version {named[0]}, chain head {named[1]})")  # fmt: skip
+        message = (
+            f"the archived copy (version {copy['version']}, chain head {copy['chain']}) is not the one "
+            f"audit entry {vouching.id} vouches for (version {named[0]}, chain head {named[1]})"
+        )
         return await _refuse(audit, admin, "card.verify", ResultCode.CONFLICT, message)
     print(f"audit entry {vouching.id} vouches for this copy: version {named[0]}, chain head {named[1]}", file=said)
     return 0

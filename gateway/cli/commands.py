@@ -255,8 +255,15 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
     from gateway.archives.card_archive import CardArchive
     from gateway.cli import cards as cli_cards  # here: each command imports only what it uses
 
-    return await cli_cards.run(store.redis, store.audit, admin, args, batch_limit=store.settings.limits.batch_decisions,
-                               archive=CardArchive(store.settings.cards_dir), trail=store.trail)  # fmt: skip
+    return await cli_cards.run(
+        store.redis,
+        store.audit,
+        admin,
+        args,
+        batch_limit=store.settings.limits.batch_decisions,
+        archive=CardArchive(store.settings.cards_dir),
+        trail=store.trail,
+    )
 
 
 async def _admin(store: _Store, token: str) -> Principal | None:
@@ -289,8 +296,14 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     settings = store.settings
     from gateway.cli import adapters as cli_adapters
 
-    return await cli_adapters.run(store.redis, store.audit, admin, args, allowed=settings.registry_allowed_base_urls,
-                                  org_adapters=settings.org_adapters)  # fmt: skip
+    return await cli_adapters.run(
+        store.redis,
+        store.audit,
+        admin,
+        args,
+        allowed=settings.registry_allowed_base_urls,
+        org_adapters=settings.org_adapters,
+    )
 
 
 async def _signing_rotate(store: _Store, args: argparse.Namespace) -> int:

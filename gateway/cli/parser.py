@@ -49,8 +49,13 @@ environment:
 class _Version(argparse.Action):
     """``--version``, which reads the installed metadata only when asked (importlib.metadata is slow to load)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:  # fmt: skip
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
         try:

@@ -228,8 +228,9 @@ class AuditExportSection(BaseModel):
         secret = environ.get(self.secret_env or "", "")
         if not secret:
             raise ConfigError(f"audit_export.secret_env: {self.secret_env or '(unset)'} must name a set variable")
-        return AuditExportTarget(url=self.url, secret=secret, format=self.format, batch=self.batch,
-                                 poll_seconds=self.poll_seconds)  # fmt: skip
+        return AuditExportTarget(
+            url=self.url, secret=secret, format=self.format, batch=self.batch, poll_seconds=self.poll_seconds
+        )
 
 
 class ConfigFile(BaseModel):

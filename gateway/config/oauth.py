@@ -117,8 +117,9 @@ class OAuthSection(BaseModel):
 
     def scopes_for(self, tool: str) -> frozenset[str]:
         """The scopes a token needs to call `tool`: those of every pattern that matches its name."""
-        return frozenset(scope for pattern, scopes in self.tool_scopes.items() if fnmatchcase(tool, pattern)
-                         for scope in scopes)  # fmt: skip
+        return frozenset(
+            scope for pattern, scopes in self.tool_scopes.items() if fnmatchcase(tool, pattern) for scope in scopes
+        )
 
     def issuers_for(self, surface: Surface) -> list[str]:
         """The issuer identifiers whose tokens may open `surface`, in configuration order."""

@@ -94,8 +94,16 @@ def parse_redis_url(url: str) -> RedisTarget:
     db = int(parts[0]) if parts else 0
     if kind is RedisKind.CLUSTER and db != 0:
         raise ConfigError("a Redis Cluster has only database 0")
-    return RedisTarget(kind=kind, url=url, nodes=nodes, master=master, db=db, tls=tls,
-                       username=unquote(username) or None, password=unquote(password) or None)  # fmt: skip
+    return RedisTarget(
+        kind=kind,
+        url=url,
+        nodes=nodes,
+        master=master,
+        db=db,
+        tls=tls,
+        username=unquote(username) or None,
+        password=unquote(password) or None,
+    )
 
 
 def redis_url_of(

@@ -63,9 +63,14 @@ def deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str |
         password = environ.get(gateway.redis_password_env)
         if not password:
             raise ConfigError(f"gateway.redis_password_env names {gateway.redis_password_env}, which is not set")
-    return redis_url_of(sentinels=gateway.redis_sentinels, master=gateway.redis_master_name,
-                        cluster_nodes=gateway.redis_cluster_nodes, username=gateway.redis_username,
-                        password=password, tls=gateway.redis_tls)  # fmt: skip
+    return redis_url_of(
+        sentinels=gateway.redis_sentinels,
+        master=gateway.redis_master_name,
+        cluster_nodes=gateway.redis_cluster_nodes,
+        username=gateway.redis_username,
+        password=password,
+        tls=gateway.redis_tls,
+    )
 
 
 def adapters_from(

@@ -76,13 +76,29 @@ class Executor:
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
-            tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
-            healthy=healthy, limiter=limiter, limits=limits, memory=memory,
+            tools=tools,
+            org_adapters=org_adapters,
+            audit=audit,
+            invoker=invoker,
+            ledger=ledger,
+            guard=guard,
+            healthy=healthy,
+            limiter=limiter,
+            limits=limits,
+            memory=memory,
             policies=PolicyApprovals(ledger=ledger, audit=audit, settings=approvals, announce=announce),
-        )  # fmt: skip
+        )
         writes = WritePath(
-            tools=tools, org_adapters=org_adapters, audit=audit, invoker=invoker, ledger=ledger, guard=guard,
-            live_principal=live_principal, healthy=healthy, lease_ms=lease_ms,
-            reconcile_horizon_ms=reconcile_horizon_ms, receipts=receipts,
-        )  # fmt: skip
+            tools=tools,
+            org_adapters=org_adapters,
+            audit=audit,
+            invoker=invoker,
+            ledger=ledger,
+            guard=guard,
+            live_principal=live_principal,
+            healthy=healthy,
+            lease_ms=lease_ms,
+            reconcile_horizon_ms=reconcile_horizon_ms,
+            receipts=receipts,
+        )
         return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))

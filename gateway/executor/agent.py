@@ -276,10 +276,18 @@ class AgentPath:
             raise reads
         provenance = self._memory.assess(tool, canonical, reads)
         proposal = proposal_for(
-            tool, version, args, canonical, principal, args_hash=bound_to, dedupe_key=dedupe_key, preview=preview,
-            provenance=provenance, tainted_approvals=self._memory.tainted_approvals(principal.org),
+            tool,
+            version,
+            args,
+            canonical,
+            principal,
+            args_hash=bound_to,
+            dedupe_key=dedupe_key,
+            preview=preview,
+            provenance=provenance,
+            tainted_approvals=self._memory.tainted_approvals(principal.org),
             awaits_policy=self._policies.apply_to(tool.name),
-        )  # fmt: skip
+        )
         try:
             created = await self._ledger.propose(proposal)
         except StoreUnavailableError as error:
@@ -314,8 +322,12 @@ class AgentPath:
     ) -> Envelope:
         """The agent's receipt for its proposal's card, audited; a new card first goes to the policy rules."""
         count_proposal(tool.name, existing=existing)
-        extra = {"card_id": card.card_id, "existing": str(existing).lower(), "state": card.state.value,
-                 **audit_fields(card.provenance)}  # fmt: skip
+        extra = {
+            "card_id": card.card_id,
+            "existing": str(existing).lower(),
+            "state": card.state.value,
+            **audit_fields(card.provenance),
+        }
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         if not existing:  # a new card only: an existing one had its rules' say when it was made
             card = await self._policies.consider(card)
@@ -385,9 +397,18 @@ class AgentPath:
                 or counted, so the caller's refusal is the call's one event.
         """
         seconds = self._clock() - started
-        event = AuditEvent(action=action, outcome=outcome, subject=principal.subject, org=principal.org,
-                           key_id=principal.key_id, tool=name, code=code, reason=reason, latency_ms=seconds * 1000,
-                           extra=with_acting_client(principal, extra or {}))  # fmt: skip
+        event = AuditEvent(
+            action=action,
+            outcome=outcome,
+            subject=principal.subject,
+            org=principal.org,
+            key_id=principal.key_id,
+            tool=name,
+            code=code,
+            reason=reason,
+            latency_ms=seconds * 1000,
+            extra=with_acting_client(principal, extra or {}),
+        )
         if read is None:
             self._audited = await self._audit.record(event)
         else:

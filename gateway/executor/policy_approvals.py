@@ -75,9 +75,14 @@ class PolicyApprovals:
             return card
         try:
             result = await self._ledger.approve_by_policy(
-                card.card_id, rule=verdict.rule, requester=(card.requester_org, card.requester_subject),
-                version=card.version, args_hash=card.args_hash, day=now.strftime("%Y%m%d"), budget=self._budget,
-            )  # fmt: skip
+                card.card_id,
+                rule=verdict.rule,
+                requester=(card.requester_org, card.requester_subject),
+                version=card.version,
+                args_hash=card.args_hash,
+                day=now.strftime("%Y%m%d"),
+                budget=self._budget,
+            )
         except StoreUnavailableError as error:
             await self._record(card, verdict.approver, Code.LEDGER_UNAVAILABLE, f"ledger error: {error.cause}")
             return card

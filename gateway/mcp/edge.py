@@ -192,8 +192,9 @@ class HeaderChecks:
 
 def _trimmed(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """`headers` with SP and HTAB trimmed from both ends of every ``Mcp-*`` value (names in any casing)."""
-    return [(name, value.strip(OWS)) if name.lower().startswith(_MCP_PREFIX) else (name, value)
-            for name, value in headers]  # fmt: skip
+    return [
+        (name, value.strip(OWS)) if name.lower().startswith(_MCP_PREFIX) else (name, value) for name, value in headers
+    ]
 
 
 class MessageChecks:

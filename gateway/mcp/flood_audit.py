@@ -95,13 +95,26 @@ class FloodAudit:
         """Write one event per pending group; returns how many refusals those events account for."""
         pending, self._pending = self._pending, {}
         for (principal, tool, code), count in pending.items():
-            extra = {"refusals": str(count.refusals), "first_ms": str(count.first_ms), "last_ms": str(count.last_ms),
-                     "answered": EDGE}  # fmt: skip
+            extra = {
+                "refusals": str(count.refusals),
+                "first_ms": str(count.first_ms),
+                "last_ms": str(count.last_ms),
+                "answered": EDGE,
+            }
             if principal.acting_client:
                 extra["acting_client"] = principal.acting_client
             reason = f"{count.refusals} call(s) refused at the edge; last: {count.reason}"
-            event = AuditEvent(action="tool.call", outcome="deny", subject=principal.subject, org=principal.org,
-                               key_id=principal.key_id, tool=tool, code=code, reason=reason, extra=extra)  # fmt: skip
+            event = AuditEvent(
+                action="tool.call",
+                outcome="deny",
+                subject=principal.subject,
+                org=principal.org,
+                key_id=principal.key_id,
+                tool=tool,
+                code=code,
+                reason=reason,
+                extra=extra,
+            )
             await self._audit.record(event)
         return sum(count.refusals for count in pending.values())
 
@@ -114,8 +127,13 @@ class FloodAudit:
             if self._closing:  # `aclose` writes what is pending
                 raise
             for (principal, tool, code), count in self._pending.items():
-                logger.warning("edge refusals not written to the audit trail at shutdown: %d of %s by key %s (%s)",
-                               count.refusals, tool, principal.key_id, code)  # fmt: skip
+                logger.warning(
+                    "edge refusals not written to the audit trail at shutdown: %d of %s by key %s (%s)",
+                    count.refusals,
+                    tool,
+                    principal.key_id,
+                    code,
+                )
             raise
 
     async def aclose(self) -> None:

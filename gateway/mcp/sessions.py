@@ -120,8 +120,12 @@ class KeyedSessionManager(StreamableHTTPSessionManager):
 
 
 async def _send_refusal(send: Send, refusal: SessionQuotaExceededError) -> None:
-    data = {"code": Code.QUOTA_EXCEEDED.value, "limit": refusal.limit, "open": refusal.open_sessions,
-            "retryable": Code.QUOTA_EXCEEDED.retryable}  # fmt: skip
+    data = {
+        "code": Code.QUOTA_EXCEEDED.value,
+        "limit": refusal.limit,
+        "open": refusal.open_sessions,
+        "retryable": Code.QUOTA_EXCEEDED.retryable,
+    }
     message = "Too many open sessions for this key: close one (DELETE) or let one idle out, then initialize again"
     body = json.dumps(
         {"jsonrpc": "2.0", "id": None, "error": {"code": SESSION_QUOTA_ERROR, "message": message, "data": data}}

@@ -131,9 +131,13 @@ class McpSurface:
         )
         self.flood_audit = FloodAudit(audit)
         # A call its spent budget certainly refuses is answered before the SDK parses it (gateway.mcp.budget_front).
-        self.asgi = BudgetFront(StreamableHTTPASGIApp(self.session_manager), server=self.server,
-                                held=executor.held_refusal, input_schema=self._listed_schema,
-                                audit=self.flood_audit)  # fmt: skip
+        self.asgi = BudgetFront(
+            StreamableHTTPASGIApp(self.session_manager),
+            server=self.server,
+            held=executor.held_refusal,
+            input_schema=self._listed_schema,
+            audit=self.flood_audit,
+        )
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:

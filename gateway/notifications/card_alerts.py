@@ -71,8 +71,16 @@ class AlertingLedger:
         # A card a policy rule is about to consider is announced after the rules had their say, if at all.
         return result if proposal.awaits_policy else await self.alert(result)
 
-    async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
-                       evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
+    async def complete(
+        self,
+        card_id: str,
+        *,
+        fence: int,
+        outcome: CardState,
+        reference: str,
+        evidence: Mapping[str, Any],
+        settle_ms: int,
+    ) -> Transition:
         return await self.alert(
             await self._ledger.complete(
                 card_id, fence=fence, outcome=outcome, reference=reference, evidence=evidence, settle_ms=settle_ms
@@ -82,8 +90,9 @@ class AlertingLedger:
     async def recover(self, card_id: str) -> Transition:
         return await self.alert(await self._ledger.recover(card_id))
 
-    async def reconcile(self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any],
-                        next_at_ms: int = 0) -> Transition:  # fmt: skip
+    async def reconcile(
+        self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any], next_at_ms: int = 0
+    ) -> Transition:
         return await self.alert(
             await self._ledger.reconcile(
                 card_id, result=result, reference=reference, evidence=evidence, next_at_ms=next_at_ms
@@ -102,16 +111,28 @@ class AlertingLedger:
     # -- a person's transitions, and everything else: delegated as they are ---------------------
 
     async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str) -> Transition:
-        return await self._ledger.approve(card_id, approver=approver, version=version, args_hash=args_hash,
-                                          comment=comment)  # fmt: skip
+        return await self._ledger.approve(
+            card_id, approver=approver, version=version, args_hash=args_hash, comment=comment
+        )
 
-    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
-                                args_hash: str, day: str, budget: int) -> Transition:  # fmt: skip
-        return await self._ledger.approve_by_policy(card_id, rule=rule, requester=requester, version=version,
-                                                    args_hash=args_hash, day=day, budget=budget)  # fmt: skip
+    async def approve_by_policy(
+        self,
+        card_id: str,
+        *,
+        rule: str,
+        requester: tuple[str, str],
+        version: int,
+        args_hash: str,
+        day: str,
+        budget: int,
+    ) -> Transition:
+        return await self._ledger.approve_by_policy(
+            card_id, rule=rule, requester=requester, version=version, args_hash=args_hash, day=day, budget=budget
+        )
 
-    async def reject(self, card_id: str, *, admin: str, reason: str, version: int | None = None,
-                     args_hash: str | None = None) -> Transition:  # fmt: skip
+    async def reject(
+        self, card_id: str, *, admin: str, reason: str, version: int | None = None, args_hash: str | None = None
+    ) -> Transition:
         return await self._ledger.reject(card_id, admin=admin, reason=reason, version=version, args_hash=args_hash)
 
     async def cancel(self, card_id: str, *, actor: str) -> Transition:

@@ -112,13 +112,20 @@ class Notifier:
             return
         delay = backoff_ms(attempts - 1, base_ms=self._base_ms, cap_ms=self._cap_ms)
         await self._outbox.reschedule(replace(notification, attempts=attempts), delay_ms=delay)
-        await self._record(notification, "retry", code=Code.UPSTREAM_UNAVAILABLE, reason=why, attempts=attempts,
-                           delay_ms=delay)  # fmt: skip
+        await self._record(
+            notification, "retry", code=Code.UPSTREAM_UNAVAILABLE, reason=why, attempts=attempts, delay_ms=delay
+        )
 
     async def _record(
-        self, notification: Notification, outcome: str, *, code: str = "", reason: str = "", attempts: int = 0,
+        self,
+        notification: Notification,
+        outcome: str,
+        *,
+        code: str = "",
+        reason: str = "",
+        attempts: int = 0,
         delay_ms: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         extra = {"notification_id": notification.id, "webhook": notification.webhook, "attempts": str(attempts)}
         if delay_ms is not None:
             extra["retry_in_ms"] = str(delay_ms)

@@ -67,8 +67,13 @@ class ExpiryWarner:
     ) -> ExpiryWarner | None:
         """The warner of the ``[notifications]`` section; None when nothing would ever be sent (no webhook
         hears of expiring cards, or ``expiry_warning_seconds`` is 0)."""
-        warner = cls(ledger, queue=queue, webhooks=settings.webhooks, console_url=settings.console_url,
-                     warn_ms=int(settings.expiry_warning_seconds * 1000))  # fmt: skip
+        warner = cls(
+            ledger,
+            queue=queue,
+            webhooks=settings.webhooks,
+            console_url=settings.console_url,
+            warn_ms=int(settings.expiry_warning_seconds * 1000),
+        )
         return warner if warner._webhooks and warner._warn_ms > 0 else None
 
     async def warn_due(self) -> int:

@@ -259,8 +259,9 @@ def verify(secret: str, timestamp: int, body: str, signature: str, *, now: int, 
     return hmac.compare_digest(sign(secret, timestamp, body), signature)
 
 
-def signed_headers(delivery_id: str, body: str, secret: str, timestamp: int, *,
-                   content_type: str = "application/json") -> dict[str, str]:  # fmt: skip
+def signed_headers(
+    delivery_id: str, body: str, secret: str, timestamp: int, *, content_type: str = "application/json"
+) -> dict[str, str]:
     """The headers of one delivery attempt: a fresh timestamp each attempt, the id never changing.
     Notifications and the live audit export (`gateway.audit.forwarder`) are signed alike."""
     return {

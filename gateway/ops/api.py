@@ -63,8 +63,9 @@ def ops_routes(
     """The three routes over the process's Redis connection. `metrics_token` None: ``/metrics`` answers
     loopback peers only; `worker_running` None: this process runs no worker."""
     probe = LedgerProbe(redis.client)
-    readiness = Readiness(redis=redis, guard=guard, probe=probe, archive_dir=archive_dir, adapters=adapters,
-                          worker_running=worker_running)  # fmt: skip
+    readiness = Readiness(
+        redis=redis, guard=guard, probe=probe, archive_dir=archive_dir, adapters=adapters, worker_running=worker_running
+    )
     token = str(metrics_token) if metrics_token is not None else ""
     expected = token.encode() if token else None
 
@@ -88,8 +89,13 @@ def ops_routes(
         reason = refusal(request)
         if reason is not None:
             peer = request.client.host if request.client is not None else ""
-            event = AuditEvent(action="metrics.scrape", outcome="deny", code=Code.PERMISSION_DENIED.value,
-                               reason=reason, extra={"client": peer})  # fmt: skip
+            event = AuditEvent(
+                action="metrics.scrape",
+                outcome="deny",
+                code=Code.PERMISSION_DENIED.value,
+                reason=reason,
+                extra={"client": peer},
+            )
             await audit.record(event)
             body = {"error": Code.PERMISSION_DENIED.value, "message": reason}
             return JSONResponse(body, status_code=403)

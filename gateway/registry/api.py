@@ -93,8 +93,9 @@ class _Endpoints:
     async def _refused(self, request: Request, action: str, problem: str) -> Response:
         """A body refused before the registry service saw it: audited like every refusal."""
         who = principal_of(request.scope)
-        await self._audit.record(AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem,
-                                                    {"path": request.url.path}))  # fmt: skip
+        await self._audit.record(
+            AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem, {"path": request.url.path})
+        )
         return _answer(RegistryResult(code="VALIDATION_ERROR", problems=(problem,)))
 
     async def register(self, request: Request) -> Response:

@@ -121,8 +121,10 @@ class RegistryService:
         # A manifest names secrets by reference only, and only in its own namespace: otherwise a
         # service could have the gateway send it any secret of the gateway's environment.
         namespace = f"{name.upper()}_"
-        references = {"credential.secret_env": manifest.credential.secret_env if manifest.credential else None,
-                      "signing_secret_env": manifest.signing_secret_env}  # fmt: skip
+        references = {
+            "credential.secret_env": manifest.credential.secret_env if manifest.credential else None,
+            "signing_secret_env": manifest.signing_secret_env,
+        }
         for where, reference in references.items():
             if reference is not None and not reference.startswith(namespace):
                 problems.append(f"{where}: secret references of adapter {name} must start with {namespace}")
@@ -172,8 +174,9 @@ class RegistryService:
             return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
         pinned = await self._store.accept(name, expected_hash=expected_hash, admin=admin.subject)
         if pinned is None:
-            stale = RegistryResult(code="CONFLICT", message="the proposal changed since it was reviewed",
-                                   registration=current)  # fmt: skip
+            stale = RegistryResult(
+                code="CONFLICT", message="the proposal changed since it was reviewed", registration=current
+            )
             return await self._done(admin, "registry.accept", name, stale)
         await self._refresh()
         return await self._done(admin, "registry.accept", name, RegistryResult(code="OK", registration=pinned))
@@ -205,7 +208,7 @@ class RegistryService:
                 code="" if result.ok else result.code,
                 reason=result.message,
                 extra=extra,
-            )  # fmt: skip
+            )
         )
         return result
 

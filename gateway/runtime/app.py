@@ -108,8 +108,9 @@ def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
     if adapter.url is None:
         raise ConfigError(f"adapter {adapter.name} has no backend URL")
     credential = str(adapter.token) if adapter.token is not None else None
-    return AiohttpUpstream(adapter.url, service=adapter.name, credential=credential,
-                          timeout_seconds=adapter.timeout_seconds)  # fmt: skip
+    return AiohttpUpstream(
+        adapter.url, service=adapter.name, credential=credential, timeout_seconds=adapter.timeout_seconds
+    )
 
 
 def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
@@ -167,8 +168,11 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     static = list(tools)
     # Refuses duplicate names, and writes that could outlast the lease, before anything connects.
     toolbox = Toolbox(static, lease_seconds=settings.lease_seconds)
-    connection = connect(settings.redis_url, connect_timeout=settings.redis_connect_timeout_seconds,
-                         timeout=settings.redis_timeout_seconds)  # fmt: skip
+    connection = connect(
+        settings.redis_url,
+        connect_timeout=settings.redis_connect_timeout_seconds,
+        timeout=settings.redis_timeout_seconds,
+    )
     client = connection.client
     from adapters import ALWAYS_ON
 
@@ -184,10 +188,16 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     keys = KeyStore(client)
     guard = LedgerGuard(client)
     # Each transition's durability verdict also updates the guard, so a flip is seen by the next pre-check.
-    ledger = RedisLedger(client, blocking=connection.blocking, blocking_slack=connection.timeout,
-                         fsync_timeout_ms=int(connection.timeout * 500), on_verdict=guard.observe,
-                         limits=settings.limits, min_replicas=settings.min_replicas,
-                         repeat_window_ms=settings.approvals.repeat_window_ms)  # fmt: skip
+    ledger = RedisLedger(
+        client,
+        blocking=connection.blocking,
+        blocking_slack=connection.timeout,
+        fsync_timeout_ms=int(connection.timeout * 500),
+        on_verdict=guard.observe,
+        limits=settings.limits,
+        min_replicas=settings.min_replicas,
+        repeat_window_ms=settings.approvals.repeat_window_ms,
+    )
     notify = settings.notifications
     outbox = RedisNotificationOutbox(client)
     # Without a webhook the ledger is used as it is: nothing on the proposal path to pay for.
@@ -224,13 +234,24 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         org_adapters=org_adapters,
     )
     executor = Executor.build(
-        tools=live, org_adapters=org_adapters, audit=audit, clients=clients, identity=identity, ledger=cards,
-        guard=guard, live_principal=keys.live_principal, healthy=health.healthy, limiter=RedisRateLimiter(client),
-        limits=settings.limits, memory=ReadMemory(history, settings.history_rules, audited=history),
+        tools=live,
+        org_adapters=org_adapters,
+        audit=audit,
+        clients=clients,
+        identity=identity,
+        ledger=cards,
+        guard=guard,
+        live_principal=keys.live_principal,
+        healthy=health.healthy,
+        limiter=RedisRateLimiter(client),
+        limits=settings.limits,
+        memory=ReadMemory(history, settings.history_rules, audited=history),
         lease_ms=int(settings.lease_seconds * 1000),
         reconcile_horizon_ms=int(settings.reconcile_horizon_seconds * 1000),
-        approvals=settings.approvals, announce=alerting.alert, receipts=signer.receipts_for,
-    )  # fmt: skip
+        approvals=settings.approvals,
+        announce=alerting.alert,
+        receipts=signer.receipts_for,
+    )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
     warner = ExpiryWarner.configured(cards, outbox, notify)
@@ -311,8 +332,15 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
     floods = AddressBudgets(settings.limits.unauthenticated)
     # The edge's header checks run before authentication, its body and session checks after (gateway.mcp.edge).
     oauth, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
-    authenticated = BearerAuth(MessageChecks(scoped, audit=gateway.audit), keys=agent_keys, kind=KeyKind.AGENT,
-                               audit=gateway.audit, realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
+    authenticated = BearerAuth(
+        MessageChecks(scoped, audit=gateway.audit),
+        keys=agent_keys,
+        kind=KeyKind.AGENT,
+        audit=gateway.audit,
+        realm="mcp",
+        floods=floods,
+        tokens=oauth,
+    )
     mcp_endpoint = HeaderChecks(
         authenticated,
         audit=gateway.audit,
@@ -320,16 +348,30 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         allowed_origins=settings.mcp_allowed_origins(),
     )
     # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
-    cards = CardService(gateway.ledger, gateway.audit, writable=gateway.guard.writable, changes=gateway.ledger.changes,
-                        batch_limit=settings.limits.batch_decisions)  # fmt: skip
+    cards = CardService(
+        gateway.ledger,
+        gateway.audit,
+        writable=gateway.guard.writable,
+        changes=gateway.ledger.changes,
+        batch_limit=settings.limits.batch_decisions,
+    )
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
     workers: list[asyncio.Task[None]] = []
     running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
-    ops = [*ops_routes(redis=gateway.redis, guard=gateway.guard, adapters=gateway.health, audit=gateway.audit,
-                       archive_dir=settings.archive_dir, metrics_token=settings.metrics_token,
-                       worker_running=running),
-           *protected_resource_routes(settings.oauth), jwks_route(gateway.signer)]  # fmt: skip
+    ops = [
+        *ops_routes(
+            redis=gateway.redis,
+            guard=gateway.guard,
+            adapters=gateway.health,
+            audit=gateway.audit,
+            archive_dir=settings.archive_dir,
+            metrics_token=settings.metrics_token,
+            worker_running=running,
+        ),
+        *protected_resource_routes(settings.oauth),
+        jwks_route(gateway.signer),
+    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:

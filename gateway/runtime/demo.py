@@ -119,11 +119,18 @@ async def demo_keys(keys: KeyStore, data_dir: Path) -> DemoKeys:
     """The demo agent, admin and service keys of acme, each reused while it is live."""
     return DemoKeys(
         agent=await ensure_demo_key(keys, data_dir),
-        admin=await ensure_demo_key(keys, data_dir, file=DEMO_ADMIN_KEY_FILE, kind=KeyKind.ADMIN,
-                                    subject="root@acme.example", roles=("approver", "registry")),
-        service=await ensure_demo_key(keys, data_dir, file=DEMO_SERVICE_KEY_FILE, kind=KeyKind.SERVICE,
-                                      subject="expenses-svc", roles=()),
-    )  # fmt: skip
+        admin=await ensure_demo_key(
+            keys,
+            data_dir,
+            file=DEMO_ADMIN_KEY_FILE,
+            kind=KeyKind.ADMIN,
+            subject="root@acme.example",
+            roles=("approver", "registry"),
+        ),
+        service=await ensure_demo_key(
+            keys, data_dir, file=DEMO_SERVICE_KEY_FILE, kind=KeyKind.SERVICE, subject="expenses-svc", roles=()
+        ),
+    )
 
 
 async def ensure_demo_key(

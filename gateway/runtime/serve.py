@@ -129,10 +129,13 @@ async def resolved(settings: Settings) -> AsyncIterator[Settings]:
             )
             settings = replace(
                 settings,
-                secrets={**settings.secrets, "EXPENSES_BACKEND_TOKEN": started.token,
-                         "EXPENSES_SIGNING_KEY": started.signing_key},
+                secrets={
+                    **settings.secrets,
+                    "EXPENSES_BACKEND_TOKEN": started.token,
+                    "EXPENSES_SIGNING_KEY": started.signing_key,
+                },
                 demo_services={**settings.demo_services, "expenses": started.url},
-            )  # fmt: skip
+            )
         url = await stack.enter_async_context(redis_url_for(settings, owner="serve"))
         adapters: dict[str, AdapterSettings] = {}
         for name, adapter in settings.adapters.items():

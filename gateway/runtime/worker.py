@@ -78,7 +78,7 @@ class Worker:
                 group.create_task(
                     run_forever(
                         functools.partial(self.consume_once, shard), what="outbox read", pause_seconds=0, retry_on=retry
-                    )  # fmt: skip
+                    )
                 )
             group.create_task(
                 run_forever(self.sweep_once, what="sweep", pause_seconds=self._sweep_seconds, retry_on=retry)

@@ -68,8 +68,14 @@ class IdentityHeaders:
         has one (the transition), else EdDSA with the gateway's active key when one is held."""
         headers = {"x-countersign-subject": principal.subject, "x-countersign-org": principal.org}
         now = int(self._clock())
-        claims = {"iss": ISSUER, "sub": principal.subject, "org": principal.org, "aud": adapter,
-                  "iat": now, "exp": now + self._ttl}  # fmt: skip
+        claims = {
+            "iss": ISSUER,
+            "sub": principal.subject,
+            "org": principal.org,
+            "aud": adapter,
+            "iat": now,
+            "exp": now + self._ttl,
+        }
         key = self._keys.get(adapter)
         if key or self._signer is not None:
             # A rotation starts a new cache too: an identity signed with the old key must not ride beside a

@@ -129,8 +129,15 @@ def verify_receipt(
         key = jwt.PyJWK(dict(jwk), algorithm=ALGORITHMS[0]).key
     except jwt.PyJWTError as error:
         raise jwt.InvalidTokenError("the key set's key is not an Ed25519 key") from error
-    claims: dict[str, Any] = jwt.decode(token, key, algorithms=list(ALGORITHMS), audience=audience, issuer=issuer,
-                                        leeway=leeway_seconds, options={"require": list(REQUIRED)})  # fmt: skip
+    claims: dict[str, Any] = jwt.decode(
+        token,
+        key,
+        algorithms=list(ALGORITHMS),
+        audience=audience,
+        issuer=issuer,
+        leeway=leeway_seconds,
+        options={"require": list(REQUIRED)},
+    )
     if claims["request_hash"] != request_hash(method, path, query, body):
         raise ReceiptMismatchError("receipt is for another request")
     if claims["idempotency_key"] != idempotency_key:

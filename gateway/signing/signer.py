@@ -102,8 +102,9 @@ class Signer:
         keys = self._keys
         if keys is None or keys.private_key is None or keys.active_kid is None:
             return None
-        return jwt.encode(dict(claims), keys.private_key, algorithm=ALGORITHMS[0],
-                          headers={"kid": keys.active_kid, "typ": typ})  # fmt: skip
+        return jwt.encode(
+            dict(claims), keys.private_key, algorithm=ALGORITHMS[0], headers={"kid": keys.active_kid, "typ": typ}
+        )
 
     async def receipts_for(self, card: Card, adapter: str) -> RequestSigner | None:
         """What signs the receipt of each request of one send of `card`; None when there is no key.
@@ -122,8 +123,9 @@ class Signer:
             return None
 
         def sign(method: str, path: str, query: Mapping[str, str] | None, body: Any) -> Mapping[str, str]:
-            claims = receipt_claims(card, adapter=adapter, request=request_hash(method, path, query, body),
-                                    now=int(time.time()))  # fmt: skip
+            claims = receipt_claims(
+                card, adapter=adapter, request=request_hash(method, path, query, body), now=int(time.time())
+            )
             token = self.sign(claims, typ=RECEIPT_TYPE)
             return {RECEIPT_HEADER: token} if token is not None else {}
 

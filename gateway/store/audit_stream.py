@@ -214,8 +214,9 @@ class RedisStreamAuditSink:
             for entry in batch:
                 if entry.appended is None:
                     entry.appended = False
-                    logger.error("audit stream unavailable (%s); event: %s", type(error).__name__,
-                                 entry.event.to_fields())  # fmt: skip
+                    logger.error(
+                        "audit stream unavailable (%s); event: %s", type(error).__name__, entry.event.to_fields()
+                    )
         finally:
             for entry in batch:  # cancelled mid-call: whether it landed is unknown, as after a timeout
                 if entry.appended is None:
@@ -312,9 +313,13 @@ class _Entry:
         self.fields = event.to_stored()
         self.lua, self.keys, extra = ("", (), ()) if along is None else (along.lua, along.keys, along.args)
         # What follows the sequence number and the MAC among the script's argument parts, packed once.
-        self.packed = [str(len(self.keys)).encode(), str(len(extra)).encode(), *(str(arg).encode() for arg in extra),
-                       str(2 * len(self.fields)).encode(),
-                       *(part.encode() for pair in self.fields.items() for part in pair)]  # fmt: skip
+        self.packed = [
+            str(len(self.keys)).encode(),
+            str(len(extra)).encode(),
+            *(str(arg).encode() for arg in extra),
+            str(2 * len(self.fields)).encode(),
+            *(part.encode() for pair in self.fields.items() for part in pair),
+        ]
         self.appended: bool | None = None
 
 

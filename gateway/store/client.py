@@ -68,8 +68,10 @@ def _client(target: RedisTarget, sentinels: list[aioredis.Redis], **options: Any
         if target.master is None:
             raise ConfigError("a Sentinel deployment needs its master's name")
         # Sentinels are asked without the master's credentials, within the same bounds.
-        bounds = {"socket_timeout": options["socket_timeout"] or DEFAULT_TIMEOUT_SECONDS,
-                  "socket_connect_timeout": options["socket_connect_timeout"]}  # fmt: skip
+        bounds = {
+            "socket_timeout": options["socket_timeout"] or DEFAULT_TIMEOUT_SECONDS,
+            "socket_connect_timeout": options["socket_connect_timeout"],
+        }
         # (Untyped before redis 8.2, typed since: the ignore serves both.)
         sentinel = Sentinel(list(target.nodes), sentinel_kwargs=bounds)  # type: ignore[no-untyped-call, unused-ignore]
         sentinels.extend(sentinel.sentinels)

@@ -166,16 +166,24 @@ async def eval_confirmed(
         async with client.pipeline(transaction=False) as pipe:
             # As a raw command: a Cluster pipeline refuses its evalsha() method, yet routes the command by its keys.
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            queue_confirmation(pipe, waitaof=waitaof, barrier_key=barrier_key, barrier=str(args[0]),
-                               fsync_timeout_ms=fsync_timeout_ms, route=route, min_replicas=min_replicas)  # fmt: skip
+            queue_confirmation(
+                pipe,
+                waitaof=waitaof,
+                barrier_key=barrier_key,
+                barrier=str(args[0]),
+                fsync_timeout_ms=fsync_timeout_ms,
+                route=route,
+                min_replicas=min_replicas,
+            )
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         if not isinstance(replies[0], NoScriptError):
             break
         script.sha = await client.script_load(script.script)
     if isinstance(replies[0], Exception):
         raise replies[0]
-    return replies[0], read_confirmation(replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms,
-                                         min_replicas=min_replicas)  # fmt: skip
+    return replies[0], read_confirmation(
+        replies[1:], waitaof=waitaof, fsync_timeout_ms=fsync_timeout_ms, min_replicas=min_replicas
+    )
 
 
 def queue_confirmation(

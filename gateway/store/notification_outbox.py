@@ -124,7 +124,7 @@ def _dump(notification: Notification) -> str:
             "webhook": notification.webhook,
             "body": notification.body,
             "attempts": notification.attempts,
-        }  # fmt: skip
+        }
     )
 
 

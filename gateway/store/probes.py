@@ -33,8 +33,11 @@ MAX_SCANNED = 20_000
 """The most open cards one scrape reads (about 2 KB each); past it the gauges count the first ones."""
 
 _FINAL = frozenset(state.value for state in CardState) - {
-    CardState.PENDING.value, CardState.APPROVED.value, CardState.EXECUTING.value, CardState.UNKNOWN.value,
-}  # fmt: skip
+    CardState.PENDING.value,
+    CardState.APPROVED.value,
+    CardState.EXECUTING.value,
+    CardState.UNKNOWN.value,
+}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -82,8 +82,11 @@ class PlainFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = f"{_timestamp(record)} {record.levelname} {record.name}: {record.getMessage()}"
-        context = [f"{label}={value}" for label, name in (("key", "key_id"), ("trace", "trace_id"))
-                   if (value := getattr(record, name, ""))]  # fmt: skip
+        context = [
+            f"{label}={value}"
+            for label, name in (("key", "key_id"), ("trace", "trace_id"))
+            if (value := getattr(record, name, ""))
+        ]
         if context:
             line += f" [{' '.join(context)}]"
         if record.exc_info:

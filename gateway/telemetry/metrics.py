@@ -78,57 +78,88 @@ _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 _HUMAN = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0)
 
 _tool_calls = Counter(
-    "countersign_tool_calls", "Tool calls by agents, by tool and outcome code (OK on success).",
-    ["tool", "code"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_tool_calls",
+    "Tool calls by agents, by tool and outcome code (OK on success).",
+    ["tool", "code"],
+    registry=REGISTRY,
+)
 _tool_seconds = Histogram(
-    "countersign_tool_call_duration_seconds", "Time from a tools/call reaching the executor to its answer.",
-    ["tool"], buckets=_LATENCY, registry=REGISTRY,
-)  # fmt: skip
+    "countersign_tool_call_duration_seconds",
+    "Time from a tools/call reaching the executor to its answer.",
+    ["tool"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
 _proposals = Counter(
-    "countersign_proposals", "Write proposals: a new card (created) or the open one returned again (existing).",
-    ["tool", "result"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_proposals",
+    "Write proposals: a new card (created) or the open one returned again (existing).",
+    ["tool", "result"],
+    registry=REGISTRY,
+)
 _transitions = Counter(
-    "countersign_card_transitions", "Ledger scripts run, by transition (script) and its answer.",
-    ["transition", "status"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_card_transitions",
+    "Ledger scripts run, by transition (script) and its answer.",
+    ["transition", "status"],
+    registry=REGISTRY,
+)
 _approval_seconds = Histogram(
-    "countersign_approval_latency_seconds", "Card created -> decided (approved, rejected, cancelled, expired).",
-    ["decision"], buckets=_HUMAN, registry=REGISTRY,
-)  # fmt: skip
+    "countersign_approval_latency_seconds",
+    "Card created -> decided (approved, rejected, cancelled, expired).",
+    ["decision"],
+    buckets=_HUMAN,
+    registry=REGISTRY,
+)
 _execution_seconds = Histogram(
-    "countersign_execution_latency_seconds", "Card approved -> outcome recorded (SUCCEEDED, FAILED, UNKNOWN).",
-    ["outcome"], buckets=_LATENCY, registry=REGISTRY,
-)  # fmt: skip
+    "countersign_execution_latency_seconds",
+    "Card approved -> outcome recorded (SUCCEEDED, FAILED, UNKNOWN).",
+    ["outcome"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
 _backend = Counter(
-    "countersign_backend_requests", "Requests to business backends, by adapter and status class (2xx..5xx, error).",
-    ["adapter", "status_class"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_backend_requests",
+    "Requests to business backends, by adapter and status class (2xx..5xx, error).",
+    ["adapter", "status_class"],
+    registry=REGISTRY,
+)
 _backend_seconds = Histogram(
-    "countersign_backend_request_duration_seconds", "Time a backend took to answer (or fail).",
-    ["adapter"], buckets=_LATENCY, registry=REGISTRY,
-)  # fmt: skip
+    "countersign_backend_request_duration_seconds",
+    "Time a backend took to answer (or fail).",
+    ["adapter"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
 _refusals = Counter(
-    "countersign_refusals", "Audited refusals and failures, by audit action and stable code.",
-    ["action", "code"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_refusals",
+    "Audited refusals and failures, by audit action and stable code.",
+    ["action", "code"],
+    registry=REGISTRY,
+)
 _rate_limited = Counter(
-    "countersign_rate_limit_refusals", "Refusals by a rate budget or quota (RATE_LIMITED, QUOTA_EXCEEDED).",
-    ["code"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_rate_limit_refusals",
+    "Refusals by a rate budget or quota (RATE_LIMITED, QUOTA_EXCEEDED).",
+    ["code"],
+    registry=REGISTRY,
+)
 _edge_refusals = Counter(
-    "countersign_mcp_edge_refusals", "tools/call answered at the MCP edge, before the SDK and the executor, by code.",
-    ["code"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_mcp_edge_refusals",
+    "tools/call answered at the MCP edge, before the SDK and the executor, by code.",
+    ["code"],
+    registry=REGISTRY,
+)
 _worker_steps = Counter(
-    "countersign_worker_steps", "Worker steps run, by step and how they ended (ok, error).",
-    ["step", "result"], registry=REGISTRY,
-)  # fmt: skip
+    "countersign_worker_steps",
+    "Worker steps run, by step and how they ended (ok, error).",
+    ["step", "result"],
+    registry=REGISTRY,
+)
 _worker_seconds = Histogram(
-    "countersign_worker_step_duration_seconds", "Time one worker step took.",
-    ["step"], buckets=_LATENCY, registry=REGISTRY,
-)  # fmt: skip
+    "countersign_worker_step_duration_seconds",
+    "Time one worker step took.",
+    ["step"],
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
 
 # Children are cached by their label values: `labels()` takes a lock and validates on every call.
 _children: dict[tuple[Any, ...], Any] = {}
@@ -234,9 +265,10 @@ class Gauges(Collector):
                 value=self._lag,
             )
         yield GaugeMetricFamily(
-            "countersign_ledger_durable", "1 while the ledger is reachable and durable (writes allowed), else 0.",
+            "countersign_ledger_durable",
+            "1 while the ledger is reachable and durable (writes allowed), else 0.",
             value=1.0 if self._durable else 0.0,
-        )  # fmt: skip
+        )
 
 
 def render(gauges: Gauges | None = None) -> bytes:

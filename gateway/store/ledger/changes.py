@@ -72,8 +72,12 @@ class _Subscription:
             return None
         try:
             fields = json.loads(message["data"])
-            return CardChange(card_id=str(fields["card_id"]), org=str(fields["org"]), state=str(fields["state"]),
-                              version=int(fields["version"]))  # fmt: skip
+            return CardChange(
+                card_id=str(fields["card_id"]),
+                org=str(fields["org"]),
+                state=str(fields["state"]),
+                version=int(fields["version"]),
+            )
         except (ValueError, KeyError, TypeError):
             return None  # not the ledger's message: someone else published on the channel
 

@@ -112,21 +112,52 @@ DEFAULTS: Mapping[str, str] = {
 """Values left out of the stored form, and filled in on reading."""
 
 WORDS: Mapping[str, str] = {
-    "PENDING": "P", "APPROVED": "A", "EXECUTING": "E", "SUCCEEDED": "S", "FAILED": "F", "UNKNOWN": "U",
-    "NEEDS_RECONCILIATION": "N", "REJECTED": "R", "CANCELLED": "C", "EXPIRED": "X",
-    "created": "c", "approval_recorded": "ar", "approved": "a", "rejected": "r", "cancelled": "x", "expired": "e",
-    "requeued": "q", "claimed": "cl", "claimed_for_resend": "cr", "dispatched": "d", "completed": "co",
-    "late_result_ignored": "li", "released": "rl", "lease_lost_after_dispatch": "ld",
-    "lease_lost_before_resend": "lr", "lease_lost_before_dispatch": "lb", "status_checked": "sc",
-    "reconciled": "rc", "resolved": "rs", "handed_over": "h", COMPACTED: "k",
-}  # fmt: skip
+    "PENDING": "P",
+    "APPROVED": "A",
+    "EXECUTING": "E",
+    "SUCCEEDED": "S",
+    "FAILED": "F",
+    "UNKNOWN": "U",
+    "NEEDS_RECONCILIATION": "N",
+    "REJECTED": "R",
+    "CANCELLED": "C",
+    "EXPIRED": "X",
+    "created": "c",
+    "approval_recorded": "ar",
+    "approved": "a",
+    "rejected": "r",
+    "cancelled": "x",
+    "expired": "e",
+    "requeued": "q",
+    "claimed": "cl",
+    "claimed_for_resend": "cr",
+    "dispatched": "d",
+    "completed": "co",
+    "late_result_ignored": "li",
+    "released": "rl",
+    "lease_lost_after_dispatch": "ld",
+    "lease_lost_before_resend": "lr",
+    "lease_lost_before_dispatch": "lb",
+    "status_checked": "sc",
+    "reconciled": "rc",
+    "resolved": "rs",
+    "handed_over": "h",
+    COMPACTED: "k",
+}
 """Stored code of each state and event type, in the card's state, its events and its applied ids. A
 word not listed (a new event type) is stored as it is: every code is shorter than every word."""
 
 RELATIVE = frozenset(
-    {"decide_by_ms", "execute_by_ms", "approved_ms", "lease_until_ms", "first_dispatched_ms", "dispatched_ms",
-     "completed_ms"}
-)  # fmt: skip
+    {
+        "decide_by_ms",
+        "execute_by_ms",
+        "approved_ms",
+        "lease_until_ms",
+        "first_dispatched_ms",
+        "dispatched_ms",
+        "completed_ms",
+    }
+)
 """Times stored as ms after ``created_ms``."""
 
 _DERIVED = ("card_id", "seq", "chain", "updated_ms", "events")
@@ -281,8 +312,17 @@ def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
             actor = card["requester_subject"] if actor == 0 else card["lease_owner"]
         if data is None:
             data = created_data(card["tool"], card["args_hash"]) if kind == "created" else "{}"
-        event = {"hash": hash_, "version": version, "at": str(created + int(at)), "type": kind, "state": state,
-                 "data": data, "actor": actor, "seq": str(seq), "prev": prev}  # fmt: skip
+        event = {
+            "hash": hash_,
+            "version": version,
+            "at": str(created + int(at)),
+            "type": kind,
+            "state": state,
+            "data": data,
+            "actor": actor,
+            "seq": str(seq),
+            "prev": prev,
+        }
         if len(rest) > 2:
             event["repeats"], event["last_at"] = rest[2], str(created + int(rest[3]))
         if kind == COMPACTED:

@@ -59,8 +59,16 @@ def tag(shard: int) -> str:
 def card_keys(card_id: str, shard: int) -> list[str]:
     """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger.prelude` gives."""
     prefix = tag(shard)
-    return [f"{prefix}:card:{card_id}", f"{prefix}:outbox", f"{prefix}:open", f"{prefix}:index",
-            f"{prefix}:timers", open_cards_key(shard), f"{prefix}:repeats", open_count_key(shard)]  # fmt: skip
+    return [
+        f"{prefix}:card:{card_id}",
+        f"{prefix}:outbox",
+        f"{prefix}:open",
+        f"{prefix}:index",
+        f"{prefix}:timers",
+        open_cards_key(shard),
+        f"{prefix}:repeats",
+        open_count_key(shard),
+    ]
 
 
 def open_bucket(shard: int, dedupe: str) -> str:

@@ -121,8 +121,12 @@ class RedisLedger:
     def _proposal_keys(cls, card_id: str, shard: int, org: str, subject: str) -> list[str]:
         """The keys of `propose`: every script's, then the shard's index of the org and of the requester,
         and the shard's set of org tags."""
-        return [*cls._keys(card_id, shard), org_index(shard, org), requester_index(shard, org, subject),
-                orgs_key(shard)]  # fmt: skip
+        return [
+            *cls._keys(card_id, shard),
+            org_index(shard, org),
+            requester_index(shard, org, subject),
+            orgs_key(shard),
+        ]
 
     async def open_cards(self, org: str, subject: str) -> int:
         """How many of the requester's cards count against its open-card cap now."""
@@ -139,17 +143,27 @@ class RedisLedger:
         if self._waitaof is None:
             self._waitaof = await has_waitaof(self._client)
         answer, report = await eval_confirmed(
-            self._client, self._scripts[name], keys, args, waitaof=self._waitaof,
+            self._client,
+            self._scripts[name],
+            keys,
+            args,
+            waitaof=self._waitaof,
             barrier_key=keys[0].partition(":card:")[0] + ":fsync",  # in the card's slot (Redis Cluster)
-            fsync_timeout_ms=self._fsync_timeout_ms, min_replicas=self._min_replicas,
-        )  # fmt: skip
+            fsync_timeout_ms=self._fsync_timeout_ms,
+            min_replicas=self._min_replicas,
+        )
         if self._on_verdict is not None:
             self._on_verdict(report)
         result = _transition(answer)
         if report.durable:
             return result
-        return Transition(status=TransitionStatus.ERR_NOT_DURABLE, card=result.card, extra=result.extra,
-                          applied=result.status, problems=report.problems)  # fmt: skip
+        return Transition(
+            status=TransitionStatus.ERR_NOT_DURABLE,
+            card=result.card,
+            extra=result.extra,
+            applied=result.status,
+            problems=report.problems,
+        )
 
     async def _run(self, name: str, card_id: str, *args: str | int) -> Transition:
         return await self._replay(name, card_id, _transition_id(), *args)
@@ -219,13 +233,23 @@ class RedisLedger:
         card = await self.get(card_id)
         return card if card is not None and card.state is CardState.SUCCEEDED else None
 
-    async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str,
-                      requeue_ms: int = 10_000) -> Transition:  # fmt: skip
+    async def approve(
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, requeue_ms: int = 10_000
+    ) -> Transition:
         return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
 
-    async def approve_by_policy(self, card_id: str, *, rule: str, requester: tuple[str, str], version: int,
-                                args_hash: str, day: str, budget: int, requeue_ms: int = 10_000,
-                                ) -> Transition:  # fmt: skip
+    async def approve_by_policy(
+        self,
+        card_id: str,
+        *,
+        rule: str,
+        requester: tuple[str, str],
+        version: int,
+        args_hash: str,
+        day: str,
+        budget: int,
+        requeue_ms: int = 10_000,
+    ) -> Transition:
         """`approve` as ``policy:<rule>``, within `budget` approvals of `requester` (org, subject) on UTC `day`."""
         shard = card_shard(card_id)
         if shard is None:
@@ -234,8 +258,9 @@ class RedisLedger:
         args: list[str | int] = [secrets.token_hex(12), f"{POLICY_PREFIX}{rule}", version, args_hash, "", requeue_ms]
         return await self._eval("approve", keys, [*args, budget])
 
-    async def reject(self, card_id: str, *, admin: str, reason: str, version: int | None = None,
-                     args_hash: str | None = None) -> Transition:  # fmt: skip
+    async def reject(
+        self, card_id: str, *, admin: str, reason: str, version: int | None = None, args_hash: str | None = None
+    ) -> Transition:
         """Veto a PENDING card; with `version` and `args_hash`, only the card exactly as reviewed (else ERR_STALE)."""
         bound = ("", "") if version is None else (version, args_hash or "")
         return await self._run("reject", card_id, admin, reason, *bound)
@@ -262,8 +287,16 @@ class RedisLedger:
         """
         return await self._run("dispatch", card_id, fence)
 
-    async def complete(self, card_id: str, *, fence: int, outcome: CardState, reference: str,
-                       evidence: Mapping[str, Any], settle_ms: int) -> Transition:  # fmt: skip
+    async def complete(
+        self,
+        card_id: str,
+        *,
+        fence: int,
+        outcome: CardState,
+        reference: str,
+        evidence: Mapping[str, Any],
+        settle_ms: int,
+    ) -> Transition:
         return await self._run(
             "complete", card_id, fence, outcome.value, reference, canonical_json(evidence), settle_ms
         )
@@ -274,8 +307,9 @@ class RedisLedger:
     async def recover(self, card_id: str) -> Transition:
         return await self._run("recover", card_id)
 
-    async def reconcile(self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any],
-                        next_at_ms: int = 0) -> Transition:  # fmt: skip
+    async def reconcile(
+        self, card_id: str, *, result: str, reference: str, evidence: Mapping[str, Any], next_at_ms: int = 0
+    ) -> Transition:
         return await self._run("reconcile", card_id, result, reference, canonical_json(evidence), next_at_ms)
 
     async def sweep_open(self, card_id: str, *, requeue_ms: int) -> Transition:
@@ -326,8 +360,9 @@ class RedisLedger:
             indexes = [requester_index(shard, query.org, query.requester) for shard in range(SHARDS)]
         else:
             indexes = [org_index(shard, query.org) for shard in range(SHARDS)]
-        return await read_page(self._client, indexes, query, limit=limit, cursor=cursor, load=self._load,
-                               scan_limit=self._scan_limit)  # fmt: skip
+        return await read_page(
+            self._client, indexes, query, limit=limit, cursor=cursor, load=self._load, scan_limit=self._scan_limit
+        )
 
     async def _load(self, card_ids: Sequence[str]) -> list[Card | None]:
         """The cards of `card_ids`, in order, in one round trip (None where there is none)."""
@@ -365,8 +400,15 @@ class RedisLedger:
         self, consumer: str, *, block_ms: int, count: int = 16, shard: int | None = None
     ) -> list[OutboxEntry]:
         """See `gateway.store.ledger.outbox.read_outbox`."""
-        return await read_outbox(self._client, self._blocking, consumer, block_ms=block_ms, count=count, shard=shard,
-                                 slack=self._blocking_slack)  # fmt: skip
+        return await read_outbox(
+            self._client,
+            self._blocking,
+            consumer,
+            block_ms=block_ms,
+            count=count,
+            shard=shard,
+            slack=self._blocking_slack,
+        )
 
     async def ack(self, entry: OutboxEntry) -> None:
         await self._client.xack(entry.stream, OUTBOX_GROUP, entry.entry_id)

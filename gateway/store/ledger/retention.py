@@ -206,10 +206,21 @@ class RedisCardRetention:
         if status != "RETIRED":
             return False
         await self._audit.record(
-            AuditEvent(action="card.archive", outcome="ok", org=org, tool=card.get("tool", ""),
-                       extra={"card_id": card_id, "state": card["state"], "requester": subject, "archive": archive,
-                              "version": card["version"], "chain": card["chain"]})
-        )  # fmt: skip
+            AuditEvent(
+                action="card.archive",
+                outcome="ok",
+                org=org,
+                tool=card.get("tool", ""),
+                extra={
+                    "card_id": card_id,
+                    "state": card["state"],
+                    "requester": subject,
+                    "archive": archive,
+                    "version": card["version"],
+                    "chain": card["chain"],
+                },
+            )
+        )
         return True
 
 
