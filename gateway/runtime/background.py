@@ -22,21 +22,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gateway.archives.audit_archive import AuditArchive
 from gateway.archives.card_archive import CardArchive, CardArchiveError
 from gateway.audit.events import AuditSink
+from gateway.audit.forwarder import AuditForwarder
 from gateway.config.settings import Settings
 from gateway.errors import StoreUnavailableError, UpstreamError
-from gateway.signing.signer import CACHE_SECONDS
+from gateway.notifications.delivery import Notifier
+from gateway.notifications.expiry_warnings import ExpiryWarner
+from gateway.ops.health import AdapterHealth
+from gateway.registry.live import LiveToolSource
+from gateway.signing.signer import CACHE_SECONDS, Signer
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.ledger.retention import RedisCardRetention, keep_ms_of
 
-if TYPE_CHECKING:
-    from gateway.runtime.app import Gateway
-
-__all__ = ["archive_audit", "audit_archiver", "background_loops", "card_retention", "run_forever"]
+__all__ = ["Steps", "archive_audit", "audit_archiver", "background_loops", "card_retention", "run_forever"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,28 @@ Loop = Coroutine[Any, Any, None]
 Step = Callable[[], Awaitable[object]]
 
 
-def background_loops(gateway: Gateway, settings: Settings, *, serving: bool) -> dict[str, Loop]:
+class Steps(Protocol):
+    """The wired parts whose steps run in the background (`gateway.runtime.app.Gateway` has them all)."""
+
+    @property
+    def live(self) -> LiveToolSource: ...
+    @property
+    def health(self) -> AdapterHealth: ...
+    @property
+    def archiver(self) -> AuditArchiver: ...
+    @property
+    def retention(self) -> RedisCardRetention: ...
+    @property
+    def signer(self) -> Signer: ...
+    @property
+    def notifier(self) -> Notifier | None: ...
+    @property
+    def warner(self) -> ExpiryWarner | None: ...
+    @property
+    def forwarder(self) -> AuditForwarder | None: ...
+
+
+def background_loops(gateway: Steps, settings: Settings, *, serving: bool) -> dict[str, Loop]:
     """Every background loop of one process, by name: those of ``serve`` when `serving`, else the worker's.
 
     Only a gateway that serves requests refreshes its tool source and checks its backends' health (both
