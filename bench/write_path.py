@@ -194,20 +194,18 @@ def _sync_redis(redis_url: str, *, decode: bool = True) -> Any:
 
 def shard_keys() -> list[list[str]]:
     """Per shard: its outbox, dedupe hashes (older one, buckets), index and timers (the ledger's key layout)."""
-    from gateway.store.ledger.layout import open_buckets
-    from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
+    from gateway.store.ledger.layout import SHARDS, card_keys, open_buckets
 
-    return [[*RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]]
-            for shard in range(SHARDS)]  # fmt: skip
+    return [[*card_keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]] for shard in range(SHARDS)]
 
 
 def card_keys(card_id: str) -> list[str]:
     """A card's own keys: just the one, which holds its history and applied transitions too."""
-    from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
+    from gateway.store.ledger import layout
 
-    shard = card_shard(card_id)
+    shard = layout.card_shard(card_id)
     assert shard is not None
-    return RedisLedger._keys(card_id, shard)[:1]
+    return layout.card_keys(card_id, shard)[:1]
 
 
 def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
@@ -220,8 +218,10 @@ def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
 
 def org_indexes(client: Any) -> list[str]:
     """Every org's index in every shard (the ledger lists everyone's cards through them)."""
-    return [f"cs:{{cs{shard}}}:org:{org}" for shard in range(len(shard_keys())) for org in client.smembers(
-        f"cs:{{cs{shard}}}:orgs")]  # fmt: skip
+    from gateway.store.ledger.layout import SHARDS, everyones_indexes, orgs_key
+
+    indexes = [everyones_indexes(shard, client.smembers(orgs_key(shard))) for shard in range(SHARDS)]
+    return [index for each in indexes for index in each[1:]]  # [0]: the shard index of older cards, none here
 
 
 def card_ids(redis_url: str) -> list[str]:
