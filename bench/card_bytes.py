@@ -73,7 +73,8 @@ async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]
         named = [(name, key) for name, key in structure_keys(shard).items() if name != "open"]
         buckets = [("open", key) for key in open_buckets(shard)]  # the dedupe buckets and the hash written before
         for name, key in buckets + named:
-            kind = (await client.type(key)).decode()
+            stored_type = await client.type(key)
+            kind = stored_type.decode() if isinstance(stored_type, bytes) else stored_type
             count = {"zset": client.zcard, "hash": client.hlen, "stream": client.xlen, "set": client.scard}.get(kind)
             if count is None:
                 continue

@@ -114,7 +114,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def estimated_seconds(args: argparse.Namespace) -> float:
     runs = args.rounds * len(args.levels) * len(args.eras) * len(SERVERS)
-    return runs * (args.duration + args.warmup + 0.3) + 15
+    return float(runs * (args.duration + args.warmup + 0.3) + 15)
 
 
 # --- the stack ----------------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def estimated_seconds(args: argparse.Namespace) -> float:
     proposals = args.rounds * len(args.levels) * len(VARIANTS) * (args.duration + args.warmup + 0.1)
-    return (
+    return float(
         proposals + args.approval_batches * args.approvals / 500 + len(args.outcome_levels) * args.outcomes / 100 + 10
     )
 
@@ -942,8 +942,8 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
         digits = 2 if check.unit == "x" else 0
         measured = _fmt(check.measured, digits)
         if check.spread is not None:
-            low, high = (_fmt(v, digits) for v in check.spread)
-            measured += f" [{low}-{high}]"
+            least, most = (_fmt(v, digits) for v in check.spread)
+            measured += f" [{least}-{most}]"
         verdict = "PASS" if check.passed else "MISS"
         print(f"  {check.label:<48} {measured + ' ' + check.unit:>22}   target {check.target:<10} {verdict}")
     print("\nEnvironment")
