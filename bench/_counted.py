@@ -79,9 +79,16 @@ def servers_in_turn(
                 argv = ["--loop", "uvloop", variant.kind, "--redis-url", database, "--rooms-url", rooms]
                 if variant.kind == "gateway":
                     argv += ["--orders-url", backends.ready["orders"], *variant.extra]
-                child = start_python(variant.name, "bench._servers", argv, cores=frozenset(), log_dir=logs,
-                                     env={**tokens, **(env or {})}, wrapper=wrapper,
-                                     ready_timeout=ready_timeout)  # fmt: skip
+                child = start_python(
+                    variant.name,
+                    "bench._servers",
+                    argv,
+                    cores=frozenset(),
+                    log_dir=logs,
+                    env={**tokens, **(env or {})},
+                    wrapper=wrapper,
+                    ready_timeout=ready_timeout,
+                )
                 try:
                     yield variant, child, token
                 finally:

