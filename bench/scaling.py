@@ -141,14 +141,8 @@ def started(topology: str, log_dir: Path) -> Iterator[Stack]:
             return started
 
         backends = child("backends", "bench._servers", ["backends"])
-        urls = [
-            "--redis-url",
-            redis_url,
-            "--rooms-url",
-            backends.ready["rooms"],
-            "--orders-url",
-            backends.ready["orders"],
-        ]
+        urls = ["--redis-url", redis_url, "--rooms-url", backends.ready["rooms"]]
+        urls += ["--orders-url", backends.ready["orders"]]
         gateways = [child(f"gateway{n}", "bench._servers", ["gateway", *urls, "--no-worker"]) for n in REPLICAS]
         yield Stack(
             redis_url=redis_url,

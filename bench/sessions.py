@@ -97,16 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "backends", "bench._servers", ["backends"], cores=frozenset(), log_dir=log_dir, env=secrets
         )
         stack.callback(backends.stop)
-        argv_gateway = [
-            "gateway",
-            "--redis-url",
-            redis_url,
-            "--rooms-url",
-            backends.ready["rooms"],
-            "--orders-url",
-            backends.ready["orders"],
-            "--no-worker",
-        ]
+        argv_gateway = ["gateway", "--redis-url", redis_url, "--rooms-url", backends.ready["rooms"]]
+        argv_gateway += ["--orders-url", backends.ready["orders"], "--no-worker"]
         gateway = start_python(
             "gateway", "bench._servers", argv_gateway, cores=frozenset(), log_dir=log_dir, env=secrets
         )
