@@ -16,8 +16,9 @@ from pathlib import Path
 
 import aiohttp
 
+from bench._engine import REQUEST_TIMEOUT_SECONDS
 from bench._harness import READY_TIMEOUT_SECONDS, Child, redis_server, start_python
-from bench._load import REQUEST_TIMEOUT_SECONDS, call_body, failure_of, modern_headers
+from bench._load import call_body, failure_of, modern_headers
 from bench._servers import fresh_secrets
 from bench._write_load import booking, propose_body, propose_headers, receipt_of
 from bench.read_path import create_key
@@ -78,9 +79,16 @@ def servers_in_turn(
                 argv = ["--loop", "uvloop", variant.kind, "--redis-url", database, "--rooms-url", rooms]
                 if variant.kind == "gateway":
                     argv += ["--orders-url", backends.ready["orders"], *variant.extra]
-                child = start_python(variant.name, "bench._servers", argv, cores=frozenset(), log_dir=logs,
-                                     env={**tokens, **(env or {})}, wrapper=wrapper,
-                                     ready_timeout=ready_timeout)  # fmt: skip
+                child = start_python(
+                    variant.name,
+                    "bench._servers",
+                    argv,
+                    cores=frozenset(),
+                    log_dir=logs,
+                    env={**tokens, **(env or {})},
+                    wrapper=wrapper,
+                    ready_timeout=ready_timeout,
+                )
                 try:
                     yield variant, child, token
                 finally:

@@ -1,7 +1,8 @@
 """Load for the flood benchmark: ``python -m bench._flood_load``, driven by JSON lines on stdin.
 
-Two of these run at once, each its own process on the load core, so the steady sender's timing is
-not delayed by the flood's event loop:
+On `bench._engine` (the command loop, the cheap client, the closed loop and the measured window), with
+the request and the checks of `bench._load`. Two of these run at once, each its own process on the load
+core, so the steady sender's timing is not delayed by the flood's event loop:
 
 * ``{"cmd": "flood", "url", "token", "concurrency", "warmup", "duration", "server_pid"}``: closed-loop
   workers calling as fast as the gateway answers (its capacity), counting answers by outcome
@@ -18,18 +19,15 @@ not delayed by the flood's event loop:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import sys
 import time
 from collections import Counter
 from typing import Any
 
 import aiohttp
 
-from bench._harness import cpu_seconds, percentile
-from bench._load import REQUEST_TIMEOUT_SECONDS, call_body, failure_of, json_rpc_message, modern_headers
+from bench._engine import Command, Meter, Run, client_session, closed_loop, json_rpc_message, main, post
+from bench._harness import percentile
+from bench._load import call_body, failure_of, modern_headers
 
 
 def _outcome(status: int, raw: bytes, content_type: str) -> str:
@@ -40,59 +38,44 @@ def _outcome(status: int, raw: bytes, content_type: str) -> str:
     return str(result.get("structuredContent", {}).get("error", {}).get("code", "tool_error"))
 
 
-async def _call(session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]) -> str:
-    try:
-        async with session.post(url, data=body, headers=headers) as response:
-            return _outcome(response.status, await response.read(), response.content_type)
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return type(error).__name__
-
-
-def _session() -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS))
-
-
-async def flood(command: dict[str, Any]) -> dict[str, Any]:
-    url, headers, pid = command["url"], modern_headers(command["token"]), int(command["server_pid"])
+async def flood(command: Command) -> dict[str, Any]:
+    url, headers = command["url"], modern_headers(command["token"])
     outcomes: list[tuple[float, str]] = []
-    stop = False
+    state = Run()
 
-    async def worker(index: int) -> None:
+    async def worker(session: aiohttp.ClientSession, index: int) -> None:
         request = 0
-        while not stop:
+        while not state.stop:
             request += 1
-            outcome = await _call(session, url, call_body(index * 10_000_000 + request, "modern"), headers)
+            outcome = await post(session, url, call_body(index * 10_000_000 + request, "modern"), headers, _outcome)
             outcomes.append((time.perf_counter(), outcome))
 
-    async with _session() as session:
-        workers = [asyncio.create_task(worker(i)) for i in range(int(command["concurrency"]))]
-        await asyncio.sleep(float(command["warmup"]))
-        t0, cpu0 = time.perf_counter(), cpu_seconds(pid)
-        await asyncio.sleep(float(command["duration"]))
-        t1, cpu1 = time.perf_counter(), cpu_seconds(pid)
-        stop = True
-        await asyncio.gather(*workers, return_exceptions=True)
-    counted = Counter(outcome for at, outcome in outcomes if t0 <= at <= t1)
+    async with client_session() as session:
+        workers = [worker(session, i) for i in range(int(command["concurrency"]))]
+        meter = Meter([int(command["server_pid"])])
+        window = await closed_loop(
+            state, workers, meter, warmup=float(command["warmup"]), duration=float(command["duration"])
+        )
+    counted = Counter(outcome for at, outcome in outcomes if window.holds(at))
     calls = sum(counted.values())
     return {
-        "calls_per_s": calls / (t1 - t0),
+        "calls_per_s": calls / window.seconds,
         "outcomes": dict(counted),
-        "server_cpu_us_per_call": (cpu1 - cpu0) / calls * 1e6 if calls else float("nan"),
-        "server_cpu_share": (cpu1 - cpu0) / (t1 - t0),
+        "server_cpu_us_per_call": window.server_cpu / calls * 1e6 if calls else float("nan"),
+        "server_cpu_share": window.server_cpu / window.seconds,
     }
 
 
-async def steady(command: dict[str, Any]) -> dict[str, Any]:
+async def steady(command: Command) -> dict[str, Any]:
     url, headers = command["url"], modern_headers(command["token"])
     interval, warmup, duration = 1 / float(command["rate"]), float(command["warmup"]), float(command["duration"])
     results: list[tuple[float, float, str]] = []
 
     async def one(request: int, started: float) -> None:
-        outcome = await _call(session, url, call_body(request, "modern"), headers)
+        outcome = await post(session, url, call_body(request, "modern"), headers, _outcome)
         results.append((started, time.perf_counter() - started, outcome))
 
-    async with _session() as session:
+    async with client_session() as session:
         begin = time.perf_counter()
         tasks, request = [], 0
         while (due := begin + request * interval) < begin + warmup + duration:
@@ -110,7 +93,7 @@ async def steady(command: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def limiter(command: dict[str, Any]) -> dict[str, Any]:
+async def limiter(command: Command) -> dict[str, Any]:
     from gateway.limits.budgets import Budget
     from gateway.limits.rate_limiter import Charge
     from gateway.store.client import connect
@@ -142,30 +125,5 @@ async def limiter(command: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-async def serve_commands() -> None:
-    print(json.dumps({"pid": os.getpid()}), flush=True)
-    loop = asyncio.get_running_loop()
-    handlers = {"flood": flood, "steady": steady, "limiter": limiter}
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return
-        command = json.loads(line)
-        if command["cmd"] == "quit":
-            return
-        try:
-            answer = await handlers[command["cmd"]](command)
-        except Exception as error:  # reported to the orchestrator, which stops the benchmark
-            answer = {"error": f"{type(error).__name__}: {error}"}
-        print(json.dumps(answer), flush=True)
-
-
-def main() -> None:
-    import uvloop
-
-    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve_commands())
-
-
 if __name__ == "__main__":
-    main()
+    main({"flood": flood, "steady": steady, "limiter": limiter})

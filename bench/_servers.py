@@ -350,8 +350,9 @@ def bare_write_app(redis_url: str, rooms_url: str, rooms_token: str) -> Any:
     from mcp_types.jsonrpc import INVALID_PARAMS
 
     from adapters.rooms import TOOLS
+    from gateway.cards.contract import Proposal
     from gateway.cards.views import card_for_agent
-    from gateway.store.ledger.redis_ledger import Proposal, RedisLedger
+    from gateway.store.ledger.redis_ledger import RedisLedger
     from gateway.tools.declarations import definition_hash
 
     book = next(tool for tool in TOOLS if tool.name == WRITE_TOOL)

@@ -1,7 +1,7 @@
 """The write-path load generator: ``python -m bench._write_load``, driven by JSON lines on stdin.
 
-Same shape and the same cheap client as `bench._load` (raw aiohttp POSTs on keep-alive connections,
-uvloop, every answer checked), for the three things the write path does:
+On `bench._engine`, as `bench._load` (the command loop, the cheap client, the closed loop and the
+measured window), for the three things the write path does:
 
 * ``{"cmd": "propose", "url", "token", "tool", "label", "concurrency", "warmup", "duration" | "calls",
   "server_pid", "service_pids", "return_cards"?}``: closed-loop ``tools/call`` proposals. Every call
@@ -28,13 +28,10 @@ reports both (cumulative) with every answer: the orchestrator compares them with
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import itertools
 import json
-import os
 import re
-import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -42,16 +39,23 @@ from typing import Any
 
 import aiohttp
 
-from bench._harness import cpu_seconds, percentile
-from bench._load import (
-    _META,
-    DRAIN_TIMEOUT_SECONDS,
+from bench._engine import (
+    META,
     MODERN_VERSION,
-    REQUEST_TIMEOUT_SECONDS,
-    base_headers,
+    Command,
+    Meter,
+    Run,
+    Window,
+    call_headers,
+    client_session,
+    closed_loop,
     json_rpc_message,
+    main,
+    post,
     replicas,
+    sdk_call,
 )
+from bench._harness import percentile
 
 ROOM = "room-atlas"
 FIRST_DAY = dt.date(2031, 1, 6)
@@ -84,14 +88,14 @@ def booking(index: int) -> dict[str, str]:
 
 
 def propose_body(request_id: int, tool: str, arguments: dict[str, str]) -> bytes:
-    params = {"name": tool, "arguments": arguments, "_meta": _META}
+    params = {"name": tool, "arguments": arguments, "_meta": META}
     message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
     return json.dumps(message, separators=(",", ":")).encode()
 
 
 def propose_headers(token: str, tool: str) -> dict[str, str]:
-    """What the SDK client sends on a 2026-07-28 ``tools/call`` (as `bench._load.modern_headers`)."""
-    return {**base_headers(token), "mcp-protocol-version": MODERN_VERSION, "mcp-method": "tools/call", "mcp-name": tool}
+    """What the SDK client sends on a 2026-07-28 ``tools/call`` of `tool`."""
+    return call_headers(token, tool)
 
 
 def receipt_of(status: int, raw: bytes, content_type: str) -> tuple[str | None, str | None]:
@@ -123,104 +127,60 @@ def receipt_of(status: int, raw: bytes, content_type: str) -> tuple[str | None, 
 
 
 @dataclass
-class RunState:
-    stop: bool = False
+class ProposeRun(Run):
     remaining: int | None = None
-    completed: list[tuple[float, float]] = field(default_factory=list)
+    """Calls left to make, when the run makes a number of calls rather than running for a duration."""
     cards: list[str] = field(default_factory=list)
-    failures: Counter[str] = field(default_factory=Counter)
 
 
 async def _propose_worker(
-    session: aiohttp.ClientSession, url: str, tool: str, headers: dict[str, str], state: RunState
+    session: aiohttp.ClientSession, url: str, tool: str, headers: dict[str, str], run: ProposeRun
 ) -> None:
     request_id = 0
-    while not state.stop:
-        if state.remaining is not None:
-            if state.remaining <= 0:
+    while not run.stop:
+        if run.remaining is not None:
+            if run.remaining <= 0:
                 return
-            state.remaining -= 1
+            run.remaining -= 1
         request_id += 1
         body = propose_body(request_id, tool, booking(next(_next_index)))
         started = time.perf_counter()
-        try:
-            async with session.post(url, data=body, headers=headers) as response:
-                raw = await response.read()
-                failure, card_id = receipt_of(response.status, raw, response.content_type)
-        except (aiohttp.ClientError, TimeoutError) as error:
-            failure, card_id = type(error).__name__, None
+        answer = await post(session, url, body, headers, receipt_of)
         ended = time.perf_counter()
+        failure, card_id = (answer, None) if isinstance(answer, str) else answer
         if failure is None and card_id is not None:
-            state.completed.append((ended, ended - started))
-            state.cards.append(card_id)
+            run.completed.append((ended, ended - started))
+            run.cards.append(card_id)
         else:
-            state.failures[failure or "unknown"] += 1
-            await asyncio.sleep(0.01)  # a failing server must not turn the loop into a busy spin
+            await run.failed(failure or "unknown")
 
 
-async def propose(command: dict[str, Any]) -> dict[str, Any]:
+async def propose(command: Command) -> dict[str, Any]:
     """One closed-loop run of proposals; measured over ``[warmup, warmup + duration]`` or all ``calls``."""
     token, tool, label = command["token"], command["tool"], command["label"]
-    concurrency = int(command["concurrency"])
-    urls, server_pids = replicas(command)
-    service_pids = [int(pid) for pid in command.get("service_pids", [])]
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
-    state = RunState(remaining=int(command["calls"]) if "calls" in command else None)
+    urls, _ = replicas(command)
+    state = ProposeRun(remaining=int(command["calls"]) if "calls" in command else None)
     headers = propose_headers(token, tool)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        workers = [asyncio.create_task(_propose_worker(session, urls[index % len(urls)], tool, headers, state))
-                   for index in range(concurrency)]  # fmt: skip
-        try:
-            if state.remaining is None:
-                await asyncio.sleep(float(command["warmup"]))
-            t0, cpu0, services0, own0 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
-            if state.remaining is None:
-                await asyncio.sleep(float(command["duration"]))
-            else:
-                await asyncio.gather(*workers)
-            t1, cpu1, services1, own1 = time.perf_counter(), _cpu_sum(server_pids), _cpu_sum(service_pids), _own()
-        finally:
-            state.stop = True
-            await asyncio.wait_for(asyncio.gather(*workers, return_exceptions=True), DRAIN_TIMEOUT_SECONDS)
+    async with client_session() as session:
+        workers = [
+            _propose_worker(session, urls[index % len(urls)], tool, headers, state)
+            for index in range(int(command["concurrency"]))
+        ]
+        counted = state.remaining is not None
+        warmup, duration = (0.0, None) if counted else (float(command["warmup"]), float(command["duration"]))
+        window = await closed_loop(state, workers, Meter.of(command), warmup=warmup, duration=duration)
     _successes[label] += len(state.completed)
     _cards[label].update(state.cards)
     _failed[label] += sum(state.failures.values())
-    latencies = sorted(latency for end, latency in state.completed if t0 <= end <= t1)
-    answer = _window(latencies, t1 - t0, cpu1 - cpu0, services1 - services0, own1 - own0)
+    answer = window.record(state.latencies(window))
     answer |= {"failures": dict(state.failures), "calls_total": len(state.completed), **_totals(label)}
     if command.get("return_cards"):
         answer["cards"] = state.cards
     return answer
 
 
-def _window(latencies: list[float], seconds: float, server: float, services: float, own: float) -> dict[str, Any]:
-    calls = len(latencies)
-    per_call = (lambda cpu: cpu / calls * 1e6) if calls else (lambda cpu: float("nan"))
-    return {
-        "calls": calls,
-        "seconds": seconds,
-        "calls_per_s": calls / seconds,
-        "p50_ms": percentile(latencies, 0.50) * 1000,
-        "p99_ms": percentile(latencies, 0.99) * 1000,
-        "server_cpu_us_per_call": per_call(server),
-        "server_cpu_share": server / seconds,
-        "services_cpu_us_per_call": per_call(services),
-        "load_cpu_us_per_call": per_call(own),
-        "other_core_share": (services + own) / seconds,
-    }
-
-
 def _totals(label: str) -> dict[str, int]:
     return {"successes_total": _successes[label], "cards_total": len(_cards[label])}
-
-
-def _cpu_sum(pids: list[int]) -> float:
-    return sum(cpu_seconds(pid) for pid in pids)
-
-
-def _own() -> float:
-    return cpu_seconds(os.getpid())
 
 
 # --- approvals ----------------------------------------------------------------------------------
@@ -237,17 +197,8 @@ class ApproveState:
     failures: Counter[str] = field(default_factory=Counter)
 
 
-async def _approve_one(
-    session: aiohttp.ClientSession, url: str, card: list[Any], headers: dict[str, str]
-) -> str | None:
-    card_id, version, args_hash = card
-    body = json.dumps({"version": int(version), "args_hash": args_hash}).encode()
-    try:
-        async with session.post(f"{url}/admin/api/cards/{card_id}/approve", data=body, headers=headers) as response:
-            raw = await response.read()
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return type(error).__name__
+def _approval_failure(status: int, raw: bytes, content_type: str) -> str | None:
+    """None for an approval answered HTTP 200 with code OK and the card APPROVED, else the failure kind."""
     if status != 200:
         return f"http_{status}"
     try:
@@ -259,18 +210,30 @@ async def _approve_one(
     return None
 
 
-async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
+async def _approve_one(
+    session: aiohttp.ClientSession, url: str, card: list[Any], headers: dict[str, str]
+) -> str | None:
+    card_id, version, args_hash = card
+    body = json.dumps({"version": int(version), "args_hash": args_hash}).encode()
+    return await post(session, f"{url}/admin/api/cards/{card_id}/approve", body, headers, _approval_failure)
+
+
+async def _watch(redis: Any, card_id: str) -> tuple[str, float | None]:
     """Follow a card's history until it reaches an outcome: (state, ledger ms approved->outcome).
 
     The history lives inside the card (see gateway/store/ledger/codec.py), which cannot be read blocking,
     so the card is polled every millisecond; that bounds the resolution of the outcome latency.
     """
     from gateway.store.ledger.codec import decode_card
+    from gateway.store.ledger.layout import card_keys, card_shard
 
+    shard = card_shard(card_id)
+    assert shard is not None
+    card_key = card_keys(card_id, shard)[0]
     deadline = time.perf_counter() + OUTCOME_TIMEOUT_SECONDS
     while time.perf_counter() < deadline:
         raw = await redis.get(card_key)
-        events = decode_card(raw, card_key.rpartition(":")[2]).get("events", []) if raw else []
+        events = decode_card(raw, card_id).get("events", []) if raw else []
         approved_at = next((int(e["at"]) for e in events if e.get("type") == "approved"), None)
         for event in events:
             if event.get("state") in OUTCOME_STATES:
@@ -283,8 +246,6 @@ async def _watch(redis: Any, card_key: str) -> tuple[str, float | None]:
 async def _approver(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str], redis: Any, state: ApproveState
 ) -> None:
-    from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
-
     while state.queue:
         card = state.queue.pop()
         started = time.perf_counter()
@@ -296,9 +257,7 @@ async def _approver(
         state.approve_latencies.append(returned - started)
         if redis is None:
             continue
-        shard = card_shard(card[0])
-        assert shard is not None
-        outcome, ledger_ms = await _watch(redis, RedisLedger._keys(card[0], shard)[0])
+        outcome, ledger_ms = await _watch(redis, card[0])
         state.outcomes[outcome] += 1
         if outcome != "timeout":
             state.outcome_latencies.append(time.perf_counter() - returned)
@@ -306,30 +265,26 @@ async def _approver(
             state.ledger_latencies_ms.append(float(ledger_ms))
 
 
-async def approve(command: dict[str, Any]) -> dict[str, Any]:
+async def approve(command: Command) -> dict[str, Any]:
     """Approve every card given, `concurrency` at a time; optionally follow each to its outcome."""
     import redis.asyncio as aioredis
 
     url, token = command["url"], command["token"]
-    server_pid = int(command["server_pid"])
-    service_pids = [int(pid) for pid in command.get("service_pids", [])]
+    meter = Meter.of(command)
     state = ApproveState(queue=list(reversed(command["cards"])))
     headers = {"content-type": "application/json", "authorization": f"Bearer {token}"}
     watch_url = command.get("watch_redis_url")
     redis = aioredis.from_url(watch_url, decode_responses=False) if watch_url else None  # cards are packed bytes
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
     try:
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
-        ) as session:
-            t0, cpu0, services0, own0 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+        async with client_session() as session:
+            start = meter.read()
             approvers = [_approver(session, url, headers, redis, state) for _ in range(int(command["concurrency"]))]
             await asyncio.gather(*approvers)
-            t1, cpu1, services1, own1 = time.perf_counter(), cpu_seconds(server_pid), _cpu_sum(service_pids), _own()
+            window = Window(start, meter.read())
     finally:
         if redis is not None:
             await redis.aclose()
-    answer = _window(sorted(state.approve_latencies), t1 - t0, cpu1 - cpu0, services1 - services0, own1 - own0)
+    answer = window.record(sorted(state.approve_latencies))
     outcome = sorted(state.outcome_latencies)
     ledger = sorted(state.ledger_latencies_ms)
     answer |= {
@@ -348,23 +303,17 @@ async def approve(command: dict[str, Any]) -> dict[str, Any]:
 # --- verification with the official client ------------------------------------------------------
 
 
-async def verify(command: dict[str, Any]) -> dict[str, Any]:
+async def verify(command: Command) -> dict[str, Any]:
     """One proposal with ``mcp.Client`` and one raw; both must file a new PENDING card."""
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
     url, token, tool, label = command["url"], command["token"], command["tool"], command["label"]
-    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=10) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=MODERN_VERSION) as client:  # type: ignore[arg-type]
-            result = await client.call_tool(tool, booking(next(_next_index)))
+    result = await sdk_call(url, token, tool, booking(next(_next_index)), mode=MODERN_VERSION)
     content = result.structured_content or {}
     card_id = content.get("card_id")
     if result.is_error or content.get("status") != "PENDING" or not isinstance(card_id, str):
         return {"error": f"mcp.Client proposal failed at {url}: {result.model_dump_json()[:300]}"}
     _successes[label] += 1
     _cards[label].add(card_id)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)) as session:
+    async with client_session() as session:
         body = propose_body(1, tool, booking(next(_next_index)))
         async with session.post(url, data=body, headers=propose_headers(token, tool)) as response:
             raw = await response.read()
@@ -377,42 +326,11 @@ async def verify(command: dict[str, Any]) -> dict[str, Any]:
     return {"receipt_keys": sorted(content), "raw_content_type": content_type, "raw_bytes": len(raw), **_totals(label)}
 
 
-# --- command loop -------------------------------------------------------------------------------
-
-
-async def totals(command: dict[str, Any]) -> dict[str, Any]:
+async def totals(command: Command) -> dict[str, Any]:
     """Successful proposals, distinct card ids and failed calls so far, per label."""
     labels = set(_successes) | set(_cards) | set(_failed)
     return {label: {**_totals(label), "failed_total": _failed[label]} for label in sorted(labels)}
 
 
-_COMMANDS = {"propose": propose, "approve": approve, "verify": verify, "totals": totals}
-
-
-async def serve_commands() -> None:
-    """Answer commands from stdin until ``quit`` or end of input."""
-    print(json.dumps({"pid": os.getpid()}), flush=True)
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            return
-        command = json.loads(line)
-        if command["cmd"] == "quit":
-            return
-        try:
-            answer = await _COMMANDS[command["cmd"]](command)
-        except Exception as error:  # reported to the orchestrator, which stops the benchmark
-            answer = {"error": f"{type(error).__name__}: {error}"}
-        print(json.dumps(answer), flush=True)
-
-
-def main() -> None:
-    import uvloop
-
-    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve_commands())
-
-
 if __name__ == "__main__":
-    main()
+    main({"propose": propose, "approve": approve, "verify": verify, "totals": totals})

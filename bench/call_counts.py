@@ -141,8 +141,8 @@ def report(title: str, results: dict[str, Counter[tuple[str, int, str]]], calls:
         print(f"  {key[:44]:44} {cells}   {(groups['gateway'][key] - groups[floor][key]) / calls:>+7.1f}")
     extra = Counter({key: n - results[floor][key] for key, n in results["gateway"].items()})
     print(f"  functions the gateway calls most more often than {floor} (per call: gateway, gw-{floor})")
-    for key, n in extra.most_common(top):
-        print(f"  {results['gateway'][key] / calls:>9.1f} {n / calls:>+7.1f}  {function_label(*key)}")
+    for function, n in extra.most_common(top):
+        print(f"  {results['gateway'][function] / calls:>9.1f} {n / calls:>+7.1f}  {function_label(*function)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,22 +48,40 @@ OPEN_ONLY = {"open", "timers", "open_cards", "open_count"}
 
 def proposal(n: int) -> Proposal:
     start = f"{n // 60 % 24:02d}:{n % 60:02d}"
-    arguments = {"date": "2031-01-06", "end": "10:00", "room_id": "room-atlas", "start": start,
-                 "title": "Bench booking", "n": n}  # fmt: skip
+    arguments = {
+        "date": "2031-01-06",
+        "end": "10:00",
+        "room_id": "room-atlas",
+        "start": start,
+        "title": "Bench booking",
+        "n": n,
+    }
     return Proposal(
-        tool="rooms_book", tool_version="2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881",
-        arguments=arguments, args_hash=f"{n:064x}", requester_subject=SUBJECT, requester_org=ORG,
-        requester_key_id="key_0123456789ab", requester_roles=frozenset({"staff"}), approvals_required=1,
-        approver_role="approver", summary=f"Book room-atlas on 2031-01-06 from {arguments['start']} to 10:00",
-        agent_text={"title": "Bench booking"}, decide_within_ms=86_400_000, execute_within_ms=3_600_000,
+        tool="rooms_book",
+        tool_version="2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881",
+        arguments=arguments,
+        args_hash=f"{n:064x}",
+        requester_subject=SUBJECT,
+        requester_org=ORG,
+        requester_key_id="key_0123456789ab",
+        requester_roles=frozenset({"staff"}),
+        approvals_required=1,
+        approver_role="approver",
+        summary=f"Book room-atlas on 2031-01-06 from {arguments['start']} to 10:00",
+        agent_text={"title": "Bench booking"},
+        decide_within_ms=86_400_000,
+        execute_within_ms=3_600_000,
         dedupe_key=f"{ORG}|{SUBJECT}|rooms_book|{n}",
-    )  # fmt: skip
+    )
 
 
 def structure_keys(shard: int) -> dict[str, str]:
     keys = card_keys(f"crd_{shard}_{'0' * 32}", shard)
     return dict(zip(STRUCTURES[:7], keys[1:], strict=True)) | {
-        "org": org_index(shard, ORG), "by": requester_index(shard, ORG, SUBJECT), "orgs": orgs_key(shard)}  # fmt: skip
+        "org": org_index(shard, ORG),
+        "by": requester_index(shard, ORG, SUBJECT),
+        "orgs": orgs_key(shard),
+    }
 
 
 async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]]:
@@ -73,7 +91,8 @@ async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]
         named = [(name, key) for name, key in structure_keys(shard).items() if name != "open"]
         buckets = [("open", key) for key in open_buckets(shard)]  # the dedupe buckets and the hash written before
         for name, key in buckets + named:
-            kind = (await client.type(key)).decode()
+            stored_type = await client.type(key)
+            kind = stored_type.decode() if isinstance(stored_type, bytes) else stored_type
             count = {"zset": client.zcard, "hash": client.hlen, "stream": client.xlen, "set": client.scard}.get(kind)
             if count is None:
                 continue
@@ -89,14 +108,20 @@ async def entries_and_bytes(client: aioredis.Redis) -> dict[str, tuple[int, int]
 async def run_to_success(ledger: RedisLedger, card_id: str) -> None:
     card = await ledger.get(card_id)
     assert card is not None
-    await ledger.approve(card_id, approver="admin@acme.example", version=card.version, args_hash=card.args_hash,
-                         comment="")  # fmt: skip
+    await ledger.approve(
+        card_id, approver="admin@acme.example", version=card.version, args_hash=card.args_hash, comment=""
+    )
     claimed = await ledger.claim(card_id, worker="worker-1a2b3c", lease_ms=30_000)
     assert claimed.card is not None
     await ledger.dispatch(card_id, fence=claimed.card.fence)
-    done = await ledger.complete(card_id, fence=claimed.card.fence, outcome=CardState.SUCCEEDED,
-                                 reference="bk_0123456789abcdef", evidence={"status": 201},
-                                 settle_ms=1_000)  # fmt: skip
+    done = await ledger.complete(
+        card_id,
+        fence=claimed.card.fence,
+        outcome=CardState.SUCCEEDED,
+        reference="bk_0123456789abcdef",
+        evidence={"status": 201},
+        settle_ms=1_000,
+    )
     assert done.status == "OK", done.status
 
 
@@ -129,8 +154,12 @@ async def measure(url: str, cards: int, succeed: int, audit: int) -> dict[str, A
             assert card is not None and card.state.value == state
             own.append(size - len(canonical_json(card.arguments).encode()))
         parts = {name: per_entry.get(name, 0.0) for name in STRUCTURES if state == "PENDING" or name not in OPEN_ONLY}
-        rows[state] = {"own": statistics.median(own), "max_own": max(own), "parts": parts,
-                       "net": max(own) + sum(parts.values())}  # fmt: skip
+        rows[state] = {
+            "own": statistics.median(own),
+            "max_own": max(own),
+            "parts": parts,
+            "net": max(own) + sum(parts.values()),
+        }
     audit_bytes = {}
     # The issue's typical entry (its card id), and the executor's own proposal entry, which also says
     # whether the card existed and its state (`gateway.executor.agent`, without provenance).
@@ -138,9 +167,18 @@ async def measure(url: str, cards: int, succeed: int, audit: int) -> dict[str, A
         stream = f"bench:{name}"
         sink = RedisStreamAuditSink(client, secret=b"bench-secret-0123456789abcdef0123", stream=stream)
         for n in range(audit):
-            await sink.record(AuditEvent(action="card.propose", outcome="ok", subject=SUBJECT, org=ORG,
-                                         key_id="key_0123456789ab", tool="rooms_book", latency_ms=1.234,
-                                         extra={"card_id": ids[n % len(ids)], **more}))  # fmt: skip
+            await sink.record(
+                AuditEvent(
+                    action="card.propose",
+                    outcome="ok",
+                    subject=SUBJECT,
+                    org=ORG,
+                    key_id="key_0123456789ab",
+                    tool="rooms_book",
+                    latency_ms=1.234,
+                    extra={"card_id": ids[n % len(ids)], **more},
+                )
+            )
         audit_bytes[name] = int(await client.memory_usage(stream, samples=0) or 0) / max(audit, 1)
     await client.aclose()
     return {"rows": rows, **audit_bytes, "cards": cards, "succeed": succeed}
@@ -160,12 +198,16 @@ def report(result: dict[str, Any]) -> None:
             f"{row['parts'][name]:>10.0f}" if name in row["parts"] else f"{'-':>10}" for name in STRUCTURES
         )
         print(f"  {state:9} | {row['own']:>15,.0f} / {row['max_own']:>6,} | {parts} | {row['net']:>8,.0f}")
-    print(f"  audit entry: {result['audit']:,.0f} B (stream MEMORY USAGE / entries); with the executor's "
-          f"existing and state: {result['audit_full']:,.0f} B")  # fmt: skip
+    print(
+        f"  audit entry: {result['audit']:,.0f} B (stream MEMORY USAGE / entries); with the executor's "
+        f"existing and state: {result['audit_full']:,.0f} B"
+    )
     print("Targets")
-    checks = [("Redis bytes per card beyond args, PENDING", result["rows"]["PENDING"]["net"], PENDING_TARGET),
-              ("Redis bytes per card beyond args, SUCCEEDED", result["rows"]["SUCCEEDED"]["net"], SUCCEEDED_TARGET),
-              ("Redis bytes per audit entry", result["audit"], AUDIT_TARGET)]  # fmt: skip
+    checks = [
+        ("Redis bytes per card beyond args, PENDING", result["rows"]["PENDING"]["net"], PENDING_TARGET),
+        ("Redis bytes per card beyond args, SUCCEEDED", result["rows"]["SUCCEEDED"]["net"], SUCCEEDED_TARGET),
+        ("Redis bytes per audit entry", result["audit"], AUDIT_TARGET),
+    ]
     for label, value, target in checks:
         print(f"  {label:46} {value:>8,.0f} B   target <= {target:>5} B   {'PASS' if value <= target else 'MISS'}")
 

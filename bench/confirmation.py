@@ -37,16 +37,26 @@ import redis.asyncio as aioredis  # noqa: E402
 
 from bench._harness import Pinning, cpu_seconds, median, pin_self, redis_server, spread  # noqa: E402
 from gateway.cards.contract import Proposal, Transition  # noqa: E402
+from gateway.limits.budgets import Limits  # noqa: E402
 from gateway.store.ledger.redis_ledger import RedisLedger, _transition  # noqa: E402
 
 PROPOSAL = Proposal(
-    tool="rooms_book", tool_version="v1",
+    tool="rooms_book",
+    tool_version="v1",
     arguments={"room_id": "room-atlas", "date": "2031-01-06", "start": "09:00", "end": "09:01", "title": "bench"},
-    args_hash="h", requester_subject="bench@acme.example", requester_org="acme", requester_key_id="key_bench",
-    requester_roles=frozenset({"staff"}), approvals_required=1, approver_role="approver",
-    summary="Book room-atlas on 2031-01-06 from 09:00 to 09:01", agent_text={"title": "bench"},
-    decide_within_ms=3_600_000, execute_within_ms=3_600_000, dedupe_key="",
-)  # fmt: skip
+    args_hash="h",
+    requester_subject="bench@acme.example",
+    requester_org="acme",
+    requester_key_id="key_bench",
+    requester_roles=frozenset({"staff"}),
+    approvals_required=1,
+    approver_role="approver",
+    summary="Book room-atlas on 2031-01-06 from 09:00 to 09:01",
+    agent_text={"title": "bench"},
+    decide_within_ms=3_600_000,
+    execute_within_ms=3_600_000,
+    dedupe_key="",
+)
 
 
 class UnconfirmedLedger(RedisLedger):
@@ -77,7 +87,11 @@ async def _run(ledger: RedisLedger, concurrency: int, seconds: float) -> tuple[i
 
 async def measure(url: str, server_pid: int, args: argparse.Namespace) -> dict[int, dict[str, list[float]]]:
     client = aioredis.from_url(url, max_connections=64)
-    ledgers = {"unconfirmed": UnconfirmedLedger(client), "confirmed": RedisLedger(client)}
+    unbounded = Limits(open_cards_per_requester=10**9)  # every proposal is one requester's: no cap on its cards
+    ledgers = {
+        "unconfirmed": UnconfirmedLedger(client, limits=unbounded),
+        "confirmed": RedisLedger(client, limits=unbounded),
+    }
     results: dict[int, dict[str, list[float]]] = {}
     try:
         for ledger in ledgers.values():
@@ -109,8 +123,10 @@ async def measure(url: str, server_pid: int, args: argparse.Namespace) -> dict[i
 
 def report(label: str, results: dict[int, dict[str, list[float]]]) -> None:
     print(f"\n{label}")
-    print("  c | proposals/s unconfirmed  confirmed |  confirmed/unconfirmed | client µs/proposal u / c "
-          "| server µs/proposal u / c")  # fmt: skip
+    print(
+        "  c | proposals/s unconfirmed  confirmed |  confirmed/unconfirmed | client µs/proposal u / c "
+        "| server µs/proposal u / c"
+    )
     for concurrency, rows in results.items():
         low, high = spread(rows["ratio"])
         print(

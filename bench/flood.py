@@ -129,8 +129,16 @@ def phase(stack: dict[str, Any], args: argparse.Namespace, name: str) -> dict[st
     steady, steady_key = stack["steady"]
     flood, flood_key = stack["flood"]
     if name != "baseline":
-        flood.send({"cmd": "flood", "url": url, "token": flood_key, "concurrency": args.flood_concurrency,
-                    "server_pid": gateway.pid, **timing})  # fmt: skip
+        flood.send(
+            {
+                "cmd": "flood",
+                "url": url,
+                "token": flood_key,
+                "concurrency": args.flood_concurrency,
+                "server_pid": gateway.pid,
+                **timing,
+            }
+        )
     steady.send({"cmd": "steady", "url": url, "token": steady_key, "rate": args.steady_rate, **timing})
     result = {"steady": steady.receive(args.warmup + args.duration + 60)}
     if name != "baseline":
@@ -142,8 +150,9 @@ def limiter_cost(stack: dict[str, Any], args: argparse.Namespace) -> dict[str, A
     meter: Child = stack["meter"]
     costs = {}
     for level in LIMITER_LEVELS:
-        meter.send({"cmd": "limiter", "redis_url": stack["redis_url"], "checks": args.limiter_checks,
-                    "concurrency": level})  # fmt: skip
+        meter.send(
+            {"cmd": "limiter", "redis_url": stack["redis_url"], "checks": args.limiter_checks, "concurrency": level}
+        )
         costs[str(level)] = meter.receive(600)
     return costs
 
@@ -181,13 +190,17 @@ def report(rounds: list[dict[str, Any]], costs: dict[str, Any], args: argparse.N
         total = sum(sum(f["outcomes"].values()) for f in floods)
         cpu = median([f["server_cpu_us_per_call"] for f in floods])
         busy = median([f["server_cpu_share"] for f in floods])
-        print(f"{name}: {median([f['calls_per_s'] for f in floods]):,.0f} calls/s answered, {limited / total:.1%} "
-              f"RATE_LIMITED, server CPU {cpu:,.0f} µs per call, server core {busy:.0%} busy")  # fmt: skip
+        print(
+            f"{name}: {median([f['calls_per_s'] for f in floods]):,.0f} calls/s answered, {limited / total:.1%} "
+            f"RATE_LIMITED, server CPU {cpu:,.0f} µs per call, server core {busy:.0%} busy"
+        )
     print("\nLimiter cost (RedisRateLimiter.spend, in a process on the server's core), CPU µs per check:")
     for level, cost in costs.items():
         one, two = cost["one_budget"], cost["two_budgets"]
-        print(f"  {level:>2} at once: one budget {one['cpu_us_per_check']:6.1f} ({one['checks_per_s']:,.0f}/s), "
-              f"two budgets {two['cpu_us_per_check']:6.1f} ({two['checks_per_s']:,.0f}/s)")  # fmt: skip
+        print(
+            f"  {level:>2} at once: one budget {one['cpu_us_per_check']:6.1f} ({one['checks_per_s']:,.0f}/s), "
+            f"two budgets {two['cpu_us_per_check']:6.1f} ({two['checks_per_s']:,.0f}/s)"
+        )
     print("\nTargets")
     for metric in ("p50_ms", "p99_ms"):
         value = summary[f"flood_{metric}_ratio"]

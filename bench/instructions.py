@@ -123,8 +123,11 @@ def measure(
             total = count()
         if failures:
             raise RuntimeError(f"{variant.name} c={concurrency}: failed calls {dict(failures)}")
-        levels[concurrency] = {"raw": total / args.calls, "net": (total - idle * seconds) / args.calls,
-                               "seconds": seconds}  # fmt: skip
+        levels[concurrency] = {
+            "raw": total / args.calls,
+            "net": (total - idle * seconds) / args.calls,
+            "seconds": seconds,
+        }
     return {"idle_per_s": idle, "levels": levels}
 
 
@@ -148,8 +151,14 @@ def _line(result: dict[str, Any]) -> str:
 
 def report(title: str, results: dict[str, dict[str, Any]], floors: Sequence[str], levels: Sequence[int]) -> None:
     print(f"{title}: million instructions per call, idle work subtracted (callgrind)")
-    print("  c | " + " ".join(f"{name:>9}" for name in results) + " | " + " ".join(f"gw/{f:<9}" for f in floors) +
-          " | " + " ".join(f"gw-{f:<9}" for f in floors))  # fmt: skip
+    print(
+        "  c | "
+        + " ".join(f"{name:>9}" for name in results)
+        + " | "
+        + " ".join(f"gw/{f:<9}" for f in floors)
+        + " | "
+        + " ".join(f"gw-{f:<9}" for f in floors)
+    )
     for c in levels:
         net = {name: result["levels"][c]["net"] for name, result in results.items()}
         row = " ".join(f"{value / 1e6:>9.2f}" for value in net.values())
@@ -163,8 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("needs valgrind and callgrind_control on PATH", file=sys.stderr)
         return 2
-    print(f"revision {git_revision()}; {args.calls} counted calls per level after {args.warmup} warm-up calls; "
-          f"idle counted over {args.idle:g} s")  # fmt: skip
+    print(
+        f"revision {git_revision()}; {args.calls} counted calls per level after {args.warmup} warm-up calls; "
+        f"idle counted over {args.idle:g} s"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         logs, out_dir = Path(tmp), args.out or Path(tmp) / "callgrind"
         out_dir.mkdir(parents=True, exist_ok=True)

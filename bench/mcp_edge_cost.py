@@ -14,6 +14,7 @@ rounds of process CPU time. The end-to-end read path costs about a millisecond o
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import time
@@ -39,25 +40,48 @@ from gateway.store.keys import KeyCache
 from gateway.web.request_telemetry import HttpTelemetry
 from gateway.web.root_app import GatewayApp
 
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+}
 ARGUMENTS = {"room_id": "room-atlas", "date": "2026-12-01"}
-BODY = json.dumps({"jsonrpc": "2.0", "id": 17, "method": "tools/call",
-                   "params": {"name": "rooms_availability", "arguments": ARGUMENTS, "_meta": META}},
-                  separators=(",", ":")).encode()  # fmt: skip
+BODY = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 17,
+        "method": "tools/call",
+        "params": {"name": "rooms_availability", "arguments": ARGUMENTS, "_meta": META},
+    },
+    separators=(",", ":"),
+).encode()
 LARGE_ARGUMENTS = {"text": "lorem ipsum " * 800, "items": [{"k": i, "v": "abc"} for i in range(200)]}
-LARGE = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                    "params": {"name": "x", "arguments": LARGE_ARGUMENTS}}).encode()  # fmt: skip
-COMMON = [(b"host", b"127.0.0.1:8765"), (b"user-agent", b"python-httpx/0.28"), (b"accept-encoding", b"gzip, deflate"),
-          (b"connection", b"keep-alive"), (b"authorization", b"Bearer csk_agent_0123456789abcdef0123456789abcdef"),
-          (b"accept", b"application/json, text/event-stream"), (b"content-type", b"application/json"),
-          (b"content-length", str(len(BODY)).encode())]  # fmt: skip
+LARGE = json.dumps(
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "x", "arguments": LARGE_ARGUMENTS}}
+).encode()
+COMMON = [
+    (b"host", b"127.0.0.1:8765"),
+    (b"user-agent", b"python-httpx/0.28"),
+    (b"accept-encoding", b"gzip, deflate"),
+    (b"connection", b"keep-alive"),
+    (b"authorization", b"Bearer csk_agent_0123456789abcdef0123456789abcdef"),
+    (b"accept", b"application/json, text/event-stream"),
+    (b"content-type", b"application/json"),
+    (b"content-length", str(len(BODY)).encode()),
+]
 ERAS = {
-    "2026-07-28": [*COMMON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", b"tools/call"),
-                   (b"mcp-name", b"rooms_availability")],
-    "2025-11-25 session": [*COMMON, (b"mcp-protocol-version", b"2025-11-25"),
-                           (b"mcp-session-id", b"0123456789abcdef0123456789abcdef")],
-}  # fmt: skip
+    "2026-07-28": [
+        *COMMON,
+        (b"mcp-protocol-version", b"2026-07-28"),
+        (b"mcp-method", b"tools/call"),
+        (b"mcp-name", b"rooms_availability"),
+    ],
+    "2025-11-25 session": [
+        *COMMON,
+        (b"mcp-protocol-version", b"2025-11-25"),
+        (b"mcp-session-id", b"0123456789abcdef0123456789abcdef"),
+    ],
+}
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:
@@ -85,13 +109,25 @@ class _Keys:
 def _front(audit: ListAuditSink, *, direct: bool) -> Any:
     """The /mcp path as `gateway.runtime.app.create_app` composes it without OAuth issuers, in front of `_Sdk`:
     the scope checks and the token verifier stand there too (`resource_server`), doing nothing for a key."""
-    budget = BudgetFront(_Sdk(), server=None, held=lambda principal, tool: None,  # type: ignore[arg-type]
-                         input_schema=lambda tool: None, audit=FloodAudit(audit))  # fmt: skip
+    budget = BudgetFront(
+        _Sdk(),
+        server=None,  # type: ignore[arg-type]
+        held=lambda principal, tool: None,
+        input_schema=lambda tool: None,
+        audit=FloodAudit(audit),
+    )
     oauth, scoped = resource_server(OAuthSection(), budget, audit=audit)
     keys = KeyCache(_Keys(), ttl_seconds=3600)  # type: ignore[arg-type]
     floods = AddressBudgets(Limits().unauthenticated)
-    authenticated = BearerAuth(MessageChecks(scoped, audit=audit), keys=keys, kind=KeyKind.AGENT, audit=audit,
-                               realm="mcp", floods=floods, tokens=oauth)  # fmt: skip
+    authenticated = BearerAuth(
+        MessageChecks(scoped, audit=audit),
+        keys=keys,
+        kind=KeyKind.AGENT,
+        audit=audit,
+        realm="mcp",
+        floods=floods,
+        tokens=oauth,
+    )
     edge = HeaderChecks(authenticated, audit=audit, allowed_hosts=["127.0.0.1:*", "localhost:*"], allowed_origins=[])
     routes = [Route("/mcp", edge, methods=["GET", "POST", "DELETE"])]
     if direct:
@@ -128,15 +164,18 @@ def _per_call(call: Callable[[], object], count: int) -> float:
 
 async def main() -> None:
     audit = ListAuditSink()
-    edge = HeaderChecks(MessageChecks(_app, audit=audit), audit=audit,
-                        allowed_hosts=["127.0.0.1:*", "localhost:*"], allowed_origins=[])  # fmt: skip
+    edge = HeaderChecks(
+        MessageChecks(_app, audit=audit), audit=audit, allowed_hosts=["127.0.0.1:*", "localhost:*"], allowed_origins=[]
+    )
     for era, headers in ERAS.items():
         added = []
         for _ in range(7):
             bare = await _per_request(_app, headers, 20_000)
             added.append(await _per_request(edge, headers, 20_000) - bare)
-        print(f"{era}: the edge adds {statistics.median(added):.2f} µs per request "
-              f"(rounds {min(added):.2f}-{max(added):.2f})")  # fmt: skip
+        print(
+            f"{era}: the edge adds {statistics.median(added):.2f} µs per request "
+            f"(rounds {min(added):.2f}-{max(added):.2f})"
+        )
     fronts = {"the root's direct route": _front(audit, direct=True), "Starlette's stack": _front(audit, direct=False)}
     headers = ERAS["2026-07-28"]
     added_by: dict[str, list[float]] = {name: [] for name in fronts}
@@ -145,12 +184,14 @@ async def main() -> None:
         for name, front in fronts.items():
             added_by[name].append(await _per_request(front, headers, 20_000) - bare)
     for name, added in added_by.items():
-        print(f"2026-07-28, the whole front through {name}: adds {statistics.median(added):.2f} µs per request "
-              f"(rounds {min(added):.2f}-{max(added):.2f})")  # fmt: skip
+        print(
+            f"2026-07-28, the whole front through {name}: adds {statistics.median(added):.2f} µs per request "
+            f"(rounds {min(added):.2f}-{max(added):.2f})"
+        )
     for body in (BODY, LARGE):
         for name, check in (("id scan", needs_parse), ("pydantic-core parse", pydantic_core.from_json)):
             count = 20_000 if body is BODY else 2_000
-            median = statistics.median(_per_call(lambda c=check, b=body: c(b), count) for _ in range(7))
+            median = statistics.median(_per_call(functools.partial(check, body), count) for _ in range(7))
             print(f"{name} of a {len(body):,}-byte body: {median:.2f} µs")
 
 

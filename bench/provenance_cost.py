@@ -46,8 +46,15 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.call_history import RedisCallHistory, history_key
 
 RULES = HistoryRules()
-EVENT = AuditEvent(action="tool.call", outcome="ok", subject="alice@acme.example", org="acme", key_id="key_a",
-                   tool="rooms_availability", latency_ms=1.5)  # fmt: skip
+EVENT = AuditEvent(
+    action="tool.call",
+    outcome="ok",
+    subject="alice@acme.example",
+    org="acme",
+    key_id="key_a",
+    tool="rooms_availability",
+    latency_ms=1.5,
+)
 
 
 async def _measure(op: Callable[[int], Awaitable[object]], ops: int, concurrency: int) -> tuple[float, float]:

@@ -100,8 +100,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--server-cpu", type=int, default=None, help="core for the server under test")
     parser.add_argument("--other-cpu", type=int, default=None, help="core for load generator, backends, Redis")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of both servers")
-    parser.add_argument("--appendfsync", choices=("everysec", "always"), default="everysec",
-                        help="AOF fsync policy of the bench's Redis (the product ships always)")  # fmt: skip
+    parser.add_argument(
+        "--appendfsync",
+        choices=("everysec", "always"),
+        default="everysec",
+        help="AOF fsync policy of the bench's Redis (the product ships always)",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 2, 1.0, 0.3
@@ -114,7 +118,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def estimated_seconds(args: argparse.Namespace) -> float:
     runs = args.rounds * len(args.levels) * len(args.eras) * len(SERVERS)
-    return runs * (args.duration + args.warmup + 0.3) + 15
+    return float(runs * (args.duration + args.warmup + 0.3) + 15)
 
 
 # --- the stack ----------------------------------------------------------------------------------

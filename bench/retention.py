@@ -79,8 +79,10 @@ async def measure(url: str, cards: int, succeed: int, still_open: int, archive_d
     made = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
     await asyncio.sleep(KEEP_MS / 1000 + 0.2)
     before, ledger_before = await _used(client), await _ledger_bytes(client)
-    retention = RedisCardRetention(client, CardArchive(archive_dir), keep_ms=KEEP_MS, audit=audit, batch=500,
-                                   per_sweep=cards)  # fmt: skip  # one sweep, every card: its speed is what is measured
+    # One sweep, every card (per_sweep=cards): its speed is what is measured.
+    retention = RedisCardRetention(
+        client, CardArchive(archive_dir), keep_ms=KEEP_MS, audit=audit, batch=500, per_sweep=cards
+    )
     wall, cpu = time.perf_counter(), time.process_time()
     retired = await retention.sweep()
     swept = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
@@ -95,26 +97,44 @@ async def measure(url: str, cards: int, succeed: int, still_open: int, archive_d
         raise SystemExit("a retired card is missing from the archive")
     archive_bytes = sum(path.stat().st_size for path in archive.files())
     await client.aclose()
-    return {"cards": cards, "succeed": succeed, "open": still_open, "empty": empty, "before": before,
-            "after": after, "ledger_before": ledger_before, "ledger_after": ledger_after, "made": made,
-            "swept": swept, "archive_bytes": archive_bytes}  # fmt: skip
+    return {
+        "cards": cards,
+        "succeed": succeed,
+        "open": still_open,
+        "empty": empty,
+        "before": before,
+        "after": after,
+        "ledger_before": ledger_before,
+        "ledger_after": ledger_after,
+        "made": made,
+        "swept": swept,
+        "archive_bytes": archive_bytes,
+    }
 
 
 def report(r: dict[str, Any]) -> None:
     cards = r["cards"]
-    print(f"Card retention: {cards:,} finished cards ({r['succeed']:,} SUCCEEDED, the rest REJECTED), "
-          f"{r['open']:,} PENDING left alone")  # fmt: skip
-    print(f"  used_memory: empty {r['empty'] / 2**20:,.1f} MiB, before the sweep {r['before'] / 2**20:,.1f} MiB, "
-          f"after {r['after'] / 2**20:,.1f} MiB")  # fmt: skip
+    print(
+        f"Card retention: {cards:,} finished cards ({r['succeed']:,} SUCCEEDED, the rest REJECTED), "
+        f"{r['open']:,} PENDING left alone"
+    )
+    print(
+        f"  used_memory: empty {r['empty'] / 2**20:,.1f} MiB, before the sweep {r['before'] / 2**20:,.1f} MiB, "
+        f"after {r['after'] / 2**20:,.1f} MiB"
+    )
     returned = (r["ledger_before"] - r["ledger_after"]) / cards
-    print(f"  the ledger's keys (MEMORY USAGE of every cs:{{cs*}} key): {r['ledger_before'] / 2**20:,.2f} MiB before, "
-          f"{r['ledger_after'] / 2**20:,.2f} MiB after (the PENDING cards and the shards' own structures): "
-          f"{returned:,.0f} B returned per finished card")  # fmt: skip
+    print(
+        f"  the ledger's keys (MEMORY USAGE of every cs:{{cs*}} key): {r['ledger_before'] / 2**20:,.2f} MiB before, "
+        f"{r['ledger_after'] / 2**20:,.2f} MiB after (the PENDING cards and the shards' own structures): "
+        f"{returned:,.0f} B returned per finished card"
+    )
     made, swept = r["made"], r["swept"]
     wall, cpu = swept["wall"] / made["wall"], swept["cpu"] / made["cpu"]
-    print(f"  sweep: {swept['wall']:.2f} s wall ({cards / swept['wall']:,.0f} cards/s), {swept['cpu']:.2f} s CPU here; "
-          f"filing and finishing them took {made['wall']:.2f} s wall, {made['cpu']:.2f} s CPU "
-          f"(sweep / making: {wall:.2f}x wall, {cpu:.2f}x CPU)")  # fmt: skip
+    print(
+        f"  sweep: {swept['wall']:.2f} s wall ({cards / swept['wall']:,.0f} cards/s), {swept['cpu']:.2f} s CPU here; "
+        f"filing and finishing them took {made['wall']:.2f} s wall, {made['cpu']:.2f} s CPU "
+        f"(sweep / making: {wall:.2f}x wall, {cpu:.2f}x CPU)"
+    )
     print(f"  archive: {r['archive_bytes'] / cards:,.0f} B a card on disk (JSON lines, history included)")
 
 

@@ -134,20 +134,15 @@ def started(topology: str, log_dir: Path) -> Iterator[Stack]:
         tokens = fresh_secrets()
 
         def child(name: str, module: str, argv: list[str], interactive: bool = False) -> Child:
-            started = start_python(name, module, argv, cores=cores, log_dir=log_dir, env=tokens,
-                                   interactive=interactive)  # fmt: skip
+            started = start_python(
+                name, module, argv, cores=cores, log_dir=log_dir, env=tokens, interactive=interactive
+            )
             stack.callback(started.stop)
             return started
 
         backends = child("backends", "bench._servers", ["backends"])
-        urls = [
-            "--redis-url",
-            redis_url,
-            "--rooms-url",
-            backends.ready["rooms"],
-            "--orders-url",
-            backends.ready["orders"],
-        ]
+        urls = ["--redis-url", redis_url, "--rooms-url", backends.ready["rooms"]]
+        urls += ["--orders-url", backends.ready["orders"]]
         gateways = [child(f"gateway{n}", "bench._servers", ["gateway", *urls, "--no-worker"]) for n in REPLICAS]
         yield Stack(
             redis_url=redis_url,
@@ -164,8 +159,9 @@ def measure(topology: str, args: argparse.Namespace, log_dir: Path) -> list[dict
         for gateway in stack.gateways:  # each answers the official client first
             url = f"{gateway.ready['url']}/mcp"
             stack.ask("read", {"cmd": "verify", "url": url, "token": stack.token, "era": "modern"})
-            stack.ask("propose", {"cmd": "verify", "url": url, "token": stack.token, "tool": "rooms_book",
-                                  "label": "verify"})  # fmt: skip
+            stack.ask(
+                "propose", {"cmd": "verify", "url": url, "token": stack.token, "tool": "rooms_book", "label": "verify"}
+            )
         rows = []
         for round_index in range(args.rounds):
             order = REPLICAS if round_index % 2 == 0 else REPLICAS[::-1]
@@ -179,9 +175,11 @@ def measure(topology: str, args: argparse.Namespace, log_dir: Path) -> list[dict
                     row[str(replicas)] = answer
                 rows.append(row)
                 one, two = row["1"], row["2"]
-                print(f"  {topology} round {round_index + 1} {workload:8s} 1 gw {one['calls_per_s']:7,.0f}/s"
-                      f"  2 gw {two['calls_per_s']:7,.0f}/s  ratio {two['calls_per_s'] / one['calls_per_s']:.2f}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  {topology} round {round_index + 1} {workload:8s} 1 gw {one['calls_per_s']:7,.0f}/s"
+                    f"  2 gw {two['calls_per_s']:7,.0f}/s  ratio {two['calls_per_s'] / one['calls_per_s']:.2f}",
+                    flush=True,
+                )
         return rows
 
 

@@ -93,13 +93,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_dir = Path(logs)
         _redis, redis_url = stack.enter_context(redis_server(frozenset(), log_dir))
         secrets = fresh_secrets()
-        backends = start_python("backends", "bench._servers", ["backends"], cores=frozenset(), log_dir=log_dir,
-                                env=secrets)  # fmt: skip
+        backends = start_python(
+            "backends", "bench._servers", ["backends"], cores=frozenset(), log_dir=log_dir, env=secrets
+        )
         stack.callback(backends.stop)
-        argv_gateway = ["gateway", "--redis-url", redis_url, "--rooms-url", backends.ready["rooms"],
-                        "--orders-url", backends.ready["orders"], "--no-worker"]  # fmt: skip
-        gateway = start_python("gateway", "bench._servers", argv_gateway, cores=frozenset(), log_dir=log_dir,
-                               env=secrets)  # fmt: skip
+        argv_gateway = ["gateway", "--redis-url", redis_url, "--rooms-url", backends.ready["rooms"]]
+        argv_gateway += ["--orders-url", backends.ready["orders"], "--no-worker"]
+        gateway = start_python(
+            "gateway", "bench._servers", argv_gateway, cores=frozenset(), log_dir=log_dir, env=secrets
+        )
         stack.callback(gateway.stop)
         url, pid = f"{gateway.ready['url']}/mcp", gateway.ready["pid"]
         tokens = _keys(redis_url, args.keys)

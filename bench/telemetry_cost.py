@@ -66,10 +66,20 @@ def _mcp_span(tool: str) -> AbstractContextManager[object]:
     """The SDK's span per MCP message; the surface leaves it out while no tracer provider is installed."""
     if not installed():
         return nullcontext()
-    attributes = {"mcp.method.name": "tools/call", "mcp.protocol.version": "2026-07-28", "jsonrpc.request.id": "7",
-                  "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}  # fmt: skip
-    return otel_span(f"tools/call {tool}", kind=SpanKind.SERVER, attributes=attributes, record_exception=False,
-                     set_status_on_exception=False)  # fmt: skip
+    attributes = {
+        "mcp.method.name": "tools/call",
+        "mcp.protocol.version": "2026-07-28",
+        "jsonrpc.request.id": "7",
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+    }
+    return otel_span(
+        f"tools/call {tool}",
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
 
 
 def _backend_span(method: str) -> None:
@@ -160,8 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows.append((f"tracing on, {label}", _per_call_us(steps[f"{kind}_tracing"], args.calls, args.rounds)))
     provider.shutdown()
 
-    print(f"CPU µs per call, median of {args.rounds} rounds x {args.calls:,} calls [min-max]; loop overhead "
-          f"{empty:.2f} µs subtracted")  # fmt: skip
+    print(
+        f"CPU µs per call, median of {args.rounds} rounds x {args.calls:,} calls [min-max]; loop overhead "
+        f"{empty:.2f} µs subtracted"
+    )
     for label, (median, low, high) in rows:
         print(f"  {label:<36} {median - empty:7.2f}  [{low - empty:.2f}-{high - empty:.2f}]")
     worst = max(median - empty for label, (median, _, _) in rows if label.startswith("metrics"))

