@@ -78,7 +78,6 @@ EXCEPTIONS: dict[str, int] = {
     "gateway.notifications.message": VOCABULARY,
     # the settings are read at the edge, with starlette's `Config` and `Secret`; so is the audit secret
     "gateway.config.settings": ROOT_LAYER,
-    "gateway.config.settings_parts": ROOT_LAYER,
     "gateway.audit.secret": ROOT_LAYER,
 }
 """The few modules that stand in another layer than their package, each with the reason."""
