@@ -27,6 +27,8 @@ import anyio
 import uvicorn
 from starlette.types import ASGIApp
 
+from gateway.runtime.stopping import QuietServer
+
 STARTUP_TIMEOUT_SECONDS = 5.0
 SHUTDOWN_TIMEOUT_SECONDS = 10.0
 GRACEFUL_SHUTDOWN_SECONDS = 3
@@ -98,20 +100,6 @@ def serve_app_in_thread(
         sock.close()
         if thread.is_alive():
             raise TimeoutError(f"uvicorn did not stop within {SHUTDOWN_TIMEOUT_SECONDS} s")
-
-
-class QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves process signals alone.
-
-    These servers live inside another program (the gateway's demo mode, a test), which decides
-    when they stop by setting `should_exit`. uvicorn's own capture would replace the program's
-    SIGINT/SIGTERM handlers and re-raise the signal after stopping, killing the program before it
-    has cleaned up.
-    """
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def _config(app: ASGIApp, host: str, port: int, lifespan: bool) -> uvicorn.Config:

@@ -28,7 +28,8 @@ from starlette.routing import Route
 
 from gateway.audit.events import ListAuditSink
 from gateway.auth.bearer import BearerAuth
-from gateway.auth.oauth_resource import resource_server
+from gateway.auth.oauth_resource import ScopeChecks
+from gateway.auth.tokens import TokenVerifier
 from gateway.config.oauth import OAuthSection
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import AddressBudgets
@@ -107,8 +108,8 @@ class _Keys:
 
 
 def _front(audit: ListAuditSink, *, direct: bool) -> Any:
-    """The /mcp path as `gateway.runtime.app.create_app` composes it without OAuth issuers, in front of `_Sdk`:
-    the scope checks and the token verifier stand there too (`resource_server`), doing nothing for a key."""
+    """The /mcp path as `gateway.mcp.stack` composes it without OAuth issuers, in front of `_Sdk`:
+    the scope checks and the token verifier stand there too, doing nothing for a key."""
     budget = BudgetFront(
         _Sdk(),
         server=None,  # type: ignore[arg-type]
@@ -116,7 +117,7 @@ def _front(audit: ListAuditSink, *, direct: bool) -> Any:
         input_schema=lambda tool: None,
         audit=FloodAudit(audit),
     )
-    oauth, scoped = resource_server(OAuthSection(), budget, audit=audit)
+    oauth, scoped = TokenVerifier(OAuthSection()), ScopeChecks(budget, config=OAuthSection(), audit=audit)
     keys = KeyCache(_Keys(), ttl_seconds=3600)  # type: ignore[arg-type]
     floods = AddressBudgets(Limits().unauthenticated)
     authenticated = BearerAuth(

@@ -27,7 +27,7 @@ from backends.rooms import create_rooms_app
 from backends.serve import serve_app, serve_app_in_thread
 from gateway.audit.events import ListAuditSink
 from gateway.cards.card import Card, CardState
-from gateway.cli.signing_keys import rotate_signing_key
+from gateway.cli.commands import rotate_signing_key
 from gateway.runtime.app import Gateway, create_app
 from gateway.signing.identity import IDENTITY_HEADER
 from gateway.signing.receipts import RECEIPT_HEADER, RECEIPT_TYPE, receipt_claims, request_hash, verify_receipt

@@ -25,6 +25,7 @@ __all__ = [
     "ApproveBody",
     "CancelBody",
     "CardActionDone",
+    "CardDecisionBody",
     "CardList",
     "CardShown",
     "DecisionResult",
@@ -69,7 +70,7 @@ class RejectBody(BaseModel):
     args_hash: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-class Decision(BaseModel):
+class CardDecisionBody(BaseModel):
     """One reviewed card of a batch: the decision, bound to the version and args_hash reviewed."""
 
     model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
@@ -85,7 +86,7 @@ class DecisionsBody(BaseModel):
     """Several reviewed cards, each decided by its own transition; at most ``[limits] batch_decisions``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    decisions: list[Decision]
+    decisions: list[CardDecisionBody]
 
 
 class CancelBody(BaseModel):

@@ -9,11 +9,12 @@ client finds them from the ``resource_metadata`` of `gateway.auth.bearer.BearerA
 `jwks_route` publishes the gateway's own public keys (`gateway.signing.signer`), with which backends verify
 the identity tokens and approval receipts it sends them.
 
-`ScopeChecks` sits behind BearerAuth on ``/mcp`` and the edge's body checks (so the body is
-already bounded): a ``tools/call`` by a token's principal for a tool whose scopes
-(`OAuthSection.tool_scopes`) the token lacks is 403 with ``error="insufficient_scope"`` and the
-scopes needed, and is audited as ``auth.scope``. An API key is not scope-limited (its
-`Principal.scopes` is None), and a tool no pattern names needs no scope.
+`ScopeChecks` is a layer of the ``/mcp`` stack behind authentication and the edge's body checks, so
+the body it reads is already bounded (`gateway.mcp.stack`): a ``tools/call`` by a token's principal
+for a tool whose scopes (`OAuthSection.tool_scopes`) the token lacks is 403 with
+``error="insufficient_scope"`` and the scopes needed, and is audited as ``auth.scope``. An API key is
+not scope-limited (its `Principal.scopes` is None), and a tool no pattern names needs no scope; until
+the configuration names an issuer, no surface takes tokens at all.
 """
 
 from __future__ import annotations
@@ -28,25 +29,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import caller_of
-from gateway.auth.tokens import TokenVerifier
 from gateway.codes import Code
 from gateway.config.oauth import OAuthSection, Surface, metadata_url
 from gateway.errors import StoreUnavailableError
 from gateway.signing.signer import Signer
 from gateway.web.asgi_replay import replay_body
 
-__all__ = ["JWKS_PATH", "ScopeChecks", "jwks_route", "protected_resource_routes", "resource_server"]
+__all__ = ["JWKS_PATH", "ScopeChecks", "jwks_route", "protected_resource_routes"]
 
 _ROOT = "/.well-known/oauth-protected-resource"
-
-
-def resource_server(config: OAuthSection, app: ASGIApp, *, audit: AuditSink) -> tuple[TokenVerifier, ScopeChecks]:
-    """The verifier `gateway.auth.bearer.BearerAuth` consults for tokens, and `app` behind the scope checks.
-
-    Both do nothing until `config` names an issuer: no surface takes tokens, and an API key's
-    principal is never scope-limited.
-    """
-    return TokenVerifier(config), ScopeChecks(app, config=config, audit=audit)
 
 
 def protected_resource_routes(config: OAuthSection) -> list[BaseRoute]:

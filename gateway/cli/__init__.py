@@ -2,8 +2,9 @@
 
 * `main` — the entry: parse, then hand each command to its module;
 * `parser` — every command, option and help text, and nothing else;
-* `commands` — the commands that act on the store: keys, audit, and the admin's cards and adapters;
-* `cards`, `adapters`, `signing_keys` — ``countersign cards``, ``adapters`` and ``signing-keys``.
+* `commands` — the commands that act on the store: keys, signing keys, audit, and (after resolving
+  the admin's key) the admin's cards and adapters;
+* `cards`, `adapters` — ``countersign cards`` and ``countersign adapters``, as an admin.
 
 May import: everything in `gateway`. Each command imports only what it uses, so ``--help`` starts fast.
 """

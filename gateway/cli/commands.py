@@ -1,4 +1,4 @@
-"""The commands of `countersign` that act on the store: keys, audit, and the admin's cards and adapters.
+"""The commands of `countersign` that act on the store: keys, signing keys, audit, and the admin's cards and adapters.
 
 Who calls it: `gateway.cli.main`, after parsing, with the resolved `Settings`. Each command gets one
 `_Store` (the Redis of the settings, or the data directory's embedded server, attached to or
@@ -6,6 +6,14 @@ started for the command) and says on stderr, in one line, which one it is.
 `cards` (`gateway.cli.cards`) and `adapters` (`gateway.cli.adapters`) act as an admin, identified by
 an admin key, which this module resolves (and audits when it is refused) before handing the admin
 to them.
+
+``signing-keys rotate|list`` manage the gateway's own signing keys. Production never makes a signing
+key by itself: the first ``rotate`` on an empty store makes the first key (until then approved writes
+wait, unsent, and backends get no identity token they can verify with the JWKS). Each later ``rotate``
+makes a new key active at once; the one it replaces stays published in ``/.well-known/jwks.json`` for
+`gateway.signing.signer.OVERLAP_SECONDS`, long enough for every token signed with it to expire, and is
+dropped by the first rotation after that. Every gateway process sees the new key within
+`gateway.signing.signer.CACHE_SECONDS`. Nothing here prints a private key.
 """
 
 from __future__ import annotations
@@ -19,20 +27,21 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit, urlunsplit
 
 from gateway.archives.audit_archive import AuditArchive
-from gateway.audit.events import AuditEvent
+from gateway.audit.events import AuditEvent, AuditSink
 from gateway.audit.formats import export_line
 from gateway.audit.secret import audit_secret
-from gateway.cli.signing_keys import list_signing_keys, rotate_signing_key
+from gateway.canonical import iso_from_ms
 from gateway.config.settings import Settings
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
+from gateway.signing.signer import OVERLAP_SECONDS
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.client import connect
 from gateway.store.keys import KeyStore
 from gateway.store.signing_keys import SigningKeyStore
 
-__all__ = ["run_command", "where"]
+__all__ = ["list_signing_keys", "rotate_signing_key", "run_command", "where"]
 
 
 async def run_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -245,6 +254,49 @@ async def _audit_verify(store: _Store, args: argparse.Namespace) -> int:
     return 1
 
 
+# -- signing keys ---------------------------------------------------------------------------------
+
+
+async def rotate_signing_key(store: SigningKeyStore, audit: AuditSink) -> int:
+    """Make a new active key; exit status 1 when another rotation won the race (nothing changed)."""
+    before = await store.load()
+    done, kid = await store.rotate(overlap_ms=OVERLAP_SECONDS * 1000, expected_active=before.active_kid)
+    await audit.record(
+        AuditEvent(
+            action="signing_key.rotate",
+            outcome="ok" if done else "conflict",
+            subject=getpass.getuser(),
+            extra={"kid": kid, "previous": before.active_kid or ""},
+        )
+    )
+    if not done:
+        print(f"another rotation made {kid} active meanwhile; nothing changed", file=sys.stderr)
+        return 1
+    print(kid)
+    retiring = f"; {before.active_kid} stays published for {OVERLAP_SECONDS} s" if before.active_kid else ""
+    print(f"signing key {kid} is active{retiring}", file=sys.stderr)
+    return 0
+
+
+async def list_signing_keys(store: SigningKeyStore) -> int:
+    """One line per published key: kid, active or when it retires, when it was made."""
+    keys = await store.load()
+    if not keys.published:
+        print("no signing key: run countersign signing-keys rotate", file=sys.stderr)
+    for key in keys.published:
+        state = "active" if key.kid == keys.active_kid else f"retires {iso_from_ms(key.retire_at_ms or 0)}"
+        print(f"{key.kid}  {key.jwk.get('alg')}  {state}  created {iso_from_ms(key.created_ms)}")
+    return 0
+
+
+async def _signing_rotate(store: _Store, args: argparse.Namespace) -> int:
+    return await rotate_signing_key(SigningKeyStore(store.redis, secret=store.secret), store.audit)
+
+
+async def _signing_list(store: _Store, args: argparse.Namespace) -> int:
+    return await list_signing_keys(SigningKeyStore(store.redis, secret=store.secret))
+
+
 # -- admin commands -------------------------------------------------------------------------------
 
 
@@ -304,14 +356,6 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
         allowed=settings.registry_allowed_base_urls,
         org_adapters=settings.org_adapters,
     )
-
-
-async def _signing_rotate(store: _Store, args: argparse.Namespace) -> int:
-    return await rotate_signing_key(SigningKeyStore(store.redis, secret=store.secret), store.audit)
-
-
-async def _signing_list(store: _Store, args: argparse.Namespace) -> int:
-    return await list_signing_keys(SigningKeyStore(store.redis, secret=store.secret))
 
 
 _HANDLERS: dict[tuple[str, str], _Handler] = {

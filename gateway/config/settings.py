@@ -2,7 +2,8 @@
 
 `Settings.load(environ, config_path, demo=)` is the only reader of the environment and the config
 file; tests build `Settings(...)` directly. The file is parsed by `gateway.config.file` (one
-pydantic model per section, unknown keys refused with their path).
+pydantic model per section, unknown keys refused with their path); its ``[adapters]`` and ``[orgs]``
+sections become `AdapterSettings` and `OrgSettings` here, and its ``redis_*`` keys one Redis URL.
 
 Two modes. **Demo** (`countersign serve` with no config file and no ``COUNTERSIGN_REDIS_URL``, or
 ``serve --demo``): the embedded Valkey, the demo backends for adapters without a ``url``, the demo
@@ -94,18 +95,10 @@ from starlette.datastructures import Secret
 
 from gateway.audit.formats import AuditExportTarget
 from gateway.config.approvals import ApprovalSettings
-from gateway.config.file import ConfigFile, read_config
+from gateway.config.file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
 from gateway.config.oauth import OAuthSection
 from gateway.config.org_adapters import OrgAdapters
-from gateway.config.settings_parts import (
-    _DEMO_ADAPTERS,
-    DEMO_ORGS,
-    AdapterSettings,
-    OrgSettings,
-    adapters_from,
-    deployment_url,
-    orgs_from,
-)
+from gateway.config.redis_target import redis_url_of
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 from gateway.notifications.message import NotificationSettings
@@ -115,6 +108,45 @@ __all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Set
 
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 """The Host headers /mcp accepts when nothing else is configured: the loopback names, any port."""
+
+_DEMO_ROLES = frozenset({"staff", "support", "approver", "registry"})
+_DEMO_ADAPTERS = ("rooms", "orders")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AdapterSettings:
+    """Where one adapter's backend lives and how the gateway authenticates to it."""
+
+    name: str
+    url: str | None = None
+    """Backend base URL; None means "start the demo backend in-process" (demo mode only)."""
+    token: Secret | None = None
+    """The gateway's own credential for the backend. Never an agent's token."""
+    signing_key: Secret | None = None
+    """A key shared with this backend to sign each caller's identity with (``X-Countersign-Identity``,
+    HS256): the transition. Without one the identity is signed with the gateway's own keys (EdDSA), which
+    the backend verifies with ``/.well-known/jwks.json`` (`gateway.signing.identity`). A demo backend the gateway
+    starts itself gets a fresh one."""
+    timeout_seconds: float = 10.0
+    health_path: str = "/_health"
+    """Polled to decide whether the backend is up (an unhealthy backend's reads fail fast)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OrgSettings:
+    """One org: the adapters it serves and the roles its keys may hold (``[orgs.<name>]``)."""
+
+    name: str
+    adapters: frozenset[str]
+    roles: frozenset[str]
+    tainted_approvals: int = 1
+    """Distinct approvers a card of this org needs at least when it is tainted (`gateway.provenance`)."""
+
+
+DEMO_ORGS: tuple[OrgSettings, ...] = (
+    OrgSettings(name="acme", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
+    OrgSettings(name="globex", adapters=frozenset({"rooms", "orders", "expenses"}), roles=_DEMO_ROLES),
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -314,7 +346,7 @@ class Settings:
         path = config_path or (Path(p) if (p := env("CONFIG", default="")) else None)
         document = read_config(path) if path else ConfigFile()
         gateway = document.gateway
-        deployment = deployment_url(gateway, environ)
+        deployment = _deployment_url(gateway, environ)
         redis_url = env("REDIS_URL", default=None) or gateway.redis_url or deployment
         is_demo = demo or _mode(env("MODE", default=""), path, env("REDIS_URL", default=None))
         secret_env = gateway.audit_secret_env
@@ -325,8 +357,8 @@ class Settings:
                 data_dir=Path(env("DATA_DIR", default=gateway.data_dir)),
                 host=env("HOST", default=gateway.host),
                 port=env("PORT", cast=int, default=gateway.port),
-                adapters=adapters_from(document.adapters, environ, demo=is_demo),
-                orgs=orgs_from(document.orgs, demo=is_demo),
+                adapters=_adapters_from(document.adapters, environ, demo=is_demo),
+                orgs=_orgs_from(document.orgs, demo=is_demo),
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,
@@ -360,6 +392,68 @@ class Settings:
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
+
+
+def _deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str | None:
+    """The URL of the Sentinel or Cluster deployment the ``[gateway] redis_*`` settings name, if any."""
+    if gateway.redis_url and (gateway.redis_sentinels or gateway.redis_cluster_nodes):
+        raise ConfigError("gateway.redis_url excludes gateway.redis_sentinels and gateway.redis_cluster_nodes")
+    password = None
+    if gateway.redis_password_env is not None:
+        password = environ.get(gateway.redis_password_env)
+        if not password:
+            raise ConfigError(f"gateway.redis_password_env names {gateway.redis_password_env}, which is not set")
+    return redis_url_of(
+        sentinels=gateway.redis_sentinels,
+        master=gateway.redis_master_name,
+        cluster_nodes=gateway.redis_cluster_nodes,
+        username=gateway.redis_username,
+        password=password,
+        tls=gateway.redis_tls,
+    )
+
+
+def _adapters_from(
+    section: Mapping[str, AdapterSection] | None, environ: Mapping[str, str], *, demo: bool
+) -> dict[str, AdapterSettings]:
+    if section is None:
+        # The demo's adapters are its own backends; production serves only what it names.
+        return {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS} if demo else {}
+    return {
+        name: AdapterSettings(
+            name=name,
+            url=table.url,
+            token=_secret(name, table.token_env, environ),
+            signing_key=_secret(name, table.signing_key_env, environ),
+            timeout_seconds=table.timeout_seconds,
+            health_path=table.health_path,
+        )
+        for name, table in section.items()
+    }
+
+
+def _secret(adapter: str, env_name: str | None, environ: Mapping[str, str]) -> Secret | None:
+    if not env_name:
+        return None
+    if env_name not in environ:
+        raise ConfigError(f"adapter {adapter}: environment variable {env_name} is not set")
+    return Secret(environ[env_name])
+
+
+def _orgs_from(section: Mapping[str, OrgSection] | None, *, demo: bool) -> tuple[OrgSettings, ...]:
+    if section is None:
+        return DEMO_ORGS if demo else ()
+    # An org may name adapters that are not configured here: those are registered by manifest
+    # and serve nothing until an admin accepts them.
+    return tuple(
+        OrgSettings(
+            name=name,
+            adapters=frozenset(table.adapters),
+            roles=frozenset(table.roles),
+            tainted_approvals=table.tainted_approvals,
+        )
+        for name, table in section.items()
+    )
 
 
 def _mode(mode: str, path: Path | None, redis_url: str | None) -> bool:

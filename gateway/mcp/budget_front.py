@@ -1,7 +1,7 @@
 """The MCP edge's answer to a flood: a ``tools/call`` whose rate budget is known spent never reaches the SDK.
 
-Who calls it: `gateway.mcp.surface.McpSurface` puts `BudgetFront` directly in front of the SDK's
-ASGI app, behind authentication and the edge checks (`gateway.mcp.edge`), so the caller is known.
+Where it stands: directly in front of the SDK's ASGI app, behind authentication and the edge checks,
+so the caller is known (`gateway.mcp.stack` assembles the layers).
 It asks the executor (`AgentPath.held_refusal`: access, then the limiter's memory of refusals,
 no I/O) whether the call is certainly refused, and if so answers RATE_LIMITED with ``retry_after``
 itself: the same result the SDK would send, for a fraction of its cost (the SDK spends about a

@@ -1,7 +1,7 @@
 """The MCP endpoint's edge: what the Streamable HTTP transport refuses that the SDK lets through.
 
-Two ASGI layers around ``/mcp``, composed by the root as
-``HeaderChecks(BearerAuth(MessageChecks(surface.asgi)))``. Each fixes one measured gap of the
+Two ASGI layers of the ``/mcp`` stack, one before authentication and one after it (`gateway.mcp.stack`
+assembles the stack and says why each layer stands where it does). Each fixes one measured gap of the
 SDK (mcp 2.3.0) and leaves everything the SDK already answers correctly to the SDK:
 
 `HeaderChecks`, before authentication, looks at the header lines only (read once for the whole

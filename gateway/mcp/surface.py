@@ -5,9 +5,11 @@ hands the principal, the name and the raw arguments to the executor's `AgentPath
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
-`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. In front of the SDK, a 2026-era
-``tools/call`` that the caller's spent rate budget certainly refuses is answered without it
-(`gateway.mcp.budget_front`), so a flood costs little more than its HTTP.
+`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. The layers in front of the SDK,
+the budget front among them (a ``tools/call`` the caller's spent budget certainly refuses is answered
+without the SDK, so a flood costs little more than its HTTP), are assembled in `gateway.mcp.stack`
+from what this surface exposes: `session_manager`, `server`, `held_refusal`, `listed_schema` and
+`flood_audit`.
 
 A client that declares task support follows a write proposal as a task bound to its card
 (`gateway.mcp.tasks`); any other client gets the card receipt and the approvals tools.
@@ -36,7 +38,6 @@ from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
@@ -47,7 +48,7 @@ from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import caller_of
 from gateway.codes import Code
 from gateway.executor import AgentPath, TaskPath
-from gateway.mcp.budget_front import BudgetFront
+from gateway.mcp.budget_front import Held
 from gateway.mcp.flood_audit import FloodAudit
 from gateway.mcp.sessions import KeyedSessionManager, SessionQuotaExceededError
 from gateway.mcp.tasks import McpTasks, request_principal, tool_result
@@ -118,7 +119,7 @@ class McpSurface:
         self._tasks = McpTasks(tasks)
         self._tasks.install(self.server)
         # Host and Origin are checked in front of this surface, before authentication, with stable
-        # codes and an audit event (`gateway.mcp.edge.HeaderChecks`): the SDK's check would repeat it.
+        # codes and an audit event (`gateway.mcp.stack`): the SDK's check would repeat it.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.session_manager = KeyedSessionManager(
             self.server,
@@ -130,14 +131,9 @@ class McpSurface:
             session_idle_timeout=session_idle_seconds,
         )
         self.flood_audit = FloodAudit(audit)
-        # A call its spent budget certainly refuses is answered before the SDK parses it (gateway.mcp.budget_front).
-        self.asgi = BudgetFront(
-            StreamableHTTPASGIApp(self.session_manager),
-            server=self.server,
-            held=executor.held_refusal,
-            input_schema=self._listed_schema,
-            audit=self.flood_audit,
-        )
+        """Where the budget front counts the refusals it answers; written out when `run` ends."""
+        self.held_refusal: Held = executor.held_refusal
+        """The refusal the caller's spent budget certainly gives a call now, for the budget front."""
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -164,10 +160,11 @@ class McpSurface:
         )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
-        schema = self._listed_schema(name)
+        schema = self.listed_schema(name)
         return dict(schema) if schema is not None else None
 
-    def _listed_schema(self, name: str) -> Mapping[str, Any] | None:
+    def listed_schema(self, name: str) -> Mapping[str, Any] | None:
+        """The input schema `name` is listed with (the same object while the catalog does not change)."""
         box = self._catalog.current()
         return box.input_schema(name) if name in box else None
 

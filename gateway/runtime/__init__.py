@@ -5,8 +5,8 @@
 * `background` — every background loop of a process, assembled in one place;
 * `worker` — runs approved cards from the outbox and keeps every card's clock;
 * `demo` — what only demo mode has: its backends, its expenses service, its keys;
-* `stopping` — SIGINT and SIGTERM for a long-running command.
+* `stopping` — SIGINT and SIGTERM for a long-running command, and the uvicorn server that leaves them alone.
 
-May import: everything in `gateway`, and (`app`, `serve`, `demo` only) the adapters and demo backends.
-Nothing imports it but the command line.
+May import: everything in `gateway`; `app` the adapters it loads, `demo` the demo backends it starts.
+Nothing in `gateway` imports it but the command line; `backends.serve` runs its servers as `stopping.QuietServer`.
 """

@@ -23,14 +23,14 @@ from gateway.approvals.service import CardService
 from gateway.archives.audit_archive import AuditArchive
 from gateway.audit.forwarder import AuditForwarder
 from gateway.audit.secret import audit_secret
-from gateway.auth.bearer import BearerAuth
-from gateway.auth.oauth_resource import jwks_route, protected_resource_routes, resource_server
+from gateway.auth.oauth_resource import jwks_route, protected_resource_routes
+from gateway.auth.tokens import TokenVerifier
 from gateway.cards.contract import Ledger
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.executor import Executor, ReadMemory
 from gateway.limits.rate_limiter import AddressBudgets
-from gateway.mcp.edge import HeaderChecks, MessageChecks
+from gateway.mcp.stack import mcp_endpoint
 from gateway.mcp.surface import McpSurface
 from gateway.notifications.card_alerts import AlertingLedger
 from gateway.notifications.delivery import Notifier
@@ -39,7 +39,6 @@ from gateway.ops.api import ops_routes
 from gateway.ops.health import AdapterHealth
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.outbound.webhook import WebhookPoster
-from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
@@ -330,19 +329,13 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
     # One table of failed authentications per client address for every surface of this process: it is
     # consulted before any key lookup, so a flood of bad keys costs no Redis round trip (gateway.auth.bearer).
     floods = AddressBudgets(settings.limits.unauthenticated)
-    # The edge's header checks run before authentication, its body and session checks after (gateway.mcp.edge).
-    oauth, scoped = resource_server(settings.oauth, surface.asgi, audit=gateway.audit)  # OAuth tokens beside keys
-    authenticated = BearerAuth(
-        MessageChecks(scoped, audit=gateway.audit),
+    oauth = TokenVerifier(settings.oauth)  # OAuth tokens beside keys; none is taken until an issuer is configured
+    # Every layer in front of the MCP SDK, in order (gateway.mcp.stack).
+    mcp = mcp_endpoint(
+        surface,
         keys=agent_keys,
-        kind=KeyKind.AGENT,
-        audit=gateway.audit,
-        realm="mcp",
-        floods=floods,
         tokens=oauth,
-    )
-    mcp_endpoint = HeaderChecks(
-        authenticated,
+        floods=floods,
         audit=gateway.audit,
         allowed_hosts=settings.mcp_allowed_hosts(),
         allowed_origins=settings.mcp_allowed_origins(),
@@ -387,15 +380,15 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
     app = GatewayApp(
         fast_path="/mcp",
         routes=[
-            Route("/mcp", mcp_endpoint, methods=["GET", "POST", "DELETE"]),
+            Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             *ops,
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
             *admin_routes(cards, oauth, keys=gateway.keys, audit=gateway.audit, tables=[adapter_review], floods=floods),
             *console_routes(),
         ],
         lifespan=lifespan,
-        # Around every route, /mcp's direct one too: a span per admin and registry request, and the access log
-        # (gateway.web.request_telemetry).
+        # Around every route, /mcp's direct one too (outside its stack): a span per admin and registry request,
+        # and the access log (gateway.web.request_telemetry).
         middleware=[Middleware(HttpTelemetry)],
     )
     app.state.gateway = gateway

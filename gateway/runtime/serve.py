@@ -31,14 +31,13 @@ from urllib.parse import urlsplit, urlunsplit
 import uvicorn
 from starlette.datastructures import Secret
 
-from backends.serve import QuietServer
 from gateway.audit.secret import audit_secret
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError, UpstreamError
 from gateway.runtime import demo
 from gateway.runtime.app import build_gateway, create_app, tools_for
 from gateway.runtime.background import background_loops
-from gateway.runtime.stopping import Stopper
+from gateway.runtime.stopping import QuietServer, Stopper
 from gateway.runtime.worker import Worker
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis

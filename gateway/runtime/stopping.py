@@ -8,20 +8,24 @@ runs, the first signal asks it to stop (uvicorn finishes open requests for its g
 second forces it, and if it still runs `force_after` seconds after the first, `scope` is cancelled
 anyway, so a stop never takes longer than that plus the resources' own bounded shutdowns.
 
-uvicorn's own signal capture is off in these servers (`backends.serve.QuietServer`): it would
-re-raise the signal once its server stopped, killing the process before the rest is stopped.
+uvicorn's own signal capture is off in these servers (`QuietServer`): it would re-raise the signal
+once its server stopped, killing the process before the rest is stopped. The demo backends and the
+tests' servers (`backends.serve`) run as `QuietServer` too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Protocol
 
 import anyio
+import uvicorn
 
-__all__ = ["FORCE_AFTER_SECONDS", "Stoppable", "Stopper"]
+__all__ = ["FORCE_AFTER_SECONDS", "QuietServer", "Stoppable", "Stopper"]
 
 FORCE_AFTER_SECONDS = 6.0
 """From the first signal to cancelling outright: uvicorn's 3 s grace, plus the lifespan's shutdown."""
@@ -34,6 +38,20 @@ class Stoppable(Protocol):
 
     should_exit: bool
     force_exit: bool
+
+
+class QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves process signals alone.
+
+    These servers live inside another program (`countersign serve`, the demo backends it starts, a
+    test), which decides when they stop by setting `should_exit`. uvicorn's own capture would replace
+    the program's SIGINT/SIGTERM handlers and re-raise the signal after stopping, killing the program
+    before it has cleaned up.
+    """
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class Stopper:

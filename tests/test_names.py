@@ -1,0 +1,84 @@
+"""One name per idea: a public type name means one thing in the whole product.
+
+Read from the source with `ast`: every class defined at the top of a module in `gateway/`, `policies/`
+and `adapters/`, and every module-level alias of a type (a CapWords name assigned at the top of a
+module, such as ``Endpoint = Callable[[Request], Awaitable[Response]]``), unless it starts with
+``_``. Two modules that define the same name make a reader, an import or a traceback guess which
+one is meant.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("gateway", "policies", "adapters")
+
+KNOWN: frozenset[str] = frozenset(
+    {
+        # gateway.executor.invoke's alias for the callable that makes a backend request's identity
+        # headers, and gateway.signing.identity's class that implements it: a reader cannot tell the
+        # alias from the class. Until the alias has a name of its own, it is the one repeat allowed.
+        "IdentityHeaders",
+    }
+)
+"""Repeats still in the tree, each with its reason. A name leaves this set once it is defined once."""
+
+
+def _is_type_name(name: str) -> bool:
+    """CapWords, as a class or a type alias is named (constants are UPPER_CASE, functions lower_case)."""
+    return name[:1].isupper() and any(char.islower() for char in name)
+
+
+def _public_type_names(tree: ast.Module) -> list[str]:
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if _is_type_name(node.targets[0].id):
+                names.append(node.targets[0].id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_type_name(node.target.id):
+            names.append(node.target.id)
+    return [name for name in names if not name.startswith("_")]
+
+
+def defined_names() -> dict[str, list[str]]:
+    """Each public type name, with the modules (as paths) that define it."""
+    places: dict[str, list[str]] = defaultdict(list)
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for name in _public_type_names(ast.parse(path.read_text())):
+                places[name].append(str(path.relative_to(ROOT)))
+    return places
+
+
+def repeats(places: dict[str, list[str]]) -> list[str]:
+    """Each name defined in more than one module and not in `KNOWN`, with every place that defines it."""
+    return [
+        f"{name}: {' and '.join(where)}"
+        for name, where in sorted(places.items())
+        if len(where) > 1 and name not in KNOWN
+    ]
+
+
+def test_no_public_type_name_is_defined_twice() -> None:
+    """Every public class and type alias of the product is defined in exactly one module."""
+    assert repeats(defined_names()) == []
+
+
+def test_each_known_repeat_is_still_a_repeat() -> None:
+    """A repeat that was resolved leaves `KNOWN`, so the allowance cannot outlive it."""
+    places = defined_names()
+    assert {name for name in KNOWN if len(places.get(name, [])) < 2} == set()
+
+
+def test_a_class_and_an_alias_of_one_name_are_reported_with_both_places() -> None:
+    """The check is not vacuous: a class and an alias named alike are both found, and the report names
+    both modules; private names and constants are not type names."""
+    assert _public_type_names(ast.parse("class Decision:\n    pass\n")) == ["Decision"]
+    assert _public_type_names(ast.parse("Decision = dict[str, str]\n_Private = int\nLIMIT = 3\n")) == ["Decision"]
+    places = {"Decision": ["gateway/decision.py", "gateway/admin/bodies.py"], "Principal": ["gateway/principal.py"]}
+    assert repeats(places) == ["Decision: gateway/decision.py and gateway/admin/bodies.py"]
