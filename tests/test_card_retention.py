@@ -18,10 +18,10 @@ from redis.asyncio import Redis
 from gateway.archives.card_archive import CardArchive, CardArchiveError
 from gateway.cards.card import TERMINAL, CardState, verify_chain
 from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.codec import event_from_fields
 from gateway.store.ledger.layout import card_keys, open_buckets, org_index, requester_index
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from gateway.store.ledger.retention import LOCK_KEY, RETIRE, RedisCardRetention
-from gateway.store.ledger.rows import event_from_fields
 from tests.support.cards import PROPOSAL
 from tests.support.services import TEST_AUDIT_SECRET
 

@@ -112,7 +112,7 @@ COMPACTED = "compacted"
 class CardEvent:
     """One entry of a card's hash-chained history.
 
-    A history is bounded (`gateway.store.ledger.history`): back-to-back repeats of a housekeeping
+    A history is bounded (`gateway.store.ledger.scripts`): back-to-back repeats of a housekeeping
     step are counted on one event (`repeats`, `last_at_ms`), and past its bound the middle of the
     history is replaced by one `COMPACTED` event whose data names the last event it replaced
     (``through``, ``through_hash``) and counts the steps it replaced by type (``steps``).

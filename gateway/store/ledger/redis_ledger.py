@@ -18,7 +18,7 @@ budget in the same shard (`approve_by_policy`).
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
-counted, long histories compacted: `gateway.store.ledger.history`). A retried call with the same
+counted, long histories compacted: `gateway.store.ledger.scripts`). A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
 
@@ -46,7 +46,9 @@ from gateway.limits.budgets import Limits
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
 from gateway.store.ledger.changes import RedisCardChanges
+from gateway.store.ledger.codec import card_from_fields as _card
 from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.codec import event_from_fields as _event
 from gateway.store.ledger.layout import (
     SHARDS,
     card_keys,
@@ -66,10 +68,7 @@ from gateway.store.ledger.layout import (
 from gateway.store.ledger.layout import tag as _tag
 from gateway.store.ledger.outbox import OUTBOX_GROUP, ensure_outbox_group, outbox_keys, read_outbox
 from gateway.store.ledger.pages import SCAN_LIMIT, read_page
-from gateway.store.ledger.prelude import PRELUDE
-from gateway.store.ledger.rows import card_from_fields as _card
-from gateway.store.ledger.rows import event_from_fields as _event
-from gateway.store.ledger.scripts import SCRIPTS
+from gateway.store.ledger.scripts import PRELUDE, SCRIPTS
 from gateway.store.ledger.telemetry import observed
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
