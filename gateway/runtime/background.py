@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from gateway.archives.audit_archive import AuditArchive
-from gateway.archives.card_archive import CardArchive, CardArchiveError
+from gateway.archives.card_archive import CardArchive
 from gateway.audit.events import AuditSink
 from gateway.config.settings import Settings
-from gateway.errors import StoreUnavailableError, UpstreamError
+from gateway.errors import ArchiveError, StoreUnavailableError, UpstreamError
 from gateway.signing.signer import CACHE_SECONDS
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.ledger.retention import RedisCardRetention, keep_ms_of
@@ -60,8 +60,10 @@ def background_loops(gateway: Gateway, settings: Settings, *, serving: bool) -> 
     if serving:
         add("tool source refresh", gateway.live.refresh, settings.registry_poll_seconds, (*store, UpstreamError))
         add("health check", gateway.health.check_once, settings.health_poll_seconds, (*store, UpstreamError))
-    add("audit archive", lambda: archive_audit(gateway.archiver), settings.audit_archive_seconds, (*store, OSError))
-    add("card retention", gateway.retention.sweep, settings.card_retention_seconds, (*store, CardArchiveError))
+    add(
+        "audit archive", lambda: archive_audit(gateway.archiver), settings.audit_archive_seconds, (*store, ArchiveError)
+    )
+    add("card retention", gateway.retention.sweep, settings.card_retention_seconds, (*store, ArchiveError))
     add("signing keys refresh", gateway.signer.poll, CACHE_SECONDS, (*store, UpstreamError))
     if gateway.notifier is not None:
         add("notification delivery", gateway.notifier.deliver_due, settings.notifications.poll_seconds)
