@@ -3,9 +3,10 @@
 Who uses it: the ledger's scripts (`gateway.store.ledger.scripts` includes `CODEC` in its prelude, whose
 `unpack_card` runs in ``load`` and `pack_card` in ``save``) and every Python read of a stored card
 (`decode_card`, used by `gateway.store.ledger.redis_ledger` and `gateway.store.probes`; then
-`card_from_fields` and `event_from_fields` make the `Card` and its `CardEvent`s). The scripts and
-the Python rows only ever see the *expanded* card: long field names, every value a string, the
-history as a list of events with all their fields. Only this module knows the stored form; both of
+`card_from_fields` and `event_from_fields` make the `Card` and its `CardEvent`s, reading the JSON of
+its delegation and preview with `delegation_of` and `preview_from_stored`; `stored_delegation`
+writes the former for a new card). The scripts and the Python rows only ever see the *expanded*
+card: long field names, every value a string, the history as a list of events with all their fields. Only this module knows the stored form; both of
 its readers are generated from the tables below, so they cannot drift. It knows nothing of Redis.
 
 The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and what it leaves out:
@@ -55,20 +56,14 @@ from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 
-from gateway.cards.card import (
-    COMPACTED,
-    NO_DELEGATION,
-    Card,
-    CardEvent,
-    CardState,
-    delegation_of,
-    preview_from_stored,
-)
+from gateway.cards.card import COMPACTED, Card, CardEvent, CardState
 from gateway.provenance import Provenance
+from gateway.tools.preview import Preview
 
 __all__ = [
     "CODEC",
     "DEFAULTS",
+    "NO_DELEGATION",
     "PACKING",
     "RELATIVE",
     "SHORT",
@@ -76,10 +71,18 @@ __all__ = [
     "card_from_fields",
     "created_data",
     "decode_card",
+    "delegation_of",
     "event_from_fields",
+    "preview_from_stored",
+    "stored_delegation",
     "stored_table",
     "unpack_stored",
 ]
+
+
+NO_DELEGATION = json.dumps({"acting_client": "", "actors": []}, sort_keys=True)
+"""The ``delegation`` of a card proposed with a key, as `stored_delegation` writes it: made once, not per card."""
+
 
 SHORT: Mapping[str, str] = {
     "tool": "t",
@@ -467,3 +470,22 @@ def event_from_fields(f: Mapping[str, str]) -> CardEvent:
         repeats=int(f.get("repeats") or 0),
         last_at_ms=_optional_int(f.get("last_at")),
     )
+
+
+def preview_from_stored(raw: str | None) -> Preview | None:
+    """A card's preview from its stored JSON (`Preview.to_json`); None when none was stored."""
+    return Preview.from_json(json.loads(raw)) if raw else None
+
+
+def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
+    """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
+    if not acting_client and not actors:  # a card proposed with a key: most are
+        return {"delegation": NO_DELEGATION}
+    return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
+
+
+def delegation_of(stored: str | None) -> dict[str, Any]:
+    """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
+    proposed with a key, or stored before delegation was recorded, has none of either."""
+    data = json.loads(stored) if stored and stored != NO_DELEGATION else {}
+    return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}
