@@ -6,6 +6,9 @@
   x ConfigError               (operator: missing or invalid setting)
   x AuthError                 (operator/CLI: unknown key, bad key kind)
   x StoreUnavailableError     (the state store did not answer; fail closed, retry later)
+  x ArchiveError              (operator: an archive file or its directory cannot be written or read; .path)
+    + AuditArchiveError         (the audit trail's archive)
+    + CardArchiveError          (the archive of retired cards)
   x InvalidCursorError        (the caller sent a list cursor the ledger never issued; start over)
   x PathArgumentError         (the caller: a value that would change the endpoint; nothing sent)
   x UpstreamError             (an adapter could not complete the call)
@@ -24,8 +27,13 @@ parsing messages.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 __all__ = [
+    "ArchiveError",
+    "AuditArchiveError",
     "AuthError",
+    "CardArchiveError",
     "ConfigError",
     "GatewayError",
     "InvalidCursorError",
@@ -70,13 +78,37 @@ class AuthError(GatewayError):
 class StoreUnavailableError(GatewayError):
     """The state store (Redis) did not answer, or failed mid-command; writes must not proceed.
 
-    Raised only by `gateway.store`, which translates every Redis and socket failure into it.
-    `cause` names the underlying failure (``ConnectionError``, ``TimeoutError``) for logs and audit.
+    Raised only by `gateway.store`, which translates every Redis and socket failure into it, and
+    nothing else: a disk failure of an archive is an `ArchiveError`. `cause` names the underlying
+    failure (``ConnectionError``, ``TimeoutError``) for logs and audit.
     """
 
     def __init__(self, message: str, *, cause: str) -> None:
         super().__init__(message)
         self.cause = cause
+
+
+class ArchiveError(GatewayError):
+    """An archive on disk could not be written or read (its `OSError` is the cause): a full disk, a
+    permission, a path that is not a directory. The operator acts; nothing leaves Redis meanwhile, so a
+    background pass that meets it is tried again later.
+
+    Raised only by `gateway.archives`. `path` names the file or directory that failed.
+    """
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class AuditArchiveError(ArchiveError):
+    """The audit trail's archive (`gateway.archives.audit_archive`) failed: no entry is trimmed from the
+    stream past what a committed file holds."""
+
+
+class CardArchiveError(ArchiveError):
+    """The archive of retired cards (`gateway.archives.card_archive`) failed: nothing of the batch was
+    committed, so no card of it is removed from Redis."""
 
 
 class PathArgumentError(GatewayError, ValueError):

@@ -22,6 +22,7 @@ from gateway.archives.audit_archive import AuditArchive
 from gateway.audit.codec import OUTCOMES
 from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.cli.main import main
+from gateway.errors import AuditArchiveError, StoreUnavailableError
 from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_stream import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
@@ -243,3 +244,24 @@ async def test_an_entry_after_a_later_id_than_the_clock_takes_its_number_as_a_fi
         await client.xdel(AUDIT_STREAM, foreign)
         assert (await trail.verify(SECRET)).broken is None
         assert [e.tool for e in await trail.recent(3)] == ["t0", "t1", "t2"]
+
+
+async def test_a_disk_failure_of_the_archive_is_an_archive_error_naming_the_file(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """An archive directory under a regular file cannot be made: the pass fails with an `AuditArchiveError`
+    naming that path (its `NotADirectoryError` the cause), not as a Redis failure, and nothing is trimmed."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the archive should be")
+    async with flushed_client(quiet_redis_url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        archiver = AuditArchiver(client, AuditArchive(blocked / "audit"), keep_entries=0, keep_minutes=0)
+        await _record(sink, 3)
+        with pytest.raises(AuditArchiveError) as raised:
+            await archiver.archive_once()
+        assert not isinstance(raised.value, StoreUnavailableError)
+        assert raised.value.path == blocked / "audit"
+        assert str(blocked / "audit") in str(raised.value)
+        assert isinstance(raised.value.__cause__, NotADirectoryError)
+        assert await client.xlen(AUDIT_STREAM) == 3
+        assert await archiver.checkpoint() == ""

@@ -15,13 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.archives.card_archive import CardArchive, CardArchiveError
+from gateway.archives.card_archive import CardArchive
 from gateway.cards.card import TERMINAL, CardState, verify_chain
+from gateway.errors import CardArchiveError
 from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.ledger.codec import event_from_fields
 from gateway.store.ledger.layout import card_keys, open_buckets, org_index, requester_index
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from gateway.store.ledger.retention import LOCK_KEY, RETIRE, RedisCardRetention
-from gateway.store.ledger.rows import event_from_fields
 from tests.support.cards import PROPOSAL
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -223,8 +224,10 @@ async def test_nothing_leaves_redis_when_the_archive_cannot_be_written(redis: Re
     await _wait_out_retention()
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the archive should be")
-    with pytest.raises(CardArchiveError):
+    with pytest.raises(CardArchiveError) as raised:
         await _retention(redis, blocked / "cards").sweep()
+    assert raised.value.path == blocked / "cards"  # the disk failed there, not Redis
+    assert isinstance(raised.value.__cause__, NotADirectoryError)
     assert await _stored(redis, card_id) is not None
     assert await redis.get(LOCK_KEY) is None  # released, so the next sweep is not held up
 

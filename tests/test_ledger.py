@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 
 from gateway.cards.card import COMPACTED, CardState, verify_chain
 from gateway.store.ledger.codec import decode_card
-from gateway.store.ledger.history import HEAD_EVENTS, MAX_APPLIED, MAX_EVENTS
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
+from gateway.store.ledger.scripts import HEAD_EVENTS, MAX_APPLIED, MAX_EVENTS
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 
 pytestmark = pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""The stored form of a card (gateway/store/ledger/codec.py, ledger_packing.py): cards written in the long
+"""The stored form of a card (gateway/store/ledger/codec.py): cards written in the long
 form or as compact JSON still read and run, the Python reader agrees with the scripts, and a card's own key
 stays within its bytes."""
 

@@ -18,7 +18,7 @@ from redis.exceptions import RedisClusterException
 from backends.serve import serve_app_in_thread
 from gateway.errors import StoreUnavailableError
 from gateway.runtime.app import create_app
-from gateway.store.client import connect
+from gateway.store.client import connect, store_boundary
 from tests.support.agents import agent, error_code, make_key
 from tests.support.redis_server import free_port, start_redis_process
 from tests.support.services import Backend, gateway_settings
@@ -143,3 +143,32 @@ async def test_a_cluster_none_of_whose_nodes_answers_is_a_store_unavailable_erro
     # Not a RedisError: without RedisClusterException in the boundary's catch, this would escape it.
     assert isinstance(refused.value.__cause__, RedisClusterException)
     assert refused.value.cause == type(refused.value.__cause__).__name__
+
+
+@pytest.mark.parametrize(
+    ("failure", "translated"),
+    [
+        (ConnectionResetError(104, "Connection reset by peer"), True),
+        (TimeoutError(), True),
+        (NotADirectoryError(20, "Not a directory", "/var/lib/countersign/audit"), False),
+        (PermissionError(13, "Permission denied", "/var/lib/countersign/cards"), False),
+    ],
+)
+async def test_the_store_boundary_translates_socket_failures_and_leaves_disk_failures_alone(
+    failure: OSError, translated: bool
+) -> None:
+    """A connection's own failures (reset, a bounded read cut) are the store's: `StoreUnavailableError`. A disk
+    failure is not Redis's, so the boundary does not call it one (the archives translate their own)."""
+
+    @store_boundary
+    class Store:
+        async def call(self) -> None:
+            raise failure
+
+    with pytest.raises((StoreUnavailableError, OSError)) as raised:
+        await Store().call()
+    assert isinstance(raised.value, StoreUnavailableError) is translated
+    if translated:
+        assert raised.value.__cause__ is failure
+    else:
+        assert raised.value is failure

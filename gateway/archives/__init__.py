@@ -3,6 +3,10 @@
 * `audit_archive` — the audit trail's archived batches (`AuditArchive`);
 * `card_archive` — retired cards (`CardArchive`).
 
-May import: the vocabulary and `gateway.audit`, `gateway.cards`; no Redis (a disk failure here is an
-archive error, not a store one). Who calls it: the store's archiver and card retention, and the CLI.
+Each translates its own disk failures: an `OSError` leaves it as `gateway.errors.AuditArchiveError` or
+`CardArchiveError` (both `ArchiveError`), naming the file or directory, never as a store error
+(`on_disk`, beside `fsync_directory`, in `audit_archive`).
+
+May import: the vocabulary and `gateway.audit`, `gateway.cards`; no Redis. Who calls it: the store's
+archiver and card retention, and the CLI.
 """

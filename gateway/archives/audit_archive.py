@@ -8,11 +8,13 @@ Redis, or in a committed file, or both. Files are never rewritten; readers order
 stream id of their first entry. Each line is ``{"id": <stream id>, "fields": {...}}``, fields as
 stored in the stream, in either version of the chain (`gateway.audit.codec`), chain fields included.
 
-Who calls it: `gateway.store.audit_archiver` (writes), `gateway.store.audit_trail` (reads).
+Who calls it: `gateway.store.audit_archiver` (writes), `gateway.store.audit_trail` (reads). Every
+disk failure leaves it as an `AuditArchiveError` naming the file or directory, never as a bare `OSError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -20,8 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.audit.chain import stream_id
+from gateway.errors import ArchiveError, AuditArchiveError
 
-__all__ = ["AuditArchive", "Entry", "fsync_directory"]
+__all__ = ["AuditArchive", "AuditArchiveError", "Entry", "fsync_directory", "on_disk"]
 
 Entry = tuple[str, dict[str, str]]
 """A stream entry: its id and its fields."""
@@ -30,7 +33,10 @@ _SUFFIX = ".jsonl"
 
 
 class AuditArchive:
-    """The archive files of one directory (created on first write)."""
+    """The archive files of one directory (created on first write).
+
+    Every method raises `AuditArchiveError` when the disk fails (the directory cannot be made, listed
+    or synced, a file cannot be written, renamed or read)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -41,13 +47,15 @@ class AuditArchive:
         millis = stream_id(first_id)[0]
         stamp = datetime.fromtimestamp(millis / 1000, UTC).strftime("%Y%m%d-%H%M%S")
         name = f"audit-{stamp}-{first_id}{_SUFFIX}"
-        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f".{name}.{token}.tmp"
-        with path.open("x", encoding="utf-8") as handle:
-            for entry_id, fields in entries:
-                handle.write(json.dumps({"id": entry_id, "fields": fields}, sort_keys=True, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        with on_disk(AuditArchiveError, "write to the audit archive", path):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with path.open("x", encoding="utf-8") as handle:
+                for entry_id, fields in entries:
+                    record = {"id": entry_id, "fields": fields}
+                    handle.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
         return path
 
     @staticmethod
@@ -58,24 +66,35 @@ class AuditArchive:
     def commit(self, draft: Path) -> None:
         """Make `draft` part of the archive. Idempotent: a draft another process committed is left alone."""
         target = self.directory / self.final_name(draft)
-        try:
-            os.rename(draft, target)
-        except FileNotFoundError:
-            if not target.exists():
-                raise
-        fsync_directory(self.directory)
+        with on_disk(AuditArchiveError, "commit to the audit archive", target):
+            try:
+                os.rename(draft, target)
+            except FileNotFoundError:
+                if not target.exists():
+                    raise
+            fsync_directory(self.directory)
+
+    def discard(self, draft: Path) -> None:
+        """Remove `draft` without committing it; one already gone is fine."""
+        with (
+            on_disk(AuditArchiveError, "remove a draft of the audit archive", draft),
+            contextlib.suppress(FileNotFoundError),
+        ):
+            draft.unlink()
 
     def drafts(self) -> list[Path]:
         """Drafts left by an archiver that stopped between writing and committing."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(self.directory.glob(f".audit-*{_SUFFIX}.*.tmp"))
+        with on_disk(AuditArchiveError, "list the audit archive", self.directory):
+            if not self.directory.is_dir():
+                return []
+            return sorted(self.directory.glob(f".audit-*{_SUFFIX}.*.tmp"))
 
     def files(self) -> list[Path]:
         """The committed files, oldest first."""
-        if not self.directory.is_dir():
-            return []
-        found = [path for path in self.directory.glob(f"audit-*{_SUFFIX}") if path.is_file()]
+        with on_disk(AuditArchiveError, "list the audit archive", self.directory):
+            if not self.directory.is_dir():
+                return []
+            found = [path for path in self.directory.glob(f"audit-*{_SUFFIX}") if path.is_file()]
         return sorted(found, key=_first_id)
 
     def entries(self) -> Iterator[tuple[Entry, str]]:
@@ -111,6 +130,18 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def on_disk(failure: type[ArchiveError], doing: str, path: Path) -> Iterator[None]:
+    """Turn a disk failure while `doing` something with `path` into `failure`, naming the file or directory
+    that failed: the `OSError`'s own, where it names one, else `path`."""
+    try:
+        yield
+    except OSError as error:
+        failed = Path(os.fsdecode(error.filename)) if error.filename is not None else path
+        reason = f"{error.strerror or error} ({type(error).__name__})"
+        raise failure(f"cannot {doing}: {failed}: {reason}", path=failed) from error
+
+
 def _first_id(path: Path) -> tuple[int, int]:
     try:
         _prefix, millis, seq = path.name.removesuffix(_SUFFIX).rsplit("-", 2)
@@ -120,7 +151,10 @@ def _first_id(path: Path) -> tuple[int, int]:
 
 
 def _read(path: Path) -> Iterator[tuple[Entry, str]]:
-    with path.open(encoding="utf-8", errors="replace") as handle:
+    with (
+        on_disk(AuditArchiveError, "read the audit archive", path),
+        path.open(encoding="utf-8", errors="replace") as handle,
+    ):
         for number, line in enumerate(handle, start=1):
             where = f"{path.name}:{number}"
             try:

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.archives.audit_archive import fsync_directory
+from gateway.archives.audit_archive import fsync_directory, on_disk
+from gateway.errors import CardArchiveError
 
 __all__ = ["CardArchive", "CardArchiveError", "card_record"]
 
@@ -33,17 +34,16 @@ STALE_DRAFT_SECONDS = 3600.0
 its cards are still in Redis, so it is removed."""
 
 
-class CardArchiveError(Exception):
-    """The archive could not be written (its `OSError` is the cause); nothing of the batch was committed."""
-
-
 def card_record(card: Mapping[str, Any]) -> dict[str, Any]:
     """The archived form of an expanded card (`gateway.store.ledger.codec.decode_card`): one JSON object."""
     return {"card_id": card["card_id"], "version": int(card["version"]), "card": dict(card)}
 
 
 class CardArchive:
-    """The archived cards of one directory (created on first write)."""
+    """The archived cards of one directory (created on first write).
+
+    Every method raises `CardArchiveError` when the disk fails (the directory cannot be made or listed, a
+    file cannot be written or read), naming the file or directory."""
 
     def __init__(self, directory: Path, *, clock: Any = time.time) -> None:
         self.directory = directory
@@ -53,12 +53,12 @@ class CardArchive:
         """Commit `records` (at least one) as one new file, fsynced with its directory entry.
 
         Raises:
-            CardArchiveError: the directory cannot be written; nothing is committed then.
+            CardArchiveError: the directory or the file cannot be written; nothing is committed then.
         """
         stamp = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y%m%d-%H%M%S")
         name = f"{_PREFIX}{stamp}-{token}{_SUFFIX}"
         draft, target = self.directory / f".{name}.tmp", self.directory / name
-        try:
+        with on_disk(CardArchiveError, "write the card archive", draft):
             self.directory.mkdir(parents=True, exist_ok=True)
             with draft.open("x", encoding="utf-8") as handle:
                 for record in records:
@@ -67,16 +67,16 @@ class CardArchive:
                 os.fsync(handle.fileno())
             os.rename(draft, target)
             fsync_directory(self.directory)
-        except OSError as error:
-            raise CardArchiveError(f"cannot write the card archive in {self.directory}: {error}") from error
         return target
 
     def remove_stale_drafts(self) -> int:
         """Remove the drafts older than `STALE_DRAFT_SECONDS`; how many there were."""
-        if not self.directory.is_dir():
-            return 0
+        with on_disk(CardArchiveError, "list the card archive", self.directory):
+            if not self.directory.is_dir():
+                return 0
+            drafts = list(self.directory.glob(f".{_PREFIX}*{_SUFFIX}.tmp"))
         removed = 0
-        for draft in self.directory.glob(f".{_PREFIX}*{_SUFFIX}.tmp"):
+        for draft in drafts:
             try:
                 if self._clock() - draft.stat().st_mtime > STALE_DRAFT_SECONDS:
                     draft.unlink()
@@ -87,15 +87,19 @@ class CardArchive:
 
     def files(self) -> list[Path]:
         """The committed files, oldest first (by name: the time each was written)."""
-        if not self.directory.is_dir():
-            return []
-        return sorted(path for path in self.directory.glob(f"{_PREFIX}*{_SUFFIX}") if path.is_file())
+        with on_disk(CardArchiveError, "list the card archive", self.directory):
+            if not self.directory.is_dir():
+                return []
+            return sorted(path for path in self.directory.glob(f"{_PREFIX}*{_SUFFIX}") if path.is_file())
 
     def records(self) -> Iterator[dict[str, Any]]:
         """Every archived copy, oldest file first; lines that are not a card record (a card and an integer
         version) are skipped."""
         for path in self.files():
-            with path.open(encoding="utf-8", errors="replace") as handle:
+            with (
+                on_disk(CardArchiveError, "read the card archive", path),
+                path.open(encoding="utf-8", errors="replace") as handle,
+            ):
                 for line in handle:
                     try:
                         record = json.loads(line)

@@ -22,7 +22,6 @@ is this diagram as data; this module is only the vocabulary.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,7 +34,6 @@ if TYPE_CHECKING:  # at run time a card only holds one: the store's row parser b
 
 __all__ = [
     "COMPACTED",
-    "NO_DELEGATION",
     "OPEN",
     "TERMINAL",
     "Card",
@@ -44,10 +42,7 @@ __all__ = [
     "CardOutcome",
     "CardState",
     "decision_of",
-    "delegation_of",
-    "stored_delegation",
     "outcome_of",
-    "preview_from_stored",
     "verify_chain",
 ]
 
@@ -112,7 +107,7 @@ COMPACTED = "compacted"
 class CardEvent:
     """One entry of a card's hash-chained history.
 
-    A history is bounded (`gateway.store.ledger.history`): back-to-back repeats of a housekeeping
+    A history is bounded (`gateway.store.ledger.scripts`): back-to-back repeats of a housekeeping
     step are counted on one event (`repeats`, `last_at_ms`), and past its bound the middle of the
     history is replaced by one `COMPACTED` event whose data names the last event it replaced
     (``through``, ``through_hash``) and counts the steps it replaced by type (``steps``).
@@ -199,29 +194,6 @@ class Card:
     @property
     def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
-
-
-def preview_from_stored(raw: str | None) -> Preview | None:
-    """A card's preview from its stored JSON (`Preview.to_json`); None when none was stored."""
-    return Preview.from_json(json.loads(raw)) if raw else None
-
-
-NO_DELEGATION = json.dumps({"acting_client": "", "actors": []}, sort_keys=True)
-"""The ``delegation`` of a card proposed with a key, as `stored_delegation` writes it: made once, not per card."""
-
-
-def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
-    """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
-    if not acting_client and not actors:  # a card proposed with a key: most are
-        return {"delegation": NO_DELEGATION}
-    return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
-
-
-def delegation_of(stored: str | None) -> dict[str, Any]:
-    """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
-    proposed with a key, or stored before delegation was recorded, has none of either."""
-    data = json.loads(stored) if stored and stored != NO_DELEGATION else {}
-    return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:

@@ -14,7 +14,7 @@ How to read a row:
 * `targets`: the states an applied run may leave the card in. A target that is also a source is a
   step that changes the card (version, history) but not its state: an approval below quorum, a
   requeue, a dispatch, a status check. (A requeue or a status check that repeats the card's last
-  event is counted on that event rather than appended: `gateway.store.ledger.history`.)
+  event is counted on that event rather than appended: `gateway.store.ledger.scripts`.)
 * `guards`: what must hold, in the order the script checks them, each with the status it refuses
   with and what a refusal still leaves behind (`Aftermath`). Most refusals leave the card exactly as
   it was; a passed deadline expires the card (approve, reject, cancel and claim then answer
@@ -116,7 +116,7 @@ UNDER_OPEN_CARD_CAP = Guard(
     name="the requester holds fewer open cards than its cap", refusal=TransitionStatus.ERR_QUOTA_EXCEEDED
 )
 """A card counts against its requester's cap while PENDING, APPROVED or EXECUTING its first attempt
-(`gateway.store.ledger.prelude`); at the cap nothing is made until one of them is decided or settled."""
+(`gateway.store.ledger.scripts`); at the cap nothing is made until one of them is decided or settled."""
 IN_A_SOURCE_STATE = Guard(name="in a source state", refusal=TransitionStatus.ERR_STATE)
 """The card's state is one of the row's `sources`."""
 DEADLINE_NOT_PASSED = Guard(

@@ -26,8 +26,8 @@ from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.durability import LedgerGuard
+from gateway.store.ledger.codec import card_from_fields, event_from_fields
 from gateway.store.ledger.redis_ledger import RedisLedger
-from gateway.store.ledger.rows import card_from_fields, event_from_fields
 
 __all__ = ["COMMANDS", "run"]
 

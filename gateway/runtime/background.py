@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from gateway.archives.audit_archive import AuditArchive
-from gateway.archives.card_archive import CardArchive, CardArchiveError
+from gateway.archives.card_archive import CardArchive
 from gateway.audit.events import AuditSink
 from gateway.audit.forwarder import AuditForwarder
 from gateway.config.settings import Settings
-from gateway.errors import StoreUnavailableError, UpstreamError
+from gateway.errors import ArchiveError, StoreUnavailableError, UpstreamError
 from gateway.notifications.delivery import Notifier
 from gateway.notifications.expiry_warnings import ExpiryWarner
 from gateway.ops.health import AdapterHealth
@@ -83,8 +83,10 @@ def background_loops(gateway: Steps, settings: Settings, *, serving: bool) -> di
     if serving:
         add("tool source refresh", gateway.live.refresh, settings.registry_poll_seconds, (*store, UpstreamError))
         add("health check", gateway.health.check_once, settings.health_poll_seconds, (*store, UpstreamError))
-    add("audit archive", lambda: archive_audit(gateway.archiver), settings.audit_archive_seconds, (*store, OSError))
-    add("card retention", gateway.retention.sweep, settings.card_retention_seconds, (*store, CardArchiveError))
+    add(
+        "audit archive", lambda: archive_audit(gateway.archiver), settings.audit_archive_seconds, (*store, ArchiveError)
+    )
+    add("card retention", gateway.retention.sweep, settings.card_retention_seconds, (*store, ArchiveError))
     add("signing keys refresh", gateway.signer.poll, CACHE_SECONDS, (*store, UpstreamError))
     if gateway.notifier is not None:
         add("notification delivery", gateway.notifier.deliver_due, settings.notifications.poll_seconds)
@@ -92,12 +94,12 @@ def background_loops(gateway: Steps, settings: Settings, *, serving: bool) -> di
         add("expiry warnings", gateway.warner.warn_due, settings.notifications.poll_seconds)
     if gateway.forwarder is not None:
         every = gateway.forwarder.poll_seconds
-        # A refused export batch is tried again at the next poll, not sooner.
+        # A refused export batch is tried again at the next poll, not sooner; catching up reads the archive.
         loops["audit export"] = run_forever(
             gateway.forwarder.forward_due,
             what="audit export",
             pause_seconds=every,
-            retry_on=(*store, UpstreamError),
+            retry_on=(*store, UpstreamError, ArchiveError),
             retry_seconds=every,
         )
     return loops

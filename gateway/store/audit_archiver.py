@@ -12,11 +12,13 @@ lock's, so an archiver whose lock expired mid-pass discards its draft instead of
 batch twice. A draft left by a process that stopped after the checkpoint moved is committed by
 the next pass (the checkpoint names it); any other draft is discarded. The archive directory must
 be shared by every process that archives.
+
+A pass fails with `StoreUnavailableError` when Redis does, and with `AuditArchiveError` (naming the
+file) when the disk does; either way nothing is trimmed past what a committed file holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import secrets
 from typing import Any
@@ -114,7 +116,7 @@ class AuditArchiver:
         )
         if not int(moved):
             # The lock expired and another archiver went on: its batch holds these entries.
-            draft.unlink()
+            self._archive.discard(draft)
             logger.warning("audit archive pass lost its lock; discarded its batch of %d", len(entries))
             return 0
         self._archive.commit(draft)
@@ -126,8 +128,7 @@ class AuditArchiver:
             if committed_name and self._archive.final_name(draft) == committed_name:
                 self._archive.commit(draft)
             else:
-                with contextlib.suppress(FileNotFoundError):
-                    draft.unlink()
+                self._archive.discard(draft)
 
     async def _past_retention(self, checkpoint: str) -> list[Entry]:
         """The oldest unarchived entries past the retention, at most one batch: a prefix of the stream."""

@@ -1,4 +1,4 @@
-"""The gateway's Redis client, and the boundary that turns Redis failures into `StoreUnavailableError`."""
+"""The gateway's Redis client, and the boundary that turns Redis and socket failures into `StoreUnavailableError`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from gateway.config.redis_target import RedisKind, RedisTarget, parse_redis_url
 from gateway.errors import ConfigError, StoreUnavailableError
 
-__all__ = ["Connection", "bounded_block", "connect", "is_cluster", "routes", "store_boundary"]
+__all__ = ["REDIS_FAILURES", "Connection", "bounded_block", "connect", "is_cluster", "routes", "store_boundary"]
 
 T = TypeVar("T")
 
@@ -114,15 +114,21 @@ async def routes(client: aioredis.Redis, key: str | None = None) -> list[dict[st
 @contextlib.asynccontextmanager
 async def bounded_block(block_ms: int, slack: float) -> AsyncIterator[None]:
     """Bounds one blocking read: its block, plus `slack` for the answer to arrive. A read cut by it
-    raises `TimeoutError` (an `OSError`, so a store boundary turns it into `StoreUnavailableError`)."""
+    raises `TimeoutError`, which a store boundary turns into `StoreUnavailableError`."""
     async with asyncio.timeout(block_ms / 1000 + slack):
         yield
 
 
+REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, RedisClusterException, ConnectionError, TimeoutError)
+"""What a store boundary translates: redis-py's errors, and the connection's own ``ConnectionError`` (reset,
+refused, broken pipe) and ``TimeoutError`` (a bounded read, `bounded_block`). Nothing else: a disk failure
+of an archive is its own error (`gateway.errors.ArchiveError`), and any other exception is a bug."""
+
+
 def store_boundary(cls: type[T]) -> type[T]:
     """Class decorator: every public coroutine method of `cls` raises `StoreUnavailableError`, chained
-    with ``from``, where Redis or the socket under it failed. Applied to every store class, so no
-    caller outside this package ever sees (or has to catch) a redis-py exception.
+    with ``from``, where Redis or the socket under it failed (`REDIS_FAILURES`). Applied to every store
+    class, so no caller outside this package ever sees (or has to catch) a redis-py exception.
 
     That includes `RedisClusterException`, which is not a `RedisError`: the Cluster client raises it
     when it cannot route a command, e.g. ``TTL exhausted`` redirections, or a pipeline it re-sends
@@ -139,7 +145,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
     async def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return await method(*args, **kwargs)
-        except (RedisError, RedisClusterException, OSError) as error:
+        except REDIS_FAILURES as error:
             raise StoreUnavailableError(f"Redis failed: {type(error).__name__}", cause=type(error).__name__) from error
 
     return call

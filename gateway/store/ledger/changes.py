@@ -2,7 +2,7 @@
 
 Who calls it: `gateway.approvals.service.CardService.watch`, for the admin API's event stream. Every
 ledger script that saves a card publishes the card's id, org, state and version on
-`CHANGES_CHANNEL` in the same script (`gateway.store.ledger.prelude`), on the Redis every gateway
+`CHANGES_CHANNEL` in the same script (`gateway.store.ledger.scripts`), on the Redis every gateway
 process and worker shares, so a change made anywhere reaches every subscriber. Each subscription
 holds one connection of the client it is given (the blocking one: a wait for the next message is
 bounded by its own timeout, not the socket's). Pub/sub keeps nothing for a subscriber that is not

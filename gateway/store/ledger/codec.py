@@ -1,13 +1,16 @@
-"""How a card is stored: one compact MessagePack string, its Lua writer and reader, and the Python reader.
+"""How a card is stored: one compact MessagePack string, its Lua writer and reader, and the Python readers.
 
-Who uses it: the ledger's scripts (`gateway.store.ledger.prelude` includes `CODEC`, whose
+Who uses it: the ledger's scripts (`gateway.store.ledger.scripts` includes `CODEC` in its prelude, whose
 `unpack_card` runs in ``load`` and `pack_card` in ``save``) and every Python read of a stored card
-(`decode_card`, used by `gateway.store.ledger.redis_ledger` and `gateway.store.probes`). The scripts and
-`gateway.store.ledger.rows` only ever see the *expanded* card: long field names, every value a
-string, the history as a list of events with all their fields. Only this module knows the
-stored form; both of its readers are generated from the tables below, so they cannot drift.
+(`decode_card`, used by `gateway.store.ledger.redis_ledger` and `gateway.store.probes`; then
+`card_from_fields` and `event_from_fields` make the `Card` and its `CardEvent`s, reading the JSON of
+its delegation and preview with `delegation_of` and `preview_from_stored`; `stored_delegation`
+writes the former for a new card). The scripts and the Python rows only ever see the *expanded*
+card: long field names, every value a string, the history as a list of events with all their
+fields. Only this module knows the stored form; both of its readers are generated from the tables
+below, so they cannot drift. It knows nothing of Redis.
 
-The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and what it leaves out:
+The stored form, chosen for size (bench/HISTORY.md, "Redis bytes per card"), and what it leaves out:
 
 * **Short names.** Each known field is stored under its code in `SHORT` (``state`` as ``st``). A
   field not in the table (one a newer version adds) is stored under its own name and read back as
@@ -30,13 +33,20 @@ The stored form, chosen for size (bench/README.md, "Redis bytes per card"), and 
   defaults are dropped.
 * **States and event types as codes** (`WORDS`), in the card's state, its events and its applied
   transition ids.
-* **Packed as bytes**: MessagePack (`gateway.store.ledger.packing`).
+* **Packed as bytes**: MessagePack (`PACKING`, `unpack_stored`). Why (bench/README.md, "Redis
+  bytes per card"): MessagePack (``cmsgpack`` in Redis's and Valkey's Lua, `msgpack` here) instead of
+  JSON leaves out the quotes and the escaping of the JSON inside the card (its arguments, agent
+  text, event data), at no cost in Redis CPU: ``cmsgpack.pack`` takes no longer than
+  ``cjson.encode``. Every value of the table is a string, a list of them or a marker integer, and
+  comes back as it went in. The packing knows nothing of a card's fields: it packs the compact
+  table as it is.
 
 Two earlier forms still read, and a card in either is stored in the current one by its next
 transition, so cards written by earlier versions read and move on without a migration: the
 compact table as a JSON string (before the packing), and the long form before
 it (long names, every field written out), which has no ``v`` field (the compact form always has
-it: the version) and is taken as it is.
+it: the version) and is taken as it is. A card stored as JSON starts with ``{``; a packed card
+never does (a MessagePack map starts with a byte 0x80-0x8f, 0xde or 0xdf), so both read.
 """
 
 from __future__ import annotations
@@ -45,10 +55,35 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.cards.card import COMPACTED, NO_DELEGATION
-from gateway.store.ledger.packing import PACKING, unpack_stored
+import msgpack  # type: ignore[import-untyped]
 
-__all__ = ["CODEC", "DEFAULTS", "RELATIVE", "SHORT", "WORDS", "created_data", "decode_card", "stored_table"]
+from gateway.cards.card import COMPACTED, Card, CardEvent, CardState
+from gateway.provenance import Provenance
+from gateway.tools.preview import Preview
+
+__all__ = [
+    "CODEC",
+    "DEFAULTS",
+    "NO_DELEGATION",
+    "PACKING",
+    "RELATIVE",
+    "SHORT",
+    "WORDS",
+    "card_from_fields",
+    "created_data",
+    "decode_card",
+    "delegation_of",
+    "event_from_fields",
+    "preview_from_stored",
+    "stored_delegation",
+    "stored_table",
+    "unpack_stored",
+]
+
+
+NO_DELEGATION = json.dumps({"acting_client": "", "actors": []}, sort_keys=True)
+"""The ``delegation`` of a card proposed with a key, as `stored_delegation` writes it: made once, not per card."""
+
 
 SHORT: Mapping[str, str] = {
     "tool": "t",
@@ -174,6 +209,20 @@ def _lua_table(mapping: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"[{json.dumps(k)}] = {json.dumps(v)}" for k, v in mapping.items()) + "}"
 
 
+PACKING = r"""
+-- The packed bytes of a compact table `s`.
+local function pack_stored(s)
+  return cmsgpack.pack(s)
+end
+
+-- The compact table from its stored bytes: packed, or JSON (stored before the packing: byte 123 is '{').
+local function unpack_stored(raw)
+  if string.byte(raw, 1) == 123 then return cjson.decode(raw) end
+  return cmsgpack.unpack(raw)
+end
+"""
+"""Lua source defining `pack_stored` and `unpack_stored`."""
+
 CODEC = (
     f"local SHORT = {_lua_table(SHORT)}\n"
     f"local LONG = {_lua_table({code: name for name, code in SHORT.items()})}\n"
@@ -279,6 +328,16 @@ local function unpack_card(raw, card_id) return expand(unpack_stored(raw), card_
 `pack_card`: the same through the packing."""
 
 
+def unpack_stored(raw: bytes | str) -> dict[str, Any]:
+    """The table a card was packed from (the compact table; the long form's fields for a card stored in it):
+    the Python twin of the Lua `unpack_stored`."""
+    if isinstance(raw, str) or raw[:1] == b"{":
+        loaded: dict[str, Any] = json.loads(raw)  # stored as JSON, before the packing
+        return loaded
+    unpacked: dict[str, Any] = msgpack.unpackb(raw)
+    return unpacked
+
+
 def stored_table(raw: bytes | str) -> dict[str, Any]:
     """The compact table of a stored card (or the long form's fields): what `decode_card` expands."""
     return unpack_stored(raw)
@@ -340,3 +399,94 @@ def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
 
 _LONG = {code: name for name, code in SHORT.items()}
 _WORD = {code: word for word, code in WORDS.items()}
+
+
+# -- the expanded card as a `Card` and its history as `CardEvent`s ---------------------------------
+
+
+def _optional_int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def _mapping(raw: str | None) -> dict[str, Any]:
+    """A stored JSON object; an empty one (most cards' evidence and rejection, while they have none) is
+    not parsed."""
+    return json.loads(raw) if raw and raw != "{}" else {}
+
+
+def card_from_fields(f: Mapping[str, str]) -> Card:
+    """A card from its stored fields (all strings, as the scripts keep them)."""
+    return Card(
+        card_id=f["card_id"],
+        tool=f["tool"],
+        tool_version=f["tool_version"],
+        arguments=json.loads(f["arguments"]),
+        args_hash=f["args_hash"],
+        requester_subject=f["requester_subject"],
+        requester_org=f["requester_org"],
+        requester_key_id=f["requester_key_id"],
+        state=CardState(f["state"]),
+        version=int(f["version"]),
+        idempotency_key=f["idempotency_key"],
+        transaction_id=f["transaction_id"],
+        approvals_required=int(f["approvals_required"]),
+        approvers=tuple(json.loads(raw)) if (raw := f.get("approvers")) and raw != "[]" else (),
+        summary=f["summary"],
+        agent_text=_mapping(f.get("agent_text")),
+        created_ms=int(f["created_ms"]),
+        decide_by_ms=int(f["decide_by_ms"]),
+        execute_by_ms=_optional_int(f.get("execute_by_ms")),
+        execute_within_ms=int(f.get("execute_within_ms") or 0),
+        fence=int(f.get("fence") or 0),
+        dispatched=f.get("dispatched") == "1",
+        attempts=int(f.get("attempts") or 0),
+        dispatched_ms=_optional_int(f.get("dispatched_ms")),
+        first_dispatched_ms=_optional_int(f.get("first_dispatched_ms")),
+        approved_ms=_optional_int(f.get("approved_ms")),
+        resend=f.get("resend") == "1",
+        reference=f.get("reference") or None,
+        evidence=_mapping(f.get("evidence")),
+        rejection=_mapping(f.get("rejection")),
+        approver_role=f.get("approver_role", "approver"),
+        requester_roles=frozenset(r for r in f.get("requester_roles", "").split(",") if r),
+        preview=preview_from_stored(f.get("preview")),
+        provenance=Provenance.from_stored(f.get("provenance")),
+        **delegation_of(f.get("delegation")),
+    )
+
+
+def event_from_fields(f: Mapping[str, str]) -> CardEvent:
+    """One history entry from its stored fields."""
+    return CardEvent(
+        seq=int(f["seq"]),
+        type=f["type"],
+        actor=f["actor"],
+        state=f["state"],
+        version=int(f["version"]),
+        at_ms=int(f["at"]),
+        data=json.loads(f["data"]),
+        data_raw=f["data"],
+        prev=f["prev"],
+        hash=f["hash"],
+        repeats=int(f.get("repeats") or 0),
+        last_at_ms=_optional_int(f.get("last_at")),
+    )
+
+
+def preview_from_stored(raw: str | None) -> Preview | None:
+    """A card's preview from its stored JSON (`Preview.to_json`); None when none was stored."""
+    return Preview.from_json(json.loads(raw)) if raw else None
+
+
+def stored_delegation(acting_client: str, actors: tuple[str, ...]) -> dict[str, str]:
+    """The ``delegation`` field a new card stores: its acting client and actor chain, as JSON (`delegation_of`)."""
+    if not acting_client and not actors:  # a card proposed with a key: most are
+        return {"delegation": NO_DELEGATION}
+    return {"delegation": json.dumps({"acting_client": acting_client, "actors": list(actors)}, sort_keys=True)}
+
+
+def delegation_of(stored: str | None) -> dict[str, Any]:
+    """`Card.acting_client` and `Card.actors` from a stored card's ``delegation`` field (JSON); a card
+    proposed with a key, or stored before delegation was recorded, has none of either."""
+    data = json.loads(stored) if stored and stored != NO_DELEGATION else {}
+    return {"acting_client": str(data.get("acting_client", "")), "actors": tuple(data.get("actors", ()))}

@@ -39,7 +39,7 @@ SHARDS = 8
 OPEN_BUCKET_DIGITS = 2
 """How many leading hex digits of a stored dedupe key name its bucket (`open_bucket`): 256 buckets a shard."""
 CHANGES_CHANNEL = "cs:card-changes"
-"""The pub/sub channel every saved card is announced on (`gateway.store.ledger.prelude`). Channels are
+"""The pub/sub channel every saved card is announced on (`gateway.store.ledger.scripts`). Channels are
 per server, not per database: a listener loads each announced card from its own database."""
 _CARD_ID = re.compile(r"^crd_([0-9]{1,2})_[0-9a-f]{32}$")
 
@@ -57,7 +57,7 @@ def tag(shard: int) -> str:
 
 
 def card_keys(card_id: str, shard: int) -> list[str]:
-    """The keys every script gets, in the order the KEYS comment of `gateway.store.ledger.prelude` gives."""
+    """The keys every script gets, in the order of the prelude's KEYS comment (`gateway.store.ledger.scripts`)."""
     prefix = tag(shard)
     return [
         f"{prefix}:card:{card_id}",
@@ -74,7 +74,7 @@ def card_keys(card_id: str, shard: int) -> list[str]:
 def open_bucket(shard: int, dedupe: str) -> str:
     """The small hash of the shard's dedupe entries (stored dedupe key -> ``<card id>|<until ms>``) that
     `dedupe` belongs to: ``...:open:<its first OPEN_BUCKET_DIGITS hex digits>``. The scripts name it the
-    same way from the card (`gateway.store.ledger.prelude`).
+    same way from the card (`gateway.store.ledger.scripts`).
 
     Why buckets: one hash of every entry of a shard is a hashtable past 128 entries (about 150 B an
     entry); a bucket under ``hash-max-listpack-entries`` (128) stays a listpack (an entry costs its

@@ -18,7 +18,7 @@ budget in the same shard (`approve_by_policy`).
 
 Every script reads Redis ``TIME``, checks all its guards before its first write, bumps the card's
 version, and records a hash-chained event in the card's history, which stays bounded (repeats
-counted, long histories compacted: `gateway.store.ledger.history`). A retried call with the same
+counted, long histories compacted: `gateway.store.ledger.scripts`). A retried call with the same
 transition id returns ``ALREADY_APPLIED`` and changes nothing: redis-py retries commands on
 connection errors, so a script may well run twice.
 
@@ -39,14 +39,16 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.canonical import canonical_json
-from gateway.cards.card import Card, CardEvent, CardState, stored_delegation
+from gateway.cards.card import Card, CardEvent, CardState
 from gateway.cards.contract import CardPage, CardQuery, OutboxEntry, Proposal, Transition, TransitionStatus
 from gateway.config.approvals import POLICY_PREFIX
 from gateway.limits.budgets import Limits
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, store_boundary
 from gateway.store.durability import DurabilityReport, eval_confirmed, has_waitaof
 from gateway.store.ledger.changes import RedisCardChanges
-from gateway.store.ledger.codec import decode_card
+from gateway.store.ledger.codec import card_from_fields as _card
+from gateway.store.ledger.codec import decode_card, stored_delegation
+from gateway.store.ledger.codec import event_from_fields as _event
 from gateway.store.ledger.layout import (
     SHARDS,
     card_keys,
@@ -66,10 +68,7 @@ from gateway.store.ledger.layout import (
 from gateway.store.ledger.layout import tag as _tag
 from gateway.store.ledger.outbox import OUTBOX_GROUP, ensure_outbox_group, outbox_keys, read_outbox
 from gateway.store.ledger.pages import SCAN_LIMIT, read_page
-from gateway.store.ledger.prelude import PRELUDE
-from gateway.store.ledger.rows import card_from_fields as _card
-from gateway.store.ledger.rows import event_from_fields as _event
-from gateway.store.ledger.scripts import SCRIPTS
+from gateway.store.ledger.scripts import PRELUDE, SCRIPTS
 from gateway.store.ledger.telemetry import observed
 
 __all__ = ["SHARDS", "RedisLedger", "card_shard"]
@@ -373,8 +372,11 @@ class RedisLedger:
         return [_card(decode_card(raw, card_id)) if raw else None for card_id, raw in zip(card_ids, raws, strict=True)]
 
     async def due(self, *, now_ms: int, limit: int = 100, from_ms: int = 0) -> list[str]:
-        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`: up to `limit`
-        a shard, shard after shard, in one pipeline (one per node on a Cluster): the sweeper asks 4 times a second."""
+        """Cards whose timer (expiry, requeue, lease, reconcile) is due by `now_ms`, not before `from_ms`:
+        up to `limit` of each shard, the earliest first, shard after shard.
+
+        Every shard is asked in one pipeline (on a Cluster, redis-py sends one per node): the sweeper asks
+        four times a second, and one round trip per shard made an idle worker's largest cost."""
         async with self._client.pipeline(transaction=False) as pipe:
             for shard in range(SHARDS):
                 pipe.zrangebyscore(f"{_tag(shard)}:timers", from_ms, now_ms, start=0, num=limit)

@@ -44,7 +44,7 @@ from gateway.cards.card import TERMINAL
 from gateway.store.client import store_boundary
 from gateway.store.ledger.codec import decode_card
 from gateway.store.ledger.layout import SHARDS, card_keys, everyones_indexes, org_index, orgs_key, requester_index
-from gateway.store.ledger.prelude import PRELUDE
+from gateway.store.ledger.scripts import PRELUDE
 from gateway.telemetry.metrics import count_transition
 
 __all__ = ["LOCK_KEY", "RETIRE", "RedisCardRetention", "keep_ms_of"]
