@@ -8,7 +8,7 @@ alone, for a ``tools/call`` as the official client sends it in each era; then th
 warm key cache, the scope checks, the budget front with nothing held), once through the root's direct route and once
 through Starlette's stack; then the id scan against the parse it replaces. Medians of 7 interleaved
 rounds of process CPU time. The end-to-end read path costs about a millisecond of server CPU per call
-(bench/README.md), so this is the share to compare.
+(bench/HISTORY.md), so this is the share to compare.
 """
 
 from __future__ import annotations

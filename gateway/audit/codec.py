@@ -8,7 +8,7 @@ archive's readers, the metrics of a test) gets the same logical fields, whatever
 **Version 1** (every entry written before the compact form): the event's fields under their own
 names, ``extra`` as one JSON object, ``seq`` and ``mac`` (64 hex digits). It is read as it is.
 
-**Version 2**, the compact form, chosen for size (bench/README.md, ``card_bytes.py``):
+**Version 2**, the compact form, chosen for size (bench/HISTORY.md, ``card_bytes.py``):
 
 * **One-letter names** (`encode` and `decode` list them); each ``extra`` key is a field of its
   own, named ``.`` + the key.

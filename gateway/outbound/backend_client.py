@@ -2,7 +2,7 @@
 
 Why not httpx: measured on this project's read path, httpx (even over an aiohttp transport)
 cost 270-330 µs of CPU per backend call against about 45 µs for aiohttp itself, the largest
-single cost the gateway added over a bare MCP server (bench/README.md). The client is small on
+single cost the gateway added over a bare MCP server (bench/HISTORY.md). The client is small on
 purpose: one method, JSON in, bytes out, and transport failures raised as the gateway's own
 `UpstreamError`s with `sent` telling whether the request may have reached the backend.
 """

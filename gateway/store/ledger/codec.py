@@ -33,7 +33,7 @@ The stored form, chosen for size (bench/HISTORY.md, "Redis bytes per card"), and
   defaults are dropped.
 * **States and event types as codes** (`WORDS`), in the card's state, its events and its applied
   transition ids.
-* **Packed as bytes**: MessagePack (`PACKING`, `unpack_stored`). Why (bench/README.md, "Redis
+* **Packed as bytes**: MessagePack (`PACKING`, `unpack_stored`). Why (bench/HISTORY.md, "Redis
   bytes per card"): MessagePack (``cmsgpack`` in Redis's and Valkey's Lua, `msgpack` here) instead of
   JSON leaves out the quotes and the escaping of the JSON inside the card (its arguments, agent
   text, event data), at no cost in Redis CPU: ``cmsgpack.pack`` takes no longer than

@@ -3,7 +3,7 @@
 `RedisLedger` registers each script as ``PRELUDE + body``; card retention (`gateway.store.ledger.retention`)
 runs its own removal script after the same prelude.
 
-Storage, chosen for size (see bench/README.md): a card is one string (MessagePack), which holds its own
+Storage, chosen for size (see bench/HISTORY.md): a card is one string (MessagePack), which holds its own
 history (``events``) and the ids of the latest transitions applied to it (``applied``), both
 bounded (below). It is stored compactly (`gateway.store.ledger.codec`);
 the scripts see it expanded, every scalar value a string. Each script loads the card, checks every
@@ -205,7 +205,7 @@ local function now_ms()
 end
 
 -- The history and the applied transition ids live in the card itself: one key per card, which
--- costs a third of a list and a hash beside it (bench/README.md). `transition` (below, from
+-- costs a third of a list and a hash beside it (bench/HISTORY.md). `transition` (below, from
 -- HISTORY) is the one writer of both, and keeps both bounded.
 """
     + HISTORY
