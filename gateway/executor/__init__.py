@@ -1,12 +1,17 @@
 """The executor: the only code path that runs a tool, in two halves that share one invoke step.
 
 * `AgentPath` (``agent.py``) serves the MCP surface: access, validation, the approval gate (a
-  write becomes a card, never an execution), reads within their deadline, sealing.
+  write becomes a card, never an execution, with every field of its proposal), reads within their
+  deadline, sealing; its refusals as the model and the audit each read them.
+* `PolicyApprovals` (``policy_approvals.py``): the ``[approvals.policies]`` rules, asked about each new card.
+* `ReadMemory` (``read_memory.py``): the answered reads a proposal's provenance is assessed against.
 * `WritePath` (``writes.py``) serves the worker: claim, binding re-checks, DISPATCHED before the
   send, one send with the card's own key, classification, and reconciliation of unknown outcomes.
 * `TaskPath` (``tasks.py``) serves the MCP surface's tasks: a principal's own proposals read,
   listed and cancelled as tasks, through the same own-card piece as the approvals tools.
-* `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`.
+* `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`; `LedgerCallerCards`
+  (``caller_cards.py``) is a principal's own cards, for the approvals tools and for tasks.
+* `DeferralLog` (``deferrals.py``): which deferrals of an approved card the write path audits.
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
 an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
