@@ -413,7 +413,7 @@ class AgentPath:
         if read is None:
             self._audited = await self._audit.record(event)
         else:
-            self._audited = await self._memory.remember_audited(read[0], read[1], event, self._audit)
+            self._audited = await self._memory.remember_audited(read[0], read[1], event)
         # The one count per call, beside its one audit event. A name the catalog does not serve is
         # any string an agent sent: it is counted as unknown, never as a label of its own.
         count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
