@@ -14,10 +14,11 @@
 * `DeferralLog` (``deferrals.py``): which deferrals of an approved card the write path audits.
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
-an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
-`Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
-`Limits` it enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card
-they leave to a person is announced (`Announce`), a `ReadMemory` (reads remembered for card
+an `AuditSink`, one `UpstreamClient` per adapter and an `IdentitySigner` (both handed to adapters
+through `ToolContext`), what signs a send's approval receipts (`Receipts`), a `Ledger` and its
+`DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the `Limits` it
+enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card they leave to
+a person is announced (`Announce`), a `ReadMemory` (reads remembered, and audited, for card
 provenance), and the live principal of a key id (a requester's key is re-checked before its write
 runs). Every one is a required constructor argument: nothing is optional and checked at run time.
 
@@ -36,7 +37,7 @@ from gateway.cards.contract import DurabilityGuard, Ledger
 from gateway.config.approvals import ApprovalSettings
 from gateway.config.org_adapters import OrgAdapters
 from gateway.executor.agent import AgentPath, HeldRefusal
-from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
@@ -65,7 +66,7 @@ class Executor:
         org_adapters: OrgAdapters,
         audit: AuditSink,
         clients: Mapping[str, UpstreamClient],
-        identity: IdentityHeaders,
+        identity: IdentitySigner,
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
