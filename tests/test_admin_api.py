@@ -31,11 +31,13 @@ from gateway.registry.service import RegistryService
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
+from gateway.store.ledger.changes import RedisCardChanges
 from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.registrations import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
 from tests.support.cards import flood
+from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET
 
 AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
@@ -61,8 +63,10 @@ class Api:
 
 @pytest.fixture(scope="module")
 def served(redis_url: str) -> Iterator[Api]:
-    """One admin API app under uvicorn for the module, with a switch for the ledger's writability."""
+    """One admin API app under uvicorn for the module, with a switch for the ledger's writability. Its change
+    feed is on a Redis that is not there: the event stream cannot subscribe (`gateway.admin.events`)."""
     client = Redis.from_url(redis_url)
+    nowhere = Redis.from_url(f"redis://127.0.0.1:{free_port()}")
     api = Api(base="")
 
     async def writable() -> bool:
@@ -72,12 +76,13 @@ def served(redis_url: str) -> Iterator[Api]:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await client.aclose()  # in the server's own loop, where its connections live
+        await nowhere.aclose()
 
     async def no_refresh() -> bool:
         return False
 
     audit = RedisStreamAuditSink(client, secret=AUDIT_SECRET)
-    service = CardService(RedisLedger(client), audit, writable=writable)
+    service = CardService(RedisLedger(client), audit, writable=writable, changes=RedisCardChanges(nowhere))
     orgs = OrgAdapters({"acme": frozenset({"expenses"})})
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
                                refresh=no_refresh, lease_seconds=30.0, org_adapters=orgs)  # fmt: skip
@@ -497,10 +502,10 @@ async def test_malformed_requests_are_refused_and_audited(api: Api, redis: Redis
     assert card is not None and card.state.value == "PENDING"
 
 
-async def test_the_event_stream_of_a_service_without_a_change_feed_answers_503_so_clients_poll(
+async def test_the_event_stream_of_a_service_whose_change_feed_cannot_subscribe_answers_503_so_clients_poll(
     api: Api, redis: Redis
 ) -> None:
-    """A gateway wired without the ledger's change feed says so (503, JSON) instead of a silent stream."""
+    """A gateway whose change feed cannot be subscribed to says so (503, JSON) instead of a silent stream."""
     async with client(api, await admin_key(redis)) as http:
         answer = await http.get("/cards/events")
     assert answer.status_code == 503 and answer.headers["content-type"].startswith("application/json")

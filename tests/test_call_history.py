@@ -9,10 +9,10 @@ from redis.asyncio import Redis
 
 from gateway.codes import Code
 from gateway.errors import UpstreamUnavailableError
-from gateway.executor import ReadMemory
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, InMemoryCallHistory, history_owner
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.call_history import RedisCallHistory, history_key
 from gateway.store.client import connect
 from gateway.tools.preview import Preview
@@ -25,13 +25,21 @@ RULES = HistoryRules(window_seconds=30, max_reads=5)
 ALICE = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}), key_id="key_a")
 
 
+def _redis_history(client: Redis) -> RedisCallHistory:
+    return RedisCallHistory(client, audit=RedisStreamAuditSink(client))
+
+
+def _unreachable() -> RedisCallHistory:
+    return _redis_history(connect("redis://127.0.0.1:9/0").client)
+
+
 def _record(index: int) -> CallRecord:
     return CallRecord(tool=f"t{index}", at_ms=1_000 + index, untrusted_text=index % 2 == 0, private=index % 3 == 0)
 
 
 @pytest.fixture(params=["redis", "memory"])
 async def history(request: pytest.FixtureRequest, redis: Redis) -> AsyncIterator[CallHistory]:
-    yield RedisCallHistory(redis) if request.param == "redis" else InMemoryCallHistory()
+    yield _redis_history(redis) if request.param == "redis" else InMemoryCallHistory()
 
 
 async def test_the_history_keeps_the_latest_reads_oldest_first_per_owner(history: CallHistory) -> None:
@@ -47,7 +55,7 @@ async def test_the_history_keeps_the_latest_reads_oldest_first_per_owner(history
 async def test_the_redis_history_is_one_hash_tagged_key_that_expires_with_the_window(redis: Redis) -> None:
     """One key per owner, its text hashed into the hash tag, with a TTL of the window after each read."""
     owner = history_owner("acme", "alice@acme.example")
-    await RedisCallHistory(redis).append(owner, _record(1), rules=RULES)
+    await _redis_history(redis).append(owner, _record(1), rules=RULES)
     key = history_key(owner)
     assert key.startswith("countersign:calls:{") and key.endswith("}") and "alice" not in key
     assert 0 < await redis.pttl(key) <= 30_000
@@ -57,8 +65,9 @@ async def test_the_redis_history_is_one_hash_tagged_key_that_expires_with_the_wi
 async def test_reads_are_remembered_with_the_tools_declarations() -> None:
     """An answered read joins the caller's history: untrusted text and privacy as the tool declares them."""
     history = InMemoryCallHistory()
-    memory = ReadMemory(history, RULES)
-    executor, _ = agent_path(note_tool(), read_tool(returns_private_data=False), clients={}, memory=memory)
+    executor, _ = agent_path(
+        note_tool(), read_tool(returns_private_data=False), clients={}, history=history, history_rules=RULES
+    )
     assert not (await executor.execute(ALICE, "demo_note", {"text": "hi"})).is_error
     assert not (await executor.execute(ALICE, "demo_echo", {"text": "hi"})).is_error
     mine = await history.recent(history_owner("acme", ALICE.subject), rules=RULES)
@@ -71,8 +80,7 @@ async def test_reads_are_remembered_with_the_tools_declarations() -> None:
 async def test_a_read_that_cannot_be_remembered_is_not_answered_and_the_refusal_is_audited() -> None:
     """With the history's store unreachable, the read's result is withheld (LEDGER_UNAVAILABLE): a later card
     can never look untainted because the read of untrusted text before it went unrecorded."""
-    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
-    executor, audit = agent_path(note_tool(), clients={}, memory=ReadMemory(unreachable, RULES))
+    executor, audit = agent_path(note_tool(), clients={}, history=_unreachable(), history_rules=RULES)
     envelope = await executor.execute(ALICE, "demo_note", {"text": "secret words"})
     assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE
     assert "secret words" not in str(envelope.for_model())
@@ -84,16 +92,18 @@ async def test_a_proposal_whose_reads_cannot_be_read_files_no_card_and_the_refus
     """Provenance is read beside the preview; a history that cannot be read still files no card (a card
     must never look untainted for want of its reads): LEDGER_UNAVAILABLE, audited. The same proposal
     with a history that answers files its card."""
-    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
-    executor, audit = agent_path(write_tool(), clients={}, memory=ReadMemory(unreachable, RULES), ledger_client=redis)
+    executor, audit = agent_path(
+        write_tool(), clients={}, history=_unreachable(), history_rules=RULES, ledger_client=redis
+    )
     envelope = await executor.execute(ALICE, "demo_write", {"text": "hi"})
     assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE
     assert [key async for key in redis.scan_iter(match="cs:*:card:*")] == []
     [event] = audit.events
     assert (event.outcome, event.code) == ("deny", "LEDGER_UNAVAILABLE") and "call history" in event.reason
 
-    answering, _ = agent_path(write_tool(), clients={}, memory=ReadMemory(InMemoryCallHistory(), RULES),
-                              ledger_client=redis)  # fmt: skip
+    answering, _ = agent_path(
+        write_tool(), clients={}, history=InMemoryCallHistory(), history_rules=RULES, ledger_client=redis
+    )
     filed = await answering.execute(ALICE, "demo_write", {"text": "hi"})
     assert not filed.is_error and filed.card_id is not None
     assert len([key async for key in redis.scan_iter(match="cs:*:card:*")]) == 1
@@ -105,10 +115,10 @@ async def test_a_preview_that_fails_is_the_refusal_even_when_the_reads_cannot_be
     async def down(args: object, ctx: object) -> Preview:
         raise UpstreamUnavailableError("backend down", service="demo")
 
-    unreachable = RedisCallHistory(connect("redis://127.0.0.1:9/0").client)
     clients = {"demo": AiohttpUpstream("http://127.0.0.1:9", service="demo")}
-    memory = ReadMemory(unreachable, RULES)
-    executor, audit = agent_path(write_tool(preview=down), clients=clients, memory=memory, ledger_client=redis)
+    executor, audit = agent_path(
+        write_tool(preview=down), clients=clients, history=_unreachable(), history_rules=RULES, ledger_client=redis
+    )
     envelope = await executor.execute(ALICE, "demo_write", {"text": "hi"})
     assert envelope.is_error and envelope.code is Code.UPSTREAM_UNAVAILABLE
     [event] = audit.events

@@ -22,6 +22,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
+from tests.support.guards import always_writable
 
 pytestmark = pytest.mark.anyio
 
@@ -149,7 +150,9 @@ async def test_any_list_is_refused_whole_or_decided_card_by_card_as_each_alone_w
         await client.flushdb()
         ledger = RedisLedger(client)
         ids = [await _card(client) for _ in range(4)] + ["crd_2_" + "f" * 32]
-        service = CardService(ledger, RedisStreamAuditSink(client), batch_limit=5)
+        service = CardService(
+            ledger, RedisStreamAuditSink(client), writable=always_writable, changes=ledger.changes, batch_limit=5
+        )
         bob = Principal(subject="bob@acme.example", org="acme", roles=frozenset({"approver"}), kind=KeyKind.ADMIN)
         items = [BatchItem(card_id=ids[card], decision=verb, version=1 - behind, args_hash="h1" if right else "h2",
                            reason="because") for card, verb, behind, right in specs]  # fmt: skip

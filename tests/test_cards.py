@@ -21,6 +21,7 @@ from gateway.principal import KeyKind, Principal
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
+from tests.support.guards import always_writable
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -72,7 +73,8 @@ def service(redis: Redis, *, writable: bool = True) -> CardService:
     async def check() -> bool:
         return writable
 
-    return CardService(RedisLedger(redis), RedisStreamAuditSink(redis, secret=AUDIT_SECRET), writable=check)
+    ledger = RedisLedger(redis)
+    return CardService(ledger, RedisStreamAuditSink(redis, secret=AUDIT_SECRET), writable=check, changes=ledger.changes)
 
 
 async def audit_of(redis: Redis) -> list[AuditEvent]:
@@ -239,7 +241,9 @@ async def test_unreachable_redis_is_ledger_unavailable() -> None:
     """No Redis at all: decisions answer LEDGER_UNAVAILABLE and reads raise StoreUnavailableError."""
     nowhere = Redis.from_url(f"redis://127.0.0.1:{free_port()}", retry=Retry(NoBackoff(), 0))
     try:
-        cards = CardService(RedisLedger(nowhere), RedisStreamAuditSink(nowhere, secret=AUDIT_SECRET))
+        ledger = RedisLedger(nowhere)
+        audit = RedisStreamAuditSink(nowhere, secret=AUDIT_SECRET)
+        cards = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
         result = await cards.approve(BOB, "crd_1_" + "0" * 32, version=1, args_hash="h1")
         assert result.code is ResultCode.LEDGER_UNAVAILABLE and "nothing was changed" in result.message
         with pytest.raises(StoreUnavailableError):

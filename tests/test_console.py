@@ -38,6 +38,7 @@ from gateway.tools.preview import Preview
 from gateway.web.console import console_routes
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, flood
+from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -387,7 +388,7 @@ def quiet_console(quiet_redis_url: str) -> Iterator[str]:
 
     ledger = RedisLedger(client)
     audit = RedisStreamAuditSink(client, secret=TEST_AUDIT_SECRET.encode())
-    service = CardService(ledger, audit, changes=ledger.changes)
+    service = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, floods=AddressBudgets(Limits().unauthenticated))
     with serve_app_in_thread(Starlette(routes=[*routes, *console_routes()], lifespan=lifespan), lifespan=True) as base:
         yield base

@@ -25,6 +25,7 @@ from gateway.principal import KeyKind, Principal
 from gateway.store.durability import DurabilityReport, LedgerGuard, check_durability
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.guards import always_writable
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 
 pytestmark = pytest.mark.anyio
@@ -203,7 +204,8 @@ async def test_an_admin_is_told_whether_an_unconfirmed_decision_was_applied_and_
     audit = ListAuditSink()
     admin = Principal(subject="root@acme.example", org="acme", roles=frozenset({"approver"}), kind=KeyKind.ADMIN,
                       key_id="key_root")  # fmt: skip
-    service = CardService(ledger, audit)  # no pre-check: the ledger's own confirmation is what is tested
+    # No pre-check: the ledger's own confirmation is what is tested.
+    service = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
     with anyio.fail_after(10):
         created = await ledger.propose(_proposal())
         assert created.card is not None

@@ -34,6 +34,7 @@ from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
 from gateway.store.notification_outbox import RedisNotificationOutbox
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import PROPOSAL, settled
+from tests.support.guards import always_writable
 from tests.support.services import Backend, gateway_settings, serve_backends
 
 pytestmark = pytest.mark.anyio
@@ -156,8 +157,8 @@ async def test_a_card_needing_two_approvers_gets_one_from_policy_and_still_needs
                                            day="20261201", budget=9)  # fmt: skip
     assert again.status == "ERR_DUPLICATE_APPROVER"
     admin = await _admin(redis, "globex", "root@globex.example")
-    decided = await CardService(ledger, ListAuditSink()).approve(admin, card.card_id, version=card.version,
-                                                                 args_hash=card.args_hash)  # fmt: skip
+    service = CardService(ledger, ListAuditSink(), writable=always_writable, changes=ledger.changes)
+    decided = await service.approve(admin, card.card_id, version=card.version, args_hash=card.args_hash)
     assert decided.code is ResultCode.OK
     done = await settled(redis, card.card_id)
     assert done.state is CardState.SUCCEEDED and done.approvers == ("policy:large-globex", "root@globex.example")
@@ -173,8 +174,8 @@ async def test_no_person_may_decide_as_a_policy(redis: Redis, orders: tuple[str,
     assert card is not None and card.state is CardState.PENDING
     for subject in ("policy:small-refunds", "Policy:small-refunds"):
         admin = await _admin(redis, "acme", subject)
-        refused = await CardService(ledger, ListAuditSink()).approve(admin, card.card_id, version=card.version,
-                                                                     args_hash=card.args_hash)  # fmt: skip
+        service = CardService(ledger, ListAuditSink(), writable=always_writable, changes=ledger.changes)
+        refused = await service.approve(admin, card.card_id, version=card.version, args_hash=card.args_hash)
         assert refused.code is ResultCode.PERMISSION_DENIED
     assert await ledger.get(card.card_id) == card
 

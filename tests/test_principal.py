@@ -17,6 +17,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.spellings import spellings
 
@@ -58,9 +59,9 @@ async def _approve_own_card(redis_url: str, requester_spelling: str, admin_spell
         assert created.card is not None
         card = created.card
 
-        result = await CardService(ledger, RedisStreamAuditSink(client, secret=AUDIT_SECRET)).approve(
-            admin, card.card_id, version=card.version, args_hash=card.args_hash
-        )
+        audit = RedisStreamAuditSink(client, secret=AUDIT_SECRET)
+        service = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
+        result = await service.approve(admin, card.card_id, version=card.version, args_hash=card.args_hash)
         assert result.code is ResultCode.PERMISSION_DENIED, result
         # The ledger compares plain strings; keys store one spelling, so it refuses too.
         direct = await ledger.approve(

@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway.admin.bodies import AdminError, AdminErrorDetail
-from gateway.approvals.service import CardService, NoChangeFeedError
+from gateway.approvals.service import CardService
 from gateway.auth.bearer import principal_of
 from gateway.cards.views import ResultCode
 from gateway.errors import StoreUnavailableError
@@ -54,7 +54,7 @@ def card_events(service: CardService) -> Endpoint:
         watching = contextlib.AsyncExitStack()
         try:
             watch = await watching.enter_async_context(service.watch(principal_of(request.scope)))
-        except (StoreUnavailableError, NoChangeFeedError) as error:
+        except StoreUnavailableError as error:
             detail = AdminErrorDetail(code=ResultCode.LEDGER_UNAVAILABLE.value, message=f"no live updates: {error}")
             content = AdminError(error=detail).model_dump(mode="json")
             return JSONResponse(content, status_code=503, headers={"cache-control": "no-store"})

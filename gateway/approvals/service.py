@@ -41,7 +41,7 @@ from gateway.errors import InvalidCursorError, StoreUnavailableError
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
 
-__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService", "NoChangeFeedError"]
+__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService", "Writable"]
 
 MAX_TEXT = 2000
 """Longest comment or rejection reason, in characters."""
@@ -65,17 +65,16 @@ _LEDGER_REFUSALS: dict[str, tuple[ResultCode, str]] = {
 
 
 Writable = Callable[[], Awaitable[bool]]
-
-
-async def _always_writable() -> bool:
-    return True
+"""Whether the ledger may take a write now, reachable and durable (`gateway.store.durability.LedgerGuard.writable`)."""
 
 
 class CardService:
     """Admin reads and decisions on cards, scoped to the admin's org, audited, failing closed.
 
     `writable` answers whether the ledger may take a write now (reachable and durable); when it
-    says no, or Redis fails, an action changes nothing and returns LEDGER_UNAVAILABLE. A transition
+    says no, or Redis fails, an action changes nothing and returns LEDGER_UNAVAILABLE. `changes` is
+    the ledger's change feed, which `watch` follows. Both are required: there is no service that
+    skips the pre-check or watches nothing. A transition
     the ledger could not confirm durable is LEDGER_UNAVAILABLE too, with the card view (see the
     module docstring). Reads need Redis alone (a ledger that is not durable can still be read), and
     raise `StoreUnavailableError` when Redis cannot answer.
@@ -86,13 +85,13 @@ class CardService:
         ledger: Ledger,
         audit: AuditSink,
         *,
-        writable: Writable | None = None,
-        changes: CardChanges | None = None,
+        writable: Writable,
+        changes: CardChanges,
         batch_limit: int = 50,
     ) -> None:
         self._ledger = ledger
         self._audit = audit
-        self._writable = writable or _always_writable
+        self._writable = writable
         self._changes = changes
         self.batch_limit = batch_limit
         """Most cards one batch decision may name (``[limits] batch_decisions``; `gateway.approvals.batch`)."""
@@ -179,11 +178,8 @@ class CardService:
         """Follow the changes to the cards `admin` may read, from the moment this is entered.
 
         Raises:
-            NoChangeFeedError: this service was built without a change feed.
             StoreUnavailableError: Redis could not be reached to subscribe.
         """
-        if self._changes is None:
-            raise NoChangeFeedError("this gateway follows no change feed")
         async with self._changes.subscribe() as subscription:
             yield CardWatch(self._ledger, subscription, admin)
 
@@ -380,10 +376,6 @@ class CardService:
 
     async def _view(self, card: Card) -> AdminCard:
         return AdminCard.from_card(card, await self._ledger.events(card.card_id))
-
-
-class NoChangeFeedError(RuntimeError):
-    """`CardService.watch` on a service built without a change feed (a programming error of the wiring)."""
 
 
 def _done(action: str, card: Card) -> str:

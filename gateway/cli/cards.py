@@ -48,9 +48,8 @@ async def run(
     where ``archived`` looks (the retired cards, `gateway.store.ledger.retention`), `trail` where its
     ``--verify`` looks for the audit entry of the removal."""
     guard = LedgerGuard(client)
-    service = CardService(
-        RedisLedger(client, on_verdict=guard.observe), audit, writable=guard.writable, batch_limit=batch_limit
-    )
+    ledger = RedisLedger(client, on_verdict=guard.observe)
+    service = CardService(ledger, audit, writable=guard.writable, changes=ledger.changes, batch_limit=batch_limit)
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None

@@ -1,18 +1,24 @@
 """The executor: the only code path that runs a tool, in two halves that share one invoke step.
 
 * `AgentPath` (``agent.py``) serves the MCP surface: access, validation, the approval gate (a
-  write becomes a card, never an execution), reads within their deadline, sealing.
+  write becomes a card, never an execution, with every field of its proposal), reads within their
+  deadline, sealing; its refusals as the model and the audit each read them.
+* `PolicyApprovals` (``policy_approvals.py``): the ``[approvals.policies]`` rules, asked about each new card.
+* `ReadMemory` (``read_memory.py``): the answered reads a proposal's provenance is assessed against.
 * `WritePath` (``writes.py``) serves the worker: claim, binding re-checks, DISPATCHED before the
   send, one send with the card's own key, classification, and reconciliation of unknown outcomes.
 * `TaskPath` (``tasks.py``) serves the MCP surface's tasks: a principal's own proposals read,
   listed and cancelled as tasks, through the same own-card piece as the approvals tools.
-* `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`.
+* `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`; `LedgerCallerCards`
+  (``caller_cards.py``) is a principal's own cards, for the approvals tools and for tasks.
+* `DeferralLog` (``deferrals.py``): which deferrals of an approved card the write path audits.
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
-an `AuditSink`, one `UpstreamClient` per adapter (handed to adapters through `ToolContext`), a
-`Ledger` and its `DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the
-`Limits` it enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card
-they leave to a person is announced (`Announce`), a `ReadMemory` (reads remembered for card
+an `AuditSink`, one `UpstreamClient` per adapter and an `IdentitySigner` (both handed to adapters
+through `ToolContext`), what signs a send's approval receipts (`Receipts`), a `Ledger` and its
+`DurabilityGuard` (writes only while the ledger is durable), a `RateLimiter` and the `Limits` it
+enforces per requester, the ``[approvals]`` rules (`ApprovalSettings`) and how a card they leave to
+a person is announced (`Announce`), a `ReadMemory` (reads remembered, and audited, for card
 provenance), and the live principal of a key id (a requester's key is re-checked before its write
 runs). Every one is a required constructor argument: nothing is optional and checked at run time.
 
@@ -31,7 +37,7 @@ from gateway.cards.contract import DurabilityGuard, Ledger
 from gateway.config.approvals import ApprovalSettings
 from gateway.config.org_adapters import OrgAdapters
 from gateway.executor.agent import AgentPath, HeldRefusal
-from gateway.executor.invoke import IdentityHeaders, Invoker
+from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
@@ -60,7 +66,7 @@ class Executor:
         org_adapters: OrgAdapters,
         audit: AuditSink,
         clients: Mapping[str, UpstreamClient],
-        identity: IdentityHeaders,
+        identity: IdentitySigner,
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,

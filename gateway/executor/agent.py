@@ -26,8 +26,15 @@ included: an agent looping on a malformed call is a runaway like any other. The 
 requester's (org and subject), shared by all its keys (`policies.charges`); a store that
 cannot answer fails the call closed, as LEDGER_UNAVAILABLE.
 
+The card a proposal files (`_proposal`) is a pure function of the tool, the validated arguments,
+the caller, its preview and its provenance: the approvers it needs (`policies.approval.approvals_required`,
+with the org's quorum for a tainted card), the summary and the agent's own words, its decision and
+execution windows.
+
 Whatever a backend writes is third-party text. A failure reaches the model as a `Code` and its fixed
-message only; the backend's refusal code goes to the audit event's reason, for people.
+message only; the backend's refusal code goes to the audit event's reason, for people. A validation
+error is told field by field without its input, and an argument that would choose an idempotency
+key is refused by name.
 
 Fail closed (ARCHITECTURE invariant 7). A proposal is acknowledged only once the ledger confirmed
 its card durable; ``ERR_NOT_DURABLE`` is LEDGER_UNAVAILABLE (retryable), and the same call made
@@ -40,9 +47,10 @@ probe that finds Redis back).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +58,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.cards.card import Card
-from gateway.cards.contract import DurabilityGuard, Ledger, TransitionStatus
+from gateway.cards.contract import DurabilityGuard, Ledger, Proposal, TransitionStatus
 from gateway.cards.views import card_for_agent
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
@@ -60,36 +68,28 @@ from gateway.errors import (
     PathArgumentError,
     StoreUnavailableError,
     UpstreamError,
+    UpstreamRateLimitedError,
+    UpstreamRefusedError,
 )
 from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
-from gateway.executor.proposals import proposal_for
 from gateway.executor.read_memory import ReadMemory, audit_fields
-from gateway.executor.refusals import (
-    error_summary,
-    failure,
-    key_fields,
-    minted_keys,
-    retry,
-    spent,
-    wait,
-    with_acting_client,
-)
 from gateway.limits.budgets import Limits
-from gateway.limits.rate_limiter import RateLimiter
+from gateway.limits.rate_limiter import RateLimiter, RateVerdict
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
-from gateway.provenance import history_owner
+from gateway.provenance import Provenance, history_owner
 from gateway.telemetry.metrics import UNKNOWN_TOOL, count_proposal, count_tool_call
 from gateway.telemetry.tracing import annotate
-from gateway.tools.declarations import Mode, Tool
+from gateway.tools.declarations import Mode, Tool, is_key_field
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access
+from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
 
-__all__ = ["AgentPath", "HeldRefusal"]
+__all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 
 logger = logging.getLogger(__name__)
 
@@ -176,15 +176,15 @@ class AgentPath:
 
         # 3. Input validation against the same closed model the catalog's schema came from. An
         #    agent that tries to choose an idempotency key is told keys are the gateway's.
-        supplied_keys = key_fields(arguments or {})
+        supplied_keys = _key_fields(arguments or {})
         if supplied_keys:
             refusal = Decision.deny(Code.VALIDATION_ERROR, "agent supplied an idempotency key")
-            return await self._refuse(principal, name, refusal, started, details=minted_keys(supplied_keys))
+            return await self._refuse(principal, name, refusal, started, details=_minted_keys(supplied_keys))
         try:
             args = tool.arguments.model_validate(arguments or {})
         except ValidationError as error:
             invalid = Decision.deny(Code.VALIDATION_ERROR, f"{error.error_count()} invalid argument(s)")
-            return await self._refuse(principal, name, invalid, started, details={"errors": error_summary(error)})
+            return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
 
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
         #    create a card bound to the ledger, which a person must approve.
@@ -207,7 +207,7 @@ class AgentPath:
         except PathArgumentError as error:
             return await self._refuse_path(principal, name, error, started)
         except UpstreamError as error:
-            return await self._refuse(principal, name, failure(error), started, ran=True, details=wait(error))
+            return await self._refuse(principal, name, _failure(error), started, ran=True, details=_wait(error))
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
@@ -237,8 +237,8 @@ class AgentPath:
         verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
         if verdict is None:
             return None
-        envelope = Envelope.refused(Code.RATE_LIMITED, details=retry(verdict))
-        return HeldRefusal(decision=spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
+        envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
+        return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
         self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float, owner: str
@@ -254,7 +254,8 @@ class AgentPath:
         if isinstance(preview, PathArgumentError):
             return await self._refuse_path(principal, tool.name, preview, started)
         if isinstance(preview, UpstreamError):
-            return await self._refuse(principal, tool.name, failure(preview), started, ran=True, details=wait(preview))
+            failed = _failure(preview)
+            return await self._refuse(principal, tool.name, failed, started, ran=True, details=_wait(preview))
         if isinstance(preview, Exception):
             raise preview
         canonical = args.model_dump(mode="json")
@@ -275,7 +276,7 @@ class AgentPath:
         if isinstance(reads, Exception):
             raise reads
         provenance = self._memory.assess(tool, canonical, reads)
-        proposal = proposal_for(
+        proposal = _proposal(
             tool,
             version,
             args,
@@ -350,7 +351,7 @@ class AgentPath:
             return await self._refuse(principal, tool.name, down, started)
         if verdict.allowed:
             return None
-        return await self._refuse(principal, tool.name, spent(verdict), started, details=retry(verdict))
+        return await self._refuse(principal, tool.name, _spent(verdict), started, details=_retry(verdict))
 
     async def _refuse_path(self, principal: Principal, name: str, error: PathArgumentError, started: float) -> Envelope:
         """An argument that would change the endpoint it fills: VALIDATION_ERROR, and nothing was sent."""
@@ -412,9 +413,118 @@ class AgentPath:
         if read is None:
             self._audited = await self._audit.record(event)
         else:
-            self._audited = await self._memory.remember_audited(read[0], read[1], event, self._audit)
+            self._audited = await self._memory.remember_audited(read[0], read[1], event)
         # The one count per call, beside its one audit event. A name the catalog does not serve is
         # any string an agent sent: it is counted as unknown, never as a label of its own.
         count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
         annotate(code=code)
         return self._audited
+
+
+def _proposal(
+    tool: Tool,
+    version: str,
+    args: BaseModel,
+    canonical: dict[str, Any],
+    principal: Principal,
+    *,
+    args_hash: str,
+    dedupe_key: str,
+    preview: Preview | None,
+    provenance: Provenance,
+    tainted_approvals: int,
+    awaits_policy: bool,
+) -> Proposal:
+    """The card a proposal of `tool` (a write) with `args` (`canonical`: their JSON form) by `principal` files.
+
+    Which approvers it needs (`policies.approval.approvals_required`, with the org's quorum for a tainted card),
+    the summary and the agent's own words from the validated arguments, its decision and execution windows from
+    the tool's approval policy.
+    """
+    approval, summary = tool.approval, tool.summary
+    if approval is None or summary is None:  # Tool construction makes this unreachable
+        raise RuntimeError(f"write tool {tool.name} has no approval policy")
+    return Proposal(
+        tool=tool.name,
+        tool_version=version,
+        arguments=canonical,
+        args_hash=args_hash,
+        requester_subject=principal.subject,
+        requester_org=principal.org,
+        requester_key_id=principal.key_id,
+        requester_roles=principal.roles,
+        acting_client=principal.acting_client,
+        actors=principal.actors,
+        approvals_required=approvals_required(
+            approval, canonical, tainted=provenance.tainted, tainted_approvals=tainted_approvals
+        ),
+        approver_role=approval.approver_role,
+        summary=summary(args),
+        agent_text={field: str(canonical[field]) for field in sorted(tool.agent_text_fields)},
+        decide_within_ms=int(approval.decide_within_seconds * 1000),
+        execute_within_ms=int(approval.execute_within_seconds * 1000),
+        dedupe_key=dedupe_key,
+        preview=preview,
+        awaits_policy=awaits_policy,
+        provenance=provenance,
+    )
+
+
+def with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
+    """A delegated call's event names the agent beside the person it acts for (`gateway.executor.tasks` too)."""
+    return {**extra, "acting_client": principal.acting_client} if principal.acting_client else extra
+
+
+def _spent(verdict: RateVerdict) -> Decision:
+    """A budget's refusal as the audit reads it; the caller reads RATE_LIMITED with `_retry`."""
+    return Decision.deny(Code.RATE_LIMITED, f"{verdict.bucket} budget spent; retry after {verdict.retry_after:g} s")
+
+
+def _retry(verdict: RateVerdict) -> dict[str, Any]:
+    return {"retry_after": verdict.retry_after}
+
+
+def _failure(error: UpstreamError) -> Decision:
+    """The refusal for a failed call. A backend's own words (its refusal code) go in the reason, which only
+    the audit keeps: the model gets the code of our vocabulary and its fixed message, nothing the backend wrote."""
+    backend = f" (backend: {error.reason})" if isinstance(error, UpstreamRefusedError) and error.reason else ""
+    return Decision.deny(Code(error.code), f"{type(error).__name__}: {error}{backend}")
+
+
+def _wait(error: UpstreamError) -> dict[str, Any] | None:
+    """What the model is told of a backend's own rate limit: how long it asked callers to wait."""
+    return {"retry_after": error.retry_after} if isinstance(error, UpstreamRateLimitedError) else None
+
+
+def _error_summary(error: ValidationError) -> list[dict[str, Any]]:
+    """Field-level problems without echoing the input back (it may be long or hostile)."""
+    return [
+        {"field": ".".join(str(part) for part in item["loc"]), "type": item["type"], "message": item["msg"]}
+        for item in error.errors(include_url=False, include_input=False)
+    ]
+
+
+_KNOWN_NAME_CHARS = 64
+"""Argument names up to this long have their `is_key_field` verdict remembered: a bounded cache of
+bounded names, so an agent cannot pin large strings in memory with it."""
+
+
+def _key_fields(arguments: Iterable[str]) -> list[str]:
+    """The argument names that would let the caller choose an idempotency key (`is_key_field`), sorted."""
+    return sorted(name for name in arguments if _is_key_field(name))
+
+
+def _minted_keys(fields: Iterable[str]) -> dict[str, Any]:
+    """The refusal's details for `_key_fields`: keys are the gateway's."""
+    message = "idempotency keys are minted by the gateway"
+    return {"errors": [{"field": f, "type": "server_minted_key", "message": message} for f in fields]}
+
+
+def _is_key_field(name: str) -> bool:
+    # Remembered: every call of a tool sends the same few names, and each check lowercases, strips and searches.
+    return _remembered_key_field(name) if len(name) <= _KNOWN_NAME_CHARS else is_key_field(name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _remembered_key_field(name: str) -> bool:
+    return is_key_field(name)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,16 +24,21 @@ from gateway.tools.declarations import Tool
 from gateway.tools.preview import Preview
 from gateway.tools.upstream import UpstreamClient
 
-__all__ = ["IdentityHeaders", "Invoker", "args_hash", "requester_of"]
+__all__ = ["IdentitySigner", "Invoker", "args_hash", "requester_of"]
 
-IdentityHeaders = Callable[[Principal, str], Mapping[str, str]]
-"""``(principal, adapter) -> headers`` that tell a backend who is asking (`gateway.signing.identity`)."""
+
+class IdentitySigner(Protocol):
+    """Signs who is asking: the headers that tell `adapter`'s backend that `principal` calls it, with a
+    signed claim where the gateway holds a key (`gateway.signing.identity.IdentityHeaders` is the one the
+    composition root builds)."""
+
+    def __call__(self, principal: Principal, adapter: str) -> Mapping[str, str]: ...
 
 
 class Invoker:
     """Runs one tool call with the collaborators every call needs."""
 
-    def __init__(self, *, clients: Mapping[str, UpstreamClient], identity: IdentityHeaders, ledger: Ledger) -> None:
+    def __init__(self, *, clients: Mapping[str, UpstreamClient], identity: IdentitySigner, ledger: Ledger) -> None:
         self._clients = clients
         self._identity = identity
         self._ledger = ledger

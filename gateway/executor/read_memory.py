@@ -1,9 +1,11 @@
 """The agent path's memory of reads, for the provenance of the cards that follow them.
 
-Who calls it: `gateway.executor.agent.AgentPath`, once per answered read (`remember`) and once per
-write proposal (`reads`, then `assess`). What it asks of its collaborators: a `CallHistory` (the store), the
-`HistoryRules` of this gateway and a wall clock. What it decides: nothing; the verdict is
-`policies.provenance.assess`, and the quorum `policies.approval.approvals_required`.
+Who calls it: `gateway.executor.agent.AgentPath`, once per answered read (`remember_audited`) and once
+per write proposal (`beside`, then `assess`). What it asks of its collaborators: a `CallHistory` (the
+store), an `AuditedCallHistory` that remembers a read together with its audit event (the same Redis
+history, in one round trip; `AuditAfter` for any other), the `HistoryRules` of this gateway and a wall
+clock. What it decides: nothing; the verdict is `policies.provenance.assess`, and the quorum
+`policies.approval.approvals_required`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gateway.provenance import AuditedCallHistory, CallHistory, CallRecord, Hist
 from gateway.tools.declarations import Tool
 from policies.provenance import assess
 
-__all__ = ["ReadMemory", "audit_fields"]
+__all__ = ["AuditAfter", "ReadMemory", "audit_fields"]
 
 T = TypeVar("T")
 
@@ -31,35 +33,23 @@ class ReadMemory:
         history: CallHistory,
         rules: HistoryRules,
         *,
+        audited: AuditedCallHistory,
         wall_clock: Callable[[], float] = time.time,
-        audited: AuditedCallHistory | None = None,
     ) -> None:
         self._history = history
         self.rules = rules
-        self._wall_clock = wall_clock
         self._audited = audited
-        """The same history, able to audit a read in the same step (None: history, then audit sink)."""
+        """Where an answered read is remembered and audited, in one step where the store can."""
+        self._wall_clock = wall_clock
 
-    async def remember(self, tool: Tool, owner: str) -> None:
-        """Append this answered read of `tool` to `owner`'s history.
-
-        Raises:
-            StoreUnavailableError: the store could not take it (the caller withholds the read).
-        """
-        await self._history.append(owner, self._record(tool), rules=self.rules)
-
-    async def remember_audited(self, tool: Tool, owner: str, event: AuditEvent, audit: AuditSink) -> bool:
-        """Remember this answered read, then audit it with `event` (in `audit`, or in the same step
-        as the history's write when this memory was given an `AuditedCallHistory`). Returns whether
+    async def remember_audited(self, tool: Tool, owner: str, event: AuditEvent) -> bool:
+        """Remember this answered read of `tool` for `owner` and audit it with `event`. Returns whether
         the event is in the trail; the read must not be answered otherwise.
 
         Raises:
             StoreUnavailableError: the read could not be remembered; nothing was audited.
         """
-        if self._audited is not None:
-            return await self._audited.append_audited(owner, self._record(tool), rules=self.rules, event=event)
-        await self._history.append(owner, self._record(tool), rules=self.rules)
-        return await audit.record(event)
+        return await self._audited.append_audited(owner, self._record(tool), rules=self.rules, event=event)
 
     def _record(self, tool: Tool) -> CallRecord:
         return CallRecord(
@@ -68,14 +58,6 @@ class ReadMemory:
             untrusted_text=tool.emits_untrusted_text,
             private=tool.returns_private_data,
         )
-
-    async def provenance(self, tool: Tool, arguments: Mapping[str, Any], owner: str) -> Provenance:
-        """The provenance of a proposal of `tool` with canonical `arguments`, by `owner`'s reads.
-
-        Raises:
-            StoreUnavailableError: the history could not be read (the caller files no card).
-        """
-        return self.assess(tool, arguments, await self.reads(owner))
 
     async def reads(self, owner: str) -> Sequence[CallRecord]:
         """`owner`'s remembered reads, for `assess` (read apart so a proposal can overlap it with its preview).
@@ -108,6 +90,24 @@ class ReadMemory:
     def tainted_approvals(self, org: str) -> int:
         """The distinct approvers a tainted card of `org` needs at least (1: the tool's own number)."""
         return self.rules.tainted_approvals.get(org, 1)
+
+
+class AuditAfter:
+    """An `AuditedCallHistory` in two steps: `history` remembers the read, then `audit` records its event (for a
+    history that cannot write the trail itself, such as `gateway.provenance.InMemoryCallHistory`)."""
+
+    def __init__(self, history: CallHistory, audit: AuditSink) -> None:
+        self._history = history
+        self._audit = audit
+
+    async def append_audited(self, owner: str, record: CallRecord, *, rules: HistoryRules, event: AuditEvent) -> bool:
+        """Remember `record`, then audit `event`: whether the event is in the trail.
+
+        Raises:
+            StoreUnavailableError: the read could not be remembered; nothing was audited.
+        """
+        await self._history.append(owner, record, rules=rules)
+        return await self._audit.record(event)
 
 
 def audit_fields(provenance: Provenance | None) -> dict[str, str]:

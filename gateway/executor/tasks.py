@@ -25,8 +25,8 @@ from gateway.cards.contract import Ledger, TransitionStatus
 from gateway.cards.task_states import TaskState, task_of
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
+from gateway.executor.agent import with_acting_client
 from gateway.executor.caller_cards import LedgerCallerCards
-from gateway.executor.refusals import with_acting_client
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 

@@ -24,12 +24,13 @@ status query, never a blind resend.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.cards.card import Card, CardState
-from gateway.cards.contract import DurabilityGuard, Ledger, TransitionStatus
+from gateway.cards.contract import DurabilityGuard, Ledger, Transition, TransitionStatus
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
@@ -38,7 +39,7 @@ from gateway.executor.deferrals import DeferralLog
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.principal import TOKEN_KEY_PREFIX, Principal
 from gateway.tools.backend_http import RECEIPT_REFUSALS
-from gateway.tools.context import RequestSigner
+from gateway.tools.context import RequestSigner, ToolContext
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
@@ -54,6 +55,7 @@ None when the gateway has no signing key."""
 
 _NO_SIGNING_KEY = "no signing key for the approval receipt (countersign signing-keys rotate)"
 _LATE_RESEND = "execute_by passed before a resend; the earlier send may have landed"
+_UNCONFIRMED = "outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
 
 
 class WritePath:
@@ -100,15 +102,20 @@ class WritePath:
             return await self._defer(card, f"adapter {tool.adapter} is unhealthy")
         # No signing key: deferred before the claim, as the two above, so a card waiting for an operator's
         # first key is looked at again on its timer, not claimed and released (three card events) every 0.5 s.
-        if tool is not None and await self._receipts(card, tool.adapter) is None:
-            return await self._defer(card, f"{_NO_SIGNING_KEY}; will retry")
+        # The signer read here is the one the send uses: one read of the key set per send.
+        signer = None
+        if tool is not None:
+            signer = await self._receipts(card, tool.adapter)
+            if signer is None:
+                return await self._defer(card, f"{_NO_SIGNING_KEY}; will retry")
         self._deferrals.forget(card_id)
         claim = await self._ledger.claim(card_id, worker=worker, lease_ms=self._lease_ms)
         if claim.unconfirmed and claim.card is not None:
             return await self._release_unconfirmed(claim.card, "claim")
         if claim.status is not TransitionStatus.OK or claim.card is None:
             return claim.card
-        return await self._send(claim.card)
+        held = (tool.adapter, signer) if tool is not None and signer is not None else None
+        return await self._send(claim.card, held=held)
 
     async def _defer(self, card: Card, reason: str) -> Card:
         """Leave `card` APPROVED, unclaimed, for the sweeper to offer again; audited as `DeferralLog` says
@@ -120,11 +127,37 @@ class WritePath:
     async def _release_unconfirmed(self, card: Card, step: str) -> Card | None:
         """A claim or dispatch the ledger applied but did not confirm durable: hand the card back, unsent."""
         reason = f"ledger did not confirm the {step} durable"
-        released = await self._ledger.release(
+        released = self._ledger.release(
             card.card_id, fence=card.fence, reason=reason, requeue_ms=backoff_ms(card.attempts)
         )
-        await self._record(card, "card.execute", "NOT_SENT", f"{reason}; will retry")
-        return released.card
+        return await self._settle(card, released, "NOT_SENT", f"{reason}; will retry")
+
+    async def _settle(
+        self,
+        card: Card,
+        transition: Awaitable[Transition],
+        outcome: str,
+        reason: str,
+        *,
+        action: str = "card.execute",
+        code: str = "",
+        unconfirmed: str = "",
+    ) -> Card | None:
+        """Await `transition` of `card` (an end, a hand-back, a reconciliation) and audit it as `outcome`: every
+        change this path makes to a card it holds is recorded here. `unconfirmed` is added to the reason when
+        the ledger could not confirm the change durable. Returns the card as the ledger answered it."""
+        done = await transition
+        if unconfirmed and done.status is TransitionStatus.ERR_NOT_DURABLE:
+            reason = f"{reason}; {unconfirmed}".removeprefix("; ")
+        await self._record(card, action, outcome, reason, code=code)
+        return done.card
+
+    def _fail_unsent(self, card: Card, code: str, reason: str, **more: Any) -> Awaitable[Transition]:
+        """The transition that ends `card` FAILED with nothing sent (for `_settle`); `more` joins its evidence."""
+        evidence = {"code": code, "reason": reason, "sent": False, **more}
+        return self._ledger.complete(
+            card.card_id, fence=card.fence, outcome=CardState.FAILED, reference="", evidence=evidence, settle_ms=0
+        )
 
     async def reconcile(self, card_id: str, *, worker: str) -> Card | None:
         """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
@@ -134,11 +167,10 @@ class WritePath:
             return card
         if tool is None or tool.write_contract is None:
             reason = "tool no longer served"
-            result = await self._ledger.reconcile(
+            handed = self._ledger.reconcile(
                 card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": reason}
             )
-            await self._record(result.card or card, "card.reconcile", "NEEDS_RECONCILIATION", reason)
-            return result.card
+            return await self._settle(card, handed, "NEEDS_RECONCILIATION", reason, action="card.reconcile")
         contract = tool.write_contract
         ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
         try:
@@ -165,20 +197,25 @@ class WritePath:
             if resend.unconfirmed and resend.card is not None:
                 return await self._release_unconfirmed(resend.card, "resend claim")
             if resend.status is TransitionStatus.OK and resend.card is not None:
-                return await self._send(resend.card)
+                return await self._send(resend.card, held=None)
             if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
                 await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", _LATE_RESEND)
             return resend.card
         reference = status.reference or "" if status is not None else ""
-        result = await self._ledger.reconcile(
+        result = self._ledger.reconcile(
             card_id, result=step.next.value, reference=reference, evidence=evidence, next_at_ms=step.at_ms
         )
-        if step.next is not Next.RESCHEDULE:
-            await self._record(result.card or card, "card.reconcile", step.next.value, step.reason)
-        return result.card
+        if step.next is Next.RESCHEDULE:  # asked again later: nothing to audit yet
+            return (await result).card
+        return await self._settle(card, result, step.next.value, step.reason, action="card.reconcile")
 
-    async def _send(self, card: Card) -> Card | None:
-        """Run a claimed card: re-check, bind, record DISPATCHED, send once with its key, classify."""
+    async def _send(self, card: Card, *, held: tuple[str, RequestSigner] | None) -> Card | None:
+        """Run a claimed card: re-check, bind, record DISPATCHED, send once with its key, classify.
+
+        `held` is the receipt's signer the caller read for this send, with the adapter it signs for; None
+        (a resend) reads it here. Either way the key set is read once per send, and the tool's context is
+        made once.
+        """
         toolbox = self._tools.current()
         tool = toolbox.get(card.tool)
 
@@ -187,29 +224,27 @@ class WritePath:
         if refusal is not None or tool is None or tool.write_contract is None:
             reason = refusal.reason if refusal is not None else "tool not served"
             code = refusal.code.value if refusal is not None and refusal.code else Code.PERMISSION_DENIED.value
-            evidence = {"code": code, "reason": reason, "sent": False}
-            done = await self._ledger.complete(
-                card.card_id, fence=card.fence, outcome=CardState.FAILED, reference="", evidence=evidence, settle_ms=0
-            )
-            await self._record(card, "card.execute", "FAILED", reason, code=code)
-            return done.card
+            return await self._settle(card, self._fail_unsent(card, code, reason), "FAILED", reason, code=code)
         contract = tool.write_contract
         args = tool.arguments.model_validate(card.arguments)
 
         # 1b. The receipt's signer, with the key active now (read first: the precondition's identity is signed
         # with the same keys). Without a key nothing is sent (a backend that checks receipts would refuse the
         # write), and the card waits APPROVED for an operator to make one.
-        receipt = await self._receipts(card, tool.adapter)
+        receipt = held[1] if held is not None and held[0] == tool.adapter else await self._receipts(card, tool.adapter)
         if receipt is None:
-            reason = _NO_SIGNING_KEY
-            released = await self._ledger.release(
+            released = self._ledger.release(
                 card.card_id, fence=card.fence, reason="no signing key", requeue_ms=backoff_ms(card.attempts)
             )
-            await self._record(card, "card.execute", "NOT_SENT", f"{reason}; will retry")
-            return released.card
+            return await self._settle(card, released, "NOT_SENT", f"{_NO_SIGNING_KEY}; will retry")
+        # The one context of this send: the key minted when the card was created and a receipt signed for each
+        # request. The precondition reads with it too, without either (a read carries no key and no receipt).
+        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key, receipt=receipt)
 
         # 1c. The precondition: what the approver decided on still holds, read again just before sending.
-        changed = await self._precondition(card, tool, args)
+        changed = await self._precondition(
+            card, tool, args, dataclasses.replace(ctx, idempotency_key=None, receipt=None)
+        )
         if changed is not None:
             return changed
 
@@ -230,7 +265,6 @@ class WritePath:
             return dispatched.card  # the lease was lost: another worker owns the card now
 
         # 3. Send once, with the key minted when the card was created and a receipt signed for this send.
-        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key, receipt=receipt)
         error: UpstreamError | None = None
         reference = ""
         try:
@@ -238,17 +272,8 @@ class WritePath:
             reference = str(getattr(output, contract.reference_field, "") or "")
         except PathArgumentError as refused:
             # An argument would have changed the endpoint: nothing was sent, and it never can be.
-            code = Code.VALIDATION_ERROR.value
-            done = await self._ledger.complete(
-                card.card_id,
-                fence=card.fence,
-                outcome=CardState.FAILED,
-                reference="",
-                evidence={"code": code, "reason": str(refused), "sent": False},
-                settle_ms=0,
-            )
-            await self._record(card, "card.execute", "FAILED", str(refused), code=code)
-            return done.card
+            code, reason = Code.VALIDATION_ERROR.value, str(refused)
+            return await self._settle(card, self._fail_unsent(card, code, reason), "FAILED", reason, code=code)
         except UpstreamError as caught:
             error = caught
 
@@ -257,13 +282,12 @@ class WritePath:
         evidence = _evidence(error, tool)
         if attempt is Attempt.NOT_SENT:
             delay_ms = retry_delay_ms(error, card.attempts)
-            released = await self._ledger.release(
+            released = self._ledger.release(
                 card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
             )
             why = "backend rate-limited (429)" if error is not None and error.sent else "nothing reached the backend"
-            await self._record(card, "card.execute", "NOT_SENT", f"{why}; will retry in {delay_ms / 1000:g} s")
-            return released.card
-        done = await self._ledger.complete(
+            return await self._settle(card, released, "NOT_SENT", f"{why}; will retry in {delay_ms / 1000:g} s")
+        done = self._ledger.complete(
             card.card_id,
             fence=card.fence,
             outcome=CardState(attempt.value),
@@ -271,15 +295,10 @@ class WritePath:
             evidence=evidence,
             settle_ms=int(contract.settle_seconds * 1000),
         )
-        reason = _what_failed(error)
-        if done.status is TransitionStatus.ERR_NOT_DURABLE:
-            reason = f"{reason}; outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
-        await self._record(
-            card, "card.execute", attempt.value, reason.removeprefix("; "), code=str(evidence.get("code", ""))
-        )
-        return done.card
+        code = str(evidence.get("code", ""))
+        return await self._settle(card, done, attempt.value, _what_failed(error), code=code, unconfirmed=_UNCONFIRMED)
 
-    async def _precondition(self, card: Card, tool: Tool, args: Any) -> Card | None:
+    async def _precondition(self, card: Card, tool: Tool, args: Any, ctx: ToolContext) -> Card | None:
         """Read the preview again; a card it no longer holds for ends FAILED (None: go on and send).
 
         Only a first send is checked: after an UNKNOWN outcome the earlier send may have landed and
@@ -288,30 +307,22 @@ class WritePath:
         """
         if tool.preview is None or card.resend:
             return None
-        ctx = self._invoker.context(tool, requester_of(card))
         try:
             now = await self._invoker.preview(tool, args, ctx)
         except UpstreamNotFoundError:
             now = None  # the target is gone: as material a change as there is
         except UpstreamError as error:
             delay_ms = retry_delay_ms(error, card.attempts)
-            released = await self._ledger.release(
+            released = self._ledger.release(
                 card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
             )
-            await self._record(card, "card.execute", "NOT_SENT", f"precondition not read ({type(error).__name__})")
-            return released.card
+            return await self._settle(card, released, "NOT_SENT", f"precondition not read ({type(error).__name__})")
         if now is not None and now.infeasible is None:
             return None
         reason = (now.infeasible if now is not None else None) or "the target of the write is no longer there"
         code = Code.PRECONDITION_CHANGED.value
-        evidence: dict[str, Any] = {"code": code, "reason": reason, "sent": False}
-        if now is not None:
-            evidence["preview_now"] = now.to_json()
-        done = await self._ledger.complete(
-            card.card_id, fence=card.fence, outcome=CardState.FAILED, reference="", evidence=evidence, settle_ms=0
-        )
-        await self._record(card, "card.execute", "FAILED", reason, code=code)
-        return done.card
+        evidence: Mapping[str, Any] = {"preview_now": now.to_json()} if now is not None else {}
+        return await self._settle(card, self._fail_unsent(card, code, reason, **evidence), "FAILED", reason, code=code)
 
     async def _binding_refusal(self, card: Card, tool: Tool | None, toolbox: Toolbox) -> Decision | None:
         if tool is None:

@@ -60,10 +60,10 @@ def history_key(owner: str) -> str:
 
 @store_boundary
 class RedisCallHistory:
-    """`CallHistory` on the Redis every gateway process shares; given the audit sink on the same
-    client (`audit`), an `AuditedCallHistory` too."""
+    """`CallHistory` and `AuditedCallHistory` on the Redis every gateway process shares; `audit` is the
+    audit sink on the same client, which an answered read's event is appended to."""
 
-    def __init__(self, client: aioredis.Redis, *, audit: RedisStreamAuditSink | None = None) -> None:
+    def __init__(self, client: aioredis.Redis, *, audit: RedisStreamAuditSink) -> None:
         self._client = client
         self._append = client.register_script(APPEND_SCRIPT)  # EVALSHA; loads it again after NOSCRIPT
         self._audit = audit
@@ -81,8 +81,6 @@ class RedisCallHistory:
         Raises:
             StoreUnavailableError: (Cluster) the history could not take it; nothing was audited.
         """
-        if self._audit is None:
-            raise RuntimeError("RedisCallHistory was built without the audit sink append_audited needs")
         args = (record.to_json(), rules.max_reads, _window_ms(rules))
         if not self._together:
             await self._append(keys=[history_key(owner)], args=list(args))

@@ -11,9 +11,10 @@ from gateway.cards.contract import Transition
 from gateway.config.approvals import ApprovalSettings
 from gateway.config.org_adapters import OrgAdapters
 from gateway.executor import AgentPath, Invoker, PolicyApprovals, ReadMemory
+from gateway.executor.read_memory import AuditAfter
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import InMemoryRateLimiter, RateLimiter
-from gateway.provenance import HistoryRules, InMemoryCallHistory
+from gateway.provenance import CallHistory, HistoryRules, InMemoryCallHistory
 from gateway.signing.identity import IdentityHeaders
 from gateway.store.client import connect
 from gateway.store.durability import LedgerGuard
@@ -33,14 +34,17 @@ def agent_path(
     org: str = "acme",
     limits: Limits | None = None,
     limiter: RateLimiter | None = None,
-    memory: ReadMemory | None = None,
+    history: CallHistory | None = None,
+    history_rules: HistoryRules | None = None,
     ledger_client: Redis | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made, unless a `ledger_client` is given (the ledger is then on it). Rate budgets
     (`limits`, the defaults unless given) are kept in process unless a `limiter` is given. Reads are
-    remembered for provenance in process unless a `memory` is given."""
+    remembered for provenance (under `history_rules`, the defaults unless given) in process unless a `history`
+    is given, and audited after they are remembered (`AuditAfter`)."""
     audit = ListAuditSink()
+    reads = history if history is not None else InMemoryCallHistory()
     nowhere = ledger_client if ledger_client is not None else connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
     executor = AgentPath(
@@ -56,7 +60,7 @@ def agent_path(
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
         policies=PolicyApprovals(ledger=ledger, audit=audit, settings=ApprovalSettings(), announce=_unheard),
-        memory=memory if memory is not None else ReadMemory(InMemoryCallHistory(), HistoryRules()),
+        memory=ReadMemory(reads, history_rules or HistoryRules(), audited=AuditAfter(reads, audit)),
     )
     return executor, audit
 
