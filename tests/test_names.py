@@ -16,16 +16,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("gateway", "policies", "adapters")
 
-KNOWN: frozenset[str] = frozenset(
-    {
-        # gateway.executor.invoke's alias for the callable that makes a backend request's identity
-        # headers, and gateway.signing.identity's class that implements it: a reader cannot tell the
-        # alias from the class. Until the alias has a name of its own, it is the one repeat allowed.
-        "IdentityHeaders",
-    }
-)
-"""Repeats still in the tree, each with its reason. A name leaves this set once it is defined once."""
-
 
 def _is_type_name(name: str) -> bool:
     """CapWords, as a class or a type alias is named (constants are UPPER_CASE, functions lower_case)."""
@@ -56,23 +46,13 @@ def defined_names() -> dict[str, list[str]]:
 
 
 def repeats(places: dict[str, list[str]]) -> list[str]:
-    """Each name defined in more than one module and not in `KNOWN`, with every place that defines it."""
-    return [
-        f"{name}: {' and '.join(where)}"
-        for name, where in sorted(places.items())
-        if len(where) > 1 and name not in KNOWN
-    ]
+    """Each name defined in more than one module, with every place that defines it."""
+    return [f"{name}: {' and '.join(where)}" for name, where in sorted(places.items()) if len(where) > 1]
 
 
 def test_no_public_type_name_is_defined_twice() -> None:
     """Every public class and type alias of the product is defined in exactly one module."""
     assert repeats(defined_names()) == []
-
-
-def test_each_known_repeat_is_still_a_repeat() -> None:
-    """A repeat that was resolved leaves `KNOWN`, so the allowance cannot outlive it."""
-    places = defined_names()
-    assert {name for name in KNOWN if len(places.get(name, [])) < 2} == set()
 
 
 def test_a_class_and_an_alias_of_one_name_are_reported_with_both_places() -> None:
