@@ -13,6 +13,7 @@ Anything outside the subset is refused with a problem naming where it is.
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -61,10 +62,7 @@ def input_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
         fields[prop] = (annotation, info) if prop in required else (annotation | None, Field(default=None))
     if problems:
         raise SchemaError(problems)
-    model: type[BaseModel] = create_model(
-        f"{_camel(name)}Args", __config__=ConfigDict(extra="forbid", strict=False), **fields
-    )
-    return model
+    return _model(f"{_camel(name)}Args", ConfigDict(extra="forbid", strict=False), fields)
 
 
 def output_model(name: str, schema: Mapping[str, Any], *, untrusted: tuple[str, ...] = ()) -> type[BaseModel]:
@@ -89,7 +87,7 @@ def _object(
 ) -> type[BaseModel]:
     if schema.get("type") != "object":
         problems.append(f"output_schema{'.' + prefix if prefix else ''}: type must be object")
-        return create_model(name)
+        return _model(name, ConfigDict(), {})
     required = set(schema.get("required", ()))
     fields: dict[str, Any] = {}
     for prop, spec in (schema.get("properties") or {}).items():
@@ -97,7 +95,18 @@ def _object(
         annotation = _output_type(f"{name}{_camel(prop)}", spec, path, marked, found, problems)
         fields[prop] = (annotation, ...) if prop in required else (annotation | None, None)
     # Backends may add fields the manifest does not describe; they are dropped, never passed on.
-    return create_model(name, __config__=ConfigDict(extra="ignore"), **fields)
+    return _model(name, ConfigDict(extra="ignore"), fields)
+
+
+def _model(name: str, config: ConfigDict, fields: Mapping[str, Any]) -> type[BaseModel]:
+    """A model of a manifest's object. Its property names are the API's JSON names, so one may shadow an
+    attribute of `BaseModel` (``json``, ``copy``, ``mro``): pydantic warns, and the field works, since the
+    gateway never calls those old methods on these models. The warning is about our own construction,
+    not about the service's input, so it is silenced here rather than reported (or raised in tests)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute in parent", category=UserWarning)
+        model: type[BaseModel] = create_model(name, __config__=config, **fields)
+    return model
 
 
 def _output_type(name: str, spec: Any, path: str, marked: set[str], found: set[str], problems: list[str]) -> Any:

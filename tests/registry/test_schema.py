@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
-from gateway.registry.schema import output_model
+from gateway.registry.schema import input_model, output_model
 from gateway.registry.tools import tools_from_manifest
 from gateway.untrusted import withhold_untrusted
 from tests.support.canaries import CANARY, TRUSTED_TEXT, planted
@@ -136,3 +136,14 @@ async def test_a_registered_tool_never_shows_the_model_a_marked_string(
     assert not envelope.is_error
     assert CANARY not in json.dumps(envelope.for_model(), ensure_ascii=False)
     assert all(CANARY not in json.dumps(event.to_fields()) for event in audit.events)
+
+
+@pytest.mark.parametrize("name", ["json", "copy", "mro", "schema", "dict", "fields"])
+def test_a_property_named_like_a_model_method_is_an_ordinary_field(name: str) -> None:
+    """An API may name a field ``json`` or ``copy``: the input and output models hold it like any other,
+    and building them warns of nothing (the suite turns warnings into errors)."""
+    schema = {"type": "object", "properties": {name: {"type": "string"}}, "required": [name]}
+    output = output_model("shadowing", schema)
+    assert output.model_validate({name: "x"}).model_dump() == {name: "x"}
+    arguments = input_model("shadowing", {**schema, "additionalProperties": False})
+    assert arguments.model_validate({name: "y"}).model_dump() == {name: "y"}
