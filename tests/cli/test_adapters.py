@@ -23,7 +23,7 @@ AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
 
 pytestmark = pytest.mark.anyio
 
-SPEC = Path(__file__).parent / "data" / "billing-openapi.json"
+SPEC = Path(__file__).parents[1] / "data" / "billing-openapi.json"
 
 
 @pytest.fixture(scope="module", name="redis_url")

@@ -35,7 +35,7 @@ from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SECTIONS: dict[str, type[BaseModel]] = {
     "gateway": GatewaySection,

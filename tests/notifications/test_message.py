@@ -119,7 +119,7 @@ def test_the_readme_delivery_verifies_with_the_readme_recipe() -> None:
     """The README's example delivery (secret ``s3cret``) passes the receiver's check it shows, and `verify`."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     head, wrapped = text.split("```http\n", 1)[1].split("```", 1)[0].split("\n\n", 1)
     body = wrapped.strip().replace("\n", "")
     headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])

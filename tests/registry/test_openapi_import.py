@@ -11,7 +11,7 @@ import pytest
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.openapi_import import ImportResult, draft_manifest
 
-BILLING = json.loads((Path(__file__).parent / "data" / "billing-openapi.json").read_text())
+BILLING = json.loads((Path(__file__).parents[1] / "data" / "billing-openapi.json").read_text())
 CLOSED = {"type": "object", "additionalProperties": False}
 CURRENCY = {"type": "string", "enum": ["EUR", "USD", "GBP"]}
 INVOICE_ID = {"type": "string", "pattern": "^inv_[A-Za-z0-9]+$", "description": "The invoice, e.g. inv_8Hk2."}

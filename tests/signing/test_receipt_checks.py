@@ -179,7 +179,7 @@ def _fresh() -> str:
 
 
 def _readme_snippet() -> Any:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     [example] = [b.split("```", 1)[0] for b in text.split("```python\n")[1:] if "async def receipt_refusal" in b]
     namespace: dict[str, Any] = {}
     exec(compile(example, "README.md", "exec"), namespace)

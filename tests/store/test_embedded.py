@@ -31,7 +31,7 @@ from tests.support.redis_server import free_port, start_redis_server
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A process that owns or attaches to the directory's server, writes once, reports, and holds on
 # until its stdin closes.

@@ -12,7 +12,7 @@ from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.runtime.serve import preflight
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _instructions() -> list[tuple[str, str]]:

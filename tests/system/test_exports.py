@@ -11,7 +11,7 @@ import pytest
 
 import gateway
 
-ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
+ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
 
 
 def test_all_is_sorted_and_every_name_exists() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 ROOT_LAYER, SURFACE, CATALOG, EXECUTOR, STORE, VOCABULARY = 0, 1, 2, 3, 4, 5
 
