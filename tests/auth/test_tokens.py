@@ -1,7 +1,7 @@
 """Access tokens of a real local issuer (tests/support/token_issuer.py), verified over real HTTP.
 
 Every refusal is a `TokenVerdict` without a principal and with the reason BearerAuth audits; the
-end-to-end answers (401, 403, the challenge) are in tests/test_oauth_gateway.py.
+end-to-end answers (401, 403, the challenge) are in tests/auth/test_oauth_resource.py.
 """
 
 from __future__ import annotations

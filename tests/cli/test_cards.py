@@ -59,7 +59,8 @@ class Cli:
         except SystemExit as usage:  # argparse's way of saying "usage error"
             status = int(usage.code or 0)
         captured = self._capsys.readouterr()
-        # Every store command first names its store (tests/test_cli.py checks that line); a usage error does not.
+        # Every store command first names its store (tests/cli/test_keys_and_audit.py checks that line); a usage
+        # error does not.
         store_line, _, rest = captured.err.partition("\n")
         if store_line.startswith("countersign: using Redis redis://"):
             return status, captured.out, rest

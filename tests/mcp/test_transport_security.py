@@ -2,7 +2,7 @@
 
 On loopback the gateway accepts the loopback names and their origins; bound beyond loopback it
 accepts exactly the configured `allowed_hosts` and `allowed_origins` (it refuses to start without
-them, see `tests/test_serve_process.py`).
+them, see `tests/runtime/test_serve_process.py`).
 """
 
 from __future__ import annotations
