@@ -251,7 +251,7 @@ def _free_slots(day: Availability) -> list[dict[str, str]]:
 
 def _availability_for_model(day: Availability) -> Mapping[str, Any]:
     """`AvailabilityForModel`'s JSON for `day`, built as plain data: every read runs it, and models built
-    only to be dumped again are most of its cost (tests/test_tool_metadata.py holds every answer to the
+    only to be dumped again are most of its cost (tests/tools/test_catalog.py holds every answer to the
     listed schema)."""
     taken = [{"start": s.start, "end": s.end} for s in sorted(day.bookings, key=lambda s: s.start)]
     return {

@@ -64,7 +64,7 @@ TERMINAL = frozenset(
     {CardState.SUCCEEDED, CardState.FAILED, CardState.REJECTED, CardState.CANCELLED, CardState.EXPIRED}
 )
 """States no transition starts from, so a card in one never changes state again (a late worker
-result is still recorded on it). Checked against the transition table by tests/test_transitions.py."""
+result is still recorded on it). Checked against the transition table by tests/cards/test_transitions.py."""
 
 OPEN = frozenset({CardState.PENDING, CardState.APPROVED})
 """States in which a card still waits for a person or a worker: the states `cancel` starts from."""

@@ -3,7 +3,7 @@
 One row per ledger script. A row's `name` is the script's name in
 `gateway.store.ledger.scripts.SCRIPTS`, the `RedisLedger` method that runs it and, for a transition
 an admin causes, the last segment of its admin API route (``/admin/api/cards/{card_id}/{name}``).
-``tests/test_transitions.py`` runs every script from every state against a real Redis and holds it
+``tests/cards/test_transitions.py`` runs every script from every state against a real Redis and holds it
 to this table, and checks that the scripts, the methods and the routes match the rows, so none of
 them can change alone. The diagram in `gateway.cards.card` is this table drawn.
 

@@ -15,7 +15,7 @@ All arithmetic is in integer microseconds, exact in Python and in Redis' Lua ali
 A refusal is monotone until its retry time: a budget refills only with time, and every spend
 anyone makes only moves its TAT further out, so a check refused at `t` with a wait `W` is refused
 by every check of the same budgets made before ``t + W``, in any process (`held` relies on it;
-tests/test_limiter.py proves it for any schedule).
+tests/limits/test_rate_limiter.py proves it for any schedule).
 
 `AddressBudgets` is GCRA for the auth edge: in process, for a bounded number of client addresses.
 

@@ -345,7 +345,7 @@ def stored_table(raw: bytes | str) -> dict[str, Any]:
 
 def decode_card(raw: bytes | str, card_id: str) -> dict[str, Any]:
     """The expanded card (long names, string values, ``events`` as dicts) from its stored bytes, in any
-    form; the Python twin of the Lua `unpack_card`, held to it by tests/test_ledger_codec.py."""
+    form; the Python twin of the Lua `unpack_card`, held to it by tests/store/ledger/test_codec.py."""
     stored = stored_table(raw)
     if "v" not in stored:
         return stored  # stored before the compact form

@@ -12,7 +12,7 @@ card.
 
 Which script may start from which state, ends in which, for whom and behind which guards is the
 table `gateway.cards.transitions.TRANSITIONS`, one row per script of the same name;
-tests/test_transitions.py runs every script from every state and holds it to that table.
+tests/cards/test_transitions.py runs every script from every state and holds it to that table.
 
 **A card's history** (`HISTORY`, part of the prelude): the hash-chained events, kept bounded, and
 the ids of recent transitions. Every script appends its event through `transition`, the one writer
