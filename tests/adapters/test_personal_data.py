@@ -30,8 +30,8 @@ from gateway.config.settings import AdapterSettings, OrgSettings, Settings
 from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
-from gateway.runtime.app import Gateway, build_gateway
-from tests.support.services import TEST_AUDIT_SECRET, Backend
+from gateway.runtime.app import Gateway
+from tests.support.services import TEST_AUDIT_SECRET, Backend, in_process_gateway
 
 AUDIT = Secret(TEST_AUDIT_SECRET)
 
@@ -91,13 +91,9 @@ async def gateway(quiet_redis_url: str, services: dict[str, Backend]) -> AsyncIt
     manifest = AdapterManifest.model_validate(expenses_manifest(services["expenses"].url))
     tools = [*load_adapter("rooms"), *load_adapter("orders"), *load_adapter("approvals")]
     tools += tools_from_manifest("expenses", manifest)
-    wired = build_gateway(
-        Settings(redis_url=quiet_redis_url, adapters=adapters, orgs=(org,), audit_secret=AUDIT), tools
-    )
-    try:
+    settings = Settings(redis_url=quiet_redis_url, adapters=adapters, orgs=(org,), audit_secret=AUDIT)
+    async with in_process_gateway(settings, tools) as wired:
         yield wired
-    finally:
-        await wired.aclose()
 
 
 def _seed(services: dict[str, Backend], caller: str, colleagues: list[str]) -> Callable[[], None]:

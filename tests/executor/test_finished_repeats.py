@@ -20,7 +20,7 @@ from gateway.store.keys import KeyStore
 from gateway.store.ledger.layout import card_keys, open_buckets
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.agents import agent, error_code, make_key, payload
-from tests.support.cards import PROPOSAL, settled
+from tests.support.cards import PROPOSAL, approve, settled
 from tests.support.services import Backend, gateway_settings, serve_backends
 
 pytestmark = pytest.mark.anyio
@@ -55,22 +55,13 @@ async def _propose(mcp_url: str, token: str, arguments: dict[str, Any]) -> dict[
         return payload(await client.call_tool("orders_refund_create", arguments))
 
 
-async def _approve(redis: Redis, card_id: str) -> None:
-    ledger = RedisLedger(redis)
-    card = await ledger.get(card_id)
-    assert card is not None
-    decided = await ledger.approve(card_id, approver="root@acme.example", version=card.version,
-                                   args_hash=card.args_hash, comment="")  # fmt: skip
-    assert decided.ok
-
-
 async def test_a_repeat_after_success_gets_the_finished_card_and_nothing_is_written_twice(
     redis: Redis, mcp_url: str, backends: dict[str, Backend]
 ) -> None:
     """The same requester, tool and arguments (in another order) get the SUCCEEDED card: existing, with its outcome."""
     token = await make_key(redis, roles=("support",))
     first = await _propose(mcp_url, token, _refund("ord-1001", 700))
-    await _approve(redis, first["card_id"])
+    await approve(RedisLedger(redis), first["card_id"])
     done = await settled(redis, first["card_id"])
     assert done.state is CardState.SUCCEEDED
     again = await _propose(mcp_url, token, {"reason": "damaged", "amount_cents": 700, "order_id": "ord-1001"})
@@ -99,7 +90,7 @@ async def test_a_repeat_after_a_failure_files_a_new_card(
     first = await _propose(mcp_url, token, _refund("ord-1002", 800))
     backends["orders"].set_faults(status=409, paths=["/orders/ord-1002/refunds"], times=1)
     try:
-        await _approve(redis, first["card_id"])
+        await approve(RedisLedger(redis), first["card_id"])
         assert (await settled(redis, first["card_id"])).state is CardState.FAILED
     finally:
         backends["orders"].clear_faults()
@@ -135,7 +126,7 @@ async def test_a_repeat_past_the_window_or_with_it_off_files_a_new_card(
             return envelope.for_model()  # type: ignore[no-any-return]
 
         first = await propose()
-        await _approve(redis, first["card_id"])
+        await approve(RedisLedger(redis), first["card_id"])
         done = await settled(redis, first["card_id"])
         assert done.state is CardState.SUCCEEDED
         ledger = RedisLedger(redis)
@@ -202,7 +193,7 @@ async def test_a_repeat_of_a_booking_that_took_its_slot_gets_the_booking_not_a_r
     booking = {"room_id": "room-eos", "date": "2026-12-22", "start": "09:00", "end": "10:00", "title": "Planning"}
     async with agent(mcp_url, token) as client:
         first = payload(await client.call_tool("rooms_book", booking))
-        await _approve(redis, first["card_id"])
+        await approve(RedisLedger(redis), first["card_id"])
         done = await settled(redis, first["card_id"])
         assert done.state is CardState.SUCCEEDED
         again = payload(await client.call_tool("rooms_book", booking))

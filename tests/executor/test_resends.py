@@ -25,7 +25,8 @@ from gateway.store.keys import KeyStore
 from gateway.store.ledger.codec import decode_card
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.agents import make_key
-from tests.support.services import Backend, gateway_settings
+from tests.support.cards import approved_card
+from tests.support.services import Backend, gateway_settings, in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -47,12 +48,8 @@ def _settings(redis_url: str, backends: dict[str, Backend], *, backend_timeout: 
 
 @pytest.fixture
 async def gateway(redis: Redis, redis_url: str, clean_backends: dict[str, Backend]) -> AsyncIterator[Gateway]:
-    settings = _settings(redis_url, clean_backends)
-    wired = build_gateway(settings, tools_for(settings))
-    try:
+    async with in_process_gateway(_settings(redis_url, clean_backends)) as wired:
         yield wired
-    finally:
-        await wired.aclose()
 
 
 async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> Card:
@@ -60,14 +57,9 @@ async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> Card:
     principal = await KeyStore(redis).resolve(token)
     assert principal is not None
     arguments = {"room_id": "room-delta", "date": day, "start": "11:00", "end": "12:00", "title": "Resend"}
-    receipt = (await gateway.executor.agent.execute(principal, "rooms_book", arguments)).for_model()
-    card = await gateway.ledger.get(receipt["card_id"])
-    assert card is not None
-    approved = await gateway.ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
-                                            args_hash=card.args_hash, comment="")  # fmt: skip
-    assert approved.ok and approved.card is not None
+    approved = await approved_card(gateway, principal, "rooms_book", arguments)
     await gateway.ledger.ensure_outbox_group()
-    return approved.card
+    return approved
 
 
 async def _lease_runs_out(ledger: RedisLedger, redis: Redis, card_id: str) -> None:

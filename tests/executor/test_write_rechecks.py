@@ -21,12 +21,13 @@ from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.cards.card import Card, CardState
 from gateway.principal import KeyKind
-from gateway.runtime.app import Gateway, build_gateway, tools_for
+from gateway.runtime.app import Gateway
 from gateway.runtime.worker import Worker
 from gateway.store.keys import hash_token
 from gateway.store.ledger.codec import decode_card
 from gateway.store.ledger.redis_ledger import card_shard
-from tests.support.services import Backend, gateway_settings
+from tests.support.cards import approved_card
+from tests.support.services import Backend, gateway_settings, in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -50,12 +51,8 @@ def rooms() -> Iterator[Backend]:
 
 @pytest.fixture
 async def gateway(redis: Redis, redis_url: str, rooms: Backend) -> AsyncIterator[Gateway]:
-    settings = gateway_settings(redis_url, {"rooms": rooms})
-    wired = build_gateway(settings, tools_for(settings))
-    try:
+    async with in_process_gateway(gateway_settings(redis_url, {"rooms": rooms})) as wired:
         yield wired
-    finally:
-        await wired.aclose()
 
 
 async def _approved(gateway: Gateway, token: str, day: str) -> Card:
@@ -63,13 +60,7 @@ async def _approved(gateway: Gateway, token: str, day: str) -> Card:
     principal = await gateway.keys.resolve(token)
     assert principal is not None
     booking = {"room_id": ROOM, "date": day, "start": "09:00", "end": "10:00", "title": "Sync"}
-    receipt = (await gateway.executor.agent.execute(principal, "rooms_book", booking)).for_model()
-    card = await gateway.ledger.get(receipt["card_id"])
-    assert card is not None and card.state is CardState.PENDING
-    approved = await gateway.ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
-                                            args_hash=card.args_hash, comment="")  # fmt: skip
-    assert approved.ok and approved.card is not None and approved.card.state is CardState.APPROVED
-    return approved.card
+    return await approved_card(gateway, principal, "rooms_book", booking)
 
 
 def _calls(rooms: Backend) -> list[tuple[str, str]]:

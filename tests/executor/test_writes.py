@@ -13,13 +13,14 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway import Access, Approval, Mode, Tool, ToolContext, fill_path, keyed_contract, request_json
-from gateway.cards.card import Card, CardState, verify_chain
+from gateway.cards.card import CardState, verify_chain
 from gateway.config.settings import AdapterSettings, OrgSettings, Settings
 from gateway.runtime.app import build_gateway, create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.cards import approve
 from tests.support.cards import settled as _settled
 from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
@@ -33,17 +34,6 @@ pytestmark = pytest.mark.anyio
 
 def _booking(day: str, start: str = "09:00", end: str = "10:00", room: str = "room-eos") -> dict[str, Any]:
     return {"room_id": room, "date": day, "start": start, "end": end, "title": "Planning"}
-
-
-async def _approve(redis: Redis, card_id: str, approver: str = "root@acme.example") -> Card:
-    ledger = RedisLedger(redis)
-    card = await ledger.get(card_id)
-    assert card is not None
-    result = await ledger.approve(card_id, approver=approver, version=card.version, args_hash=card.args_hash,
-                                  comment="fine")  # fmt: skip
-    assert result.ok, result.status
-    assert result.card is not None
-    return result.card
 
 
 def _bookings(backend: Backend, day: str, room: str = "room-eos") -> list[Any]:
@@ -65,7 +55,7 @@ async def test_proposal_approved_by_a_person_runs_exactly_once(
         assert receipt["status"] == "PENDING" and receipt["approvals_required"] == 1
         assert receipt["summary"] == "Book room-eos on 2026-12-10 from 09:00 to 10:00"
         assert _bookings(backends["rooms"], "2026-12-10") == []  # nothing sent before approval
-        await _approve(redis, receipt["card_id"])
+        await approve(RedisLedger(redis), receipt["card_id"], comment="fine")
         card = await _settled(redis, receipt["card_id"])
         status = payload(await client.call_tool("approvals_status", {"card_id": receipt["card_id"]}))
     assert card.state is CardState.SUCCEEDED and card.reference
@@ -149,7 +139,7 @@ async def test_response_dropped_after_commit_is_unknown_then_resolved_by_status_
     async with agent(mcp_url, token) as client:
         card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-14")))["card_id"]
     clean_backends["rooms"].set_faults(drop_after_commit=True, paths=["/bookings"], times=1)
-    await _approve(redis, card_id)
+    await approve(RedisLedger(redis), card_id, comment="fine")
     card = await _settled(redis, card_id)
     assert card.state is CardState.SUCCEEDED
     types = [e.type for e in await RedisLedger(redis).events(card_id)]
@@ -167,7 +157,7 @@ async def test_a_5xx_is_unknown_never_failed_and_resolves_without_a_double_write
     async with agent(mcp_url, token) as client:
         card_id = payload(await client.call_tool("rooms_book", _booking("2026-12-15")))["card_id"]
     clean_backends["rooms"].set_faults(status=503, paths=["/bookings"], times=1)
-    await _approve(redis, card_id)
+    await approve(RedisLedger(redis), card_id, comment="fine")
     card = await _settled(redis, card_id, timeout=20)
     events = await RedisLedger(redis).events(card_id)
     completed = [e.data["outcome"] for e in events if e.type == "completed"]
@@ -190,9 +180,9 @@ async def test_large_refund_needs_two_distinct_approvers(
     async with agent(mcp_url, token) as client:
         receipt = payload(await client.call_tool("orders_refund_create", arguments))
     assert receipt["approvals_required"] == 2
-    first = await _approve(redis, receipt["card_id"], "root@globex.example")
+    first = await approve(RedisLedger(redis), receipt["card_id"], approver="root@globex.example", comment="fine")
     assert first.state is CardState.PENDING
-    await _approve(redis, receipt["card_id"], "ops@globex.example")
+    await approve(RedisLedger(redis), receipt["card_id"], approver="ops@globex.example", comment="fine")
     card = await _settled(redis, receipt["card_id"])
     assert card.state is CardState.SUCCEEDED
     refunds = [r for r in backends["orders"].app.state.service.refunds if r.refund_id == card.reference]
@@ -269,7 +259,7 @@ async def test_an_approved_write_whose_argument_would_change_its_endpoint_fails_
                 receipt = (
                     await gateway.executor.agent.execute(principal, "notes_archive", {"note_id": ".."})
                 ).for_model()
-                await _approve(redis, receipt["card_id"])
+                await approve(RedisLedger(redis), receipt["card_id"], comment="fine")
                 card = await gateway.executor.writes.run_approved(receipt["card_id"], worker="w1")
             finally:
                 await gateway.aclose()

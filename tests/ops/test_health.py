@@ -10,12 +10,12 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cards.card import CardState
-from gateway.runtime.app import Gateway, build_gateway, tools_for
+from gateway.runtime.app import Gateway
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
-from tests.support.cards import PROPOSAL
+from tests.support.cards import PROPOSAL, approve
 from tests.support.redis_server import free_port
-from tests.support.services import Backend, gateway_settings
+from tests.support.services import Backend, gateway_settings, in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -31,12 +31,8 @@ async def gateway(redis: Redis, redis_url: str, backends: dict[str, Backend]) ->
     """A gateway whose rooms backend is down (nothing listens on its port)."""
     settings = gateway_settings(redis_url, backends)
     dead = replace(settings.adapters["rooms"], url=f"http://127.0.0.1:{free_port()}", timeout_seconds=5.0)
-    settings = replace(settings, adapters={**settings.adapters, "rooms": dead})
-    wired = build_gateway(settings, tools_for(settings))
-    try:
+    async with in_process_gateway(replace(settings, adapters={**settings.adapters, "rooms": dead})) as wired:
         yield wired
-    finally:
-        await wired.aclose()
 
 
 async def test_an_unhealthy_backend_fails_reads_fast_and_its_approved_cards_wait(
@@ -69,7 +65,5 @@ async def _approved_card(gateway: Gateway) -> str:
     """rooms_book's preflight reads the backend, which is down: file the card through the ledger."""
     created = await gateway.ledger.propose(replace(PROPOSAL, dedupe_key="health"))
     assert created.card is not None
-    approved = await gateway.ledger.approve(created.card.card_id, approver="root@acme.example", version=1,
-                                            args_hash=created.card.args_hash, comment="")  # fmt: skip
-    assert approved.ok
-    return created.card.card_id
+    approved = await approve(gateway.ledger, created.card.card_id)
+    return approved.card_id

@@ -15,8 +15,8 @@ from gateway.runtime.app import Gateway, build_gateway, tools_for
 from gateway.runtime.worker import Worker
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
-from tests.support.cards import PROPOSAL
-from tests.support.services import Backend, gateway_settings
+from tests.support.cards import PROPOSAL, approved_card
+from tests.support.services import Backend, gateway_settings, in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -29,12 +29,8 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture
 async def gateway(redis: Redis, redis_url: str, backends: dict[str, Backend]) -> AsyncIterator[Gateway]:
-    settings = gateway_settings(redis_url, backends)
-    wired = build_gateway(settings, tools_for(settings))
-    try:
+    async with in_process_gateway(gateway_settings(redis_url, backends)) as wired:
         yield wired
-    finally:
-        await wired.aclose()
 
 
 async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> str:
@@ -42,13 +38,8 @@ async def _approved_booking(gateway: Gateway, redis: Redis, day: str) -> str:
     principal = await KeyStore(redis).resolve(token)
     assert principal is not None
     arguments = {"room_id": "room-cirrus", "date": day, "start": "15:00", "end": "16:00", "title": "Sync"}
-    receipt = (await gateway.executor.agent.execute(principal, "rooms_book", arguments)).for_model()
-    card = await gateway.ledger.get(receipt["card_id"])
-    assert card is not None
     # A short requeue interval, so a lost outbox entry is noticed within the test.
-    result = await gateway.ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
-                                          args_hash=card.args_hash, comment="", requeue_ms=100)  # fmt: skip
-    assert result.ok
+    card = await approved_card(gateway, principal, "rooms_book", arguments, requeue_ms=100)
     return card.card_id
 
 

@@ -35,6 +35,7 @@ from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.signing_keys import SigningKeyStore, public_jwk
 from tests.support.agents import make_key
+from tests.support.cards import approved_card
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
 from tests.support.signing import ensure_signing_key
 
@@ -59,15 +60,7 @@ class World:
     async def approved(self, tool: str, args: dict[str, Any]) -> Card:
         principal = await KeyStore(self.redis).resolve(await make_key(self.redis, roles=("staff", "support")))
         assert principal is not None
-        proposed = (await self.gateway.executor.agent.execute(principal, tool, args)).for_model()
-        ledger = RedisLedger(self.redis)
-        assert "card_id" in proposed, proposed
-        card = await ledger.get(proposed["card_id"])
-        assert card is not None, proposed
-        result = await ledger.approve(card.card_id, approver="root@acme.example", version=card.version,
-                                      args_hash=card.args_hash, comment="fine")  # fmt: skip
-        assert result.ok and result.card is not None
-        return result.card
+        return await approved_card(self.gateway, principal, tool, args, comment="fine")
 
     async def run(self, card_id: str) -> Card:
         """Run the approved card as the worker would, again while it is handed back unsent (a backend fetches

@@ -1,17 +1,21 @@
-"""A card proposal for tests that drive the ledger by hand, and a flood of them."""
+"""A card proposal for tests that drive the ledger by hand, a flood of them, and approving a card as a person."""
 
 from __future__ import annotations
 
 import secrets
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from redis.asyncio import Redis
 
 from gateway.cards.card import Card, CardState
 from gateway.limits.budgets import Limits
+from gateway.principal import Principal
 from gateway.store.ledger.redis_ledger import Proposal, RedisLedger
+
+if TYPE_CHECKING:
+    from gateway.runtime.app import Gateway
 
 PROPOSAL = Proposal(
     tool="rooms_book",
@@ -55,6 +59,44 @@ async def flood(redis: Redis, count: int, **changes: Any) -> list[str]:
         for index in range(count):
             group.start_soon(one, index)
     return created
+
+
+APPROVER = "root@acme.example"
+"""The admin who approves cards in tests: never the requester of a test card."""
+
+
+async def approve(
+    ledger: RedisLedger, card_id: str, *, approver: str = APPROVER, comment: str = "", requeue_ms: int = 10_000
+) -> Card:
+    """Approve the card `card_id` as `approver`, at its current version and arguments hash; the card after
+    (APPROVED, or still PENDING while a quorum waits for more approvers)."""
+    card = await ledger.get(card_id)
+    assert card is not None
+    result = await ledger.approve(
+        card_id,
+        approver=approver,
+        version=card.version,
+        args_hash=card.args_hash,
+        comment=comment,
+        requeue_ms=requeue_ms,
+    )
+    assert result.ok, result.status
+    assert result.card is not None
+    return result.card
+
+
+async def approved_card(
+    gateway: Gateway, principal: Principal, tool: str, arguments: dict[str, Any], **approval: Any
+) -> Card:
+    """A card filed by `principal` calling the write tool `tool` through the agent path, then approved by
+    someone else (`approve`, which `approval` is passed to): the start of every test of the write path."""
+    receipt = (await gateway.executor.agent.execute(principal, tool, arguments)).for_model()
+    assert "card_id" in receipt, receipt
+    card = await gateway.ledger.get(receipt["card_id"])
+    assert card is not None and card.state is CardState.PENDING
+    approved = await approve(gateway.ledger, card.card_id, **approval)
+    assert approved.state is CardState.APPROVED
+    return approved
 
 
 FINAL = frozenset({CardState.SUCCEEDED, CardState.FAILED, CardState.NEEDS_RECONCILIATION})

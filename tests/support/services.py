@@ -1,10 +1,10 @@
-"""Demo backends and gateway settings shared by end-to-end fixtures and tests."""
+"""Demo backends, gateway settings and an in-process gateway, shared by end-to-end fixtures and tests."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -16,7 +16,9 @@ from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.principal import Principal
+from gateway.runtime.app import Gateway, build_gateway, tools_for
 from gateway.signing.identity import IdentityHeaders
+from gateway.tools.declarations import Tool
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,18 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
             for name, b in backends.items()
         },
     )
+
+
+@asynccontextmanager
+async def in_process_gateway(settings: Settings, tools: Sequence[Tool] | None = None) -> AsyncIterator[Gateway]:
+    """The gateway's parts wired by `build_gateway` in this event loop, with no server and no background
+    loops (`tools`, or what `settings` configure), closed afterwards: for tests that drive the executor,
+    the ledger or the worker step by step."""
+    gateway = build_gateway(settings, tools_for(settings) if tools is None else tools)
+    try:
+        yield gateway
+    finally:
+        await gateway.aclose()
 
 
 def signed_identity(subject: str, org: str, *, audience: str, key: str, ttl_seconds: int = 86_400) -> dict[str, str]:

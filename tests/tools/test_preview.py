@@ -23,6 +23,7 @@ from gateway.principal import KeyKind
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.cards import approve
 from tests.support.registration import register_and_accept, remove
 from tests.support.services import Backend
 
@@ -40,15 +41,6 @@ async def _admin(mcp_url: str, redis: Redis, path: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     shown: dict[str, Any] = answer.json()
     return shown["card"] if path.startswith("/cards/") else shown
-
-
-async def _approve(redis: Redis, card_id: str) -> None:
-    ledger = RedisLedger(redis)
-    card = await ledger.get(card_id)
-    assert card is not None
-    result = await ledger.approve(card_id, approver="root@acme.example", version=card.version,
-                                  args_hash=card.args_hash, comment="fine")  # fmt: skip
-    assert result.ok, result.status
 
 
 async def _settled(redis: Redis, card_id: str) -> Card:
@@ -155,10 +147,10 @@ async def test_a_refund_whose_refundable_amount_fell_below_it_fails_unsent(
             "orders_refund_create", {"order_id": "ord-1002", "amount_cents": amount, "reason": "first"}))  # fmt: skip
         second = payload(await client.call_tool(
             "orders_refund_create", {"order_id": "ord-1002", "amount_cents": amount, "reason": "second"}))  # fmt: skip
-        await _approve(redis, first["card_id"])
+        await approve(RedisLedger(redis), first["card_id"], comment="fine")
         assert (await _settled(redis, first["card_id"])).state is CardState.SUCCEEDED
         refunds = len(_refunds_of(backends, "ord-1002"))
-        await _approve(redis, second["card_id"])
+        await approve(RedisLedger(redis), second["card_id"], comment="fine")
         card = await _settled(redis, second["card_id"])
         status = payload(await client.call_tool("approvals_status", {"card_id": second["card_id"]}))
     assert card.state is CardState.FAILED and card.evidence["code"] == "PRECONDITION_CHANGED"
@@ -187,7 +179,7 @@ async def test_a_failed_card_shows_the_backends_reason_to_the_admin_and_only_a_c
     async with agent(mcp_url, token) as client:
         receipt = payload(await client.call_tool("rooms_book", arguments))
         rooms.faults.install(FaultSpec(latency_ms=700, paths=("/bookings",), times=1))
-        await _approve(redis, receipt["card_id"])
+        await approve(RedisLedger(redis), receipt["card_id"], comment="fine")
         ledger = RedisLedger(redis)
         with anyio.fail_after(10):
             while not ((card := await ledger.get(receipt["card_id"])) and card.dispatched):
@@ -268,7 +260,7 @@ async def test_a_booking_whose_slot_was_taken_after_its_proposal_fails_unsent(
         receipt = payload(await client.call_tool("rooms_book", arguments))
         taken = {"room_id": "room-borealis", "date": day, "start": "16:30", "end": "17:30", "title": "Taken"}
         rooms.bookings["bk-9002"] = Booking(booking_id="bk-9002", booked_by="bob@acme.example", org="acme", **taken)
-        await _approve(redis, receipt["card_id"])
+        await approve(RedisLedger(redis), receipt["card_id"], comment="fine")
         card = await _settled(redis, receipt["card_id"])
         status = payload(await client.call_tool("approvals_status", {"card_id": receipt["card_id"]}))
     assert card.state is CardState.FAILED and card.evidence["code"] == "PRECONDITION_CHANGED"
