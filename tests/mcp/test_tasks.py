@@ -244,6 +244,7 @@ def _gateway(redis_url: str, backends: dict[str, Backend], expenses: Backend) ->
         yield f"{base}/mcp"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("era", ERAS)
 async def test_a_task_outlives_the_gateway_that_made_it_and_is_read_by_another(
     redis: Redis, redis_url: str, mcp_url: str, backends: dict[str, Backend], expenses: Backend, era: str

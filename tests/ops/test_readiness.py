@@ -40,6 +40,7 @@ def _until(base: str, status: int, also: Callable[[dict[str, Any]], bool] = lamb
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_readiness_follows_redis_when_frozen_and_stopped_while_liveness_stays_up(
     backends: dict[str, Backend], tmp_path: Path
 ) -> None:

@@ -143,6 +143,7 @@ async def test_second_open_attaches_to_the_running_server_without_owning_it(data
     assert _valkey_pids(data_dir) == []
 
 
+@pytest.mark.slow
 async def test_keys_and_stream_entries_survive_a_restart(data_dir: Path) -> None:
     """What the previous owner wrote is served again by the next owner's server."""
     with anyio.fail_after(10):
@@ -210,6 +211,7 @@ async def test_stale_record_of_a_dead_owner_does_not_prevent_starting(data_dir: 
             assert json.loads((data_dir / "embedded.json").read_text())["pid"] == os.getpid()
 
 
+@pytest.mark.slow
 async def test_server_orphaned_by_a_killed_owner_is_replaced_and_its_writes_kept(data_dir: Path) -> None:
     """After its owner is SIGKILLed, the orphaned server is shut down before a new one opens the same AOF."""
     with anyio.fail_after(15):

@@ -38,6 +38,7 @@ def frozen_redis() -> Iterator[tuple[str, int]]:
             os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.slow
 async def test_a_frozen_redis_refuses_calls_quickly_and_the_gateway_recovers_without_a_restart(
     frozen_redis: tuple[str, int], backends: dict[str, Backend]
 ) -> None:
@@ -71,6 +72,7 @@ async def test_a_frozen_redis_refuses_calls_quickly_and_the_gateway_recovers_wit
                 assert not again.is_error, again
 
 
+@pytest.mark.slow
 async def test_the_auth_edge_answers_503_while_redis_is_frozen(
     frozen_redis: tuple[str, int], backends: dict[str, Backend]
 ) -> None:
@@ -100,6 +102,7 @@ async def test_the_auth_edge_answers_503_while_redis_is_frozen(
                     await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_reads_fail_fast_too_while_redis_is_frozen_and_come_back_without_a_restart(
     frozen_redis: tuple[str, int], backends: dict[str, Backend]
 ) -> None:

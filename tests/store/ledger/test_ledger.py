@@ -313,6 +313,7 @@ async def _stored_bytes(redis: Redis, card_id: str) -> int:
     return int(await redis.strlen(_card_key(card_id)))
 
 
+@pytest.mark.slow
 async def test_an_approved_card_requeued_thousands_of_times_stays_small(redis: Redis) -> None:
     """An approved card waiting for a backend that stays down is requeued by the sweeper every 10 s:
     3,000 sweeps (over eight hours) leave it under a fixed size, with a verifiable chain that counts them.
@@ -334,6 +335,7 @@ async def test_an_approved_card_requeued_thousands_of_times_stays_small(redis: R
     assert card is not None and card.version == 2 + 3000  # every sweep is still a transition of the card
 
 
+@pytest.mark.slow
 async def test_a_status_query_rescheduled_thousands_of_times_stays_small(redis: Redis) -> None:
     """A status query that keeps failing reschedules its card: 3,000 reschedules stay under the bound."""
     ledger = RedisLedger(redis)
@@ -372,6 +374,7 @@ async def test_only_a_repeat_identical_but_for_its_time_is_counted(redis: Redis)
     ]
 
 
+@pytest.mark.slow
 async def test_a_card_that_cycles_thousands_of_times_keeps_a_bounded_verifiable_history(redis: Redis) -> None:
     """Claimed and released 1,500 times (3,000 events that never repeat back to back): the history keeps
     its first events and its latest ones, stays under the size bound, and its chain still verifies."""
