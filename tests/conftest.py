@@ -4,6 +4,9 @@
 otherwise it starts a throwaway server with the AOF on, so the gateway's durability check passes
 against it. Tests on a shared server must not assume it is otherwise empty: ``redis`` flushes
 the database before and after each test.
+
+Property tests run the ``ci`` Hypothesis profile when ``CI`` is set and ``dev`` otherwise
+(`tests.support.examples`); the header of every run names the one loaded.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ from redis.asyncio import Redis
 from backends.expenses import create_expenses_app
 from backends.serve import serve_app_in_thread
 from gateway.runtime.app import create_app
+from tests.support.examples import load_profile
 from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+
+HYPOTHESIS_PROFILE = load_profile(os.environ)
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {HYPOTHESIS_PROFILE} (tests/support/examples.py)"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.canonical import canonical_json
+from tests.support.examples import examples
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
@@ -18,7 +19,7 @@ _JSON = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_JSON)
 def test_canonical_json_is_json_dumps_with_sorted_keys_and_no_whitespace(value: Any) -> None:
     """The one shared encoder writes exactly what `json.dumps` with the canonical options writes."""

@@ -17,6 +17,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.spellings import spellings
@@ -74,7 +75,7 @@ async def _approve_own_card(redis_url: str, requester_spelling: str, admin_spell
         await client.aclose()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(requester_spelling=spellings(ALICE), admin_spelling=spellings(ALICE))
 def test_an_admin_key_for_another_spelling_of_the_requester_cannot_approve_the_card(
     quiet_redis_url: str, requester_spelling: str, admin_spelling: str

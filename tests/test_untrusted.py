@@ -13,6 +13,7 @@ from typing_extensions import TypedDict
 
 from gateway.untrusted import WITHHELD, Untrusted, UntrustedText, has_untrusted_fields, withhold_untrusted
 from tests.support.canaries import CANARY, TRUSTED_TEXT, planted
+from tests.support.examples import examples
 
 # A shape is a tuple: ("untrusted",), ("text",), ("number",), ("list", s), ("tuple", s), ("set", leaf),
 # ("optional", s), ("dict", s), ("marked", s) (Annotated[s, UntrustedText()]), or a record of fields:
@@ -92,7 +93,7 @@ def models_and_answers(draw: st.DrawFn) -> tuple[tuple[Any, ...], type[BaseModel
     return shape, model, model.model_validate(_value(draw, shape))
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(models_and_answers())
 def test_no_untrusted_string_of_any_shape_survives_withholding(generated: tuple[Any, type[BaseModel], Any]) -> None:
     """Lists, tuples, sets, optionals, dict values, marked containers and models inside any of them:

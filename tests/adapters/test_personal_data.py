@@ -31,6 +31,7 @@ from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
 from gateway.runtime.app import Gateway
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET, Backend, in_process_gateway
 
 AUDIT = Secret(TEST_AUDIT_SECRET)
@@ -122,7 +123,7 @@ def _seed(services: dict[str, Backend], caller: str, colleagues: list[str]) -> C
     return undo
 
 
-@settings(database=None, deadline=None, max_examples=15)
+@settings(database=None, deadline=None, max_examples=examples(15))
 @given(caller=PEOPLE, colleagues=st.lists(PEOPLE, min_size=1, max_size=3, unique=True))
 async def test_no_tool_shows_the_model_anyone_but_the_caller(
     gateway: Gateway, services: dict[str, Backend], quiet_redis_url: str, caller: str, colleagues: list[str]

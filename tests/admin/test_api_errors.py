@@ -20,6 +20,7 @@ from gateway.config.settings import Settings
 from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from tests.support.agents import make_key
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET
 
 CODES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "VALIDATION_ERROR",
@@ -91,7 +92,7 @@ def _path(segments: list[str]) -> str:
     return "/".join(s if s.startswith("x%") or s in {"%2F"} else quote(s, safe=".") for s in segments)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prefix=st.sampled_from(
         ["/admin/api/", "/admin/api/adapters/", "/admin/api/cards/", "/registry/api/", "/registry/api/adapters/"]

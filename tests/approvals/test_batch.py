@@ -22,6 +22,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 from tests.support.guards import always_writable
 
 pytestmark = pytest.mark.anyio
@@ -137,7 +138,7 @@ _SPEC = st.tuples(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(specs=st.lists(_SPEC, max_size=7))
 async def test_any_list_is_refused_whole_or_decided_card_by_card_as_each_alone_would_be(
     quiet_redis_url: str, specs: list[tuple[int, str, int, bool]]

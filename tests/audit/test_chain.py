@@ -22,6 +22,7 @@ from gateway.audit.codec import is_compact
 from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.store.audit_stream import RedisStreamAuditSink, entry_fields
 from tests.support.audit_v1 import append_v1
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET
 
 SECRET = TEST_AUDIT_SECRET.encode()
@@ -104,7 +105,7 @@ MUTATIONS = ["change", "drop-field", "add-field", "swap-values", "drop-entry", "
              "change-id"]  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(kind=st.sampled_from(MUTATIONS), at=st.integers(0, len(VERSIONS) - 1), pick=st.integers(0, 100),
        value=st.text(max_size=6))  # fmt: skip
 def test_any_change_to_a_field_or_an_entry_fails_the_check(

@@ -26,6 +26,7 @@ from gateway.auth.jwks import JwksSource
 from gateway.auth.tokens import TokenVerifier, looks_like_jwt
 from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.principal import KeyKind
+from tests.support.examples import examples
 from tests.support.token_issuer import Listener, TokenIssuer, make_key, serve_issuer, serve_listener
 
 pytestmark = pytest.mark.anyio
@@ -254,7 +255,7 @@ def test_only_jwt_shaped_credentials_go_to_the_verifier() -> None:
     assert not looks_like_jwt("a.b.c.d") and not looks_like_jwt("a.b.c" + "d" * 9000)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(part=st.integers(0, 2), index=st.integers(0, 10_000), flip=st.integers(1, 255))
 def test_any_tampered_byte_is_refused(issuer: TokenIssuer, part: int, index: int, flip: int) -> None:
     """One byte of header, claims or signature changed (the token re-encoded): never a principal."""

@@ -20,6 +20,7 @@ from backends import RoomsService, create_rooms_app
 from backends._http import IDENTITY_HEADER
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_TITLE
 from gateway.signing.identity import ISSUER
+from tests.support.examples import examples
 from tests.support.services import TEST_SIGNING_KEY, signed_identity
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ async def test_a_write_whose_signed_identity_does_not_verify_is_refused_401_and_
     assert rooms.service.bookings == before
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(token=st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=300))
 def test_no_made_up_identity_reaches_a_route(app_host: AppHost, token: str) -> None:
     """Whatever text stands in the signed header, without the gateway's signature nothing is admitted."""

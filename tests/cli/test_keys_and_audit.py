@@ -18,6 +18,7 @@ from gateway.cli.main import main
 from gateway.principal import KeyKind
 from gateway.store.keys import KeyStore
 from tests.support.agents import agent, make_key
+from tests.support.examples import examples
 from tests.support.hostile_text import FORGED_LINE, TERMINAL_ESCAPES, hostile_text
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -115,7 +116,7 @@ async def _hostile_calls(redis_url: str, mcp_url: str, text: str) -> int:
         await client.aclose()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(FORGED_LINE)
 @example(TERMINAL_ESCAPES)
 @given(text=hostile_text)

@@ -34,6 +34,7 @@ from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
+from tests.support.examples import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,7 +132,7 @@ def test_unreadable_toml_is_a_config_error(tmp_path: Path) -> None:
 _KEYS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(section=st.sampled_from(["gateway", "adapters.rooms", "orgs.acme", "registry", "limits", "limits.reads"]),
        key=_KEYS)  # fmt: skip
 def test_any_unknown_key_in_any_section_is_named(tmp_path: Path, section: str, key: str) -> None:

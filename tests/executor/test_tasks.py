@@ -14,6 +14,7 @@ from gateway.executor.tasks import TaskPath
 from gateway.principal import Principal
 from gateway.printable import is_printable
 from gateway.store.ledger.redis_ledger import RedisLedger
+from tests.support.examples import examples
 
 ALICE = Principal(subject="alice@acme.example", org="acme", roles=frozenset({"staff"}))
 
@@ -39,7 +40,7 @@ async def _probe(redis_url: str, task_id: str) -> None:
     assert all(is_printable(e.extra.get("task_id", "")) for e in audit.events)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(_IDS)
 def test_any_task_id_that_is_not_the_callers_card_is_not_found_and_audited(redis_url: str, task_id: str) -> None:
     """A task id is untrusted text: it reaches the ledger only as a key lookup, and the audit escaped."""

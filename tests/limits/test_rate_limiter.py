@@ -19,6 +19,7 @@ from gateway.limits.budgets import Budget
 from gateway.limits.rate_limiter import AddressBudgets, Charge, InMemoryRateLimiter, RateLimiter, interval_us
 from gateway.store.client import connect
 from gateway.store.rate_buckets import LEASE_US, MAX_LEASE, RedisRateLimiter, bucket_key
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -122,7 +123,7 @@ async def test_the_longest_wait_is_the_one_reported(limiter_and_clock: tuple[Rat
     assert (refused.bucket, refused.retry_after) == ("tool:slow", 60.0)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     steps=st.lists(st.integers(min_value=0, max_value=3 * SECOND), min_size=1, max_size=40),
     per_minute=st.sampled_from([7.0, 60.0, 1200.0, 600.5]),
@@ -273,7 +274,7 @@ async def test_a_refusal_is_repeated_from_memory_for_as_long_as_it_certainly_hol
 # -- refusals held in memory, and leases --------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     schedule=st.lists(
         st.tuples(st.integers(min_value=0, max_value=SECOND // 2), st.sampled_from(["one", "two"])),
@@ -314,7 +315,7 @@ async def test_a_held_refusal_is_one_redis_would_also_answer_for_any_schedule_of
             refused_until[who] = max(refused_until[who], clock.now + int(verdict.retry_after * SECOND) - 1000)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     schedule=st.lists(
         st.tuples(st.integers(min_value=0, max_value=20_000), st.sampled_from(["one", "two"])),

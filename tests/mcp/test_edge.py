@@ -24,12 +24,15 @@ from gateway.mcp.edge import MAX_BODY_BYTES, HostPatterns, bad_id_or_batch, need
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import LEGACY, MODERN, agent, make_key, payload
+from tests.support.examples import examples
 from tests.support.raw_http import ACCEPT, JSON, RawAnswer, exchange
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(
+    max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 OWS = st.text(alphabet=" \t", max_size=3)
 SUBJECT = "alice@acme.example"
 
@@ -220,7 +223,7 @@ def _written(draw: st.DrawFn, request_id: Any) -> bytes:
     return (draw(OWS) + text).encode()
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.data(), request_id=BAD_IDS)
 def test_the_scan_sends_every_bad_top_level_id_to_the_parser(data: st.DataObject, request_id: Any) -> None:
     """The byte scan may send a good body to the parser, never wave a bad one through."""
@@ -229,7 +232,7 @@ def test_the_scan_sends_every_bad_top_level_id_to_the_parser(data: st.DataObject
     assert bad_id_or_batch(body) is not None
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.data(), request_id=st.text(max_size=8) | st.integers())
 def test_a_string_or_integer_id_is_never_refused(data: st.DataObject, request_id: Any) -> None:
     """Whatever else the body holds (nested ids of any type included), a good top-level id passes."""
@@ -440,7 +443,7 @@ def test_host_patterns_admit_exactly_the_named_hosts_and_any_numeric_port_of_a_w
         assert not patterns.admits(refused)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(host=st.binary(max_size=40))
 def test_host_patterns_never_admit_a_value_outside_the_patterns(host: bytes) -> None:
     """Whatever a client sends, admitted means exactly "a named host, or a wildcard's base and digits"."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway.registry.manifest import AdapterManifest, review_manifest
 from policies.manifest_safety import check_base_url
 from policies.text_safety import EXCERPT_MAX, Flag, FlagCode, review_text
+from tests.support.examples import examples
 
 OTHER_TOOLS = frozenset({"orders_refund_create", "rooms_cancel_booking"})
 OWN_TOOLS = frozenset({"expenses_list", "expenses_get"})
@@ -334,7 +335,7 @@ def smuggled_tools(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     return {target: node}, f"tools[1].{target}{''.join(reversed(steps))}{inner}"
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(smuggled_tools())
 def test_a_hidden_or_instruction_string_anywhere_in_a_tool_is_flagged_where_it_is(
     generated: tuple[dict[str, Any], str],

@@ -26,6 +26,7 @@ from gateway.errors import (
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import WriteContract, WriteStatus
 from policies.outcome import Attempt, Next, ReconcileStep, backoff_ms, classify, reconcile_step, retry_delay_ms
+from tests.support.examples import examples
 
 
 async def _never_called(key: str, ctx: ToolContext) -> WriteStatus:
@@ -199,7 +200,7 @@ def test_sent_error_outside_not_applied_is_always_unknown(
         assert classify(_sent(cls, status), contract, resend=resend) is expected, (cls.__name__, status)
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(
     cls=st.sampled_from(UPSTREAM_ERRORS),
     status=st.none() | st.integers(min_value=100, max_value=599),
@@ -359,7 +360,7 @@ def test_a_resend_does_not_extend_how_long_the_first_sends_key_is_remembered(res
     assert step.next is Next.NEEDS_RECONCILIATION
 
 
-@settings(database=None, deadline=None, max_examples=400)
+@settings(database=None, deadline=None, max_examples=examples(400))
 @given(
     since_first_ms=st.integers(min_value=0, max_value=300_000),
     since_last_ms=st.integers(min_value=0, max_value=300_000),
@@ -387,7 +388,7 @@ def test_no_resend_starts_at_or_after_execute_by(execute_by_ms: int, expected: N
         assert "execute_by" in step.reason
 
 
-@settings(database=None, deadline=None, max_examples=400)
+@settings(database=None, deadline=None, max_examples=examples(400))
 @given(
     status=st.sampled_from([None, APPLIED, REFUSED, NO_RECORD]),
     dedupes=st.booleans(),
@@ -467,7 +468,7 @@ def test_a_rescheduled_query_is_never_later_than_the_horizon(
     assert (step.next, step.at_ms) == (Next.RESCHEDULE, DISPATCHED + DAY)
 
 
-@settings(database=None, deadline=None, max_examples=400)
+@settings(database=None, deadline=None, max_examples=examples(400))
 @given(
     status=st.sampled_from([None, NO_RECORD]),
     dedupes=st.booleans(),

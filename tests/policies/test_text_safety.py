@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from policies.provenance import argument_texts
 from policies.text_safety import FlagCode, review_texts
+from tests.support.examples import examples
 
 PHRASES = (
     "ignore previous instructions",
@@ -66,7 +67,7 @@ def disguised(draw: st.DrawFn) -> tuple[str, bool]:
     return f"{before} {''.join(out)}. {after}", hidden
 
 
-@settings(database=None, deadline=None, max_examples=400)
+@settings(database=None, deadline=None, max_examples=examples(400))
 @given(disguised())
 def test_an_instruction_in_any_spelling_is_flagged_and_hidden_characters_too(generated: tuple[str, bool]) -> None:
     """Case, fullwidth forms, Cyrillic look-alikes and zero-width inserts do not hide an instruction."""
@@ -76,7 +77,7 @@ def test_an_instruction_in_any_spelling_is_flagged_and_hidden_characters_too(gen
     assert (FlagCode.HIDDEN_UNICODE in codes) is hidden
 
 
-@settings(database=None, deadline=None, max_examples=200)
+@settings(database=None, deadline=None, max_examples=examples(200))
 @given(st.sampled_from(ORDINARY), st.sampled_from(("\u202e", "\u2066", "\u200f", "\u061c", "\U000e0041")),
        st.integers(0, 40))  # fmt: skip
 def test_a_bidi_or_tag_character_anywhere_is_hidden_unicode(text: str, char: str, at: int) -> None:
@@ -102,7 +103,7 @@ def test_every_string_of_the_arguments_is_read_with_its_place() -> None:
     ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=60))
 def test_ascii_text_is_read_as_the_general_path_reads_it(text: str) -> None:
     """ASCII text takes a shortcut (one regex scan); it finds the hidden characters and reads the text
@@ -142,7 +143,7 @@ def test_no_ascii_text_without_a_letter_of_two_characters_or_fewer_matches_a_wor
     assert [(text, names) for text in texts if (names := _matched_by_a_word_pattern(text))] == []
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text(alphabet=_NOT_LETTERS, max_size=60))
 def test_no_ascii_text_without_a_letter_matches_a_word_pattern(text: str) -> None:
     """The same, for longer letter-free text: it is only ever flagged for hidden characters or a tool name."""
@@ -168,7 +169,7 @@ def test_every_match_of_a_word_pattern_holds_a_letter_or_is_not_ascii(name: str)
 
     pattern: re.Pattern[str] = getattr(text_safety, name)
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.from_regex(pattern))
     def matches_hold_a_letter(text: str) -> None:
         found = pattern.search(text)

@@ -17,6 +17,7 @@ from gateway.registry.schema import input_model, output_model
 from gateway.registry.tools import tools_from_manifest
 from gateway.untrusted import withhold_untrusted
 from tests.support.canaries import CANARY, TRUSTED_TEXT, planted
+from tests.support.examples import examples
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend
 
@@ -83,7 +84,7 @@ def schemas_and_answers(draw: st.DrawFn) -> tuple[dict[str, Any], tuple[str, ...
     return _schema(root), tuple(_marked_paths(root)), _answer(draw, root)
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(schemas_and_answers())
 def test_every_marked_string_of_a_generated_output_schema_is_withheld(generated: Any) -> None:
     """Strings in objects, in lists of strings, in lists of lists and in objects inside lists, required or
@@ -117,7 +118,7 @@ def _read_tool(schema: dict[str, Any], marked: tuple[str, ...], base_url: str) -
     return tool
 
 
-@settings(database=None, deadline=None, max_examples=100)
+@settings(database=None, deadline=None, max_examples=examples(100))
 @given(schemas_and_answers())
 async def test_a_registered_tool_never_shows_the_model_a_marked_string(
     planted_backend: tuple[str, PlantedBackend], generated: Any

@@ -32,6 +32,7 @@ from gateway.signing.receipts import (
 )
 from gateway.signing.signer import IDENTITY_TYPE, Signer
 from gateway.store.signing_keys import KeySet, PublishedKey, public_jwk
+from tests.support.examples import examples
 
 KEY = Ed25519PrivateKey.generate()
 KID = "cs-test"
@@ -102,7 +103,7 @@ CLAIMS = ["iss", "aud", "exp", "iat", "sub", "org", "card_id", "tool", "args_has
           "approved_at", "request_hash", "act"]  # fmt: skip
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(claim=st.sampled_from(CLAIMS), value=JSON_VALUES)
 def test_any_claim_changed_after_signing_is_refused(claim: str, value: Any) -> None:
     """Any claim of a real receipt replaced by any other JSON value, the signature kept, does not verify."""
@@ -116,7 +117,7 @@ def test_any_claim_changed_after_signing_is_refused(claim: str, value: Any) -> N
         _check(forged)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(field=st.sampled_from(sorted(BODY)), value=JSON_VALUES)
 def test_any_other_body_is_refused(field: str, value: Any) -> None:
     """The same real receipt with any body but the one it was signed for is a mismatch."""
@@ -127,7 +128,7 @@ def test_any_other_body_is_refused(field: str, value: Any) -> None:
         _check(_fresh(), body=body)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(key=st.none() | st.text(max_size=30), audience=st.text(min_size=1, max_size=12))
 def test_another_key_or_audience_is_refused(key: str | None, audience: str) -> None:
     """Another Idempotency-Key (or none), or another backend's audience, does not verify."""

@@ -22,6 +22,7 @@ from gateway.store import audit_stream as store_audit
 from gateway.store.audit_stream import Along, RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.call_history import RedisCallHistory, history_key
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -151,7 +152,7 @@ async def test_a_caller_gone_before_its_entry_was_sent_leaves_none(redis: Redis,
     assert await _verified(redis, "gone", tmp_path) == ["warm-up", "sent", "after"]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     calls=st.lists(
         st.tuples(st.sampled_from([0, 1]), st.sampled_from(["plain", "history", "broken"]), st.integers(0, 3)),

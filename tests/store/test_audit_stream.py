@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from gateway.audit.events import AUDIT_STREAM, MAX_FIELD_CHARS, AuditEvent
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, make_key
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET
 
 AUDIT_SECRET = TEST_AUDIT_SECRET.encode()
@@ -47,7 +48,7 @@ async def _stored(redis_url: str, event: AuditEvent) -> dict[str, str]:
         await client.aclose()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(values=st.lists(long_text, min_size=len(TEXT_FIELDS) + 2, max_size=len(TEXT_FIELDS) + 2))
 def test_every_stored_field_is_bounded_and_a_long_one_keeps_its_prefix_and_hash(
     quiet_redis_url: str, values: list[str]

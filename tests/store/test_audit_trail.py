@@ -27,13 +27,14 @@ from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_stream import RedisStreamAuditSink, audit_keys
 from gateway.store.audit_trail import AuditTrail
 from tests.support.audit_v1 import append_v1
+from tests.support.examples import examples
 from tests.support.redis_server import flushed_client
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
 SECRET = TEST_AUDIT_SECRET.encode()
-QUICK = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+QUICK = settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 async def _record(sink: RedisStreamAuditSink, count: int, start: int = 0) -> None:

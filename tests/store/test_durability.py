@@ -25,6 +25,7 @@ from gateway.principal import KeyKind, Principal
 from gateway.store.durability import DurabilityReport, LedgerGuard, check_durability
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 from tests.support.guards import always_writable
 from tests.support.redis_server import SERVER_KINDS, has_redis_server, start_redis_process
 
@@ -171,7 +172,9 @@ async def test_a_script_the_server_lost_is_loaded_again_and_runs_once(client: Re
     assert len(cards) == 2
 
 
-@settings(database=None, max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    database=None, max_examples=examples(16), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(appendonly=st.sampled_from(["yes", "no"]), policy=st.sampled_from(EVICTION_POLICIES))
 def test_a_transition_is_confirmed_exactly_when_the_aof_is_on_and_nothing_is_evicted(
     server: tuple[str, str], appendonly: str, policy: str

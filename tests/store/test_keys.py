@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from gateway.errors import AuthError
 from gateway.principal import KeyKind
 from gateway.store.keys import KeyCache, KeyStore, hash_token
+from tests.support.examples import examples
 from tests.support.hostile_text import hostile_text
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +64,7 @@ async def _create(redis_url: str, subject: str) -> tuple[type[Exception] | None,
         await client.aclose()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(hostile=hostile_text)
 def test_a_subject_with_a_control_character_is_refused_and_nothing_is_stored(
     quiet_redis_url: str, hostile: str

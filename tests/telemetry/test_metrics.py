@@ -26,6 +26,7 @@ from gateway.store.probes import LedgerProbe
 from gateway.telemetry import metrics
 from tests.support.agents import agent, error_code, make_key, payload
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 from tests.support.executors import agent_path
 from tests.support.services import Backend, gateway_settings
 from tests.support.tools import read_tool
@@ -189,7 +190,7 @@ AGENT = Principal(key_id="key-1", subject="alice@acme.example", org="acme", role
                   kind=KeyKind.AGENT)  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.text(min_size=1, max_size=80))
 async def test_a_tool_name_an_agent_makes_up_never_becomes_a_label(name: str) -> None:
     """Any string sent as a tool name is counted as ``unknown``: labels stay bounded by the catalog."""

@@ -21,6 +21,7 @@ from gateway.registry.manifest import AdapterManifest
 from gateway.registry.tools import tools_from_manifest
 from gateway.tools.backend_http import DEFAULT_RETRY_AFTER_SECONDS, MAX_RETRY_AFTER_SECONDS, retry_after_of
 from tests.support.canaries import CANARY, planted
+from tests.support.examples import examples
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend, serve_planted
 
@@ -91,7 +92,7 @@ BODIES = st.one_of(
 )
 
 
-@settings(database=None, deadline=None, max_examples=150)
+@settings(database=None, deadline=None, max_examples=examples(150))
 @given(status=REFUSALS | st.integers(400, 599), body=BODIES)
 @pytest.mark.parametrize("kind", ["in-process", "registered"])
 async def test_no_byte_a_backend_writes_in_an_error_reaches_the_model(
@@ -204,7 +205,7 @@ def _arrived_intact(raw_paths: list[bytes], value: str) -> bool:
     return len(parts) == 4 and parts[:2] == [b"", b"notes"] and parts[3] == b"detail" and unquote(parts[2]) == value
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(value=PLACEHOLDER_VALUES)
 async def test_a_filled_path_reaches_the_templates_endpoint_with_the_value_intact_or_is_refused(
     planted_backend: tuple[str, PlantedBackend], value: str
@@ -234,7 +235,7 @@ def test_dot_segments_empty_values_and_their_encoded_forms_are_refused(value: st
         fill_path(TEMPLATE, note_id=value)
 
 
-@settings(database=None, deadline=None, max_examples=150)
+@settings(database=None, deadline=None, max_examples=examples(150))
 @given(value=PLACEHOLDER_VALUES)
 @pytest.mark.parametrize("kind", ["in-process", "registered"])
 async def test_a_placeholder_value_never_changes_the_endpoint_an_agent_calls(
@@ -292,7 +293,7 @@ def test_a_retry_after_is_read_as_seconds_or_a_date_within_bounds(header: str | 
     assert retry_after_of(header, now=NOW) == seconds
 
 
-@settings(database=None, deadline=None, max_examples=300)
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(header=st.text(max_size=60) | st.from_regex(r"\A[0-9]{1,400}\Z"))
 def test_any_retry_after_text_gives_a_bounded_wait(header: str) -> None:
     """Whatever a backend writes in Retry-After, the wait is a number within 0 .. the bound."""

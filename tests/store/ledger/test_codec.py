@@ -21,6 +21,7 @@ from gateway.store.ledger.codec import SHORT, WORDS, decode_card, stored_table
 from gateway.store.ledger.layout import card_keys, count_tag, open_cards_key, org_index, orgs_key, requester_index
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -234,7 +235,7 @@ hexes = st.sampled_from(
 """Values a raw packing of hex must give back exactly, or leave alone."""
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(
     summary=text | digits,
     args_hash=hexes.filter(bool) | digits,

@@ -22,6 +22,7 @@ from gateway.cards.contract import Proposal, TransitionStatus
 from gateway.limits.budgets import Limits, OrgLimits
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -200,7 +201,9 @@ async def _step(ledger: RedisLedger, ids: list[str], made: list[int], action: st
         await ledger.resolve(cid, admin="bob@acme.example", outcome="FAILED", evidence={})
 
 
-@settings(database=None, max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    database=None, max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(steps=STEPS)
 def test_the_count_is_exactly_the_cards_that_count_after_every_transition(
     redis_url: str, steps: list[tuple[str, int]]

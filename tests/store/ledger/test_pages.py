@@ -26,6 +26,7 @@ from gateway.limits.budgets import Limits
 from gateway.store.ledger.layout import requester_shard
 from gateway.store.ledger.redis_ledger import SHARDS, RedisLedger
 from tests.support.cards import PROPOSAL, flood
+from tests.support.examples import examples
 
 REQUESTERS = ("alice@acme.example", "dan@acme.example", "erin@acme.example")
 TOOLS = ("rooms_book", "orders_refund")
@@ -107,7 +108,7 @@ queries = st.builds(
 )
 
 
-@settings(database=None, max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(database=None, max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     query=queries,
     limits=st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=6),
@@ -173,7 +174,7 @@ cursors = st.one_of(
 )
 
 
-@settings(database=None, max_examples=150, deadline=None)
+@settings(database=None, max_examples=examples(150), deadline=None)
 @given(cursor=cursors)
 def test_any_other_cursor_is_refused_or_read_as_positions_of_the_own_org(population: Population, cursor: str) -> None:
     """A cursor the ledger did not issue raises InvalidCursorError, never another error; one that happens to

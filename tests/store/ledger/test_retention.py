@@ -24,6 +24,7 @@ from gateway.store.ledger.layout import card_keys, open_buckets, org_index, requ
 from gateway.store.ledger.redis_ledger import RedisLedger, card_shard
 from gateway.store.ledger.retention import LOCK_KEY, RETIRE, RedisCardRetention
 from tests.support.cards import PROPOSAL
+from tests.support.examples import examples
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -111,7 +112,7 @@ async def _wait_out_retention() -> None:
 ALL_STATES = sorted(CardState)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     old=st.lists(st.tuples(st.sampled_from(ALL_STATES), st.sampled_from(range(len(REQUESTERS)))), max_size=7),
     fresh=st.lists(st.sampled_from(sorted(TERMINAL)), max_size=2),
