@@ -86,6 +86,7 @@ def _bookings(backend: Backend, day: str) -> list[Any]:
     return [b for b in service.bookings.values() if (b.room_id, b.date, b.status) == ("room-delta", day, "active")]
 
 
+@pytest.mark.slow
 async def test_a_refused_resend_while_the_first_send_is_still_in_flight_never_fails_the_card(
     gateway: Gateway, redis: Redis, clean_backends: dict[str, Backend]
 ) -> None:
