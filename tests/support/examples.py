@@ -2,7 +2,8 @@
 
 Two Hypothesis profiles. ``ci`` runs Hypothesis's default of 100 examples, and every count a test names
 in full (``examples(300)`` is 300). ``dev``, for ``pytest -m "not slow"`` on a developer's machine, runs
-a fifth of each: enough to catch a regression while editing, quick enough to run after every change.
+a fifth of each (never fewer than five): enough to catch a regression while editing, quick enough to
+run after every change.
 ``tests/conftest.py`` loads ``ci`` when ``CI`` is set (as ``.ci/run`` sets it) and ``dev`` otherwise;
 ``HYPOTHESIS_PROFILE=ci`` runs the full counts anywhere.
 """
@@ -19,7 +20,7 @@ CI_EXAMPLES = 100
 settings.register_profile("ci", max_examples=CI_EXAMPLES)
 settings.register_profile("dev", max_examples=CI_EXAMPLES // 5)
 
-FEWEST = 10
+FEWEST = 5
 """No test that names more runs fewer examples than this, whatever the profile."""
 
 
