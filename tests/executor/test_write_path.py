@@ -20,6 +20,7 @@ from gateway.tools.context import RequestSigner, ToolContext
 from gateway.tools.declarations import Tool
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import Toolbox
+from tests.support.cards import approve
 from tests.support.executors import LEASE_SECONDS, agent_path
 from tests.support.services import TEST_SIGNING_KEY
 from tests.support.tools import EchoArgs, write_tool
@@ -58,12 +59,7 @@ async def test_one_send_reads_its_receipt_signer_once_and_makes_one_tool_context
     proposer, _ = agent_path(tool, clients={}, ledger_client=redis)
     filed = await proposer.execute(ALICE, tool.name, {"text": "hi"})
     ledger = RedisLedger(redis)
-    card = await ledger.get(str(filed.card_id))
-    assert card is not None
-    approved = await ledger.approve(
-        card.card_id, approver="root@acme.example", version=card.version, args_hash=card.args_hash, comment=""
-    )
-    assert approved.ok
+    card = await approve(ledger, str(filed.card_id))
 
     signed: list[tuple[str, str]] = []
 

@@ -20,6 +20,7 @@ from gateway.signing.identity import verify_identity
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
+from tests.support.cards import approve
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend
 
 pytestmark = pytest.mark.anyio
@@ -107,11 +108,7 @@ async def test_registered_adapter_is_quarantined_until_accepted_then_served_like
     assert listed["reports"] and all(r["note"] in (None, "[withheld: third-party text]") for r in listed["reports"])
     assert receipt["status"] == "PENDING" and receipt["summary"] == "Submit an expense report of 8900 EUR"
     ledger = RedisLedger(redis)
-    card = await ledger.get(receipt["card_id"])
-    assert card is not None
-    approved = await ledger.approve(card.card_id, approver="boss@acme.example", version=card.version,
-                                    args_hash=card.args_hash, comment="")  # fmt: skip
-    assert approved.ok
+    await approve(ledger, receipt["card_id"], approver="boss@acme.example")
     with anyio.fail_after(10):
         while (card := await ledger.get(receipt["card_id"])) is not None and card.state not in (
             CardState.SUCCEEDED,
@@ -216,10 +213,7 @@ async def test_a_pending_card_stays_bound_to_the_definition_it_was_proposed_unde
     assert (await _admin(mcp_url, admin, "POST", "/expenses/accept", {"hash": proposed})).status_code == 200
     await _until_listed(mcp_url, agent_key, "expenses_submit", changed["tools"][2]["description"])
     ledger = RedisLedger(redis)
-    card = await ledger.get(receipt["card_id"])
-    assert card is not None
-    await ledger.approve(card.card_id, approver="boss@acme.example", version=card.version,
-                         args_hash=card.args_hash, comment="")  # fmt: skip
+    await approve(ledger, receipt["card_id"], approver="boss@acme.example")
     with anyio.fail_after(10):
         while (card := await ledger.get(receipt["card_id"])) is not None and card.state is not CardState.FAILED:
             await anyio.sleep(0.05)

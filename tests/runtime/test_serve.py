@@ -25,6 +25,7 @@ from gateway.signing.identity import IDENTITY_HEADER, IdentityHeaders
 from gateway.store.embedded import embedded_redis
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, payload
+from tests.support.cards import approve
 from tests.support.redis_server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -113,9 +114,7 @@ async def test_card_approved_while_serve_is_down_runs_once_after_restart(tmp_pat
             ledger = RedisLedger(client)
             card = await ledger.get(card_id)
             assert card is not None and card.state is CardState.PENDING
-            approved = await ledger.approve(card_id, approver="root@acme.example", version=card.version,
-                                            args_hash=card.args_hash, comment="while down")  # fmt: skip
-            assert approved.ok
+            await approve(ledger, card_id, comment="while down")
         finally:
             await client.aclose()
 

@@ -25,7 +25,7 @@ from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.probes import LedgerProbe
 from gateway.telemetry import metrics
 from tests.support.agents import agent, error_code, make_key, payload
-from tests.support.cards import PROPOSAL
+from tests.support.cards import PROPOSAL, approve
 from tests.support.examples import examples
 from tests.support.executors import agent_path
 from tests.support.services import Backend, gateway_settings
@@ -125,9 +125,7 @@ async def test_open_cards_and_worker_lag_are_read_from_the_ledger(quiet: Redis) 
     cards = [await ledger.propose(replace(PROPOSAL, dedupe_key=f"metrics-{n}")) for n in range(3)]
     waiting = cards[0].card
     assert waiting is not None
-    approved = await ledger.approve(waiting.card_id, approver="root@acme.example", version=waiting.version,
-                                    args_hash=waiting.args_hash, comment="")  # fmt: skip
-    assert approved.ok
+    await approve(ledger, waiting.card_id)
     # Make the approval a minute old, as a worker that stopped a minute ago would leave it.
     key = RedisLedger._keys(waiting.card_id, int(waiting.card_id.split("_")[1]))[0]
     stored = decode_card(await redis.get(key), waiting.card_id)  # written back in the long form, read as well
