@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic_core import SchemaError as PydanticSchemaError
 from pydantic_core import SchemaValidator, core_schema
 
+from gateway.errors import SchemaError
 from gateway.untrusted import Untrusted
 
 __all__ = ["SchemaError", "input_model", "output_model"]
@@ -29,14 +30,6 @@ _SCALARS = {"string", "integer", "number", "boolean"}
 _STRING_KEYS = {"minLength": "min_length", "maxLength": "max_length", "pattern": "pattern"}
 _NUMBER_KEYS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
 _ANNOTATIONS = {"title", "description", "examples", "default", "format", "enum", "type"}
-
-
-class SchemaError(ValueError):
-    """The schema is outside the supported subset; `problems` says where and why."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = tuple(problems)
 
 
 def input_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
