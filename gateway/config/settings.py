@@ -99,6 +99,7 @@ from gateway.config.file import AdapterSection, ConfigFile, GatewaySection, OrgS
 from gateway.config.oauth import OAuthSection
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.redis_target import redis_url_of
+from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 from gateway.notifications.message import NotificationSettings
@@ -163,6 +164,8 @@ class Settings:
         default_factory=lambda: {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS}
     )
     orgs: tuple[OrgSettings, ...] = DEMO_ORGS
+    upstreams: Mapping[str, UpstreamSection] = field(default_factory=dict)
+    """``[upstreams.<name>]``: the MCP servers the gateway fronts, with the review of their tools."""
     allowed_hosts: tuple[str, ...] | None = None
     """Host headers accepted on /mcp (DNS-rebinding protection, always on); None: `LOOPBACK_HOSTS`,
     which only a loopback bind may rely on (see `mcp_allowed_hosts`)."""

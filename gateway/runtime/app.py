@@ -179,7 +179,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     clients: dict[str, UpstreamClient] = {
         name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters
     }
-    missing = used - set(clients) - ALWAYS_ON
+    # An upstream MCP server's tools reach it through their own supervised session, not an HTTP client.
+    missing = used - set(clients) - ALWAYS_ON - set(settings.upstreams)
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     health_paths = {name: settings.adapters[name].health_path for name in clients}
