@@ -263,6 +263,9 @@ class Settings:
             raise ConfigError("min_replicas must not be negative")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
+        clash = set(self.upstreams) & (set(self.adapters) | {"approvals"})
+        if clash:
+            raise ConfigError(f"upstreams named like an adapter would share its tools' prefix: {sorted(clash)}")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be between 1 and 65535, not {self.port}")
         if self.log_format not in ("plain", "json"):
@@ -362,6 +365,7 @@ class Settings:
                 port=env("PORT", cast=int, default=gateway.port),
                 adapters=_adapters_from(document.adapters, environ, demo=is_demo),
                 orgs=_orgs_from(document.orgs, demo=is_demo),
+                upstreams=dict(document.upstreams),
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,

@@ -76,7 +76,7 @@ class ToolReview(BaseModel):
     """The hash of the definition reviewed (`gateway.upstreams.review.definition_hash`)."""
     public: bool = False
     """Every authenticated agent of an org granted this upstream may call it; else `roles`."""
-    roles: tuple[str, ...] = ()
+    roles: list[str] = Field(default_factory=list)
     """Roles of which the caller needs one, when not public."""
     approver_role: str = "approver"
     """For writes: the role that countersigns."""
@@ -107,9 +107,9 @@ class UpstreamSection(BaseModel):
     transport: Literal["stdio", "http"]
     command: str | None = None
     """stdio: the executable."""
-    args: tuple[str, ...] = ()
+    args: list[str] = Field(default_factory=list)
     cwd: str | None = None
-    env: tuple[str, ...] = ()
+    env: list[str] = Field(default_factory=list)
     """stdio: names of the gateway's environment variables passed to the child; nothing else is."""
     url: str | None = None
     """http: the server's Streamable HTTP endpoint."""

@@ -67,13 +67,13 @@ class UpstreamConnection:
     def _target(self) -> Any:
         section = self._section
         if section.transport == "stdio":
-            assert_command = section.command or ""
+            command = section.command or ""
             env = shutil.which("env")
             if env is None:
                 raise ConfigError("stdio upstreams need the `env` program (coreutils) to clear the environment")
             pairs = [f"{key}={value}" for key, value in child_environment(section, self._secrets).items()]
             return StdioServerParameters(
-                command=env, args=["-i", *pairs, assert_command, *section.args], cwd=section.cwd, env={}
+                command=env, args=["-i", *pairs, command, *section.args], cwd=section.cwd, env={}
             )
         headers: dict[str, str] = {}
         if section.token_env:
