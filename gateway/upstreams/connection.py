@@ -12,8 +12,9 @@ friends itself). The HTTP session carries the gateway's own bearer token for tha
 token is never here to forward.
 
 Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
-may have reached the upstream: not connected -> not sent; an answer that is a JSON-RPC error -> refused;
-a broken session or a timeout after the request went out -> may have landed.
+may have reached the upstream: not connected -> not sent; a JSON-RPC error saying the request was refused
+before the tool ran (parse error, invalid request, unknown method, invalid params) -> refused; a broken
+session, a timeout or any other error after the request went out -> may have landed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import httpx2
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
@@ -41,6 +42,10 @@ logger = logging.getLogger(__name__)
 NOT_APPLIED_STATUS = 422
 """The status a JSON-RPC error or an ``isError`` result travels with: MCP has no statuses, and both are the
 upstream's definitive answer that the call did not apply, which the write contract lists as 422."""
+
+_NOT_RUN_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
+"""JSON-RPC errors that say the request was refused before the tool ran. Every other error (the
+connection closed, a timeout, an internal error) may come after the tool changed something."""
 
 _CONNECT_SECONDS = 15.0
 _BACKOFF_START, _BACKOFF_CAP = 0.2, 30.0
@@ -142,9 +147,15 @@ class UpstreamConnection:
             with anyio.fail_after(timeout):
                 return await client.call_tool(tool, dict(arguments))
         except MCPError as error:
-            # The upstream answered with a JSON-RPC error: it refused the call before running it.
-            raise UpstreamRefusedError(
-                f"upstream {self.name} refused {tool}", service=self.name, status=NOT_APPLIED_STATUS
+            if error.error.code in _NOT_RUN_CODES:
+                # The upstream refused the request itself (unparsable, unknown, bad params): nothing ran.
+                raise UpstreamRefusedError(
+                    f"upstream {self.name} refused {tool}", service=self.name, status=NOT_APPLIED_STATUS
+                ) from error
+            # The connection closed, the SDK timed out, or the server failed while running it: may have landed.
+            self.reconnect()
+            raise UpstreamUnavailableError(
+                f"upstream {self.name} lost {tool} ({error.error.code})", service=self.name, sent=True
             ) from error
         except TimeoutError as error:
             self.reconnect()  # a late answer on this session would be misread; start afresh

@@ -4,7 +4,9 @@ reads pass the access check, writes wait for a countersignature and run exactly 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,17 +80,17 @@ def _reviews(listing: list[dict[str, Any]], root: Path) -> dict[str, ToolReview]
     return reviews
 
 
-@pytest.fixture
-async def fronted(
-    filesystem_server: NodeServer, tmp_path: Path, redis: Redis, redis_url: str
-) -> AsyncIterator[tuple[Gateway, Path]]:
-    root = tmp_path / "files"
-    root.mkdir()
-    (root / "plan.txt").write_text("step one\n")
-    probe = UpstreamConnection("files", _section(filesystem_server, root, {}), secrets={})
+@asynccontextmanager
+async def _fronting(
+    server: NodeServer, root: Path, redis_url: str, *, relay: tuple[str, ...] = ()
+) -> AsyncIterator[Gateway]:
+    """A gateway serving the filesystem server on `root` as a person reviewed it; `relay` runs the server
+    through a command that stands on its pipe (the server's own command follows it)."""
+    probe = UpstreamConnection("files", _section(server, root, {}), secrets={})
     async with probe.running():
         listing = await probe.list_tools()
-    section = _section(filesystem_server, root, _reviews(listing, root))
+    stdio = {"command": relay[0], "args": (*relay[1:], str(server.node), str(server.entry), str(root))} if relay else {}
+    section = _section(server, root, _reviews(listing, root), **stdio)
     connection = UpstreamConnection("files", section, secrets={})
     settings = Settings(
         redis_url=redis_url,
@@ -108,7 +110,18 @@ async def fronted(
         }
         assert "read_file" in {q.name for q in held if q.reason == "unreviewed"}  # not reviewed: not served
         async with in_process_gateway(settings, tools) as gateway:
-            yield gateway, root
+            yield gateway
+
+
+@pytest.fixture
+async def fronted(
+    filesystem_server: NodeServer, tmp_path: Path, redis: Redis, redis_url: str
+) -> AsyncIterator[tuple[Gateway, Path]]:
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "plan.txt").write_text("step one\n")
+    async with _fronting(filesystem_server, root, redis_url) as gateway:
+        yield gateway, root
 
 
 async def _run_worker(gateway: Gateway, card_id: str) -> None:
@@ -227,3 +240,35 @@ async def test_the_stdio_child_receives_only_the_allowlisted_environment(
     assert seen.get("SHARED_VAR") == "shared"
     assert CANARY not in seen and "PATH" not in seen and "HOME" not in seen
     assert set(seen) <= {"SHARED_VAR", "PWD", "SHLVL", "_", "OLDPWD"}  # what the shell itself sets
+
+
+async def test_a_write_whose_answer_is_lost_settles_succeeded_by_its_lookup_without_a_second_write(
+    filesystem_server: NodeServer, tmp_path: Path, redis: Redis, redis_url: str
+) -> None:
+    """The connection is cut after write_file reached the server (the file changed, the answer never came):
+    the card is UNKNOWN, and the lookup (the file holds the approved content) settles it SUCCEEDED, sent once."""
+    root = tmp_path / "files"
+    root.mkdir()
+    (root / "plan.txt").write_text("step one\n")
+    marker = tmp_path / "cut-once"
+    relay = (
+        sys.executable,
+        str(Path(__file__).parents[1] / "support" / "stdio_cut.py"),
+        str(marker),
+        "write_file",
+        "--",
+    )
+    async with _fronting(filesystem_server, root, redis_url, relay=relay) as gateway:
+        staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
+        assert staff is not None
+        arguments = {"path": str(root / "plan.txt"), "content": "step two\n"}
+        card_id = (await gateway.executor.agent.execute(staff, "files_write_file", arguments)).for_model()["card_id"]
+        await approve(gateway.ledger, card_id)
+        await _run_worker(gateway, card_id)
+        unknown = await gateway.ledger.get(card_id)
+        assert marker.exists() and (root / "plan.txt").read_text() == "step two\n"
+        assert unknown is not None and unknown.state is CardState.UNKNOWN
+        with anyio.fail_after(30):  # the lookup waits for the session the supervisor opens again
+            settled = await gateway.executor.writes.reconcile(card_id, worker="test")
+        assert settled is not None and settled.state is CardState.SUCCEEDED
+        assert [event.type for event in await gateway.ledger.events(card_id)].count("dispatched") == 1
