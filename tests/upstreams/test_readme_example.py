@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.cards.card import CardState
 from gateway.config.settings import Settings
+from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key
-from tests.support.cards import approve
 from tests.support.conformance_suite import SuiteUnavailableError
 from tests.support.mcp_servers import NodeServer, install_filesystem_server
 from tests.support.services import TEST_AUDIT_SECRET
@@ -66,7 +67,8 @@ def _pointed_at(config: str, server: NodeServer, folder: Path) -> str:
 async def test_the_readme_configuration_fronts_the_filesystem_server(
     filesystem_server: NodeServer, tmp_path: Path, redis: Redis, redis_url: str
 ) -> None:
-    """Read through the access check, a write as a card, approved, run once by the gateway's worker."""
+    """Read through the access check; a write as a card whose page shows the file and the diff; approved through
+    the admin API, run once by the gateway's worker."""
     folder = tmp_path / "shared"
     folder.mkdir()
     (folder / "notes.txt").write_text("draft\n")
@@ -98,8 +100,20 @@ async def test_the_readme_configuration_fronts_the_filesystem_server(
             assert not proposed.is_error and proposed.structured_content is not None
             card_id = str(proposed.structured_content["card_id"])
             assert (folder / "notes.txt").read_text() == "draft\n"
+            # What the console's card page shows an approver: the file as it is, and the diff of the write.
+            admin = await make_key(redis, subject="carol@acme.example", kind=KeyKind.ADMIN, roles=("approver",))
+            async with httpx.AsyncClient(
+                base_url=f"{base}/admin/api", headers={"authorization": f"Bearer {admin}"}, timeout=10
+            ) as http:
+                shown = (await http.get(f"/cards/{card_id}")).json()["card"]
+                lines = shown["preview"]["lines"]
+                assert "  draft" in lines and "  -draft" in lines and "  +final" in lines
+                decided = await http.post(
+                    f"/cards/{card_id}/approve",
+                    json={"version": shown["version"], "args_hash": shown["args_hash"], "comment": "ok"},
+                )
+                assert decided.status_code == 200, decided.text
             ledger = RedisLedger(redis)
-            await approve(ledger, card_id)
             with anyio.fail_after(20):
                 while (card := await ledger.get(card_id)) is not None and card.state not in (
                     CardState.SUCCEEDED,
