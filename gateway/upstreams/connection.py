@@ -20,15 +20,17 @@ session, a timeout or any other error after the request went out -> may have lan
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 import httpx2
 from mcp import Client, MCPError
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
 
@@ -69,7 +71,7 @@ class UpstreamConnection:
         self.connects = 0
         """How many sessions were opened (a reconnect counts), for health and tests."""
 
-    def _target(self) -> Any:
+    def _target(self, errlog: TextIO | None) -> Any:
         section = self._section
         if section.transport == "stdio":
             command = section.command or ""
@@ -77,9 +79,10 @@ class UpstreamConnection:
             if env is None:
                 raise ConfigError("stdio upstreams need the `env` program (coreutils) to clear the environment")
             pairs = [f"{key}={value}" for key, value in child_environment(section, self._secrets).items()]
-            return StdioServerParameters(
+            parameters = StdioServerParameters(
                 command=env, args=["-i", *pairs, command, *section.args], cwd=section.cwd, env={}
             )
+            return stdio_client(parameters, errlog=errlog) if errlog is not None else parameters
         headers: dict[str, str] = {}
         if section.token_env:
             token = self._secrets.get(section.token_env)
@@ -101,8 +104,11 @@ class UpstreamConnection:
     async def _supervise(self) -> None:
         delay = _BACKOFF_START
         while True:
+            errlog = _child_log(self.name) if self._section.transport == "stdio" else None
             try:
-                async with Client(self._target(), mode=self._section.protocol) as client:
+                async with Client(self._target(errlog), mode=self._section.protocol) as client:
+                    if errlog is not None:
+                        errlog.close()  # the child holds its own copy; the relay ends when the child does
                     self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
                     self._broken = anyio.Event()
                     self._ready.set()
@@ -112,13 +118,20 @@ class UpstreamConnection:
                 raise
             except Exception as error:  # a session that cannot start or broke: log by name, retry with backoff
                 logger.warning("upstream %s session ended: %s", self.name, type(error).__name__)
+            finally:
+                if errlog is not None and not errlog.closed:
+                    errlog.close()
             self._client = None
-            self._ready = anyio.Event()
+            if self._ready.is_set():  # callers waiting on an unset one are woken by the next session
+                self._ready = anyio.Event()
             await anyio.sleep(delay)
             delay = min(_BACKOFF_CAP, delay * 2)
 
     def reconnect(self) -> None:
-        """End the current session; the supervisor opens a new one."""
+        """End the current session; the supervisor opens a new one, which the next call waits for."""
+        self._client = None
+        if self._ready.is_set():
+            self._ready = anyio.Event()
         self._broken.set()
 
     async def _session(self) -> Client:
@@ -165,3 +178,20 @@ class UpstreamConnection:
             raise UpstreamUnavailableError(
                 f"upstream {self.name} session broke during {tool}", service=self.name, sent=True
             ) from error
+
+
+def _child_log(name: str) -> TextIO:
+    """A pipe for a stdio child's stderr whose lines go to the gateway's log under the upstream's name.
+
+    The SDK hands its client's `errlog` to the child as its stderr, so it must be a real file; a thread
+    relays the other end until the child (the last holder of the write end) exits."""
+    read_end, write_end = os.pipe()
+    child_log = logging.getLogger(f"{__name__}.stderr")
+
+    def relay() -> None:
+        with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                child_log.info("upstream %s: %s", name, line.rstrip())
+
+    threading.Thread(target=relay, name=f"countersign upstream {name} stderr", daemon=True).start()
+    return os.fdopen(write_end, "w")

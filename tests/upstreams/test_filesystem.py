@@ -3,6 +3,7 @@ reads pass the access check, writes wait for a countersignature and run exactly 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -272,3 +273,18 @@ async def test_a_write_whose_answer_is_lost_settles_succeeded_by_its_lookup_with
             settled = await gateway.executor.writes.reconcile(card_id, worker="test")
         assert settled is not None and settled.state is CardState.SUCCEEDED
         assert [event.type for event in await gateway.ledger.events(card_id)].count("dispatched") == 1
+
+
+async def test_the_stdio_childs_stderr_reaches_the_gateway_log_under_the_upstreams_name(
+    filesystem_server: NodeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's start-up line on its stderr is logged by the gateway, named by the upstream."""
+    caplog.set_level(logging.INFO, logger="gateway.upstreams.connection.stderr")
+    connection = UpstreamConnection("files", _section(filesystem_server, tmp_path, {}), secrets={})
+    async with connection.running():
+        assert await connection.list_tools()
+        with anyio.fail_after(10):
+            while not any("Secure MCP Filesystem Server" in r.getMessage() for r in caplog.records):
+                await anyio.sleep(0.05)
+    [line] = [r.getMessage() for r in caplog.records if "Secure MCP Filesystem Server" in r.getMessage()]
+    assert line.startswith("upstream files: ")
