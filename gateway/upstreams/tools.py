@@ -100,14 +100,24 @@ def _tool(
         "timeout_seconds": review.timeout_seconds,
         "open_world": None,
     }
-    if review.mode == "read":
-        output = UpstreamTrustedText if review.trusted_output else UpstreamReadText
+    if review.mode == "read" and review.trusted_output:
         return Tool(
             **common,
             mode=Mode.READ,
-            output=output,
+            output=UpstreamTrustedText,
             execute=_read(connection, name, review.timeout_seconds),
-            emits_untrusted_text=not review.trusted_output,
+        )
+    if review.mode == "read":
+        # Third-party text: the model's projection has it withheld; people get the text as the upstream gave it.
+        return Tool(
+            **common,
+            mode=Mode.READ,
+            output=UpstreamReadText,
+            execute=_read(connection, name, review.timeout_seconds),
+            emits_untrusted_text=True,
+            model_view=_withheld_view,
+            model_view_output=UpstreamReadText,
+            human_view=_text_for_people,
         )
     return Tool(
         **common,
@@ -128,6 +138,15 @@ def _tool(
         preview=_preview(connection, review.preview, review.timeout_seconds) if review.preview else None,
         destructive=True,
     )
+
+
+def _withheld_view(output: UpstreamReadText) -> Mapping[str, Any]:
+    """What the model sees of a third-party read: the output as the executor withheld it."""
+    return output.model_dump(mode="json")
+
+
+def _text_for_people(output: UpstreamReadText) -> str:
+    return output.text
 
 
 def arguments_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:

@@ -1,9 +1,10 @@
-"""Real MCP servers nobody here wrote, pinned, installed from the npm registry into a cache, for the upstream tests.
+"""Real MCP servers nobody here wrote, pinned, installed from their registries into a cache, for the upstream tests.
 
-`install_filesystem_server()` installs ``@modelcontextprotocol/server-filesystem`` with the packaged Node 22
-(``node-<platform>-<arch>``, as `tests.support.conformance_suite` installs it) under
-``~/.cache/countersign/mcp-servers`` (``COUNTERSIGN_CONFORMANCE_CACHE``'s sibling when that is set), once
-per version pair. With ``CI`` set the tests that need it fail rather than skip when it cannot be installed.
+`install_filesystem_server()` installs ``@modelcontextprotocol/server-filesystem`` from npm with the packaged
+Node 22 (``node-<platform>-<arch>``, as `tests.support.conformance_suite` installs it); `install_git_server()`
+installs ``mcp-server-git`` from PyPI into a virtual environment of its own (never the gateway's). Both go
+under ``~/.cache/countersign/mcp-servers`` (``COUNTERSIGN_CONFORMANCE_CACHE``'s sibling when that is set),
+once per version. With ``CI`` set the tests that need them fail rather than skip when they cannot be installed.
 """
 
 from __future__ import annotations
@@ -11,15 +12,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
 
-__all__ = ["FILESYSTEM_VERSION", "NodeServer", "install_filesystem_server"]
+__all__ = ["FILESYSTEM_VERSION", "GIT_VERSION", "NodeServer", "install_filesystem_server", "install_git_server"]
 
 FILESYSTEM_VERSION = "2026.8.31"
+GIT_VERSION = "2026.10.19"
 INSTALL_TIMEOUT_SECONDS = 600.0
 
 
@@ -85,6 +88,52 @@ def install_filesystem_server() -> NodeServer:
     return found
 
 
+def install_git_server() -> Path:
+    """The pinned ``mcp-server-git`` executable, in a virtual environment of its own, installed first if needed.
+
+    Raises:
+        SuiteUnavailableError: no ``git`` on PATH, or the environment or the install failed.
+    """
+    if shutil.which("git") is None:
+        raise SuiteUnavailableError("git is not on PATH; mcp-server-git drives it")
+    prefix = _cache_root() / f"mcp-server-git-{GIT_VERSION}"
+    found = prefix / "bin" / "mcp-server-git"
+    if found.is_file():
+        return found
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
+    try:
+        for step in (
+            [sys.executable, "-m", "venv", str(scratch)],
+            [str(scratch / "bin" / "python"), "-m", "pip", "install", "--quiet", f"mcp-server-git=={GIT_VERSION}"],
+        ):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_SECONDS, check=False)
+            if done.returncode != 0:
+                raise SuiteUnavailableError(f"{step[2]} failed ({done.returncode}): {done.stderr[-2000:]}")
+        try:
+            scratch.rename(prefix)  # the venv's scripts name their interpreter by path: fixed below
+        except OSError:
+            if not found.is_file():
+                raise
+            return found
+        _repoint(prefix, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
+
+
+def _repoint(prefix: Path, built_at: Path) -> None:
+    """A venv built at `built_at` and moved to `prefix`: its scripts' first lines name the old interpreter."""
+    for script in (prefix / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            head = script.read_bytes()[:2]
+            if head == b"#!":
+                script.write_text(script.read_text().replace(str(built_at), str(prefix), 1))
+    config = prefix / "pyvenv.cfg"
+    config.write_text(config.read_text().replace(str(built_at), str(prefix)))
+
+
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where
     server = install_filesystem_server()
     print(f"server-filesystem {FILESYSTEM_VERSION} on Node {NODE_VERSION}: {server.entry}")
+    print(f"mcp-server-git {GIT_VERSION}: {install_git_server()}")
