@@ -21,6 +21,7 @@ from gateway.config.upstreams import UpstreamSection
 from gateway.errors import UpstreamError
 from gateway.registry.live import LiveToolSource
 from gateway.upstreams.connection import UpstreamConnection
+from gateway.upstreams.review import definition_diff
 from gateway.upstreams.tools import upstream_tools
 
 __all__ = ["fronting"]
@@ -69,6 +70,8 @@ async def _serve(
         return last
     others = live.names_besides(name)
     tools, held = upstream_tools(name, listing, section.tools, connection, taken=others)
+    before = {str(tool.get("name")): tool for tool in last or ()}
+    now = {str(tool.get("name")): tool for tool in listing}
     for quarantined in held:
         logger.warning(
             "upstream %s: tool %s not served (%s); listed as %s, annotations (suggestions only) %s",
@@ -78,6 +81,10 @@ async def _serve(
             quarantined.listed_hash,
             dict(quarantined.suggestion),
         )
+        if quarantined.reason == "changed" and quarantined.name in before:
+            # What changed since the definition last read, for the reviewer (the upstream's text, as data).
+            diff = definition_diff(before[quarantined.name], now[quarantined.name])
+            logger.warning("upstream %s: tool %s changed:\n%s", name, quarantined.name, "\n".join(diff))
     await live.serve_upstream(name, tools)
     logger.info("upstream %s: serving %d reviewed tools, %d held back", name, len(tools), len(held))
     return listing

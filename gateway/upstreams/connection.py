@@ -146,12 +146,23 @@ class UpstreamConnection:
         client = await self._session()
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
-        while True:
-            page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
-            tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                return tools
+        try:
+            with anyio.fail_after(_CONNECT_SECONDS):
+                while True:
+                    page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                    tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+        except Exception as error:  # a read: nothing to classify, only a session to open again
+            self.reconnect()
+            raise UpstreamUnavailableError(f"upstream {self.name} did not list its tools", service=self.name) from error
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version negotiated with the upstream on the current session (None: not connected)."""
+        client = self._client
+        return None if client is None else str(client.protocol_version)
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any], *, timeout: float) -> CallToolResult:
         """Call `tool` once. Raises `UpstreamError`s only (see the module docstring)."""

@@ -1,10 +1,11 @@
 """Real MCP servers nobody here wrote, pinned, installed from their registries into a cache, for the upstream tests.
 
-`install_filesystem_server()` installs ``@modelcontextprotocol/server-filesystem`` from npm with the packaged
-Node 22 (``node-<platform>-<arch>``, as `tests.support.conformance_suite` installs it); `install_git_server()`
-installs ``mcp-server-git`` from PyPI into a virtual environment of its own (never the gateway's). Both go
-under ``~/.cache/countersign/mcp-servers`` (``COUNTERSIGN_CONFORMANCE_CACHE``'s sibling when that is set),
-once per version. With ``CI`` set the tests that need them fail rather than skip when they cannot be installed.
+`install_filesystem_server()` and `install_everything_server()` install ``@modelcontextprotocol/server-filesystem``
+and ``@modelcontextprotocol/server-everything`` from npm with the packaged Node 22 (``node-<platform>-<arch>``, as
+`tests.support.conformance_suite` installs it); `install_git_server()` installs ``mcp-server-git`` from PyPI into a
+virtual environment of its own (never the gateway's). All go under ``~/.cache/countersign/mcp-servers``
+(``COUNTERSIGN_CONFORMANCE_CACHE``'s sibling when that is set), once per version. With ``CI`` set the tests that
+need them fail rather than skip when they cannot be installed.
 """
 
 from __future__ import annotations
@@ -19,10 +20,21 @@ from pathlib import Path
 
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
 
-__all__ = ["FILESYSTEM_VERSION", "GIT_VERSION", "NodeServer", "install_filesystem_server", "install_git_server"]
+__all__ = [
+    "EVERYTHING_EARLIER_VERSION",
+    "EVERYTHING_VERSION",
+    "FILESYSTEM_VERSION",
+    "GIT_VERSION",
+    "NodeServer",
+    "install_everything_server",
+    "install_filesystem_server",
+    "install_git_server",
+]
 
 FILESYSTEM_VERSION = "2026.8.31"
 GIT_VERSION = "2026.10.19"
+EVERYTHING_VERSION = "2026.8.31"
+EVERYTHING_EARLIER_VERSION = "2025.11.25"
 INSTALL_TIMEOUT_SECONDS = 600.0
 
 
@@ -40,11 +52,11 @@ def _cache_root() -> Path:
     return base / "mcp-servers"
 
 
-def _located(prefix: Path) -> NodeServer:
+def _located(prefix: Path, server: str) -> NodeServer:
     modules = prefix / "node_modules"
     return NodeServer(
         node=modules / _node_package() / "bin" / "node",
-        entry=modules / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js",
+        entry=modules / "@modelcontextprotocol" / server / "dist" / "index.js",
     )
 
 
@@ -54,18 +66,29 @@ def install_filesystem_server() -> NodeServer:
     Raises:
         SuiteUnavailableError: npm is missing, the install failed, or its result lacks either file.
     """
-    prefix = _cache_root() / f"node-{NODE_VERSION}-server-filesystem-{FILESYSTEM_VERSION}"
-    found = _located(prefix)
+    return _install_node_server("server-filesystem", FILESYSTEM_VERSION)
+
+
+def install_everything_server(version: str = EVERYTHING_VERSION) -> NodeServer:
+    """A pinned version of the "everything" server (`EVERYTHING_VERSION`, or `EVERYTHING_EARLIER_VERSION`,
+    whose ``echo`` is defined differently: an upstream upgrade that changes a reviewed tool)."""
+    if version not in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION):
+        raise ValueError(f"server-everything {version} is not one of the pinned versions")
+    return _install_node_server("server-everything", version)
+
+
+def _install_node_server(server: str, version: str) -> NodeServer:
+    prefix = _cache_root() / f"node-{NODE_VERSION}-{server}-{version}"
+    found = _located(prefix, server)
     if found.node.is_file() and found.entry.is_file():
         return found
     npm = shutil.which("npm")
     if npm is None:
-        raise SuiteUnavailableError("npm is not on PATH, and the filesystem server is not in the cache")
+        raise SuiteUnavailableError(f"npm is not on PATH, and {server} {version} is not in the cache")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
     try:
-        server = f"@modelcontextprotocol/server-filesystem@{FILESYSTEM_VERSION}"
-        packages = [f"{_node_package()}@{NODE_VERSION}", server]
+        packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/{server}@{version}"]
         done = subprocess.run(
             [npm, "install", "--prefix", str(scratch), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
              *packages],
@@ -76,7 +99,8 @@ def install_filesystem_server() -> NodeServer:
         )  # fmt: skip
         if done.returncode != 0:
             raise SuiteUnavailableError(f"npm install failed ({done.returncode}): {done.stderr[-2000:]}")
-        if not (_located(scratch).node.is_file() and _located(scratch).entry.is_file()):
+        built = _located(scratch, server)
+        if not (built.node.is_file() and built.entry.is_file()):
             raise SuiteUnavailableError("npm install finished but the server or Node is missing from it")
         try:
             scratch.rename(prefix)
@@ -137,3 +161,5 @@ if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say whe
     server = install_filesystem_server()
     print(f"server-filesystem {FILESYSTEM_VERSION} on Node {NODE_VERSION}: {server.entry}")
     print(f"mcp-server-git {GIT_VERSION}: {install_git_server()}")
+    for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION):
+        print(f"server-everything {version}: {install_everything_server(version).entry}")

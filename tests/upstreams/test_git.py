@@ -70,6 +70,7 @@ async def fronted(
     probe = UpstreamConnection("git", stdio, secrets={})
     async with probe.running():
         listing = {tool["name"]: tool for tool in await probe.list_tools()}
+        assert probe.protocol_version == "2026-07-28"  # this server (on the Python SDK 2.x) speaks the stateless era
     logged = LookupRule(tool="git_log", arguments={"repo_path": "repo_path"}, contains="message")
     reviews = {
         "git_log": ToolReview(mode="read", definition=definition_hash(listing["git_log"]), roles=["staff"]),
