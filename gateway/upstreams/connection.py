@@ -149,7 +149,8 @@ class UpstreamConnection:
         try:
             with anyio.fail_after(_CONNECT_SECONDS):
                 while True:
-                    page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+                    # Never from the client's response cache: a review is of what the upstream lists now.
+                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
                     tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
                     cursor = page.next_cursor
                     if not cursor:
