@@ -72,11 +72,19 @@ def upstream_tools(
     sorted_ = sort_listing(listing, reviews)
     held = list(sorted_.quarantined)
     tools: list[Tool] = []
+    reads = {name for name, (_definition, review) in sorted_.served.items() if review.mode == "read"}
     for name, (definition, review) in sorted_.served.items():
         listed = definition_hash(definition)
         full = f"{upstream}_{name}"
         if full in taken:
             held.append(Quarantined(name=name, reason="shadows", listed_hash=listed, suggestion={}))
+            continue
+        # A preview runs when a card is proposed and a lookup before anyone decides: both must be tools a
+        # person reviewed as reads of this upstream, served as listed, so neither can ever run a write.
+        unread = [rule.tool for rule in (review.preview, review.lookup) if rule is not None and rule.tool not in reads]
+        if unread:
+            reason = f"unusable: preview or lookup names {sorted(unread)}, not a reviewed read of {upstream}"
+            held.append(Quarantined(name=name, reason=reason, listed_hash=listed, suggestion={}))
             continue
         try:
             tools.append(_tool(upstream, name, definition, review, connection))

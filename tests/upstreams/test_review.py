@@ -97,3 +97,26 @@ def test_a_stdio_upstream_with_a_url_or_an_env_value_is_refused() -> None:
         UpstreamSection(transport="stdio", command="server", url="http://127.0.0.1:1/mcp")
     with pytest.raises(ValidationError):
         UpstreamSection(transport="stdio", command="server", env=("TOKEN=secret",))
+
+
+def test_a_write_whose_preview_or_lookup_is_not_a_reviewed_read_is_not_served() -> None:
+    """A preview runs at proposal, before anyone decides: naming a write (or an unreviewed tool) there is refused."""
+    listing = [WRITE, LIST]
+    for rule in ("preview", "lookup"):
+        bad = {"tool": "write_file", "arguments": {"path": "path"}}
+        extra = {"equals": "content"} if rule == "lookup" else {}
+        reviews = {
+            "list": _review(LIST, "read"),
+            "write_file": ToolReview(
+                mode="write", definition=definition_hash(WRITE), roles=["staff"], **{rule: {**bad, **extra}}
+            ),
+        }
+        tools, held = upstream_tools("rooms", listing, reviews, _CONNECTION, taken=frozenset())
+        assert [tool.name for tool in tools] == ["rooms_list"]
+        assert [q.name for q in held] == ["write_file"] and held[0].reason.startswith("unusable: preview or lookup")
+        good = {**bad, **extra, "tool": "list"}
+        reviews["write_file"] = reviews["write_file"].model_copy(
+            update={rule: type(getattr(reviews["write_file"], rule)).model_validate(good)}
+        )
+        tools, held = upstream_tools("rooms", listing, reviews, _CONNECTION, taken=frozenset())
+        assert sorted(tool.name for tool in tools) == ["rooms_list", "rooms_write_file"] and held == ()
