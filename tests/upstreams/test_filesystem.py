@@ -76,8 +76,9 @@ def _reviews(listing: list[dict[str, Any]], root: Path) -> dict[str, ToolReview]
     reviews["write_file"] = ToolReview(
         mode="write", definition=pinned["write_file"], roles=("staff",), preview=current, lookup=holds
     )
-    for name in ("edit_file", "move_file"):
-        reviews[name] = ToolReview(mode="write", definition=pinned[name], roles=("staff",))
+    for name, target in (("edit_file", "path"), ("move_file", "source")):
+        shown = PreviewRule(tool="read_text_file", arguments={"path": target})
+        reviews[name] = ToolReview(mode="write", definition=pinned[name], roles=("staff",), preview=shown)
     return reviews
 
 
@@ -192,7 +193,7 @@ async def test_an_approved_write_file_changes_the_file_exactly_once(
 async def test_edit_and_move_are_cards_and_a_rejected_card_changes_nothing(
     fronted: tuple[Gateway, Path], redis: Redis
 ) -> None:
-    """edit_file and move_file each file a card; rejected, the worker never runs them and the files stay."""
+    """edit_file and move_file each file a card showing the file as it is; rejected, the files stay as they were."""
     gateway, root = fronted
     staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
     assert staff is not None
@@ -201,7 +202,8 @@ async def test_edit_and_move_are_cards_and_a_rejected_card_changes_nothing(
     for tool, arguments in (("files_edit_file", edit), ("files_move_file", move)):
         card_id = (await gateway.executor.agent.execute(staff, tool, arguments)).for_model()["card_id"]
         card = await gateway.ledger.get(card_id)
-        assert card is not None
+        assert card is not None and card.preview is not None
+        assert "  step one" in card.preview.lines  # the approver sees the file as it is now
         rejected = await gateway.ledger.reject(
             card_id, admin="carol@acme.example", reason="no", version=card.version, args_hash=card.args_hash
         )
