@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.audit.formats import AuditExportTarget
 from gateway.config.approvals import ApprovalSettings
 from gateway.config.oauth import OAuthSection
+from gateway.config.upstreams import UpstreamSection, check_upstream_name
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 from gateway.notifications.message import NotificationEvent, NotificationSettings, PayloadFormat, Webhook
@@ -246,6 +247,15 @@ class ConfigFile(BaseModel):
     oauth: OAuthSection = OAuthSection()
     notifications: NotificationsSection = NotificationsSection()
     audit_export: AuditExportSection = AuditExportSection()
+    upstreams: dict[str, UpstreamSection] = Field(default_factory=dict)
+    """``[upstreams.<name>]``: MCP servers the gateway fronts (`gateway.config.upstreams`)."""
+
+    @field_validator("upstreams")
+    @classmethod
+    def _upstream_names(cls, upstreams: dict[str, UpstreamSection]) -> dict[str, UpstreamSection]:
+        for name in upstreams:
+            check_upstream_name(name)
+        return upstreams
 
 
 def _require_http(url: str) -> str:

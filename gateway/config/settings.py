@@ -99,6 +99,7 @@ from gateway.config.file import AdapterSection, ConfigFile, GatewaySection, OrgS
 from gateway.config.oauth import OAuthSection
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.redis_target import redis_url_of
+from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 from gateway.notifications.message import NotificationSettings
@@ -163,6 +164,8 @@ class Settings:
         default_factory=lambda: {name: AdapterSettings(name=name) for name in _DEMO_ADAPTERS}
     )
     orgs: tuple[OrgSettings, ...] = DEMO_ORGS
+    upstreams: Mapping[str, UpstreamSection] = field(default_factory=dict)
+    """``[upstreams.<name>]``: the MCP servers the gateway fronts, with the review of their tools."""
     allowed_hosts: tuple[str, ...] | None = None
     """Host headers accepted on /mcp (DNS-rebinding protection, always on); None: `LOOPBACK_HOSTS`,
     which only a loopback bind may rely on (see `mcp_allowed_hosts`)."""
@@ -260,6 +263,9 @@ class Settings:
             raise ConfigError("min_replicas must not be negative")
         if not self.redis_connect_timeout_seconds > 0 or not self.redis_timeout_seconds > 0:
             raise ConfigError("redis_connect_timeout_seconds and redis_timeout_seconds must be positive")
+        clash = set(self.upstreams) & (set(self.adapters) | {"approvals"})
+        if clash:
+            raise ConfigError(f"upstreams named like an adapter would share its tools' prefix: {sorted(clash)}")
         if not 1 <= self.port <= 65535:
             raise ConfigError(f"port must be between 1 and 65535, not {self.port}")
         if self.log_format not in ("plain", "json"):
@@ -359,6 +365,7 @@ class Settings:
                 port=env("PORT", cast=int, default=gateway.port),
                 adapters=_adapters_from(document.adapters, environ, demo=is_demo),
                 orgs=_orgs_from(document.orgs, demo=is_demo),
+                upstreams=dict(document.upstreams),
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,

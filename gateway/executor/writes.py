@@ -172,7 +172,10 @@ class WritePath:
             )
             return await self._settle(card, handed, "NEEDS_RECONCILIATION", reason, action="card.reconcile")
         contract = tool.write_contract
-        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key)
+        ctx = dataclasses.replace(
+            self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key),
+            approved_arguments=card.arguments,
+        )
         try:
             status = await contract.status_lookup(card.idempotency_key, ctx)
         except UpstreamError:

@@ -59,6 +59,8 @@ class LiveToolSource:
         self._health_paths = health_paths
         self._box = Toolbox(self._static, lease_seconds=lease_seconds)
         self._version: int | None = None
+        self._upstream: dict[str, tuple[Tool, ...]] = {}
+        self._remote: tuple[Tool, ...] = ()
         self._endpoints: dict[str, tuple[str, str | None]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
 
@@ -67,6 +69,34 @@ class LiveToolSource:
 
     def on_change(self, listener: Callable[[], Awaitable[None]]) -> None:
         self._listeners.append(listener)
+
+    async def serve_upstream(self, upstream: str, tools: Sequence[Tool]) -> None:
+        """Serve `tools` as the reviewed tools of the MCP server `upstream` (replacing its earlier set).
+
+        The caller has left out every name served already (`gateway.upstreams.tools`); a clash that slips
+        through is refused by the `Toolbox` here and keeps the tools served before.
+        """
+        before = self._upstream.get(upstream, ())
+        self._upstream[upstream] = tuple(tools)
+        try:
+            box = Toolbox(self._served(), lease_seconds=self._lease_seconds)
+        except ToolDeclarationError as error:
+            self._upstream[upstream] = before
+            logger.error("upstream %s tools refused, keeping the served tools: %s", upstream, error)
+            return
+        self._box = box
+        for listener in self._listeners:
+            await listener()
+
+    def names_besides(self, upstream: str) -> frozenset[str]:
+        """The names served now by anything but the MCP server `upstream`: names its tools may not take."""
+        own = {tool.name for tool in self._upstream.get(upstream, ())}
+        return frozenset(name for name in self._box if name not in own)
+
+    def _served(self, remote: Sequence[Tool] | None = None) -> list[Tool]:
+        """The in-process tools, the upstreams' and the registered adapters' (`remote`, or those served now)."""
+        upstream = [tool for tools in self._upstream.values() for tool in tools]
+        return [*self._static, *upstream, *(self._remote if remote is None else remote)]
 
     async def refresh(self) -> bool:
         """Rebuild from the pinned manifests if the registry changed. Returns whether tools changed."""
@@ -98,12 +128,12 @@ class LiveToolSource:
             self._connect(name, manifest, signing_key)
             remote.extend(tools.values())
         try:
-            box = Toolbox([*self._static, *remote], lease_seconds=self._lease_seconds)
+            box = Toolbox(self._served(remote), lease_seconds=self._lease_seconds)
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False
         changed = set(box) != set(self._box) or any(box.version(n) != self._box.version(n) for n in box)
-        self._box, self._version = box, version
+        self._box, self._version, self._remote = box, version, tuple(remote)
         if changed:
             logger.info("catalog now serves %d tools (registry version %d)", len(box), version)
             for listener in self._listeners:

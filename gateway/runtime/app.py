@@ -43,6 +43,7 @@ from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
 from gateway.runtime.background import audit_archiver, background_loops, card_retention
+from gateway.runtime.upstreams import fronting
 from gateway.runtime.worker import Worker
 from gateway.signing.identity import IdentityHeaders
 from gateway.signing.signer import Signer
@@ -179,7 +180,8 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     clients: dict[str, UpstreamClient] = {
         name: _backend_client(settings.adapters[name]) for name in used if name in settings.adapters
     }
-    missing = used - set(clients) - ALWAYS_ON
+    # An upstream MCP server's tools reach it through their own supervised session, not an HTTP client.
+    missing = used - set(clients) - ALWAYS_ON - set(settings.upstreams)
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     health_paths = {name: settings.adapters[name].health_path for name in clients}
@@ -372,7 +374,14 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
             await gateway.signer.poll()  # backends' identity tokens are signed from the first request on
-            async with surface.run(), _background(gateway, settings, workers):
+            # The fronted MCP servers first: an approved card of theirs finds its tool when the worker starts.
+            upstreams = fronting(
+                settings.upstreams,
+                gateway.live,
+                secrets=settings.secrets,
+                poll_seconds=settings.registry_poll_seconds,
+            )
+            async with surface.run(), upstreams, _background(gateway, settings, workers):
                 yield
         finally:
             await gateway.aclose()

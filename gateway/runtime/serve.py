@@ -38,6 +38,7 @@ from gateway.runtime import demo
 from gateway.runtime.app import build_gateway, create_app, tools_for
 from gateway.runtime.background import background_loops
 from gateway.runtime.stopping import QuietServer, Stopper
+from gateway.runtime.upstreams import fronting
 from gateway.runtime.worker import Worker
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
@@ -239,6 +240,12 @@ async def run_worker(settings: Settings) -> None:
     # A worker is long-running like serve: it owns (or attaches to) the embedded server the same way.
     async with redis_url_for(settings, owner="serve") as url:
         gateway = build_gateway(replace(settings, redis_url=url), tools_for(settings))
+        # The fronted MCP servers too: an approved card of theirs is run (and looked up) through this process's session.
+        fronted = contextlib.AsyncExitStack()
+        poll = settings.registry_poll_seconds
+        await fronted.enter_async_context(
+            fronting(settings.upstreams, gateway.live, secrets=settings.secrets, poll_seconds=poll)
+        )
         worker = Worker(gateway.executor.writes, gateway.cards)
         # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.
         stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None
@@ -266,6 +273,7 @@ async def run_worker(settings: Settings) -> None:
                 loop.remove_signal_handler(signum)
             if stop_metrics is not None:
                 stop_metrics()
+            await fronted.aclose()
             await gateway.aclose()
         print("Countersign worker stopped.", flush=True)
 

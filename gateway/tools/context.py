@@ -55,3 +55,6 @@ class ToolContext:
     """Headers that tell the backend who is asking (subject, org, and a signed claim when keyed)."""
     receipt: RequestSigner | None = None
     """Set only when running an approved write: signs the receipt each request of the send carries."""
+    approved_arguments: Mapping[str, Any] | None = None
+    """Set only when settling an approved write whose outcome is unknown: the arguments approved, for a
+    lookup that matches on them (an upstream MCP server has no key to look a write up by)."""

@@ -32,6 +32,7 @@ from gateway.config.file import (
 )
 from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.config.settings import AdapterSettings, Settings
+from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.errors import ConfigError
 from gateway.limits.budgets import Limits
 from tests.support.examples import examples
@@ -51,6 +52,8 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "notifications": NotificationsSection,
     "notifications.webhooks.<name>": WebhookSection,
     "audit_export": AuditExportSection,
+    "upstreams.<name>": UpstreamSection,
+    "upstreams.<name>.tools.<tool>": ToolReview,
 }
 
 

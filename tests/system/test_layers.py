@@ -45,6 +45,8 @@ PACKAGES: dict[str, int] = {
     "gateway.notifications": EXECUTOR,
     "gateway.registry": EXECUTOR,
     "gateway.signing": EXECUTOR,
+    # upstream MCP servers: translated into the tool vocabulary beside the registry (a client, no decisions)
+    "gateway.upstreams": EXECUTOR,
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols: the HTTP clients,
     # the archive files, and the process's instruments (they feed exporters, so they stand below
     # every layer that counts or traces; the vocabulary does neither)

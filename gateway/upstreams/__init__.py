@@ -1,0 +1,16 @@
+"""Upstream MCP servers as a third kind of backend, beside built-in adapters and registered HTTP adapters.
+
+* `connection` — one supervised client session to an upstream (a stdio child with an allowlisted
+  environment, or Streamable HTTP with the gateway's own token), reconnected with backoff;
+* `review` — the hash a person pins when reviewing a tool, and which listed tools are served or
+  quarantined (with the diff a reviewer reads);
+* `tools` — an upstream's reviewed tools built into the same `Tool` declarations every other backend
+  uses: reads through the access check with third-party output, writes as approval cards whose
+  approved call is sent once, and whose unknown outcome is looked up by a read and a match rule.
+
+Who uses it: the composition root connects each ``[upstreams.<name>]`` and hands the tools to the
+executor with the others. It decides nothing the executor decides (access, approval, classification of
+outcomes); it translates MCP into the tool vocabulary.
+
+May import: the vocabulary (`gateway.tools`, `gateway.config`, `gateway.errors`) and the ``mcp`` client.
+"""

@@ -1,0 +1,209 @@
+"""One client session to an upstream MCP server, owned by a supervising task and reconnected on failure.
+
+Who calls it: the composition root starts one per ``[upstreams.<name>]`` (`UpstreamConnection.running`)
+and the upstream's tools call `call_tool` through it. The session lives in its own task (the SDK's
+client holds cancel scopes that must be left by the task that entered them), which connects, serves
+until the session breaks or the gateway stops, and reconnects with backoff; a stdio child is stopped
+when its session is left, so it stops with the gateway.
+
+The stdio child is started through ``env -i``: its environment is exactly the allowlisted names
+(`UpstreamSection.env`), never the gateway's own (the SDK's client would pass ``HOME``, ``PATH`` and
+friends itself). The HTTP session carries the gateway's own bearer token for that server; an agent's
+token is never here to forward.
+
+Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
+may have reached the upstream: not connected -> not sent; a JSON-RPC error saying the request was refused
+before the tool ran (parse error, invalid request, unknown method, invalid params) -> refused; a broken
+session, a timeout or any other error after the request went out -> may have landed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+from mcp import Client, MCPError
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
+
+from gateway.config.upstreams import UpstreamSection
+from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
+
+__all__ = ["NOT_APPLIED_STATUS", "UpstreamConnection", "child_environment"]
+
+logger = logging.getLogger(__name__)
+
+NOT_APPLIED_STATUS = 422
+"""The status a JSON-RPC error or an ``isError`` result travels with: MCP has no statuses, and both are the
+upstream's definitive answer that the call did not apply, which the write contract lists as 422."""
+
+_NOT_RUN_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS})
+"""JSON-RPC errors that say the request was refused before the tool ran. Every other error (the
+connection closed, a timeout, an internal error) may come after the tool changed something."""
+
+_CONNECT_SECONDS = 15.0
+_BACKOFF_START, _BACKOFF_CAP = 0.2, 30.0
+
+
+def child_environment(section: UpstreamSection, environ: Mapping[str, str]) -> dict[str, str]:
+    """The stdio child's whole environment: the allowlisted names that are set in `environ`, nothing else."""
+    return {name: environ[name] for name in section.env if name in environ}
+
+
+class UpstreamConnection:
+    """A supervised session to one upstream; `call_tool` and `list_tools` wait (bounded) for it."""
+
+    def __init__(self, name: str, section: UpstreamSection, *, secrets: Mapping[str, str]) -> None:
+        self.name = name
+        self._section = section
+        self._secrets = secrets
+        self._client: Client | None = None
+        self._ready = anyio.Event()
+        self._broken = anyio.Event()
+        self.connects = 0
+        """How many sessions were opened (a reconnect counts), for health and tests."""
+
+    def _target(self, errlog: TextIO | None) -> Any:
+        section = self._section
+        if section.transport == "stdio":
+            command = section.command or ""
+            env = shutil.which("env")
+            if env is None:
+                raise ConfigError("stdio upstreams need the `env` program (coreutils) to clear the environment")
+            pairs = [f"{key}={value}" for key, value in child_environment(section, self._secrets).items()]
+            parameters = StdioServerParameters(
+                command=env, args=["-i", *pairs, command, *section.args], cwd=section.cwd, env={}
+            )
+            return stdio_client(parameters, errlog=errlog) if errlog is not None else parameters
+        headers: dict[str, str] = {}
+        if section.token_env:
+            token = self._secrets.get(section.token_env)
+            if not token:
+                raise ConfigError(f"upstreams.{self.name}.token_env: {section.token_env} is not set")
+            headers["Authorization"] = f"Bearer {token}"
+        return streamable_http_client(str(section.url), http_client=httpx2.AsyncClient(headers=headers))
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[UpstreamConnection]:
+        """Supervise the session while the block runs; leave it (and stop a child) on exit."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._supervise)
+            try:
+                yield self
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _supervise(self) -> None:
+        delay = _BACKOFF_START
+        while True:
+            errlog = _child_log(self.name) if self._section.transport == "stdio" else None
+            try:
+                async with Client(self._target(errlog), mode=self._section.protocol) as client:
+                    if errlog is not None:
+                        errlog.close()  # the child holds its own copy; the relay ends when the child does
+                    self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
+                    self._broken = anyio.Event()
+                    self._ready.set()
+                    logger.info("upstream %s connected (%s)", self.name, self._section.transport)
+                    await self._broken.wait()
+            except ConfigError:
+                raise
+            except Exception as error:  # a session that cannot start or broke: log by name, retry with backoff
+                logger.warning("upstream %s session ended: %s", self.name, type(error).__name__)
+            finally:
+                if errlog is not None and not errlog.closed:
+                    errlog.close()
+            self._client = None
+            if self._ready.is_set():  # callers waiting on an unset one are woken by the next session
+                self._ready = anyio.Event()
+            await anyio.sleep(delay)
+            delay = min(_BACKOFF_CAP, delay * 2)
+
+    def reconnect(self) -> None:
+        """End the current session; the supervisor opens a new one, which the next call waits for."""
+        self._client = None
+        if self._ready.is_set():
+            self._ready = anyio.Event()
+        self._broken.set()
+
+    async def _session(self) -> Client:
+        with anyio.move_on_after(_CONNECT_SECONDS):
+            await self._ready.wait()
+        if self._client is None:
+            raise UpstreamUnavailableError(f"upstream {self.name} is not connected", service=self.name, sent=False)
+        return self._client
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The upstream's tool definitions as JSON (every page)."""
+        client = await self._session()
+        tools: list[dict[str, Any]] = []
+        cursor: str | None = None
+        try:
+            with anyio.fail_after(_CONNECT_SECONDS):
+                while True:
+                    # Never from the client's response cache: a review is of what the upstream lists now.
+                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                    tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        return tools
+        except Exception as error:  # a read: nothing to classify, only a session to open again
+            self.reconnect()
+            raise UpstreamUnavailableError(f"upstream {self.name} did not list its tools", service=self.name) from error
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version negotiated with the upstream on the current session (None: not connected)."""
+        client = self._client
+        return None if client is None else str(client.protocol_version)
+
+    async def call_tool(self, tool: str, arguments: Mapping[str, Any], *, timeout: float) -> CallToolResult:
+        """Call `tool` once. Raises `UpstreamError`s only (see the module docstring)."""
+        client = await self._session()
+        try:
+            with anyio.fail_after(timeout):
+                return await client.call_tool(tool, dict(arguments))
+        except MCPError as error:
+            if error.error.code in _NOT_RUN_CODES:
+                # The upstream refused the request itself (unparsable, unknown, bad params): nothing ran.
+                raise UpstreamRefusedError(
+                    f"upstream {self.name} refused {tool}", service=self.name, status=NOT_APPLIED_STATUS
+                ) from error
+            # The connection closed, the SDK timed out, or the server failed while running it: may have landed.
+            self.reconnect()
+            raise UpstreamUnavailableError(
+                f"upstream {self.name} lost {tool} ({error.error.code})", service=self.name, sent=True
+            ) from error
+        except TimeoutError as error:
+            self.reconnect()  # a late answer on this session would be misread; start afresh
+            raise UpstreamTimeoutError(f"upstream {self.name} did not answer {tool}", service=self.name) from error
+        except Exception as error:  # the session broke with the request out: it may have landed
+            self.reconnect()
+            raise UpstreamUnavailableError(
+                f"upstream {self.name} session broke during {tool}", service=self.name, sent=True
+            ) from error
+
+
+def _child_log(name: str) -> TextIO:
+    """A pipe for a stdio child's stderr whose lines go to the gateway's log under the upstream's name.
+
+    The SDK hands its client's `errlog` to the child as its stderr, so it must be a real file; a thread
+    relays the other end until the child (the last holder of the write end) exits."""
+    read_end, write_end = os.pipe()
+    child_log = logging.getLogger(f"{__name__}.stderr")
+
+    def relay() -> None:
+        with os.fdopen(read_end, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                child_log.info("upstream %s: %s", name, line.rstrip())
+
+    threading.Thread(target=relay, name=f"countersign upstream {name} stderr", daemon=True).start()
+    return os.fdopen(write_end, "w")

@@ -1,0 +1,165 @@
+"""Real MCP servers nobody here wrote, pinned, installed from their registries into a cache, for the upstream tests.
+
+`install_filesystem_server()` and `install_everything_server()` install ``@modelcontextprotocol/server-filesystem``
+and ``@modelcontextprotocol/server-everything`` from npm with the packaged Node 22 (``node-<platform>-<arch>``, as
+`tests.support.conformance_suite` installs it); `install_git_server()` installs ``mcp-server-git`` from PyPI into a
+virtual environment of its own (never the gateway's). All go under ``~/.cache/countersign/mcp-servers``
+(``COUNTERSIGN_CONFORMANCE_CACHE``'s sibling when that is set), once per version. With ``CI`` set the tests that
+need them fail rather than skip when they cannot be installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
+
+__all__ = [
+    "EVERYTHING_EARLIER_VERSION",
+    "EVERYTHING_VERSION",
+    "FILESYSTEM_VERSION",
+    "GIT_VERSION",
+    "NodeServer",
+    "install_everything_server",
+    "install_filesystem_server",
+    "install_git_server",
+]
+
+FILESYSTEM_VERSION = "2026.8.31"
+GIT_VERSION = "2026.10.19"
+EVERYTHING_VERSION = "2026.8.31"
+EVERYTHING_EARLIER_VERSION = "2025.11.25"
+INSTALL_TIMEOUT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class NodeServer:
+    node: Path
+    """The Node 22 binary."""
+    entry: Path
+    """The server's entry script (run it with `node`)."""
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("COUNTERSIGN_CONFORMANCE_CACHE")
+    base = Path(configured).parent if configured else Path.home() / ".cache" / "countersign"
+    return base / "mcp-servers"
+
+
+def _located(prefix: Path, server: str) -> NodeServer:
+    modules = prefix / "node_modules"
+    return NodeServer(
+        node=modules / _node_package() / "bin" / "node",
+        entry=modules / "@modelcontextprotocol" / server / "dist" / "index.js",
+    )
+
+
+def install_filesystem_server() -> NodeServer:
+    """The pinned filesystem server and Node, installed first if the cache does not hold them.
+
+    Raises:
+        SuiteUnavailableError: npm is missing, the install failed, or its result lacks either file.
+    """
+    return _install_node_server("server-filesystem", FILESYSTEM_VERSION)
+
+
+def install_everything_server(version: str = EVERYTHING_VERSION) -> NodeServer:
+    """A pinned version of the "everything" server (`EVERYTHING_VERSION`, or `EVERYTHING_EARLIER_VERSION`,
+    whose ``echo`` is defined differently: an upstream upgrade that changes a reviewed tool)."""
+    if version not in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION):
+        raise ValueError(f"server-everything {version} is not one of the pinned versions")
+    return _install_node_server("server-everything", version)
+
+
+def _install_node_server(server: str, version: str) -> NodeServer:
+    prefix = _cache_root() / f"node-{NODE_VERSION}-{server}-{version}"
+    found = _located(prefix, server)
+    if found.node.is_file() and found.entry.is_file():
+        return found
+    npm = shutil.which("npm")
+    if npm is None:
+        raise SuiteUnavailableError(f"npm is not on PATH, and {server} {version} is not in the cache")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
+    try:
+        packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/{server}@{version}"]
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(scratch), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
+             *packages],
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_SECONDS,
+            check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SuiteUnavailableError(f"npm install failed ({done.returncode}): {done.stderr[-2000:]}")
+        built = _located(scratch, server)
+        if not (built.node.is_file() and built.entry.is_file()):
+            raise SuiteUnavailableError("npm install finished but the server or Node is missing from it")
+        try:
+            scratch.rename(prefix)
+        except OSError:  # another run finished the same install first; theirs is as good
+            if not (found.node.is_file() and found.entry.is_file()):
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
+
+
+def install_git_server() -> Path:
+    """The pinned ``mcp-server-git`` executable, in a virtual environment of its own, installed first if needed.
+
+    Raises:
+        SuiteUnavailableError: no ``git`` on PATH, or the environment or the install failed.
+    """
+    if shutil.which("git") is None:
+        raise SuiteUnavailableError("git is not on PATH; mcp-server-git drives it")
+    prefix = _cache_root() / f"mcp-server-git-{GIT_VERSION}"
+    found = prefix / "bin" / "mcp-server-git"
+    if found.is_file():
+        return found
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
+    try:
+        for step in (
+            [sys.executable, "-m", "venv", str(scratch)],
+            [str(scratch / "bin" / "python"), "-m", "pip", "install", "--quiet", f"mcp-server-git=={GIT_VERSION}"],
+        ):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_SECONDS, check=False)
+            if done.returncode != 0:
+                raise SuiteUnavailableError(f"{step[2]} failed ({done.returncode}): {done.stderr[-2000:]}")
+        try:
+            scratch.rename(prefix)  # the venv's scripts name their interpreter by path: fixed below
+        except OSError:
+            if not found.is_file():
+                raise
+            return found
+        _repoint(prefix, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
+
+
+def _repoint(prefix: Path, built_at: Path) -> None:
+    """A venv built at `built_at` and moved to `prefix`: its scripts' first lines name the old interpreter."""
+    for script in (prefix / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            head = script.read_bytes()[:2]
+            if head == b"#!":
+                script.write_text(script.read_text().replace(str(built_at), str(prefix), 1))
+    config = prefix / "pyvenv.cfg"
+    config.write_text(config.read_text().replace(str(built_at), str(prefix)))
+
+
+if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where
+    server = install_filesystem_server()
+    print(f"server-filesystem {FILESYSTEM_VERSION} on Node {NODE_VERSION}: {server.entry}")
+    print(f"mcp-server-git {GIT_VERSION}: {install_git_server()}")
+    for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION):
+        print(f"server-everything {version}: {install_everything_server(version).entry}")

@@ -1,0 +1,151 @@
+"""The reference "everything" MCP server (npm, pinned) fronted over Streamable HTTP: a reviewed read answers in
+both protocol modes, and an upgrade upstream that changes a reviewed tool quarantines it, with the diff logged."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+from starlette.datastructures import Secret
+
+from gateway.config.settings import OrgSettings, Settings
+from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.runtime.upstreams import fronting
+from gateway.store.keys import KeyStore
+from gateway.untrusted import WITHHELD
+from gateway.upstreams.connection import UpstreamConnection
+from gateway.upstreams.review import definition_hash
+from tests.support.agents import make_key
+from tests.support.conformance_suite import SuiteUnavailableError
+from tests.support.mcp_servers import (
+    EVERYTHING_EARLIER_VERSION,
+    EVERYTHING_VERSION,
+    NodeServer,
+    install_everything_server,
+)
+from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def servers() -> dict[str, NodeServer]:
+    try:
+        return {
+            version: install_everything_server(version) for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION)
+        }
+    except SuiteUnavailableError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"the everything MCP server is required in CI: {error}")
+        pytest.skip(f"the everything MCP server cannot be installed here: {error}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@asynccontextmanager
+async def _serving(server: NodeServer, port: int, log: Path) -> AsyncIterator[str]:
+    """The server over Streamable HTTP on `port` while the block runs; its URL once it accepts connections."""
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [str(server.node), str(server.entry), "streamableHttp"],
+            env={"PORT": str(port), "PATH": os.environ.get("PATH", "")},
+            stdout=output,
+            stderr=output,
+        )
+    try:
+        with anyio.fail_after(20):
+            while True:
+                assert process.poll() is None, log.read_text()
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                    break
+                except OSError:
+                    await anyio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _settings(redis_url: str, section: UpstreamSection) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(OrgSettings(name="acme", adapters=frozenset({"every"}), roles=frozenset({"staff"})),),
+        upstreams={"every": section},
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+    )
+
+
+async def _listed_echo(url: str, protocol: str) -> dict[str, object]:
+    probe = UpstreamConnection("every", UpstreamSection(transport="http", url=url, protocol=protocol), secrets={})  # type: ignore[arg-type]
+    async with probe.running():
+        return next(tool for tool in await probe.list_tools() if tool["name"] == "echo")
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_reviewed_read_answers_over_streamable_http_in_either_mode(
+    servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, protocol: str
+) -> None:
+    """echo, reviewed read: the agent's call reaches the server; its text is third-party (withheld from the model)."""
+    async with _serving(servers[EVERYTHING_VERSION], _free_port(), tmp_path / "server.log") as url:
+        echo = await _listed_echo(url, protocol)
+        review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
+        section = UpstreamSection(transport="http", url=url, protocol=protocol, tools={"echo": review})  # type: ignore[arg-type]
+        settings = _settings(redis_url, section)
+        async with in_process_gateway(settings, []) as gateway:
+            async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=60) as connections:
+                # This server speaks the handshake era only: "auto" tries 2026-07-28 and settles on it.
+                assert connections["every"].protocol_version == "2025-11-25"
+                staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
+                assert staff is not None
+                said = await gateway.executor.agent.execute(staff, "every_echo", {"message": "hello upstream"})
+                assert said.code is None and said.for_model() == {"text": WITHHELD}
+                assert "hello upstream" in said.for_human()
+                unreviewed = await gateway.executor.agent.execute(staff, "every_get-sum", {"a": 1, "b": 2})
+                assert unreviewed.code is not None  # listed upstream, never reviewed: not served
+
+
+async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_the_diff(
+    servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """echo was reviewed as the earlier version defines it; the upstream is upgraded in place (same URL) to a
+    version that defines it differently: from the next reading the tool is held back, and the diff is logged."""
+    caplog.set_level(logging.WARNING, logger="gateway.runtime.upstreams")
+    port = _free_port()
+    async with _serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
+        echo = await _listed_echo(url, "legacy")
+    review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
+    section = UpstreamSection(transport="http", url=url, protocol="legacy", tools={"echo": review})
+    settings = _settings(redis_url, section)
+    staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
+    assert staff is not None
+    async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as earlier:
+        await earlier.enter_async_context(_serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "1.log"))
+        async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=0.2):
+            assert "every_echo" in gateway.live.current()
+            assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "before"})).code is None
+            # The upgrade: the earlier server stops, and the same address serves a version whose echo differs.
+            await earlier.aclose()
+            async with _serving(servers[EVERYTHING_VERSION], port, tmp_path / "2.log"):
+                with anyio.fail_after(30):
+                    while "every_echo" in gateway.live.current():
+                        await anyio.sleep(0.1)
+                refused = await gateway.executor.agent.execute(staff, "every_echo", {"message": "after"})
+                assert refused.code is not None
+    diffs = [r.getMessage() for r in caplog.records if "tool echo changed" in r.getMessage()]
+    assert diffs and '-  "description": "Echoes back the input",' in diffs[0]
+    assert '+  "description": "Echoes back the input string",' in diffs[0]
