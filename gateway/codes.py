@@ -10,6 +10,9 @@ __all__ = ["Code"]
 class Code(StrEnum):
     """Stable refusal codes. Agents and tooling match on these, never on messages."""
 
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """The request carried no credential the surface accepts (missing, unknown, revoked, wrong-kind key,
+    or an invalid token); which of these is never said, so a refusal does not tell whether a key exists."""
     PERMISSION_DENIED = "PERMISSION_DENIED"
     VALIDATION_ERROR = "VALIDATION_ERROR"
     INVALID_REQUEST = "INVALID_REQUEST"

@@ -18,6 +18,7 @@ __all__ = ["Envelope"]
 
 # What the model is told for each refusal. Deliberately generic: the audit holds the details.
 _MESSAGES: Mapping[Code, str] = {
+    Code.UNAUTHENTICATED: "The credential was refused; use a valid agent key.",
     Code.PERMISSION_DENIED: "This tool is not available to you.",
     Code.VALIDATION_ERROR: "The arguments do not match the tool's input schema.",
     Code.INVALID_REQUEST: "The request is malformed.",
