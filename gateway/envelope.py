@@ -78,9 +78,10 @@ class Envelope:
         retry_after: float | None = None,
     ) -> Envelope:
         """A refusal or failure the caller can read: a stable code, a message, optional details."""
+        # The sentence first: a framework that shows the structure as text shows it before the code.
         error: dict[str, Any] = {
-            "code": code.value,
             "message": message or _MESSAGES[code],
+            "code": code.value,
             "retryable": code.retryable,
         }
         if retry_after is not None:

@@ -74,9 +74,17 @@ def request_principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 def tool_result(envelope: Envelope) -> types.CallToolResult:
-    """An envelope as a ``tools/call`` result: its model projection, as structured content and as text."""
+    """An envelope as a ``tools/call`` result: its model projection, as structured content and as text.
+
+    A refusal's text opens with its one sentence (``error.message``), then a blank line, then the JSON:
+    agent frameworks show a refusal as the text alone, as a repr of the result, or as a generic "an
+    error occurred" with the text beside it, and in each the sentence the model can act on comes first.
+    """
     structured = envelope.for_model()
     text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+    error = structured.get("error") if envelope.is_error else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        text = f"{error['message']}\n\n{text}"
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=structured, is_error=envelope.is_error
     )
