@@ -48,6 +48,12 @@ class Scripted(Model):
         raise NotImplementedError("the scripted model answers whole responses only")
 
 
+def scripted(calls: list[list[Any]]) -> tuple[Any, Scripted]:
+    """The model to hand the framework, and what records the run (`tests/compat/drivers/readme_example.py`)."""
+    model = Scripted(calls)
+    return model, model
+
+
 async def main(spec: dict[str, Any]) -> dict[str, Any]:
     model = Scripted(spec["calls"])
     params = {"url": spec["url"], "headers": {"Authorization": f"Bearer {spec['token']}"}, "timeout": 30}
