@@ -10,6 +10,7 @@ installs (`tests.support.conformance_suite`), as the README asks for Node >= 22.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -17,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.conformance_suite import _cache_root, install_suite
+from tests.support.conformance_suite import SuiteUnavailableError, _cache_root, install_suite
 
-__all__ = ["INSPECTOR_VERSION", "Inspector", "InspectorUnavailableError", "install_inspector"]
+__all__ = ["INSPECTOR_VERSION", "Inspector", "InspectorUnavailableError", "available_inspector", "install_inspector"]
 
 INSPECTOR_VERSION = "2.12.0"
 INSTALL_TIMEOUT_SECONDS = 600.0
@@ -50,10 +51,13 @@ class Inspector:
 
     def run(self, url: str, token: str, *args: str) -> Ran:
         """``inspector --cli <url> --transport http --header "Authorization: Bearer <token>" <args>``."""
-        command = [str(self.node), str(self.entry), "--cli", url, "--transport", "http",
-                   "--header", f"Authorization: Bearer {token}", "--format", "json", "--quiet", *args]  # fmt: skip
+        return self.run_as_given("--cli", url, "--transport", "http", "--header", f"Authorization: Bearer {token}",
+                                 "--format", "json", "--quiet", *args)  # fmt: skip
+
+    def run_as_given(self, *args: str) -> Ran:
+        """``inspector <args>``, exactly these arguments."""
         done = subprocess.run(
-            command,
+            [str(self.node), str(self.entry), *args],
             capture_output=True,
             text=True,
             timeout=RUN_TIMEOUT_SECONDS,
@@ -108,6 +112,18 @@ def install_inspector() -> Inspector:
         shutil.rmtree(scratch, ignore_errors=True)
     found.home.mkdir(exist_ok=True)
     return found
+
+
+def available_inspector() -> Inspector:
+    """`install_inspector()` for a test: with ``CI`` set a missing Inspector fails the test, else skips it."""
+    import pytest
+
+    try:
+        return install_inspector()
+    except (InspectorUnavailableError, SuiteUnavailableError) as error:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(f"CI needs the MCP Inspector CLI: {error}")
+        pytest.skip(f"MCP Inspector CLI unavailable: {error}")
 
 
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where

@@ -9,7 +9,6 @@ Inspector or Node cannot be had.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -23,8 +22,7 @@ from gateway.runtime.app import create_app
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
 from tests.support.cards import approve_as_admin
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.inspector_cli import Inspector, InspectorUnavailableError, Ran, install_inspector
+from tests.support.inspector_cli import Inspector, Ran, available_inspector
 from tests.support.services import Backend, gateway_settings
 
 pytestmark = pytest.mark.anyio
@@ -48,12 +46,7 @@ def receipts_only_url(redis_url: str, backends: dict[str, Backend], expenses: Ba
 
 @pytest.fixture(scope="module")
 def inspector() -> Inspector:
-    try:
-        return install_inspector()
-    except (InspectorUnavailableError, SuiteUnavailableError) as error:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"CI needs the MCP Inspector CLI: {error}")
-        pytest.skip(f"MCP Inspector CLI unavailable: {error}")
+    return available_inspector()
 
 
 @pytest.mark.parametrize("era", list(ERAS))
