@@ -10,6 +10,9 @@
     + AuditArchiveError         (the audit trail's archive)
     + CardArchiveError          (the archive of retired cards)
   x InvalidCursorError        (the caller sent a list cursor the ledger never issued; start over)
+  x ManifestError             (a service: its manifest cannot become tools; .problems, each naming its place)
+    + SchemaError               (a JSON Schema outside the subset tools validate with)
+  x SessionQuotaExceededError (the caller: a key holds all the MCP sessions it may; one frees when closed or idle)
   x PathArgumentError         (the caller: a value that would change the endpoint; nothing sent)
   x UpstreamError             (an adapter could not complete the call)
     + UpstreamTimeoutError      (no answer within the deadline)
@@ -19,6 +22,9 @@
     + UpstreamRefusedError      (a definitive business refusal, e.g. 409)
     + UpstreamRateLimitedError  (429: the backend did not process the request; retry after a wait)
 ```
+
+One class stands outside this tree on purpose: `gateway.signing.receipts.ReceiptMismatchError` is a
+PyJWT `InvalidTokenError`, because a backend that verifies approval receipts catches PyJWT's errors.
 
 Refusals by access and approval are not exceptions: they are `Decision` values that become
 envelopes. Exceptions here carry structured context so a boundary can translate them without
@@ -37,7 +43,10 @@ __all__ = [
     "ConfigError",
     "GatewayError",
     "InvalidCursorError",
+    "ManifestError",
     "PathArgumentError",
+    "SchemaError",
+    "SessionQuotaExceededError",
     "StoreUnavailableError",
     "ToolDeclarationError",
     "UpstreamError",
@@ -201,3 +210,28 @@ class UpstreamRateLimitedError(UpstreamError):
         super().__init__(message, service=service, status=429, sent=True)
         self.retry_after = retry_after
         """Seconds the backend asked for (its ``Retry-After``), bounded; a default when it gave none."""
+
+
+class ManifestError(GatewayError, ValueError):
+    """A manifest cannot become tools; `problems` lists every reason, each naming its place."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+class SchemaError(ManifestError):
+    """A manifest's JSON Schema is outside the supported subset; `problems` says where and why."""
+
+
+class SessionQuotaExceededError(GatewayError):
+    """A key already holds `limit` MCP sessions in this process: raised when a new one is admitted, answered
+    by the session manager as a refusal."""
+
+    def __init__(self, key_id: str, *, limit: int, open_sessions: int, retry_after: int) -> None:
+        super().__init__(f"key {key_id} holds {open_sessions} sessions (limit {limit})")
+        self.key_id = key_id
+        self.limit = limit
+        self.open_sessions = open_sessions
+        self.retry_after = retry_after
+        """Whole seconds until the first of the key's sessions idles out (at least 1)."""

@@ -19,9 +19,21 @@ _HOST_NAME = re.compile(r"(?:[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_
 _NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
 _METADATA_NAMES = frozenset({"metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal"})
 _METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200")
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200", "192.0.0.192")
 )
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_EMBEDDING_IPV4 = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "64:ff9b::/96",  # NAT64, well-known prefix (RFC 6052)
+        "64:ff9b:1::/48",  # NAT64, local use (RFC 8215): the IPv4 address is the last 32 bits
+        "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765)
+        "::/96",  # IPv4-compatible (deprecated, RFC 4291), which a dual stack may still route
+    )
+)
+"""IPv6 prefixes whose last 32 bits name an IPv4 host that a translator or a dual stack may reach."""
+_RESERVED_IPV4 = ipaddress.ip_network("192.0.0.0/24")
+"""IETF protocol assignments (RFC 6890): not global, though Python's `is_global` says so for most of it."""
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -114,7 +126,7 @@ def _risk(host: str, address: Address | None) -> str | None:
         return "a cloud metadata host" if host in _METADATA_NAMES else None
     if isinstance(address, ipaddress.IPv6Address):
         embedded = address.ipv4_mapped or address.sixtofour
-        if embedded is None and address in _NAT64:
+        if embedded is None and any(address in prefix for prefix in _EMBEDDING_IPV4) and int(address) > 1:
             embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
         if embedded is not None and (inner := _risk(str(embedded), embedded)) is not None:
             return f"{inner} (embedded IPv4)"
@@ -124,6 +136,6 @@ def _risk(host: str, address: Address | None) -> str | None:
         ("link-local", address.is_link_local),
         ("unspecified", address.is_unspecified),
         ("multicast", address.is_multicast),
-        ("a private or reserved address", not address.is_global),
+        ("a private or reserved address", not address.is_global or address in _RESERVED_IPV4),
     )
     return next((kind for kind, hit in kinds if hit), None)

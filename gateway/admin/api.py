@@ -65,6 +65,7 @@ from gateway.errors import StoreUnavailableError
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.store.keys import KeyStore
+from gateway.web.request_body import read_bounded
 from gateway.web.route_table import (
     Answer,
     Endpoint,
@@ -173,7 +174,7 @@ class _Endpoints:
 
     async def _body(self, request: Request, model: type[BodyModel]) -> BodyModel | Response:
         """The request's body as `model`, or the (audited) refusal of it."""
-        raw = await _read_body(request)
+        raw = await read_bounded(request, MAX_BODY_BYTES)
         if raw is None:
             return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
         try:
@@ -214,18 +215,6 @@ class _Endpoints:
             return _result(await call(self.service, admin, request.path_params["card_id"], body))
 
         return endpoint
-
-
-async def _read_body(request: Request) -> bytes | None:
-    """The body, or None once it passes `MAX_BODY_BYTES` (read no further)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 async def _approve(service: CardService, admin: Principal, card_id: str, body: ApproveBody) -> CardActionResult:

@@ -25,6 +25,11 @@ runs). Every one is a required constructor argument: nothing is optional and che
 What it deliberately does not know: transports (no MCP, no Starlette), bearer tokens (a
 `Principal` has none), the store behind the `Ledger` Protocol, and any particular tool (no
 per-tool branches).
+
+May import: the vocabulary (`gateway.tools`, `gateway.cards`, `gateway.audit`, `gateway.config`,
+`gateway.limits`, the modules at the top), `gateway.telemetry` and `policies`; never a surface, the
+store's Redis code or an adapter. Who calls it: the MCP surface (the agent's path and tasks) and the
+worker (the write path).
 """
 
 from __future__ import annotations

@@ -42,23 +42,12 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from gateway.codes import Code
+from gateway.errors import SessionQuotaExceededError
 
 __all__ = ["SESSION_QUOTA_ERROR", "KeyedSessionManager", "SessionQuotaExceededError"]
 
 SESSION_QUOTA_ERROR = -32010
 """The JSON-RPC code of the refusal: implementation-defined (-32000..-32019 in the MCP allocation)."""
-
-
-class SessionQuotaExceededError(Exception):
-    """A key already holds `limit` sessions in this process; raised by admission, answered by the manager."""
-
-    def __init__(self, key_id: str, *, limit: int, open_sessions: int, retry_after: int) -> None:
-        super().__init__(f"key {key_id} holds {open_sessions} sessions (limit {limit})")
-        self.key_id = key_id
-        self.limit = limit
-        self.open_sessions = open_sessions
-        self.retry_after = retry_after
-        """Whole seconds until the first of the key's sessions idles out (at least 1)."""
 
 
 OnRefused = Callable[[Scope, SessionQuotaExceededError], Awaitable[None]]

@@ -8,4 +8,8 @@
 * `live` — the `LiveToolSource`: in-process tools plus every pinned manifest's, rebuilt on change;
 * `api` — the HTTP routes for services (register, status) and admins (review, accept, remove);
 * `openapi_import` — a draft manifest from a service's OpenAPI document (the CLI's import command).
+
+May import: the vocabulary, `gateway.store` (its registrations), `gateway.signing` (the identity a
+registered backend receives) and `policies`; `api` also the surfaces' `gateway.auth` and `gateway.web`.
+Who calls it: the composition root, the registry API, and the CLI's ``adapters`` commands.
 """

@@ -40,6 +40,7 @@ from gateway.registry.views import (
     AdapterRegistration,
 )
 from gateway.store.keys import KeyStore
+from gateway.web.request_body import read_bounded
 from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
@@ -75,14 +76,18 @@ def _answer(result: RegistryResult, *, created: bool = False) -> JSONResponse:
     )
 
 
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_MANIFEST_BYTES:
-        return None
+async def _json_body(request: Request) -> tuple[Any, str]:
+    """The body as JSON, read within `MAX_MANIFEST_BYTES` while it streams, and ""; or None and the one
+    sentence that says why it cannot be read (too large, not JSON, nested deeper than the parser follows)."""
+    raw = await read_bounded(request, MAX_MANIFEST_BYTES)
+    if raw is None:
+        return None, f"body: larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have"
     try:
-        return json.loads(raw or b"{}")
-    except ValueError:
-        return None
+        return json.loads(raw or b"{}"), ""
+    except RecursionError:
+        return None, "body: JSON nested too deeply to read"
+    except ValueError as error:
+        return None, f"body: not JSON ({error})"
 
 
 class _Endpoints:
@@ -99,7 +104,9 @@ class _Endpoints:
         return _answer(RegistryResult(code="VALIDATION_ERROR", problems=(problem,)))
 
     async def register(self, request: Request) -> Response:
-        document = await _json_body(request)
+        document, unreadable = await _json_body(request)
+        if unreadable:
+            return await self._refused(request, "registry.register", unreadable)
         if not isinstance(document, dict):
             return await self._refused(request, "registry.register", "body: a JSON object is required")
         result = await self._service.register(principal_of(request.scope), request.path_params["name"], document)
@@ -121,8 +128,11 @@ class _Endpoints:
         return _json(200, AdapterRegistration.from_registration(result.registration))
 
     async def accept(self, request: Request) -> Response:
+        document, unreadable = await _json_body(request)
+        if unreadable:
+            return await self._refused(request, "registry.accept", unreadable)
         try:
-            body = AcceptBody.model_validate(await _json_body(request))
+            body = AcceptBody.model_validate(document)
         except ValidationError:
             return await self._refused(request, "registry.accept", 'body: {"hash": <proposed_hash>} is required')
         admin = principal_of(request.scope)

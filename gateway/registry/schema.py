@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic_core import SchemaError as PydanticSchemaError
+from pydantic_core import SchemaValidator, core_schema
 
+from gateway.errors import SchemaError
 from gateway.untrusted import Untrusted
 
 __all__ = ["SchemaError", "input_model", "output_model"]
@@ -27,14 +30,6 @@ _SCALARS = {"string", "integer", "number", "boolean"}
 _STRING_KEYS = {"minLength": "min_length", "maxLength": "max_length", "pattern": "pattern"}
 _NUMBER_KEYS = {"minimum": "ge", "maximum": "le", "exclusiveMinimum": "gt", "exclusiveMaximum": "lt"}
 _ANNOTATIONS = {"title", "description", "examples", "default", "format", "enum", "type"}
-
-
-class SchemaError(ValueError):
-    """The schema is outside the supported subset; `problems` says where and why."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = tuple(problems)
 
 
 def input_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
@@ -149,12 +144,30 @@ def _scalar(where: str, spec: Any, problems: list[str]) -> Any:
         if spec.get("format") == "date":
             return dt.date
         constraints = {_STRING_KEYS[k]: v for k, v in spec.items() if k in _STRING_KEYS}
+        if "pattern" in constraints and not _pattern_compiles(where, constraints["pattern"], problems):
+            return Any
         return Annotated[str, Field(**constraints)] if constraints else str
     if kind == "boolean":
         return bool
     base: type = int if kind == "integer" else float
     bounds = {_NUMBER_KEYS[k]: v for k, v in spec.items() if k in _NUMBER_KEYS}
     return Annotated[base, Field(**bounds)] if bounds else base
+
+
+def _pattern_compiles(where: str, pattern: Any, problems: list[str]) -> bool:
+    """Whether the validator's regex engine takes `pattern` (it has no look-around and no back-references,
+    as a JSON Schema validator may): one that it refuses is the manifest's problem, said plainly, not an
+    error building the model."""
+    if not isinstance(pattern, str):
+        problems.append(f"{where}: pattern must be a string")
+        return False
+    try:
+        SchemaValidator(core_schema.str_schema(pattern=pattern))
+    except PydanticSchemaError as refused:
+        why = str(refused).strip().splitlines()[-1].removeprefix("error: ")
+        problems.append(f"{where}: pattern {pattern!r} is not supported: {why}")
+        return False
+    return True
 
 
 def _camel(name: str) -> str:

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, create_model, field_validator
 
-from gateway.errors import ToolDeclarationError
+from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
-from gateway.registry.schema import SchemaError, input_model, output_model
+from gateway.registry.schema import input_model, output_model
 from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
@@ -27,14 +27,6 @@ from gateway.tools.preview import Preview, PreviewRead
 __all__ = ["ManifestError", "tools_from_manifest"]
 
 _PLACEHOLDER = PLACEHOLDER
-
-
-class ManifestError(ValueError):
-    """A manifest cannot become tools; `problems` lists every reason, each naming its place."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = tuple(problems)
 
 
 def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, ...]:

@@ -277,6 +277,14 @@ def test_allowed_base_url_has_no_problems(url: str, allowed: tuple[str, ...]) ->
         ("http://[fd12::1]", LOOPBACK_OPEN, "host [fd12::1] is a private or reserved address"),
         ("http://100.64.0.1", LOOPBACK_OPEN, "host 100.64.0.1 is a private or reserved address"),
         ("http://224.0.0.1", LOOPBACK_OPEN, "host 224.0.0.1 is multicast"),
+        # The metadata address written in the IPv6 forms a translator or a dual stack may still route.
+        ("http://[::a9fe:a9fe]", LOOPBACK_OPEN, "host [::a9fe:a9fe] is a cloud metadata address (embedded IPv4)"),
+        ("http://[::ffff:0:a9fe:a9fe]", LOOPBACK_OPEN, "is a cloud metadata address (embedded IPv4)"),
+        ("http://[64:ff9b::a9fe:a9fe]", LOOPBACK_OPEN, "is a cloud metadata address (embedded IPv4)"),
+        ("http://[64:ff9b:1::a9fe:a9fe]", LOOPBACK_OPEN, "is a cloud metadata address (embedded IPv4)"),
+        ("http://[::7f00:1]", LOOPBACK_OPEN, "host [::7f00:1] is loopback (embedded IPv4)"),
+        ("http://192.0.0.192", LOOPBACK_OPEN, "host 192.0.0.192 is a cloud metadata address"),
+        ("http://192.0.0.100", LOOPBACK_OPEN, "host 192.0.0.100 is a private or reserved address"),
     ],
 )
 def test_refused_base_url_names_its_problem(url: str, allowed: tuple[str, ...], problem: str) -> None:

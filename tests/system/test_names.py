@@ -10,6 +10,7 @@ one is meant.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -62,3 +63,40 @@ def test_a_class_and_an_alias_of_one_name_are_reported_with_both_places() -> Non
     assert _public_type_names(ast.parse("Decision = dict[str, str]\n_Private = int\nLIMIT = 3\n")) == ["Decision"]
     places = {"Decision": ["gateway/decision.py", "gateway/admin/bodies.py"], "Principal": ["gateway/principal.py"]}
     assert repeats(places) == ["Decision: gateway/decision.py and gateway/admin/bodies.py"]
+
+
+OUTSIDE_THE_TREE = {"gateway.signing.receipts": {"ReceiptMismatchError"}}
+"""Exception classes defined elsewhere on purpose (the errors module's docstring says why)."""
+
+
+def _exception_classes(module: str) -> list[str]:
+    """The exception classes `module` defines (imported, so a base class decides, not a name)."""
+    loaded = importlib.import_module(module)
+    return sorted(
+        name
+        for name, value in vars(loaded).items()
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == module
+    )
+
+
+def test_every_exception_class_sits_in_the_one_error_tree() -> None:
+    """An exception of the product is defined in `gateway/errors.py`, where the tree is drawn, so a caller
+    finds every error it may catch in one place."""
+    stray = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if module in ("gateway.errors", "gateway.__main__"):
+                continue
+            found = set(_exception_classes(module)) - OUTSIDE_THE_TREE.get(module, set())
+            if found:
+                stray[module] = sorted(found)
+    assert stray == {}
+
+
+def test_an_exception_class_outside_the_tree_is_found() -> None:
+    """The check is not vacuous: the exception classes a module defines are found, and nothing else."""
+    assert _exception_classes("gateway.errors")[:3] == ["ArchiveError", "AuditArchiveError", "AuthError"]
+    assert _exception_classes("gateway.signing.receipts") == ["ReceiptMismatchError"]
+    assert _exception_classes("gateway.registry.views") == []
