@@ -27,7 +27,7 @@ class CardArgs(BaseModel):
 class MineArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    limit: int = Field(default=20, ge=1, le=100)
+    limit: int = Field(default=20, ge=1, le=100, description="How many of your newest cards to return (1-100).")
 
 
 class CardView(AgentCard):

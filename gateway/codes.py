@@ -10,6 +10,9 @@ __all__ = ["Code"]
 class Code(StrEnum):
     """Stable refusal codes. Agents and tooling match on these, never on messages."""
 
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """The request carried no credential the surface accepts (missing, unknown, revoked, wrong-kind key,
+    or an invalid token); which of these is never said, so a refusal does not tell whether a key exists."""
     PERMISSION_DENIED = "PERMISSION_DENIED"
     VALIDATION_ERROR = "VALIDATION_ERROR"
     INVALID_REQUEST = "INVALID_REQUEST"
@@ -19,8 +22,9 @@ class Code(StrEnum):
     CONFLICT = "CONFLICT"
     RATE_LIMITED = "RATE_LIMITED"
     QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
-    """A standing quota is full (open cards per requester, sessions per key). Not retryable: waiting
-    a backoff does not free it; a decision on a card, or a closed session, does."""
+    """A standing quota is full (open cards per requester, sessions per key). Not retryable as a code:
+    waiting a backoff does not free a card slot; a decision on a card does. The session quota's refusal
+    says ``retryable: true`` with ``Retry-After`` in its own data, as an idle session frees by itself."""
     APPROVAL_REQUIRED = "APPROVAL_REQUIRED"
     INFEASIBLE = "INFEASIBLE"
     """The backend would certainly refuse this write (slot taken, date past, amount above the refundable

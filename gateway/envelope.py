@@ -18,6 +18,7 @@ __all__ = ["Envelope"]
 
 # What the model is told for each refusal. Deliberately generic: the audit holds the details.
 _MESSAGES: Mapping[Code, str] = {
+    Code.UNAUTHENTICATED: "The credential was refused; use a valid agent key.",
     Code.PERMISSION_DENIED: "This tool is not available to you.",
     Code.VALIDATION_ERROR: "The arguments do not match the tool's input schema.",
     Code.INVALID_REQUEST: "The request is malformed.",
@@ -77,9 +78,10 @@ class Envelope:
         retry_after: float | None = None,
     ) -> Envelope:
         """A refusal or failure the caller can read: a stable code, a message, optional details."""
+        # The sentence first: a framework that shows the structure as text shows it before the code.
         error: dict[str, Any] = {
-            "code": code.value,
             "message": message or _MESSAGES[code],
+            "code": code.value,
             "retryable": code.retryable,
         }
         if retry_after is not None:

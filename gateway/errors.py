@@ -228,8 +228,10 @@ class SessionQuotaExceededError(GatewayError):
     """A key already holds `limit` MCP sessions in this process: raised when a new one is admitted, answered
     by the session manager as a refusal."""
 
-    def __init__(self, key_id: str, *, limit: int, open_sessions: int) -> None:
+    def __init__(self, key_id: str, *, limit: int, open_sessions: int, retry_after: int) -> None:
         super().__init__(f"key {key_id} holds {open_sessions} sessions (limit {limit})")
         self.key_id = key_id
         self.limit = limit
         self.open_sessions = open_sessions
+        self.retry_after = retry_after
+        """Whole seconds until the first of the key's sessions idles out (at least 1)."""

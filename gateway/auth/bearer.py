@@ -5,7 +5,12 @@ in the ASGI scope under `PRINCIPAL_SCOPE_KEY`. Anything else gets 401 with
 ``WWW-Authenticate: Bearer`` before the wrapped app sees the request. The token goes no
 further than this module: the scope carries the principal, which has no token field. Its own
 answers (401, 429 to a flood, and 503 when the key store cannot answer) carry a `BearerRefusal`
-body; a route table mounted behind it documents them with `BEARER_ANSWERS`.
+body; a route table mounted behind it documents them with `BEARER_ANSWERS`. On the agents' surface
+(``/mcp``) the same answers are JSON-RPC error objects instead (`jsonrpc_refusal`), with the HTTP
+status and ``WWW-Authenticate`` kept: an MCP client (SDK 2.x) shows the ``error.message`` of a
+non-2xx JSON-RPC body and only "Server returned an error response" for any other body, so the reason
+reached no agent. The message says why in one sentence, and never whether a key exists: an unknown,
+a revoked and a wrong-kind key read the same.
 
 Beside API keys it takes OAuth access tokens when given a `TokenVerifier` whose configuration
 names this surface's resource: a credential shaped like a JWT (`looks_like_jwt`; an API key starts
@@ -50,6 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.tokens import TokenVerifier, looks_like_jwt
+from gateway.codes import Code
 from gateway.config.oauth import Surface, metadata_url
 from gateway.errors import StoreUnavailableError
 from gateway.limits.rate_limiter import AddressBudgets
@@ -59,17 +65,23 @@ from gateway.telemetry.log_context import bind_key_id
 from gateway.web.route_table import Answer
 
 __all__ = [
+    "AUTH_ERROR",
     "BEARER_ANSWERS",
     "PRINCIPAL_SCOPE_KEY",
     "STORE_RETRY_AFTER_SECONDS",
     "BearerAuth",
     "BearerRefusal",
+    "jsonrpc_refusal",
     "principal_of",
 ]
 
 logger = logging.getLogger(__name__)
 
 PRINCIPAL_SCOPE_KEY = "countersign.principal"
+
+AUTH_ERROR = -32001
+"""The JSON-RPC code of an authentication or authorization refusal on ``/mcp`` (implementation-defined,
+-32000..-32019 in the MCP allocation; the session quota is -32010)."""
 
 
 class BearerRefusal(BaseModel):
@@ -107,6 +119,29 @@ def principal_of(scope: Scope) -> Principal:
 
 
 _MISSING = "missing bearer token"
+
+_SENTENCES: dict[str, str] = {
+    _MISSING: "Send your agent key as an Authorization: Bearer header; this request had none.",
+    "unknown, revoked or wrong-kind key": (
+        "The bearer key was refused (unknown, revoked, or not an agent key): ask the gateway's administrator "
+        "for a valid agent key."
+    ),
+}
+"""What a model or a person reads first on ``/mcp``, by reason; a token's own reason is appended as is."""
+
+
+def jsonrpc_refusal(status: int, code: Code, message: str, data: Mapping[str, Any]) -> bytes:
+    """The body of an HTTP refusal on ``/mcp``: a JSON-RPC error (no id: the request was not read) whose
+    ``message`` is the one sentence to act on and whose ``data`` carries the stable `code`, the HTTP
+    status, whether retrying can help, and the structured details."""
+    error = {
+        "code": AUTH_ERROR,
+        "message": message,
+        "data": {"code": code.value, "status": status, "retryable": code.retryable, **data},
+    }
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, separators=(",", ":")).encode()
+
+
 _SURFACES: dict[KeyKind, Surface] = {KeyKind.AGENT: "mcp", KeyKind.ADMIN: "admin"}
 
 STORE_RETRY_AFTER_SECONDS = 1
@@ -138,6 +173,8 @@ class BearerAuth:
         self._users: dict[Principal, AuthenticatedUser] = {}
         # Tokens open the surface whose resource is their audience: agents' /mcp, admins' API.
         self._surface = _SURFACES.get(kind)
+        # Agents' keys open /mcp only, whose clients read JSON-RPC error objects, not RFC 6750 bodies.
+        self._jsonrpc = kind is KeyKind.AGENT
         minted_for = tokens is not None and self._surface is not None and tokens.config.issuers_for(self._surface)
         resource = tokens.audience(self._surface) if tokens is not None and self._surface and minted_for else None
         self._tokens = tokens if resource is not None else None
@@ -173,7 +210,14 @@ class BearerAuth:
         except StoreUnavailableError as error:
             logger.error("key store unavailable: %s", error.cause)
             refusal = BearerRefusal(error="unavailable", error_description="key store unavailable")
-            await _send_json(send, 503, refusal, [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())])
+            retry = [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())]
+            if self._jsonrpc:
+                wait = STORE_RETRY_AFTER_SECONDS
+                sentence = f"The gateway cannot check keys right now; retry in {wait} s."
+                body = jsonrpc_refusal(503, Code.LEDGER_UNAVAILABLE, sentence, {"retry_after": wait})
+                await _send_bytes(send, 503, body, retry)
+                return
+            await _send_json(send, 503, refusal, retry)
             return
         if principal is None or principal.kind is not self._kind:
             self._refused(address, token)
@@ -215,7 +259,7 @@ class BearerAuth:
                 AuditEvent(
                     action="auth.reject",
                     outcome="deny",
-                    code="UNAUTHENTICATED",
+                    code=Code.UNAUTHENTICATED.value,
                     reason=reason,
                     extra={**where, "issuer": issuer} if issuer else where,
                 )
@@ -226,8 +270,14 @@ class BearerAuth:
             if reason == _MISSING
             else (f'{self._challenge}, error="invalid_token", error_description="{reason}"')
         )
+        challenge = [(b"www-authenticate", header.encode())]
+        if self._jsonrpc:
+            sentence = _SENTENCES.get(reason) or f"The bearer token was refused: {reason}."
+            body = jsonrpc_refusal(401, Code.UNAUTHENTICATED, sentence, {"reason": reason})
+            await _send_bytes(send, 401, body, challenge)
+            return
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
-        await _send_json(send, 401, refusal, [(b"www-authenticate", header.encode())])
+        await _send_json(send, 401, refusal, challenge)
 
     async def _throttle(self, scope: Scope, send: Send, address: str, wait: float, *, audit: bool) -> None:
         if audit:
@@ -243,8 +293,15 @@ class BearerAuth:
                     extra={"surface": self._realm, "path": str(scope.get("path", "")), "client": address},
                 )
             )
+        retry = [(b"retry-after", str(math.ceil(wait)).encode())]
+        if self._jsonrpc:
+            seconds = math.ceil(wait)
+            sentence = f"Too many failed authentications from this address; retry in {seconds} s with a valid key."
+            body = jsonrpc_refusal(429, Code.RATE_LIMITED, sentence, {"retry_after": seconds})
+            await _send_bytes(send, 429, body, retry)
+            return
         refusal = BearerRefusal(error="rate_limited", error_description="too many failed authentications")
-        await _send_json(send, 429, refusal, [(b"retry-after", str(math.ceil(wait)).encode())])
+        await _send_json(send, 429, refusal, retry)
 
 
 def _digest(token: str) -> bytes:
@@ -268,7 +325,10 @@ def _bearer(scope: Scope) -> str | None:
 
 
 async def _send_json(send: Send, status: int, body: BearerRefusal, headers: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body.model_dump(mode="json")).encode()
+    await _send_bytes(send, status, json.dumps(body.model_dump(mode="json")).encode(), headers)
+
+
+async def _send_bytes(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     await send(
         {
             "type": "http.response.start",

@@ -11,7 +11,7 @@ the identity tokens and approval receipts it sends them.
 
 `ScopeChecks` is a layer of the ``/mcp`` stack behind authentication and the edge's body checks, so
 the body it reads is already bounded (`gateway.mcp.stack`): a ``tools/call`` by a token's principal
-for a tool whose scopes (`OAuthSection.tool_scopes`) the token lacks is 403 with
+for a tool whose scopes (`OAuthSection.tool_scopes`) the token lacks is 403 (a JSON-RPC error) with
 ``error="insufficient_scope"`` and the scopes needed, and is audited as ``auth.scope``. An API key is
 not scope-limited (its `Principal.scopes` is None), and a tool no pattern names needs no scope; until
 the configuration names an issuer, no surface takes tokens at all.
@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit.events import AuditEvent, AuditSink
-from gateway.auth.bearer import caller_of
+from gateway.auth.bearer import caller_of, jsonrpc_refusal
 from gateway.codes import Code
 from gateway.config.oauth import OAuthSection, Surface, metadata_url
 from gateway.errors import StoreUnavailableError
@@ -115,9 +115,11 @@ class ScopeChecks:
             reason = f"token lacks scope {' '.join(missing)}"
             await self._audit.record(AuditEvent.refusal(principal, "auth.scope", Code.PERMISSION_DENIED, reason, extra))
             header = f'Bearer realm="mcp", error="insufficient_scope", scope="{needed}"{self._metadata}'
-            payload = json.dumps(
-                {"error": "insufficient_scope", "error_description": f"{tool} needs scope {needed}", "scope": needed}
-            ).encode()
+            # A JSON-RPC error, as every refusal on /mcp is (`gateway.auth.bearer.jsonrpc_refusal`); the
+            # challenge keeps RFC 6750's insufficient_scope for a client that steps up its token.
+            sentence = f"Your token may not call {tool}: it needs the scope {needed}; ask for a token that has it."
+            details = {"error": "insufficient_scope", "tool": tool, "scope": needed}
+            payload = jsonrpc_refusal(403, Code.PERMISSION_DENIED, sentence, details)
             await send(
                 {
                     "type": "http.response.start",

@@ -74,6 +74,8 @@ class GatewaySection(BaseModel):
     """``Origin`` headers accepted on /mcp (``https://console.example``, ``http://host:*``); a request
     without one passes. Unset on loopback: derived from `allowed_hosts`. ``[]``: no browser origin."""
     mcp_stateless: bool = False
+    write_task_support: Literal["optional", "forbidden"] = "optional"
+    """Whether a client may follow a write proposal as an MCP task (`Settings.write_task_support`)."""
     run_worker: bool = True
     key_cache_seconds: float = Field(default=1.0, ge=0)
     lease_seconds: float = Field(default=30.0, gt=0)

@@ -33,6 +33,7 @@ Every key the file may hold, with its default (the README's configuration tables
     allowed_hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]   # Host headers accepted on /mcp (the default)
     allowed_origins = ["https://console.example"]  # Origin headers accepted on /mcp; default: http(s)://<allowed_hosts>
     mcp_stateless = false              # serve the handshake era without sessions
+    write_task_support = "optional"    # or "forbidden": a write proposal always answers the card receipt at once
     run_worker = true                  # run the approved-card worker in serve
     key_cache_seconds = 1              # an agent key's revocation takes effect within this
     lease_seconds = 30                 # how long a worker owns a claimed card (> write timeouts + 5 s)
@@ -89,6 +90,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from starlette.config import Config
 from starlette.datastructures import Secret
@@ -174,6 +176,12 @@ class Settings:
     ``https://`` of each allowed host, which only a loopback bind may rely on."""
     mcp_stateless: bool = False
     """Serve the handshake era without sessions (no server-initiated notifications)."""
+    write_task_support: Literal["optional", "forbidden"] = "optional"
+    """``optional``: a client that asks to follow a write proposal as an MCP task gets a task bound to the
+    card, and a client that waits on a task (``tools/call`` returning only once it is done) waits until a
+    person decides, up to the card's window. ``forbidden``: every proposal answers the card receipt at
+    once, whatever the client asked, and write tools are listed with ``taskSupport: forbidden``; the
+    agent follows the card with the approvals tools (`gateway.mcp.tasks`)."""
     run_worker: bool = True
     """Run the approved-card worker inside the gateway process (`countersign worker` runs more)."""
     lease_seconds: float = 30.0
@@ -369,6 +377,7 @@ class Settings:
                 allowed_hosts=_patterns(env("ALLOWED_HOSTS", default=None), gateway.allowed_hosts),
                 allowed_origins=_patterns(env("ALLOWED_ORIGINS", default=None), gateway.allowed_origins),
                 mcp_stateless=gateway.mcp_stateless,
+                write_task_support=gateway.write_task_support,
                 run_worker=gateway.run_worker,
                 demo=is_demo,
                 key_cache_seconds=gateway.key_cache_seconds,

@@ -11,7 +11,14 @@ opening request). At the cap, admission raises `SessionQuotaExceededError` befor
 anything; the manager's ASGI entry turns it into HTTP 429 with a JSON-RPC error (no id: the request
 was refused before its body was read, as the SDK's own 503 at its global cap is) whose ``data``
 carries ``code: QUOTA_EXCEEDED``, the limit and the count, and hands the refusal to `on_refused` to
-audit.
+audit. The refusal is retryable, with ``Retry-After``: a slot frees by itself when one of the key's
+sessions idles out, so the answer says when the first of them will (the SDK keeps each session's
+idle deadline on its transport), or `session_idle_timeout` when every one is busy.
+
+For client authors: a 2025-11-25 client should end its session with ``DELETE /mcp`` (header
+``Mcp-Session-Id``) when it is done, which frees the slot at once; a client that never does (the
+MCP Inspector CLI, one session per invocation) holds its slot until the session has been unused for
+``[limits] session_idle_seconds``. The 2026-07-28 era opens no session and is never refused here.
 
 Why the count lives in this process, not in Redis: a session is this process's memory (its
 transport, its server task) and only this process can serve it, so with several gateways behind
@@ -23,9 +30,11 @@ gateways one key may hold up to R times its cap in all.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import StreamableHTTPServerTransport
@@ -91,12 +100,28 @@ class KeyedSessionManager(StreamableHTTPSessionManager):
         key_id = requestor["client_id"] if requestor is not None else ""
         held = self._sessions_of.get(key_id, set())
         if len(held) >= self.sessions_per_key:
-            raise SessionQuotaExceededError(key_id, limit=self.sessions_per_key, open_sessions=len(held))
+            raise SessionQuotaExceededError(
+                key_id, limit=self.sessions_per_key, open_sessions=len(held), retry_after=self._first_free(held)
+            )
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
             self._key_of[transport.mcp_session_id] = key_id
             self._sessions_of.setdefault(key_id, set()).add(transport.mcp_session_id)
         return transport
+
+    def _first_free(self, held: set[str]) -> int:
+        """Seconds until the first of `held` idles out: the soonest idle deadline the SDK set on their
+        transports (infinite while a request or a GET stream is open); the whole idle timeout if none is set."""
+        idle = self.session_idle_timeout or 0.0
+        deadlines = [
+            scope.deadline
+            for session_id in held
+            if (transport := self._server_instances.get(session_id)) is not None
+            and (scope := transport.idle_scope) is not None
+            and math.isfinite(scope.deadline)
+        ]
+        wait = min(deadlines) - anyio.current_time() if deadlines else idle
+        return max(1, math.ceil(min(wait, idle) if idle else wait))
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         # Reached once or twice per session (a DELETE, then its server task's end): forgetting is idempotent.
@@ -115,12 +140,21 @@ async def _send_refusal(send: Send, refusal: SessionQuotaExceededError) -> None:
         "code": Code.QUOTA_EXCEEDED.value,
         "limit": refusal.limit,
         "open": refusal.open_sessions,
-        "retryable": Code.QUOTA_EXCEEDED.retryable,
+        # Unlike the card quota, this one frees itself: a session idles out without anyone acting.
+        "retryable": True,
+        "retry_after": refusal.retry_after,
     }
-    message = "Too many open sessions for this key: close one (DELETE) or let one idle out, then initialize again"
+    message = (
+        f"Too many open sessions for this key: retry in {refusal.retry_after} s, or close a session "
+        "(DELETE /mcp with its Mcp-Session-Id) and initialize again"
+    )
     body = json.dumps(
         {"jsonrpc": "2.0", "id": None, "error": {"code": SESSION_QUOTA_ERROR, "message": message, "data": data}}
     ).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(refusal.retry_after).encode()),
+    ]
     await send({"type": "http.response.start", "status": 429, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -12,7 +12,8 @@ from what this surface exposes: `session_manager`, `server`, `held_refusal`, `li
 `flood_audit`.
 
 A client that declares task support follows a write proposal as a task bound to its card
-(`gateway.mcp.tasks`); any other client gets the card receipt and the approvals tools.
+(`gateway.mcp.tasks`); any other client gets the card receipt and the approvals tools. A deployment
+with ``write_task_support = "forbidden"`` answers every proposal with the receipt, at once.
 
 A listed tool says what it does: its ``outputSchema`` covers every structured result it can answer,
 refusals included (`gateway.tools.output_schema`); its hints are what the tool declares, and a hint it did
@@ -29,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import mcp_types as types
 from mcp.server._otel import OpenTelemetryMiddleware
@@ -80,8 +81,12 @@ class McpSurface:
         audit: AuditSink,
         sessions_per_key: int = 32,
         session_idle_seconds: float = 600.0,
+        write_task_support: Literal["optional", "forbidden"] = "optional",
     ) -> None:
         self._catalog = catalog
+        # "forbidden": every proposal answers its receipt at once, and no task support is advertised
+        # (`gateway.config.settings.Settings.write_task_support`).
+        self._write_tasks = write_task_support
         self._audit = audit
         # How long a 2026-era client may keep a tools/list answer: as long as the catalog can go
         # without changing (the registry poll interval); never shared across callers.
@@ -96,7 +101,8 @@ class McpSurface:
         # dropped when the manager closes it (DELETE, idle timeout), others when telling them fails.
         self._sessions: dict[str | int, Any] = {}
         self.server: Server[Any] = _Server(
-            "countersign",
+            write_tasks=write_task_support == "optional",
+            name="countersign",
             version=version,
             instructions=(
                 "Countersign gateway. Read tools answer directly. Write tools only request approval: "
@@ -117,7 +123,7 @@ class McpSurface:
         # tools/call answers a CallToolResult, or a task for a client that follows tasks.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self._tasks = McpTasks(tasks)
-        self._tasks.install(self.server)
+        self._tasks.install(self.server, advertise=write_task_support == "optional")
         # Host and Origin are checked in front of this surface, before authentication, with stable
         # codes and an audit event (`gateway.mcp.stack`): the SDK's check would repeat it.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -193,7 +199,7 @@ class McpSurface:
             self._sessions[session_id or id(connection)] = ctx.session
         box = self._catalog.current()
         if box is not self._box:
-            self._definitions = {tool.name: _definition(tool, box) for tool in box.values()}
+            self._definitions = {tool.name: _definition(tool, box, self._write_tasks) for tool in box.values()}
             self._box = box
         definitions = self._definitions
         return types.ListToolsResult(
@@ -207,7 +213,7 @@ class McpSurface:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | dict[str, Any]:
         envelope = await self._executor.execute(request_principal(ctx), params.name, params.arguments)
-        if envelope.card_id is not None:
+        if envelope.card_id is not None and self._write_tasks == "optional":
             task = await self._tasks.proposal(ctx, envelope.card_id)
             if task is not None:
                 return task
@@ -216,7 +222,12 @@ class McpSurface:
 
 class _Server(Server[Any]):
     """The SDK server, advertising that the tool list can change (adapters are accepted live), and on
-    the 2025-11-25 handshake the experimental tasks (tools/call, tasks/list, tasks/cancel)."""
+    the 2025-11-25 handshake the experimental tasks (tools/call, tasks/list, tasks/cancel) unless
+    writes are never answered as tasks."""
+
+    def __init__(self, *, write_tasks: bool, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._write_tasks = write_tasks
 
     def get_capabilities(
         self,
@@ -229,7 +240,7 @@ class _Server(Server[Any]):
         capabilities = super().get_capabilities(
             notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
         )
-        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if protocol_version in MODERN_PROTOCOL_VERSIONS or not self._write_tasks:
             return capabilities  # 2026-07-28 offers tasks only as the extension
         tasks = types.ServerTasksCapability(
             list=types.TasksListCapability(),
@@ -272,7 +283,7 @@ async def _request_context(ctx: ServerRequestContext[Any, Any], call_next: CallN
         otel_context.detach(token)
 
 
-def _definition(tool: Tool, box: Toolbox) -> types.Tool:
+def _definition(tool: Tool, box: Toolbox, write_tasks: Literal["optional", "forbidden"]) -> types.Tool:
     return types.Tool(
         name=tool.name,
         title=tool.title,
@@ -281,7 +292,7 @@ def _definition(tool: Tool, box: Toolbox) -> types.Tool:
         output_schema=dict(box.output_schema(tool.name)),
         annotations=_annotations(tool),
         # 2025-11-25: a write may be followed as a task (the 2026 tasks extension needs no per-tool flag).
-        execution=types.ToolExecution(task_support="optional") if tool.mode is Mode.WRITE else None,
+        execution=types.ToolExecution(task_support=write_tasks) if tool.mode is Mode.WRITE else None,
     )
 
 

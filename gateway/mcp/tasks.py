@@ -6,12 +6,14 @@ executor's and `gateway.cards.task_states`'.
 
 Two wire shapes, chosen per request by what the client declared:
 
-* the tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663), declared in the client's
-  capabilities (per request in 2026-07-28, at initialize in 2025-11-25): a proposal answers with a
+* the tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663), declared in a 2026-07-28
+  request's capabilities: a proposal answers with a
   flat ``resultType: "task"``; ``tasks/get`` inlines the call's ``result`` once completed (a write
   that did not happen is ``completed`` with ``isError``); ``tasks/cancel`` is an empty ack. A
   request that did not declare it gets ``-32021`` from ``tasks/*``.
-* the 2025-11-25 experimental tasks: a ``tools/call`` carrying ``task`` answers ``{"task": ...}``;
+* the 2025-11-25 experimental tasks, whatever extensions the session declared at initialize (the
+  extension's shapes cannot be sent on that era's wire): a ``tools/call`` carrying ``task`` answers
+  ``{"task": ...}`` and one without it gets the card receipt;
   ``tasks/result`` waits for the terminal result and tags it with ``related-task``; an ``isError``
   result is ``failed``, as that revision says; ``tasks/cancel`` answers the cancelled task, and
   ``-32602`` when the task can no longer be cancelled.
@@ -72,9 +74,17 @@ def request_principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 def tool_result(envelope: Envelope) -> types.CallToolResult:
-    """An envelope as a ``tools/call`` result: its model projection, as structured content and as text."""
+    """An envelope as a ``tools/call`` result: its model projection, as structured content and as text.
+
+    A refusal's text opens with its one sentence (``error.message``), then a blank line, then the JSON:
+    agent frameworks show a refusal as the text alone, as a repr of the result, or as a generic "an
+    error occurred" with the text beside it, and in each the sentence the model can act on comes first.
+    """
     structured = envelope.for_model()
     text = json.dumps(structured, ensure_ascii=False, separators=(",", ":"))
+    error = structured.get("error") if envelope.is_error else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        text = f"{error['message']}\n\n{text}"
     return types.CallToolResult(
         content=[types.TextContent(text=text)], structured_content=structured, is_error=envelope.is_error
     )
@@ -86,14 +96,18 @@ class McpTasks:
     def __init__(self, tasks: TaskPath) -> None:
         self._tasks = tasks
 
-    def install(self, server: Server[Any]) -> None:
+    def install(self, server: Server[Any], *, advertise: bool) -> None:
+        """Serve ``tasks/*`` on `server`; advertise the extension only if `advertise` (proposals may be tasks).
+
+        The methods stay served either way, so a task opened before a configuration change can be followed."""
         server.add_request_handler("tasks/get", types.GetTaskRequestParams, self._get)
         server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self._result)
         server.add_request_handler("tasks/list", types.PaginatedRequestParams, self._list)
         server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self._cancel)
         server.add_request_handler("tasks/update", types.GetTaskRequestParams, self._update)
         server.middleware.append(self._legacy_calls)
-        server.extensions[TASKS_EXTENSION] = {}
+        if advertise:
+            server.extensions[TASKS_EXTENSION] = {}
 
     async def proposal(self, ctx: ServerRequestContext[Any, Any], card_id: str) -> dict[str, Any] | None:
         """The task answer to a proposal that filed (or found) card `card_id`; None: answer with the receipt.
@@ -186,6 +200,15 @@ class McpTasks:
 
 
 def _declared_extension(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request follows tasks as the 2026-07-28 extension.
+
+    Read per era: the extension's wire shapes (``resultType: "task"``, ``tasks/get`` inlining the
+    result) exist only in 2026-07-28, so a 2025-11-25 session that declared it at initialize (as the
+    MCP Inspector does) still speaks 2025-11-25, and its answers must be 2025 shapes. The SDK's
+    serializer for that era refuses a 2026 task after the card was filed.
+    """
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
     params = ctx.params if isinstance(ctx.params, Mapping) else {}
     meta = params.get("_meta")
     declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None

@@ -319,6 +319,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         tasks=gateway.executor.tasks,
         version=_version(),
         stateless=settings.mcp_stateless,
+        write_task_support=settings.write_task_support,
         catalog_ttl_ms=int(settings.registry_poll_seconds * 1000),
         audit=gateway.audit,
         sessions_per_key=settings.limits.sessions_per_key,

@@ -80,7 +80,9 @@ async def test_a_flood_of_bad_keys_gets_429_with_retry_after_and_no_key_lookup(
         flood.append(await http.get("/"))
     assert {r.status_code for r in flood} == {429}
     assert all(55 < int(r.headers["retry-after"]) <= 60 for r in flood)
-    assert flood[0].json()["error"] == "rate_limited"
+    error = flood[0].json()["error"]  # the agents' surface answers JSON-RPC errors
+    assert (error["code"], error["data"]["code"], error["data"]["retryable"]) == (-32001, "RATE_LIMITED", True)
+    assert error["message"].startswith("Too many failed authentications")
     assert keys.lookups == 3
     throttles = [e for e in audit.events if e.action == "auth.throttle"]
     assert len(throttles) == 1 and throttles[0].code == "RATE_LIMITED"

@@ -157,7 +157,14 @@ async def test_a_tool_needing_a_scope_the_token_lacks_is_403_insufficient_scope(
     assert answer.status_code == 403
     challenge = answer.headers["www-authenticate"]
     assert 'error="insufficient_scope"' in challenge and 'scope="rooms:write"' in challenge
-    assert "resource_metadata=" in challenge and answer.json()["scope"] == "rooms:write"
+    assert "resource_metadata=" in challenge
+    error = answer.json()["error"]  # a JSON-RPC error object, as every refusal on /mcp
+    assert (error["data"]["code"], error["data"]["scope"], error["data"]["status"]) == (
+        "PERMISSION_DENIED",
+        "rooms:write",
+        403,
+    )
+    assert "rooms:write" in error["message"]
     [refusal] = await _audit(store, "auth.scope")
     assert (refusal.code, refusal.extra["tool"]) == ("PERMISSION_DENIED", "rooms_book")
     async with agent(deployed.resource, deployed.token(scope="rooms:write")) as client:

@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 import anyio
+import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -97,7 +98,9 @@ async def test_the_session_past_the_cap_is_refused_audited_and_a_closed_one_free
             assert _manager(app).open_sessions(key_id) == SESSIONS
             error = await _refusal(url, token)
             assert error.code == SESSION_QUOTA_ERROR
-            assert error.data == {"code": "QUOTA_EXCEEDED", "limit": SESSIONS, "open": SESSIONS, "retryable": False}
+            assert error.data is not None and 1 <= error.data.pop("retry_after") <= 600
+            assert error.data == {"code": "QUOTA_EXCEEDED", "limit": SESSIONS, "open": SESSIONS, "retryable": True}
+            assert error.message.startswith("Too many open sessions for this key: retry in ")
             async with agent(url, other, LEGACY) as theirs:
                 assert not (await theirs.call_tool("rooms_list", {})).is_error
             assert not (await second.call_tool("rooms_list", {})).is_error  # the open ones are unaffected
@@ -149,6 +152,35 @@ async def test_an_idle_session_is_closed_and_frees_its_slot(
             assert not (await again.call_tool("rooms_list", {})).is_error
 
 
+async def test_the_refused_session_says_when_a_slot_frees_with_retry_after(
+    redis: Redis, redis_url: str, backends: dict[str, Backend]
+) -> None:
+    """The quota frees itself as a session idles out: the 429 is retryable, with a ``Retry-After`` no later
+    than the idle timeout, and the client that waits that long gets its session."""
+    with _serve(redis_url, backends, Limits(sessions_per_key=1, session_idle_seconds=2)) as (url, _app):
+        token = await make_key(redis)
+        headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream"}
+        async with httpx.AsyncClient(headers=headers, timeout=10) as http:
+            opened = await http.post(url, json=_INITIALIZE)  # a client that never sends DELETE
+            assert opened.status_code == 200
+            refused = await http.post(url, json=_INITIALIZE)
+            assert refused.status_code == 429
+            wait = int(refused.headers["retry-after"])
+            assert 1 <= wait <= 2
+            error = refused.json()["error"]
+            assert error["data"]["retryable"] is True and error["data"]["retry_after"] == wait
+            with anyio.fail_after(10):  # polled, bounded: the slot frees within the idle timeout
+                while (again := await http.post(url, json=_INITIALIZE)).status_code == 429:
+                    await anyio.sleep(0.1)
+            assert again.status_code == 200
+
+
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 _PING = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
 _HEADERS = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
 

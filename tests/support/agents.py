@@ -41,9 +41,14 @@ async def agent(mcp_url: str, token: str, mode: str = "auto") -> AsyncIterator[C
 
 
 def payload(result: CallToolResult) -> dict[str, Any]:
-    """The structured content, checked against the text content the model also receives."""
+    """The structured content, checked against the text content the model also receives (a refusal's
+    text opens with its sentence, then a blank line, then the same JSON)."""
     [block] = result.content
-    text_payload = json.loads(block.text)  # type: ignore[union-attr]
+    text = block.text  # type: ignore[union-attr]
+    if result.is_error:
+        sentence, _, text = text.partition("\n\n")
+        assert sentence == result.structured_content["error"]["message"]  # type: ignore[index]
+    text_payload = json.loads(text)
     assert text_payload == result.structured_content
     return text_payload  # type: ignore[no-any-return]
 

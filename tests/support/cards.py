@@ -7,11 +7,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import httpx
 from redis.asyncio import Redis
 
 from gateway.cards.card import Card, CardState
 from gateway.limits.budgets import Limits
-from gateway.principal import Principal
+from gateway.principal import KeyKind, Principal
+from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import Proposal, RedisLedger
 
 if TYPE_CHECKING:
@@ -137,3 +139,16 @@ def a_card(**changes: Any) -> Card:
         "decide_by_ms": 2,
     }
     return Card(**{**fields, **changes})
+
+
+async def approve_as_admin(redis: Redis, base_url: str, card_id: str, *, approver: str = "root@acme.example") -> None:
+    """Approve `card_id` as an administrator would: an admin key, through the admin API at `base_url`, at the
+    card's current version and arguments hash."""
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None
+    token, _ = await KeyStore(redis).create(kind=KeyKind.ADMIN, subject=approver, org=card.requester_org,
+                                          roles=("approver",))  # fmt: skip
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {token}"}, timeout=10) as http:
+        body = {"version": card.version, "args_hash": card.args_hash}
+        answer = await http.post(f"/admin/api/cards/{card_id}/approve", json=body)
+    assert answer.status_code == 200, answer.text
