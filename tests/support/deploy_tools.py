@@ -8,11 +8,15 @@ package, which `.ci/run` installs), and the ``docker`` CLI where the machine has
 from __future__ import annotations
 
 import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 
-__all__ = ["required_tool"]
+__all__ = ["ROOT", "image_environment", "required_tool"]
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def required_tool(name: str, *, package: str) -> str:
@@ -24,3 +28,13 @@ def required_tool(name: str, *, package: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def image_environment() -> dict[str, str]:
+    """The environment the Dockerfile's ``ENV`` lines give every container of the image."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    environ: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip().upper().startswith("ENV "):
+            environ.update(re.findall(r"(\w+)=(\S+)", line))
+    return environ
