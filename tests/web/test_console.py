@@ -145,7 +145,8 @@ def test_console_files_never_parse_data_as_html_and_need_nothing_from_elsewhere(
     assert not re.search(r"set(Timeout|Interval)\(\s*['\"`]", script)
     assert "sessionStorage" in script and "history.replaceState" in script
     for name in ("index.html", "console.js", "console.css"):
-        text = (ASSETS / name).read_text()
+        # The SVG namespace is a name the charts are created in (createElementNS), not a location: nothing is fetched.
+        text = (ASSETS / name).read_text().replace('"http://www.w3.org/2000/svg"', "", 1)
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|url\(", text), name
 
 
