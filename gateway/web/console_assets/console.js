@@ -1000,9 +1000,9 @@
       return chart(id, title, el("p", { class: "empty" }, "No approved cards in this window."), null,
         dataTable(title, [groupName, "Cards", "Median (s)", "90th percentile (s)"], []));
     }
-    const width = 960, label = 220, row = 34, height = rows.length * row + 24;
+    const width = 480, label = 130, row = 34, height = rows.length * row + 8;
     const max = niceMax(Math.max(...rows.map((r) => r.p90_seconds)));
-    const scale = (seconds) => ((width - label - 80) * seconds) / max;
+    const scale = (seconds) => ((width - label - 60) * seconds) / max;
     const drawing = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "plot", "aria-hidden": "true", focusable: "false" });
     rows.forEach((r, index) => {
       const y = index * row + 4;
@@ -1019,14 +1019,16 @@
   }
 
   function duration(seconds) {
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
     if (seconds < 60) return `${Math.round(seconds)} s`;
     if (seconds < 3600) return `${Math.round(seconds / 60)} min`;
     return `${(seconds / 3600).toFixed(1)} h`;
   }
 
   function barsChart(id, title, rows, series) {
-    const width = 960, label = 220, row = 30, height = rows.length * row + 8;
-    const max = niceMax(Math.max(0, ...rows.map((r) => series.reduce((sum, [key]) => sum + r.values[key], 0))));
+    const width = 480, label = 215, row = 30, height = rows.length * row + 8;
+    const sumOf = (r) => series.reduce((sum, [key]) => sum + (r.values[key] || 0), 0);
+    const max = niceMax(Math.max(0, ...rows.map(sumOf)));
     const drawing = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "plot", "aria-hidden": "true", focusable: "false" });
     rows.forEach((r, index) => {
       const y = index * row + 4;
@@ -1034,10 +1036,10 @@
       drawing.append(svg("text", { x: label - 8, y: y + 15, class: "label", "text-anchor": "end" }, r.name));
       let total = 0;
       for (const [key] of series) {
-        const value = r.values[key];
+        const value = r.values[key] || 0;
         total += value;
         if (!value) continue;
-        const w = ((width - label - 60) * value) / max;
+        const w = ((width - label - 40) * value) / max;
         drawing.append(svg("rect", { x, y, width: w, height: 20, class: "series-" + key + (r.highlight ? " highlight" : "") }));
         x += w;
       }
