@@ -5,6 +5,7 @@ real Prometheus scraping a real gateway sees "ledger not durable" fire once dura
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import tempfile
 import time
@@ -13,12 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import yaml
 from redis import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.runtime.app import create_app
+from tests.support.browser import browser, screenshot, shots
 from tests.support.deploy_tools import required_tool
 from tests.support.redis_server import free_port, start_redis_process
 from tests.support.services import Backend, gateway_settings
@@ -90,20 +93,23 @@ def _poll(condition: Any, *, timeout: float, what: str) -> Any:
 
 
 @pytest.mark.slow
-def test_a_real_prometheus_sees_ledger_not_durable_fire_after_durability_is_switched_off(
-    durable_server: str, backends: dict[str, Backend], prometheus: tuple[Path, int]
+@pytest.mark.anyio
+async def test_a_real_prometheus_sees_ledger_not_durable_fire_after_durability_is_switched_off(
+    durable_server: str, backends: dict[str, Backend], prometheus: tuple[Path, int], tmp_path: Path
 ) -> None:
     """Prometheus scrapes the gateway's /metrics with the shipped rules: nothing fires while the ledger is
-    durable; `CONFIG SET appendonly no` makes CountersignLedgerNotDurable fire for that instance."""
+    durable; `CONFIG SET appendonly no` makes CountersignLedgerNotDurable fire for that instance, and
+    Prometheus's own alerts page shows it firing (screenshot)."""
     directory, port = prometheus
     with serve_app_in_thread(create_app(gateway_settings(durable_server, backends)), lifespan=True) as base:
         target = base.removeprefix("http://")
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(RULES)],
+            "rule_files": [RULES.name],  # copied beside the configuration, where Prometheus reads it from
             "scrape_configs": [{"job_name": "countersign", "static_configs": [{"targets": [target]}]}],
         }
         (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
+        shutil.copy(RULES, directory / RULES.name)
         command = [required_tool("prometheus", package="prometheus"),
                    f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
                    f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
@@ -111,8 +117,9 @@ def test_a_real_prometheus_sees_ledger_not_durable_fire_after_durability_is_swit
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
             try:
                 query = "/api/v1/query?query=countersign_ledger_durable"
-                _poll(lambda: [s for s in _api(port, query)["result"] if s["value"][1] == "1"],
-                      timeout=60, what="Prometheus scraping a durable ledger")  # fmt: skip
+                await anyio.to_thread.run_sync(lambda: _poll(
+                    lambda: [s for s in _api(port, query)["result"] if s["value"][1] == "1"],
+                    timeout=60, what="Prometheus scraping a durable ledger"))  # fmt: skip
                 assert not [a for a in _api(port, "/api/v1/alerts")["alerts"] if a["state"] == "firing"]
                 with Redis.from_url(durable_server) as redis:
                     redis.config_set("appendonly", "no")
@@ -122,10 +129,17 @@ def test_a_real_prometheus_sees_ledger_not_durable_fire_after_durability_is_swit
                     return [a for a in alerts if a["labels"]["alertname"] == "CountersignLedgerNotDurable"
                             and a["state"] == "firing"]  # fmt: skip
 
-                [alert] = _poll(firing, timeout=FIRING_WITHIN_SECONDS, what="CountersignLedgerNotDurable firing")
+                [alert] = await anyio.to_thread.run_sync(
+                    lambda: _poll(firing, timeout=FIRING_WITHIN_SECONDS, what="CountersignLedgerNotDurable firing")
+                )
                 assert alert["labels"]["instance"] == target and alert["labels"]["severity"] == "page"
                 summary = f"Countersign ledger not durable on {target}: writes are refused"
                 assert alert["annotations"]["summary"] == summary
+                # Debian's Prometheus serves its classic web UI (the React one is not packaged).
+                async with browser(tmp_path / "profile") as page:
+                    await page.send("Page.navigate", {"url": f"http://127.0.0.1:{port}/classic/alerts"})
+                    await page.until("document.body.innerText.includes('CountersignLedgerNotDurable')", seconds=30)
+                    await screenshot(page, shots(tmp_path) / "prometheus-alert-firing.png")
             finally:
                 process.terminate()
                 process.wait(timeout=30)
