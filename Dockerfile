@@ -6,10 +6,13 @@ COPY gateway ./gateway
 COPY adapters ./adapters
 COPY policies ./policies
 COPY backends ./backends
-RUN pip install --no-cache-dir . && useradd --system --create-home countersign \
+# `countersign agent` (the reference agent and its evaluation) is part of the CLI the image offers.
+COPY countersign_agent ./countersign_agent
+# A fixed numeric UID, so an orchestrator can check runAsNonRoot (deploy/kubernetes/ runs it as 10001).
+RUN pip install --no-cache-dir . && useradd --system --uid 10001 --user-group --create-home countersign \
     && mkdir /data && chown countersign /data
 
-USER countersign
+USER 10001
 # Production: no demo backend, no demo key, the audit secret required (`serve --demo` for the demo).
 # Bound beyond loopback, serve also needs COUNTERSIGN_ALLOWED_HOSTS and COUNTERSIGN_ALLOWED_ORIGINS
 # (or [gateway] allowed_hosts and allowed_origins); COUNTERSIGN_CONFIG names the adapters and orgs,

@@ -29,7 +29,7 @@ schema cannot drift from the bytes. Error bodies are `AdminError`:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -51,6 +51,7 @@ from gateway.admin.bodies import (
     DecisionsBody,
     DecisionsDone,
     ListQuery,
+    OverviewQuery,
     RejectBody,
     ResolveBody,
 )
@@ -60,6 +61,7 @@ from gateway.approvals.service import CardService
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import BEARER_ANSWERS, STORE_RETRY_AFTER_SECONDS, BearerAuth, caller_of, principal_of
 from gateway.auth.tokens import TokenVerifier
+from gateway.cards.overview import Overview
 from gateway.cards.views import CardActionResult, ResultCode
 from gateway.errors import StoreUnavailableError
 from gateway.limits.rate_limiter import AddressBudgets
@@ -122,14 +124,18 @@ def _result(result: CardActionResult) -> JSONResponse:
 
 # -- endpoints ------------------------------------------------------------------------------------
 
+BackendHealth = Callable[[], Mapping[str, bool]]
+"""Each configured backend's health as the gateway's checks last found it (`AdapterHealth.report`)."""
+
 Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult]]
 BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
 
 class _Endpoints:
-    def __init__(self, service: CardService, audit: AuditSink) -> None:
+    def __init__(self, service: CardService, audit: AuditSink, backends: BackendHealth | None) -> None:
         self.service = service
         self._audit = audit
+        self._backends = backends
 
     async def _invalid(self, request: Request, problems: list[str], message: str) -> Response:
         """A body or query refused before the card service saw it: audited like every refusal."""
@@ -162,6 +168,18 @@ class _Endpoints:
         if not listing.ok:  # a cursor the ledger did not issue (the service audited it)
             return _error(listing.code, "invalid cursor", status=STATUS[listing.code], problems=listing.problems)
         return _json(200, CardList(cards=list(listing.cards), next_cursor=listing.next_cursor))
+
+    async def overview(self, request: Request) -> Response:
+        try:
+            query = OverviewQuery.model_validate(dict(request.query_params))
+        except ValidationError as error:
+            return await self._invalid(request, _problems(error), "invalid query")
+        backends = self._backends() if self._backends is not None else None
+        try:
+            overview = await self.service.overview(principal_of(request.scope), query.window, backends=backends)
+        except StoreUnavailableError as error:
+            return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
+        return _json(200, overview)
 
     async def show_card(self, request: Request) -> Response:
         try:
@@ -304,6 +322,20 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 },
             ),
             Operation(
+                method="GET",
+                path="/overview",
+                name="overview",
+                summary="The org's cards at a glance: per hour by outcome, time to approval, open cards by age, "
+                "writes by outcome, worker lag, backend health (what the console's overview draws)",
+                endpoint=endpoints.overview,
+                query=OverviewQuery,
+                answers={
+                    200: Answer(description="the numbers of every chart", model=Overview),
+                    422: Answer(description="invalid query", model=AdminError),
+                    503: _UNAVAILABLE,
+                },
+            ),
+            Operation(
                 method="POST",
                 path="/cards/decisions",
                 name="decideCards",
@@ -339,6 +371,7 @@ def admin_routes(
     audit: AuditSink,
     floods: AddressBudgets,
     tables: Sequence[RouteTable] = (),
+    backends: BackendHealth | None = None,
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
@@ -349,6 +382,7 @@ def admin_routes(
     behind the key too: it holds no secret, but the admin surface tells a caller without an admin
     key nothing at all, and every legitimate consumer of it holds one. With `tokens`, an admin's
     access token of an issuer that mints for the admin API opens it too (roles from its claims).
+    `backends` feeds the overview's backend health; without it the overview reports none.
 
     Raises:
         ValueError: a table mounted outside ``/admin/api``, or one method and path declared twice.
@@ -358,7 +392,7 @@ def admin_routes(
     async def openapi(request: Request) -> Response:
         return _json(200, document)
 
-    cards = _card_table(_Endpoints(service, audit), openapi)
+    cards = _card_table(_Endpoints(service, audit, backends), openapi)
     every = [*tables, cards]
     document.update(
         openapi_document(

@@ -15,6 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from gateway.approvals.service import MAX_LIST, MAX_TEXT
 from gateway.cards.card import CardState
+from gateway.cards.overview import OverviewWindow
 from gateway.cards.views import AdminCard, AdminCardSummary, ResultCode
 from gateway.store.ledger.pages import MAX_CURSOR
 
@@ -32,6 +33,7 @@ __all__ = [
     "DecisionsBody",
     "DecisionsDone",
     "ListQuery",
+    "OverviewQuery",
     "RejectBody",
     "ResolveBody",
 ]
@@ -115,6 +117,14 @@ class ListQuery(BaseModel):
     """Most cards in this page; a page may hold fewer and still have a next_cursor."""
     cursor: str | None = Field(default=None, min_length=1, max_length=MAX_CURSOR)
     """The next_cursor of the previous page, unchanged, with the same filters; absent for the first page."""
+
+
+class OverviewQuery(BaseModel):
+    """The window of ``GET /overview``."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    window: OverviewWindow = OverviewWindow.DAY
+    """``24h`` (hourly, the last day) or ``7d`` (hourly, the last week)."""
 
 
 # -- responses ------------------------------------------------------------------------------------

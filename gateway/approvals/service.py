@@ -35,13 +35,14 @@ from gateway.approvals.watch import CardWatch, visible_to
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.cards.card import Card, CardState
 from gateway.cards.contract import CardChanges, CardQuery, Ledger, Transition, TransitionStatus
+from gateway.cards.overview import HOUR_MS, Overview, OverviewWindow, summarize
 from gateway.cards.views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
 from gateway.codes import Code
 from gateway.errors import InvalidCursorError, StoreUnavailableError
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
 
-__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OUTCOMES", "CardService", "Writable"]
+__all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OPEN_LOOKBACK_MS", "OUTCOMES", "CardService", "Writable"]
 
 MAX_TEXT = 2000
 """Longest comment or rejection reason, in characters."""
@@ -50,6 +51,8 @@ MAX_EVIDENCE_BYTES = 16_384
 OUTCOMES = ("SUCCEEDED", "FAILED")
 """What an admin may resolve a NEEDS_RECONCILIATION card to."""
 MAX_LIST = 500
+OPEN_LOOKBACK_MS = 7 * 24 * HOUR_MS
+"""How far before an overview's window its reading goes, for the cards still open from then."""
 """Most cards one page of the list holds."""
 
 # What each ledger refusal means to the admin. Anything unlisted is a conflict with the card's state.
@@ -157,6 +160,33 @@ class CardService:
             if cursor is None:
                 break
         return cards
+
+    async def overview(
+        self, admin: Principal, window: OverviewWindow, *, backends: Mapping[str, bool] | None
+    ) -> Overview:
+        """The admin's org at a glance over `window` (`gateway.cards.overview`), by the ledger's clock.
+
+        Reads the org's cards newest first until one was created more than `OPEN_LOOKBACK_MS` before the
+        window began: every card of the window, and the open ones made before it (an open card older
+        than that has long been expired by the ledger's sweep). `backends` is what the gateway's health
+        checks report, passed through. A key that is not an admin's sees an org with no cards.
+
+        Raises:
+            StoreUnavailableError: Redis did not answer.
+        """
+        now_ms = await self._ledger.server_time_ms()
+        if admin.kind is not KeyKind.ADMIN:
+            return summarize((), org=admin.org, now_ms=now_ms, window=window, backends=backends)
+        oldest_ms = now_ms - window.hours * HOUR_MS - OPEN_LOOKBACK_MS
+        cards: list[Card] = []
+        cursor: str | None = None
+        while True:
+            found = await self._ledger.page(CardQuery(org=admin.org), limit=MAX_LIST, cursor=cursor)
+            cards += found.cards
+            cursor = found.next_cursor
+            if cursor is None or any(card.created_ms < oldest_ms for card in found.cards):
+                break
+        return summarize(cards, org=admin.org, now_ms=now_ms, window=window, backends=backends)
 
     async def show(self, admin: Principal, card_id: str) -> AdminCard | None:
         """The card with its history, or None if it does not exist or belongs to another org.

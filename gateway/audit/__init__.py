@@ -6,6 +6,7 @@
 * `secret` — the chain's key, as every process that appends or verifies gets it (read at the edge);
 * `forwarder` — the live export, a background driver that posts new entries to a collector.
 
-May import: the vocabulary and `policies`; `secret` also the settings, `forwarder` the store and the
-outbound webhook. The Redis stream is `gateway.store.audit_stream`; the archive files `gateway.archives`.
+May import: the vocabulary and `policies`; `secret` also the settings, `forwarder` the store, the
+outbound webhook and the metrics (its lag). The Redis stream is `gateway.store.audit_stream`; the
+archive files `gateway.archives`.
 """

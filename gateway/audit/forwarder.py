@@ -24,6 +24,7 @@ from gateway.notifications.delivery import Post
 from gateway.notifications.message import signed_headers
 from gateway.store.audit_export import AuditExportCursor
 from gateway.store.audit_trail import AuditTrail
+from gateway.telemetry.metrics import set_audit_export_backlog
 
 __all__ = ["AuditForwarder"]
 
@@ -66,6 +67,9 @@ class AuditForwarder:
         while await self._cursor.hold(self._token, lease_ms=self._lease_ms):
             position = await self._cursor.position()
             entries = await self._trail.after(position, self._target.batch)
+            # Set before the post, so a receiver that keeps refusing shows as a growing lag.
+            oldest_ms = int(entries[0][0].partition("-")[0]) if entries else None
+            set_audit_export_backlog(self._clock() - oldest_ms / 1000 if oldest_ms is not None else 0.0)
             if not entries:
                 return sent
             lines = [

@@ -24,7 +24,6 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from urllib.parse import urlsplit, urlunsplit
 
 from gateway.archives.audit_archive import AuditArchive
 from gateway.audit.events import AuditEvent, AuditSink
@@ -70,10 +69,7 @@ def where(settings: Settings) -> str:
     """One line naming the store a command acts on, a warning when the data directory does not exist
     yet (a mistyped path would otherwise silently give an empty store), the Redis URL without its password."""
     if settings.redis_url is not None:
-        parts = urlsplit(settings.redis_url)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return f"countersign: using Redis {urlunsplit(parts._replace(netloc=netloc))}"
+        return f"countersign: using Redis {_without_credentials(settings.redis_url)}"
     data_dir = settings.data_dir.resolve()
     if not data_dir.exists():
         return (
@@ -81,6 +77,15 @@ def where(settings: Settings) -> str:
             "(is it the one serve uses? --config or COUNTERSIGN_DATA_DIR)"
         )
     return f"countersign: using data directory {data_dir}"
+
+
+def _without_credentials(url: str) -> str:
+    """`url` without its user, password and query. Split by hand, as `gateway.config.redis_target` does: a
+    Sentinel or Cluster URL lists several ``host:port`` pairs, on which `urlsplit(url).port` raises."""
+    scheme, separator, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    # The query can carry options redis-py reads as keywords, a password among them: it is left out.
+    return f"{scheme}{separator}{netloc.rpartition('@')[2]}{slash}{path.partition('?')[0]}"
 
 
 class _Store:

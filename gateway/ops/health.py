@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from gateway.errors import UpstreamError
 from gateway.tools.upstream import UpstreamClient
@@ -33,7 +32,7 @@ class AdapterHealth:
     def healthy(self, adapter: str) -> bool:
         return self._failures.get(adapter, 0) < self._trip
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> dict[str, bool]:
         return {name: self.healthy(name) for name in self._paths}
 
     async def check_once(self) -> None:

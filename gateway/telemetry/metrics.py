@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -58,6 +59,7 @@ __all__ = [
     "count_transition",
     "render",
     "serve_metrics",
+    "set_audit_export_backlog",
     "worker_step",
 ]
 
@@ -111,7 +113,7 @@ _approval_seconds = Histogram(
 )
 _execution_seconds = Histogram(
     "countersign_execution_latency_seconds",
-    "Card approved -> outcome recorded (SUCCEEDED, FAILED, UNKNOWN).",
+    "Card approved -> outcome recorded (SUCCEEDED, FAILED, UNKNOWN) or handed to a person (NEEDS_RECONCILIATION).",
     ["outcome"],
     buckets=_LATENCY,
     registry=REGISTRY,
@@ -158,6 +160,11 @@ _worker_seconds = Histogram(
     "Time one worker step took.",
     ["step"],
     buckets=_LATENCY,
+    registry=REGISTRY,
+)
+_audit_export_backlog = Gauge(
+    "countersign_audit_export_backlog_seconds",
+    "Age of the oldest audit entry the export receiver has not taken, at this process's last export round (0: none).",
     registry=REGISTRY,
 )
 
@@ -224,6 +231,11 @@ def count_backend_request(adapter: str, status: int | None, seconds: float) -> N
     """One backend request; `status` None means no HTTP answer (connect failure, timeout, broken connection)."""
     _child(_backend, adapter, f"{status // 100}xx" if status is not None else "error").inc()
     _child(_backend_seconds, adapter).observe(seconds)
+
+
+def set_audit_export_backlog(seconds: float) -> None:
+    """The live audit export's lag: the age of the oldest entry not yet acknowledged, 0 when it is caught up."""
+    _audit_export_backlog.set(max(seconds, 0.0))
 
 
 @contextmanager

@@ -375,7 +375,7 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
         "/cards", "/cards/events", "/cards/decisions", "/cards/{card_id}", "/cards/{card_id}/approve",
         "/cards/{card_id}/reject",
         "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
-        "/adapters/", "/adapters/{name}", "/adapters/{name}/accept",
+        "/adapters/", "/adapters/{name}", "/adapters/{name}/accept", "/overview",
     }  # fmt: skip
     assert spec["components"]["securitySchemes"]["adminKey"] == {
         "type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)",
@@ -455,6 +455,8 @@ async def test_every_answer_validates_against_the_schema_its_route_documents(api
             await http.post(f"/cards/{card_id}/resolve", json={"outcome": "FAILED", "evidence": {"checked": "x"}}),
             await http.post(f"/cards/{contested}/cancel"),
             await http.get("/adapters/"),
+            await http.get("/overview", params={"window": "7d"}),
+            await http.get("/overview", params={"window": "1y"}),
             await http.get("/adapters/expenses"),
             await http.get("/adapters/nothing"),
             await http.post("/adapters/expenses/accept", json={"hash": "sha256:old"}),
@@ -477,7 +479,8 @@ async def test_every_answer_validates_against_the_schema_its_route_documents(api
         schema = documented["content"]["application/json"]["schema"]
         Draft202012Validator({**schema, "components": spec["components"]}).validate(answer.json())
     assert {answer.status_code for answer in answers} == {200, 401, 403, 404, 409, 422, 503}
-    assert answers[9].json()["adapters"][0]["flags"] == [flag] and answers[12].json()["adapter"]["name"] == "expenses"
+    assert answers[9].json()["adapters"][0]["flags"] == [flag] and answers[14].json()["adapter"]["name"] == "expenses"
+    assert len(answers[10].json()["cards_per_hour"]) == 168 and answers[11].status_code == 422
 
 
 async def test_unknown_routes_and_methods_answer_json(api: Api, redis: Redis) -> None:

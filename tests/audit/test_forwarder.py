@@ -26,12 +26,19 @@ from gateway.store.audit_archiver import AuditArchiver
 from gateway.store.audit_export import AuditExportCursor
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.receiver import Receiver
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
 SECRET = "export-secret-0123456789"
+
+
+def _backlog() -> float:
+    value = REGISTRY.get_sample_value("countersign_audit_export_backlog_seconds")
+    assert value is not None
+    return value
 
 
 @pytest.fixture
@@ -59,10 +66,12 @@ async def test_every_entry_reaches_the_receiver_once_acknowledged_in_order_and_s
         with pytest.raises(UpstreamError):
             await forwarder.forward_due()  # refused: nothing acknowledged
         assert await cursor.position() == ""
+        assert _backlog() > 0  # the refused batch's oldest entry is waiting
         assert await forwarder.forward_due() == 5
         await sink.record(AuditEvent(action="card.approve", outcome="ok", subject="late"))
         assert await forwarder.forward_due() == 1
         assert await forwarder.forward_due() == 0
+        assert _backlog() == 0  # caught up
     finally:
         await poster.aclose()
     refused, *taken = hook.received

@@ -67,6 +67,21 @@ def test_the_store_line_names_redis_without_its_password(tmp_path: Path) -> None
     assert "hunter2" not in line
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis+cluster://n1:6379,n2:6379", "redis+cluster://n1:6379,n2:6379"),
+        ("redis+sentinel://:hunter2@s1:26379,s2:26379/main/1", "redis+sentinel://s1:26379,s2:26379/main/1"),
+        ("rediss+cluster://ops:hunter2@n1:6379,n2:6379", "rediss+cluster://n1:6379,n2:6379"),
+        ("redis://db.internal:6380/0?password=hunter2", "redis://db.internal:6380/0"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_the_store_line_names_every_topology_without_its_password(url: str, shown: str) -> None:
+    """A URL listing several hosts (Sentinel, Cluster) is named as given, less its credentials and query."""
+    assert where(Settings(redis_url=url)) == f"countersign: using Redis {shown}"
+
+
 def test_a_missing_data_directory_is_a_warning_and_an_existing_one_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "typo"
     assert "warning" in where(Settings(data_dir=missing)) and str(missing) in where(Settings(data_dir=missing))

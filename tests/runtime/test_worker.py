@@ -14,6 +14,7 @@ from gateway.errors import ToolDeclarationError
 from gateway.runtime.app import Gateway, build_gateway, tools_for
 from gateway.runtime.worker import Worker
 from gateway.store.keys import KeyStore
+from gateway.telemetry.metrics import REGISTRY
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL, approved_card
 from tests.support.services import Backend, gateway_settings, in_process_gateway
@@ -163,9 +164,13 @@ async def test_an_unknown_write_whose_tool_is_no_longer_served_goes_to_a_person_
                                  evidence={}, settle_ms=0)  # fmt: skip
     assert done.card is not None and done.card.state is CardState.UNKNOWN
 
+    handed_over = {"outcome": "NEEDS_RECONCILIATION"}
+    before = REGISTRY.get_sample_value("countersign_execution_latency_seconds_count", handed_over) or 0.0
+
     settled = await gateway.executor.writes.reconcile(card_id, worker="w1")
 
     assert settled is not None and settled.state is CardState.NEEDS_RECONCILIATION
+    assert REGISTRY.get_sample_value("countersign_execution_latency_seconds_count", handed_over) == before + 1
     events = await gateway.audit.recent(20)
     assert any(
         (e.action, e.outcome, e.tool, e.reason)

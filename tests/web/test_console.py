@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import re
 import secrets
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from html.parser import HTMLParser
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
@@ -37,6 +32,7 @@ from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.tools.preview import Preview
 from gateway.web.console import console_routes
 from tests.support.agents import agent, make_key, payload
+from tests.support.browser import FOLD, browser, screenshot, shots
 from tests.support.cards import PROPOSAL, flood
 from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
@@ -145,93 +141,12 @@ def test_console_files_never_parse_data_as_html_and_need_nothing_from_elsewhere(
     assert not re.search(r"set(Timeout|Interval)\(\s*['\"`]", script)
     assert "sessionStorage" in script and "history.replaceState" in script
     for name in ("index.html", "console.js", "console.css"):
-        text = (ASSETS / name).read_text()
+        # The SVG namespace is a name the charts are created in (createElementNS), not a location: nothing is fetched.
+        text = (ASSETS / name).read_text().replace('"http://www.w3.org/2000/svg"', "", 1)
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|url\(", text), name
 
 
 # -- in a real browser ------------------------------------------------------------------------------
-
-
-def _chromium() -> str | None:
-    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-
-
-def _without_browser(reason: str) -> NoReturn:
-    """Skip on a developer's machine; fail in CI (`CI` set), where `.ci/run` installs Chromium, so a CI
-    run can never pass without having driven the console in a browser."""
-    if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-        pytest.fail(f"{reason}, and CI must run the browser test (.ci/run installs Chromium)", pytrace=False)
-    pytest.skip(reason)
-
-
-class _Page:
-    """Just enough of the Chrome DevTools Protocol: commands on one page, and the dialogs it opened."""
-
-    def __init__(self, socket: Any, session: str) -> None:
-        self._socket = socket
-        self._session = session
-        self._next_id = 0
-        self.dialogs: list[str] = []
-
-    async def send(self, method: str, params: dict[str, Any] | None = None, *, session: bool = True) -> Any:
-        self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = self._session
-        await self._socket.send(json.dumps(message))
-        while True:
-            answer = json.loads(await self._socket.recv())
-            if answer.get("method") == "Page.javascriptDialogOpening":
-                self.dialogs.append(answer["params"]["message"])
-                await self.send("Page.handleJavaScriptDialog", {"accept": False})
-            if answer.get("id") == self._next_id:
-                if "error" in answer:
-                    raise RuntimeError(f"{method}: {answer['error']}")
-                return answer["result"]
-
-    async def evaluate(self, expression: str) -> Any:
-        result = await self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
-        return result["result"].get("value")
-
-    async def until(self, expression: str, *, seconds: float = 10) -> Any:
-        with anyio.fail_after(seconds):
-            while not (value := await self.evaluate(expression)):
-                await anyio.sleep(0.05)
-        return value
-
-
-@asynccontextmanager
-async def _browser(profile: Path) -> AsyncIterator[_Page]:
-    try:
-        from websockets.asyncio import client as websockets
-    except ImportError:
-        _without_browser("no websockets client to drive Chromium with")
-    chromium = _chromium()
-    if chromium is None:
-        _without_browser("no Chromium on this machine")
-    flags = ["--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-             "--remote-debugging-port=0", f"--user-data-dir={profile}", "--window-size=1280,900"]  # fmt: skip
-    if os.geteuid() == 0:
-        flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox
-    process = subprocess.Popen([chromium, *flags, "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port_file = profile / "DevToolsActivePort"
-        with anyio.fail_after(30):
-            while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
-                await anyio.sleep(0.05)
-        port, path = port_file.read_text().splitlines()[:2]
-        async with websockets.connect(f"ws://127.0.0.1:{port}{path}", max_size=None) as socket:
-            browser = _Page(socket, "")
-            target = await browser.send("Target.createTarget", {"url": "about:blank"}, session=False)
-            attached = await browser.send(
-                "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}, session=False
-            )
-            page = _Page(socket, attached["sessionId"])
-            await page.send("Page.enable")
-            yield page
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 async def test_in_a_browser_hostile_agent_text_stays_text_and_approve_sends_what_is_shown(
@@ -248,7 +163,7 @@ async def test_in_a_browser_hostile_agent_text_stays_text_and_approve_sends_what
     card_id = created.card.card_id
     base = mcp_url.removesuffix("/mcp")
 
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards/{card_id}"})
         await page.until("document.querySelector('#card-detail') !== null")
         seen = await page.evaluate(
@@ -302,7 +217,7 @@ async def test_in_a_browser_the_list_follows_the_cursors_to_an_old_pending_card(
     base = mcp_url.removesuffix("/mcp")
     rows = "[...document.querySelectorAll('#card-list tbody tr')].map((row) => row.dataset.cardId)"
 
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards?state=PENDING"})
         await page.until("document.querySelector('#more-cards') !== null")
         first = await page.evaluate(rows)
@@ -327,7 +242,7 @@ async def test_in_a_browser_a_card_shows_its_preview_what_happened_and_local_tim
     )
     assert created.card is not None
     base = mcp_url.removesuffix("/mcp")
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards/{created.card.card_id}"})
         await page.until("document.querySelector('#card-detail') !== null")
         seen = json.loads(await page.evaluate(
@@ -347,26 +262,6 @@ async def test_in_a_browser_a_card_shows_its_preview_what_happened_and_local_tim
 
 
 # -- a console that keeps up --------------------------------------------------------------------------
-
-FOLD = (1280, 900)
-"""The screen an approver is assumed to have: the decision and its buttons must fit in it unscrolled."""
-
-
-def _shots(tmp_path: Path) -> Path:
-    """Where screenshots go: ``COUNTERSIGN_SCREENSHOTS`` when set, else the test's own directory."""
-    folder = Path(os.environ.get("COUNTERSIGN_SCREENSHOTS") or tmp_path / "screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-async def _screenshot(page: _Page, path: Path) -> None:
-    """The viewport at `FOLD`, as a PNG: exactly what the approver sees before scrolling."""
-    width, height = FOLD
-    await page.send("Emulation.setDeviceMetricsOverride",
-                    {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})  # fmt: skip
-    await page.evaluate("new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
-    shot = await page.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False})
-    path.write_bytes(base64.b64decode(shot["data"]))
 
 
 async def _admin_api(base: str, key: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -415,7 +310,7 @@ async def test_in_a_browser_the_list_and_the_card_follow_decisions_made_elsewher
     first, second = [(await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card for _ in "ab"]
     assert first is not None and second is not None
     state = '(id) => document.querySelector(`#card-list tr[data-card-id="${id}"]`)?.dataset.state'
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{quiet_console}/admin/#key={bob}&next=/cards?state=PENDING"})
         await page.until("document.querySelector('#live')?.dataset.mode === 'live'")
         await page.evaluate("window.notReloaded = true")
@@ -451,7 +346,7 @@ async def test_in_a_browser_without_the_event_stream_the_console_reads_the_card_
     created = await RedisLedger(quiet).propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))
     other = (await RedisLedger(quiet).propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card
     assert created.card is not None and other is not None
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Network.enable")
         await page.send("Network.setBlockedURLs", {"urls": ["*/admin/api/cards/events*"]})
         await page.send(
@@ -491,7 +386,7 @@ async def test_in_a_browser_reject_and_resolve_record_what_the_admin_entered(
     assert (await ledger.complete(stuck.card_id, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
                                   evidence={}, settle_ms=60_000)).ok  # fmt: skip
     assert (await ledger.reconcile(stuck.card_id, result="NEEDS_RECONCILIATION", reference="", evidence={})).ok
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{quiet_console}/admin/#key={bob}&next=/cards/{vetoed.card_id}"})
         await page.until("document.querySelector('#reject-button') !== null")
         await page.evaluate("document.querySelector('#reject-reason').value = 'over budget'")
@@ -532,8 +427,8 @@ async def test_in_a_browser_a_refund_card_shows_its_decision_above_the_fold_and_
             assert not booked.is_error, payload(booked)
     card_id = receipt["card_id"]
     base = mcp_url.removesuffix("/mcp")
-    shots = _shots(tmp_path)
-    async with _browser(tmp_path / "profile") as page:
+    folder = shots(tmp_path)
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{base}/admin/#key={bob}&next=/cards?state=PENDING"})
         await page.until(f"document.querySelector('#card-list tr[data-card-id=\"{card_id}\"]') !== null")
         await page.until("document.querySelector('#live')?.dataset.mode === 'live'")
@@ -541,10 +436,10 @@ async def test_in_a_browser_a_refund_card_shows_its_decision_above_the_fold_and_
             "JSON.stringify([document.querySelectorAll('#card-list tbody tr').length,"
             " document.querySelector('#view h2').textContent,"
             " document.querySelector('.list-more').textContent])"))  # fmt: skip
-        await _screenshot(page, shots / "card-list.png")
+        await screenshot(page, folder / "card-list.png")
         await page.evaluate(f"location.hash = '#/cards/{card_id}'")
         await page.until("document.querySelector('#approve-button') !== null")
-        await _screenshot(page, shots / "refund-card.png")
+        await screenshot(page, folder / "refund-card.png")
         seen = json.loads(await page.evaluate(
             """JSON.stringify({
                 first: document.querySelector('#card-detail').firstElementChild.id,
@@ -563,7 +458,7 @@ async def test_in_a_browser_a_refund_card_shows_its_decision_above_the_fold_and_
     # In the box twice (the agent's words, and the arguments folded beneath them), and nowhere else.
     assert seen["everywhere"] == seen["boxed"] == 2
     assert seen["preview"][0] == "Refund 12.34 USD on order ord-1001"
-    assert (shots / "card-list.png").stat().st_size > 0 and (shots / "refund-card.png").stat().st_size > 0
+    assert (folder / "card-list.png").stat().st_size > 0 and (folder / "refund-card.png").stat().st_size > 0
 
 
 async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
@@ -599,7 +494,7 @@ async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
         first: document.querySelector('#card-provenance').compareDocumentPosition(
             document.querySelector('#card-detail .status')) & Node.DOCUMENT_POSITION_FOLLOWING,
     })"""
-    async with _browser(tmp_path / "profile") as page:
+    async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{base}/admin/#key={key}&next=/cards?state=PENDING"})
         badge = '(id) => document.querySelector(`#card-list tr[data-card-id="${id}"] .tainted-badge`) !== null'
         await page.until(f"document.querySelector('#card-list tr[data-card-id=\"{ids[1]}\"]') !== null")

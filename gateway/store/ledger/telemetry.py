@@ -65,3 +65,6 @@ def _latency(name: str, card: Card) -> None:
         count_approval_decided(decision, (now_ms - card.created_ms) / 1000)
     elif name == "complete" and card.state in _OUTCOMES and card.approved_ms is not None:
         count_execution_finished(card.state.value, (now_ms - card.approved_ms) / 1000)
+    elif card.state is CardState.NEEDS_RECONCILIATION and card.approved_ms is not None:
+        # Handed to a person (by the reconciler or the sweep): counted as an outcome, so an alert sees them grow.
+        count_execution_finished(card.state.value, (now_ms - card.approved_ms) / 1000)

@@ -21,7 +21,7 @@
   const KEY_SHAPE = /^[\x21-\x7e]{8,512}$/;
   const ATTRIBUTES = new Set([
     "id", "href", "type", "for", "name", "value", "placeholder", "rows", "title", "role",
-    "required", "disabled", "open", "colspan", "autocomplete", "spellcheck", "maxlength", "selected",
+    "required", "disabled", "open", "colspan", "autocomplete", "spellcheck", "maxlength", "selected", "scope",
   ]);
 
   // Characters a reader does not see: controls (but newline and tab), format characters (bidi
@@ -227,7 +227,7 @@
     const params = new URLSearchParams(location.hash.slice(1));
     const key = (params.get("key") || "").trim();
     const next = params.get("next") || "";
-    const target = /^\/(cards|adapters)([/?][\w\-.:=&%/]*)?$/.test(next) ? "#" + next : "#/cards";
+    const target = /^\/(cards|adapters|overview)([/?][\w\-.:=&%/]*)?$/.test(next) ? "#" + next : "#/cards";
     history.replaceState(null, "", location.pathname + location.search + target);
     if (adminKey) return "A key in the link was ignored: this tab is already signed in.";
     if (!KEY_SHAPE.test(key)) return "The key in the link does not look like a key.";
@@ -265,6 +265,7 @@
     const card = /^#\/cards\/([^/?]+)$/.exec(hash);
     $("nav-cards").classList.toggle("current", hash.startsWith("#/cards"));
     $("nav-adapters").classList.toggle("current", hash === "#/adapters");
+    $("nav-overview").classList.toggle("current", hash.startsWith("#/overview"));
     try {
       if (card) {
         let cardId = null;
@@ -277,6 +278,9 @@
         else await cardView(cardId);
       } else if (hash === "#/adapters") {
         await adaptersView();
+      } else if (hash === "#/overview" || hash.startsWith("#/overview?")) {
+        const window = new URLSearchParams(hash.slice("#/overview".length).replace(/^\?/, "")).get("window");
+        await overviewView(OVERVIEW_WINDOWS.includes(window) ? window : "24h");
       } else if (hash === "#/cards" || hash.startsWith("#/cards?")) {
         const state = new URLSearchParams(hash.slice("#/cards".length).replace(/^\?/, "")).get("state");
         await listView(state === null ? "PENDING" : state);
@@ -837,6 +841,7 @@
     const view = current;
     if (!view || view.token !== renderToken) return;
     if (view.kind === "list") upsertRow(view, row);
+    else if (view.kind === "overview") overviewChanged(view);
     else if (view.kind === "card" && row.card_id === view.card.card_id && row.version !== view.card.version) {
       reloadCard(view).catch(() => {});
     }
@@ -887,11 +892,247 @@
       await reloadCard(view);
       return;
     }
+    if (view.kind === "overview") {
+      await reloadOverview(view);
+      return;
+    }
     // The newest cards of every state: new ones matching the filter are added, and a shown card that
     // left the filter (decided, say) is updated in place, as an event would.
     const res = await api("GET", "cards?" + new URLSearchParams({ limit: String(LIST_LIMIT) }).toString());
     if (view !== current || res.status !== 200 || !res.body || !Array.isArray(res.body.cards)) return;
     for (const row of [...res.body.cards].reverse()) upsertRow(view, row);
+  }
+
+  // -- the overview ---------------------------------------------------------------------------------
+  //
+  // Charts of the org's cards (GET api/overview), drawn as SVG in the page with createElementNS: no
+  // library, no markup parsed, colours from the stylesheet (light and dark). Each chart's numbers are
+  // also a table for screen readers; the SVG itself is hidden from them.
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const OVERVIEW_WINDOWS = ["24h", "7d"];
+  const OUTCOME_LABELS = {
+    waiting: "waiting", succeeded: "succeeded", failed: "failed", uncertain: "outcome unknown",
+    rejected: "rejected", expired: "expired", cancelled: "cancelled",
+  };
+  const LINKED_WRITES = new Set(["FAILED", "UNKNOWN", "NEEDS_RECONCILIATION"]);
+  let overviewTimer = null;
+
+  function svg(tag, attributes, ...children) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value));
+    for (const child of children) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    return node;
+  }
+
+  // A chart: its title, the drawing (hidden from screen readers), a legend, and the table of its numbers.
+  function chart(id, title, drawing, legend, table, extra) {
+    return el("figure", { class: "chart", id },
+      el("figcaption", null, el("h3", null, title)),
+      drawing, legend, extra, table);
+  }
+
+  function dataTable(caption, headers, rows) {
+    return el("table", { class: "chart-data visually-hidden" },
+      el("caption", null, caption),
+      el("thead", null, el("tr", null, headers.map((h) => el("th", { scope: "col" }, h)))),
+      el("tbody", null, rows.map(({ head, cells, attrs }) =>
+        el("tr", attrs || null, el("th", { scope: "row" }, head), cells.map((c) => el("td", null, String(c)))))));
+  }
+
+  function legendOf(entries) {
+    return el("ul", { class: "legend", "aria-hidden": "true" },
+      entries.map(([key, label]) => el("li", null, el("span", { class: "swatch series-" + key }), label)));
+  }
+
+  const niceMax = (value) => {
+    if (value <= 0) return 1;
+    const power = 10 ** Math.floor(Math.log10(value));
+    return [1, 2, 5, 10].map((step) => step * power).find((bound) => bound >= value);
+  };
+
+  function hourLabel(iso, withDay) {
+    const at = new Date(iso);
+    return at.toLocaleString(undefined, withDay ? { weekday: "short", hour: "2-digit" } : { hour: "2-digit", minute: "2-digit" });
+  }
+
+  // Stacked columns, one per hour.
+  function hoursChart(data) {
+    const width = 960, height = 220, left = 40, bottom = 24, top = 8;
+    const hours = data.cards_per_hour;
+    const totals = hours.map((h) => data.outcomes.reduce((sum, name) => sum + h.counts[name], 0));
+    const max = niceMax(Math.max(0, ...totals));
+    const plot = height - bottom - top;
+    const step = (width - left) / hours.length;
+    const drawing = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "plot", "aria-hidden": "true", focusable: "false" });
+    for (const fraction of [0, 0.5, 1]) {
+      const y = top + plot * (1 - fraction);
+      drawing.append(svg("line", { x1: left, x2: width, y1: y, y2: y, class: "grid" }),
+        svg("text", { x: left - 6, y: y + 4, class: "tick", "text-anchor": "end" }, String(max * fraction)));
+    }
+    const every = Math.max(1, Math.ceil(hours.length / 12));
+    hours.forEach((hour, index) => {
+      let y = top + plot;
+      for (const name of data.outcomes) {
+        const count = hour.counts[name];
+        if (!count) continue;
+        const h = (count / max) * plot;
+        y -= h;
+        drawing.append(svg("rect", { x: left + index * step + step * 0.1, y, width: Math.max(step * 0.8, 1), height: h,
+          class: "series-" + name }));
+      }
+      if (index % every === 0) {
+        drawing.append(svg("text", { x: left + index * step + step / 2, y: height - 6, class: "tick", "text-anchor": "middle" },
+          hourLabel(hour.start, data.window === "7d")));
+      }
+    });
+    const table = dataTable(`Cards created per hour, by outcome (${data.window})`,
+      ["Hour", ...data.outcomes.map((name) => OUTCOME_LABELS[name] || name)],
+      hours.map((hour) => ({ head: at(hour.start), attrs: { "data-start": hour.start },
+        cells: data.outcomes.map((name) => hour.counts[name]) })));
+    return chart("chart-hours", `Cards per hour by outcome, last ${data.window === "7d" ? "7 days" : "24 hours"}`,
+      drawing, legendOf(data.outcomes.map((name) => [name, OUTCOME_LABELS[name] || name])), table);
+  }
+
+  // Horizontal bars: median and 90th percentile, one pair per group.
+  function timesChart(id, title, groupName, rows) {
+    if (!rows.length) {
+      return chart(id, title, el("p", { class: "empty" }, "No approved cards in this window."), null,
+        dataTable(title, [groupName, "Cards", "Median (s)", "90th percentile (s)"], []));
+    }
+    const width = 480, label = 130, row = 34, height = rows.length * row + 8;
+    const max = niceMax(Math.max(...rows.map((r) => r.p90_seconds)));
+    const scale = (seconds) => ((width - label - 60) * seconds) / max;
+    const drawing = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "plot", "aria-hidden": "true", focusable: "false" });
+    rows.forEach((r, index) => {
+      const y = index * row + 4;
+      drawing.append(
+        svg("text", { x: label - 8, y: y + 18, class: "label", "text-anchor": "end" }, r.name),
+        svg("rect", { x: label, y, width: Math.max(scale(r.p90_seconds), 1), height: 12, class: "series-p90" }),
+        svg("rect", { x: label, y: y + 14, width: Math.max(scale(r.median_seconds), 1), height: 12, class: "series-median" }),
+        svg("text", { x: label + scale(r.p90_seconds) + 6, y: y + 11, class: "tick" }, duration(r.p90_seconds)),
+        svg("text", { x: label + scale(r.median_seconds) + 6, y: y + 25, class: "tick" }, duration(r.median_seconds)));
+    });
+    const table = dataTable(title, [groupName, "Cards", "Median (s)", "90th percentile (s)"],
+      rows.map((r) => ({ head: r.name, cells: [r.cards, r.median_seconds, r.p90_seconds] })));
+    return chart(id, title, drawing, legendOf([["median", "median"], ["p90", "90th percentile"]]), table);
+  }
+
+  function duration(seconds) {
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+    if (seconds < 60) return `${Math.round(seconds)} s`;
+    if (seconds < 3600) return `${Math.round(seconds / 60)} min`;
+    return `${(seconds / 3600).toFixed(1)} h`;
+  }
+
+  function barsChart(id, title, rows, series) {
+    const width = 480, label = 215, row = 30, height = rows.length * row + 8;
+    const sumOf = (r) => series.reduce((sum, [key]) => sum + (r.values[key] || 0), 0);
+    const max = niceMax(Math.max(0, ...rows.map(sumOf)));
+    const drawing = svg("svg", { viewBox: `0 0 ${width} ${height}`, class: "plot", "aria-hidden": "true", focusable: "false" });
+    rows.forEach((r, index) => {
+      const y = index * row + 4;
+      let x = label;
+      drawing.append(svg("text", { x: label - 8, y: y + 15, class: "label", "text-anchor": "end" }, r.name));
+      let total = 0;
+      for (const [key] of series) {
+        const value = r.values[key] || 0;
+        total += value;
+        if (!value) continue;
+        const w = ((width - label - 40) * value) / max;
+        drawing.append(svg("rect", { x, y, width: w, height: 20, class: "series-" + key + (r.highlight ? " highlight" : "") }));
+        x += w;
+      }
+      drawing.append(svg("text", { x: x + 6, y: y + 15, class: "tick" }, String(total)));
+    });
+    return { drawing, legend: series.length > 1 ? legendOf(series) : null };
+  }
+
+  function ageChart(data) {
+    const rows = data.open_by_age.map((r) => ({ name: r.age, values: { pending: r.pending, approved: r.approved } }));
+    const { drawing, legend } = barsChart("chart-open", "Open cards by age", rows, [["pending", "pending"], ["approved", "approved, waiting to run"]]);
+    const expiring = el("div", { class: "expiring" + (data.expiring_count ? " soon" : ""), id: "expiring" },
+      el("p", null, el("strong", null, String(data.expiring_count)), data.expiring_count === 1
+        ? " card expires undecided within the hour" : " cards expire undecided within the hour"),
+      data.expiring_within_hour.length ? el("ul", null, data.expiring_within_hour.map((w) => el("li", null,
+        el("a", { href: "#/cards/" + encodeURIComponent(w.card_id) }, w.summary || w.card_id), " ", mono(w.tool),
+        " — ", when(w.decide_by)))) : null);
+    const table = dataTable("Open cards by age", ["Age", "Pending", "Approved"],
+      data.open_by_age.map((r) => ({ head: r.age, cells: [r.pending, r.approved] })));
+    return chart("chart-open", "Open cards by age", drawing, legend, table, expiring);
+  }
+
+  function writesChart(data) {
+    const rows = data.writes.map((w) => ({ name: w.state, values: { [w.state]: w.count }, highlight: LINKED_WRITES.has(w.state) && w.count > 0 }));
+    const { drawing } = barsChart("chart-writes", "Writes by outcome", rows, data.writes.map((w) => [w.state, w.state]));
+    const links = el("ul", { class: "write-links" }, data.writes.filter((w) => LINKED_WRITES.has(w.state) && w.card_ids.length)
+      .map((w) => el("li", null, el("span", { class: "state state-" + w.state }, w.state), " ",
+        w.card_ids.map((cardId, index) => [index ? ", " : "", el("a", { href: "#/cards/" + encodeURIComponent(cardId),
+          "data-write": w.state }, cardId)]))));
+    const table = dataTable("Writes by outcome", ["Outcome", "Writes"],
+      data.writes.map((w) => ({ head: w.state, cells: [w.count] })));
+    return chart("chart-writes", `Writes by outcome, last ${data.window === "7d" ? "7 days" : "24 hours"}`, drawing, null, table,
+      links.childElementCount ? links : null);
+  }
+
+  function healthChart(data) {
+    const backends = data.backends ? Object.entries(data.backends) : [];
+    const lag = data.worker_lag_seconds;
+    const body = el("div", { class: "health" },
+      el("div", { class: "stat" + (lag > 120 ? " bad" : "") }, el("span", { class: "stat-value", id: "worker-lag" }, duration(lag)),
+        el("span", { class: "stat-label" }, "oldest approved card waiting for a worker")),
+      el("ul", { class: "backends" }, data.backends === null ? el("li", { class: "empty" }, "Backend health is not reported here.")
+        : backends.length === 0 ? el("li", { class: "empty" }, "No backend has a health check.")
+          : backends.map(([name, ok]) => el("li", { class: ok ? "up" : "down" }, el("span", { class: "dot", "aria-hidden": "true" }),
+            mono(name), ok ? " answering" : " not answering"))));
+    const table = dataTable("Worker lag and backend health", ["Measure", "Value"], [
+      { head: "Worker lag (s)", cells: [lag] },
+      ...backends.map(([name, ok]) => ({ head: "Backend " + name, cells: [ok ? "answering" : "not answering"] })),
+    ]);
+    return chart("chart-health", "Worker lag and backend health", body, null, table);
+  }
+
+  function drawOverview(data) {
+    return el("div", { class: "overview-grid", "data-generated-at": data.generated_at },
+      hoursChart(data),
+      timesChart("chart-time-tool", "Time to approval by tool", "Tool", data.decision_time_by_tool),
+      timesChart("chart-time-role", "Time to approval by approver role", "Approver role", data.decision_time_by_role),
+      ageChart(data), writesChart(data), healthChart(data));
+  }
+
+  async function overviewView(window) {
+    clearNotice();
+    const body = el("div", { class: "loading" }, "Loading…");
+    const windows = el("div", { class: "windows", role: "group", "aria-label": "window" },
+      OVERVIEW_WINDOWS.map((w) => el("a", { href: "#/overview?window=" + w, class: w === window ? "current" : null,
+        "aria-current": w === window ? "page" : null }, w === "7d" ? "7 days" : "24 hours")));
+    const token = startView(el("div", { class: "toolbar" }, el("h2", null, "Overview"), windows), body);
+    const res = await api("GET", "overview?" + new URLSearchParams({ window }).toString());
+    if (token !== renderToken) return;
+    if (res.status !== 200 || !res.body) {
+      body.replaceWith(notice("error", errorText(res, "overview"), problemsOf(res)));
+      return;
+    }
+    const drawn = drawOverview(res.body);
+    body.replaceWith(drawn);
+    current = { kind: "overview", window, token, drawn };
+  }
+
+  // Cards change in bursts: the overview is read again at most once a second.
+  function overviewChanged(view) {
+    if (overviewTimer !== null) return;
+    overviewTimer = setTimeout(() => {
+      overviewTimer = null;
+      reloadOverview(view).catch(() => {});
+    }, 1000);
+  }
+
+  async function reloadOverview(view) {
+    const res = await api("GET", "overview?" + new URLSearchParams({ window: view.window }).toString());
+    if (view !== current || view.token !== renderToken || res.status !== 200 || !res.body) return;
+    const drawn = drawOverview(res.body);
+    view.drawn.replaceWith(drawn);
+    view.drawn = drawn;
   }
 
   // -- adapters -------------------------------------------------------------------------------------
