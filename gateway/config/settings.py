@@ -39,6 +39,7 @@ Every key the file may hold, with its default (the README's configuration tables
     reconcile_horizon_seconds = 86400  # an UNKNOWN write unsettled this long goes to an admin
     audit_secret_env = "COUNTERSIGN_AUDIT_SECRET"  # env var holding the audit chain's key
     audit_archive_dir = "/var/lib/countersign/audit"  # default: <data_dir>/audit
+    policies = "/etc/countersign/policies"  # Cedar policies (a file or a directory); default: the built-in rules
     audit_keep_entries = 10000         # entries kept in Redis; older ones are archived
     audit_keep_minutes = 60            # and none older than this (0: no age limit)
     audit_archive_seconds = 10         # how often serve and worker archive
@@ -197,6 +198,9 @@ class Settings:
     audit_secret: Secret | None = None
     """The key of the audit trail's hash chain. None: in demo mode, one generated once and kept in
     ``<data_dir>/audit.secret``; otherwise the gateway refuses to start (`gateway.audit.secret`)."""
+    policies: Path | None = None
+    """A Cedar policy file or a directory of ``*.cedar`` files that decides access and approvals in place of
+    the built-in rules (``COUNTERSIGN_POLICIES`` wins); None: the built-in rules (`gateway.cedar`)."""
     audit_archive_dir: Path | None = None
     """Where archived audit entries are appended as JSON-lines files; None means ``<data_dir>/audit``.
     Every process that archives one Redis must share it (it and Redis together hold the trail)."""
@@ -371,6 +375,7 @@ class Settings:
                 reconcile_horizon_seconds=gateway.reconcile_horizon_seconds,
                 audit_secret=Secret(environ[secret_env]) if environ.get(secret_env) else None,
                 audit_archive_dir=Path(gateway.audit_archive_dir) if gateway.audit_archive_dir else None,
+                policies=Path(p) if (p := env("POLICIES", default=gateway.policies or "")) else None,
                 audit_keep_entries=gateway.audit_keep_entries,
                 audit_keep_minutes=gateway.audit_keep_minutes,
                 audit_archive_seconds=gateway.audit_archive_seconds,

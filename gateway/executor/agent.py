@@ -47,6 +47,7 @@ probe that finds Redis back).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -85,9 +86,10 @@ from gateway.tools.declarations import Mode, Tool, is_key_field
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
-from policies.access import decide_access
+from policies.access import decide_access, decide_call
 from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
+from policies.engine import PolicyAnswer, PolicyEngine
 
 __all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 
@@ -114,6 +116,7 @@ class AgentPath:
         *,
         tools: ToolSource,
         org_adapters: OrgAdapters,
+        policy: PolicyEngine | None,
         audit: AuditSink,
         invoker: Invoker,
         ledger: Ledger,
@@ -127,6 +130,7 @@ class AgentPath:
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
+        self._policy = policy
         self._audit = audit
         self._invoker = invoker
         self._ledger = ledger
@@ -165,7 +169,7 @@ class AgentPath:
 
         # 1. Access: the same function the catalog uses. An unknown name and a forbidden one
         #    answer identically, so the catalog cannot be probed.
-        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._org_adapters)
+        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._org_adapters, self._policy)
         if tool is None or not decision.allowed:
             return await self._refuse(principal, name, decision, started)
 
@@ -187,9 +191,18 @@ class AgentPath:
             return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
 
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
-        #    create a card bound to the ledger, which a person must approve.
+        #    create a card bound to the ledger, which a person must approve. Its policy verdict needs
+        #    the proposal's provenance, so the write path asks it once that is known.
         if tool.mode is Mode.WRITE:
             return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
+
+        # The operator's policies again, now with the validated arguments (the built-in rules read none).
+        verdict = decide_call(
+            tool, principal, self._org_adapters, self._policy, args.model_dump(mode="json"), tainted=False
+        )
+        if not verdict.decision.allowed:
+            return await self._refuse(principal, name, verdict.decision, started)
+        decision = verdict.decision
 
         # A read that could not be audited is not answered: refused up front while the trail is down.
         if not self._audited:
@@ -232,7 +245,7 @@ class AgentPath:
         nothing: the caller audits the refusals it answers (`gateway.mcp.flood_audit`).
         """
         tool = self._tools.current().get(name)
-        if tool is None or not decide_access(tool, principal, self._org_adapters).allowed:
+        if tool is None or not decide_access(tool, principal, self._org_adapters, self._policy).allowed:
             return None
         verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
         if verdict is None:
@@ -276,6 +289,9 @@ class AgentPath:
         if isinstance(reads, Exception):
             raise reads
         provenance = self._memory.assess(tool, canonical, reads)
+        verdict = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=provenance.tainted)
+        if not verdict.decision.allowed:
+            return await self._refuse(principal, tool.name, verdict.decision, started)
         proposal = _proposal(
             tool,
             version,
@@ -288,6 +304,7 @@ class AgentPath:
             provenance=provenance,
             tainted_approvals=self._memory.tainted_approvals(principal.org),
             awaits_policy=self._policies.apply_to(tool.name),
+            verdict=verdict,
         )
         try:
             created = await self._ledger.propose(proposal)
@@ -434,6 +451,7 @@ def _proposal(
     provenance: Provenance,
     tainted_approvals: int,
     awaits_policy: bool,
+    verdict: PolicyAnswer,
 ) -> Proposal:
     """The card a proposal of `tool` (a write) with `args` (`canonical`: their JSON form) by `principal` files.
 
@@ -444,6 +462,14 @@ def _proposal(
     approval, summary = tool.approval, tool.summary
     if approval is None or summary is None:  # Tool construction makes this unreachable
         raise RuntimeError(f"write tool {tool.name} has no approval policy")
+    # A policy's @approval and @approver_role take the place of the tool's own (never fewer than one person:
+    # an auto-approving policy is one approver of the quorum, recorded by the ledger as policy:<id>).
+    if verdict.approvals is not None or verdict.approver_role is not None:
+        approval = dataclasses.replace(
+            approval,
+            required=max(verdict.approvals or 1, 1),
+            approver_role=verdict.approver_role or approval.approver_role,
+        )
     return Proposal(
         tool=tool.name,
         tool_version=version,

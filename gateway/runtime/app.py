@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from starlette.middleware import Middleware
 from starlette.routing import Route
@@ -26,6 +28,7 @@ from gateway.audit.secret import audit_secret
 from gateway.auth.oauth_resource import jwks_route, protected_resource_routes
 from gateway.auth.tokens import TokenVerifier
 from gateway.cards.contract import Ledger
+from gateway.cedar.files import PolicyReloader, load_engine
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.executor import Executor, ReadMemory
@@ -146,6 +149,17 @@ class Gateway:
     """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
     signer: Signer
     """The gateway's signing keys: identity tokens, approval receipts, the JWKS."""
+    policy: PolicyReloader | None = None
+    """The operator's Cedar policy set and its reloading; None: the built-in rules decide."""
+
+    def policy_status(self) -> dict[str, Any]:
+        """Which policy set is in force, for ``/readyz``: ``builtin``, or the set's name (and a refused newer one)."""
+        if self.policy is None:
+            return {"active": "builtin"}
+        status: dict[str, Any] = {"active": self.policy.engine.active}
+        if self.policy.last_error is not None:
+            status["refused"] = self.policy.last_error
+        return status
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -232,9 +246,18 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         lease_seconds=settings.lease_seconds,
         org_adapters=org_adapters,
     )
+    # The operator's policies are validated against the schema of the tools served at start (a set that does
+    # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
+    engine = load_engine(settings.policies, static) if settings.policies is not None else None
+    reloader = (
+        PolicyReloader(engine, settings.policies, lambda: live.current().values())
+        if engine is not None and settings.policies is not None
+        else None
+    )
     executor = Executor.build(
         tools=live,
         org_adapters=org_adapters,
+        policy=engine,
         audit=audit,
         clients=clients,
         identity=identity,
@@ -265,7 +288,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         keys=keys,
         audit=audit,
         executor=executor,
-        catalog=Catalog(live, org_adapters),
+        catalog=Catalog(live, org_adapters, engine),
         clients=clients,
         ledger=ledger,
         guard=guard,
@@ -280,6 +303,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         poster=poster,
         forwarder=forwarder,
         signer=signer,
+        policy=reloader,
     )
 
 
@@ -304,6 +328,34 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+@contextlib.asynccontextmanager
+async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None]:
+    """While serving: the policy set is loaded again on SIGHUP, and when its files change (checked each second)."""
+    if reloader is None:
+        yield
+        return
+    reloader.reload(force=True)  # against the tools served now, registered ones included
+    loop = asyncio.get_running_loop()
+    hup = getattr(signal, "SIGHUP", None)
+    if hup is not None:
+        loop.add_signal_handler(hup, lambda: reloader.reload(force=True))
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            reloader.reload()
+
+    task = asyncio.create_task(watch(), name="countersign policy reload")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if hup is not None:
+            loop.remove_signal_handler(hup)
 
 
 def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
@@ -361,6 +413,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             archive_dir=settings.archive_dir,
             metrics_token=settings.metrics_token,
             worker_running=running,
+            policies=gateway.policy_status,
         ),
         *protected_resource_routes(settings.oauth),
         jwks_route(gateway.signer),
@@ -372,7 +425,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
             await gateway.signer.poll()  # backends' identity tokens are signed from the first request on
-            async with surface.run(), _background(gateway, settings, workers):
+            async with surface.run(), _background(gateway, settings, workers), _policy_reloads(gateway.policy):
                 yield
         finally:
             await gateway.aclose()

@@ -1,0 +1,69 @@
+"""Reading a policy set from a file or a directory, and putting a changed one in force.
+
+Who calls it: the composition root at start and on reload (a change of the files, or SIGHUP), and
+``countersign policy``. A directory's ``*.cedar`` files are read in name order as one set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies
+from gateway.errors import ConfigError
+from gateway.tools.declarations import Tool
+
+__all__ = ["PolicyReloader", "load_engine", "read_policy_text"]
+
+logger = logging.getLogger(__name__)
+
+
+def read_policy_text(path: Path) -> str:
+    """The Cedar text at `path`: the file, or a directory's ``*.cedar`` files in name order.
+
+    Raises:
+        ConfigError: the path does not exist or cannot be read.
+    """
+    try:
+        if path.is_dir():
+            return "\n".join(part.read_text(encoding="utf-8") for part in sorted(path.glob("*.cedar")))
+        return path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"policy set {path} cannot be read: {error}") from error
+
+
+def load_engine(path: Path, tools: Iterable[Tool]) -> CedarEngine:
+    """A Cedar engine with the policy set at `path`, validated against `tools`.
+
+    Raises:
+        ConfigError: as `read_policy_text` and `compile_policies`.
+    """
+    return CedarEngine(compile_policies(read_policy_text(path), tools, source=str(path)))
+
+
+class PolicyReloader:
+    """Puts the policy set at `path` in force again when its text changed; a set that does not validate is
+    refused with Cedar's message, logged, and the set in force stays."""
+
+    def __init__(self, engine: CedarEngine, path: Path, tools: Callable[[], Iterable[Tool]]) -> None:
+        self._engine, self._path, self._tools = engine, path, tools
+        self.engine = engine
+        self.last_error: str | None = None
+        """Why the newest text was refused, while it is; None once a set loaded."""
+
+    def reload(self, *, force: bool = False) -> CompiledPolicies | None:
+        """Load the text at `path` if it differs from the set in force (or `force`); the set loaded, or None."""
+        try:
+            text = read_policy_text(self._path)
+            if text == self._engine.compiled.text and not force:
+                return None
+            compiled = self._engine.load(text, self._tools(), source=str(self._path))
+        except ConfigError as error:
+            if str(error) != self.last_error:
+                logger.error("policy set refused; %s stays in force: %s", self._engine.active, error)
+            self.last_error = str(error)
+            return None
+        self.last_error = None
+        logger.info("policy set %s in force", compiled.name)
+        return compiled
