@@ -57,6 +57,7 @@ class PolicyReloader:
         try:
             text = read_policy_text(self._path)
             if text == self._engine.compiled.text and not force:
+                self.last_error = None  # the files say again what is in force
                 return None
             compiled = self._engine.load(text, self._tools(), source=str(self._path))
         except ConfigError as error:

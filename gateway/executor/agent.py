@@ -89,7 +89,7 @@ from gateway.untrusted import withhold_untrusted
 from policies.access import decide_access, decide_call
 from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
-from policies.engine import PolicyAnswer, PolicyEngine
+from policies.engine import AUTO, PolicyAnswer, PolicyEngine
 
 __all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 
@@ -260,6 +260,10 @@ class AgentPath:
         if not await self._guard.writable():
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
             return await self._refuse(principal, tool.name, down, started)
+        # A write the policies forbid whatever its provenance is refused before its preview reads the backend.
+        refused = self._forbidden_either_way(tool, principal, args.model_dump(mode="json"))
+        if refused is not None:
+            return await self._refuse(principal, tool.name, refused, started)
         # The target must be one this caller was shown (its own booking, its org's order). A preview checks that
         # and reads what the write will change, in one read; a backend that cannot answer refuses the proposal
         # (retryably): no card is filed without its preview. The caller's reads (provenance) are read meanwhile.
@@ -280,7 +284,7 @@ class AgentPath:
             # person to approve in vain.
             done = await self._repeat_of(principal, dedupe_key)
             if done is not None:
-                return await self._receipt(tool, principal, started, done, existing=True)
+                return await self._receipt(tool, principal, started, done, existing=True, verdict=None)
             infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
             return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
         if isinstance(reads, StoreUnavailableError):
@@ -303,7 +307,7 @@ class AgentPath:
             preview=preview,
             provenance=provenance,
             tainted_approvals=self._memory.tainted_approvals(principal.org),
-            awaits_policy=self._policies.apply_to(tool.name),
+            awaits_policy=self._policies.apply_to(tool.name) or verdict.approvals == AUTO,
             verdict=verdict,
         )
         try:
@@ -325,7 +329,16 @@ class AgentPath:
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
-        return await self._receipt(tool, principal, started, card, existing=created.status is TransitionStatus.EXISTING)
+        existing = created.status is TransitionStatus.EXISTING
+        return await self._receipt(tool, principal, started, card, existing=existing, verdict=verdict)
+
+    def _forbidden_either_way(self, tool: Tool, principal: Principal, canonical: dict[str, Any]) -> Decision | None:
+        """The policies' denial of this write when it holds tainted or not (known before its provenance is)."""
+        clean = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=False)
+        if clean.decision.allowed:
+            return None
+        tainted = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=True)
+        return None if tainted.decision.allowed else clean.decision
 
     async def _look(self, tool: Tool, args: BaseModel, principal: Principal) -> Preview | None:
         """The tool's preview of this write, or its preflight check (None), or nothing to look at."""
@@ -336,9 +349,17 @@ class AgentPath:
         return None
 
     async def _receipt(
-        self, tool: Tool, principal: Principal, started: float, card: Card, *, existing: bool
+        self,
+        tool: Tool,
+        principal: Principal,
+        started: float,
+        card: Card,
+        *,
+        existing: bool,
+        verdict: PolicyAnswer | None,
     ) -> Envelope:
-        """The agent's receipt for its proposal's card, audited; a new card first goes to the policy rules."""
+        """The agent's receipt for its proposal's card, audited (with the policies that allowed it, if any);
+        a new card first goes to the policy rules, and to the policy that approves it itself (`verdict`)."""
         count_proposal(tool.name, existing=existing)
         extra = {
             "card_id": card.card_id,
@@ -346,9 +367,12 @@ class AgentPath:
             "state": card.state.value,
             **audit_fields(card.provenance),
         }
+        if verdict is not None and verdict.policy_ids:
+            extra["policies"] = ",".join(verdict.policy_ids)
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         if not existing:  # a new card only: an existing one had its rules' say when it was made
-            card = await self._policies.consider(card)
+            auto = verdict.auto_policy if verdict is not None and verdict.approvals == AUTO else None
+            card = await self._policies.consider(card, auto_policy=auto)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
 
     async def _repeat_of(self, principal: Principal, dedupe_key: str) -> Card | None:

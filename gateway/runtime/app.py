@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -338,7 +339,9 @@ async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None
         return
     reloader.reload(force=True)  # against the tools served now, registered ones included
     loop = asyncio.get_running_loop()
-    hup = getattr(signal, "SIGHUP", None)
+    # Signal handlers belong to the main thread: a gateway served from another one (tests) relies on the poll.
+    main = threading.current_thread() is threading.main_thread()
+    hup = getattr(signal, "SIGHUP", None) if main else None
     if hup is not None:
         loop.add_signal_handler(hup, lambda: reloader.reload(force=True))
 
