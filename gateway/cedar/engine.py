@@ -12,7 +12,8 @@ The three outcomes, from a policy set:
 * for a read, a ``permit`` allows the call;
 * for a write, a ``permit`` allows proposing, and the deciding permits' annotations set the card's
   approval: ``@approval("1")``, ``@approval("2")`` (the most any deciding permit asks for wins),
-  ``@approver_role("finance")``, or ``@approval("auto")`` when every deciding permit says auto.
+  ``@approver_role("finance")``, or ``@approval("auto")`` when a deciding permit says auto and none
+  asks for a number of people; a permit without ``@approval`` leaves the tool's own approval.
   An auto approval never applies to a tainted proposal unless the auto policy's condition reads
   ``context.tainted`` (its author decided what a tainted proposal gets); such a card waits for a
   person instead.
@@ -197,7 +198,7 @@ def _approval(compiled: CompiledPolicies, ids: tuple[str, ...], allowed: Decisio
     asked = [_APPROVALS[note["approval"]] for note in notes if "approval" in note]
     roles = sorted({note["approver_role"] for note in notes if "approver_role" in note})
     role = roles[0] if roles else None
-    if asked and all(count == AUTO for count in asked) and len(asked) == len(ids):
+    if asked and all(count == AUTO for count in asked):
         auto = [policy_id for policy_id in ids if not tainted or policy_id in compiled.reads_taint]
         if auto:
             return PolicyAnswer(

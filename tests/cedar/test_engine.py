@@ -168,3 +168,17 @@ def test_no_policy_opens_a_tool_to_an_admin_key_or_to_an_org_without_its_adapter
     engine = _engine("permit (principal, action, resource);")
     assert not decide_access(REFUND, principal, orgs, engine).allowed
     assert not decide_call(REFUND, principal, orgs, engine, _refund(100), tainted=False).decision.allowed
+
+
+def test_an_auto_policy_approves_a_tainted_proposal_only_when_its_condition_reads_the_taint() -> None:
+    """A policy that says what a tainted proposal gets (here: tiny ones) is taken at its word."""
+    text = EXAMPLE + (
+        '\n@id("tiny-even-tainted") @approval("auto")\n'
+        'permit (principal in Role::"support", action == Action::"orders_refund_create", resource)\n'
+        "when { context.tainted && context.arguments.amount_cents <= 500 };\n"
+    )
+    engine = _engine(text)
+    tiny = decide_call(REFUND, _who("support"), ORGS, engine, _refund(400), tainted=True)
+    assert (tiny.approvals, tiny.auto_policy) == (AUTO, "tiny-even-tainted")
+    small = decide_call(REFUND, _who("support"), ORGS, engine, _refund(1500), tainted=True)
+    assert small.approvals is None and small.decision.allowed
