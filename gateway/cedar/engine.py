@@ -28,7 +28,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import cedarpy
@@ -44,6 +44,8 @@ from policies.engine import AUTO, PolicyAnswer
 __all__ = ["CedarEngine", "CompiledPolicies", "compile_policies"]
 
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
+_LISTINGS = 65_536
+"""Listing answers (and parsed entities) remembered per policy set before the memory starts over."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +62,36 @@ class CompiledPolicies:
     """Each policy's annotations, by its id."""
     reads_taint: frozenset[str]
     """The ids of the policies whose condition reads ``context.tainted``."""
+    static: Mapping[str, Any] = field(default_factory=dict)
+    """The policies in Cedar's JSON form, by Cedar's ``policyN``."""
+    listings: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Listing answers of this set, by principal and tool (`CedarEngine.decide`)."""
+    entities: dict[tuple[Any, ...], cedarpy.Entities] = field(default_factory=dict)
+    """The parsed entities of a principal and a tool, as `listings`."""
+    slices: dict[tuple[Any, ...], cedarpy.PolicySet] = field(default_factory=dict)
+    """For an action and a principal: the policies whose scope can match them (`for_call`)."""
+
+    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> cedarpy.PolicySet:
+        """The policies that can apply to `principal` (holding `roles`) calling `action`.
+
+        Cedar evaluates every policy of the set it is given, so a call is decided over the policies whose
+        scope can match it: an action scope naming this action, a group or any action, and a principal
+        scope naming this principal, one of its roles, or anyone. A policy left out could not apply (its
+        scope is false for this call), so the decision is the whole set's.
+        """
+        key = (action, principal, roles)
+        found = self.slices.get(key)
+        if found is None:
+            kept = {
+                cedar_id: body
+                for cedar_id, body in self.static.items()
+                if _may_match(body["action"], {("Action", action)})
+                and _may_match(body["principal"], {("Principal", principal), *(("Role", role) for role in roles)})
+            }
+            text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
+            found = cedarpy.PolicySet.from_json_str(text)
+            _remember(self.slices, key, found)
+        return found
 
 
 def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
@@ -100,6 +132,7 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
         ids=ids,
         annotations=annotations,
         reads_taint=frozenset(reads_taint),
+        static=parsed.get("staticPolicies", {}),
     )
 
 
@@ -133,25 +166,28 @@ class CedarEngine:
         self, tool: Tool, principal: Principal, arguments: Mapping[str, Any] | None, *, tainted: bool
     ) -> PolicyAnswer:
         compiled = self._compiled
+        principal_id = principal.key_id or principal.subject
         request: dict[str, Any] = {
-            "principal": {"type": "Principal", "id": principal.key_id or principal.subject},
+            "principal": {"type": "Principal", "id": principal_id},
             "action": {"type": "Action", "id": tool.name},
             "resource": {"type": "Tool", "id": tool.name},
         }
-        entities = entities_of(tool, principal)
+        key = (principal, tool.name, tool.adapter, tool.mode)
+        entities = compiled.entities.get(key)
+        if entities is None:
+            entities = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
+            _remember(compiled.entities, key, entities)
+        policies = compiled.for_call(tool.name, principal_id, principal.roles)
         if arguments is None:
-            # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
-            # context could make the call allowed, which is exactly when the tool is hidden.
-            # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
-            surface = {
-                "principal": f"Principal::{json.dumps(request['principal']['id'])}",
-                "action": f"Action::{json.dumps(tool.name)}",
-                "resource": f"Tool::{json.dumps(tool.name)}",
-            }
-            partial = cedarpy.is_authorized_partial(surface, compiled.policies, entities)
-            return _listing(compiled, partial)
+            # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
+            # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
+            listed = compiled.listings.get(key)
+            if listed is None:
+                listed = self._listing(compiled, policies, request, tool, entities)
+                _remember(compiled.listings, key, listed)
+            return listed
         request["context"] = context_of(tool, arguments, tainted=tainted)
-        result = cedarpy.is_authorized(request, compiled.policies, entities)
+        result = cedarpy.is_authorized(request, policies, entities)
         ids = _ids(compiled, result.diagnostics.reasons)
         if not result.allowed:
             return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
@@ -160,8 +196,44 @@ class CedarEngine:
             return PolicyAnswer(decision=allowed, policy_ids=ids)
         return _approval(compiled, ids, allowed, tainted=tainted)
 
+    def _listing(
+        self,
+        compiled: CompiledPolicies,
+        policies: cedarpy.PolicySet,
+        request: dict[str, Any],
+        tool: Tool,
+        entities: cedarpy.Entities,
+    ) -> PolicyAnswer:
+        # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
+        # context could make the call allowed, which is exactly when the tool is hidden.
+        # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
+        surface = {
+            "principal": f"Principal::{json.dumps(request['principal']['id'])}",
+            "action": f"Action::{json.dumps(tool.name)}",
+            "resource": f"Tool::{json.dumps(tool.name)}",
+        }
+        partial = cedarpy.is_authorized_partial(surface, policies, entities)
+        return _listing_answer(compiled, partial)
 
-def _listing(compiled: CompiledPolicies, partial: cedarpy.PartialAuthzResult) -> PolicyAnswer:
+
+def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool:
+    """Whether a policy's principal or action scope can hold for a request naming one of `entities`
+    directly (``==``, or ``in`` one of them); any other scope (all, a set, ``is``) is kept."""
+    if scope.get("op") not in ("==", "in") or "entity" not in scope:
+        return True
+    entity = scope["entity"]
+    if scope["op"] == "in" and entity.get("type") == "Action":
+        return True  # an action group: the hierarchy is the entities', kept whole
+    return (entity.get("type"), entity.get("id")) in entities
+
+
+def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(memory) >= _LISTINGS:
+        memory.clear()  # a bounded memory: past its size it starts over
+    memory[key] = value
+
+
+def _listing_answer(compiled: CompiledPolicies, partial: cedarpy.PartialAuthzResult) -> PolicyAnswer:
     """The listing verdict from Cedar's residual policies: hidden when a forbid holds whatever the context
     is, or when no permit could hold for any context; otherwise listed."""
     if partial.decision == cedarpy.Decision.Deny and not partial.residuals:

@@ -23,8 +23,11 @@ comparing something else. An argument that may be null is optional (test it with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from pydantic import BaseModel
 
 from gateway.principal import TOKEN_KEY_PREFIX, Principal
 from gateway.tools.declarations import Mode, Tool
@@ -77,7 +80,13 @@ def cedar_schema(tools: Iterable[Tool]) -> dict[str, Any]:
 
 def tool_type(tool: Tool) -> CedarType:
     """The Cedar record type of `tool`'s arguments, from the JSON Schema of its argument model."""
-    schema = tool.arguments.model_json_schema()
+    return _record_type(tool.arguments)
+
+
+@functools.lru_cache(maxsize=1024)
+def _record_type(arguments: type[BaseModel]) -> CedarType:
+    # Generating a JSON Schema costs far more than a decision; an argument model is fixed once declared.
+    schema = arguments.model_json_schema()
     found = _type(schema, schema.get("$defs", {}))
     return found if found is not None else {"type": "Record", "attributes": {}}
 

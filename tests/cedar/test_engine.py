@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import cedarpy
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.orders import TOOLS
 from gateway.cedar.engine import CedarEngine, compile_policies
+from gateway.cedar.schema import context_of, entities_of
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
 from gateway.errors import ConfigError
@@ -182,3 +184,29 @@ def test_an_auto_policy_approves_a_tainted_proposal_only_when_its_condition_read
     assert (tiny.approvals, tiny.auto_policy) == (AUTO, "tiny-even-tainted")
     small = decide_call(REFUND, _who("support"), ORGS, engine, _refund(1500), tainted=True)
     assert small.approvals is None and small.decision.allowed
+
+
+@settings(database=None, deadline=None, max_examples=examples(200))
+@given(
+    text=_policy_sets(),
+    roles=st.frozensets(st.sampled_from(_ROLES), max_size=3),
+    tool=st.sampled_from(TOOLS),
+    cents=st.integers(min_value=1, max_value=100000),
+)
+def test_deciding_over_the_policies_a_call_can_match_is_deciding_over_the_whole_set(
+    text: str, roles: frozenset[str], tool: Tool, cents: int
+) -> None:
+    """The engine hands Cedar only the policies whose scope can match the call; Cedar over the whole set agrees."""
+    compiled = compile_policies(text, TOOLS, source="generated")
+    principal = _who(*roles)
+    arguments: dict[str, Any] = {"order_id": "ord-1001", "amount_cents": cents, "reason": "x"}
+    answer = CedarEngine(compiled).decide(tool, principal, arguments, tainted=False)
+    request = {
+        "principal": {"type": "Principal", "id": principal.key_id},
+        "action": {"type": "Action", "id": tool.name},
+        "resource": {"type": "Tool", "id": tool.name},
+        "context": context_of(tool, arguments, tainted=False),
+    }
+    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
+    assert answer.decision.allowed is whole.allowed
+    assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
