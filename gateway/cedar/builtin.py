@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gateway.config.approvals import PolicyRule
 from gateway.tools.declarations import Tool
 
-__all__ = ["builtin_policies"]
+__all__ = ["builtin_policies", "builtin_text"]
 
 
 def builtin_policies(
@@ -54,6 +54,19 @@ def builtin_policies(
                 f"when {{ principal.token && !principal.scopes.containsAll([{wanted}]) }};"
             )
     return "\n".join(blocks) + "\n"
+
+
+def builtin_text(
+    rules: Mapping[str, PolicyRule], scopes_for: Callable[[str], frozenset[str]]
+) -> Callable[[Iterable[Tool]], str]:
+    """The built-in rules as Cedar over whichever tools are served (``policies = "builtin"``): regenerated as
+    the catalog changes, so a registered tool is decided by its own access rule, as without a policy set."""
+
+    def text(tools: Iterable[Tool]) -> str:
+        served = list(tools)
+        return builtin_policies(served, rules, {tool.name: scopes_for(tool.name) for tool in served})
+
+    return text
 
 
 def _access(tool: Tool) -> str:

@@ -14,7 +14,7 @@ from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies
 from gateway.errors import ConfigError
 from gateway.tools.declarations import Tool
 
-__all__ = ["PolicyReloader", "load_engine", "read_policy_text"]
+__all__ = ["PolicyReloader", "PolicyText", "file_text", "load_engine", "read_policy_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,21 +33,32 @@ def read_policy_text(path: Path) -> str:
         raise ConfigError(f"policy set {path} cannot be read: {error}") from error
 
 
-def load_engine(path: Path, tools: Iterable[Tool]) -> CedarEngine:
-    """A Cedar engine with the policy set at `path`, validated against `tools`.
+PolicyText = Callable[[Iterable[Tool]], str]
+"""Where a policy set's text comes from, given the tools served: a file or directory, or the built-in rules."""
+
+
+def file_text(path: Path) -> PolicyText:
+    """The text of the policy files at `path` (the tools play no part)."""
+    return lambda tools: read_policy_text(path)
+
+
+def load_engine(text: PolicyText, source: str, tools: Iterable[Tool]) -> CedarEngine:
+    """A Cedar engine with the policy set `text` gives for `tools`, validated against them.
 
     Raises:
         ConfigError: as `read_policy_text` and `compile_policies`.
     """
-    return CedarEngine(compile_policies(read_policy_text(path), tools, source=str(path)))
+    served = list(tools)
+    return CedarEngine(compile_policies(text(served), served, source=source))
 
 
 class PolicyReloader:
-    """Puts the policy set at `path` in force again when its text changed; a set that does not validate is
-    refused with Cedar's message, logged, and the set in force stays."""
+    """Puts the policy set in force again when its text changed (a file edited, or, for the built-in rules,
+    the tools served); a set that does not validate is refused with Cedar's message, logged, and the set in
+    force stays."""
 
-    def __init__(self, engine: CedarEngine, path: Path, tools: Callable[[], Iterable[Tool]]) -> None:
-        self._engine, self._path, self._tools = engine, path, tools
+    def __init__(self, engine: CedarEngine, text: PolicyText, source: str, tools: Callable[[], Iterable[Tool]]) -> None:
+        self._engine, self._text, self._source, self._tools = engine, text, source, tools
         self.engine = engine
         self.last_error: str | None = None
         """Why the newest text was refused, while it is; None once a set loaded."""
@@ -55,11 +66,12 @@ class PolicyReloader:
     def reload(self, *, force: bool = False) -> CompiledPolicies | None:
         """Load the text at `path` if it differs from the set in force (or `force`); the set loaded, or None."""
         try:
-            text = read_policy_text(self._path)
+            served = list(self._tools())
+            text = self._text(served)
             if text == self._engine.compiled.text and not force:
-                self.last_error = None  # the files say again what is in force
+                self.last_error = None  # the source says again what is in force
                 return None
-            compiled = self._engine.load(text, self._tools(), source=str(self._path))
+            compiled = self._engine.load(text, served, source=self._source)
         except ConfigError as error:
             if str(error) != self.last_error:
                 logger.error("policy set refused; %s stays in force: %s", self._engine.active, error)

@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gateway.cedar.builtin import builtin_policies
+from gateway.cedar.builtin import builtin_text
 from gateway.cedar.engine import CedarEngine, compile_policies
 from gateway.cedar.files import read_policy_text
-from gateway.config.settings import Settings
+from gateway.config.settings import BUILTIN, Settings
 from gateway.errors import ConfigError
 from gateway.principal import Principal
 from gateway.tools.declarations import Tool
@@ -53,8 +53,7 @@ def _tools(settings: Settings) -> list[Tool]:
 
 def show_builtin(settings: Settings, tools: list[Tool]) -> str:
     """The built-in rules of `settings` over `tools`, as Cedar."""
-    scopes = {tool.name: settings.oauth.scopes_for(tool.name) for tool in tools}
-    return builtin_policies(tools, settings.approvals.policies, scopes)
+    return builtin_text(settings.approvals.policies, settings.oauth.scopes_for)(tools)
 
 
 def policy_set(settings: Settings, tools: list[Tool], path: Path | None) -> CedarEngine:
@@ -64,7 +63,7 @@ def policy_set(settings: Settings, tools: list[Tool], path: Path | None) -> Ceda
         ConfigError: the set cannot be read or does not validate (Cedar's message).
     """
     chosen = path or settings.policies
-    if chosen is None:
+    if chosen is None or chosen == BUILTIN:
         return CedarEngine(compile_policies(show_builtin(settings, tools), tools, source="builtin"))
     return CedarEngine(compile_policies(read_policy_text(chosen), tools, source=str(chosen)))
 

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -29,8 +29,9 @@ from gateway.audit.secret import audit_secret
 from gateway.auth.oauth_resource import jwks_route, protected_resource_routes
 from gateway.auth.tokens import TokenVerifier
 from gateway.cards.contract import Ledger
-from gateway.cedar.files import PolicyReloader, load_engine
-from gateway.config.settings import AdapterSettings, Settings
+from gateway.cedar.builtin import builtin_text
+from gateway.cedar.files import PolicyReloader, file_text, load_engine
+from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.executor import Executor, ReadMemory
 from gateway.limits.rate_limiter import AddressBudgets
@@ -249,12 +250,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     )
     # The operator's policies are validated against the schema of the tools served at start (a set that does
     # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
-    engine = load_engine(settings.policies, static) if settings.policies is not None else None
-    reloader = (
-        PolicyReloader(engine, settings.policies, lambda: live.current().values())
-        if engine is not None and settings.policies is not None
-        else None
-    )
+    engine, reloader = None, None
+    if settings.policies is not None:
+        if settings.policies == BUILTIN:
+            text, source = builtin_text(settings.approvals.policies, settings.oauth.scopes_for), "builtin"
+        else:
+            text, source = file_text(settings.policies), str(settings.policies)
+        engine = load_engine(text, source, static)
+        reloader = PolicyReloader(engine, text, source, lambda: live.current().values())
     executor = Executor.build(
         tools=live,
         org_adapters=org_adapters,
@@ -331,6 +334,13 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
+def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
+    async def reload() -> None:
+        reloader.reload()
+
+    return reload
+
+
 @contextlib.asynccontextmanager
 async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None]:
     """While serving: the policy set is loaded again on SIGHUP, and when its files change (checked each second)."""
@@ -377,6 +387,10 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
     )
+    if gateway.policy is not None:
+        # The policy set follows the catalog before sessions are told of it: a session that lists at once
+        # is answered by the set validated against (and, for the built-in rules, written for) the new tools.
+        gateway.live.on_change(_reload_policies(gateway.policy))
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
