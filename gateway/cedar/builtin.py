@@ -7,7 +7,9 @@ the rules it translates. Three small languages become one document a security te
 * each ``[approvals.policies.<name>]`` rule is an ``@approval("auto")`` permit named
   ``approvals:<name>`` (its tool, roles, orgs and argument bounds as the condition);
 * ``[oauth] tool_scopes`` become a ``forbid`` per tool named ``scopes:<tool>``: a token without
-  every scope the tool needs may not call it (API keys are not limited by scopes).
+  every scope the tool needs may not call it (API keys are not limited by scopes). As without a
+  policy set, the catalog still lists the tool: the condition reads the call's context, which a
+  listing does not know, so a client can learn the scope to ask for.
 
 What stays outside the set, said in the printed text: a rule's ``hours`` (the request context
 carries no clock), and each tool's own approval (quorum, approver role, escalations and the
@@ -46,12 +48,15 @@ def builtin_policies(
     scoped = [(tool.name, tool_scopes[tool.name]) for tool in served if tool_scopes.get(tool.name)]
     if scoped:
         blocks.append("")
-        blocks.append("// [oauth] tool_scopes: a token needs every scope of the tool it calls.")
+        blocks.append(
+            "// [oauth] tool_scopes: a token needs every scope of the tool it calls. The catalog still lists the"
+        )
+        blocks.append("// tool (the condition reads the call's context), so a client learns which scope to ask for.")
         for name, scopes in scoped:
             wanted = ", ".join(_string(scope) for scope in sorted(scopes))
             blocks.append(
                 f'@id("scopes:{name}")\nforbid (principal, action == Action::{_string(name)}, resource)\n'
-                f"when {{ principal.token && !principal.scopes.containsAll([{wanted}]) }};"
+                f"when {{ context has arguments && principal.token && !principal.scopes.containsAll([{wanted}]) }};"
             )
     return "\n".join(blocks) + "\n"
 

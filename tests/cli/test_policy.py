@@ -184,4 +184,5 @@ def test_policy_show_includes_the_approval_rules_and_tool_scopes() -> None:
     )
     arguments = {"order_id": "ord-1001", "amount_cents": 100, "reason": "x"}
     assert not decide_call(refund, token, demo.org_adapters, engine, arguments, tainted=False).decision.allowed
+    assert decide_access(refund, token, demo.org_adapters, engine).allowed  # listed: it can ask for the scope
     assert show_builtin(demo, tools).startswith("// The built-in rules")
