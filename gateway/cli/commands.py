@@ -363,7 +363,19 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     )
 
 
+async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
+    from gateway.cli.policy import explain, parse_arguments
+
+    record = await store.keys.get(args.key)
+    if record is None:
+        print(f"countersign: no key {escape_unprintable(args.key)}", file=sys.stderr)
+        return 1
+    arguments = parse_arguments(args.args)
+    return explain(store.settings, record.principal(), args.tool, arguments, tainted=args.tainted, path=args.policies)
+
+
 _HANDLERS: dict[tuple[str, str], _Handler] = {
+    ("policy", "explain"): _policy_explain,
     ("signing-keys", "rotate"): _signing_rotate,
     ("signing-keys", "list"): _signing_list,
     ("adapters", "review"): _adapters,

@@ -45,6 +45,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             from gateway.cli import adapters as cli_adapters
 
             return cli_adapters.import_openapi(args)
+        if args.command == "policy" and args.policy_command != "explain":
+            from gateway.cli.policy import run_offline
+
+            return run_offline(settings, args)
         if args.command in ("cards", "adapters"):
             args.key = args.key or (environ or {}).get("COUNTERSIGN_ADMIN_KEY", "")
         import asyncio

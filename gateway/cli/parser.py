@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     identity = _identity()
     _cards(commands, identity)
     _adapters(commands, identity)
+    _policy(commands)
     _agent(commands)
     _accept_config_everywhere(parser)
     return parser
@@ -169,6 +170,23 @@ def _identity() -> argparse.ArgumentParser:
         "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
     )
     return identity
+
+
+def _policy(commands: Any) -> None:
+    policy = commands.add_parser(
+        "policy", help="policy as code: Cedar policies for access and approvals"
+    ).add_subparsers(dest="policy_command", required=True)
+    policy.add_parser("show", help="print the built-in rules (access, [approvals] rules, tool_scopes) as Cedar")
+    validate = policy.add_parser("validate", help="validate a policy file or directory against the tools' schema")
+    validate.add_argument("file", type=Path)
+    test = policy.add_parser("test", help="run the cases of DIR/cases.toml against the policies of DIR")
+    test.add_argument("dir", type=Path)
+    explain = policy.add_parser("explain", help="the decision on one call, and the policies that decided it")
+    explain.add_argument("--key", required=True, help="the agent key's id (key_...), as `keys list` shows it")
+    explain.add_argument("--tool", required=True)
+    explain.add_argument("--args", default="{}", help="the call's arguments, a JSON object")
+    explain.add_argument("--tainted", action="store_true", help="a write proposed after a read of untrusted text")
+    explain.add_argument("--policies", type=Path, help="a policy file or directory (default: the configured set)")
 
 
 def _cards(commands: Any, identity: argparse.ArgumentParser) -> None:

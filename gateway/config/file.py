@@ -82,6 +82,8 @@ class GatewaySection(BaseModel):
     reconcile_horizon_seconds: float = Field(default=24 * 3600.0, gt=0)
     audit_secret_env: str = Field(default="COUNTERSIGN_AUDIT_SECRET", min_length=1)
     audit_archive_dir: str | None = None
+    policies: str | None = None
+    """A Cedar policy file or directory of ``*.cedar`` files; unset: the built-in rules decide."""
     audit_keep_entries: int = Field(default=10_000, ge=1)
     audit_keep_minutes: float = Field(default=60.0, ge=0)
     audit_archive_seconds: float = Field(default=10.0, gt=0)

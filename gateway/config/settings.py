@@ -40,6 +40,7 @@ Every key the file may hold, with its default (the README's configuration tables
     reconcile_horizon_seconds = 86400  # an UNKNOWN write unsettled this long goes to an admin
     audit_secret_env = "COUNTERSIGN_AUDIT_SECRET"  # env var holding the audit chain's key
     audit_archive_dir = "/var/lib/countersign/audit"  # default: <data_dir>/audit
+    policies = "/etc/countersign/policies"  # Cedar policies (a file or a directory); default: the built-in rules
     audit_keep_entries = 10000         # entries kept in Redis; older ones are archived
     audit_keep_minutes = 60            # and none older than this (0: no age limit)
     audit_archive_seconds = 10         # how often serve and worker archive
@@ -107,7 +108,10 @@ from gateway.limits.budgets import Limits
 from gateway.notifications.message import NotificationSettings
 from gateway.provenance import HistoryRules
 
-__all__ = ["DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
+__all__ = ["BUILTIN", "DEMO_ORGS", "LOOPBACK_HOSTS", "AdapterSettings", "OrgSettings", "Settings"]
+
+BUILTIN = Path("builtin")
+"""`Settings.policies` for the built-in rules printed as Cedar and decided by it (``policies = "builtin"``)."""
 
 LOOPBACK_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 """The Host headers /mcp accepts when nothing else is configured: the loopback names, any port."""
@@ -208,6 +212,10 @@ class Settings:
     audit_secret: Secret | None = None
     """The key of the audit trail's hash chain. None: in demo mode, one generated once and kept in
     ``<data_dir>/audit.secret``; otherwise the gateway refuses to start (`gateway.audit.secret`)."""
+    policies: Path | None = None
+    """A Cedar policy file or a directory of ``*.cedar`` files that decides access and approvals in place of
+    the built-in rules (``COUNTERSIGN_POLICIES`` wins); `BUILTIN` (``"builtin"``): the built-in rules as Cedar,
+    regenerated as the catalog changes (``countersign policy show``); None: the built-in rules (`gateway.cedar`)."""
     audit_archive_dir: Path | None = None
     """Where archived audit entries are appended as JSON-lines files; None means ``<data_dir>/audit``.
     Every process that archives one Redis must share it (it and Redis together hold the trail)."""
@@ -387,6 +395,9 @@ class Settings:
                 reconcile_horizon_seconds=gateway.reconcile_horizon_seconds,
                 audit_secret=Secret(environ[secret_env]) if environ.get(secret_env) else None,
                 audit_archive_dir=Path(gateway.audit_archive_dir) if gateway.audit_archive_dir else None,
+                policies=(BUILTIN if p == "builtin" else Path(p))
+                if (p := env("POLICIES", default=gateway.policies or ""))
+                else None,
                 audit_keep_entries=gateway.audit_keep_entries,
                 audit_keep_minutes=gateway.audit_keep_minutes,
                 audit_archive_seconds=gateway.audit_archive_seconds,

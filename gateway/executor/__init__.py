@@ -51,6 +51,7 @@ from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
 from gateway.tools.toolbox import ToolSource
 from gateway.tools.upstream import UpstreamClient
+from policies.engine import PolicyEngine
 
 __all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
 
@@ -69,6 +70,7 @@ class Executor:
         *,
         tools: ToolSource,
         org_adapters: OrgAdapters,
+        policy: PolicyEngine | None,
         audit: AuditSink,
         clients: Mapping[str, UpstreamClient],
         identity: IdentitySigner,
@@ -89,6 +91,7 @@ class Executor:
         agent = AgentPath(
             tools=tools,
             org_adapters=org_adapters,
+            policy=policy,
             audit=audit,
             invoker=invoker,
             ledger=ledger,
@@ -102,6 +105,7 @@ class Executor:
         writes = WritePath(
             tools=tools,
             org_adapters=org_adapters,
+            policy=policy,
             audit=audit,
             invoker=invoker,
             ledger=ledger,

@@ -47,6 +47,7 @@ probe that finds Redis back).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -85,9 +86,10 @@ from gateway.tools.declarations import Mode, Tool, is_key_field
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import ToolSource
 from gateway.untrusted import withhold_untrusted
-from policies.access import decide_access
+from policies.access import decide_access, decide_call
 from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
+from policies.engine import AUTO, PolicyAnswer, PolicyEngine
 
 __all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 
@@ -114,6 +116,7 @@ class AgentPath:
         *,
         tools: ToolSource,
         org_adapters: OrgAdapters,
+        policy: PolicyEngine | None,
         audit: AuditSink,
         invoker: Invoker,
         ledger: Ledger,
@@ -127,6 +130,7 @@ class AgentPath:
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
+        self._policy = policy
         self._audit = audit
         self._invoker = invoker
         self._ledger = ledger
@@ -165,7 +169,7 @@ class AgentPath:
 
         # 1. Access: the same function the catalog uses. An unknown name and a forbidden one
         #    answer identically, so the catalog cannot be probed.
-        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._org_adapters)
+        decision = _UNKNOWN_TOOL if tool is None else decide_access(tool, principal, self._org_adapters, self._policy)
         if tool is None or not decision.allowed:
             return await self._refuse(principal, name, decision, started)
 
@@ -187,9 +191,18 @@ class AgentPath:
             return await self._refuse(principal, name, invalid, started, details={"errors": _error_summary(error)})
 
         # 4. Approval gate: a write never executes on an agent's call. The most it can do is
-        #    create a card bound to the ledger, which a person must approve.
+        #    create a card bound to the ledger, which a person must approve. Its policy verdict needs
+        #    the proposal's provenance, so the write path asks it once that is known.
         if tool.mode is Mode.WRITE:
             return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
+
+        # The operator's policies again, now with the validated arguments (the built-in rules read none).
+        verdict = decide_call(
+            tool, principal, self._org_adapters, self._policy, args.model_dump(mode="json"), tainted=False
+        )
+        if not verdict.decision.allowed:
+            return await self._refuse(principal, name, verdict.decision, started)
+        decision = verdict.decision
 
         # A read that could not be audited is not answered: refused up front while the trail is down.
         if not self._audited:
@@ -232,7 +245,7 @@ class AgentPath:
         nothing: the caller audits the refusals it answers (`gateway.mcp.flood_audit`).
         """
         tool = self._tools.current().get(name)
-        if tool is None or not decide_access(tool, principal, self._org_adapters).allowed:
+        if tool is None or not decide_access(tool, principal, self._org_adapters, self._policy).allowed:
             return None
         verdict = self._limiter.held(budget_owner(principal), charges_for(tool, principal, self._limits))
         if verdict is None:
@@ -247,6 +260,10 @@ class AgentPath:
         if not await self._guard.writable():
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "ledger is not durable or unreachable")
             return await self._refuse(principal, tool.name, down, started)
+        # A write the policies forbid whatever its provenance is refused before its preview reads the backend.
+        refused = self._forbidden_either_way(tool, principal, args.model_dump(mode="json"))
+        if refused is not None:
+            return await self._refuse(principal, tool.name, refused, started)
         # The target must be one this caller was shown (its own booking, its org's order). A preview checks that
         # and reads what the write will change, in one read; a backend that cannot answer refuses the proposal
         # (retryably): no card is filed without its preview. The caller's reads (provenance) are read meanwhile.
@@ -267,7 +284,7 @@ class AgentPath:
             # person to approve in vain.
             done = await self._repeat_of(principal, dedupe_key)
             if done is not None:
-                return await self._receipt(tool, principal, started, done, existing=True)
+                return await self._receipt(tool, principal, started, done, existing=True, verdict=None)
             infeasible = Decision.deny(Code.INFEASIBLE, preview.infeasible)
             return await self._refuse(principal, tool.name, infeasible, started, details={"reason": preview.infeasible})
         if isinstance(reads, StoreUnavailableError):
@@ -276,6 +293,9 @@ class AgentPath:
         if isinstance(reads, Exception):
             raise reads
         provenance = self._memory.assess(tool, canonical, reads)
+        verdict = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=provenance.tainted)
+        if not verdict.decision.allowed:
+            return await self._refuse(principal, tool.name, verdict.decision, started)
         proposal = _proposal(
             tool,
             version,
@@ -287,7 +307,8 @@ class AgentPath:
             preview=preview,
             provenance=provenance,
             tainted_approvals=self._memory.tainted_approvals(principal.org),
-            awaits_policy=self._policies.apply_to(tool.name),
+            awaits_policy=self._policies.apply_to(tool.name) or verdict.approvals == AUTO,
+            verdict=verdict,
         )
         try:
             created = await self._ledger.propose(proposal)
@@ -308,7 +329,16 @@ class AgentPath:
         card = created.card
         if card is None:
             raise RuntimeError(f"ledger answered {created.status} to a proposal")
-        return await self._receipt(tool, principal, started, card, existing=created.status is TransitionStatus.EXISTING)
+        existing = created.status is TransitionStatus.EXISTING
+        return await self._receipt(tool, principal, started, card, existing=existing, verdict=verdict)
+
+    def _forbidden_either_way(self, tool: Tool, principal: Principal, canonical: dict[str, Any]) -> Decision | None:
+        """The policies' denial of this write when it holds tainted or not (known before its provenance is)."""
+        clean = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=False)
+        if clean.decision.allowed:
+            return None
+        tainted = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=True)
+        return None if tainted.decision.allowed else clean.decision
 
     async def _look(self, tool: Tool, args: BaseModel, principal: Principal) -> Preview | None:
         """The tool's preview of this write, or its preflight check (None), or nothing to look at."""
@@ -319,9 +349,17 @@ class AgentPath:
         return None
 
     async def _receipt(
-        self, tool: Tool, principal: Principal, started: float, card: Card, *, existing: bool
+        self,
+        tool: Tool,
+        principal: Principal,
+        started: float,
+        card: Card,
+        *,
+        existing: bool,
+        verdict: PolicyAnswer | None,
     ) -> Envelope:
-        """The agent's receipt for its proposal's card, audited; a new card first goes to the policy rules."""
+        """The agent's receipt for its proposal's card, audited (with the policies that allowed it, if any);
+        a new card first goes to the policy rules, and to the policy that approves it itself (`verdict`)."""
         count_proposal(tool.name, existing=existing)
         extra = {
             "card_id": card.card_id,
@@ -329,9 +367,12 @@ class AgentPath:
             "state": card.state.value,
             **audit_fields(card.provenance),
         }
+        if verdict is not None and verdict.policy_ids:
+            extra["policies"] = ",".join(verdict.policy_ids)
         await self._record(principal, tool.name, "ok", started, action="card.propose", extra=extra)
         if not existing:  # a new card only: an existing one had its rules' say when it was made
-            card = await self._policies.consider(card)
+            auto = verdict.auto_policy if verdict is not None and verdict.approvals == AUTO else None
+            card = await self._policies.consider(card, auto_policy=auto)
         return Envelope.ok(card_for_agent(card, existing=existing), card_id=card.card_id)
 
     async def _repeat_of(self, principal: Principal, dedupe_key: str) -> Card | None:
@@ -434,6 +475,7 @@ def _proposal(
     provenance: Provenance,
     tainted_approvals: int,
     awaits_policy: bool,
+    verdict: PolicyAnswer,
 ) -> Proposal:
     """The card a proposal of `tool` (a write) with `args` (`canonical`: their JSON form) by `principal` files.
 
@@ -444,6 +486,14 @@ def _proposal(
     approval, summary = tool.approval, tool.summary
     if approval is None or summary is None:  # Tool construction makes this unreachable
         raise RuntimeError(f"write tool {tool.name} has no approval policy")
+    # A policy's @approval and @approver_role take the place of the tool's own (never fewer than one person:
+    # an auto-approving policy is one approver of the quorum, recorded by the ledger as policy:<id>).
+    if verdict.approvals is not None or verdict.approver_role is not None:
+        approval = dataclasses.replace(
+            approval,
+            required=max(verdict.approvals or 1, 1),
+            approver_role=verdict.approver_role or approval.approver_role,
+        )
     return Proposal(
         tool=tool.name,
         tool_version=version,

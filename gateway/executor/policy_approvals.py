@@ -25,8 +25,9 @@ from gateway.cards.card import Card, CardState
 from gateway.cards.contract import Ledger, Transition, TransitionStatus
 from gateway.codes import Code
 from gateway.config.approvals import POLICY_PREFIX, ApprovalSettings
+from gateway.decision import Decision
 from gateway.errors import StoreUnavailableError
-from policies.policy_approval import policy_approval
+from policies.policy_approval import PolicyVerdict, policy_approval
 
 __all__ = ["Announce", "PolicyApprovals"]
 
@@ -50,26 +51,31 @@ class PolicyApprovals:
         """Whether some rule names `tool`: its new cards are proposed awaiting `consider`."""
         return tool in self._tools
 
-    async def consider(self, card: Card) -> Card:
+    async def consider(self, card: Card, *, auto_policy: str | None) -> Card:
         """The card after the rules had their say: approved by one (PENDING still if it needs more
         approvers), or as it was. Never raises for a store that cannot answer: the card stands.
 
         A card of a tool some rule names was proposed awaiting this step (`Proposal.awaits_policy`):
         if it still waits for a person, this is where people are told, however the rules answered.
+        `auto_policy` is the id of a Cedar policy that approves the card itself (``@approval("auto")``; the
+        engine already declined it for a tainted proposal unless the policy's condition reads the taint):
+        it approves as ``policy:<id>``, through the same ledger transition and daily budget as a rule.
         """
-        if not self.apply_to(card.tool):
+        if not self.apply_to(card.tool) and auto_policy is None:
             return card
         decided = card
         try:
-            decided = await self._decide(card)
+            decided = await self._decide(card, auto_policy)
         finally:
             if decided.state is CardState.PENDING:
                 await self._announce(Transition(status=TransitionStatus.OK, card=decided, extra={}))
         return decided
 
-    async def _decide(self, card: Card) -> Card:
+    async def _decide(self, card: Card, auto_policy: str | None) -> Card:
         now = datetime.fromtimestamp(card.created_ms / 1000, tz=UTC)
         verdict = policy_approval(card, self._rules, now=now)
+        if auto_policy is not None and not verdict.decision.allowed:
+            verdict = PolicyVerdict(decision=Decision.allow(f"policy {auto_policy}"), rule=auto_policy)
         if not verdict.decision.allowed or verdict.rule is None:
             await self._record(card, POLICY_PREFIX.rstrip(":"), verdict.decision.code, verdict.decision.reason)
             return card

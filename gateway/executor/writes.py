@@ -43,6 +43,7 @@ from gateway.tools.context import RequestSigner, ToolContext
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
+from policies.engine import PolicyEngine
 from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
 __all__ = ["LivePrincipal", "Receipts", "WritePath"]
@@ -66,6 +67,7 @@ class WritePath:
         *,
         tools: ToolSource,
         org_adapters: OrgAdapters,
+        policy: PolicyEngine | None,
         audit: AuditSink,
         invoker: Invoker,
         ledger: Ledger,
@@ -78,6 +80,7 @@ class WritePath:
     ) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
+        self._policy = policy
         self._audit = audit
         self._invoker = invoker
         self._ledger = ledger
@@ -340,7 +343,7 @@ class WritePath:
         requester = requester_of(card) if is_token else await self._live_principal(card.requester_key_id)
         if requester is None:
             return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
-        access = decide_access(tool, requester, self._org_adapters)
+        access = decide_access(tool, requester, self._org_adapters, self._policy)
         return None if access.allowed else access
 
     async def _record(self, card: Card, action: str, outcome: str, reason: str, *, code: str = "") -> None:

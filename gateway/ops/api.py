@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from starlette.datastructures import Secret
 from starlette.requests import Request
@@ -59,9 +60,11 @@ def ops_routes(
     archive_dir: Path,
     metrics_token: Secret | None,
     worker_running: Callable[[], bool] | None,
+    policies: Callable[[], Mapping[str, Any]],
 ) -> list[Route]:
     """The three routes over the process's Redis connection. `metrics_token` None: ``/metrics`` answers
-    loopback peers only; `worker_running` None: this process runs no worker."""
+    loopback peers only; `worker_running` None: this process runs no worker. `policies` says which policy set is
+    in force (and why a newer one was refused), for ``/readyz``."""
     probe = LedgerProbe(redis.client)
     readiness = Readiness(
         redis=redis, guard=guard, probe=probe, archive_dir=archive_dir, adapters=adapters, worker_running=worker_running
@@ -74,7 +77,8 @@ def ops_routes(
 
     async def readyz(request: Request) -> JSONResponse:
         report = await readiness.check()
-        return JSONResponse(report.to_json(), status_code=200 if report.ready else 503)
+        body = {**report.to_json(), "policies": dict(policies())}
+        return JSONResponse(body, status_code=200 if report.ready else 503)
 
     def refusal(request: Request) -> str | None:
         peer = request.client.host if request.client is not None else None

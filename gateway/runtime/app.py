@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+import signal
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from starlette.middleware import Middleware
 from starlette.routing import Route
@@ -26,7 +29,9 @@ from gateway.audit.secret import audit_secret
 from gateway.auth.oauth_resource import jwks_route, protected_resource_routes
 from gateway.auth.tokens import TokenVerifier
 from gateway.cards.contract import Ledger
-from gateway.config.settings import AdapterSettings, Settings
+from gateway.cedar.builtin import builtin_text
+from gateway.cedar.files import PolicyReloader, file_text, load_engine
+from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.executor import Executor, ReadMemory
 from gateway.limits.rate_limiter import AddressBudgets
@@ -147,6 +152,17 @@ class Gateway:
     """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
     signer: Signer
     """The gateway's signing keys: identity tokens, approval receipts, the JWKS."""
+    policy: PolicyReloader | None = None
+    """The operator's Cedar policy set and its reloading; None: the built-in rules decide."""
+
+    def policy_status(self) -> dict[str, Any]:
+        """Which policy set is in force, for ``/readyz``: ``builtin``, or the set's name (and a refused newer one)."""
+        if self.policy is None:
+            return {"active": "builtin"}
+        status: dict[str, Any] = {"active": self.policy.engine.active}
+        if self.policy.last_error is not None:
+            status["refused"] = self.policy.last_error
+        return status
 
     async def aclose(self) -> None:
         for client in self.clients.values():
@@ -234,9 +250,20 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         lease_seconds=settings.lease_seconds,
         org_adapters=org_adapters,
     )
+    # The operator's policies are validated against the schema of the tools served at start (a set that does
+    # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
+    engine, reloader = None, None
+    if settings.policies is not None:
+        if settings.policies == BUILTIN:
+            text, source = builtin_text(settings.approvals.policies, settings.oauth.scopes_for), "builtin"
+        else:
+            text, source = file_text(settings.policies), str(settings.policies)
+        engine = load_engine(text, source, static)
+        reloader = PolicyReloader(engine, text, source, lambda: live.current().values())
     executor = Executor.build(
         tools=live,
         org_adapters=org_adapters,
+        policy=engine,
         audit=audit,
         clients=clients,
         identity=identity,
@@ -267,7 +294,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         keys=keys,
         audit=audit,
         executor=executor,
-        catalog=Catalog(live, org_adapters),
+        catalog=Catalog(live, org_adapters, engine),
         clients=clients,
         ledger=ledger,
         guard=guard,
@@ -282,6 +309,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         poster=poster,
         forwarder=forwarder,
         signer=signer,
+        policy=reloader,
     )
 
 
@@ -308,6 +336,43 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
+def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
+    async def reload() -> None:
+        reloader.reload()
+
+    return reload
+
+
+@contextlib.asynccontextmanager
+async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None]:
+    """While serving: the policy set is loaded again on SIGHUP, and when its files change (checked each second)."""
+    if reloader is None:
+        yield
+        return
+    reloader.reload(force=True)  # against the tools served now, registered ones included
+    loop = asyncio.get_running_loop()
+    # Signal handlers belong to the main thread: a gateway served from another one (tests) relies on the poll.
+    main = threading.current_thread() is threading.main_thread()
+    hup = getattr(signal, "SIGHUP", None) if main else None
+    if hup is not None:
+        loop.add_signal_handler(hup, lambda: reloader.reload(force=True))
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            reloader.reload()
+
+    task = asyncio.create_task(watch(), name="countersign policy reload")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if hup is not None:
+            loop.remove_signal_handler(hup)
+
+
 def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
     """The gateway's ASGI app (a Starlette app that serves ``/mcp`` directly: `gateway.web.root_app`). `tools`
     defaults to those of the adapters `settings` enables."""
@@ -325,6 +390,10 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
     )
+    if gateway.policy is not None:
+        # The policy set follows the catalog before sessions are told of it: a session that lists at once
+        # is answered by the set validated against (and, for the built-in rules, written for) the new tools.
+        gateway.live.on_change(_reload_policies(gateway.policy))
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.
@@ -364,6 +433,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             archive_dir=settings.archive_dir,
             metrics_token=settings.metrics_token,
             worker_running=running,
+            policies=gateway.policy_status,
         ),
         *protected_resource_routes(settings.oauth),
         jwks_route(gateway.signer),
@@ -382,7 +452,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
                 secrets=settings.secrets,
                 poll_seconds=settings.registry_poll_seconds,
             )
-            async with surface.run(), upstreams, _background(gateway, settings, workers):
+            async with (
+                surface.run(),
+                upstreams,
+                _background(gateway, settings, workers),
+                _policy_reloads(gateway.policy),
+            ):
                 yield
         finally:
             await gateway.aclose()

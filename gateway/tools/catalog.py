@@ -15,6 +15,7 @@ from gateway.principal import Principal
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox, ToolSource
 from policies.access import decide_access
+from policies.engine import PolicyEngine
 
 __all__ = ["Catalog"]
 
@@ -22,9 +23,10 @@ __all__ = ["Catalog"]
 class Catalog:
     """Tools as each principal may see them, from the tools served right now."""
 
-    def __init__(self, tools: ToolSource, org_adapters: OrgAdapters) -> None:
+    def __init__(self, tools: ToolSource, org_adapters: OrgAdapters, policy: PolicyEngine | None) -> None:
         self._tools = tools
         self._org_adapters = org_adapters
+        self._policy = policy
 
     def current(self) -> Toolbox:
         return self._tools.current()
@@ -32,7 +34,8 @@ class Catalog:
     def visible_to(self, principal: Principal, toolbox: Toolbox | None = None) -> list[Tool]:
         """The tools `principal` may call, in declaration order."""
         box = toolbox or self._tools.current()
-        return [tool for tool in box.values() if decide_access(tool, principal, self._org_adapters).allowed]
+        allowed = (decide_access(tool, principal, self._org_adapters, self._policy) for tool in box.values())
+        return [tool for tool, decision in zip(box.values(), allowed, strict=True) if decision.allowed]
 
     def input_schema(self, name: str, toolbox: Toolbox | None = None) -> Mapping[str, Any]:
         """The JSON Schema of a tool's arguments: generated from the model the executor validates with."""

@@ -197,7 +197,7 @@ async def test_a_tainted_card_is_never_approved_by_policy(redis: Redis) -> None:
         return result
 
     policies = PolicyApprovals(ledger=ledger, audit=audit, settings=RULES, announce=announce)
-    assert await policies.consider(tainted) is tainted
+    assert await policies.consider(tainted, auto_policy=None) is tainted
     assert await ledger.get(created.card.card_id) == created.card
     assert (audit.events[-1].code, audit.events[-1].outcome) == (Code.APPROVAL_REQUIRED.value, "deny")
     assert "tainted" in audit.events[-1].reason
@@ -224,7 +224,7 @@ async def test_approvers_are_told_of_a_card_only_once_the_rules_left_it_to_them(
                                        "orders_refund_create"))  # fmt: skip
     created = await alerting.propose(proposal)
     assert created.card is not None and await outbox.all() == []
-    card = await policies.consider(created.card)
+    card = await policies.consider(created.card, auto_policy=None)
     assert (card.state is CardState.PENDING) is told
     queued = await outbox.all()
     assert [json.loads(n.body)["card"]["card_id"] for n in queued] == ([card.card_id] if told else [])

@@ -78,6 +78,7 @@ async def test_one_send_reads_its_receipt_signer_once_and_makes_one_tool_context
     writes = WritePath(
         tools=Toolbox([tool], lease_seconds=LEASE_SECONDS),
         org_adapters=OrgAdapters({"acme": frozenset({tool.adapter})}),
+        policy=None,
         audit=ListAuditSink(),
         invoker=invoker,
         ledger=ledger,

@@ -36,20 +36,20 @@ def test_tool_is_allowed_only_with_org_grant_and_role(
 ) -> None:
     """Public tools need the org's grant; role tools need the grant and one of the roles."""
     principal = _principal(org, roles)
-    assert decide_access(PUBLIC, principal, GRANTS).allowed is public_allowed
-    assert decide_access(STAFF_ONLY, principal, GRANTS).allowed is staff_allowed
+    assert decide_access(PUBLIC, principal, GRANTS, None).allowed is public_allowed
+    assert decide_access(STAFF_ONLY, principal, GRANTS, None).allowed is staff_allowed
 
 
 @pytest.mark.parametrize("kind", [KeyKind.ADMIN, KeyKind.SERVICE])
 def test_non_agent_keys_cannot_call_tools(kind: KeyKind) -> None:
     """Admin and service keys open other surfaces, never tools."""
-    decision = decide_access(PUBLIC, _principal(roles=frozenset({"staff"}), kind=kind), GRANTS)
+    decision = decide_access(PUBLIC, _principal(roles=frozenset({"staff"}), kind=kind), GRANTS, None)
     assert decision.allowed is False
     assert decision.code is Code.PERMISSION_DENIED
 
 
 def test_denial_carries_a_code_and_a_reason() -> None:
     """A denial is a value with a stable code and an auditable reason."""
-    decision = decide_access(STAFF_ONLY, _principal(), GRANTS)
+    decision = decide_access(STAFF_ONLY, _principal(), GRANTS, None)
     assert decision.code is Code.PERMISSION_DENIED
     assert decision.reason

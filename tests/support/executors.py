@@ -50,6 +50,7 @@ def agent_path(
     executor = AgentPath(
         tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
         org_adapters=OrgAdapters({org: frozenset(tool.adapter for tool in tools)}),
+        policy=None,
         audit=audit,
         invoker=Invoker(
             clients=clients, identity=IdentityHeaders(dict.fromkeys(clients, TEST_SIGNING_KEY)), ledger=ledger

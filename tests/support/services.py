@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import secrets
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
@@ -14,7 +16,7 @@ from starlette.datastructures import Secret
 from backends.orders import create_orders_app
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
-from gateway.config.settings import AdapterSettings, Settings
+from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.principal import Principal
 from gateway.runtime.app import Gateway, build_gateway, tools_for
 from gateway.signing.identity import IdentityHeaders
@@ -78,7 +80,7 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
     secrets = {"EXPENSES_SIGNING_KEY": EXPENSES_SIGNING_KEY}
     if expenses is not None:
         secrets["EXPENSES_BACKEND_TOKEN"] = expenses.token
-    return Settings(
+    settings = Settings(
         redis_url=redis_url,
         secrets=secrets,
         registry_poll_seconds=0.2,
@@ -94,6 +96,20 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
             for name, b in backends.items()
         },
     )
+    return with_generated_policies(settings, tools_for(settings))
+
+
+GENERATED_POLICIES = "COUNTERSIGN_TEST_POLICIES"
+"""Set to ``builtin``, the test gateways decide with the built-in rules printed as Cedar (`countersign policy show`)
+in place of the built-in rules themselves: ``COUNTERSIGN_TEST_POLICIES=builtin pytest tests/executor``."""
+
+
+def with_generated_policies(settings: Settings, tools: Sequence[Tool]) -> Settings:
+    """`settings` as they are, or with `GENERATED_POLICIES` set, deciding with their own built-in rules printed
+    as Cedar (``policies = "builtin"``, which follows the catalog as adapters are registered)."""
+    if os.environ.get(GENERATED_POLICIES) != "builtin" or settings.policies is not None:
+        return settings
+    return dataclasses.replace(settings, policies=BUILTIN)
 
 
 @asynccontextmanager
@@ -101,7 +117,8 @@ async def in_process_gateway(settings: Settings, tools: Sequence[Tool] | None = 
     """The gateway's parts wired by `build_gateway` in this event loop, with no server and no background
     loops (`tools`, or what `settings` configure), closed afterwards: for tests that drive the executor,
     the ledger or the worker step by step."""
-    gateway = build_gateway(settings, tools_for(settings) if tools is None else tools)
+    served = tools_for(settings) if tools is None else tools
+    gateway = build_gateway(with_generated_policies(settings, served), served)
     try:
         yield gateway
     finally:

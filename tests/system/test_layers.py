@@ -54,6 +54,8 @@ PACKAGES: dict[str, int] = {
     "gateway.outbound": STORE,
     "gateway.archives": STORE,
     "gateway.telemetry": STORE,
+    # the Cedar policy engine: an implementation of the vocabulary's `PolicyEngine`, reading policy files
+    "gateway.cedar": STORE,
     # 5. the vocabulary: the modules at the top of `gateway/`, and the packages of plain data
     "gateway": VOCABULARY,
     "gateway.tools": VOCABULARY,

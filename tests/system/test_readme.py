@@ -38,3 +38,12 @@ def test_the_readme_adapter_example_declares_a_valid_tool_from_the_public_api() 
     assert [line for line in example.splitlines() if line.startswith(("from gateway", "import gateway"))] == [
         "from gateway import Access, Mode, Tool, ToolContext, fill_path, request_json"
     ]
+
+
+def test_the_readme_policy_example_is_the_tested_policy_set() -> None:
+    """The Cedar block of "Policies" is the set tests/cedar/ runs through a real gateway, word for word."""
+    from tests.cedar.test_engine import EXAMPLE
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```cedar\n", 1)[1].split("```", 1)[0]
+    assert block.split() == EXAMPLE.split()

@@ -26,7 +26,7 @@ def _unconnected() -> Any:
 
 def _both_paths() -> dict[str, Any]:
     """What the agent's path and the write path are both given."""
-    return dict.fromkeys(("tools", "org_adapters", "audit", "invoker", "ledger", "guard", "healthy"), _GIVEN)
+    return dict.fromkeys(("tools", "org_adapters", "policy", "audit", "invoker", "ledger", "guard", "healthy"), _GIVEN)
 
 
 SERVICES: dict[str, tuple[Callable[..., object], Callable[[], dict[str, Any]]]] = {
@@ -80,11 +80,13 @@ REQUIRED = [
     ("AgentPath", "limiter"),
     ("AgentPath", "policies"),
     ("AgentPath", "memory"),
+    ("AgentPath", "policy"),
     ("WritePath", "audit"),
     ("WritePath", "ledger"),
     ("WritePath", "guard"),
     ("WritePath", "live_principal"),
     ("WritePath", "receipts"),
+    ("WritePath", "policy"),
 ]
 
 

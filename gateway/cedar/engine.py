@@ -1,0 +1,282 @@
+"""The Cedar policy engine: a validated policy set, swapped atomically, deciding allow, deny or approval.
+
+Who calls it: `policies.access.decide_access` and `decide_call` (through the `PolicyEngine`
+Protocol), for the catalog and the executor; the composition root and ``countersign policy``
+build it and load policy text into it. It asks nothing of the ledger: for a write, it only says
+whether the call may be *proposed* and which approval the card needs; the executor files the card.
+
+The three outcomes, from a policy set:
+
+* a ``forbid`` that applies denies (Cedar: forbid overrides permit), and so does the absence of
+  any ``permit`` that applies;
+* for a read, a ``permit`` allows the call;
+* for a write, a ``permit`` allows proposing, and the deciding permits' annotations set the card's
+  approval: ``@approval("1")``, ``@approval("2")`` (the most any deciding permit asks for wins),
+  ``@approver_role("finance")``, or ``@approval("auto")`` when a deciding permit says auto and none
+  asks for a number of people; a permit without ``@approval`` leaves the tool's own approval.
+  An auto approval never applies to a tainted proposal unless the auto policy's condition reads
+  ``context.tainted`` (its author decided what a tainted proposal gets); such a card waits for a
+  person instead.
+
+Policies are named by their ``@id("...")`` annotation (Cedar's own ``policyN`` otherwise); those
+ids are what a decision reports, and what the audit entry records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import cedarpy
+
+from gateway.cedar.schema import cedar_schema, context_of, entities_of
+from gateway.codes import Code
+from gateway.decision import Decision
+from gateway.errors import ConfigError
+from gateway.principal import Principal
+from gateway.tools.declarations import Mode, Tool
+from policies.engine import AUTO, PolicyAnswer
+
+__all__ = ["CedarEngine", "CompiledPolicies", "compile_policies"]
+
+_APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
+_LISTINGS = 65_536
+"""Listing answers (and parsed entities) remembered per policy set before the memory starts over."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompiledPolicies:
+    """One policy set, parsed and validated against the schema of the tools it was loaded with."""
+
+    name: str
+    """Where it came from and a digest of its text: what ``/readyz`` shows."""
+    text: str
+    policies: cedarpy.PolicySet
+    ids: Mapping[str, str]
+    """Cedar's ``policyN`` to the policy's ``@id`` (or ``policyN`` itself)."""
+    annotations: Mapping[str, Mapping[str, str]]
+    """Each policy's annotations, by its id."""
+    reads_taint: frozenset[str]
+    """The ids of the policies whose condition reads ``context.tainted``."""
+    static: Mapping[str, Any] = field(default_factory=dict)
+    """The policies in Cedar's JSON form, by Cedar's ``policyN``."""
+    listings: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Listing answers of this set, by principal and tool (`CedarEngine.decide`)."""
+    entities: dict[tuple[Any, ...], cedarpy.Entities] = field(default_factory=dict)
+    """The parsed entities of a principal and a tool, as `listings`."""
+    slices: dict[tuple[Any, ...], cedarpy.PolicySet] = field(default_factory=dict)
+    """For an action and a principal: the policies whose scope can match them (`for_call`)."""
+
+    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> cedarpy.PolicySet:
+        """The policies that can apply to `principal` (holding `roles`) calling `action`.
+
+        Cedar evaluates every policy of the set it is given, so a call is decided over the policies whose
+        scope can match it: an action scope naming this action, a group or any action, and a principal
+        scope naming this principal, one of its roles, or anyone. A policy left out could not apply (its
+        scope is false for this call), so the decision is the whole set's.
+        """
+        key = (action, principal, roles)
+        found = self.slices.get(key)
+        if found is None:
+            kept = {
+                cedar_id: body
+                for cedar_id, body in self.static.items()
+                if _may_match(body["action"], {("Action", action)})
+                and _may_match(body["principal"], {("Principal", principal), *(("Role", role) for role in roles)})
+            }
+            text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
+            found = cedarpy.PolicySet.from_json_str(text)
+            _remember(self.slices, key, found)
+        return found
+
+
+def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
+    """`text` parsed and validated against the schema generated from `tools`.
+
+    Raises:
+        ConfigError: the text does not parse, two policies share an id, an annotation is not one this
+            engine knows, or Cedar's validator refuses a policy (its messages, with the policy's id).
+    """
+    try:
+        policies = cedarpy.PolicySet.from_str(text)
+        parsed = json.loads(cedarpy.policies_to_json_str(text))
+    except ValueError as error:
+        raise ConfigError(f"policy set {source} does not parse: {error}") from error
+    ids: dict[str, str] = {}
+    annotations: dict[str, Mapping[str, str]] = {}
+    reads_taint: set[str] = set()
+    for cedar_id, body in parsed.get("staticPolicies", {}).items():
+        notes = dict(body.get("annotations") or {})
+        policy_id = notes.get("id") or cedar_id
+        if policy_id in annotations:
+            raise ConfigError(f"policy set {source}: two policies have the id {policy_id!r}")
+        if "approval" in notes and notes["approval"] not in _APPROVALS:
+            raise ConfigError(f"policy {policy_id}: @approval must be one of {sorted(_APPROVALS)}")
+        ids[cedar_id] = policy_id
+        annotations[policy_id] = notes
+        if '"attr": "tainted"' in json.dumps(body.get("conditions", []), separators=(",", ": ")):
+            reads_taint.add(policy_id)
+    result = cedarpy.validate_policies(text, cedar_schema(tools))
+    if not result.validation_passed:
+        messages = "; ".join(f"{ids.get(error.policy_id, error.policy_id)}: {error.error}" for error in result.errors)
+        raise ConfigError(f"policy set {source} does not validate: {messages}")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return CompiledPolicies(
+        name=f"{source}@sha256:{digest}",
+        text=text,
+        policies=policies,
+        ids=ids,
+        annotations=annotations,
+        reads_taint=frozenset(reads_taint),
+        static=parsed.get("staticPolicies", {}),
+    )
+
+
+class CedarEngine:
+    """The `policies.engine.PolicyEngine` on Cedar. `load` swaps the whole set or nothing."""
+
+    def __init__(self, compiled: CompiledPolicies) -> None:
+        self._compiled = compiled
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> str:
+        return self._compiled.name
+
+    @property
+    def compiled(self) -> CompiledPolicies:
+        return self._compiled
+
+    def load(self, text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
+        """Validate `text` and put it in force; on any error raise and keep the set in force.
+
+        Raises:
+            ConfigError: as `compile_policies`; the previous set stays in force.
+        """
+        compiled = compile_policies(text, tools, source=source)
+        with self._lock:
+            self._compiled = compiled  # one reference swap: a decision sees the old set or the new one
+        return compiled
+
+    def decide(
+        self, tool: Tool, principal: Principal, arguments: Mapping[str, Any] | None, *, tainted: bool
+    ) -> PolicyAnswer:
+        compiled = self._compiled
+        principal_id = principal.key_id or principal.subject
+        request: dict[str, Any] = {
+            "principal": {"type": "Principal", "id": principal_id},
+            "action": {"type": "Action", "id": tool.name},
+            "resource": {"type": "Tool", "id": tool.name},
+        }
+        key = (principal, tool.name, tool.adapter, tool.mode)
+        entities = compiled.entities.get(key)
+        if entities is None:
+            entities = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
+            _remember(compiled.entities, key, entities)
+        policies = compiled.for_call(tool.name, principal_id, principal.roles)
+        if arguments is None:
+            # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
+            # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
+            listed = compiled.listings.get(key)
+            if listed is None:
+                listed = self._listing(compiled, policies, request, tool, entities)
+                _remember(compiled.listings, key, listed)
+            return listed
+        request["context"] = context_of(tool, arguments, tainted=tainted)
+        result = cedarpy.is_authorized(request, policies, entities)
+        ids = _ids(compiled, result.diagnostics.reasons)
+        if not result.allowed:
+            return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
+        allowed = Decision.allow(f"policy {', '.join(ids)}")
+        if tool.mode is Mode.READ:
+            return PolicyAnswer(decision=allowed, policy_ids=ids)
+        return _approval(compiled, ids, allowed, tainted=tainted)
+
+    def _listing(
+        self,
+        compiled: CompiledPolicies,
+        policies: cedarpy.PolicySet,
+        request: dict[str, Any],
+        tool: Tool,
+        entities: cedarpy.Entities,
+    ) -> PolicyAnswer:
+        # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
+        # context could make the call allowed, which is exactly when the tool is hidden.
+        # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
+        surface = {
+            "principal": f"Principal::{json.dumps(request['principal']['id'])}",
+            "action": f"Action::{json.dumps(tool.name)}",
+            "resource": f"Tool::{json.dumps(tool.name)}",
+        }
+        partial = cedarpy.is_authorized_partial(surface, policies, entities)
+        return _listing_answer(compiled, partial)
+
+
+def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool:
+    """Whether a policy's principal or action scope can hold for a request naming one of `entities`
+    directly (``==``, or ``in`` one of them); any other scope (all, a set, ``is``) is kept."""
+    if scope.get("op") not in ("==", "in") or "entity" not in scope:
+        return True
+    entity = scope["entity"]
+    if scope["op"] == "in" and entity.get("type") == "Action":
+        return True  # an action group: the hierarchy is the entities', kept whole
+    return (entity.get("type"), entity.get("id")) in entities
+
+
+def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(memory) >= _LISTINGS:
+        memory.clear()  # a bounded memory: past its size it starts over
+    memory[key] = value
+
+
+def _listing_answer(compiled: CompiledPolicies, partial: cedarpy.PartialAuthzResult) -> PolicyAnswer:
+    """The listing verdict from Cedar's residual policies: hidden when a forbid holds whatever the context
+    is, or when no permit could hold for any context; otherwise listed."""
+    if partial.decision == cedarpy.Decision.Deny and not partial.residuals:
+        return PolicyAnswer(decision=_denied(()))
+    forbidding: list[str] = []
+    may_permit = partial.decision == cedarpy.Decision.Allow
+    for cedar_id, residual in (partial.residuals or {}).items():
+        bodies = [condition.get("body") for condition in residual.get("conditions", [])]
+        if residual.get("effect") == "forbid" and all(body == {"Value": True} for body in bodies):
+            forbidding.append(compiled.ids.get(cedar_id, cedar_id))
+        elif residual.get("effect") == "permit" and not any(body == {"Value": False} for body in bodies):
+            may_permit = True
+    if forbidding:
+        ids = tuple(sorted(forbidding))
+        return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
+    if not may_permit:
+        return PolicyAnswer(decision=_denied(()))
+    return PolicyAnswer(decision=Decision.allow("a policy may permit it"))
+
+
+def _ids(compiled: CompiledPolicies, reasons: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(compiled.ids.get(reason, reason) for reason in reasons))
+
+
+def _denied(ids: tuple[str, ...]) -> Decision:
+    if ids:
+        return Decision.deny(Code.PERMISSION_DENIED, f"forbidden by policy {', '.join(ids)}")
+    return Decision.deny(Code.PERMISSION_DENIED, "no policy permits it")
+
+
+def _approval(compiled: CompiledPolicies, ids: tuple[str, ...], allowed: Decision, *, tainted: bool) -> PolicyAnswer:
+    """The approval a write's card needs, from the annotations of the permits that allowed it."""
+    notes = [compiled.annotations.get(policy_id, {}) for policy_id in ids]
+    asked = [_APPROVALS[note["approval"]] for note in notes if "approval" in note]
+    roles = sorted({note["approver_role"] for note in notes if "approver_role" in note})
+    role = roles[0] if roles else None
+    if asked and all(count == AUTO for count in asked):
+        auto = [policy_id for policy_id in ids if not tainted or policy_id in compiled.reads_taint]
+        if auto:
+            return PolicyAnswer(
+                decision=allowed, policy_ids=ids, approvals=AUTO, approver_role=role, auto_policy=auto[0]
+            )
+        return PolicyAnswer(decision=allowed, policy_ids=ids, approvals=None, approver_role=role)
+    counted = [count for count in asked if count != AUTO]
+    most = max(counted) if counted else None
+    return PolicyAnswer(decision=allowed, policy_ids=ids, approvals=most, approver_role=role)
