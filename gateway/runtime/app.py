@@ -260,6 +260,9 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
             text, source = file_text(settings.policies), str(settings.policies)
         engine = load_engine(text, source, static)
         reloader = PolicyReloader(engine, text, source, lambda: live.current().values())
+        # The set follows the catalog wherever the tools come from (registered adapters, fronted MCP servers), in
+        # every process that decides: `serve` and a separate `worker` alike.
+        live.on_change(_reload_policies(reloader))
     executor = Executor.build(
         tools=live,
         org_adapters=org_adapters,
@@ -390,10 +393,8 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         sessions_per_key=settings.limits.sessions_per_key,
         session_idle_seconds=settings.limits.session_idle_seconds,
     )
-    if gateway.policy is not None:
-        # The policy set follows the catalog before sessions are told of it: a session that lists at once
-        # is answered by the set validated against (and, for the built-in rules, written for) the new tools.
-        gateway.live.on_change(_reload_policies(gateway.policy))
+    # After the policy set's own listener (`build_gateway`): a session told of new tools and listing at once is
+    # answered by the set validated against (and, for the built-in rules, written for) them.
     gateway.live.on_change(surface.tools_changed)
     # Agents' keys are resolved through a one-second cache: the MCP path is the hot one. Admin and
     # registry keys are looked up on every request, so their revocation is immediate.

@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support.cached_install import install_once, run_step
+
 __all__ = ["FRAMEWORKS", "CompatUnavailableError", "install_framework"]
 
 FRAMEWORKS: dict[str, tuple[str, ...]] = {
@@ -53,8 +55,27 @@ def install_framework(name: str) -> Path:
     pins = FRAMEWORKS[name]
     digest = hashlib.sha256("\n".join((sys.version, *pins)).encode()).hexdigest()[:12]
     venv = _cache_root() / f"{name}-{digest}"
-    if _python(venv).is_file() and (venv / ".complete").is_file():
-        return _python(venv)
+
+    def build(scratch: Path) -> None:
+        # Only `bin/python` is used, which finds its environment from its own path, so a venv built
+        # in the scratch directory works once renamed into place.
+        run_step(
+            [sys.executable, "-m", "venv", "--clear", str(scratch)],
+            error=CompatUnavailableError,
+            timeout=INSTALL_TIMEOUT_SECONDS,
+            what=f"{name}: venv",
+        )
+        pip = [str(_python(scratch)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins]
+        run_step(pip, error=CompatUnavailableError, timeout=INSTALL_TIMEOUT_SECONDS, what=f"{name}: pip install")
+        (scratch / ".complete").write_text("\n".join(pins) + "\n")
+
+    install_once(
+        venv,
+        build,
+        lambda place: _python(place).is_file() and (place / ".complete").is_file(),
+        error=CompatUnavailableError,
+    )
+    return _python(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=venv.parent))
     try:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.cached_install import install_once, npm_install
 
 __all__ = ["NODE_VERSION", "SUITE_VERSION", "Suite", "SuiteUnavailableError", "install_suite"]
 
@@ -69,36 +68,14 @@ def install_suite() -> Suite:
         SuiteUnavailableError: npm is missing, the install failed, or its result lacks either file.
     """
     prefix = _cache_root() / f"node-{NODE_VERSION}-suite-{SUITE_VERSION}"
-    suite = _located(prefix)
-    if suite.node.is_file() and suite.entry.is_file():
-        return suite
-    npm = shutil.which("npm")
-    if npm is None:
-        raise SuiteUnavailableError("npm is not on PATH, and the conformance suite is not in the cache")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
-    try:
-        packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/conformance@{SUITE_VERSION}"]
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(scratch), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
-             *packages],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_SECONDS,
-            check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise SuiteUnavailableError(f"npm install failed ({done.returncode}): {done.stderr[-2000:]}")
-        if not (_located(scratch).node.is_file() and _located(scratch).entry.is_file()):
-            raise SuiteUnavailableError("npm install finished but the suite or Node is missing from it")
-        try:
-            scratch.rename(prefix)
-        except OSError:  # another run finished the same install first; theirs is as good
-            if not (suite.node.is_file() and suite.entry.is_file()):
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return suite
+    packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/conformance@{SUITE_VERSION}"]
+    install_once(
+        prefix,
+        lambda scratch: npm_install(scratch, packages, error=SuiteUnavailableError, timeout=INSTALL_TIMEOUT_SECONDS),
+        lambda place: _located(place).node.is_file() and _located(place).entry.is_file(),
+        error=SuiteUnavailableError,
+    )
+    return _located(prefix)
 
 
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where

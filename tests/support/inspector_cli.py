@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.cached_install import install_once, npm_install
 from tests.support.conformance_suite import SuiteUnavailableError, _cache_root, install_suite
 
 __all__ = ["INSPECTOR_VERSION", "Inspector", "InspectorUnavailableError", "available_inspector", "install_inspector"]
@@ -82,34 +81,17 @@ def install_inspector() -> Inspector:
     node = install_suite().node
     prefix = _cache_root() / f"inspector-{INSPECTOR_VERSION}"
     found = _located(prefix, node)
-    if found.entry.is_file():
-        found.home.mkdir(exist_ok=True)
-        return found
-    npm = shutil.which("npm")
-    if npm is None:
-        raise InspectorUnavailableError("npm is not on PATH, and the Inspector is not in the cache")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
-    try:
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(scratch), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
-             f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
-            capture_output=True,
-            text=True,
+    install_once(
+        prefix,
+        lambda scratch: npm_install(
+            scratch,
+            [f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}"],
+            error=InspectorUnavailableError,
             timeout=INSTALL_TIMEOUT_SECONDS,
-            check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise InspectorUnavailableError(f"npm install failed ({done.returncode}): {done.stderr[-2000:]}")
-        if not _located(scratch, node).entry.is_file():
-            raise InspectorUnavailableError("npm install finished but the Inspector's CLI entry is missing")
-        try:
-            scratch.rename(prefix)
-        except OSError:  # another run finished the same install first; theirs is as good
-            if not found.entry.is_file():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        ),
+        lambda place: _located(place, node).entry.is_file(),
+        error=InspectorUnavailableError,
+    )
     found.home.mkdir(exist_ok=True)
     return found
 

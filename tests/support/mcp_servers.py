@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.cached_install import install_once, npm_install, run_step
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
 
 __all__ = [
@@ -79,37 +78,14 @@ def install_everything_server(version: str = EVERYTHING_VERSION) -> NodeServer:
 
 def _install_node_server(server: str, version: str) -> NodeServer:
     prefix = _cache_root() / f"node-{NODE_VERSION}-{server}-{version}"
-    found = _located(prefix, server)
-    if found.node.is_file() and found.entry.is_file():
-        return found
-    npm = shutil.which("npm")
-    if npm is None:
-        raise SuiteUnavailableError(f"npm is not on PATH, and {server} {version} is not in the cache")
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
-    try:
-        packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/{server}@{version}"]
-        done = subprocess.run(
-            [npm, "install", "--prefix", str(scratch), "--no-save", "--no-audit", "--no-fund", "--loglevel=error",
-             *packages],
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_SECONDS,
-            check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise SuiteUnavailableError(f"npm install failed ({done.returncode}): {done.stderr[-2000:]}")
-        built = _located(scratch, server)
-        if not (built.node.is_file() and built.entry.is_file()):
-            raise SuiteUnavailableError("npm install finished but the server or Node is missing from it")
-        try:
-            scratch.rename(prefix)
-        except OSError:  # another run finished the same install first; theirs is as good
-            if not (found.node.is_file() and found.entry.is_file()):
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return found
+    packages = [f"{_node_package()}@{NODE_VERSION}", f"@modelcontextprotocol/{server}@{version}"]
+    install_once(
+        prefix,
+        lambda scratch: npm_install(scratch, packages, error=SuiteUnavailableError, timeout=INSTALL_TIMEOUT_SECONDS),
+        lambda place: _located(place, server).node.is_file() and _located(place, server).entry.is_file(),
+        error=SuiteUnavailableError,
+    )
+    return _located(prefix, server)
 
 
 def install_git_server() -> Path:
@@ -121,39 +97,27 @@ def install_git_server() -> Path:
     if shutil.which("git") is None:
         raise SuiteUnavailableError("git is not on PATH; mcp-server-git drives it")
     prefix = _cache_root() / f"mcp-server-git-{GIT_VERSION}"
-    found = prefix / "bin" / "mcp-server-git"
-    if found.is_file():
-        return found
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=".install-", dir=prefix.parent))
-    try:
-        for step in (
-            [sys.executable, "-m", "venv", str(scratch)],
-            [str(scratch / "bin" / "python"), "-m", "pip", "install", "--quiet", f"mcp-server-git=={GIT_VERSION}"],
-        ):
-            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_SECONDS, check=False)
-            if done.returncode != 0:
-                raise SuiteUnavailableError(f"{step[2]} failed ({done.returncode}): {done.stderr[-2000:]}")
-        try:
-            scratch.rename(prefix)  # the venv's scripts name their interpreter by path: fixed below
-        except OSError:
-            if not found.is_file():
-                raise
-            return found
-        _repoint(prefix, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return found
+
+    def build(scratch: Path) -> None:
+        venv = [sys.executable, "-m", "venv", str(scratch)]
+        run_step(venv, error=SuiteUnavailableError, timeout=INSTALL_TIMEOUT_SECONDS, what="venv")
+        pip = [str(scratch / "bin" / "python"), "-m", "pip", "install", "--quiet", f"mcp-server-git=={GIT_VERSION}"]
+        run_step(pip, error=SuiteUnavailableError, timeout=INSTALL_TIMEOUT_SECONDS, what="pip install")
+        # The venv's scripts name their interpreter by path: point them at the place it is renamed to.
+        _repoint(scratch, prefix)
+
+    install_once(prefix, build, lambda place: (place / "bin" / "mcp-server-git").is_file(), error=SuiteUnavailableError)
+    return prefix / "bin" / "mcp-server-git"
 
 
-def _repoint(prefix: Path, built_at: Path) -> None:
-    """A venv built at `built_at` and moved to `prefix`: its scripts' first lines name the old interpreter."""
-    for script in (prefix / "bin").iterdir():
+def _repoint(built_at: Path, prefix: Path) -> None:
+    """A venv built at `built_at`, to be moved to `prefix`: its scripts' first lines name the interpreter there."""
+    for script in (built_at / "bin").iterdir():
         if script.is_file() and not script.is_symlink():
             head = script.read_bytes()[:2]
             if head == b"#!":
                 script.write_text(script.read_text().replace(str(built_at), str(prefix), 1))
-    config = prefix / "pyvenv.cfg"
+    config = built_at / "pyvenv.cfg"
     config.write_text(config.read_text().replace(str(built_at), str(prefix)))
 
 
