@@ -170,7 +170,12 @@ async def test_nothing_is_acknowledged_or_sent_once_the_ledger_is_not_durable_an
                             flip.eval(_SNAPSHOT, 0)
                             _, raw_cards = await flip.execute()
                         stream.flipped_at = time.monotonic()
-                        await anyio.sleep(1.5)  # proposals, approvals and the worker go on against it
+                        # Proposals, approvals and the worker go on against it: for 1.5 s, and until both a
+                        # proposal and an approval were tried and refused (on a loaded box a loop may lag).
+                        while time.monotonic() - stream.flipped_at < 1.5 or not (
+                            stream.refused["propose"] and stream.refused["approve"]
+                        ):
+                            await anyio.sleep(0.05)
                         made_while_not_durable = _bookings(backends["rooms"], day)
                         stream.running = False
 
