@@ -11,9 +11,10 @@ The contract, in two parts:
 * **The gate, per transition** (`queue_confirmation`, `read_confirmation`): in the same pipeline as
   the script, hence the same round trip, the ledger sends ``SET <shard>:fsync`` (a barrier: a write of
   this connection after every write the server applied before it, from any connection), then
-  ``WAITAOF 1 0 <ms>`` where the server has it, then ``CONFIG GET appendonly maxmemory-policy``
-  (CONFIG cannot run inside a script; two names in one CONFIG GET need Redis 7.0 or later). The
-  transition is confirmed when the AOF is on, no eviction policy is set and the fsync was confirmed.
+  ``WAITAOF 1 0 <ms>`` where the server has it, then ``CONFIG GET appendonly maxmemory-policy
+  appendfsync`` (CONFIG cannot run inside a script; several names in one CONFIG GET need Redis 7.0 or
+  later). The transition is confirmed when the AOF is on, no eviction policy is set, ``appendfsync`` is
+  ``always`` or ``everysec``, and the fsync was confirmed.
   A server flipped to ``appendonly no`` or an eviction policy answers the very next transition as
   not durable: there is no window in which a cached verdict lets one through. Without ``WAITAOF``
   (Redis 7.0 and older) the check is the configuration at the moment of the transition, and an
@@ -65,7 +66,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CONFIG = ("appendonly", "maxmemory-policy")
+_CONFIG = ("appendonly", "maxmemory-policy", "appendfsync")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,20 +87,29 @@ class DurabilityReport:
         return cls(durable=not problems, problems=tuple(problems))
 
 
-def durability_problems(appendonly: str | None, policy: str | None) -> list[str]:
-    """What keeps a server with this configuration from being durable (nothing: it is durable)."""
+def durability_problems(appendonly: str | None, policy: str | None, appendfsync: str | None) -> list[str]:
+    """What keeps a server with this configuration from being durable (nothing: it is durable).
+
+    ``appendfsync no`` leaves it to the operating system when the AOF reaches the disk: an acknowledged
+    transition may be lost in a crash for as long as the kernel keeps it (tens of seconds). A server
+    without ``WAITAOF`` (Redis 7.0) would confirm such a transition from its configuration alone, so the
+    policy is read on every server, Redis 7.x and Valkey alike.
+    """
     problems: list[str] = []
     if appendonly != "yes":
         problems.append("appendonly is off" if appendonly == "no" else f"appendonly is {appendonly!r}")
     if policy != "noeviction":
         problems.append(f"maxmemory-policy is {policy} (eviction on)")
+    if appendfsync not in ("always", "everysec"):
+        problems.append(f"appendfsync is {appendfsync} (the AOF reaches the disk when the OS decides)")
     return problems
 
 
 async def check_durability(client: aioredis.Redis) -> DurabilityReport:
     """Report whether the server behind `client` is configured to keep every write it acknowledges.
 
-    Durable means ``appendonly yes`` and ``maxmemory-policy noeviction``. A server that refuses
+    Durable means ``appendonly yes``, ``maxmemory-policy noeviction`` and ``appendfsync`` ``always`` or
+    ``everysec``. A server that refuses
     ``CONFIG GET`` (renamed, disabled, or denied by ACL) cannot be verified and is reported as not
     durable.
 
@@ -213,7 +223,7 @@ def queue_confirmation(
         pipe.execute_command("WAITAOF", 1, min_replicas, fsync_timeout_ms, **route)
     elif min_replicas:
         pipe.execute_command("WAIT", min_replicas, fsync_timeout_ms, **route)
-    # One CONFIG GET for both names (Redis 7.0+).
+    # One CONFIG GET for the three names (Redis 7.0+).
     pipe.execute_command("CONFIG", "GET", *_CONFIG, **route)
 
 
@@ -239,9 +249,8 @@ def read_confirmation(
     if isinstance(config, Exception):
         return DurabilityReport.of([*problems, _unverifiable(config)])
     pairs = _config_pairs(config)
-    appendonly, policy = (config_value(pairs, name) for name in _CONFIG)
     # A configuration problem explains a failed fsync (WAITAOF refuses to run without the AOF): say that.
-    config_problems = durability_problems(appendonly, policy)
+    config_problems = durability_problems(*(config_value(pairs, name) for name in _CONFIG))
     return DurabilityReport.of(config_problems or problems)
 
 

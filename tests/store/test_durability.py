@@ -35,7 +35,11 @@ KINDS = [
     pytest.param(kind, marks=pytest.mark.skipif(kind == "redis" and not has_redis_server(), reason="no redis-server"))
     for kind in SERVER_KINDS
 ]
-FLIPS = [("appendonly", "no", "yes"), ("maxmemory-policy", "allkeys-lru", "noeviction")]
+FLIPS = [
+    ("appendonly", "no", "yes"),
+    ("maxmemory-policy", "allkeys-lru", "noeviction"),
+    ("appendfsync", "no", "always"),
+]
 EVICTION_POLICIES = ["noeviction", "allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-lfu",
                      "volatile-random", "volatile-ttl"]  # fmt: skip
 
@@ -57,6 +61,7 @@ async def client(server: tuple[str, str]) -> AsyncIterator[Redis]:
     finally:
         await redis.config_set("appendonly", "yes")
         await redis.config_set("maxmemory-policy", "noeviction")
+        await redis.config_set("appendfsync", "always")
         await redis.aclose()
 
 
@@ -122,7 +127,7 @@ async def test_waitaof_support_is_learnt_once_and_each_transition_on_a_server_wi
     assert stats["cmdstat_command|info"]["calls"] == 1
     assert ledger._waitaof is (kind == "valkey")
     assert stats.get("cmdstat_waitaof", {}).get("calls", 0) == (5 if kind == "valkey" else 0)
-    assert stats["cmdstat_config|get"]["calls"] == 5  # appendonly and maxmemory-policy, once per transition
+    assert stats["cmdstat_config|get"]["calls"] == 5  # appendonly, maxmemory-policy, appendfsync: once per transition
 
 
 async def test_a_server_that_denies_config_get_is_never_durable_for_a_transition(
