@@ -41,6 +41,7 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
+    Code.VIEW_HANDLE_REFUSED: "This view's handle opens nothing (used, expired or not yours); run the tool again.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
     # The MCP edge's refusals (gateway.mcp.edge) are JSON-RPC errors, but every code has its message.
     Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",
@@ -93,6 +94,11 @@ class Envelope:
     @property
     def is_error(self) -> bool:
         return self.code is not None
+
+    @property
+    def has_render(self) -> bool:
+        """Whether the tool rendered this result for people (else `for_human` falls back to the projection)."""
+        return self._human is not None
 
     def for_model(self) -> dict[str, Any]:
         """The projection the model receives: safe by construction, no third-party text."""

@@ -66,6 +66,7 @@ from gateway.store.notification_outbox import RedisNotificationOutbox
 from gateway.store.rate_buckets import RedisRateLimiter
 from gateway.store.registrations import RegistryStore
 from gateway.store.signing_keys import SigningKeyStore
+from gateway.store.view_handles import RedisViewHandles
 from gateway.tools.catalog import Catalog
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
@@ -282,6 +283,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         approvals=settings.approvals,
         announce=alerting.alert,
         receipts=signer.receipts_for,
+        handles=RedisViewHandles(client),
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
@@ -376,15 +378,17 @@ async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None
             loop.remove_signal_handler(hup)
 
 
-def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
+def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views: bool = True) -> GatewayApp:
     """The gateway's ASGI app (a Starlette app that serves ``/mcp`` directly: `gateway.web.root_app`). `tools`
-    defaults to those of the adapters `settings` enables."""
+    defaults to those of the adapters `settings` enables. Without `views`, the MCP surface serves no MCP Apps
+    view, to any client: what every client got before views existed (the views' tests compare the two)."""
     declared = list(tools) if tools is not None else tools_for(settings)
     gateway = build_gateway(settings, declared)
     surface = McpSurface(
         catalog=gateway.catalog,
         executor=gateway.executor.agent,
         tasks=gateway.executor.tasks,
+        views=gateway.executor.views if views else None,
         version=_version(),
         stateless=settings.mcp_stateless,
         write_task_support=settings.write_task_support,

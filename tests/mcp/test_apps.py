@@ -1,0 +1,177 @@
+"""MCP Apps views over the real MCP client and a real gateway: what a view opens, and what nobody else can.
+
+The stranger's booking title that ``rooms_availability`` withholds from the model reaches the person
+through a single-use handle; the model-visible result and every ``tools/list`` hold neither the title
+nor an app-only tool; a handle replayed, or presented by another principal or by a client without the
+extension, opens nothing and is audited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp_types import CallToolResult
+from redis.asyncio import Redis
+
+from backends.demo_data import HOSTILE_TITLE
+from gateway.audit.events import AuditEvent
+from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL
+from gateway.mcp.apps import CARD_VIEW, READ_VIEW, VIEW_META, VIEW_MIME
+from gateway.store.audit_stream import RedisStreamAuditSink
+from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
+from tests.support.views import view_host
+
+pytestmark = pytest.mark.anyio
+
+DAY = {"room_id": "room-atlas", "date": "2026-12-01"}
+
+
+def _model_visible(result: CallToolResult) -> str:
+    """What a host hands the model: the result without its ``_meta`` (which only the view reads)."""
+    return result.model_copy(update={"meta": None}).model_dump_json(by_alias=True)
+
+
+async def _read(client: Client) -> tuple[CallToolResult, str]:
+    result = await client.call_tool("rooms_availability", DAY)
+    assert result.is_error is False
+    return result, str((result.meta or {})[VIEW_META]["handle"])
+
+
+async def _events(redis: Redis, tool: str) -> list[AuditEvent]:
+    return [event for event in await RedisStreamAuditSink(redis).recent(200) if event.tool == tool]
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+async def test_a_read_view_opens_the_withheld_title_once_while_the_model_sees_neither_it_nor_the_app_tools(
+    redis: Redis, mcp_url: str, era: str
+) -> None:
+    """A client that renders views lists no app-only tool and sees the read view named; the model-visible
+    result has no title; the handle in ``_meta`` opens the title once, marked untrusted; a replay is refused."""
+    token = await make_key(redis, roles=("staff",))
+    async with view_host(mcp_url, token, era) as host:
+        listed = (await host.list_tools()).tools
+        result, handle = await _read(host)
+        opened = await host.call_tool(READ_TOOL, {"handle": handle})
+        replayed = await host.call_tool(READ_TOOL, {"handle": handle})
+
+    names = {tool.name for tool in listed}
+    assert names.isdisjoint(APP_TOOLS)
+    views = {tool.name: (tool.meta or {}).get("ui", {}).get("resourceUri") for tool in listed}
+    assert views["rooms_availability"] == READ_VIEW and views["rooms_book"] == CARD_VIEW
+    assert views["rooms_list"] is None  # nothing withheld from the model: nothing to show apart
+    model_visible = _model_visible(result)
+    assert HOSTILE_TITLE not in model_visible and handle not in model_visible
+    assert HOSTILE_TITLE not in "".join(tool.model_dump_json() for tool in listed)
+
+    shown = payload(opened)
+    assert shown["tool"] == "rooms_availability" and shown["untrusted"] is True
+    assert HOSTILE_TITLE in shown["text"]
+    assert error_code(replayed) == "VIEW_HANDLE_REFUSED"
+    [minted] = [e for e in await _events(redis, "rooms_availability") if e.action == "view.open"]
+    ok, refused = await _events(redis, READ_TOOL)
+    assert (ok.outcome, refused.outcome, refused.code) == ("ok", "deny", "VIEW_HANDLE_REFUSED")
+    assert refused.reason == "the handle was opened already"
+    assert minted.extra["handle"] == ok.extra["handle"] == refused.extra["handle"]
+    assert handle not in str(await RedisStreamAuditSink(redis).recent(200))  # the trail keeps a fingerprint
+
+
+async def test_another_principals_handle_opens_nothing_and_is_not_spent_by_the_attempt(
+    redis: Redis, mcp_url: str
+) -> None:
+    """Bob presenting Alice's handle is refused and audited; Alice's handle still opens for her after."""
+    alice = await make_key(redis, roles=("staff",))
+    bob = await make_key(redis, roles=("staff",), subject="bob@acme.example")
+    async with view_host(mcp_url, alice, MODERN) as host:
+        _result, handle = await _read(host)
+        async with view_host(mcp_url, bob, MODERN) as stranger:
+            taken = await stranger.call_tool(READ_TOOL, {"handle": handle})
+        mine = await host.call_tool(READ_TOOL, {"handle": handle})
+
+    assert error_code(taken) == "VIEW_HANDLE_REFUSED"
+    assert HOSTILE_TITLE in payload(mine)["text"]
+    refused, _ok = await _events(redis, READ_TOOL)
+    assert (refused.subject, refused.code) == ("bob@acme.example", "VIEW_HANDLE_REFUSED")
+    assert refused.reason == "the handle was minted for another principal's call"
+
+
+async def test_the_same_persons_other_key_cannot_open_a_handle_either(redis: Redis, mcp_url: str) -> None:
+    """A handle is bound to the key that made the call, not only to its person."""
+    first = await make_key(redis, roles=("staff",))
+    second = await make_key(redis, roles=("staff",))
+    async with view_host(mcp_url, first, MODERN) as host:
+        _result, handle = await _read(host)
+    async with view_host(mcp_url, second, MODERN) as other:
+        assert error_code(await other.call_tool(READ_TOOL, {"handle": handle})) == "VIEW_HANDLE_REFUSED"
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+async def test_a_client_without_the_extension_is_refused_an_app_tool_as_an_unknown_tool_and_audited(
+    redis: Redis, mcp_url: str, era: str
+) -> None:
+    """Even with a valid handle of its own principal, a client that did not declare views reads PERMISSION_DENIED,
+    exactly as for a name that does not exist; the refusal is audited, and the handle is not spent."""
+    token = await make_key(redis, roles=("staff",))
+    async with view_host(mcp_url, token, era) as host:
+        _result, handle = await _read(host)
+        async with agent(mcp_url, token, era) as plain:
+            refused = await plain.call_tool(READ_TOOL, {"handle": handle})
+            unknown = await plain.call_tool("no_such_tool", {"handle": handle})
+            card = await plain.call_tool(CARD_TOOL, {"card_id": "crd_x"})
+        opened = await host.call_tool(READ_TOOL, {"handle": handle})
+
+    assert everything_the_model_sees(refused) == everything_the_model_sees(unknown)
+    assert error_code(card) == "PERMISSION_DENIED"
+    assert HOSTILE_TITLE in payload(opened)["text"]
+    denied = [e for e in await _events(redis, READ_TOOL) if e.outcome == "deny"]
+    assert [(e.code, e.reason) for e in denied] == [
+        ("PERMISSION_DENIED", "app-only tool called by a client without MCP Apps views")
+    ]
+
+
+async def test_a_client_declaring_the_extension_without_the_html_profile_gets_no_views(
+    redis: Redis, mcp_url: str
+) -> None:
+    """Views are HTML: a client whose ``mimeTypes`` lacks ``text/html;profile=mcp-app`` renders none."""
+    from mcp.client import ClientExtension
+
+    class NoHtml(ClientExtension):
+        identifier = "io.modelcontextprotocol/ui"
+
+        def settings(self) -> dict[str, Any]:
+            return {"mimeTypes": ["text/plain"]}
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = await make_key(redis, roles=("staff",))
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=10) as http:
+        transport = streamable_http_client(mcp_url, http_client=http)
+        async with Client(transport, mode=MODERN, extensions=[NoHtml()]) as client:  # type: ignore[arg-type]
+            listed = (await client.list_tools()).tools
+            result = await client.call_tool("rooms_availability", DAY)
+    assert all(tool.meta is None or "ui" not in tool.meta for tool in listed)
+    assert result.meta is None or VIEW_META not in result.meta
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+async def test_the_views_are_served_as_ui_resources_with_no_network_and_a_strict_policy(
+    redis: Redis, mcp_url: str, era: str
+) -> None:
+    """Each view is one HTML document of the MCP Apps profile, declaring no domain for the host to open."""
+    token = await make_key(redis, roles=("staff",))
+    async with view_host(mcp_url, token, era) as host:
+        for uri in (READ_VIEW, CARD_VIEW):
+            [content] = (await host.read_resource(uri)).contents
+            assert content.mime_type == VIEW_MIME
+            assert content.meta == {
+                "ui": {
+                    "csp": {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []},
+                    "prefersBorder": True,
+                }
+            }
+            text = content.text  # type: ignore[union-attr]
+            assert "connect-src 'none'" in text and "default-src 'none'" in text
+            assert "unsafe-inline" not in text and "unsafe-eval" not in text
+            assert "innerHTML" not in text and "http://" not in text and "https://" not in text
