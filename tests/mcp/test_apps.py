@@ -8,24 +8,31 @@ extension, opens nothing and is audited.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client
-from mcp_types import CallToolResult
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY, CallToolResult
 from redis.asyncio import Redis
 
 from backends.demo_data import HOSTILE_TITLE
+from backends.serve import serve_app_in_thread
 from gateway.audit.events import AuditEvent
 from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL
 from gateway.mcp.apps import CARD_VIEW, READ_VIEW, VIEW_META, VIEW_MIME
+from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
+from tests.support.services import Backend, gateway_settings
 from tests.support.views import view_host
 
 pytestmark = pytest.mark.anyio
 
 DAY = {"room_id": "room-atlas", "date": "2026-12-01"}
+HANDSHAKE = "2025-11-25"
+ACCEPT = "application/json, text/event-stream"
 
 
 def _model_visible(result: CallToolResult) -> str:
@@ -175,3 +182,77 @@ async def test_the_views_are_served_as_ui_resources_with_no_network_and_a_strict
             assert "connect-src 'none'" in text and "default-src 'none'" in text
             assert "unsafe-inline" not in text and "unsafe-eval" not in text
             assert "innerHTML" not in text and "http://" not in text and "https://" not in text
+
+
+@pytest.fixture(scope="module")
+def viewless_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> Iterator[str]:
+    """The same gateway as `mcp_url` (same store, same backends), built to serve no MCP Apps view."""
+    app = create_app(gateway_settings(redis_url, backends, expenses=expenses), views=False)
+    with serve_app_in_thread(app, lifespan=True) as base:
+        yield f"{base}/mcp"
+
+
+def _bodies(answer: httpx.Response) -> list[bytes]:
+    """Each JSON-RPC message of an answer, as the bytes it was sent in (a JSON body, or SSE ``data:`` lines)."""
+    assert answer.status_code == 200, answer.text
+    if answer.headers["content-type"].startswith("application/json"):
+        return [answer.content]
+    return [line[len(b"data: ") :] for line in answer.content.splitlines() if line.startswith(b"data: {")]
+
+
+def _requests() -> list[tuple[str, dict[str, Any]]]:
+    """What a client asks, in order: the listing, a read with withheld text, an app-only tool, a write proposed
+    twice (the second answer, the open card, is what the comparison reads: the first one makes the card)."""
+    booking = {"room_id": "room-eos", "date": "2027-05-03", "start": "10:00", "end": "10:30", "title": "Same bytes"}
+    return [
+        ("tools/list", {}),
+        ("tools/call", {"name": "rooms_availability", "arguments": DAY}),
+        ("tools/call", {"name": READ_TOOL, "arguments": {"handle": "x" * 43}}),
+        ("tools/call", {"name": CARD_TOOL, "arguments": {"card_id": "crd_x"}}),
+        ("tools/call", {"name": "rooms_book", "arguments": booking}),
+    ]
+
+
+async def _modern_exchange(mcp_url: str, token: str) -> list[bytes]:
+    meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {}}
+    answers: list[bytes] = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        for number, (method, params) in enumerate(_requests(), start=1):
+            headers = {"authorization": f"Bearer {token}", "accept": ACCEPT, "mcp-protocol-version": MODERN,
+                       "mcp-method": method}  # fmt: skip
+            if "name" in params:
+                headers["mcp-name"] = params["name"]
+            message = {"jsonrpc": "2.0", "id": number, "method": method, "params": {**params, "_meta": meta}}
+            answers += _bodies(await http.post(mcp_url, json=message, headers=headers))
+    return answers
+
+
+async def _handshake_exchange(mcp_url: str, token: str) -> list[bytes]:
+    hello = {"protocolVersion": HANDSHAKE, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+    async with httpx.AsyncClient(headers={"authorization": f"Bearer {token}", "accept": ACCEPT}, timeout=10) as http:
+        opened = await http.post(mcp_url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        answers = _bodies(opened)
+        session = {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": HANDSHAKE}
+        await http.post(mcp_url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        for number, (method, params) in enumerate(_requests(), start=1):
+            message = {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
+            answers += _bodies(await http.post(mcp_url, json=message, headers=session))
+        await http.delete(mcp_url, headers=session)
+    return answers
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_without_views_sends(
+    redis: Redis, mcp_url: str, viewless_url: str, era: str
+) -> None:
+    """The same exchange, raw, against the gateway and against one built without views: initialize (2025-11-25),
+    tools/list, a read whose text is withheld, both app-only names and a write's open card are equal byte for
+    byte."""
+    token = await make_key(redis, roles=("staff",))
+    exchange = _modern_exchange if era == MODERN else _handshake_exchange
+    await exchange(viewless_url, token)  # files the card; from here on every answer is the open card's
+    without_views = await exchange(viewless_url, token)
+    with_views = await exchange(mcp_url, token)
+    assert len(with_views) == len(_requests()) + (era == LEGACY)
+    assert with_views == without_views
+    assert b"countersign_view" not in with_views[0 if era == MODERN else 1]
