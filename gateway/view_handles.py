@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-__all__ = ["Minted", "Opened", "Refusal", "ViewHandles"]
+__all__ = ["Minted", "Opened", "Unopened", "ViewHandles"]
 
-Refusal = Literal["gone", "foreign", "used"]
+Unopened = Literal["gone", "foreign", "used"]
 """Why a handle opened nothing: expired or never minted, another principal's, or already opened."""
 
 
@@ -48,7 +48,7 @@ class ViewHandles(Protocol):
         """
         ...
 
-    async def redeem(self, handle: str, owner: str) -> Opened | Refusal:
+    async def redeem(self, handle: str, owner: str) -> Opened | Unopened:
         """Open `handle` for `owner`, once: its render, or why it opens nothing.
 
         Raises:

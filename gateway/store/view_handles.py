@@ -23,7 +23,7 @@ import hashlib
 import redis.asyncio as aioredis
 
 from gateway.store.client import store_boundary
-from gateway.view_handles import Minted, Opened, Refusal
+from gateway.view_handles import Minted, Opened, Unopened
 
 __all__ = ["RedisViewHandles", "handle_key"]
 
@@ -64,10 +64,10 @@ class RedisViewHandles:
         args = [minted.owner, minted.tool, minted.args_hash, minted.render, "1" if minted.untrusted else "0", ttl_ms]
         await self._mint(keys=[handle_key(handle)], args=args)
 
-    async def redeem(self, handle: str, owner: str) -> Opened | Refusal:
+    async def redeem(self, handle: str, owner: str) -> Opened | Unopened:
         answer = [_text(part) for part in await self._redeem(keys=[handle_key(handle)], args=[owner])]
         if answer[0] != "ok":
-            refusal: Refusal = "foreign" if answer[0] == "foreign" else "used" if answer[0] == "used" else "gone"
+            refusal: Unopened = "foreign" if answer[0] == "foreign" else "used" if answer[0] == "used" else "gone"
             return refusal
         tool, args_hash, render, untrusted = answer[1:5]
         return Opened(tool=tool, args_hash=args_hash, render=render, untrusted=untrusted == "1")

@@ -27,11 +27,10 @@ const bridge = (() => {
       send({ id: message.id, result: {} }); // ping, ui/resource-teardown: nothing to keep or undo
     }
   });
-  const resized = () =>
-    send({
-      method: "ui/notifications/size-changed",
-      params: { width: document.documentElement.scrollWidth, height: document.documentElement.scrollHeight },
-    });
+  const resized = () => {
+    const { width, height } = document.body.getBoundingClientRect();
+    send({ method: "ui/notifications/size-changed", params: { width: Math.ceil(width), height: Math.ceil(height) } });
+  };
   return {
     async start(name, handler) {
       onResult = handler;
@@ -48,9 +47,22 @@ const bridge = (() => {
   };
 })();
 
-// Text from the gateway is always set as text, never parsed as markup.
+// Text from the gateway is always set as text, never parsed as markup. A character that would not be
+// seen (a control, a bidi override, a zero-width space) is shown as its code point, as the console does.
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Co}\p{Zl}\p{Zp}\u034f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f]/u;
 const show = (id, text) => {
-  document.getElementById(id).textContent = text;
+  const target = document.getElementById(id);
+  target.textContent = "";
+  for (const char of String(text)) {
+    if (char === "\n" || char === "\t" || !INVISIBLE.test(char)) {
+      target.append(char);
+      continue;
+    }
+    const mark = document.createElement("span");
+    mark.className = "hidden-char";
+    mark.textContent = `U+${char.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+    target.append(mark);
+  }
 };
 const viewMeta = (result) => ((result && result._meta) || {})["io.countersign/view"] || {};
 const refusal = (result) => {

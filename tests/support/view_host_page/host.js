@@ -28,6 +28,9 @@ async function frame(tool, args, result) {
   box.append(iframe);
   document.getElementById("views").append(box);
   const bridge = new AppBridge(client, HOST, { openLinks: {}, serverTools: {}, logging: {} });
+  bridge.onsizechange = ({ height }) => {
+    if (height) iframe.style.height = `${Math.min(height + 4, 640)}px`;
+  };
   bridge.onopenlink = async ({ url }) => {
     host.links.push(url);
     return {};
