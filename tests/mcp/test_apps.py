@@ -256,3 +256,25 @@ async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_with
     assert len(with_views) == len(_requests()) + (era == LEGACY)
     assert with_views == without_views
     assert b"countersign_view" not in with_views[0 if era == MODERN else 1]
+
+
+async def test_a_write_names_its_card_for_the_card_view_which_follows_the_callers_own_card(
+    redis: Redis, mcp_url: str
+) -> None:
+    """A proposal's result carries its card id in ``_meta``; the card view's tool answers that card with the link
+    to it in the console of the gateway the client reached, and answers another principal NOT_FOUND."""
+    token = await make_key(redis, roles=("staff",))
+    booking = {"room_id": "room-eos", "date": "2027-11-21", "start": "11:00", "end": "11:30", "title": "Card view"}
+    async with view_host(mcp_url, token, MODERN) as host:
+        proposed = await host.call_tool("rooms_book", booking)
+        card_id = payload(proposed)["card_id"]
+        assert (proposed.meta or {})[VIEW_META] == {"card_id": card_id}
+        shown = payload(await host.call_tool(CARD_TOOL, {"card_id": card_id}))
+    other = await make_key(redis, roles=("staff",), subject="bob@acme.example")
+    async with view_host(mcp_url, other, MODERN) as stranger:
+        refused = await stranger.call_tool(CARD_TOOL, {"card_id": card_id})
+
+    assert (shown["card_id"], shown["status"], shown["final"]) == (card_id, "PENDING", False)
+    assert shown["console"] == f"{mcp_url.removesuffix('mcp')}admin/#/cards/{card_id}"
+    assert shown["preview"] and "note" not in shown
+    assert error_code(refused) == "NOT_FOUND"
