@@ -50,7 +50,7 @@ from gateway.principal import Principal
 from gateway.view_handles import Minted, Opened, ViewHandles
 from policies.charges import budget_owner
 
-__all__ = ["APP_TOOLS", "CARD_TOOL", "READ_TOOL", "OpenedRead", "ViewPath"]
+__all__ = ["APP_TOOLS", "CARD_TOOL", "READ_TOOL", "CardArgs", "OpenedRead", "ReadArgs", "ViewPath"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -59,7 +59,7 @@ READ_TOOL = "countersign_view_read"
 CARD_TOOL = "countersign_view_card"
 """The app-only tool a card view follows its card with."""
 APP_TOOLS = frozenset({READ_TOOL, CARD_TOOL})
-"""The names only a view may call; never listed to a model."""
+"""The names only a view may call; never offered to a model."""
 
 POLL_MS = 2000
 """How often a card view asks again while its card is open: within any read budget a caller is given."""
@@ -71,14 +71,18 @@ _REFUSALS = {
 }
 
 
-class _ReadArgs(BaseModel):
+class ReadArgs(BaseModel):
+    """The arguments of `READ_TOOL`."""
+
     model_config = ConfigDict(extra="forbid")
-    handle: str = Field(min_length=16, max_length=128)
+    handle: str = Field(min_length=16, max_length=128, description="The handle the read's result gave its view.")
 
 
-class _CardArgs(BaseModel):
+class CardArgs(BaseModel):
+    """The arguments of `CARD_TOOL`."""
+
     model_config = ConfigDict(extra="forbid")
-    card_id: str = Field(min_length=1, max_length=128)
+    card_id: str = Field(min_length=1, max_length=128, description="The card the write's result named.")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -139,7 +143,7 @@ class ViewPath:
 
     async def read(self, principal: Principal, arguments: Mapping[str, Any] | None, *, declared: bool) -> Envelope:
         """The app-only `READ_TOOL`: the render a handle opens, once, for the principal it was minted for."""
-        args = await self._admit(principal, READ_TOOL, arguments, _ReadArgs, declared=declared)
+        args = await self._admit(principal, READ_TOOL, arguments, ReadArgs, declared=declared)
         if isinstance(args, Envelope):
             return args
         try:
@@ -160,7 +164,7 @@ class ViewPath:
     ) -> Envelope:
         """The app-only `CARD_TOOL`: the caller's own card as its view shows it, with `console` (the console's
         address, ending before the card id) for approvers. Anyone else's card reads as NOT_FOUND."""
-        args = await self._admit(principal, CARD_TOOL, arguments, _CardArgs, declared=declared)
+        args = await self._admit(principal, CARD_TOOL, arguments, CardArgs, declared=declared)
         if isinstance(args, Envelope):
             return args
         try:

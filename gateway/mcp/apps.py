@@ -6,8 +6,10 @@ extension with ``text/html;profile=mcp-app`` among its ``mimeTypes``:
 
 * ``tools/list`` names a view in each tool's ``_meta.ui.resourceUri``: `READ_VIEW` for a read whose
   result carries third-party text (the stranger's text the model never sees), `CARD_VIEW` for a write
-  (the card it files). The app-only tools (`gateway.executor.views.APP_TOOLS`) are listed to no one,
-  whatever the client: a model never learns they exist, and a view knows their names.
+  (the card it files). The app-only tools (`gateway.executor.views.APP_TOOLS`) are listed with
+  ``_meta.ui.visibility: ["app"]``, which the extension obliges a host to keep out of the model's tool
+  list and to require of any ``tools/call`` a view sends; they are listed to no other client, whose
+  listing is the model's.
 * a read's ``tools/call`` result carries, in ``_meta["io.countersign/view"]``, a single-use handle to its
   human render; a write's carries its card id. Content and structured content are the same bytes every
   client gets: what the model sees does not change.
@@ -37,9 +39,10 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import BaseModel
 
 from gateway.envelope import Envelope
-from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL, ViewPath
+from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL, CardArgs, ReadArgs, ViewPath
 from gateway.mcp.extensions import declared_extension
 from gateway.mcp.tasks import request_principal, tool_result
 from gateway.tools.declarations import Mode, Tool
@@ -81,6 +84,17 @@ def _document(page: str, script: str) -> str:
     return _PLACEHOLDER.sub(lambda match: parts[match.group(1)], (_ASSETS / page).read_text(encoding="utf-8"))
 
 
+def _app_tool(name: str, description: str, arguments: type[BaseModel]) -> types.Tool:
+    """An app-only tool's listing: callable by a view, kept out of the model's tool list by the host."""
+    return types.Tool(
+        name=name,
+        description=f"For Countersign's views only; an agent's call is refused. {description}",
+        input_schema=arguments.model_json_schema(),
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+        _meta={"ui": {"visibility": ["app"]}},
+    )
+
+
 class McpApps:
     """The MCP Apps half of the MCP surface: views named in listings and results, their resources, and the
     app-only tools' calls handed to the view path."""
@@ -88,6 +102,10 @@ class McpApps:
     def __init__(self, views: ViewPath) -> None:
         self._views = views
         self._documents = {READ_VIEW: _document("read.html", "read.js"), CARD_VIEW: _document("card.html", "card.js")}
+        self._app_tools = (
+            _app_tool(READ_TOOL, "Open, once, what a read withheld from the agent, by its view's handle.", ReadArgs),
+            _app_tool(CARD_TOOL, "The caller's own approval card, as its view follows it.", CardArgs),
+        )
 
     def install(self, server: Server[Any]) -> None:
         """Serve the views as ``ui://`` resources on `server`."""
@@ -114,6 +132,10 @@ class McpApps:
         if tool.emits_untrusted_text and tool.human_view is not None:
             return READ_VIEW
         return None
+
+    def app_tools(self) -> list[types.Tool]:
+        """The app-only tools, as a client that renders views lists them: for its views, never its model."""
+        return list(self._app_tools)
 
     def listed(self, definition: types.Tool, tool: Tool) -> types.Tool:
         """`definition` as a client that renders views lists it: naming its view, if it has one."""

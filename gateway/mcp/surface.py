@@ -13,7 +13,8 @@ from what this surface exposes: `session_manager`, `server`, `held_refusal`, `li
 
 A client that declares MCP Apps views (``io.modelcontextprotocol/ui``) is told which view each tool's
 results open, and a result's view what it may open (`gateway.mcp.apps`); the app-only tools those views
-call are never listed. Any other client gets the same listing and results as if views did not exist.
+call are listed to it alone, marked for the views (the host keeps them from its model). Any other client
+gets the same listing and results as if views did not exist.
 
 A client that declares task support follows a write proposal as a task bound to its card
 (`gateway.mcp.tasks`); any other client gets the card receipt and the approvals tools. A deployment
@@ -215,7 +216,7 @@ class McpSurface:
         definitions = self._definitions
         visible = self._catalog.visible_to(principal, box)
         if self._apps is not None and self._apps.declared(ctx):
-            listed = [self._apps.listed(definitions[t.name], t) for t in visible]
+            listed = [self._apps.listed(definitions[t.name], t) for t in visible] + self._apps.app_tools()
         else:
             listed = [definitions[t.name] for t in visible]
         return types.ListToolsResult(

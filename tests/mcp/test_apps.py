@@ -54,8 +54,9 @@ async def _events(redis: Redis, tool: str) -> list[AuditEvent]:
 async def test_a_read_view_opens_the_withheld_title_once_while_the_model_sees_neither_it_nor_the_app_tools(
     redis: Redis, mcp_url: str, era: str
 ) -> None:
-    """A client that renders views lists no app-only tool and sees the read view named; the model-visible
-    result has no title; the handle in ``_meta`` opens the title once, marked untrusted; a replay is refused."""
+    """A client that renders views sees the read view named and the app-only tools marked for views alone, so its
+    model's list has none; the model-visible result has no title; the handle in ``_meta`` opens the title once,
+    marked untrusted; a replay is refused."""
     token = await make_key(redis, roles=("staff",))
     async with view_host(mcp_url, token, era) as host:
         listed = (await host.list_tools()).tools
@@ -63,9 +64,11 @@ async def test_a_read_view_opens_the_withheld_title_once_while_the_model_sees_ne
         opened = await host.call_tool(READ_TOOL, {"handle": handle})
         replayed = await host.call_tool(READ_TOOL, {"handle": handle})
 
-    names = {tool.name for tool in listed}
-    assert names.isdisjoint(APP_TOOLS)
-    views = {tool.name: (tool.meta or {}).get("ui", {}).get("resourceUri") for tool in listed}
+    # What the host hands its model: every tool but those whose visibility is the views' alone.
+    for_model = [tool for tool in listed if (tool.meta or {}).get("ui", {}).get("visibility") != ["app"]]
+    assert {tool.name for tool in listed} - {tool.name for tool in for_model} == APP_TOOLS
+    assert {tool.name for tool in for_model}.isdisjoint(APP_TOOLS)
+    views = {tool.name: (tool.meta or {}).get("ui", {}).get("resourceUri") for tool in for_model}
     assert views["rooms_availability"] == READ_VIEW and views["rooms_book"] == CARD_VIEW
     assert views["rooms_list"] is None  # nothing withheld from the model: nothing to show apart
     model_visible = _model_visible(result)
@@ -123,11 +126,13 @@ async def test_a_client_without_the_extension_is_refused_an_app_tool_as_an_unkno
     async with view_host(mcp_url, token, era) as host:
         _result, handle = await _read(host)
         async with agent(mcp_url, token, era) as plain:
+            listed = {tool.name for tool in (await plain.list_tools()).tools}
             refused = await plain.call_tool(READ_TOOL, {"handle": handle})
             unknown = await plain.call_tool("no_such_tool", {"handle": handle})
             card = await plain.call_tool(CARD_TOOL, {"card_id": "crd_x"})
         opened = await host.call_tool(READ_TOOL, {"handle": handle})
 
+    assert listed.isdisjoint(APP_TOOLS)  # this listing is the model's
     assert everything_the_model_sees(refused) == everything_the_model_sees(unknown)
     assert error_code(card) == "PERMISSION_DENIED"
     assert HOSTILE_TITLE in payload(opened)["text"]
@@ -159,6 +164,7 @@ async def test_a_client_declaring_the_extension_without_the_html_profile_gets_no
             listed = (await client.list_tools()).tools
             result = await client.call_tool("rooms_availability", DAY)
     assert all(tool.meta is None or "ui" not in tool.meta for tool in listed)
+    assert {tool.name for tool in listed}.isdisjoint(APP_TOOLS)
     assert result.meta is None or VIEW_META not in result.meta
 
 
@@ -255,7 +261,7 @@ async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_with
     with_views = await exchange(mcp_url, token)
     assert len(with_views) == len(_requests()) + (era == LEGACY)
     assert with_views == without_views
-    assert b"countersign_view" not in with_views[0 if era == MODERN else 1]
+    assert b"countersign_view" not in with_views[0 if era == MODERN else 1]  # the listing
 
 
 async def test_a_write_names_its_card_for_the_card_view_which_follows_the_callers_own_card(

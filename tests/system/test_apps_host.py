@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_TITLE
 from backends.serve import serve_app_in_thread
+from gateway.executor.views import APP_TOOLS
 from gateway.runtime.app import create_app
 from tests.support.agents import agent, make_key, payload
 from tests.support.apps_host import available_host
@@ -96,6 +97,8 @@ async def test_in_a_real_host_the_person_reads_the_stranger_text_and_follows_the
         assert HOSTILE_TITLE in await read.until("document.getElementById('text').textContent")
         model_saw = await page.evaluate("host.modelSaw")
         assert HOSTILE_TITLE not in model_saw and "countersign_view" not in model_saw
+        assert sorted(await page.evaluate("host.appOnly")) == sorted(APP_TOOLS)  # ext-apps reads them as the views'
+
         assert await read.evaluate("!document.getElementById('stranger').hidden") is True
 
         await page.evaluate(f"void host.call('rooms_availability', {json.dumps({**DAY, 'date': day})})")

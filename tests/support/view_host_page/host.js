@@ -2,7 +2,12 @@
 // gateway (same origin, the agent's key from the page's fragment), and ext-apps' AppBridge frames each view
 // in a sandboxed iframe exactly as a chat host does. The test reads `window.host` and the views' own DOM.
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { AppBridge, PostMessageTransport, getToolUiResourceUri } from "@modelcontextprotocol/ext-apps/app-bridge";
+import {
+  AppBridge,
+  PostMessageTransport,
+  getToolUiResourceUri,
+  isToolVisibilityAppOnly,
+} from "@modelcontextprotocol/ext-apps/app-bridge";
 
 const HOST = { name: "countersign-test-host", version: "1" };
 const VIEWS = { "io.modelcontextprotocol/ui": { mimeTypes: ["text/html;profile=mcp-app"] } };
@@ -46,13 +51,16 @@ async function frame(tool, args, result) {
   host.views.push({ frame: iframe.name, uri, meta: content._meta });
 }
 
-// What a model would be handed: the listing, and each result without its _meta.
+// What a model would be handed: the listing without the tools only views may call, and each result
+// without its _meta.
 host.call = async (name, args) => {
   const listed = (await client.listTools()).tools;
   const tool = listed.find((candidate) => candidate.name === name);
   const result = await client.callTool({ name, arguments: args });
   const { _meta, ...forModel } = result;
-  host.modelSaw = JSON.stringify({ tools: listed, result: forModel });
+  host.appOnly = listed.filter(isToolVisibilityAppOnly).map((candidate) => candidate.name);
+  const forModelTools = listed.filter((candidate) => !isToolVisibilityAppOnly(candidate));
+  host.modelSaw = JSON.stringify({ tools: forModelTools, result: forModel });
   host.structured = result.structuredContent;
   await frame(tool, args, result);
   return host.views.length - 1;
