@@ -88,7 +88,7 @@ def _app_tool(name: str, description: str, arguments: type[BaseModel]) -> types.
     """An app-only tool's listing: callable by a view, kept out of the model's tool list by the host."""
     return types.Tool(
         name=name,
-        description=f"For Countersign's views only; an agent's call is refused. {description}",
+        description=f"For Countersign's views (MCP Apps) only, not for the model. {description}",
         input_schema=arguments.model_json_schema(),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
         _meta={"ui": {"visibility": ["app"]}},
