@@ -46,10 +46,6 @@ class Code(StrEnum):
     UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
     UPSTREAM_ERROR = "UPSTREAM_ERROR"
     LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
-    VIEW_HANDLE_REFUSED = "VIEW_HANDLE_REFUSED"
-    """An MCP Apps view presented a handle that opens nothing: used already, expired, unknown, or minted
-    for another principal's call (which of these is never said; the audit event says it). The view asks
-    the person to run the call again, which mints a fresh handle."""
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
     @property

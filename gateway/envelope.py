@@ -41,7 +41,6 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_TIMEOUT: "The backend did not answer in time; try again later.",
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
-    Code.VIEW_HANDLE_REFUSED: "This view's handle opens nothing (used, expired or not yours); run the tool again.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
     # The MCP edge's refusals (gateway.mcp.edge) are JSON-RPC errors, but every code has its message.
     Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",

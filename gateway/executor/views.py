@@ -8,8 +8,9 @@ Three things, each audited:
   `ttl_seconds` long, bound to the principal (org, subject, key) and the call (tool, arguments hash).
   The model's projection is not touched: the handle travels in the result's ``_meta``, to the view.
 * `read` (the app-only tool `READ_TOOL`): a view redeems its handle for the render. Another principal's
-  handle, a used one, an expired or unknown one all read as VIEW_HANDLE_REFUSED; the audit event says
-  which.
+  handle, a used one, an expired or unknown one all read as NOT_FOUND, with `HANDLE_REFUSED` for the
+  person to act on; the audit event says which. (NOT_FOUND, not a code of its own: a new code would
+  change every tool's listed output schema, which clients without views must get unchanged.)
 * `card` (the app-only tool `CARD_TOOL`): the requester's own card as its view follows it: summary,
   preview, state and what happened. Nothing here can decide a card.
 
@@ -50,7 +51,7 @@ from gateway.principal import Principal
 from gateway.view_handles import Minted, Opened, ViewHandles
 from policies.charges import budget_owner
 
-__all__ = ["APP_TOOLS", "CARD_TOOL", "READ_TOOL", "CardArgs", "OpenedRead", "ReadArgs", "ViewPath"]
+__all__ = ["APP_TOOLS", "CARD_TOOL", "HANDLE_REFUSED", "READ_TOOL", "CardArgs", "OpenedRead", "ReadArgs", "ViewPath"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -60,6 +61,12 @@ CARD_TOOL = "countersign_view_card"
 """The app-only tool a card view follows its card with."""
 APP_TOOLS = frozenset({READ_TOOL, CARD_TOOL})
 """The names only a view may call; never offered to a model."""
+
+HANDLE_REFUSED = (
+    "This view can no longer open what the agent was not shown (opened already, expired, or not yours); "
+    "run the tool again."
+)
+"""What a view is told of a handle that opens nothing."""
 
 POLL_MS = 2000
 """How often a card view asks again while its card is open: within any read budget a caller is given."""
@@ -153,8 +160,8 @@ class ViewPath:
             return await self._refuse(principal, READ_TOOL, down)
         fingerprint = {"handle": _fingerprint(args.handle)}
         if not isinstance(opened, Opened):
-            refusal = Decision.deny(Code.VIEW_HANDLE_REFUSED, _REFUSALS[opened])
-            return await self._refuse(principal, READ_TOOL, refusal, extra=fingerprint)
+            refusal = Decision.deny(Code.NOT_FOUND, _REFUSALS[opened])
+            return await self._refuse(principal, READ_TOOL, refusal, extra=fingerprint, message=HANDLE_REFUSED)
         await self._record(principal, READ_TOOL, "ok", extra={**fingerprint, "read": opened.tool})
         model = {"tool": opened.tool, "text": opened.render, "untrusted": opened.untrusted}
         return Envelope.ok(model, human=opened.render, untrusted=opened.untrusted)
@@ -214,10 +221,11 @@ class ViewPath:
         *,
         details: Mapping[str, Any] | None = None,
         extra: Mapping[str, str] | None = None,
+        message: str | None = None,
     ) -> Envelope:
         code = decision.code or Code.INTERNAL_ERROR
         await self._record(principal, name, "deny", code=code, reason=decision.reason, extra=extra)
-        return Envelope.refused(code, details=details)
+        return Envelope.refused(code, message=message, details=details)
 
     async def _record(
         self,

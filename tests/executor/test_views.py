@@ -40,7 +40,7 @@ def _views(redis: Redis, audit: ListAuditSink, *, ttl_seconds: float = 120.0, li
 
 
 async def test_an_expired_handle_opens_nothing_and_the_refusal_says_so_in_the_audit(redis: Redis) -> None:
-    """A handle whose time ran out reads VIEW_HANDLE_REFUSED; the audit event says it expired."""
+    """A handle whose time ran out reads NOT_FOUND; the audit event says it expired."""
     audit = ListAuditSink()
     views = _views(redis, audit, ttl_seconds=0.05)
     opened = await views.open_read(ALICE, "rooms_availability", {"date": "2026-12-01"}, RENDER)
@@ -49,7 +49,7 @@ async def test_an_expired_handle_opens_nothing_and_the_refusal_says_so_in_the_au
         while await redis.exists(handle_key(opened.handle)):
             await anyio.sleep(0.02)
     refused = await views.read(ALICE, {"handle": opened.handle}, declared=True)
-    assert refused.code is not None and refused.code.value == "VIEW_HANDLE_REFUSED"
+    assert refused.code is not None and refused.code.value == "NOT_FOUND"
     event = audit.events[-1]
     assert (event.tool, event.outcome, event.reason) == (READ_TOOL, "deny", "the handle expired, or was never minted")
 

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from backends.demo_data import HOSTILE_TITLE
 from backends.serve import serve_app_in_thread
 from gateway.audit.events import AuditEvent
-from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL
+from gateway.executor.views import APP_TOOLS, CARD_TOOL, HANDLE_REFUSED, READ_TOOL
 from gateway.mcp.apps import CARD_VIEW, READ_VIEW, VIEW_META, VIEW_MIME
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
@@ -78,10 +78,11 @@ async def test_a_read_view_opens_the_withheld_title_once_while_the_model_sees_ne
     shown = payload(opened)
     assert shown["tool"] == "rooms_availability" and shown["untrusted"] is True
     assert HOSTILE_TITLE in shown["text"]
-    assert error_code(replayed) == "VIEW_HANDLE_REFUSED"
+    assert error_code(replayed) == "NOT_FOUND"
+    assert payload(replayed)["error"]["message"] == HANDLE_REFUSED
     [minted] = [e for e in await _events(redis, "rooms_availability") if e.action == "view.open"]
     ok, refused = await _events(redis, READ_TOOL)
-    assert (ok.outcome, refused.outcome, refused.code) == ("ok", "deny", "VIEW_HANDLE_REFUSED")
+    assert (ok.outcome, refused.outcome, refused.code) == ("ok", "deny", "NOT_FOUND")
     assert refused.reason == "the handle was opened already"
     assert minted.extra["handle"] == ok.extra["handle"] == refused.extra["handle"]
     assert handle not in str(await RedisStreamAuditSink(redis).recent(200))  # the trail keeps a fingerprint
@@ -99,10 +100,10 @@ async def test_another_principals_handle_opens_nothing_and_is_not_spent_by_the_a
             taken = await stranger.call_tool(READ_TOOL, {"handle": handle})
         mine = await host.call_tool(READ_TOOL, {"handle": handle})
 
-    assert error_code(taken) == "VIEW_HANDLE_REFUSED"
+    assert error_code(taken) == "NOT_FOUND"
     assert HOSTILE_TITLE in payload(mine)["text"]
     refused, _ok = await _events(redis, READ_TOOL)
-    assert (refused.subject, refused.code) == ("bob@acme.example", "VIEW_HANDLE_REFUSED")
+    assert (refused.subject, refused.code) == ("bob@acme.example", "NOT_FOUND")
     assert refused.reason == "the handle was minted for another principal's call"
 
 
@@ -113,7 +114,7 @@ async def test_the_same_persons_other_key_cannot_open_a_handle_either(redis: Red
     async with view_host(mcp_url, first, MODERN) as host:
         _result, handle = await _read(host)
     async with view_host(mcp_url, second, MODERN) as other:
-        assert error_code(await other.call_tool(READ_TOOL, {"handle": handle})) == "VIEW_HANDLE_REFUSED"
+        assert error_code(await other.call_tool(READ_TOOL, {"handle": handle})) == "NOT_FOUND"
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
