@@ -7,6 +7,8 @@ from dataclasses import replace
 import anyio
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway.audit.events import ListAuditSink
 from gateway.codes import Code
@@ -19,6 +21,7 @@ from gateway.store.rate_buckets import RedisRateLimiter
 from gateway.store.view_handles import RedisViewHandles, handle_key
 from gateway.tools.preview import Preview
 from tests.support.cards import APPROVER, PROPOSAL, approve
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -108,3 +111,32 @@ async def test_a_client_without_views_is_refused_before_it_spends_or_opens_anyth
     assert audit.events[-1].reason == "app-only tool called by a client without MCP Apps views"
     shown = await views.read(ALICE, {"handle": opened.handle}, declared=True)
     assert shown.for_model()["text"] == RENDER.for_human()
+
+
+async def test_arguments_outside_the_schema_are_refused_after_the_budget_is_spent(redis: Redis) -> None:
+    """A malformed call costs its read like any other, and is told VALIDATION_ERROR."""
+    audit = ListAuditSink()
+    refused = await _views(redis, audit).read(ALICE, {"handle": "short", "extra": 1}, declared=True)
+    assert refused.code is Code.VALIDATION_ERROR
+    assert (audit.events[-1].tool, audit.events[-1].code) == (READ_TOOL, "VALIDATION_ERROR")
+
+
+async def test_without_a_store_no_handle_is_minted_and_every_app_call_is_refused_retryably() -> None:
+    """Redis gone: the read's own answer stands but names no handle (audited), and app-only calls read
+    LEDGER_UNAVAILABLE, which the card view waits out."""
+    gone = Redis.from_url(f"redis://127.0.0.1:{free_port()}", retry=Retry(NoBackoff(), 0))
+    audit = ListAuditSink()
+    views = _views(gone, audit)
+    try:
+        assert await views.open_read(ALICE, "rooms_availability", {}, RENDER) is None
+        read = await views.read(ALICE, {"handle": "h" * 43}, declared=True)
+        card = await views.card(ALICE, {"card_id": "crd_x"}, declared=True, console=CONSOLE)
+    finally:
+        await gone.aclose()
+    assert read.code is Code.LEDGER_UNAVAILABLE and card.code is Code.LEDGER_UNAVAILABLE
+    assert card.for_model()["error"]["retryable"] is True
+    assert [(e.action, e.code) for e in audit.events] == [
+        ("view.open", "LEDGER_UNAVAILABLE"),
+        ("tool.call", "LEDGER_UNAVAILABLE"),
+        ("tool.call", "LEDGER_UNAVAILABLE"),
+    ]
