@@ -224,7 +224,7 @@ async def _modern_exchange(mcp_url: str, token: str) -> list[bytes]:
     meta = {PROTOCOL_VERSION_META_KEY: MODERN, CLIENT_CAPABILITIES_META_KEY: {}}
     answers: list[bytes] = []
     async with httpx.AsyncClient(timeout=10) as http:
-        for number, (method, params) in enumerate(_requests(), start=1):
+        for number, (method, params) in enumerate([("server/discover", {}), *_requests()], start=1):
             headers = {"authorization": f"Bearer {token}", "accept": ACCEPT, "mcp-protocol-version": MODERN,
                        "mcp-method": method}  # fmt: skip
             if "name" in params:
@@ -252,17 +252,18 @@ async def _handshake_exchange(mcp_url: str, token: str) -> list[bytes]:
 async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_without_views_sends(
     redis: Redis, mcp_url: str, viewless_url: str, era: str
 ) -> None:
-    """The same exchange, raw, against the gateway and against one built without views: initialize (2025-11-25),
-    tools/list, a read whose text is withheld, both app-only names and a write's open card are equal byte for
+    """The same exchange, raw, against the gateway and against one built without views: server/discover
+    (2026-07-28) or initialize (2025-11-25), tools/list, a read whose text is withheld, both app-only names and a write's open card are equal byte for
     byte."""
     token = await make_key(redis, roles=("staff",))
     exchange = _modern_exchange if era == MODERN else _handshake_exchange
     await exchange(viewless_url, token)  # files the card; from here on every answer is the open card's
     without_views = await exchange(viewless_url, token)
     with_views = await exchange(mcp_url, token)
-    assert len(with_views) == len(_requests()) + (era == LEGACY)
+    assert len(with_views) == len(_requests()) + 1  # and server/discover (2026-07-28) or initialize (2025-11-25)
     assert with_views == without_views
-    assert b"countersign_view" not in with_views[0 if era == MODERN else 1]  # the listing
+    assert b"countersign_view" not in with_views[1]  # the listing
+    assert all(b"\"result\"" in answer for answer in with_views)  # answers, not errors that match
 
 
 async def test_a_write_names_its_card_for_the_card_view_which_follows_the_callers_own_card(
