@@ -253,8 +253,8 @@ async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_with
     redis: Redis, mcp_url: str, viewless_url: str, era: str
 ) -> None:
     """The same exchange, raw, against the gateway and against one built without views: server/discover
-    (2026-07-28) or initialize (2025-11-25), tools/list, a read whose text is withheld, both app-only names and a write's open card are equal byte for
-    byte."""
+    (2026-07-28) or initialize (2025-11-25), tools/list, a read whose text is withheld, both app-only names
+    and a write's open card are equal byte for byte."""
     token = await make_key(redis, roles=("staff",))
     exchange = _modern_exchange if era == MODERN else _handshake_exchange
     await exchange(viewless_url, token)  # files the card; from here on every answer is the open card's
@@ -263,7 +263,7 @@ async def test_a_client_without_the_extension_gets_the_very_bytes_a_gateway_with
     assert len(with_views) == len(_requests()) + 1  # and server/discover (2026-07-28) or initialize (2025-11-25)
     assert with_views == without_views
     assert b"countersign_view" not in with_views[1]  # the listing
-    assert all(b"\"result\"" in answer for answer in with_views)  # answers, not errors that match
+    assert all(b'"result"' in answer for answer in with_views)  # answers, not errors that match
 
 
 async def test_a_write_names_its_card_for_the_card_view_which_follows_the_callers_own_card(
