@@ -51,7 +51,16 @@ from gateway.principal import Principal
 from gateway.view_handles import Minted, Opened, ViewHandles
 from policies.charges import budget_owner
 
-__all__ = ["APP_TOOLS", "CARD_TOOL", "HANDLE_REFUSED", "READ_TOOL", "CardArgs", "OpenedRead", "ReadArgs", "ViewPath"]
+__all__ = [
+    "APP_TOOLS",
+    "CARD_TOOL",
+    "HANDLE_REFUSED",
+    "READ_TOOL",
+    "ViewCardArgs",
+    "OpenedRead",
+    "ViewReadArgs",
+    "ViewPath",
+]
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -78,14 +87,14 @@ _REFUSALS = {
 }
 
 
-class ReadArgs(BaseModel):
+class ViewReadArgs(BaseModel):
     """The arguments of `READ_TOOL`."""
 
     model_config = ConfigDict(extra="forbid")
     handle: str = Field(min_length=16, max_length=128, description="The handle the read's result gave its view.")
 
 
-class CardArgs(BaseModel):
+class ViewCardArgs(BaseModel):
     """The arguments of `CARD_TOOL`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -150,7 +159,7 @@ class ViewPath:
 
     async def read(self, principal: Principal, arguments: Mapping[str, Any] | None, *, declared: bool) -> Envelope:
         """The app-only `READ_TOOL`: the render a handle opens, once, for the principal it was minted for."""
-        args = await self._admit(principal, READ_TOOL, arguments, ReadArgs, declared=declared)
+        args = await self._admit(principal, READ_TOOL, arguments, ViewReadArgs, declared=declared)
         if isinstance(args, Envelope):
             return args
         try:
@@ -171,7 +180,7 @@ class ViewPath:
     ) -> Envelope:
         """The app-only `CARD_TOOL`: the caller's own card as its view shows it, with `console` (the console's
         address, ending before the card id) for approvers. Anyone else's card reads as NOT_FOUND."""
-        args = await self._admit(principal, CARD_TOOL, arguments, CardArgs, declared=declared)
+        args = await self._admit(principal, CARD_TOOL, arguments, ViewCardArgs, declared=declared)
         if isinstance(args, Envelope):
             return args
         try:

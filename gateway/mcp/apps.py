@@ -42,7 +42,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from pydantic import BaseModel
 
 from gateway.envelope import Envelope
-from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL, CardArgs, ReadArgs, ViewPath
+from gateway.executor.views import APP_TOOLS, CARD_TOOL, READ_TOOL, ViewCardArgs, ViewPath, ViewReadArgs
 from gateway.mcp.extensions import declared_extension
 from gateway.mcp.tasks import request_principal, tool_result
 from gateway.tools.declarations import Mode, Tool
@@ -103,8 +103,10 @@ class McpApps:
         self._views = views
         self._documents = {READ_VIEW: _document("read.html", "read.js"), CARD_VIEW: _document("card.html", "card.js")}
         self._app_tools = (
-            _app_tool(READ_TOOL, "Open, once, what a read withheld from the agent, by its view's handle.", ReadArgs),
-            _app_tool(CARD_TOOL, "The caller's own approval card, as its view follows it.", CardArgs),
+            _app_tool(
+                READ_TOOL, "Open, once, what a read withheld from the agent, by its view's handle.", ViewReadArgs
+            ),
+            _app_tool(CARD_TOOL, "The caller's own approval card, as its view follows it.", ViewCardArgs),
         )
 
     def install(self, server: Server[Any]) -> None:
