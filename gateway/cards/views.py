@@ -361,6 +361,8 @@ class ResultCode(StrEnum):
     CONFLICT = Code.CONFLICT.value
     VALIDATION_ERROR = Code.VALIDATION_ERROR.value
     LEDGER_UNAVAILABLE = Code.LEDGER_UNAVAILABLE.value
+    PASSKEY_REQUIRED = Code.PASSKEY_REQUIRED.value
+    PASSKEY_INVALID = Code.PASSKEY_INVALID.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["ASYMMETRIC_ALGORITHMS", "IssuerSection", "OAuthSection", "Surface", "metadata_url"]
+__all__ = ["ASYMMETRIC_ALGORITHMS", "IssuerSection", "OAuthSection", "Surface", "asymmetric_only", "metadata_url"]
 
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -38,6 +38,18 @@ ASYMMETRIC_ALGORITHMS = frozenset(
 Surface = Literal["mcp", "admin"]
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no setting is infinite or NaN
+
+
+def asymmetric_only(algorithms: list[str]) -> list[str]:
+    """`algorithms`, when every one is in `ASYMMETRIC_ALGORITHMS`.
+
+    Raises:
+        ValueError: naming the others.
+    """
+    refused = sorted(set(algorithms) - ASYMMETRIC_ALGORITHMS)
+    if refused:
+        raise ValueError(f"only asymmetric algorithms ({', '.join(sorted(ASYMMETRIC_ALGORITHMS))}); not {refused}")
+    return algorithms
 
 
 def _https_or_loopback(url: str) -> str:
@@ -76,10 +88,7 @@ class IssuerSection(BaseModel):
     @field_validator("algorithms")
     @classmethod
     def _asymmetric(cls, algorithms: list[str]) -> list[str]:
-        refused = sorted(set(algorithms) - ASYMMETRIC_ALGORITHMS)
-        if refused:
-            raise ValueError(f"only asymmetric algorithms ({', '.join(sorted(ASYMMETRIC_ALGORITHMS))}); not {refused}")
-        return algorithms
+        return asymmetric_only(algorithms)
 
     @field_validator("issuer", "jwks_url")
     @classmethod
