@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import jwt
@@ -142,11 +142,14 @@ class OidcClient:
             "code_verifier": verifier,
             "client_id": self.config.client_id,
         }
-        auth = aiohttp.BasicAuth(self.config.client_id, self._secret) if self._secret is not None else None
+        headers = {"accept": "application/json"}
+        if self._secret is not None:  # client_secret_basic: each part form-encoded first (RFC 6749 section 2.3.1)
+            pair = f"{quote(self.config.client_id, safe='')}:{quote(self._secret, safe='')}"
+            headers["authorization"] = f"Basic {base64.b64encode(pair.encode()).decode()}"
         timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_SECONDS)
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.post(endpoint, data=form, auth=auth, allow_redirects=False) as response,
+            session.post(endpoint, data=form, headers=headers, allow_redirects=False) as response,
         ):
             body = await response.content.read(MAX_JWKS_BYTES + 1)
             if response.status != 200:
