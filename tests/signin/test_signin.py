@@ -54,6 +54,7 @@ def signin_gateway(
         oidc = OidcSection(issuer=provider.issuer, client_id=CLIENT_ID, scopes=["openid", "email", "countersign"])
         settings = replace(
             base,
+            demo=False,
             console=ConsoleSection(oidc=oidc),
             console_client_secret=Secret(CLIENT_SECRET),
             notifications=replace(base.notifications, console_url=origin),
