@@ -17,23 +17,17 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
-from backends.serve import serve_app_in_thread
 from gateway.cards.card import CardState
 from gateway.cli.main import main
-from gateway.config.console import ConsoleSection, OidcSection
 from gateway.principal import KeyKind
-from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.console_sessions import SessionStore
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.cards import PROPOSAL
-from tests.support.oidc_provider import APPROVER, CLIENT_ID, CLIENT_SECRET, running_provider
-from tests.support.redis_server import free_port
-from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings
-from tests.support.signing import signing_key_before_start
+from tests.support.oidc_provider import APPROVER, CLIENT_ID, signin_gateway
+from tests.support.services import TEST_AUDIT_SECRET, Backend
 
 pytestmark = pytest.mark.anyio
 
@@ -41,28 +35,13 @@ COOKIE = "countersign_session"
 """The session cookie's name on a plain-HTTP loopback console (``__Host-`` prefixed, and Secure, elsewhere)."""
 
 
-@pytest.fixture(scope="module")
-def signin_gateway(
+@pytest.fixture(scope="module", name="signin_gateway")
+def gateway_with_signin(
     redis_url: str, backends: dict[str, Backend], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A gateway whose console signs approvers in through a running oidc-provider; its base URL."""
-    port = free_port()
-    origin = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("oidc") / "provider.log"
-    with running_provider(origin, log) as provider:
-        base = gateway_settings(redis_url, backends)
-        oidc = OidcSection(issuer=provider.issuer, client_id=CLIENT_ID, scopes=["openid", "email", "countersign"])
-        settings = replace(
-            base,
-            demo=False,
-            console=ConsoleSection(oidc=oidc),
-            console_client_secret=Secret(CLIENT_SECRET),
-            notifications=replace(base.notifications, console_url=origin),
-        )
-        signing_key_before_start(redis_url)
-        with serve_app_in_thread(create_app(settings), port=port, lifespan=True) as served:
-            assert served == origin
-            yield origin
+    with signin_gateway(redis_url, backends, tmp_path_factory.mktemp("oidc") / "provider.log") as base:
+        yield base
 
 
 @contextlib.asynccontextmanager

@@ -11,6 +11,7 @@ machine and fails in CI (`CI` set), where ``.ci/run`` installs it first.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -20,10 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from starlette.datastructures import Secret
 
+from backends.serve import serve_app_in_thread
+from gateway.config.approvals import PasskeyRequirement
+from gateway.config.console import ConsoleSection, OidcSection
+from gateway.runtime.app import create_app
 from tests.support.cached_install import install_once, npm_install
 from tests.support.conformance_suite import NODE_VERSION, _node_package
 from tests.support.redis_server import free_port
+from tests.support.services import Backend, gateway_settings
+from tests.support.signing import signing_key_before_start
 
 __all__ = [
     "APPROVER",
@@ -34,6 +42,7 @@ __all__ = [
     "ProviderUnavailableError",
     "install_provider",
     "running_provider",
+    "signin_gateway",
 ]
 
 PROVIDER_VERSION = "9.13.3"
@@ -122,6 +131,36 @@ def running_provider(console_origin: str, log: Path) -> Iterator[Provider]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def signin_gateway(
+    redis_url: str,
+    backends: dict[str, Backend],
+    log: Path,
+    *,
+    host: str = "127.0.0.1",
+    require_passkey: PasskeyRequirement | None = None,
+) -> Iterator[str]:
+    """A production gateway (no pasted keys) whose console signs approvers in through a running oidc-provider;
+    its origin, ``http://<host>:<port>`` (``localhost`` for WebAuthn, which takes no IP address as its RP id)."""
+    port = free_port()
+    origin = f"http://{host}:{port}"
+    with running_provider(origin, log) as provider:
+        base = gateway_settings(redis_url, backends)
+        oidc = OidcSection(issuer=provider.issuer, client_id=CLIENT_ID, scopes=["openid", "email", "countersign"])
+        approvals = base.approvals.model_copy(update={"require_passkey": require_passkey or PasskeyRequirement()})
+        settings = dataclasses.replace(
+            base,
+            demo=False,
+            approvals=approvals,
+            console=ConsoleSection(oidc=oidc),
+            console_client_secret=Secret(CLIENT_SECRET),
+            notifications=dataclasses.replace(base.notifications, console_url=origin),
+        )
+        signing_key_before_start(redis_url)
+        with serve_app_in_thread(create_app(settings), port=port, lifespan=True):
+            yield origin
 
 
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where
