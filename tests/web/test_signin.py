@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
 import jwt
 import pytest
 from redis.asyncio import Redis
@@ -38,8 +40,6 @@ def console_with_signin(
 
 async def _until(page: Page, expression: str, *, seconds: float = 15) -> Any:
     """`Page.until` across navigations: an evaluation whose page is being replaced is tried again."""
-    import anyio
-
     with anyio.fail_after(seconds):
         while True:
             try:
@@ -99,6 +99,8 @@ async def test_in_a_browser_an_approver_signs_in_registers_a_passkey_and_approve
         await page.evaluate("document.querySelector('#approve-button').click()")
         result = await _until(page, "document.querySelector('#action-result')?.textContent")
         assert "APPROVED" in result or "EXECUTING" in result or "SUCCEEDED" in result, result
+        shown = await _until(page, "document.querySelector('#card-detail')?.textContent")
+        assert f"signed with a passkey by {APPROVER}" in shown
 
     card = await settled(redis, card_id)
     assert card.state is CardState.SUCCEEDED
@@ -126,8 +128,6 @@ async def test_in_a_browser_an_approver_signs_in_registers_a_passkey_and_approve
     key = await make_key(redis, kind=KeyKind.ADMIN, subject=APPROVER, roles=("approver",))
     pending = await RedisLedger(redis).get(second["card_id"])
     assert pending is not None
-    import httpx
-
     async with httpx.AsyncClient(base_url=console, headers={"authorization": f"Bearer {key}"}) as http:
         body = {"version": pending.version, "args_hash": pending.args_hash}
         refused = await http.post(f"/admin/api/cards/{pending.card_id}/approve", json=body)

@@ -512,7 +512,10 @@
             ["What happened", el("span", { class: "said", id: "card-said" }, card.said || "")],
             ["Approvals", `${approvals.received} of ${approvals.required}` +
               (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
-              (approvals.role ? ` (role ${approvals.role})` : "")],
+              (approvals.role ? ` (role ${approvals.role})` : "") +
+              (approvals.passkey_signed && approvals.passkey_signed.length
+                ? "; signed with a passkey by " + approvals.passkey_signed.join(", ") : "") +
+              (approvals.policy_note ? "; " + approvals.policy_note : "")],
             ["Requester", `${requester.subject} (org ${requester.org})`],
             ...(requester.acting_client ? [["Acting agent", requester.acting_client +
               (requester.actors && requester.actors.length > 1 ? " (chain " + requester.actors.join(" ← ") + ")" : "")]]
