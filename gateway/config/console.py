@@ -26,31 +26,23 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.config.oauth import IssuerSection, asymmetric_only
+from gateway.config.oauth import ClaimMapping, IssuerSection
 
 __all__ = ["ConsoleSection", "OidcSection", "console_origin"]
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class OidcSection(BaseModel):
-    """``[console.oidc]``: the OpenID provider approvers sign in with (authorization code flow with PKCE)."""
+class OidcSection(ClaimMapping):
+    """``[console.oidc]``: the OpenID provider approvers sign in with (authorization code flow with PKCE),
+    and how its ID token's claims map to the admin (`ClaimMapping`, as ``[oauth.issuers]`` maps them)."""
 
-    model_config = _CLOSED
     issuer: str
     """The provider's issuer identifier; its metadata is read from ``<issuer>/.well-known/openid-configuration``."""
     client_id: str = Field(min_length=1)
     client_secret_env: str | None = None
     """The variable holding the client secret; unset: a public client (PKCE alone)."""
     scopes: list[str] = Field(default_factory=lambda: ["openid", "profile", "email"], min_length=1)
-    algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
-    clock_skew_seconds: float = Field(default=30.0, ge=0, le=300)
-    subject_claim: str = "sub"
-    org_claim: str = "org"
-    org: str | None = None
-    """The org of everyone who signs in through this provider; unset, the `org_claim` claim."""
-    roles_claim: str | None = "roles"
-    scope_roles: dict[str, list[str]] = Field(default_factory=dict)
     logout_at_provider: bool = True
     """Signing out also ends the session at the provider, when its metadata has an ``end_session_endpoint``."""
 
@@ -62,23 +54,9 @@ class OidcSection(BaseModel):
         return scopes
 
     def claims(self) -> IssuerSection:
-        """The claim mapping, as `[oauth.issuers]` defines it (checked the same way: asymmetric algorithms only)."""
-        return IssuerSection(
-            issuer=self.issuer,
-            algorithms=self.algorithms,
-            surfaces=["admin"],
-            clock_skew_seconds=self.clock_skew_seconds,
-            subject_claim=self.subject_claim,
-            org_claim=self.org_claim,
-            org=self.org,
-            roles_claim=self.roles_claim,
-            scope_roles=self.scope_roles,
-        )
-
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric(cls, algorithms: list[str]) -> list[str]:
-        return asymmetric_only(algorithms)
+        """The claim mapping as an issuer of the admin surface, checked as `[oauth.issuers]` are."""
+        mapping = {name: getattr(self, name) for name in ClaimMapping.model_fields}
+        return IssuerSection(issuer=self.issuer, surfaces=["admin"], **mapping)
 
 
 class ConsoleSection(BaseModel):

@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.audit.events import AuditEvent, AuditSink
-from gateway.auth.bearer import PRINCIPAL_SCOPE_KEY
+from gateway.auth.bearer import PRINCIPAL_SCOPE_KEY, send_payload
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
 from gateway.store.console_sessions import ConsoleSession, SessionStore
@@ -166,17 +166,4 @@ class SessionAuth:
 async def _send(
     send: Send, status: int, body: Mapping[str, object], headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    payload = json.dumps(body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(payload)).encode()),
-                (b"cache-control", b"no-store"),
-                *(headers or []),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": payload})
+    await send_payload(send, status, json.dumps(body).encode(), [(b"cache-control", b"no-store"), *(headers or [])])
