@@ -25,6 +25,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.console_sessions import SessionStore
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.passkeys import PasskeyStore, StoredPasskey
 from tests.support.cards import PROPOSAL
 from tests.support.oidc_provider import APPROVER, CLIENT_ID, signin_gateway
 from tests.support.services import TEST_AUDIT_SECRET, Backend
@@ -195,3 +196,30 @@ async def test_an_admin_key_still_opens_the_api_for_scripts(signin_gateway: str,
     )
     async with httpx.AsyncClient(base_url=signin_gateway, headers={"authorization": f"Bearer {token}"}) as http:
         assert (await http.get("/admin/api/cards")).status_code == 200
+
+
+async def test_with_a_key_alone_a_passkey_card_is_refused_through_rest_and_a_batch_and_no_passkey_registers(
+    signin_gateway: str, redis: Redis, backends: dict[str, Backend]
+) -> None:
+    """Bob registered a passkey (from the console): his key can neither approve (single or batch) nor register one."""
+    token, _ = await KeyStore(redis).create(
+        kind=KeyKind.ADMIN, subject="bob@acme.example", org="acme", roles=["approver"]
+    )
+    passkey = StoredPasskey(credential_id="cred", public_key="pk", sign_count=0, name="laptop", created_ms=1)
+    await PasskeyStore(redis).add("acme", "bob@acme.example", passkey)
+    card_id = await _pending_card(redis)
+    reviewed = {"version": 1, "args_hash": PROPOSAL.args_hash}
+    rooms = backends["rooms"].app.state.service
+    mark = rooms.received
+    async with httpx.AsyncClient(base_url=signin_gateway, headers={"authorization": f"Bearer {token}"}) as http:
+        single = await http.post(f"/admin/api/cards/{card_id}/approve", json=reviewed)
+        batch = await http.post(
+            "/admin/api/cards/decisions", json={"decisions": [{"card_id": card_id, "decision": "approve", **reviewed}]}
+        )
+        register = await http.post("/admin/api/passkeys/registration", json={})
+    assert single.status_code == 403 and single.json()["error"]["code"] == "PASSKEY_REQUIRED"
+    assert batch.status_code == 200 and [r["code"] for r in batch.json()["results"]] == ["PASSKEY_REQUIRED"]
+    assert register.status_code == 403 and register.json()["error"]["code"] == "PERMISSION_DENIED"
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
+    assert [r for r in rooms.since(mark) if r.headers.get("idempotency-key") == card.idempotency_key] == []
