@@ -27,7 +27,7 @@ from gateway.errors import StoreUnavailableError
 from gateway.passkeys.service import MAX_NAME, PasskeyResult, PasskeyService
 from gateway.store.passkeys import StoredPasskey
 from gateway.web.request_body import read_bounded
-from gateway.web.route_table import Answer, Operation, RouteTable
+from gateway.web.route_table import Answer, Endpoint, Operation, RouteTable
 
 __all__ = ["PasskeyList", "passkey_table"]
 
@@ -134,14 +134,24 @@ async def _body(request: Request, model: type[BaseModel]) -> Any:
         return _invalid(error)
 
 
+def _store_guarded(endpoint: Endpoint) -> Endpoint:
+    """`endpoint`, answering 503 LEDGER_UNAVAILABLE (retryable) when Redis does not."""
+
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except StoreUnavailableError as error:
+            detail = AdminErrorDetail(code=ResultCode.LEDGER_UNAVAILABLE.value, message=str(error))
+            return _json(503, AdminError(error=detail))
+
+    return guarded
+
+
 def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
-    """The passkey routes, to be mounted at `mount` (``/admin/api``)."""
+    """The passkey routes, to be mounted at `mount` (``/admin/api``); each answers 503 while Redis does not."""
 
     async def listing(request: Request) -> Response:
-        try:
-            found = await service.list(principal_of(request.scope))
-        except StoreUnavailableError as error:
-            return _json(503, AdminError(error=AdminErrorDetail(code="LEDGER_UNAVAILABLE", message=str(error))))
+        found = await service.list(principal_of(request.scope))
         return _json(200, PasskeyList(passkeys=[_shown(p) for p in found]))
 
     async def registration(request: Request) -> Response:
@@ -181,7 +191,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys",
                 name="listPasskeys",
                 summary="Your passkeys",
-                endpoint=listing,
+                endpoint=_store_guarded(listing),
                 answers={200: Answer(description="your passkeys", model=PasskeyList)},
             ),
             Operation(
@@ -189,7 +199,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/registration",
                 name="passkeyRegistrationOptions",
                 summary="Start registering a passkey (signed in with the company sign-in; a key only in demo mode)",
-                endpoint=registration,
+                endpoint=_store_guarded(registration),
                 body=EmptyBody,
                 body_required=False,
                 answers={
@@ -202,7 +212,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys",
                 name="registerPasskey",
                 summary="Finish registering a passkey: the authenticator's answer, verified (user verified)",
-                endpoint=register,
+                endpoint=_store_guarded(register),
                 body=RegisterBody,
                 answers={
                     200: Answer(description="registered", model=Done),
@@ -216,7 +226,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/{credential_id}",
                 name="removePasskey",
                 summary="Forget one of your passkeys",
-                endpoint=remove,
+                endpoint=_store_guarded(remove),
                 answers={200: Answer(description="removed", model=Done), 404: refused},
             ),
             Operation(
@@ -224,7 +234,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/challenge",
                 name="passkeyApprovalOptions",
                 summary="Options to sign the approval of a card as reviewed (id, version, args_hash) with a passkey",
-                endpoint=challenge,
+                endpoint=_store_guarded(challenge),
                 body=ChallengeBody,
                 answers={
                     200: Answer(description="options for navigator.credentials.get", model=Options),

@@ -40,6 +40,11 @@ SIGNIN_COOKIE = "countersign_signin"
 _NO_STORE = {"cache-control": "no-store"}
 
 
+def _unavailable() -> Response:
+    body = {"error": {"code": "LEDGER_UNAVAILABLE", "message": "The gateway cannot read sessions right now; retry."}}
+    return JSONResponse(body, status_code=503, headers={**_NO_STORE, "retry-after": "1"})
+
+
 class _SignIn:
     def __init__(
         self,
@@ -107,14 +112,17 @@ class _SignIn:
         if done.principal is None:
             return await self._refused(done.reason)
         admin = done.principal
-        token, session = await self.sessions.open(
-            subject=admin.subject,
-            org=admin.org,
-            roles=admin.roles,
-            idle_ms=self.idle_ms,
-            absolute_ms=self.absolute_ms,
-            id_token=done.id_token,
-        )
+        try:
+            token, session = await self.sessions.open(
+                subject=admin.subject,
+                org=admin.org,
+                roles=admin.roles,
+                idle_ms=self.idle_ms,
+                absolute_ms=self.absolute_ms,
+                id_token=done.id_token,
+            )
+        except StoreUnavailableError:
+            return PlainTextResponse("The gateway cannot sign you in right now; try again.", 503, headers=_NO_STORE)
         await self.audit.record(
             AuditEvent(
                 action="session.open",
@@ -134,7 +142,10 @@ class _SignIn:
 
     async def whoami(self, request: Request) -> Response:
         token = session_cookie_of(request.scope, self.cookie.name)
-        session = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+        try:
+            session = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+        except StoreUnavailableError:
+            return _unavailable()
         ways = {"provider": self.client is not None, "admin_key": self.demo}
         if session is None:
             return JSONResponse({"signed_in": False, "sign_in": ways}, headers=_NO_STORE)
@@ -154,7 +165,10 @@ class _SignIn:
 
     async def signout(self, request: Request) -> Response:
         token = session_cookie_of(request.scope, self.cookie.name)
-        live = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+        try:
+            live = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+        except StoreUnavailableError:
+            return _unavailable()
         if token is None or live is None:
             response: Response = JSONResponse({"signed_out": True, "provider_logout": None}, headers=_NO_STORE)
             response.headers.append("set-cookie", self.cookie.clear())
