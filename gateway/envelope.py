@@ -42,6 +42,9 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
+    Code.PASSKEY_REQUIRED: "Approving this card takes the approver's passkey; nothing was changed.",
+    Code.PASSKEY_INVALID: "The passkey assertion did not verify for this card; nothing was changed.",
+    Code.CSRF_REFUSED: "The request came without the console's CSRF token or from another site; nothing was changed.",
     # The MCP edge's refusals (gateway.mcp.edge) are JSON-RPC errors, but every code has its message.
     Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",
     Code.PAYLOAD_TOO_LARGE: "The request body is larger than the gateway accepts.",

@@ -47,6 +47,7 @@ from gateway.outbound.webhook import WebhookPoster
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
+from gateway.runtime.approvers import approvers
 from gateway.runtime.background import audit_archiver, background_loops, card_retention
 from gateway.runtime.upstreams import fronting
 from gateway.runtime.worker import Worker
@@ -418,12 +419,16 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
         allowed_origins=settings.mcp_allowed_origins(),
     )
     # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
+    # Approvers as people: console sessions through the OpenID provider, and passkeys (gateway.runtime.approvers).
+    people = approvers(settings, gateway.redis, gateway.audit)
     cards = CardService(
         gateway.ledger,
         gateway.audit,
         writable=gateway.guard.writable,
         changes=gateway.ledger.changes,
         batch_limit=settings.limits.batch_decisions,
+        passkeys=people.passkeys,
+        require_passkey=settings.approvals.require_passkey,
     )
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
 
@@ -478,10 +483,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
                 oauth,
                 keys=gateway.keys,
                 audit=gateway.audit,
-                tables=[adapter_review],
+                tables=[adapter_review, people.passkey_routes],
                 floods=floods,
                 backends=gateway.health.report,
+                sessions=people.guard,
             ),
+            *people.routes,
             *console_routes(),
         ],
         lifespan=lifespan,
