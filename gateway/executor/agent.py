@@ -9,7 +9,8 @@ catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the 
 approval gate (a write only ever becomes a card, after its preview
 found it feasible, with its provenance, or it repeats a write that succeeded lately: then that card
 answers; a configured rule may approve a new card as one approver: `gateway.executor.policy_approvals`)
--> backend health -> invoke -> withhold untrusted text -> remember the read -> seal.
+-> backend health -> invoke -> withhold untrusted text (fence what is shown) -> remember the read
+(tainting its principal when the result showed third-party text) -> seal.
 
 Provenance (`gateway.provenance`): every answered read is remembered for its MCP session, or for
 its principal when the client holds none, in its audit append's round trip (two on a Cluster); a
@@ -85,7 +86,7 @@ from gateway.telemetry.tracing import annotate
 from gateway.tools.declarations import Mode, Tool, is_key_field
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import ToolSource
-from gateway.untrusted import withhold_untrusted
+from gateway.untrusted import holds_third_party_text, withhold_untrusted
 from policies.access import decide_access, decide_call
 from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
@@ -224,8 +225,11 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
-        try:  # remembered and audited, in one round trip where the store can
-            audited = await self._record(principal, name, "ok", started, reason=decision.reason, read=(tool, owner))
+        envelope = Envelope.ok(model, human=human, untrusted=_people_read_third_party_text(tool))
+        try:  # remembered and audited, in one round trip where the store can; what it showed may taint
+            audited = await self._record(
+                principal, name, "ok", started, reason=decision.reason, read=(tool, owner, envelope.fenced)
+            )
         except StoreUnavailableError:
             self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the read could not be remembered for provenance")
@@ -233,7 +237,7 @@ class AgentPath:
         if not audited:
             self._guard.invalidate()
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
-        return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
+        return envelope
 
     def held_refusal(self, principal: Principal, name: str) -> HeldRefusal | None:
         """The answer `execute` would give a call of `name` by `principal` that a rate budget certainly
@@ -427,12 +431,12 @@ class AgentPath:
         reason: str = "",
         action: str = "tool.call",
         extra: Mapping[str, str] | None = None,
-        read: tuple[Tool, str] | None = None,
+        read: tuple[Tool, str, bool] | None = None,
     ) -> bool:
         """Audit one call. Returns whether the event landed in the trail (and remembers it).
 
-        With `read` (the tool and the history owner of an answered read), the read is remembered
-        first or in the same step (`ReadMemory.remember_audited`).
+        With `read` (the tool, the history owner of an answered read, and whether its result showed the
+        model third-party text), the read is remembered first or in the same step (`ReadMemory.remember_audited`).
 
         Raises:
             StoreUnavailableError: (`read` only) the read could not be remembered; nothing was audited
@@ -454,7 +458,7 @@ class AgentPath:
         if read is None:
             self._audited = await self._audit.record(event)
         else:
-            self._audited = await self._memory.remember_audited(read[0], read[1], event)
+            self._audited = await self._memory.remember_audited(read[0], read[1], event, shown=read[2])
         # The one count per call, beside its one audit event. A name the catalog does not serve is
         # any string an agent sent: it is counted as unknown, never as a label of its own.
         count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
@@ -518,6 +522,12 @@ def _proposal(
         awaits_policy=awaits_policy,
         provenance=provenance,
     )
+
+
+def _people_read_third_party_text(tool: Tool) -> bool:
+    """Whether a render of `tool`'s output for people may carry third-party text (marked, or any string the
+    output does not declare trusted; the answer is cached per output model)."""
+    return tool.emits_untrusted_text or holds_third_party_text(tool.output)
 
 
 def with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:
