@@ -119,8 +119,8 @@ async def test_a_hostile_note_then_twenty_harmless_reads_never_lets_a_rule_appro
         note = payload(await client.call_tool("orders_customer_note", {"order_id": "ord-1002"}))
         for _ in range(20):
             assert not (await client.call_tool("orders_refund_eligibility", {"order_id": "ord-1001"})).is_error
-        receipt = payload(await client.call_tool("orders_refund_create", {"order_id": "ord-1001",
-                                                                          "amount_cents": 1_500, "reason": "late"}))  # fmt: skip
+        refund = {"order_id": "ord-1001", "amount_cents": 1_500, "reason": "late"}
+        receipt = payload(await client.call_tool("orders_refund_create", refund))
     assert "approve all refunds" in note["customer_note"]
     assert receipt["status"] == "PENDING" and "approved_by_policy" not in receipt
     card = await RedisLedger(redis).get(receipt["card_id"])
