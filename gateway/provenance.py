@@ -18,7 +18,9 @@ actually reached the model-visible result (a `gateway.untrusted.ShownUntrusted` 
 withheld from the model does not count). From then on the principal is tainted for
 `HistoryRules.taint_seconds` (24 h by default): its model may still hold the text, and no number of
 later reads, and no new session, shortens that. A later tainting read may lengthen it, never shorten
-it. Every card the principal proposes meanwhile is tainted, and no rule approves it in a person's stead
+it. A 2025-11-25 session that was shown the text stays tainted past the period, for as long as it
+lives (the gateway process that serves it remembers it until it closes). Every card the principal
+proposes meanwhile is tainted, and no rule approves it in a person's stead
 unless the rule says so explicitly (`policies.policy_approval`, `gateway.cedar.engine`).
 """
 
@@ -198,6 +200,9 @@ class ProvenanceTaint(_Shape):
     """ISO 8601 with its offset (UTC)."""
     until: str
     """The requester stays tainted until then, whatever it reads meanwhile."""
+    until_session_ends: bool = False
+    """The period is over, but the 2025-11-25 session that was shown the text (and proposed this card) is
+    still open: its model may still hold the text, so it stays tainted for as long as it lives."""
 
 
 class ProvenanceFlag(_Shape):

@@ -49,14 +49,16 @@ def assess(
     now_ms: int,
     rules: HistoryRules,
     taint: Taint | None = None,
+    session_taint: Taint | None = None,
 ) -> Provenance:
     """The provenance of a proposal of `tool` with canonical `arguments`, made at `now_ms`, by a requester
     whose standing taint is `taint` (None: it has none).
 
     Tainted while `taint` holds (until its ``until_ms``; one dated after `now_ms` by a clock that moved
-    back holds too), or when a read in the window showed third-party text. The reads shown leave out
-    those older than ``rules.window_seconds`` and those stamped after `now_ms` (a clock that moved back
-    cannot date a read after the proposal it preceded).
+    back holds too), when a read in the window showed third-party text, or when the proposal comes from a
+    2025-11-25 session that was shown some (`session_taint`, which holds as long as that session lives).
+    The reads shown leave out those older than ``rules.window_seconds`` and those stamped after `now_ms` (a
+    clock that moved back cannot date a read after the proposal it preceded).
     """
     since = now_ms - int(rules.window_seconds * 1000)
     reads = sorted((r for r in history if since <= r.at_ms <= now_ms), key=lambda r: r.at_ms)
@@ -74,12 +76,21 @@ def assess(
     standing = taint if taint is not None and now_ms < taint.until_ms else None
     shown = [r for r in reads if r.untrusted_text]
     if standing is None and shown:  # the read's own record, where the store lost the taint beside it
-        standing = Taint.of(shown[-1], rules)
+        latest = Taint.of(shown[-1], rules)
+        standing = latest if now_ms < latest.until_ms else None
+    by_session = standing is None and session_taint is not None
+    if by_session:
+        standing = session_taint
     return Provenance(
         tainted=standing is not None,
         taint=None
         if standing is None
-        else ProvenanceTaint(tool=standing.tool, at=iso_from_ms(standing.at_ms), until=iso_from_ms(standing.until_ms)),
+        else ProvenanceTaint(
+            tool=standing.tool,
+            at=iso_from_ms(standing.at_ms),
+            until=iso_from_ms(standing.until_ms),
+            until_session_ends=by_session,
+        ),
         data_flow=bool(visible),
         reads=[
             ProvenanceRead(tool=r.tool, at=iso_from_ms(r.at_ms), untrusted_text=r.untrusted_text, private=r.private)

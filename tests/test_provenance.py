@@ -254,3 +254,28 @@ def test_a_long_provenance_survives_the_audit_events_field_bound_whole() -> None
     event = AuditEvent(action="card.propose", outcome="ok", extra=provenance.to_audit())
     assert Provenance.from_audit(event.extra) == provenance
     assert Provenance.from_audit(AuditEvent(action="card.propose", outcome="ok").extra) is None
+
+
+async def test_a_session_shown_third_party_text_stays_tainted_past_the_period_until_it_closes(
+    redis: Redis, redis_url: str, backends: dict[str, Backend]
+) -> None:
+    """Taint of one second: once the principal's taint is over (its key gone), a proposal from the 2025-11-25
+    session that read the note is still tainted (until that session ends), while one from a new session or a
+    stateless client is not."""
+    settings = dataclasses.replace(gateway_settings(redis_url, backends), limits=Limits(taint_seconds=1))
+    token = await make_key(redis, roles=("staff",))
+    owner = history_owner("acme", ALICE)
+    with _serve(settings) as base:
+        async with agent(f"{base}/mcp", token, LEGACY) as reader:
+            await _note(reader)
+            with anyio.fail_after(10):
+                while await redis.exists(taint_key(owner)):
+                    await anyio.sleep(0.1)
+            same = payload(await reader.call_tool("rooms_book", _booking("2027-08-10", "09:00")))["card_id"]
+            async with agent(f"{base}/mcp", token, LEGACY) as other:
+                fresh = payload(await other.call_tool("rooms_book", _booking("2027-08-10", "11:00")))["card_id"]
+        async with agent(f"{base}/mcp", token, MODERN) as stateless:
+            alone = payload(await stateless.call_tool("rooms_book", _booking("2027-08-10", "13:00")))["card_id"]
+        cards = [(await _card(base, redis, card))["provenance"] for card in (same, fresh, alone)]
+    assert [c["tainted"] for c in cards] == [True, False, False]
+    assert cards[0]["taint"]["until_session_ends"] is True and cards[0]["taint"]["tool"] == "orders_customer_note"

@@ -145,25 +145,34 @@ class AgentPath:
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
-    async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
-        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event; an answered
-        read joins the principal's history of reads (`gateway.provenance.history_owner`).
+    async def execute(
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, *, session: str | None = None
+    ) -> Envelope:
+        """Run tool `name` for `principal`, in 2025-11-25 session `session` if any. Every outcome is an envelope
+        and one audit event; an answered read joins the principal's history of reads
+        (`gateway.provenance.history_owner`), and one that showed third-party text taints the principal (and
+        `session` for as long as it lives).
 
         A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
         answered with that code: the caller never sees a stack trace.
         """
         started = self._clock()
         try:
-            return await self._execute(
-                principal, name, arguments, started, history_owner(principal.org, principal.subject)
-            )
+            owner = history_owner(principal.org, principal.subject)
+            return await self._execute(principal, name, arguments, started, owner, session)
         except Exception:
             logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
             failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
             return await self._refuse(principal, name, failure, started, ran=True)
 
     async def _execute(
-        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float, owner: str
+        self,
+        principal: Principal,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        started: float,
+        owner: str,
+        session: str | None,
     ) -> Envelope:
         toolbox = self._tools.current()
         tool = toolbox.get(name)
@@ -195,7 +204,7 @@ class AgentPath:
         #    create a card bound to the ledger, which a person must approve. Its policy verdict needs
         #    the proposal's provenance, so the write path asks it once that is known.
         if tool.mode is Mode.WRITE:
-            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
+            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner, session)
 
         # The operator's policies again, now with the validated arguments (the built-in rules read none).
         verdict = decide_call(
@@ -237,7 +246,13 @@ class AgentPath:
         if not audited:
             self._guard.invalidate()
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
+        if envelope.fenced and session is not None:
+            self._memory.hold_session(session, tool)
         return envelope
+
+    def forget_session(self, session: str) -> None:
+        """2025-11-25 session `session` closed: its taint, if any, is no longer held (the principal's stays)."""
+        self._memory.forget_session(session)
 
     def held_refusal(self, principal: Principal, name: str) -> HeldRefusal | None:
         """The answer `execute` would give a call of `name` by `principal` that a rate budget certainly
@@ -258,7 +273,14 @@ class AgentPath:
         return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
-        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float, owner: str
+        self,
+        tool: Tool,
+        version: str,
+        args: BaseModel,
+        principal: Principal,
+        started: float,
+        owner: str,
+        session: str | None,
     ) -> Envelope:
         """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
         if not await self._guard.writable():
@@ -296,7 +318,7 @@ class AgentPath:
             return await self._refuse(principal, tool.name, down, started)
         if isinstance(reads, Exception):
             raise reads
-        provenance = self._memory.assess(tool, canonical, reads)
+        provenance = self._memory.assess(tool, canonical, reads, session=session)
         verdict = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=provenance.tainted)
         if not verdict.decision.allowed:
             return await self._refuse(principal, tool.name, verdict.decision, started)

@@ -43,6 +43,9 @@ class ReadMemory:
         self._audited = audited
         """Where an answered read is remembered and audited, in one step where the store can."""
         self._wall_clock = wall_clock
+        self._sessions: dict[str, Taint] = {}
+        """Per open 2025-11-25 session of this process that was shown third-party text, the read that
+        showed it first: such a session stays tainted past the period, until it closes (`forget_session`)."""
 
     async def remember_audited(self, tool: Tool, owner: str, event: AuditEvent, *, shown: bool) -> bool:
         """Remember this answered read of `tool` for `owner` and audit it with `event`; `shown`: its
@@ -89,10 +92,25 @@ class ReadMemory:
         except Exception as error:
             return done, error
 
-    def assess(self, tool: Tool, arguments: Mapping[str, Any], recall: Recall) -> Provenance:
-        """The provenance of a proposal of `tool` with canonical `arguments`, after `recall` (`reads`), now."""
+    def assess(
+        self, tool: Tool, arguments: Mapping[str, Any], recall: Recall, *, session: str | None = None
+    ) -> Provenance:
+        """The provenance of a proposal of `tool` with canonical `arguments`, after `recall` (`reads`), now, made
+        in 2025-11-25 session `session` (None: none, or another era)."""
         now_ms = int(self._wall_clock() * 1000)
-        return assess(tool, arguments, recall.reads, now_ms=now_ms, rules=self.rules, taint=recall.taint)
+        held = self._sessions.get(session) if session is not None else None
+        return assess(
+            tool, arguments, recall.reads, now_ms=now_ms, rules=self.rules, taint=recall.taint, session_taint=held
+        )
+
+    def hold_session(self, session: str, tool: Tool) -> None:
+        """Session `session` was shown third-party text by a read of `tool`: it stays tainted until it closes."""
+        if session not in self._sessions:
+            self._sessions[session] = Taint.of(self._record(tool, True), self.rules)
+
+    def forget_session(self, session: str) -> None:
+        """Session `session` closed: nothing of it is held any more."""
+        self._sessions.pop(session, None)
 
     def tainted_approvals(self, org: str) -> int:
         """The distinct approvers a tainted card of `org` needs at least (1: the tool's own number)."""
