@@ -7,8 +7,9 @@ declares it trusted by its shape:
 * an id or a code with a ``pattern`` (``Field(pattern=...)``, ``Annotated[str, Field(pattern=...)]``);
 * an enum: a ``Literal`` of strings, or an ``Enum`` class;
 * a date or a time (``datetime.date``, ``datetime.datetime``), which is not a string at all;
-* `GatewayText`: words the gateway itself composed (a card's summary from its template, what it says
-  of a card's fate), for the built-in tools that read the gateway's own state, never a backend's.
+* `TrustedText` with the reason, for text no backend's stranger wrote: `GatewayText`, the gateway's own
+  words (a card's summary from its template, what it says of a card's fate), and an upstream read a
+  person declared trusted at review. Services cannot declare it: a manifest has only the three above.
 
 Every other string (a plain ``str``, ``Any``, a dict's string keys) is withheld: the executor hands
 model projections a copy of the output in which each such string is replaced by `WITHHELD`, so a
@@ -47,9 +48,9 @@ __all__ = [
     "FENCE_OPEN",
     "WITHHELD",
     "GatewayText",
-    "GatewayWords",
     "ShownText",
     "ShownUntrusted",
+    "TrustedText",
     "Untrusted",
     "UntrustedText",
     "fence",
@@ -85,14 +86,14 @@ class ShownText:
         return "ShownText()"
 
 
-class GatewayWords:
-    """Metadata marker for `GatewayText`; compare with `isinstance`."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrustedText:
+    """Metadata marker: a string trusted for the reason `why` (who wrote it), which a review shows."""
 
-    def __repr__(self) -> str:
-        return "GatewayWords()"
+    why: str
 
 
-GatewayText = Annotated[str, GatewayWords()]
+GatewayText = Annotated[str, TrustedText("the gateway's own words")]
 """A string the gateway composed itself: trusted like an id. Never for a string a backend returned."""
 
 Untrusted = Annotated[str, UntrustedText()]
@@ -144,7 +145,7 @@ def _patterned(metadata: Any) -> bool:
     """Whether `metadata` constrains a string by a pattern (pydantic's ``Field(pattern=...)`` or
     ``StringConstraints(pattern=...)``, directly or inside a `FieldInfo`), or says the gateway wrote it."""
     for meta in metadata:
-        if isinstance(meta, GatewayWords):
+        if isinstance(meta, TrustedText):
             return True
         if isinstance(meta, FieldInfo) and _patterned(meta.metadata):
             return True
@@ -289,9 +290,9 @@ def withhold_untrusted(instance: M) -> M:
 def model_visibility(model: type[BaseModel]) -> list[tuple[str, str]]:
     """``(path, how)`` for each string field of `model`, at any depth: what the model is shown of it.
 
-    ``how`` is ``trusted: pattern``, ``trusted: enum``, ``trusted: date``, ``trusted: the gateway's own
-    words``, ``shown fenced as untrusted`` or ``withheld``; a
-    path reads like ``notes[].body`` (list items with ``[]``). For a person reviewing a tool.
+    ``how`` is ``trusted: pattern``, ``trusted: enum``, ``trusted: date``, ``trusted: <why>`` (`TrustedText`),
+    ``shown fenced as untrusted`` or ``withheld``; a path reads like ``notes[].body`` (list items with ``[]``).
+    For a person reviewing a tool.
     """
     return list(_visibility(model, "", frozenset()))
 
@@ -303,8 +304,8 @@ def _visibility(annotation: Any, path: str, seen: frozenset[Any]) -> Iterator[tu
             yield path, "withheld"
         elif _shows(metadata):
             yield path, "shown fenced as untrusted"
-        elif any(isinstance(meta, GatewayWords) for meta in metadata):
-            yield path, "trusted: the gateway's own words"
+        elif trusted := [meta for meta in metadata if isinstance(meta, TrustedText)]:
+            yield path, f"trusted: {trusted[0].why}"
         else:
             yield from _visibility(_trusting(base) if _patterned(metadata) else base, path, seen)
         return
