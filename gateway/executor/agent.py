@@ -97,6 +97,8 @@ __all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOOL = Decision.deny(Code.PERMISSION_DENIED, "unknown tool")
+_SHOWN = {"shown_untrusted": "true"}
+"""The audit field of a read whose result showed the model third-party text (fenced): the read that taints."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -237,7 +239,13 @@ class AgentPath:
         envelope = Envelope.ok(model, human=human, untrusted=_people_read_third_party_text(tool))
         try:  # remembered and audited, in one round trip where the store can; what it showed may taint
             audited = await self._record(
-                principal, name, "ok", started, reason=decision.reason, read=(tool, owner, envelope.fenced)
+                principal,
+                name,
+                "ok",
+                started,
+                reason=decision.reason,
+                extra=_SHOWN if envelope.fenced else None,
+                read=(tool, owner, envelope.fenced),
             )
         except StoreUnavailableError:
             self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
