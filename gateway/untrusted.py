@@ -125,8 +125,8 @@ def shows_fenced(value: Any) -> bool:
     return False
 
 
-class _Patterned:
-    """Stands for a ``str`` that a pattern constrains: an id or a code, trusted."""
+class _TrustedStr:
+    """Stands for a ``str`` declared trusted (a pattern constrains it, or `TrustedText` says who wrote it)."""
 
 
 _UNIONS = (Union, types.UnionType)
@@ -141,13 +141,13 @@ def _shows(metadata: Any) -> bool:
     return any(isinstance(meta, ShownText) for meta in metadata)
 
 
-def _patterned(metadata: Any) -> bool:
+def _declares_trust(metadata: Any) -> bool:
     """Whether `metadata` constrains a string by a pattern (pydantic's ``Field(pattern=...)`` or
     ``StringConstraints(pattern=...)``, directly or inside a `FieldInfo`), or says the gateway wrote it."""
     for meta in metadata:
         if isinstance(meta, TrustedText):
             return True
-        if isinstance(meta, FieldInfo) and _patterned(meta.metadata):
+        if isinstance(meta, FieldInfo) and _declares_trust(meta.metadata):
             return True
         if isinstance(getattr(meta, "pattern", None), str):
             return True
@@ -155,9 +155,9 @@ def _patterned(metadata: Any) -> bool:
 
 
 def _trusting(annotation: Any) -> Any:
-    """`annotation` with its ``str`` (alone or in a union) replaced by a patterned, trusted string."""
+    """`annotation` with its ``str`` (alone or in a union) replaced by a trusted string (`_TrustedStr`)."""
     if annotation is str:
-        return _Patterned
+        return _TrustedStr
     if get_origin(annotation) in _UNIONS:
         return Union[tuple(_trusting(member) for member in get_args(annotation))]  # noqa: UP007
     return annotation
@@ -169,9 +169,9 @@ def _is_text(annotation: Any) -> bool:
 
 
 def _is_declared(annotation: Any) -> bool:
-    """A type whose strings are declared: a patterned string, an enum, a ``Literal``."""
+    """A type whose strings are declared: a trusted string, an enum, a ``Literal``."""
     return (
-        annotation is _Patterned
+        annotation is _TrustedStr
         or (isinstance(annotation, type) and issubclass(annotation, enum.Enum))
         or get_origin(annotation) is Literal
     )
@@ -195,7 +195,7 @@ def _mentions(annotation: Any, seen: frozenset[Any], by_default: bool) -> bool:
         base, *metadata = get_args(annotation)
         if _marks(metadata) or _shows(metadata):
             return True
-        return _mentions(_trusting(base) if _patterned(metadata) else base, seen, by_default)
+        return _mentions(_trusting(base) if _declares_trust(metadata) else base, seen, by_default)
     if _is_declared(annotation):
         return False
     if annotation in (Any, object) or _is_text(annotation):
@@ -224,7 +224,10 @@ def _field_annotation(info: Any) -> Any:
         return Annotated[info.annotation, UntrustedText()]
     if _shows(info.metadata):
         return Annotated[info.annotation, ShownText()]
-    if _patterned(info.metadata):
+    vouched = [meta for meta in info.metadata if isinstance(meta, TrustedText)]
+    if vouched:
+        return Annotated[info.annotation, vouched[0]]
+    if _declares_trust(info.metadata):
         return _trusting(info.annotation)
     return info.annotation
 
@@ -307,9 +310,9 @@ def _visibility(annotation: Any, path: str, seen: frozenset[Any]) -> Iterator[tu
         elif trusted := [meta for meta in metadata if isinstance(meta, TrustedText)]:
             yield path, f"trusted: {trusted[0].why}"
         else:
-            yield from _visibility(_trusting(base) if _patterned(metadata) else base, path, seen)
+            yield from _visibility(_trusting(base) if _declares_trust(metadata) else base, path, seen)
         return
-    if annotation is _Patterned:
+    if annotation is _TrustedStr:
         yield path, "trusted: pattern"
     elif (isinstance(annotation, type) and issubclass(annotation, enum.Enum)) or get_origin(annotation) is Literal:
         if any(isinstance(value, str) for value in _enum_values(annotation)):
@@ -369,7 +372,7 @@ def _compile(annotation: Any) -> Scrub:
         elif _shows(metadata):
             inner = _fence_all
         else:
-            inner = _scrubber(_trusting(base) if _patterned(metadata) else base)
+            inner = _scrubber(_trusting(base) if _declares_trust(metadata) else base)
         return lambda value: None if value is None else inner(value)
     shaped = _shaped(annotation, origin)
     return lambda value: (

@@ -18,6 +18,7 @@ from typing_extensions import TypedDict
 from gateway.untrusted import (
     FENCE_OPEN,
     WITHHELD,
+    GatewayText,
     ShownUntrusted,
     Untrusted,
     UntrustedText,
@@ -208,6 +209,7 @@ def test_the_review_names_what_the_model_is_shown_of_each_string() -> None:
     class Page(BaseModel):
         tickets: list[_Ticket]
         cursor: str | None = None
+        said: GatewayText
 
     assert dict(model_visibility(Page)) == {
         "tickets[].ticket_id": "trusted: pattern",
@@ -218,4 +220,5 @@ def test_the_review_names_what_the_model_is_shown_of_each_string() -> None:
         "tickets[].body": "shown fenced as untrusted",
         "tickets[].author": "withheld",
         "cursor": "withheld",
+        "said": "trusted: the gateway's own words",
     }
