@@ -62,7 +62,7 @@ def policy_approval(card: Card, rules: Mapping[str, PolicyRule], *, now: datetim
     if any(is_policy_approver(approver) for approver in card.approvers):
         return PolicyVerdict(decision=Decision.deny(Code.APPROVAL_REQUIRED, "a policy approved it once already"))
     if is_tainted(card):
-        why = "tainted: it followed a read of untrusted text, so a person must approve it"
+        why = "tainted: its requester was shown third-party text, so a person must approve it"
         return PolicyVerdict(decision=Decision.deny(Code.APPROVAL_REQUIRED, why))
     for name in sorted(rules):
         if rule_admits(rules[name], card, now=now):

@@ -230,7 +230,7 @@ class AdminCardSummary(_View):
     said: str
     """What happened, plainly, with the backend's reason on a failure (third-party text, for people)."""
     tainted: bool
-    """The card followed a read of untrusted text (`AdminCard.provenance`)."""
+    """The card's requester was tainted: a read showed its model third-party text (`AdminCard.provenance`)."""
 
     @classmethod
     def from_card(cls, card: Card) -> AdminCardSummary:

@@ -121,7 +121,7 @@ async def test_the_redis_taint_expires_by_its_period_in_the_historys_slot(redis:
 
 async def test_a_read_that_cannot_be_remembered_is_not_answered_and_the_refusal_is_audited() -> None:
     """With the history's store unreachable, the read's result is withheld (LEDGER_UNAVAILABLE): a later card
-    can never look untainted because the read of untrusted text before it went unrecorded."""
+    can never look untainted because a read that showed third-party text before it went unrecorded."""
     executor, audit = agent_path(note_tool(), clients={}, history=_unreachable(), history_rules=RULES)
     envelope = await executor.execute(ALICE, "demo_note", {"text": "secret words"})
     assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE
