@@ -193,6 +193,7 @@ class WritePath:
             dispatched_ms=dispatched_ms,
             execute_by_ms=card.execute_by_ms or 0,  # none recorded: treated as passed, never a resend
             horizon_ms=self._horizon_ms,
+            sends=card.attempts,
         )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
