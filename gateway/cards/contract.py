@@ -208,8 +208,12 @@ class Ledger(Protocol):
         ...
 
     async def approve(
-        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str
-    ) -> Transition: ...
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, identity: str = ""
+    ) -> Transition:
+        """Record `approver`'s approval. `identity` is who the approver is (`gateway.principal.identity_of`;
+        empty: `approver` as written): a quorum counts distinct identities, so one person under two
+        spellings of their subject approves once."""
+        ...
 
     async def approve_by_policy(
         self,

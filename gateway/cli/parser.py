@@ -110,9 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--org", required=True)
     create.add_argument("--roles", action="append", default=[], help="comma-separated; may repeat")
     create.add_argument("--json", action="store_true", help="print the key and its record as JSON")
+    create.add_argument(
+        "--allow-mixed-scripts",
+        action="store_true",
+        help="mint a key for a subject that mixes writing systems (refused by default: the stuff of look-alikes)",
+    )
     keys.add_parser("list", help="list keys (never the keys themselves)")
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
+
+    subjects = commands.add_parser("subjects", help="revoke a person as a whole").add_subparsers(
+        dest="subjects_command", required=True
+    )
+    revoke_subject = subjects.add_parser(
+        "revoke",
+        help="revoke a subject under every spelling: its keys, tokens minted for it, its approved cards not yet run",
+    )
+    revoke_subject.add_argument("subject")
+    revoke_subject.add_argument("--org", required=True)
+    subjects.add_parser("list", help="list the revoked subjects")
 
     signing = commands.add_parser("signing-keys", help="the gateway's own signing keys (JWKS)").add_subparsers(
         dest="signing-keys_command", required=True

@@ -46,7 +46,7 @@ from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
-from gateway.executor.writes import LivePrincipal, Receipts, WritePath
+from gateway.executor.writes import LivePrincipal, Receipts, SubjectRevoked, WritePath
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
 from gateway.tools.toolbox import ToolSource
@@ -77,6 +77,7 @@ class Executor:
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
+        subject_revoked: SubjectRevoked,
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
@@ -111,6 +112,7 @@ class Executor:
             ledger=ledger,
             guard=guard,
             live_principal=live_principal,
+            subject_revoked=subject_revoked,
             healthy=healthy,
             lease_ms=lease_ms,
             reconcile_horizon_ms=reconcile_horizon_ms,

@@ -154,6 +154,20 @@ async def test_approve_self_stale_duplicate_and_quorum(redis: Redis) -> None:
     ]
 
 
+async def test_one_person_under_a_look_alike_subject_approves_a_quorum_once(redis: Redis) -> None:
+    """bob approves; an admin key of ``b\u043eb`` (a Cyrillic o) is the same person to a reader, so its
+    approval is a duplicate (CONFLICT, audited), and the card waits for a second person."""
+    ledger, cards = RedisLedger(redis), service(redis)
+    card_id = await propose(ledger, approvals_required=2)
+    assert (await cards.approve(BOB, card_id, version=1, args_hash="h1")).ok
+    again = await cards.approve(admin("b\u043eb@acme.example"), card_id, version=2, args_hash="h1")
+    assert again.code is ResultCode.CONFLICT and again.card_view is not None
+    assert again.card_view.state is CardState.PENDING and again.card_view.approvals.by == ["bob@acme.example"]
+    audited = [(e.outcome, e.code, e.extra.get("ledger", "")) for e in await audit_of(redis)]
+    assert audited[-1] == ("deny", "CONFLICT", "ERR_DUPLICATE_APPROVER")
+    assert (await cards.approve(CAROL, card_id, version=2, args_hash="h1")).ok
+
+
 async def test_missing_role_is_refused_but_the_card_stays_readable(redis: Redis) -> None:
     """An admin of the org without the approver role may read a card, not decide it."""
     cards = service(redis)
