@@ -26,14 +26,15 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from gateway.archives.audit_archive import AuditArchive
+from gateway.archives.audit_archive import AuditArchive, on_disk, read_checkpoint
+from gateway.audit.chain import Checkpoint
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.audit.formats import export_line
 from gateway.audit.secret import audit_secret
 from gateway.canonical import iso_from_ms
 from gateway.codes import Code
 from gateway.config.settings import Settings
-from gateway.errors import AuthError
+from gateway.errors import AuditArchiveError, AuthError
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
 from gateway.signing.signer import OVERLAP_SECONDS
@@ -250,6 +251,13 @@ async def _audit_export(store: _Store, args: argparse.Namespace) -> int:
     time in each entry's id), one JSON object a line: our fields, or OCSF."""
     since, until = args.since or 0, args.until
     product = _version() if args.format == "ocsf" else ""
+    if args.checkpoint is not None:
+        # Taken first: the export that follows reaches at least this head, and a trail verified later must too.
+        checkpoint = await store.trail.checkpoint()
+        if checkpoint is None:
+            raise AuditArchiveError("the audit chain has no sealed head to checkpoint yet", path=args.checkpoint)
+        with on_disk(AuditArchiveError, "write the audit checkpoint", args.checkpoint):
+            args.checkpoint.write_text(checkpoint.to_json() + "\n", encoding="utf-8")
     async for entry_id, fields in store.trail.entries():
         millis = int(entry_id.split("-")[0])
         if millis < since:
@@ -271,7 +279,12 @@ def _version() -> str:
 
 async def _audit_verify(store: _Store, args: argparse.Namespace) -> int:
     """Exit 0 when the chain holds from the first entry to the head Redis keeps; 1 naming the first break."""
-    verdict = await store.trail.verify(store.secret)
+    checkpoints: dict[str, Checkpoint] = {}
+    for path in args.checkpoint:
+        if (checkpoint := read_checkpoint(path)) is None:
+            raise AuditArchiveError(f"no audit checkpoint at {path}", path=path)
+        checkpoints[str(path)] = checkpoint
+    verdict = await store.trail.verify(store.secret, checkpoints)
     if verdict.broken is None:
         print(f"audit trail intact: {verdict.archived} archived and {verdict.live} live entries")
         return 0

@@ -143,12 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
-    audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    verify = audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    verify.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        type=Path,
+        help="a checkpoint `audit export --checkpoint` wrote: the trail must still reach it (may repeat)",
+    )
     export = audit.add_parser("export", help="print the trail, archive and stream, one JSON object a line")
     export.add_argument("--since", type=_instant, help="from this time on (ISO 8601, e.g. 2026-12-01T09:00Z)")
     export.add_argument("--until", type=_instant, help="up to this time, exclusive (ISO 8601)")
     export.add_argument(
         "--format", choices=["jsonl", "ocsf"], default="jsonl", help="jsonl: our fields; ocsf: OCSF API Activity"
+    )
+    export.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="also write the sealed chain head to this file, kept with the export, for `audit verify --checkpoint`",
     )
     identity = _identity()
     _cards(commands, identity)
