@@ -75,6 +75,7 @@ def normalize_subject(subject: str) -> str:
     return text.strip()
 
 
+@functools.lru_cache(maxsize=4096)
 def identity_of(subject: str) -> str:
     """Who a subject names, for every comparison that keeps one person from counting as two.
 
@@ -87,7 +88,10 @@ def identity_of(subject: str) -> str:
     requester and the actors of a card never approve it (`policies.approval.may_decide`), one person is
     one approver of a quorum (the ledger's approve script compares identities), and a revoked subject
     stops every spelling of itself. Where a match would *grant* something (whose cards a caller sees),
-    the normal form is compared, since two people may have names a skeleton confuses.
+    the normal form is compared, since two people may have names a skeleton confuses. Rate budgets are
+    an identity's (`policies.charges.budget_owner`): more spellings buy no more calls.
+
+    Remembered per subject (a few thousand), since the budget of every call asks for it.
     """
     return str(_spoof_checker().getSkeleton(0, normalize_subject(subject)))
 

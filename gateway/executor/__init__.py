@@ -45,7 +45,7 @@ from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
-from gateway.executor.tasks import TaskPath
+from gateway.executor.tasks import TaskPath, Throttled
 from gateway.executor.writes import LivePrincipal, Receipts, SubjectRevoked, WritePath
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
@@ -53,7 +53,17 @@ from gateway.tools.toolbox import ToolSource
 from gateway.tools.upstream import UpstreamClient
 from policies.engine import PolicyEngine
 
-__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
+__all__ = [
+    "AgentPath",
+    "Executor",
+    "HeldRefusal",
+    "Invoker",
+    "PolicyApprovals",
+    "ReadMemory",
+    "TaskPath",
+    "Throttled",
+    "WritePath",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,4 +128,6 @@ class Executor:
             reconcile_horizon_ms=reconcile_horizon_ms,
             receipts=receipts,
         )
-        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))
+        return cls(
+            agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit, limiter=limiter, limits=limits)
+        )
