@@ -245,7 +245,11 @@ class Ledger(Protocol):
 
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        """Claim an UNKNOWN card to send it again with its key. Past execute_by (``ERR_EXPIRED``), or once it was
+        resent `max_resends` times (``ERR_QUOTA_EXCEEDED``, the write contract's cap), it is handed to a person
+        (NEEDS_RECONCILIATION) instead."""
+        ...
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
         """Record DISPATCHED, durably, before anything is sent (``ERR_NOT_DURABLE``: send nothing)."""

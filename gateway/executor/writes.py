@@ -205,13 +205,18 @@ class WritePath:
             evidence["status"] = status.state
             evidence["backend"] = dict(status.detail)
         if step.next is Next.RESEND:
-            resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
+            resend = await self._ledger.claim_resend(
+                card_id, worker=worker, lease_ms=self._lease_ms, max_resends=contract.max_resends
+            )
             if resend.unconfirmed and resend.card is not None:
                 return await self._release_unconfirmed(resend.card, "resend claim")
             if resend.status is TransitionStatus.OK and resend.card is not None:
                 return await self._send(resend.card, held=None)
             if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
                 await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", _LATE_RESEND)
+            if resend.status is TransitionStatus.ERR_QUOTA_EXCEEDED:  # the ledger holds the contract's cap too
+                reason = f"resent {card.attempts - 1} times, the write contract's cap of {contract.max_resends}"
+                await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", reason)
             return resend.card
         reference = status.reference or "" if status is not None else ""
         result = self._ledger.reconcile(

@@ -146,8 +146,8 @@ class AlertingLedger:
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
         return await self._ledger.claim(card_id, worker=worker, lease_ms=lease_ms)
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
-        return await self._ledger.claim_resend(card_id, worker=worker, lease_ms=lease_ms)
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        return await self._ledger.claim_resend(card_id, worker=worker, lease_ms=lease_ms, max_resends=max_resends)
 
     async def get(self, card_id: str) -> Card | None:
         return await self._ledger.get(card_id)

@@ -283,8 +283,8 @@ class RedisLedger:
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
         return await self._run("claim", card_id, worker, lease_ms)
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
-        return await self._run("claim_resend", card_id, worker, lease_ms)
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        return await self._run("claim_resend", card_id, worker, lease_ms, max_resends)
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
         """Record DISPATCHED, confirmed durable like every transition (`_eval`) before the caller sends.

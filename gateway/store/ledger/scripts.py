@@ -522,6 +522,15 @@ if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
 -- Past execute_by no resend starts: the card goes to a person instead.
 if now >= num(c.execute_by_ms) then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
+-- Past the write contract's cap on resends (ARGV 4) neither: whatever a worker decided, the ledger holds it.
+if ARGV[4] and num(c.attempts) - 1 >= tonumber(ARGV[4]) then
+  local reason = 'resent ' .. (num(c.attempts) - 1) .. ' times, the cap of its write contract; a person must reconcile'
+  c.evidence = cjson.encode({reason = reason})
+  transition(c, now, 'handed_over', 'ledger', 'NEEDS_RECONCILIATION', {cap = tonumber(ARGV[4]), reason = reason})
+  redis.call('ZREM', timers_key, c.card_id)
+  save(c)
+  return reply('ERR_QUOTA_EXCEEDED', c)
+end
 -- A resend for good: the key may already have reached the backend, so from here the card never goes
 -- back to APPROVED or EXPIRED (release and recover return it to UNKNOWN), and a refusal proves nothing.
 c.resend = '1'
