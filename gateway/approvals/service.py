@@ -41,7 +41,7 @@ from gateway.codes import Code
 from gateway.config.approvals import PasskeyRequirement
 from gateway.errors import InvalidCursorError, StoreUnavailableError
 from gateway.passkeys.service import PasskeyService
-from gateway.principal import KeyKind, Principal
+from gateway.principal import KeyKind, Principal, identity_of
 from policies.approval import may_decide
 from policies.passkey import needs_passkey
 
@@ -289,6 +289,7 @@ class CardService:
                 args_hash=args_hash,
                 comment=comment,
                 passkey=signed[0] if signed else "",
+                identity=identity_of(admin.subject),
             ),
             gate=countersigned,
         )

@@ -47,9 +47,9 @@ from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
-from gateway.executor.tasks import TaskPath
+from gateway.executor.tasks import TaskPath, Throttled
 from gateway.executor.views import ViewPath
-from gateway.executor.writes import LivePrincipal, Receipts, WritePath
+from gateway.executor.writes import LivePrincipal, Receipts, SubjectRevoked, WritePath
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
 from gateway.tools.toolbox import ToolSource
@@ -65,6 +65,7 @@ __all__ = [
     "PolicyApprovals",
     "ReadMemory",
     "TaskPath",
+    "Throttled",
     "ViewPath",
     "WritePath",
 ]
@@ -92,6 +93,7 @@ class Executor:
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
+        subject_revoked: SubjectRevoked,
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
@@ -127,10 +129,12 @@ class Executor:
             ledger=ledger,
             guard=guard,
             live_principal=live_principal,
+            subject_revoked=subject_revoked,
             healthy=healthy,
             lease_ms=lease_ms,
             reconcile_horizon_ms=reconcile_horizon_ms,
             receipts=receipts,
         )
         views = ViewPath(handles=handles, ledger=ledger, audit=audit, limiter=limiter, limits=limits)
-        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit), views=views)
+        tasks = TaskPath(ledger=ledger, audit=audit, limiter=limiter, limits=limits)
+        return cls(agent=agent, writes=writes, tasks=tasks, views=views)

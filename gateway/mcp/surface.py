@@ -5,8 +5,9 @@ hands the principal, the name and the raw arguments to the executor's `AgentPath
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
-`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. The layers in front of the SDK,
-the budget front among them (a ``tools/call`` the caller's spent budget certainly refuses is answered
+`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. A listing spends from the caller's
+listing budget (`AgentPath.listing_refusal`), as tools/call and tasks/* spend from theirs. The layers in
+front of the SDK, the budget front among them (a ``tools/call`` the caller's spent budget certainly refuses is answered
 without the SDK, so a flood costs little more than its HTTP), are assembled in `gateway.mcp.stack`
 from what this surface exposes: `session_manager`, `server`, `held_refusal`, `listed_schema` and
 `flood_audit`.
@@ -45,6 +46,8 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -130,6 +133,7 @@ class McpSurface:
             self.server.middleware = [m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         # tools/call answers a CallToolResult, or a task for a client that follows tasks.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        self._task_path = tasks
         self._tasks = McpTasks(tasks)
         self._tasks.install(self.server, advertise=write_task_support == "optional")
         # MCP Apps views for clients that declare them; None serves no view (as before views existed).
@@ -155,12 +159,13 @@ class McpSurface:
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """Serve (the SDK's session manager); on the way out, write the edge's pending flood audit."""
+        """Serve (the SDK's session manager); on the way out, write the pending flood and task poll audits."""
         try:
             async with self.session_manager.run():
                 yield
         finally:
             await self.flood_audit.aclose()
+            await self._task_path.aclose()
 
     async def _session_refused(self, scope: Scope, refusal: SessionQuotaExceededError) -> None:
         caller = caller_of(scope)
@@ -202,6 +207,17 @@ class McpSurface:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = request_principal(ctx)
+        refused = await self._executor.listing_refusal(principal)
+        if refused is not None:
+            # A listing is under a budget like any other door that works for the caller; past it, the JSON-RPC
+            # error a spent budget gives a task request, with the wait.
+            error = refused.envelope.for_model()["error"]
+            data = {
+                "code": error["code"],
+                "retryable": error.get("retryable", False),
+                "retry_after": refused.retry_after,
+            }
+            raise MCPError(INTERNAL_ERROR, error["message"], data=data)
         if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
             connection = getattr(ctx.session, "_connection", ctx.session)
