@@ -11,7 +11,15 @@ from enum import StrEnum
 # profiles), kept in step with each Unicode version: no hand-made table of look-alikes to fall behind.
 import icu  # type: ignore[import-untyped]
 
-__all__ = ["SESSION_KEY_PREFIX", "TOKEN_KEY_PREFIX", "KeyKind", "Principal", "identity_of", "mixes_scripts", "normalize_subject"]
+__all__ = [
+    "SESSION_KEY_PREFIX",
+    "TOKEN_KEY_PREFIX",
+    "KeyKind",
+    "Principal",
+    "identity_of",
+    "mixes_scripts",
+    "normalize_subject",
+]
 
 TOKEN_KEY_PREFIX = "tok_"
 """How the key id of a principal that a token (not an API key) stands for begins."""

@@ -414,7 +414,7 @@ async def test_a_card_that_needs_the_approvers_passkey_is_not_approved_from_the_
         StoredPasskey(credential_id="cred", public_key="pk", sign_count=0, name="laptop", created_ms=1),  # fmt: skip
     )
     card_id = await propose(redis)
-    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
+    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", H1)
     assert status == 1 and out == ""
     assert err.startswith("countersign: PASSKEY_REQUIRED:") and "with your passkey" in err
     card = await RedisLedger(redis).get(card_id)
@@ -426,5 +426,5 @@ async def test_a_card_that_needs_the_approvers_passkey_is_not_approved_from_the_
     assert await PasskeyStore(redis).list("acme", "bob@acme.example") == []
     resets = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "passkey.reset"]
     assert resets and resets[0].extra["approver"] == "bob@acme.example"
-    status, out, _ = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
-    assert status == 0 and "state=APPROVED" in out
+    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", H1)
+    assert status == 0 and "state=APPROVED" in out, err
