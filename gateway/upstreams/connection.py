@@ -28,11 +28,19 @@ from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 import anyio
+import anyio.lowlevel
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    CallToolResult,
+    ToolListChangedNotification,
+)
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
@@ -70,6 +78,11 @@ class UpstreamConnection:
         self._broken = anyio.Event()
         self.connects = 0
         """How many sessions were opened (a reconnect counts), for health and tests."""
+        self.list_changed = anyio.Event()
+        """Set when the upstream may list other tools than it did: it sent ``notifications/tools/list_changed``, or
+        a new session opened (a restarted server may be another version). Whoever reads the list replaces it."""
+        self.list_changes = 0
+        """How many ``notifications/tools/list_changed`` the upstream sent, for tests."""
 
     def _target(self, errlog: TextIO | None) -> Any:
         section = self._section
@@ -106,12 +119,14 @@ class UpstreamConnection:
         while True:
             errlog = _child_log(self.name) if self._section.transport == "stdio" else None
             try:
-                async with Client(self._target(errlog), mode=self._section.protocol) as client:
+                target = self._target(errlog)
+                async with Client(target, mode=self._section.protocol, message_handler=self._on_message) as client:
                     if errlog is not None:
                         errlog.close()  # the child holds its own copy; the relay ends when the child does
                     self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
                     self._broken = anyio.Event()
                     self._ready.set()
+                    self.list_changed.set()
                     logger.info("upstream %s connected (%s)", self.name, self._section.transport)
                     await self._broken.wait()
             except ConfigError:
@@ -126,6 +141,13 @@ class UpstreamConnection:
                 self._ready = anyio.Event()
             await anyio.sleep(delay)
             delay = min(_BACKOFF_CAP, delay * 2)
+
+    async def _on_message(self, message: object) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            self.list_changes += 1
+            logger.info("upstream %s: tools/list_changed", self.name)
+            self.list_changed.set()
+        await anyio.lowlevel.checkpoint()
 
     def reconnect(self) -> None:
         """End the current session; the supervisor opens a new one, which the next call waits for."""

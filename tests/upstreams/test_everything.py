@@ -107,7 +107,9 @@ async def test_a_reviewed_read_answers_over_streamable_http_in_either_mode(
         section = UpstreamSection(transport="http", url=url, protocol=protocol, tools={"echo": review})  # type: ignore[arg-type]
         settings = _settings(redis_url, section)
         async with in_process_gateway(settings, []) as gateway:
-            async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=60) as connections:
+            async with fronting(
+                settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=60
+            ) as connections:
                 # This server speaks the handshake era only: "auto" tries 2026-07-28 and settles on it.
                 assert connections["every"].protocol_version == "2025-11-25"
                 staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
@@ -135,7 +137,9 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     assert staff is not None
     async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as earlier:
         await earlier.enter_async_context(_serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "1.log"))
-        async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=0.2):
+        async with fronting(
+            settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=0.2
+        ):
             assert "every_echo" in gateway.live.current()
             assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "before"})).code is None
             # The upgrade: the earlier server stops, and the same address serves a version whose echo differs.
