@@ -105,6 +105,7 @@ class _Reader:
         self.wake, connection.list_changed = anyio.Event(), anyio.Event()
         try:
             listing = await connection.list_tools()
+            logger.debug("upstream %s: tool list read (%d tools)", name, len(listing))
             version = await self._reviews.store.version()
             if listing == self._listing and version == self._version:
                 return

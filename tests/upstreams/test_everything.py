@@ -19,6 +19,7 @@ from starlette.datastructures import Secret
 
 from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
 from gateway.store.keys import KeyStore
 from gateway.untrusted import WITHHELD
@@ -125,7 +126,8 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """echo was reviewed as the earlier version defines it; the upstream is upgraded in place (same URL) to a
-    version that defines it differently: from the next reading the tool is held back, and the diff is logged."""
+    version that defines it differently: from the next reading the tool is held back, the review shows the diff and
+    the diff is logged; a registry admin accepts the new definition and it is served again."""
     caplog.set_level(logging.WARNING, logger="gateway.runtime.upstreams")
     port = _free_port()
     async with _serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
@@ -134,7 +136,10 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     section = UpstreamSection(transport="http", url=url, protocol="legacy", tools={"echo": review})
     settings = _settings(redis_url, section)
     staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
-    assert staff is not None
+    registry_admin = await KeyStore(redis).resolve(
+        await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    )
+    assert staff is not None and registry_admin is not None
     async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as earlier:
         await earlier.enter_async_context(_serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "1.log"))
         async with fronting(
@@ -150,6 +155,49 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
                         await anyio.sleep(0.1)
                 refused = await gateway.executor.agent.execute(staff, "every_echo", {"message": "after"})
                 assert refused.code is not None
+                # The review shows the changed tool with the diff from the definition served, and the new tools
+                # as unreviewed; a registry admin accepts echo as listed now, and it is served again.
+                shown = await gateway.upstream_reviews.show(registry_admin, "every")
+                assert shown.upstream is not None
+                tools = {tool.name: tool for tool in shown.upstream.tools}
+                assert (tools["echo"].state, tools["echo"].reason) == ("quarantined", "changed")
+                assert '-  "description": "Echoes back the input",' in tools["echo"].diff
+                assert '+  "description": "Echoes back the input string",' in tools["echo"].diff
+                assert tools["get-sum"].reason == "unreviewed" and tools["get-sum"].diff == []
+                again = review.model_copy(update={"definition": tools["echo"].listed_hash}).model_dump(mode="json")
+                accepted = await gateway.upstream_reviews.accept(registry_admin, "every", "echo", again)
+                assert accepted.ok, accepted
+                with anyio.fail_after(30):
+                    while "every_echo" not in gateway.live.current():
+                        await anyio.sleep(0.1)
+                assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "again"})).code is None
     diffs = [r.getMessage() for r in caplog.records if "tool echo changed" in r.getMessage()]
     assert diffs and '-  "description": "Echoes back the input",' in diffs[0]
     assert '+  "description": "Echoes back the input string",' in diffs[0]
+
+
+async def test_a_tools_list_changed_from_the_upstream_is_heard_and_the_list_read_after_it_is_recorded(
+    servers: dict[str, NodeServer], redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over stdio the server announces its tool list changed once it registered the tools that depend on the
+    client's capabilities: the gateway hears the notice and reads the list after it (with the poll an hour away),
+    and the review records that list, the late tools included."""
+    caplog.set_level(logging.DEBUG, logger="gateway")
+    server = servers[EVERYTHING_VERSION]
+    section = UpstreamSection(transport="stdio", command=str(server.node), args=[str(server.entry), "stdio"])
+    settings = _settings(redis_url, section)
+    async with in_process_gateway(settings, []) as gateway:
+        async with fronting(
+            settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=3600
+        ) as connections:
+
+            def said() -> list[str]:
+                lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream every: ")]
+                return [line for line in lines if "tools/list_changed" in line or "tool list read" in line]
+
+            with anyio.fail_after(20):
+                while "upstream every: tools/list_changed" not in said() or "tool list read" not in said()[-1]:
+                    await anyio.sleep(0.05)
+            assert connections["every"].list_changes >= 1
+            listing = await gateway.upstream_reviews.store.listing("every")
+            assert listing is not None and "simulate-research-query" in {tool["name"] for tool in listing.tools}
