@@ -3,7 +3,6 @@ gateway read (quarantined, with the upstream's hints as suggestions), and accept
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
@@ -15,8 +14,7 @@ from gateway.config.settings import Settings
 from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
 from tests.support.agents import make_key
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import NodeServer, install_filesystem_server
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -29,12 +27,7 @@ def own_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> NodeServer:
-    try:
-        return install_filesystem_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the filesystem MCP server is required in CI: {error}")
-        pytest.skip(f"the filesystem MCP server cannot be installed here: {error}")
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 async def test_review_and_accept_an_upstream_tool_from_the_cli(

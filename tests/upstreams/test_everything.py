@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
-import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -26,13 +21,15 @@ from gateway.untrusted import WITHHELD
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_hash
 from tests.support.agents import make_key
-from tests.support.conformance_suite import SuiteUnavailableError
 from tests.support.mcp_servers import (
     EVERYTHING_EARLIER_VERSION,
     EVERYTHING_VERSION,
     NodeServer,
-    install_everything_server,
+    install_everything_servers,
+    installed_or_skipped,
+    serving_over_http,
 )
+from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -40,45 +37,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="module")
 def servers() -> dict[str, NodeServer]:
-    try:
-        return {
-            version: install_everything_server(version) for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION)
-        }
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the everything MCP server is required in CI: {error}")
-        pytest.skip(f"the everything MCP server cannot be installed here: {error}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@asynccontextmanager
-async def _serving(server: NodeServer, port: int, log: Path) -> AsyncIterator[str]:
-    """The server over Streamable HTTP on `port` while the block runs; its URL once it accepts connections."""
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [str(server.node), str(server.entry), "streamableHttp"],
-            env={"PORT": str(port), "PATH": os.environ.get("PATH", "")},
-            stdout=output,
-            stderr=output,
-        )
-    try:
-        with anyio.fail_after(20):
-            while True:
-                assert process.poll() is None, log.read_text()
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                    break
-                except OSError:
-                    await anyio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    return installed_or_skipped("the everything MCP server", install_everything_servers)
 
 
 def _settings(redis_url: str, section: UpstreamSection) -> Settings:
@@ -102,7 +61,7 @@ async def test_a_reviewed_read_answers_over_streamable_http_in_either_mode(
     servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, protocol: str
 ) -> None:
     """echo, reviewed read: the agent's call reaches the server; its text is third-party (withheld from the model)."""
-    async with _serving(servers[EVERYTHING_VERSION], _free_port(), tmp_path / "server.log") as url:
+    async with serving_over_http(servers[EVERYTHING_VERSION], free_port(), tmp_path / "server.log") as url:
         echo = await _listed_echo(url, protocol)
         review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
         section = UpstreamSection(transport="http", url=url, protocol=protocol, tools={"echo": review})  # type: ignore[arg-type]
@@ -129,8 +88,8 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     version that defines it differently: from the next reading the tool is held back, the review shows the diff and
     the diff is logged; a registry admin accepts the new definition and it is served again."""
     caplog.set_level(logging.WARNING, logger="gateway.runtime.upstreams")
-    port = _free_port()
-    async with _serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
+    port = free_port()
+    async with serving_over_http(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
         echo = await _listed_echo(url, "legacy")
     review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
     section = UpstreamSection(transport="http", url=url, protocol="legacy", tools={"echo": review})
@@ -141,7 +100,8 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     )
     assert staff is not None and registry_admin is not None
     async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as earlier:
-        await earlier.enter_async_context(_serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "1.log"))
+        earlier_server = servers[EVERYTHING_EARLIER_VERSION]
+        await earlier.enter_async_context(serving_over_http(earlier_server, port, tmp_path / "1.log"))
         async with fronting(
             settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=0.2
         ):
@@ -149,7 +109,7 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
             assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "before"})).code is None
             # The upgrade: the earlier server stops, and the same address serves a version whose echo differs.
             await earlier.aclose()
-            async with _serving(servers[EVERYTHING_VERSION], port, tmp_path / "2.log"):
+            async with serving_over_http(servers[EVERYTHING_VERSION], port, tmp_path / "2.log"):
                 with anyio.fail_after(30):
                     while "every_echo" in gateway.live.current():
                         await anyio.sleep(0.1)

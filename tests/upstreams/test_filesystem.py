@@ -28,8 +28,7 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import NodeServer, install_filesystem_server
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -45,12 +44,7 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> NodeServer:
-    try:
-        return install_filesystem_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the filesystem MCP server is required in CI: {error}")
-        pytest.skip(f"the filesystem MCP server cannot be installed here: {error}")
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _section(server: NodeServer, root: Path, reviews: Mapping[str, ToolReview], **stdio: Any) -> UpstreamSection:

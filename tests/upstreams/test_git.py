@@ -3,7 +3,6 @@ read, git_commit a card that makes exactly one commit once approved."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,8 +23,7 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import install_git_server
+from tests.support.mcp_servers import install_git_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -39,12 +37,7 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def git_server() -> Path:
-    try:
-        return install_git_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"mcp-server-git is required in CI: {error}")
-        pytest.skip(f"mcp-server-git cannot be installed here: {error}")
+    return installed_or_skipped("mcp-server-git", install_git_server)
 
 
 def _git(repo: Path, *args: str) -> str:

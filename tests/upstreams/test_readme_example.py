@@ -21,8 +21,7 @@ from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import NodeServer, install_filesystem_server
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -38,12 +37,7 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> NodeServer:
-    try:
-        return install_filesystem_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the filesystem MCP server is required in CI: {error}")
-        pytest.skip(f"the filesystem MCP server cannot be installed here: {error}")
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _readme_config() -> str:
