@@ -12,13 +12,15 @@ friends itself). The HTTP session carries the gateway's own bearer token for tha
 token is never here to forward.
 
 Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
-may have reached the upstream: not connected -> not sent; a JSON-RPC error saying the request was refused
-before the tool ran (parse error, invalid request, unknown method, invalid params) -> refused; a broken
+may have reached the upstream: not connected, or the session unknown to the server (it restarted) -> not sent, and a
+new session is opened; a JSON-RPC error saying the request was refused before the tool ran (parse error, invalid
+request, unknown method, invalid params) -> refused; a broken
 session, a timeout or any other error after the request went out -> may have landed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -84,7 +86,7 @@ class UpstreamConnection:
         self.list_changes = 0
         """How many ``notifications/tools/list_changed`` the upstream sent, for tests."""
 
-    def _target(self, errlog: TextIO | None) -> Any:
+    def _target(self, errlog: TextIO | None, http: httpx2.AsyncClient | None) -> Any:
         section = self._section
         if section.transport == "stdio":
             command = section.command or ""
@@ -96,13 +98,18 @@ class UpstreamConnection:
                 command=env, args=["-i", *pairs, command, *section.args], cwd=section.cwd, env={}
             )
             return stdio_client(parameters, errlog=errlog) if errlog is not None else parameters
+        return streamable_http_client(str(section.url), http_client=http)
+
+    def _http_client(self) -> httpx2.AsyncClient:
+        """The HTTP client of one session, with the gateway's own credentials for this server (and nothing else)."""
+        section = self._section
         headers: dict[str, str] = {}
         if section.token_env:
             token = self._secrets.get(section.token_env)
             if not token:
                 raise ConfigError(f"upstreams.{self.name}.token_env: {section.token_env} is not set")
             headers["Authorization"] = f"Bearer {token}"
-        return streamable_http_client(str(section.url), http_client=httpx2.AsyncClient(headers=headers))
+        return httpx2.AsyncClient(headers=headers)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[UpstreamConnection]:
@@ -119,8 +126,14 @@ class UpstreamConnection:
         while True:
             errlog = _child_log(self.name) if self._section.transport == "stdio" else None
             try:
-                target = self._target(errlog)
-                async with Client(target, mode=self._section.protocol, message_handler=self._on_message) as client:
+                async with contextlib.AsyncExitStack() as owned:
+                    # The SDK leaves a client it is given open: this session's is closed with it.
+                    http = None if errlog is not None else await owned.enter_async_context(self._http_client())
+                    client = await owned.enter_async_context(
+                        Client(
+                            self._target(errlog, http), mode=self._section.protocol, message_handler=self._on_message
+                        )
+                    )
                     if errlog is not None:
                         errlog.close()  # the child holds its own copy; the relay ends when the child does
                     self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
@@ -194,6 +207,13 @@ class UpstreamConnection:
             with anyio.fail_after(timeout):
                 return await client.call_tool(tool, dict(arguments))
         except MCPError as error:
+            if error.error.code == INVALID_REQUEST and "session" in error.error.message.lower():
+                # The server no longer knows this session (it restarted, or expired it): the request was refused
+                # before any tool ran. A new session is opened; the call may be made again.
+                self.reconnect()
+                raise UpstreamUnavailableError(
+                    f"upstream {self.name} ended the session before {tool} ran", service=self.name, sent=False
+                ) from error
             if error.error.code in _NOT_RUN_CODES:
                 # The upstream refused the request itself (unparsable, unknown, bad params): nothing ran.
                 raise UpstreamRefusedError(
