@@ -8,8 +8,8 @@ when its session is left, so it stops with the gateway.
 
 The stdio child is started through ``env -i``: its environment is exactly the allowlisted names
 (`UpstreamSection.env`), never the gateway's own (the SDK's client would pass ``HOME``, ``PATH`` and
-friends itself). The HTTP session carries the gateway's own bearer token for that server; an agent's
-token is never here to forward.
+friends itself). The HTTP session carries the gateway's own credentials for that server (a bearer token, or an
+OAuth access token it fetched: `gateway.upstreams.credentials`); an agent's token is never here to forward.
 
 Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
 may have reached the upstream: not connected, or the session unknown to the server (it restarted) -> not sent, and a
@@ -46,6 +46,7 @@ from mcp.types import (
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.upstreams.credentials import gateway_auth
 
 __all__ = ["NOT_APPLIED_STATUS", "UpstreamConnection", "child_environment"]
 
@@ -76,6 +77,7 @@ class UpstreamConnection:
         self._section = section
         self._secrets = secrets
         self._client: Client | None = None
+        self._auth: httpx2.Auth | None = None
         self._ready = anyio.Event()
         self._broken = anyio.Event()
         self.connects = 0
@@ -101,15 +103,11 @@ class UpstreamConnection:
         return streamable_http_client(str(section.url), http_client=http)
 
     def _http_client(self) -> httpx2.AsyncClient:
-        """The HTTP client of one session, with the gateway's own credentials for this server (and nothing else)."""
-        section = self._section
-        headers: dict[str, str] = {}
-        if section.token_env:
-            token = self._secrets.get(section.token_env)
-            if not token:
-                raise ConfigError(f"upstreams.{self.name}.token_env: {section.token_env} is not set")
-            headers["Authorization"] = f"Bearer {token}"
-        return httpx2.AsyncClient(headers=headers)
+        """The HTTP client of one session, signing each request with the gateway's own credentials for this server
+        (`gateway.upstreams.credentials`; an OAuth token stays cached across sessions) and nothing else."""
+        if self._auth is None:
+            self._auth = gateway_auth(self.name, self._section, self._secrets)
+        return httpx2.AsyncClient(auth=self._auth)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[UpstreamConnection]:

@@ -10,17 +10,19 @@ import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+import jwt
 import pytest
 from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.config.settings import OrgSettings, Settings
-from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.config.upstreams import ClientCredentials, ToolReview, UpstreamSection
 from gateway.runtime.app import create_app
 from gateway.runtime.upstreams import fronting
 from gateway.store.keys import KeyStore
@@ -30,6 +32,7 @@ from tests.support.agents import agent, make_key
 from tests.support.mcp_servers import install_git_server, installed_or_skipped
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.token_issuer import serve_issuer
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +174,38 @@ async def test_a_restarted_server_is_reconnected_to_in_the_session_era(
                         assert again.code == "UPSTREAM_UNAVAILABLE", again.code
                         await anyio.sleep(0.1)
             assert connections["git"].connects >= 2
+
+
+async def test_an_oauth_access_token_is_fetched_once_and_sent_instead_of_the_agents(
+    git_server: Path, repo: Path, tmp_path: Path, redis: Redis, redis_url: str
+) -> None:
+    """With client credentials configured, the gateway gets an access token from the authorization server (its
+    secret read by reference), caches it, and every request to the upstream carries that token: the agent's never."""
+    headers = tmp_path / "authorization.log"
+    with serve_issuer() as issuer:
+        issuer.clients["countersign-gateway"] = "client-secret-of-the-gateway"
+        oauth = ClientCredentials(
+            token_url=f"{issuer.url}/token",
+            client_id="countersign-gateway",
+            client_secret_env="GIT_UPSTREAM_CLIENT_SECRET",
+            scope="git:read",
+        )
+        async with _over_http(git_server, repo, free_port(), headers) as url:
+            reviews, _era = await _reviewed(url, "auto")
+            section = _section(url, "auto", reviews).model_copy(update={"token_env": None, "oauth": oauth})
+            secrets = {"GIT_UPSTREAM_CLIENT_SECRET": "client-secret-of-the-gateway"}
+            settings = replace(_settings(redis_url, section), secrets=secrets)
+            token = await make_key(redis, roles=("staff",))
+            fetched_before = issuer.hits["/token"]
+            probed = len(headers.read_text().splitlines())  # the review's probe, with the fixed token
+            with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+                async with agent(f"{base}/mcp", token) as client:
+                    for _ in range(3):
+                        read = await client.call_tool("git_git_log", {"repo_path": str(repo)})
+                        assert not read.is_error, read
+        assert issuer.hits["/token"] - fetched_before == 1
+    sent = headers.read_text().splitlines()[probed:]
+    [used] = set(sent)
+    claims = jwt.decode(used.removeprefix("Bearer "), options={"verify_signature": False})
+    assert claims["client_id"] == "countersign-gateway" and claims["scope"] == "git:read"
+    assert not any(token in line for line in sent) and f"Bearer {GATEWAY_TOKEN}" not in sent
