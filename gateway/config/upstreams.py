@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "ArgumentMap",
     "ClientCredentials",
+    "EditRule",
     "LookupRule",
     "PreviewRule",
+    "RenameRule",
     "ToolReview",
     "UpstreamSection",
     "check_upstream_name",
@@ -39,6 +41,26 @@ ArgumentMap = dict[str, str]
 """``{read tool's argument: the write's argument}``: which of the write's values a read is called with."""
 
 
+class EditRule(BaseModel):
+    """A write's list of replacements (``[{oldText, newText}, ...]``), each applied once, in order, for the preview."""
+
+    model_config = _CLOSED
+    argument: str = Field(min_length=1)
+    """The write's argument holding the list (``edits``)."""
+    old: str = Field(min_length=1)
+    """The key of the text replaced in each item (``oldText``)."""
+    new: str = Field(min_length=1)
+    """The key of its replacement (``newText``)."""
+
+
+class RenameRule(BaseModel):
+    """A write that moves something: the arguments naming where from and where to."""
+
+    model_config = _CLOSED
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)
+
+
 class PreviewRule(BaseModel):
     """A read tool of the same upstream that shows what a write will change (the file as it is now)."""
 
@@ -49,6 +71,16 @@ class PreviewRule(BaseModel):
     """How the read is called from the write's arguments (``{path = "path"}``)."""
     compare: str | None = None
     """The write's argument holding the new content, diffed against what the read answers (``content``)."""
+    edits: EditRule | None = None
+    """The write's argument holding text replacements, applied to what the read answers for the diff (``edits``)."""
+    renames: RenameRule | None = None
+    """The write's arguments naming what moves where, shown as a diff of the two names (``source``, ``destination``)."""
+
+    @model_validator(mode="after")
+    def _one_change(self) -> PreviewRule:
+        if sum(rule is not None for rule in (self.compare, self.edits, self.renames)) > 1:
+            raise ValueError("a preview diffs one way: compare, edits or renames")
+        return self
 
 
 class LookupRule(BaseModel):

@@ -119,3 +119,16 @@ async def test_the_readme_configuration_fronts_the_filesystem_server(
             assert card is not None and card.state is CardState.SUCCEEDED
             assert (folder / "notes.txt").read_text() == "final\n"
             assert [event.type for event in await ledger.events(card_id)].count("dispatched") == 1
+            # edit_file and move_file: their cards show the file as it is and the diff each would make.
+            edit = {"path": str(folder / "notes.txt"), "edits": [{"oldText": "final", "newText": "done"}]}
+            move = {"source": str(folder / "notes.txt"), "destination": str(folder / "moved.txt")}
+            expected = {"files_edit_file": ("  -final", "  +done"), "files_move_file": (f"  +{folder / 'moved.txt'}",)}
+            for tool, arguments in (("files_edit_file", edit), ("files_move_file", move)):
+                filed = await client.call_tool(tool, arguments)
+                assert not filed.is_error and filed.structured_content is not None
+                async with httpx.AsyncClient(
+                    base_url=f"{base}/admin/api", headers={"authorization": f"Bearer {admin}"}, timeout=10
+                ) as http:
+                    lines = (await http.get(f"/cards/{filed.structured_content['card_id']}")).json()["card"]["preview"]
+                assert "  final" in lines["lines"] and set(expected[tool]) <= set(lines["lines"])
+            assert (folder / "notes.txt").read_text() == "final\n" and not (folder / "moved.txt").exists()
