@@ -72,7 +72,7 @@ from gateway.tools.catalog import Catalog
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
 from gateway.tools.upstream import UpstreamClient
-from gateway.upstreams.api import upstream_review_table
+from gateway.upstreams.api import upstream_registration_routes, upstream_review_table
 from gateway.upstreams.tool_reviews import UpstreamReviews
 from gateway.web.console import console_routes
 from gateway.web.request_telemetry import HttpTelemetry
@@ -262,6 +262,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         audit,
         org_adapters=org_adapters,
         now_ms=lambda: int(time.time() * 1000),
+        allowed_base_urls=settings.registry_allowed_base_urls,
     )
     # The operator's policies are validated against the schema of the tools served at start (a set that does
     # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
@@ -484,6 +485,10 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         routes=[
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             *ops,
+            # Before the registry's own mount, which would answer every path under /registry/api.
+            *upstream_registration_routes(
+                gateway.upstream_reviews, keys=gateway.keys, audit=gateway.audit, floods=floods
+            ),
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
             *admin_routes(
                 cards,

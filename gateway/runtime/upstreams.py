@@ -7,11 +7,12 @@ config file's and those admins accepted through the gateway (`gateway.upstreams.
 and which tools are held back with why, is recorded for the review; every tool held back is also logged, with
 the diff from the definition last served when it changed.
 
-The list is read again when the upstream says it changed (``notifications/tools/list_changed``), when a new
-session opens (a restarted server may be another version), when an admin accepts a review in this process, and
-every `poll_seconds` (reviews accepted through another process, servers that never notify). A tool whose
-definition changed upstream is quarantined from that reading on, until a person reviews it again; the others
-stay served.
+Upstreams services register through the registry API (`UpstreamReviews.register`) are connected from the next poll
+on, their tools quarantined like every other upstream's until reviewed. The list is read again when the upstream
+says it changed (``notifications/tools/list_changed``), when a new session opens (a restarted server may be another
+version), when an admin accepts a review in this process, and every `poll_seconds` (reviews accepted through another
+process, servers that never notify). A tool whose definition changed upstream is quarantined from that reading on,
+until a person reviews it again; the others stay served.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import StoreUnavailableError, UpstreamError
@@ -48,27 +50,57 @@ async def fronting(
     poll_seconds: float,
 ) -> AsyncIterator[dict[str, UpstreamConnection]]:
     """Connect every upstream and serve its reviewed tools while the block runs; stop them (and their
-    children) on exit. Yields the connections by name."""
-    connections = {name: UpstreamConnection(name, section, secrets=secrets) for name, section in upstreams.items()}
-    readers = {name: _Reader(name, connection, live, reviews) for name, connection in connections.items()}
+    children) on exit. The config file's `upstreams` are read once before the block starts; those services
+    register later are connected within `poll_seconds`. Yields the connections by name (it grows)."""
+    connections: dict[str, UpstreamConnection] = {}
+    readers: dict[str, _Reader] = {}
+    registered = anyio.Event()
 
     async def accepted(upstream: str) -> None:
         if upstream in readers:
             readers[upstream].wake.set()
+        else:
+            registered.set()
 
     reviews.on_change(accepted)
-    async with contextlib.AsyncExitStack() as stack:
-        for connection in connections.values():
-            await stack.enter_async_context(connection.running())
-        for reader in readers.values():
+
+    async def front(
+        name: str, section: UpstreamSection, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        connection = UpstreamConnection(name, section, secrets=secrets)
+        reader = _Reader(name, connection, live, reviews)
+        # Entered and left by this task: the SDK's client holds cancel scopes of the task that opened it.
+        async with connection.running():
+            connections[name], readers[name] = connection, reader
             await reader.serve()
-        async with anyio.create_task_group() as group:
-            for reader in readers.values():
-                group.start_soon(reader.run, poll_seconds)
+            task_status.started()
+            await reader.run(poll_seconds)
+
+    async def discover(group: anyio.abc.TaskGroup) -> None:
+        nonlocal registered
+        while True:
+            with anyio.move_on_after(poll_seconds):
+                await registered.wait()
+            registered = anyio.Event()
             try:
-                yield connections
-            finally:
-                group.cancel_scope.cancel()
+                sections = await reviews.sections()
+            except StoreUnavailableError as error:
+                logger.warning("registered upstreams not read (%s)", error)
+                continue
+            for name, section in sections.items():
+                if name not in connections and name not in upstreams:
+                    logger.info("upstream %s registered by a service: connecting", name)
+                    connections[name] = UpstreamConnection(name, section, secrets=secrets)  # taken until it runs
+                    group.start_soon(front, name, section)
+
+    async with anyio.create_task_group() as group:
+        for name, section in upstreams.items():
+            await group.start(front, name, section)
+        group.start_soon(discover, group)
+        try:
+            yield connections
+        finally:
+            group.cancel_scope.cancel()
 
 
 class _Reader:

@@ -11,6 +11,10 @@ Keys (one hash tag per upstream, so each write touches one slot on a Redis Clust
 ``countersign:upstreams:{<name>}:reviews`` (hash: tool -> JSON record), ``:seen`` (hash: tool -> the last
 definition served as reviewed, for the diff of a change to a tool reviewed in the config file),
 ``:listed`` (JSON record); ``countersign:upstreams:version`` (counter, its own slot, bumped after a review).
+
+Services may also register an HTTP upstream of their own through the registry API: ``countersign:upstreams:owners``
+(hash: name -> the service that claimed it first, set with HSETNX so exactly one owns it) and
+``countersign:upstreams:registered`` (hash: name -> the section as JSON, with no review in it).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from gateway.store.client import store_boundary
 __all__ = ["Listing", "StoredReview", "UpstreamReviewStore"]
 
 _VERSION = "countersign:upstreams:version"
+_OWNERS = "countersign:upstreams:owners"
+_REGISTERED = "countersign:upstreams:registered"
 
 
 def _key(upstream: str, which: str) -> str:
@@ -112,3 +118,17 @@ class UpstreamReviewStore:
     async def seen(self, upstream: str) -> dict[str, Mapping[str, Any]]:
         raw: Any = await self._client.hgetall(_key(upstream, "seen"))
         return {_text(tool): json.loads(definition) for tool, definition in raw.items()}
+
+    async def register(self, upstream: str, section: Mapping[str, Any], *, owner: str) -> str:
+        """Store `section` for `upstream` if `owner` owns the name (claiming it if nobody does); the owner."""
+        await self._client.hsetnx(_OWNERS, upstream, owner)
+        holder = _text(await self._client.hget(_OWNERS, upstream))
+        if holder == owner:
+            await self._client.hset(_REGISTERED, upstream, canonical_json(section))
+            await self._client.incr(_VERSION)
+        return holder
+
+    async def registered(self) -> dict[str, Mapping[str, Any]]:
+        """Every upstream services registered, by name: its section as stored."""
+        raw: Any = await self._client.hgetall(_REGISTERED)
+        return {_text(name): json.loads(section) for name, section in raw.items()}

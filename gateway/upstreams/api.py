@@ -14,11 +14,17 @@ import json
 from typing import Any
 
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
 
-from gateway.auth.bearer import principal_of
-from gateway.config.upstreams import ToolReview
+from gateway.audit.events import AuditSink
+from gateway.auth.bearer import BearerAuth, caller_of, principal_of
+from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.limits.rate_limiter import AddressBudgets
+from gateway.principal import KeyKind
+from gateway.store.keys import KeyStore
 from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
 from gateway.upstreams.views import (
     REVIEW_ERROR_STATUS,
@@ -29,9 +35,9 @@ from gateway.upstreams.views import (
     ToolReviewRefusalDetail,
 )
 from gateway.web.request_body import read_bounded
-from gateway.web.route_table import Answer, Operation, RouteTable
+from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
 
-__all__ = ["upstream_review_table"]
+__all__ = ["upstream_registration_routes", "upstream_review_table"]
 
 MAX_REVIEW_BYTES = 64 * 1024
 
@@ -66,15 +72,25 @@ class _Endpoints:
         return _json(200, result.upstream)
 
     async def review(self, request: Request) -> Response:
-        raw = await read_bounded(request, MAX_REVIEW_BYTES)
-        document: Any
-        try:
-            document = None if raw is None else json.loads(raw or b"null")
-        except (ValueError, RecursionError):
-            document = None  # refused by the review's validation, audited there like every refusal
+        document = await _document(request)
         admin = principal_of(request.scope)
         name, tool = request.path_params["name"], request.path_params["tool"]
         return _answer(await self._reviews.accept(admin, name, tool, document))
+
+    async def register(self, request: Request) -> Response:
+        document = await _document(request)
+        service = principal_of(request.scope)
+        return _answer(await self._reviews.register(service, request.path_params["name"], document))
+
+
+async def _document(request: Request) -> Any:
+    """The body as JSON, read within `MAX_REVIEW_BYTES`; None when it is larger or not JSON (then refused by the
+    validation that follows, audited there like every refusal)."""
+    raw = await read_bounded(request, MAX_REVIEW_BYTES)
+    try:
+        return None if raw is None else json.loads(raw or b"null")
+    except (ValueError, RecursionError):
+        return None
 
 
 _NOT_THEIRS = Answer(
@@ -136,3 +152,38 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
             ),
         ),
     )
+
+
+def upstream_registration_routes(
+    reviews: UpstreamReviews, *, keys: KeyStore, audit: AuditSink, floods: AddressBudgets
+) -> list[BaseRoute]:
+    """``PUT /registry/api/upstreams/{name}`` behind a service key: a service registers its own MCP server (HTTP,
+    to a URL the operator's registry allowlist admits, secrets by reference in its own namespace, no reviews). Its
+    tools are quarantined until a registry admin reviews them. Mount it before the registry's ``/registry/api``."""
+    endpoints = _Endpoints(reviews)
+    table = RouteTable(
+        mount="/registry/api/upstreams",
+        operations=(
+            Operation(
+                method="PUT",
+                path="/{name}",
+                name="registerUpstream",
+                summary="Register the service's MCP server; its tools are quarantined until an admin reviews them",
+                endpoint=endpoints.register,
+                body=UpstreamSection,
+                answers={
+                    200: Answer(description="stored; connected from the next poll", model=ToolReviewDone),
+                    403: Answer(description="another service or the operator owns the name", model=ToolReviewRefusal),
+                    422: Answer(description="every problem of the registration", model=ToolReviewRefusal),
+                },
+            ),
+        ),
+    )
+    handle = error_handler(audit, _error_body, caller=caller_of)
+    app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
+    guarded = BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
+    return [mount(table.mount, guarded)]
+
+
+def _error_body(status: int, code: str, message: str) -> Response:
+    return _json(status, ToolReviewRefusal(error=ToolReviewRefusalDetail(code=code, message=message)))

@@ -25,12 +25,13 @@ from pydantic import ValidationError
 
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.config.org_adapters import OrgAdapters
-from gateway.config.upstreams import ToolReview, UpstreamSection
-from gateway.principal import Principal
+from gateway.config.upstreams import ToolReview, UpstreamSection, check_upstream_name
+from gateway.principal import KeyKind, Principal
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.review import definition_diff, definition_hash
 from gateway.upstreams.views import FrontedServer, FrontedTool
 from policies.adapter_authority import may_manage_adapter, may_review_adapters
+from policies.manifest_safety import check_base_url
 
 __all__ = ["ToolReviewResult", "UpstreamReviews"]
 
@@ -62,8 +63,11 @@ class UpstreamReviews:
         *,
         org_adapters: OrgAdapters,
         now_ms: Callable[[], int],
+        allowed_base_urls: tuple[str, ...] = (),
     ) -> None:
+        """`sections` are the config file's upstreams; services may register more (HTTP, to `allowed_base_urls`)."""
         self._sections = sections
+        self._allowed = allowed_base_urls
         self.store = store
         self._audit = audit
         self._orgs = org_adapters
@@ -74,10 +78,71 @@ class UpstreamReviews:
         """`listener(upstream)` runs after a review is stored, so this process serves it without waiting to poll."""
         self._listeners.append(listener)
 
+    async def sections(self) -> dict[str, UpstreamSection]:
+        """Every upstream to front: the config file's, and those services registered (a name in the file wins)."""
+        found = dict(self._sections)
+        for name, document in (await self.store.registered()).items():
+            if name in found:
+                continue
+            try:
+                found[name] = UpstreamSection.model_validate(document)
+            except ValidationError as error:
+                logger.error("registered upstream %s unreadable, not fronted: %s", name, error)
+        return found
+
+    async def register(self, service: Principal, upstream: str, document: Any) -> ToolReviewResult:
+        """Store a service's HTTP upstream (`document`: an ``[upstreams.<name>]`` section without reviews). Its tools
+        are quarantined like every upstream's until a registry admin reviews them."""
+        action = "upstreams.register"
+        if service.kind is not KeyKind.SERVICE:
+            return await self._done(service, action, upstream, "", _refused("PERMISSION_DENIED", "a service key"))
+        problems: list[str] = []
+        try:
+            check_upstream_name(upstream)
+        except ValueError as error:
+            problems.append(f"name: {error}")
+        section = None
+        try:
+            section = UpstreamSection.model_validate(document)
+        except ValidationError as error:
+            problems.extend(_problems(error, "upstream"))
+        if section is not None:
+            # A service never makes the gateway start a program, and never reviews its own tools.
+            if section.transport != "http":
+                problems.append('transport: a service registers "http" upstreams only')
+            if section.tools:
+                problems.append("tools: reviews are made by a registry admin, not registered")
+            problems.extend(
+                f"url: {problem}" for problem in check_base_url(str(section.url or ""), allowed=self._allowed)
+            )
+            namespace = f"{upstream.upper()}_"
+            for where, reference in (
+                ("token_env", section.token_env),
+                ("oauth.client_secret_env", section.oauth.client_secret_env if section.oauth else None),
+            ):
+                if reference is not None and not reference.startswith(namespace):
+                    problems.append(f"{where}: secret references of upstream {upstream} must start with {namespace}")
+        if problems or section is None:
+            refused = ToolReviewResult(code="VALIDATION_ERROR", message="upstream refused", problems=tuple(problems))
+            return await self._done(service, action, upstream, "", refused)
+        if upstream in self._sections:
+            taken = _refused("PERMISSION_DENIED", f"upstream {upstream} is configured by the operator")
+            return await self._done(service, action, upstream, "", taken)
+        owner = await self.store.register(upstream, section.model_dump(mode="json"), owner=service.subject)
+        if owner != service.subject:
+            taken = _refused("PERMISSION_DENIED", f"upstream {upstream} belongs to another service")
+            return await self._done(service, action, upstream, "", taken)
+        for listener in self._listeners:
+            await listener(upstream)
+        done = ToolReviewResult(
+            code="OK", message="registered; its tools are quarantined until a registry admin reviews them"
+        )
+        return await self._done(service, action, upstream, "", done)
+
     async def in_force(self, upstream: str) -> tuple[dict[str, ToolReview], dict[str, str]]:
         """The reviews `upstream` is served by (the config file's, replaced tool by tool by those stored), and who
         made each (``config`` or the admin)."""
-        section = self._sections[upstream]
+        section = (await self.sections())[upstream]
         reviews, by = dict(section.tools), dict.fromkeys(section.tools, "config")
         for tool, stored in (await self.store.reviews(upstream)).items():
             try:
@@ -97,9 +162,10 @@ class UpstreamReviews:
         if not verdict.allowed:
             await self._audit.record(AuditEvent.refusal(admin, "upstreams.review", "PERMISSION_DENIED", verdict.reason))
             return None
+        sections = await self.sections()
         return [
-            await self._view(name)
-            for name in sorted(self._sections)
+            await self._view(name, sections[name])
+            for name in sorted(sections)
             if may_manage_adapter(admin, name, self._orgs).allowed
         ]
 
@@ -109,9 +175,10 @@ class UpstreamReviews:
             return await self._done(
                 admin, "upstreams.show", upstream, "", _refused("PERMISSION_DENIED", verdict.reason)
             )
-        if upstream not in self._sections:
+        section = (await self.sections()).get(upstream)
+        if section is None:
             return await self._done(admin, "upstreams.show", upstream, "", _refused("NOT_FOUND", "no such upstream"))
-        return ToolReviewResult(code="OK", upstream=await self._view(upstream))
+        return ToolReviewResult(code="OK", upstream=await self._view(upstream, section))
 
     async def accept(self, admin: Principal, upstream: str, tool: str, document: Any) -> ToolReviewResult:
         """Store `admin`'s review of `tool` as listed now (`document`: a `ToolReview` naming the hash read)."""
@@ -119,15 +186,13 @@ class UpstreamReviews:
         verdict = may_manage_adapter(admin, upstream, self._orgs)
         if not verdict.allowed:
             return await self._done(admin, action, upstream, tool, _refused("PERMISSION_DENIED", verdict.reason))
-        if upstream not in self._sections:
+        section = (await self.sections()).get(upstream)
+        if section is None:
             return await self._done(admin, action, upstream, tool, _refused("NOT_FOUND", "no such upstream"))
         try:
             review = ToolReview.model_validate(document)
         except ValidationError as error:
-            problems = tuple(
-                f"{'.'.join(str(p) for p in item['loc']) or 'review'}: {item['msg']}"
-                for item in error.errors(include_url=False, include_input=False)
-            )
+            problems = _problems(error, "review")
             refused = ToolReviewResult(code="VALIDATION_ERROR", message="review refused", problems=problems)
             return await self._done(admin, action, upstream, tool, refused)
         listing = await self.store.listing(upstream)
@@ -140,7 +205,7 @@ class UpstreamReviews:
             stale = ToolReviewResult(
                 code="CONFLICT",
                 message=f"{tool} is listed with another definition than the one reviewed: review it again",
-                upstream=await self._view(upstream),
+                upstream=await self._view(upstream, section),
             )
             return await self._done(admin, action, upstream, tool, stale)
         await self.store.store_review(
@@ -156,13 +221,12 @@ class UpstreamReviews:
         done = ToolReviewResult(
             code="OK",
             message=f"{tool} reviewed {review.mode}; served as reviewed from the next reading",
-            upstream=await self._view(upstream),
+            upstream=await self._view(upstream, section),
             extra={"mode": review.mode, "hash": review.definition},
         )
         return await self._done(admin, action, upstream, tool, done)
 
-    async def _view(self, upstream: str) -> FrontedServer:
-        section = self._sections[upstream]
+    async def _view(self, upstream: str, section: UpstreamSection) -> FrontedServer:
         listing = await self.store.listing(upstream)
         reviews, by = await self.in_force(upstream)
         stored = await self.store.reviews(upstream)
@@ -221,3 +285,11 @@ class UpstreamReviews:
 
 def _refused(code: str, message: str) -> ToolReviewResult:
     return ToolReviewResult(code=code, message=message)
+
+
+def _problems(error: ValidationError, whole: str) -> tuple[str, ...]:
+    """Each problem of a refused body, by where it is (`whole` when it is the body itself)."""
+    return tuple(
+        f"{'.'.join(str(p) for p in item['loc']) or whole}: {item['msg']}"
+        for item in error.errors(include_url=False, include_input=False)
+    )

@@ -36,6 +36,7 @@ __all__ = [
     "install_everything_server",
     "install_everything_servers",
     "install_filesystem_server",
+    "git_over_http",
     "install_git_server",
     "installed_or_skipped",
     "serving_over_http",
@@ -161,18 +162,32 @@ if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say whe
 async def serving_over_http(server: NodeServer, port: int, log: Path) -> AsyncIterator[str]:
     """The everything server over Streamable HTTP on `port` while the block runs (its output appended to `log`);
     its URL once it accepts connections. Stopped on exit."""
+    command = [str(server.node), str(server.entry), "streamableHttp"]
     with log.open("ab") as output:
-        process = subprocess.Popen(
-            [str(server.node), str(server.entry), "streamableHttp"],
-            env={"PORT": str(port), "PATH": os.environ.get("PATH", "")},
-            stdout=output,
-            stderr=output,
-        )
+        env = {"PORT": str(port), "PATH": os.environ.get("PATH", "")}
+        async with _listening(subprocess.Popen(command, env=env, stdout=output, stderr=output), port) as url:
+            yield url
+
+
+@asynccontextmanager
+async def git_over_http(git_server: Path, repository: Path, port: int, headers: Path) -> AsyncIterator[str]:
+    """mcp-server-git over Streamable HTTP on `port` (`tests.support.git_over_http`, run by the git server's own
+    interpreter) while the block runs, each request's Authorization header appended to `headers`."""
+    launcher = Path(__file__).with_name("git_over_http.py")
+    command = [str(git_server.parent / "python"), str(launcher), str(port), str(repository), str(headers)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    async with _listening(process, port) as url:
+        yield url
+
+
+@asynccontextmanager
+async def _listening(process: subprocess.Popen[bytes], port: int) -> AsyncIterator[str]:
+    """``/mcp`` on `port` once `process` accepts connections there (bounded); `process` is stopped on exit."""
     try:
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             while True:
                 if process.poll() is not None:
-                    raise RuntimeError(f"the everything server exited: {log.read_text()}")
+                    raise RuntimeError(f"the MCP server on port {port} exited ({process.returncode})")
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
                     break

@@ -23,7 +23,6 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.mcp_servers import install_git_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -33,11 +32,6 @@ pytestmark = pytest.mark.anyio
 def worker_database(quiet_redis_url: str) -> str:
     """A database no background worker drains: the test drives the worker itself."""
     return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def git_server() -> Path:
-    return installed_or_skipped("mcp-server-git", install_git_server)
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -6,10 +6,7 @@ reconnected to."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,25 +26,19 @@ from gateway.store.keys import KeyStore
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_hash
 from tests.support.agents import agent, make_key
-from tests.support.mcp_servers import install_git_server, installed_or_skipped
+from tests.support.mcp_servers import git_over_http
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 from tests.support.token_issuer import serve_issuer
 
 pytestmark = pytest.mark.anyio
 
-LAUNCHER = Path(__file__).parents[1] / "support" / "git_over_http.py"
 GATEWAY_TOKEN = "gateway-own-token-for-git"
 
 
 @pytest.fixture(scope="module", name="redis_url")
 def own_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def git_server() -> Path:
-    return installed_or_skipped("mcp-server-git", install_git_server)
 
 
 @pytest.fixture
@@ -62,30 +53,6 @@ def repo(tmp_path: Path) -> Path:
     ):
         subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
     return repo
-
-
-@asynccontextmanager
-async def _over_http(git_server: Path, repo: Path, port: int, headers: Path) -> AsyncIterator[str]:
-    """The git server over Streamable HTTP on `port` while the block runs, each request's Authorization in `headers`."""
-    python = git_server.parent / "python"
-    process = subprocess.Popen(
-        [str(python), str(LAUNCHER), str(port), str(repo), str(headers)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with anyio.fail_after(30):
-            while True:
-                assert process.poll() is None, "the git server over HTTP exited"
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                    break
-                except OSError:
-                    await anyio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _section(url: str, protocol: str, reviews: dict[str, ToolReview] | None = None) -> UpstreamSection:
@@ -126,7 +93,7 @@ async def test_either_era_over_streamable_http_with_the_gateways_token_only(
     """An agent reads git_log through the gateway (uvicorn, a real MCP client) in the era negotiated; every request
     that reached the server carried the gateway's own bearer token, never the agent's."""
     headers = tmp_path / "authorization.log"
-    async with _over_http(git_server, repo, free_port(), headers) as url:
+    async with git_over_http(git_server, repo, free_port(), headers) as url:
         reviews, negotiated = await _reviewed(url, protocol)
         assert negotiated == era
         token = await make_key(redis, roles=("staff",))
@@ -148,13 +115,13 @@ async def test_a_restarted_server_is_reconnected_to_in_the_session_era(
     """The server restarts, and its 2025-11-25 session is gone with it: the call that finds out is refused as
     unavailable (a read, nothing to settle), the gateway opens a new session, and the next read answers."""
     port = free_port()
-    async with _over_http(git_server, repo, port, tmp_path / "1.log") as url:
+    async with git_over_http(git_server, repo, port, tmp_path / "1.log") as url:
         reviews, _era = await _reviewed(url, "legacy")
     settings = _settings(redis_url, _section(url, "legacy", reviews), registry_poll_seconds=60)
     staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
     assert staff is not None
     async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as before:
-        await before.enter_async_context(_over_http(git_server, repo, port, tmp_path / "2.log"))
+        await before.enter_async_context(git_over_http(git_server, repo, port, tmp_path / "2.log"))
         async with fronting(
             settings.upstreams,
             gateway.live,
@@ -165,7 +132,7 @@ async def test_a_restarted_server_is_reconnected_to_in_the_session_era(
             first = await gateway.executor.agent.execute(staff, "git_git_log", {"repo_path": str(repo)})
             assert first.code is None and connections["git"].connects == 1
             await before.aclose()  # the server stops, and its sessions with it
-            async with _over_http(git_server, repo, port, tmp_path / "3.log"):
+            async with git_over_http(git_server, repo, port, tmp_path / "3.log"):
                 with anyio.fail_after(30):
                     while True:
                         again = await gateway.executor.agent.execute(staff, "git_git_log", {"repo_path": str(repo)})
@@ -190,7 +157,7 @@ async def test_an_oauth_access_token_is_fetched_once_and_sent_instead_of_the_age
             client_secret_env="GIT_UPSTREAM_CLIENT_SECRET",
             scope="git:read",
         )
-        async with _over_http(git_server, repo, free_port(), headers) as url:
+        async with git_over_http(git_server, repo, free_port(), headers) as url:
             reviews, _era = await _reviewed(url, "auto")
             section = _section(url, "auto", reviews).model_copy(update={"token_env": None, "oauth": oauth})
             secrets = {"GIT_UPSTREAM_CLIENT_SECRET": "client-secret-of-the-gateway"}
