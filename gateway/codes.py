@@ -46,6 +46,15 @@ class Code(StrEnum):
     UPSTREAM_TIMEOUT = "UPSTREAM_TIMEOUT"
     UPSTREAM_ERROR = "UPSTREAM_ERROR"
     LEDGER_UNAVAILABLE = "LEDGER_UNAVAILABLE"
+    PASSKEY_REQUIRED = "PASSKEY_REQUIRED"
+    """Approving this card takes a passkey assertion of the approver (a signed approval in the console), and
+    the request carried none: an API key alone (REST, CLI, a batch) cannot approve it. Nothing was changed."""
+    PASSKEY_INVALID = "PASSKEY_INVALID"
+    """The passkey assertion did not verify for this card: another card, version or decision, a passkey
+    not registered to this approver, no user verification, or a signature counter not moving forward (a replay)."""
+    CSRF_REFUSED = "CSRF_REFUSED"
+    """A state-changing console request carried the session cookie without its CSRF token, or came from
+    another origin: nothing was changed. Reload the console and try again."""
     INTERNAL_ERROR = "INTERNAL_ERROR"
 
     @property

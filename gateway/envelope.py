@@ -42,6 +42,9 @@ _MESSAGES: Mapping[Code, str] = {
     Code.UPSTREAM_ERROR: "The backend answered with an error.",
     Code.LEDGER_UNAVAILABLE: "The approval ledger or audit trail is unavailable; nothing was done. Try again later.",
     Code.INTERNAL_ERROR: "The gateway could not complete the call.",
+    Code.PASSKEY_REQUIRED: "Approving this card takes the approver's passkey; nothing was changed.",
+    Code.PASSKEY_INVALID: "The passkey assertion did not verify for this card; nothing was changed.",
+    Code.CSRF_REFUSED: "The request came without the console's CSRF token or from another site; nothing was changed.",
     # The MCP edge's refusals (gateway.mcp.edge) are JSON-RPC errors, but every code has its message.
     Code.INVALID_REQUEST: "The request is not one the MCP transport serves.",
     Code.PAYLOAD_TOO_LARGE: "The request body is larger than the gateway accepts.",
@@ -93,6 +96,11 @@ class Envelope:
     @property
     def is_error(self) -> bool:
         return self.code is not None
+
+    @property
+    def has_render(self) -> bool:
+        """Whether the tool rendered this result for people (else `for_human` falls back to the projection)."""
+        return self._human is not None
 
     def for_model(self) -> dict[str, Any]:
         """The projection the model receives: safe by construction, no third-party text."""

@@ -6,10 +6,13 @@ import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["TOKEN_KEY_PREFIX", "KeyKind", "Principal", "normalize_subject"]
+__all__ = ["SESSION_KEY_PREFIX", "TOKEN_KEY_PREFIX", "KeyKind", "Principal", "normalize_subject"]
 
 TOKEN_KEY_PREFIX = "tok_"
 """How the key id of a principal that a token (not an API key) stands for begins."""
+SESSION_KEY_PREFIX = "ses_"
+"""How the key id of a person signed in to the console through the identity provider begins: such a
+principal is a person who passed the provider's sign-in, not a holder of a key."""
 
 
 class KeyKind(StrEnum):

@@ -91,6 +91,8 @@ STATUS: dict[ResultCode, int] = {
     ResultCode.CONFLICT: 409,
     ResultCode.VALIDATION_ERROR: 422,
     ResultCode.LEDGER_UNAVAILABLE: 503,
+    ResultCode.PASSKEY_REQUIRED: 403,
+    ResultCode.PASSKEY_INVALID: 403,
 }
 
 
@@ -236,7 +238,9 @@ class _Endpoints:
 
 
 async def _approve(service: CardService, admin: Principal, card_id: str, body: ApproveBody) -> CardActionResult:
-    return await service.approve(admin, card_id, version=body.version, args_hash=body.args_hash, comment=body.comment)
+    return await service.approve(
+        admin, card_id, version=body.version, args_hash=body.args_hash, comment=body.comment, passkey=body.passkey
+    )
 
 
 async def _reject(service: CardService, admin: Principal, card_id: str, body: RejectBody) -> CardActionResult:
@@ -273,7 +277,12 @@ def _decision(endpoints: _Endpoints, verb: str, summary: str, body: type[BaseMod
         body_required=body is not CancelBody,
         answers={
             200: Answer(description="done; the card as it is now", model=CardActionDone),
-            403: Answer(description="the requester itself, or the admin lacks the approver role", model=AdminError),
+            403: Answer(
+                description="the requester itself, the admin lacks the approver role, or the card needs the "
+                "approver's passkey and the assertion is missing (PASSKEY_REQUIRED) or did not verify "
+                "(PASSKEY_INVALID)",
+                model=AdminError,
+            ),
             404: _NOT_FOUND,
             409: Answer(
                 description="stale version or args_hash, wrong state, same approver twice, expired", model=AdminError
@@ -372,6 +381,7 @@ def admin_routes(
     floods: AddressBudgets,
     tables: Sequence[RouteTable] = (),
     backends: BackendHealth | None = None,
+    sessions: Callable[[ASGIApp, ASGIApp], ASGIApp] | None = None,
 ) -> list[BaseRoute]:
     """The admin API: the card routes and `tables`, every route behind an admin key, one document for all.
 
@@ -382,7 +392,9 @@ def admin_routes(
     behind the key too: it holds no secret, but the admin surface tells a caller without an admin
     key nothing at all, and every legitimate consumer of it holds one. With `tokens`, an admin's
     access token of an issuer that mints for the admin API opens it too (roles from its claims).
-    `backends` feeds the overview's backend health; without it the overview reports none.
+    `backends` feeds the overview's backend health; without it the overview reports none. `sessions`
+    wraps the app and the bearer check in front of it (`gateway.signin.cookies.SessionAuth`), so the console
+    of a signed-in approver opens the API with its session cookie instead of a key.
 
     Raises:
         ValueError: a table mounted outside ``/admin/api``, or one method and path declared twice.
@@ -405,4 +417,5 @@ def admin_routes(
 
     handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})
-    return [mount(PREFIX, guarded(app))]
+    bearer = guarded(app)
+    return [mount(PREFIX, sessions(app, bearer) if sessions is not None else bearer)]

@@ -60,6 +60,9 @@ class ApproveBody(BaseModel):
     version: int = Field(ge=1)
     args_hash: str = Field(min_length=1, max_length=200)
     comment: _Text = ""
+    passkey: dict[str, Any] | None = None
+    """The approver's WebAuthn assertion over this card, version and args_hash (``navigator.credentials.get``
+    with the options of ``POST /passkeys/challenge``, as JSON); required when the card needs a passkey."""
 
 
 class RejectBody(BaseModel):

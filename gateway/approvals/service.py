@@ -38,9 +38,12 @@ from gateway.cards.contract import CardChanges, CardQuery, Ledger, Transition, T
 from gateway.cards.overview import HOUR_MS, Overview, OverviewWindow, summarize
 from gateway.cards.views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
 from gateway.codes import Code
+from gateway.config.approvals import PasskeyRequirement
 from gateway.errors import InvalidCursorError, StoreUnavailableError
+from gateway.passkeys.service import PasskeyService
 from gateway.principal import KeyKind, Principal
 from policies.approval import may_decide
+from policies.passkey import needs_passkey
 
 __all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OPEN_LOOKBACK_MS", "OUTCOMES", "CardService", "Writable"]
 
@@ -91,11 +94,17 @@ class CardService:
         writable: Writable,
         changes: CardChanges,
         batch_limit: int = 50,
+        passkeys: PasskeyService | None = None,
+        require_passkey: PasskeyRequirement | None = None,
     ) -> None:
         self._ledger = ledger
         self._audit = audit
         self._writable = writable
         self._changes = changes
+        self.passkeys = passkeys
+        """The approvers' passkeys; None only where no approver can have one (a gateway without a console).
+        With `require_passkey` naming cards but no passkeys, those cards cannot be approved by a person."""
+        self._require_passkey = require_passkey or PasskeyRequirement()
         self.batch_limit = batch_limit
         """Most cards one batch decision may name (``[limits] batch_decisions``; `gateway.approvals.batch`)."""
 
@@ -216,11 +225,22 @@ class CardService:
     # -- decisions --------------------------------------------------------------------------------
 
     async def approve(
-        self, admin: Principal, card_id: str, *, version: int, args_hash: str, comment: str = ""
+        self,
+        admin: Principal,
+        card_id: str,
+        *,
+        version: int,
+        args_hash: str,
+        comment: str = "",
+        passkey: Mapping[str, Any] | None = None,
     ) -> CardActionResult:
         """Record `admin`'s approval of the card at exactly `version` and `args_hash`.
 
-        The card becomes APPROVED when the last required distinct approval arrives.
+        The card becomes APPROVED when the last required distinct approval arrives. A card that needs
+        the approver's passkey (`policies.passkey.needs_passkey`) is approved only with `passkey`, a
+        WebAuthn assertion over this card, version and args_hash (`gateway.passkeys.assertion`): without
+        one the answer is PASSKEY_REQUIRED, with one that does not verify PASSKEY_INVALID, and nothing
+        changes. A verified assertion is recorded by the approval's own ledger transition.
         """
         problems = []
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -229,14 +249,48 @@ class CardService:
             problems.append("args_hash: required (the args_hash you reviewed)")
         if not isinstance(comment, str) or len(comment) > MAX_TEXT:
             problems.append(f"comment: text of at most {MAX_TEXT} characters")
+        if passkey is not None and not isinstance(passkey, Mapping):
+            problems.append("passkey: a WebAuthn assertion (an object)")
+        signed: list[str] = []
+
+        async def countersigned(card: Card) -> tuple[ResultCode, str] | None:
+            registered = self.passkeys is not None and await self.passkeys.has_any(admin)
+            if passkey is None:
+                if not needs_passkey(card, self._require_passkey, registered=registered):
+                    return None
+                hint = (
+                    "approve it in the console with your passkey"
+                    if registered
+                    else "register a passkey in the console (Passkeys, Add a passkey), then approve it there"
+                )
+                return (
+                    ResultCode.PASSKEY_REQUIRED,
+                    f"this card needs your passkey: an API key alone cannot approve it; {hint}",
+                )
+            if self.passkeys is None:
+                return ResultCode.PASSKEY_INVALID, "this gateway has no passkeys configured"
+            verified = await self.passkeys.verify_approval(
+                admin, passkey, card_id=card_id, version=version, args_hash=args_hash
+            )
+            if verified.assertion is None:
+                return verified.code, verified.message
+            signed.append(verified.assertion.to_json())
+            return None
+
         return await self._decide(
             "card.approve",
             admin,
             card_id,
             problems,
             lambda: self._ledger.approve(
-                card_id, approver=admin.subject, version=version, args_hash=args_hash, comment=comment
+                card_id,
+                approver=admin.subject,
+                version=version,
+                args_hash=args_hash,
+                comment=comment,
+                passkey=signed[0] if signed else "",
             ),
+            gate=countersigned,
         )
 
     async def reject(
@@ -301,6 +355,8 @@ class CardService:
         card_id: str,
         problems: Sequence[str],
         transition: Callable[[], Awaitable[Transition]],
+        *,
+        gate: Callable[[Card], Awaitable[tuple[ResultCode, str] | None]] | None = None,
     ) -> CardActionResult:
         if problems:
             message = "; ".join(problems)
@@ -322,6 +378,10 @@ class CardService:
             if not await self._writable():
                 message = "the ledger is not durable or not reachable; nothing was changed"
                 return await self._refuse(action, admin, card_id, card, ResultCode.LEDGER_UNAVAILABLE, message)
+            refused = await gate(card) if gate is not None else None
+            if refused is not None:
+                view = await self._view(card)
+                return await self._refuse(action, admin, card_id, card, refused[0], refused[1], view)
             sent = True
             result = await transition()
             now = result.card or card

@@ -110,12 +110,28 @@ class AuditEvent:
         cls, who: Principal, action: str, code: str, reason: str, extra: Mapping[str, str] | None = None
     ) -> AuditEvent:
         """A request refused before it reached a service (a malformed body, a missing role)."""
+        return cls.by(who, action=action, outcome="deny", code=code, reason=reason, extra=extra)
+
+    @classmethod
+    def by(
+        cls,
+        who: Principal,
+        *,
+        action: str,
+        outcome: str,
+        tool: str = "",
+        code: str = "",
+        reason: str = "",
+        extra: Mapping[str, str] | None = None,
+    ) -> AuditEvent:
+        """An event of something `who` did (its subject, org and key)."""
         return cls(
             action=action,
-            outcome="deny",
+            outcome=outcome,
             subject=who.subject,
             org=who.org,
             key_id=who.key_id,
+            tool=tool,
             code=code,
             reason=reason,
             extra=extra or {},

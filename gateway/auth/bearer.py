@@ -73,6 +73,7 @@ __all__ = [
     "BearerRefusal",
     "jsonrpc_refusal",
     "principal_of",
+    "send_payload",
 ]
 
 logger = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ class BearerAuth:
                 wait = STORE_RETRY_AFTER_SECONDS
                 sentence = f"The gateway cannot check keys right now; retry in {wait} s."
                 body = jsonrpc_refusal(503, Code.LEDGER_UNAVAILABLE, sentence, {"retry_after": wait})
-                await _send_bytes(send, 503, body, retry)
+                await send_payload(send, 503, body, retry)
                 return
             await _send_json(send, 503, refusal, retry)
             return
@@ -274,7 +275,7 @@ class BearerAuth:
         if self._jsonrpc:
             sentence = _SENTENCES.get(reason) or f"The bearer token was refused: {reason}."
             body = jsonrpc_refusal(401, Code.UNAUTHENTICATED, sentence, {"reason": reason})
-            await _send_bytes(send, 401, body, challenge)
+            await send_payload(send, 401, body, challenge)
             return
         refusal = BearerRefusal(error="invalid_token", error_description=reason)
         await _send_json(send, 401, refusal, challenge)
@@ -298,7 +299,7 @@ class BearerAuth:
             seconds = math.ceil(wait)
             sentence = f"Too many failed authentications from this address; retry in {seconds} s with a valid key."
             body = jsonrpc_refusal(429, Code.RATE_LIMITED, sentence, {"retry_after": seconds})
-            await _send_bytes(send, 429, body, retry)
+            await send_payload(send, 429, body, retry)
             return
         refusal = BearerRefusal(error="rate_limited", error_description="too many failed authentications")
         await _send_json(send, 429, refusal, retry)
@@ -325,10 +326,11 @@ def _bearer(scope: Scope) -> str | None:
 
 
 async def _send_json(send: Send, status: int, body: BearerRefusal, headers: list[tuple[bytes, bytes]]) -> None:
-    await _send_bytes(send, status, json.dumps(body.model_dump(mode="json")).encode(), headers)
+    await send_payload(send, status, json.dumps(body.model_dump(mode="json")).encode(), headers)
 
 
-async def _send_bytes(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def send_payload(send: Send, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    """Answer a request with a JSON `payload` from ASGI middleware, before any app has run."""
     await send(
         {
             "type": "http.response.start",

@@ -163,6 +163,9 @@ class Card:
     """When the latest send was recorded (DISPATCHED), by the Redis clock."""
     first_dispatched_ms: int | None = None
     """When the first send was recorded: from then on the backend may know the key."""
+    passkeys: tuple[str, ...] = ()
+    """The passkey assertions of the card's approvals, in order: each the JSON of a verified
+    `gateway.passkeys.assertion.ApprovalAssertion`, recorded by the approval's own transition."""
     approved_ms: int | None = None
     """When the approval quorum was reached (APPROVED), by the Redis clock; None while undecided."""
     resend: bool = False

@@ -208,8 +208,11 @@ class Ledger(Protocol):
         ...
 
     async def approve(
-        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str
-    ) -> Transition: ...
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, passkey: str = ""
+    ) -> Transition:
+        """A person's approval at exactly `version` and `args_hash`; `passkey`, when given, is the JSON of the
+        verified assertion of that approval, recorded on the card (``passkeys``) by the same transition."""
+        ...
 
     async def approve_by_policy(
         self,

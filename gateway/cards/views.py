@@ -16,6 +16,7 @@ or exit code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -171,6 +172,11 @@ class Approvals(ApprovalTally):
     """The approving admins, in order."""
     role: str
     """The role an approver must hold."""
+    passkey_signed: list[str] = Field(default_factory=list)
+    """The approvers whose approval carries their verified passkey assertion, over this card's id, version
+    and args_hash (the approval receipt carries the assertions)."""
+    policy_note: str = ""
+    """Set when a configured rule approved: a policy approval involves no person, so no passkey either."""
 
 
 class Requester(_View):
@@ -331,6 +337,12 @@ class AdminCard(_View):
                 received=len(card.approvers),
                 by=list(card.approvers),
                 role=card.approver_role,
+                passkey_signed=[json.loads(signed)["approver"] for signed in card.passkeys],
+                policy_note=(
+                    "approved by a configured rule: no person, so no passkey"
+                    if any(approver.startswith(POLICY_PREFIX) for approver in card.approvers)
+                    else ""
+                ),
             ),
             rejection=Rejection(by=rejection.get("by", ""), reason=rejection.get("reason", "")) if rejection else None,
             reference=card.reference,
@@ -361,6 +373,8 @@ class ResultCode(StrEnum):
     CONFLICT = Code.CONFLICT.value
     VALIDATION_ERROR = Code.VALIDATION_ERROR.value
     LEDGER_UNAVAILABLE = Code.LEDGER_UNAVAILABLE.value
+    PASSKEY_REQUIRED = Code.PASSKEY_REQUIRED.value
+    PASSKEY_INVALID = Code.PASSKEY_INVALID.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

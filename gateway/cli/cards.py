@@ -22,6 +22,8 @@ from gateway.archives.card_archive import CardArchive
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.cards.card import CardState
 from gateway.cards.views import AdminCard, CardActionResult, ResultCode
+from gateway.config.approvals import PasskeyRequirement
+from gateway.passkeys.service import PasskeyService
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.store.audit_trail import AuditTrail
@@ -40,6 +42,8 @@ async def run(
     admin: Principal,
     args: argparse.Namespace,
     *,
+    passkeys: PasskeyService | None = None,
+    require_passkey: PasskeyRequirement | None = None,
     batch_limit: int = 50,
     archive: CardArchive | None = None,
     trail: AuditTrail | None = None,
@@ -49,7 +53,15 @@ async def run(
     ``--verify`` looks for the audit entry of the removal."""
     guard = LedgerGuard(client)
     ledger = RedisLedger(client, on_verdict=guard.observe)
-    service = CardService(ledger, audit, writable=guard.writable, changes=ledger.changes, batch_limit=batch_limit)
+    service = CardService(
+        ledger,
+        audit,
+        writable=guard.writable,
+        changes=ledger.changes,
+        batch_limit=batch_limit,
+        passkeys=passkeys,
+        require_passkey=require_passkey,
+    )
     command = args.cards_command
     if command == "list":
         state = CardState(args.state) if args.state else None

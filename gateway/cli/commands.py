@@ -302,6 +302,20 @@ async def _signing_list(store: _Store, args: argparse.Namespace) -> int:
     return await list_signing_keys(SigningKeyStore(store.redis, secret=store.secret))
 
 
+async def _sessions(store: _Store, args: argparse.Namespace) -> int:
+    from gateway.cli.approvers import sessions_command
+    from gateway.store.console_sessions import SessionStore
+
+    return await sessions_command(SessionStore(store.redis), store.audit, args)
+
+
+async def _passkeys(store: _Store, args: argparse.Namespace) -> int:
+    from gateway.cli.approvers import passkeys_command
+    from gateway.runtime.approvers import passkey_service
+
+    return await passkeys_command(passkey_service(store.settings, store.connection, store.audit), args)
+
+
 # -- admin commands -------------------------------------------------------------------------------
 
 
@@ -311,12 +325,15 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
         return 1
     from gateway.archives.card_archive import CardArchive
     from gateway.cli import cards as cli_cards  # here: each command imports only what it uses
+    from gateway.runtime.approvers import passkey_service
 
     return await cli_cards.run(
         store.redis,
         store.audit,
         admin,
         args,
+        passkeys=passkey_service(store.settings, store.connection, store.audit),
+        require_passkey=store.settings.approvals.require_passkey,
         batch_limit=store.settings.limits.batch_decisions,
         archive=CardArchive(store.settings.cards_dir),
         trail=store.trail,
@@ -392,6 +409,11 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("adapters", "remove"): _adapters,
     ("upstreams", "review"): _upstreams,
     ("upstreams", "accept"): _upstreams,
+    ("sessions", "list"): _sessions,
+    ("sessions", "revoke"): _sessions,
+    ("passkeys", "list"): _passkeys,
+    ("passkeys", "remove"): _passkeys,
+    ("passkeys", "reset"): _passkeys,
     ("keys", "create"): _keys_create,
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,

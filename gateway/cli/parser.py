@@ -114,6 +114,24 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
 
+    sessions = commands.add_parser("sessions", help="approvers' console sessions").add_subparsers(
+        dest="sessions_command", required=True
+    )
+    passkeys = commands.add_parser("passkeys", help="approvers' passkeys").add_subparsers(
+        dest="passkeys_command", required=True
+    )
+    for verb, text in (
+        (sessions.add_parser("list", help="an approver's live console sessions"), None),
+        (sessions.add_parser("revoke", help="end every console session of an approver now"), None),
+        (passkeys.add_parser("list", help="an approver's passkeys"), None),
+        (passkeys.add_parser("remove", help="forget one passkey of an approver"), "credential_id"),
+        (passkeys.add_parser("reset", help="forget every passkey of an approver (a lost authenticator)"), None),
+    ):
+        verb.add_argument("--org", required=True)
+        verb.add_argument("--subject", required=True, help="as the identity provider names them")
+        if text:
+            verb.add_argument(text)
+
     signing = commands.add_parser("signing-keys", help="the gateway's own signing keys (JWKS)").add_subparsers(
         dest="signing-keys_command", required=True
     )

@@ -27,7 +27,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["POLICY_PREFIX", "ApprovalSettings", "Bound", "PolicyRule"]
+__all__ = ["POLICY_PREFIX", "ApprovalSettings", "Bound", "PasskeyRequirement", "PolicyRule"]
 
 POLICY_PREFIX = "policy:"
 """How a policy approver is named (``policy:<rule name>``); no person's subject may start so."""
@@ -104,6 +104,23 @@ class PolicyRule(BaseModel):
         return (-1 if sign == "-" else 1) * (int(hours) * 60 + int(minutes))
 
 
+class PasskeyRequirement(BaseModel):
+    """``[approvals.require_passkey]``: which cards a person approves only with a passkey assertion.
+
+    A card needs one when its tool matches a pattern of `tools` (fnmatch; ``"*"`` every write), when
+    its org is one of `orgs` (``"*"`` every org), or, with `once_registered`, when the approver has a
+    passkey registered. Policy approvals never need one (no person approves). Whatever requires it,
+    an API key alone (REST, CLI, a batch) cannot approve such a card.
+    """
+
+    model_config = _CLOSED
+    tools: list[str] = Field(default_factory=list)
+    orgs: list[str] = Field(default_factory=list)
+    once_registered: bool = True
+    """An approver who registered a passkey approves only with it: on by default, so registering is
+    the phase-in step, and an approver's key can no longer approve for them once they did."""
+
+
 class ApprovalSettings(BaseModel):
     """``[approvals]``: policy approvals and the answer to a repeat of a finished write."""
 
@@ -113,6 +130,8 @@ class ApprovalSettings(BaseModel):
     policy_daily_budget: int = Field(default=20, ge=1)
     """Policy approvals per requester per UTC day, over every rule."""
     policies: dict[str, PolicyRule] = Field(default_factory=dict)
+    require_passkey: PasskeyRequirement = Field(default_factory=PasskeyRequirement)
+    """Which cards need the approver's passkey (`PasskeyRequirement`)."""
 
     @field_validator("policies")
     @classmethod

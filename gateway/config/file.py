@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gateway.audit.formats import AuditExportTarget
 from gateway.config.approvals import ApprovalSettings
+from gateway.config.console import ConsoleSection
 from gateway.config.oauth import OAuthSection
 from gateway.config.upstreams import UpstreamSection, check_upstream_name
 from gateway.errors import ConfigError
@@ -249,6 +250,7 @@ class ConfigFile(BaseModel):
     limits: Limits = Limits()
     approvals: ApprovalSettings = ApprovalSettings()
     oauth: OAuthSection = OAuthSection()
+    console: ConsoleSection = ConsoleSection()
     notifications: NotificationsSection = NotificationsSection()
     audit_export: AuditExportSection = AuditExportSection()
     upstreams: dict[str, UpstreamSection] = Field(default_factory=dict)

@@ -28,7 +28,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["ASYMMETRIC_ALGORITHMS", "IssuerSection", "OAuthSection", "Surface", "metadata_url"]
+__all__ = [
+    "ASYMMETRIC_ALGORITHMS",
+    "ClaimMapping",
+    "IssuerSection",
+    "OAuthSection",
+    "Surface",
+    "asymmetric_only",
+    "metadata_url",
+]
 
 ASYMMETRIC_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -40,24 +48,29 @@ Surface = Literal["mcp", "admin"]
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no setting is infinite or NaN
 
 
+def asymmetric_only(algorithms: list[str]) -> list[str]:
+    """`algorithms`, when every one is in `ASYMMETRIC_ALGORITHMS`.
+
+    Raises:
+        ValueError: naming the others.
+    """
+    refused = sorted(set(algorithms) - ASYMMETRIC_ALGORITHMS)
+    if refused:
+        raise ValueError(f"only asymmetric algorithms ({', '.join(sorted(ASYMMETRIC_ALGORITHMS))}); not {refused}")
+    return algorithms
+
+
 def _https_or_loopback(url: str) -> str:
     if url.startswith("https://") or url.startswith(("http://127.0.0.1", "http://localhost", "http://[::1]")):
         return url
     raise ValueError("must be an https:// URL (http:// only on loopback)")
 
 
-class IssuerSection(BaseModel):
-    """``[oauth.issuers.<name>]``: one trusted authorization server and how its claims map to a principal."""
+class ClaimMapping(BaseModel):
+    """How a trusted issuer's signed claims map to a principal: ``[oauth.issuers.<name>]`` and ``[console.oidc]``."""
 
     model_config = _CLOSED
-    issuer: str
-    """The issuer identifier, compared with a token's ``iss`` exactly."""
-    jwks_url: str | None = None
-    """Where its keys are; unset, ``jwks_uri`` of its metadata (``/.well-known/oauth-authorization-server``,
-    then ``/.well-known/openid-configuration``). Never a URL a token names (``jku``, ``x5u``)."""
     algorithms: list[str] = Field(default_factory=lambda: ["RS256", "ES256"], min_length=1)
-    surfaces: list[Surface] = Field(default_factory=lambda: list[Surface](["mcp"]), min_length=1)
-    """Which resources its tokens may name as audience: ``mcp`` (agents), ``admin`` (admins)."""
     clock_skew_seconds: float = Field(default=30.0, ge=0, le=300)
     subject_claim: str = "sub"
     org_claim: str = "org"
@@ -67,19 +80,28 @@ class IssuerSection(BaseModel):
     """A claim holding a list of roles (or a space-separated string); unset, roles come only from `scope_roles`."""
     scope_roles: dict[str, list[str]] = Field(default_factory=dict)
     """Roles a granted scope gives: ``{ "rooms" = ["staff"] }``."""
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric(cls, algorithms: list[str]) -> list[str]:
+        return asymmetric_only(algorithms)
+
+
+class IssuerSection(ClaimMapping):
+    """``[oauth.issuers.<name>]``: one trusted authorization server and how its claims map to a principal."""
+
+    issuer: str
+    """The issuer identifier, compared with a token's ``iss`` exactly."""
+    jwks_url: str | None = None
+    """Where its keys are; unset, ``jwks_uri`` of its metadata (``/.well-known/oauth-authorization-server``,
+    then ``/.well-known/openid-configuration``). Never a URL a token names (``jku``, ``x5u``)."""
+    surfaces: list[Surface] = Field(default_factory=lambda: list[Surface](["mcp"]), min_length=1)
+    """Which resources its tokens may name as audience: ``mcp`` (agents), ``admin`` (admins)."""
     min_refresh_seconds: float = Field(default=30.0, ge=0)
     """The least time between two fetches of its keys for an unknown ``kid``: a flood of made-up
     ``kid`` values costs the issuer at most one request per this many seconds."""
     max_key_age_seconds: float = Field(default=3600.0, gt=0)
     """Keys are fetched again after this long, so a key the issuer withdrew stops verifying."""
-
-    @field_validator("algorithms")
-    @classmethod
-    def _asymmetric(cls, algorithms: list[str]) -> list[str]:
-        refused = sorted(set(algorithms) - ASYMMETRIC_ALGORITHMS)
-        if refused:
-            raise ValueError(f"only asymmetric algorithms ({', '.join(sorted(ASYMMETRIC_ALGORITHMS))}); not {refused}")
-        return algorithms
 
     @field_validator("issuer", "jwks_url")
     @classmethod

@@ -98,6 +98,7 @@ from starlette.datastructures import Secret
 
 from gateway.audit.formats import AuditExportTarget
 from gateway.config.approvals import ApprovalSettings
+from gateway.config.console import ConsoleSection
 from gateway.config.file import AdapterSection, ConfigFile, GatewaySection, OrgSection, read_config
 from gateway.config.oauth import OAuthSection
 from gateway.config.org_adapters import OrgAdapters
@@ -245,6 +246,10 @@ class Settings:
     audit_export: AuditExportTarget | None = None
     """Where new audit entries are posted as they come (`gateway.audit.forwarder`); None: nowhere."""
     oauth: OAuthSection = field(default_factory=OAuthSection)
+    console: ConsoleSection = field(default_factory=ConsoleSection)
+    """Console sessions and the OpenID provider approvers sign in with (`gateway.config.console`)."""
+    console_client_secret: Secret | None = field(default=None, repr=False)
+    """The OpenID client's secret, read from ``[console.oidc] client_secret_env``; None: a public client."""
     """The OAuth resource server (`gateway.config.oauth`): trusted issuers; none, API keys only."""
     redis_timeout_seconds: float = 0.5
     """The longest a Redis command may wait for its answer, well under a second on the request path.
@@ -410,6 +415,8 @@ class Settings:
                 limits=document.limits,
                 approvals=document.approvals,
                 oauth=document.oauth,
+                console=document.console,
+                console_client_secret=_client_secret(document, environ),
                 notifications=document.notifications.resolve(environ),
                 audit_export=document.audit_export.resolve(environ),
                 log_format=env("LOG_FORMAT", default=gateway.log_format),
@@ -419,6 +426,21 @@ class Settings:
             )
         except ValueError as error:  # starlette's cast of an environment value
             raise ConfigError(f"invalid setting: {error}") from error
+
+
+def _client_secret(document: ConfigFile, environ: Mapping[str, str]) -> Secret | None:
+    """The console's OpenID client secret from the variable ``[console.oidc] client_secret_env`` names.
+
+    Raises:
+        ConfigError: the variable is named but not set (a confidential client would fail every sign-in).
+    """
+    oidc = document.console.oidc
+    if oidc is None or oidc.client_secret_env is None:
+        return None
+    secret = environ.get(oidc.client_secret_env, "")
+    if not secret:
+        raise ConfigError(f"console.oidc.client_secret_env: {oidc.client_secret_env} is not set")
+    return Secret(secret)
 
 
 def _deployment_url(gateway: GatewaySection, environ: Mapping[str, str]) -> str | None:

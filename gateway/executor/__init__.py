@@ -12,6 +12,8 @@
 * `Invoker` (``invoke.py``) is the step both call to run a tool's `execute`; `LedgerCallerCards`
   (``caller_cards.py``) is a principal's own cards, for the approvals tools and for tasks.
 * `DeferralLog` (``deferrals.py``): which deferrals of an approved card the write path audits.
+* `ViewPath` (``views.py``) serves the MCP surface's views (MCP Apps): single-use handles to a read's
+  human render, and the requester's own card as its view follows it.
 
 What it asks of its collaborators: a `ToolSource` (declarations), `OrgAdapters` (operator config),
 an `AuditSink`, one `UpstreamClient` per adapter and an `IdentitySigner` (both handed to adapters
@@ -46,14 +48,26 @@ from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
 from gateway.executor.tasks import TaskPath
+from gateway.executor.views import ViewPath
 from gateway.executor.writes import LivePrincipal, Receipts, WritePath
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
 from gateway.tools.toolbox import ToolSource
 from gateway.tools.upstream import UpstreamClient
+from gateway.view_handles import ViewHandles
 from policies.engine import PolicyEngine
 
-__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
+__all__ = [
+    "AgentPath",
+    "Executor",
+    "HeldRefusal",
+    "Invoker",
+    "PolicyApprovals",
+    "ReadMemory",
+    "TaskPath",
+    "ViewPath",
+    "WritePath",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +77,7 @@ class Executor:
     agent: AgentPath
     writes: WritePath
     tasks: TaskPath
+    views: ViewPath
 
     @classmethod
     def build(
@@ -86,6 +101,7 @@ class Executor:
         approvals: ApprovalSettings,
         announce: Announce,
         receipts: Receipts,
+        handles: ViewHandles,
     ) -> Executor:
         invoker = Invoker(clients=clients, identity=identity, ledger=ledger)
         agent = AgentPath(
@@ -116,4 +132,5 @@ class Executor:
             reconcile_horizon_ms=reconcile_horizon_ms,
             receipts=receipts,
         )
-        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))
+        views = ViewPath(handles=handles, ledger=ledger, audit=audit, limiter=limiter, limits=limits)
+        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit), views=views)

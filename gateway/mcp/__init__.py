@@ -7,7 +7,10 @@
 * `budget_front` — a ``tools/call`` whose rate budget is spent never reaches the SDK;
 * `flood_audit` — refusals of a flood, audited in aggregate;
 * `sessions` — sessions per key, within a quota;
-* `tasks` — write proposals answered as MCP tasks, and ``tasks/*``, in both protocol eras.
+* `tasks` — write proposals answered as MCP tasks, and ``tasks/*``, in both protocol eras;
+* `apps` — MCP Apps views (``io.modelcontextprotocol/ui``): views named in listings and results, the
+  ``ui://`` resources (``view_assets/``), the app-only tools handed to the executor's view path;
+* `extensions` — which extensions the client of a request declared, in either era.
 
 May import: the executor, the catalog, `gateway.auth` and everything below. It decides nothing.
 """

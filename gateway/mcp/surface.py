@@ -11,6 +11,11 @@ without the SDK, so a flood costs little more than its HTTP), are assembled in `
 from what this surface exposes: `session_manager`, `server`, `held_refusal`, `listed_schema` and
 `flood_audit`.
 
+A client that declares MCP Apps views (``io.modelcontextprotocol/ui``) is told which view each tool's
+results open, and a result's view what it may open (`gateway.mcp.apps`); the app-only tools those views
+call are listed to it alone, marked for the views (the host keeps them from its model). Any other client
+gets the same listing and results as if views did not exist.
+
 A client that declares task support follows a write proposal as a task bound to its card
 (`gateway.mcp.tasks`); any other client gets the card receipt and the approvals tools. A deployment
 with ``write_task_support = "forbidden"`` answers every proposal with the receipt, at once.
@@ -49,6 +54,8 @@ from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import caller_of
 from gateway.codes import Code
 from gateway.executor import AgentPath, TaskPath
+from gateway.executor.views import ViewPath
+from gateway.mcp.apps import McpApps
 from gateway.mcp.budget_front import Held
 from gateway.mcp.flood_audit import FloodAudit
 from gateway.mcp.sessions import KeyedSessionManager, SessionQuotaExceededError
@@ -75,6 +82,7 @@ class McpSurface:
         catalog: Catalog,
         executor: AgentPath,
         tasks: TaskPath,
+        views: ViewPath | None,
         version: str,
         stateless: bool,
         catalog_ttl_ms: int,
@@ -124,6 +132,10 @@ class McpSurface:
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         self._tasks = McpTasks(tasks)
         self._tasks.install(self.server, advertise=write_task_support == "optional")
+        # MCP Apps views for clients that declare them; None serves no view (as before views existed).
+        self._apps = McpApps(views) if views is not None else None
+        if self._apps is not None:
+            self._apps.install(self.server)
         # Host and Origin are checked in front of this surface, before authentication, with stable
         # codes and an audit event (`gateway.mcp.stack`): the SDK's check would repeat it.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -202,8 +214,13 @@ class McpSurface:
             self._definitions = {tool.name: _definition(tool, box, self._write_tasks) for tool in box.values()}
             self._box = box
         definitions = self._definitions
+        visible = self._catalog.visible_to(principal, box)
+        if self._apps is not None and self._apps.declared(ctx):
+            listed = [self._apps.listed(definitions[t.name], t) for t in visible] + self._apps.app_tools()
+        else:
+            listed = [definitions[t.name] for t in visible]
         return types.ListToolsResult(
-            tools=[definitions[t.name] for t in self._catalog.visible_to(principal, box)],
+            tools=listed,
             # A catalog is one caller's: a shared cache would hand it to callers with other access.
             cache_scope="private",
             ttl_ms=self._catalog_ttl_ms,
@@ -212,12 +229,17 @@ class McpSurface:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | dict[str, Any]:
+        if self._apps is not None and self._apps.is_app_only(params.name):
+            return await self._apps.call_app_tool(ctx, params)
         envelope = await self._executor.execute(request_principal(ctx), params.name, params.arguments)
         if envelope.card_id is not None and self._write_tasks == "optional":
             task = await self._tasks.proposal(ctx, envelope.card_id)
             if task is not None:
                 return task
-        return tool_result(envelope)
+        if self._apps is None:
+            return tool_result(envelope)
+        tool = self._catalog.current().get(params.name)
+        return await self._apps.with_view(ctx, tool, params, tool_result(envelope), envelope)
 
 
 class _Server(Server[Any]):

@@ -39,7 +39,6 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -49,6 +48,7 @@ from gateway.cards.task_states import TaskState
 from gateway.codes import Code
 from gateway.envelope import Envelope
 from gateway.executor import TaskPath
+from gateway.mcp.extensions import declared_extension
 from gateway.principal import Principal
 
 __all__ = ["TASKS_EXTENSION", "McpTasks", "request_principal", "tool_result"]
@@ -209,14 +209,7 @@ def _declared_extension(ctx: ServerRequestContext[Any, Any]) -> bool:
     """
     if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
         return False
-    params = ctx.params if isinstance(ctx.params, Mapping) else {}
-    meta = params.get("_meta")
-    declared = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, Mapping) else None
-    if isinstance(declared, Mapping) and isinstance(declared.get("extensions"), Mapping):
-        if TASKS_EXTENSION in declared["extensions"]:
-            return True
-    capabilities = ctx.session.client_capabilities if ctx.session is not None else None
-    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+    return declared_extension(ctx, TASKS_EXTENSION) is not None
 
 
 def _call_era(ctx: ServerRequestContext[Any, Any]) -> Era | None:

@@ -110,9 +110,11 @@ class AlertingLedger:
 
     # -- a person's transitions, and everything else: delegated as they are ---------------------
 
-    async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str) -> Transition:
+    async def approve(
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, passkey: str = ""
+    ) -> Transition:
         return await self._ledger.approve(
-            card_id, approver=approver, version=version, args_hash=args_hash, comment=comment
+            card_id, approver=approver, version=version, args_hash=args_hash, comment=comment, passkey=passkey
         )
 
     async def approve_by_policy(

@@ -48,6 +48,7 @@ from gateway.outbound.webhook import WebhookPoster
 from gateway.registry.api import adapter_review_table, registry_routes
 from gateway.registry.live import LiveToolSource
 from gateway.registry.service import RegistryService
+from gateway.runtime.approvers import approvers
 from gateway.runtime.background import audit_archiver, background_loops, card_retention
 from gateway.runtime.upstreams import fronting
 from gateway.runtime.worker import Worker
@@ -68,6 +69,7 @@ from gateway.store.rate_buckets import RedisRateLimiter
 from gateway.store.registrations import RegistryStore
 from gateway.store.signing_keys import SigningKeyStore
 from gateway.store.upstream_reviews import UpstreamReviewStore
+from gateway.store.view_handles import RedisViewHandles
 from gateway.tools.catalog import Catalog
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
@@ -296,6 +298,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         approvals=settings.approvals,
         announce=alerting.alert,
         receipts=signer.receipts_for,
+        handles=RedisViewHandles(client),
     )
     poster = WebhookPoster(timeout_seconds=notify.timeout_seconds)
     notifier = Notifier.configured(outbox, notify, poster, audit) if notify.webhooks else None
@@ -391,15 +394,17 @@ async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None
             loop.remove_signal_handler(hup)
 
 
-def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> GatewayApp:
+def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views: bool = True) -> GatewayApp:
     """The gateway's ASGI app (a Starlette app that serves ``/mcp`` directly: `gateway.web.root_app`). `tools`
-    defaults to those of the adapters `settings` enables."""
+    defaults to those of the adapters `settings` enables. Without `views`, the MCP surface serves no MCP Apps
+    view, to any client: what every client got before views existed (the views' tests compare the two)."""
     declared = list(tools) if tools is not None else tools_for(settings)
     gateway = build_gateway(settings, declared)
     surface = McpSurface(
         catalog=gateway.catalog,
         executor=gateway.executor.agent,
         tasks=gateway.executor.tasks,
+        views=gateway.executor.views if views else None,
         version=_version(),
         stateless=settings.mcp_stateless,
         write_task_support=settings.write_task_support,
@@ -429,12 +434,16 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
         allowed_origins=settings.mcp_allowed_origins(),
     )
     # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
+    # Approvers as people: console sessions through the OpenID provider, and passkeys (gateway.runtime.approvers).
+    people = approvers(settings, gateway.redis, gateway.audit)
     cards = CardService(
         gateway.ledger,
         gateway.audit,
         writable=gateway.guard.writable,
         changes=gateway.ledger.changes,
         batch_limit=settings.limits.batch_decisions,
+        passkeys=people.passkeys,
+        require_passkey=settings.approvals.require_passkey,
     )
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
     upstream_review = upstream_review_table(gateway.upstream_reviews)
@@ -495,10 +504,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
                 oauth,
                 keys=gateway.keys,
                 audit=gateway.audit,
-                tables=[adapter_review, upstream_review],
+                tables=[adapter_review, upstream_review, people.passkey_routes],
                 floods=floods,
                 backends=gateway.health.report,
+                sessions=people.guard,
             ),
+            *people.routes,
             *console_routes(),
         ],
         lifespan=lifespan,

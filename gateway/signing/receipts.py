@@ -13,6 +13,11 @@ key set, `gateway.signing.signer`) and the adapter sends it as ``X-Countersign-R
   it), ``idempotency_key``;
 * ``sub``/``org`` the requester, ``act`` ``{"sub": <client id>}`` when an agent acted for them;
 * ``approvers`` (people, and ``policy:<rule>`` for a rule's approval), ``approved_at`` (ms);
+* ``passkeys``, when an approver signed with a passkey: each verified WebAuthn assertion as the card
+  records it (`gateway.passkeys.assertion.ApprovalAssertion`: the approver, the card id, version and
+  args_hash it was bound to, the credential and its public key, the authenticator data, client data
+  and signature), so a backend can check with `gateway.passkeys.assertion.verify_approval_assertion`
+  that a registered authenticator, with its user verified, approved exactly these arguments;
 * ``request_hash``: SHA-256 over the request the backend receives (method, path, query, canonical
   JSON body; `request_hash`). The backend receives the adapter's request, not the tool's arguments
   (a refund puts the order id in the path; a cancel has no body), so this is the hash it can
@@ -28,6 +33,7 @@ it as it likes.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -93,6 +99,8 @@ def receipt_claims(card: Card, *, adapter: str, request: str, now: int) -> dict[
         "approved_at": card.approved_ms,
         "request_hash": request,
     }
+    if card.passkeys:
+        claims["passkeys"] = [json.loads(assertion) for assertion in card.passkeys]
     if card.acting_client:
         claims["act"] = {"sub": card.acting_client}
     return claims

@@ -7,7 +7,8 @@
   entries to the archive files, then trimmed), `audit_trail` (archive and stream read as one) and
   `audit_export` (where the live export stands);
 * `keys` (API keys), `signing_keys` (the receipts' key set), `registrations` (registered adapters),
-  `rate_buckets` (rate budgets), `notification_outbox` (deliveries), `call_history` (recent reads);
+  `rate_buckets` (rate budgets), `notification_outbox` (deliveries), `call_history` (recent reads),
+  `view_handles` (single-use handles to a read's human render, for MCP Apps views);
 * `probes` — what operators ask: gauges and readiness; `embedded` — the embedded server.
 
 No module outside this package imports `redis` or catches its exceptions: a store method that

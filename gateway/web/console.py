@@ -2,8 +2,10 @@
 
 Who calls it: the composition root adds `console_routes()` after the admin and registry API
 mounts, so ``/admin/api/...`` is always matched by those first. The console holds no data and
-needs no key to load: the page asks the admin for their key, keeps it in the tab's
-``sessionStorage`` and calls the admin API with it from the browser. This module deliberately
+needs no credential to load: the page asks ``/admin/session`` (`gateway.signin.routes`) how the
+approver signs in, through the company's identity provider (an HttpOnly session cookie the script
+never sees, and a CSRF token on every change) or, in demo mode only, with a pasted admin key kept in
+the tab's ``sessionStorage``, and calls the admin API from the browser. This module deliberately
 knows nothing of cards, adapters or keys; it serves three fixed files, read once at startup.
 
 Every file is served with a Content-Security-Policy that allows only this origin's script,

@@ -91,7 +91,14 @@ async def test_show_gives_the_whole_card_with_agent_text_marked_untrusted(redis:
     assert shown["arguments"] == PROPOSAL.arguments and shown["summary"] == PROPOSAL.summary
     assert shown["agent_text"] == {"untrusted": True, "note": UNTRUSTED_NOTE, "fields": {"title": AGENT_WORDS}}
     assert (shown["state"], shown["decision"], shown["outcome"], shown["version"]) == ("PENDING", "pending", "none", 1)
-    assert shown["approvals"] == {"required": 1, "received": 0, "by": [], "role": "approver"}
+    assert shown["approvals"] == {
+        "required": 1,
+        "received": 0,
+        "by": [],
+        "role": "approver",
+        "passkey_signed": [],
+        "policy_note": "",
+    }
     assert shown["created_at"].endswith("+00:00") and shown["execute_by"] is None and shown["rejection"] is None
     assert [e["type"] for e in shown["events"]] == ["created"] and shown["chain_valid"] is True
     assert json.loads(json.dumps(shown)) == shown

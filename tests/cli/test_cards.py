@@ -22,6 +22,7 @@ from gateway.principal import KeyKind
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.store.ledger.retention import RedisCardRetention
+from gateway.store.passkeys import PasskeyStore, StoredPasskey
 from gateway.tools.preview import Preview
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
@@ -398,3 +399,30 @@ async def test_archived_prints_a_retired_card_as_show_did_and_only_to_its_org(
     cli.environ["COUNTERSIGN_ADMIN_KEY"] = outsider
     assert (await cli("cards", "archived", card_id))[0] == 1
     assert (await cli("cards", "archived", "crd_1_" + "0" * 32))[0] == 1
+
+
+# -- passkeys -------------------------------------------------------------------------------------
+
+
+async def test_a_card_that_needs_the_approvers_passkey_is_not_approved_from_the_cli(cli: Cli, redis: Redis) -> None:
+    """Once bob registered a passkey, his key alone approves nothing: exit 1, PASSKEY_REQUIRED, the card PENDING."""
+    await PasskeyStore(redis).add(
+        "acme",
+        "bob@acme.example",
+        StoredPasskey(credential_id="cred", public_key="pk", sign_count=0, name="laptop", created_ms=1),  # fmt: skip
+    )
+    card_id = await propose(redis)
+    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
+    assert status == 1 and out == ""
+    assert err.startswith("countersign: PASSKEY_REQUIRED:") and "with your passkey" in err
+    card = await RedisLedger(redis).get(card_id)
+    assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
+    status, out, _ = await cli("passkeys", "list", "--org", "acme", "--subject", "Bob@ACME.example")
+    assert status == 0 and out.startswith("cred  laptop")
+    status, out, _ = await cli("passkeys", "reset", "--org", "acme", "--subject", "bob@acme.example")
+    assert status == 0 and "removed 1 passkey" in out
+    assert await PasskeyStore(redis).list("acme", "bob@acme.example") == []
+    resets = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "passkey.reset"]
+    assert resets and resets[0].extra["approver"] == "bob@acme.example"
+    status, out, _ = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
+    assert status == 0 and "state=APPROVED" in out

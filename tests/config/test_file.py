@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gateway.config import settings as settings_module
-from gateway.config.approvals import ApprovalSettings, PolicyRule
+from gateway.config.approvals import ApprovalSettings, PasskeyRequirement, PolicyRule
+from gateway.config.console import ConsoleSection, OidcSection
 from gateway.config.file import (
     AdapterSection,
     AuditExportSection,
@@ -47,6 +48,9 @@ SECTIONS: dict[str, type[BaseModel]] = {
     "limits": Limits,
     "approvals": ApprovalSettings,
     "approvals.policies.<name>": PolicyRule,
+    "approvals.require_passkey": PasskeyRequirement,
+    "console": ConsoleSection,
+    "console.oidc": OidcSection,
     "oauth": OAuthSection,
     "oauth.issuers.<name>": IssuerSection,
     "notifications": NotificationsSection,

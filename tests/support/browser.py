@@ -69,6 +69,23 @@ class Page:
         result = await self.send("Runtime.evaluate", {"expression": expression, "returnByValue": True})
         return result["result"].get("value")
 
+    async def frame(self, name: str) -> Page | None:
+        """The frame whose window is named `name`, as a page of its own: a sandboxed iframe runs in a process
+        (a target) of its own, which the page's ``Runtime.evaluate`` does not reach. None while there is none."""
+        targets = await self.send("Target.getTargets", session=False)
+        for target in targets["targetInfos"]:
+            if target["type"] != "iframe":
+                continue
+            attached = await self.send("Target.attachToTarget", {"targetId": target["targetId"], "flatten": True},
+                                       session=False)  # fmt: skip
+            frame = Page(self._socket, attached["sessionId"])
+            frame._next_id = self._next_id  # one socket: ids stay unique across the sessions on it
+            if await frame.evaluate("window.name") == name:
+                self._next_id = frame._next_id
+                return frame
+            self._next_id = frame._next_id
+        return None
+
     async def until(self, expression: str, *, seconds: float = 10) -> Any:
         with anyio.fail_after(seconds):
             while not (value := await self.evaluate(expression)):

@@ -85,6 +85,8 @@ def gateway_settings(redis_url: str, backends: dict[str, Backend], *, expenses: 
         secrets=secrets,
         registry_poll_seconds=0.2,
         audit_secret=Secret(TEST_AUDIT_SECRET),
+        # Demo mode changes nothing create_app builds but the console's sign-in: a pasted admin key (key links).
+        demo=True,
         adapters={
             name: AdapterSettings(
                 name=name,

@@ -38,6 +38,8 @@ PACKAGES: dict[str, int] = {
     "gateway.admin": SURFACE,
     "gateway.auth": SURFACE,
     "gateway.web": SURFACE,
+    # approvers' sign-in to the console (OpenID Connect) and the session cookie's check
+    "gateway.signin": SURFACE,
     "gateway.ops": SURFACE,
     # 3. the executor, and the services that decide beside it
     "gateway.executor": EXECUTOR,
@@ -45,6 +47,8 @@ PACKAGES: dict[str, int] = {
     "gateway.notifications": EXECUTOR,
     "gateway.registry": EXECUTOR,
     "gateway.signing": EXECUTOR,
+    # approvers' passkeys: registration, and the verification of an approval's assertion
+    "gateway.passkeys": EXECUTOR,
     # upstream MCP servers: translated into the tool vocabulary beside the registry (a client, no decisions)
     "gateway.upstreams": EXECUTOR,
     # 4. state (Redis) and the I/O implementations of the vocabulary's Protocols: the HTTP clients,

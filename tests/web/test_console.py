@@ -34,6 +34,7 @@ from gateway.web.console import console_routes
 from tests.support.agents import agent, make_key, payload
 from tests.support.browser import FOLD, browser, screenshot, shots
 from tests.support.cards import PROPOSAL, flood
+from tests.support.console_signin import demo_signin_routes
 from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -285,6 +286,7 @@ def quiet_console(quiet_redis_url: str) -> Iterator[str]:
     audit = RedisStreamAuditSink(client, secret=TEST_AUDIT_SECRET.encode())
     service = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, floods=AddressBudgets(Limits().unauthenticated))
+    routes += demo_signin_routes(client, audit)
     with serve_app_in_thread(Starlette(routes=[*routes, *console_routes()], lifespan=lifespan), lifespan=True) as base:
         yield base
 

@@ -31,6 +31,7 @@ from gateway.web.console import console_routes
 from tests.support.agents import make_key
 from tests.support.browser import Page, browser, screenshot, shots
 from tests.support.cards import PROPOSAL, approve
+from tests.support.console_signin import demo_signin_routes
 from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -65,6 +66,7 @@ def overview_console(quiet_redis_url: str) -> Iterator[str]:
     service = CardService(ledger, audit, writable=always_writable, changes=ledger.changes)
     routes = admin_routes(service, keys=KeyStore(client), audit=audit, floods=AddressBudgets(Limits().unauthenticated),
                           backends=lambda: dict(BACKENDS))  # fmt: skip
+    routes += demo_signin_routes(client, audit)
     with serve_app_in_thread(Starlette(routes=[*routes, *console_routes()], lifespan=lifespan), lifespan=True) as base:
         yield base
 

@@ -233,9 +233,17 @@ class RedisLedger:
         return card if card is not None and card.state is CardState.SUCCEEDED else None
 
     async def approve(
-        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, requeue_ms: int = 10_000
+        self,
+        card_id: str,
+        *,
+        approver: str,
+        version: int,
+        args_hash: str,
+        comment: str,
+        passkey: str = "",
+        requeue_ms: int = 10_000,
     ) -> Transition:
-        return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
+        return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms, 0, passkey)
 
     async def approve_by_policy(
         self,

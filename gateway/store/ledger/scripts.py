@@ -390,7 +390,9 @@ save(c)
 return reply('OK', c)
 """,
     # ARGV: tid, approver, version, args_hash, comment, requeue_ms; an approver ``policy:<rule>`` also
-    # gives its daily budget (ARGV 7) and KEYS 9, the requester's count of policy approvals that day.
+    # gives its daily budget (ARGV 7) and KEYS 9, the requester's count of policy approvals that day. A
+    # person's approval with a passkey gives the verified assertion's JSON as ARGV 8: kept on the card
+    # (``passkeys``) and named in the approval's event, by this same transition.
     "approve": """
 local again = replayed(); if again then return again end
 local approver, version, args_hash, comment = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
@@ -424,15 +426,24 @@ if by_policy then
 end
 approvers[#approvers + 1] = approver
 c.approvers = cjson.encode(approvers)
+local data = {comment = comment, approvals = #approvers}
+local assertion = ARGV[8] or ''
+if not by_policy and assertion ~= '' then
+  -- Kept as the string the gateway verified (a list of JSON strings), so its bytes never change.
+  local kept = cjson.decode(c.passkeys or '[]')
+  kept[#kept + 1] = assertion
+  c.passkeys = cjson.encode(kept)
+  data.passkey = cjson.decode(assertion).credential_id
+end
 -- Below quorum: recorded, and the card stays PENDING.
 if #approvers < num(c.approvals_required) then
-  transition(c, now, 'approval_recorded', approver, 'PENDING', {comment = comment, approvals = #approvers})
+  transition(c, now, 'approval_recorded', approver, 'PENDING', data)
   save(c)
   return reply('OK', c)
 end
 local execute_by = now + num(c.execute_within_ms)
 c.execute_by_ms, c.approved_ms = tostring(execute_by), tostring(now)
-transition(c, now, 'approved', approver, 'APPROVED', {comment = comment, approvals = #approvers})
+transition(c, now, 'approved', approver, 'APPROVED', data)
 open_set(c.dedupe, c.card_id .. '|' .. execute_by)
 enqueue(c)
 redis.call('ZADD', timers_key, math.min(execute_by, now + tonumber(ARGV[6])), c.card_id)

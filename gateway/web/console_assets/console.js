@@ -2,8 +2,10 @@
 //
 // Everything shown comes from the admin API and is treated as hostile: the agent's own words,
 // arguments, adapter descriptions and diffs. Data only ever becomes text nodes (see `el` and
-// `append`); this file never parses a string as HTML. The admin key lives in sessionStorage
-// and leaves the tab only as the Authorization header of requests to this gateway's API.
+// `append`); this file never parses a string as HTML. An approver signed in through the company's
+// identity provider is known by an HttpOnly session cookie this script never sees; every change it
+// sends carries the session's CSRF token. In demo mode an admin key may be pasted instead: it lives
+// in sessionStorage and leaves the tab only as the Authorization header of requests to this API.
 "use strict";
 
 (() => {
@@ -32,6 +34,9 @@
   class SignedOut extends Error {}
 
   let adminKey = null;
+  let session = null; // {csrf, subject} of the provider sign-in's session, read from GET ../session
+  const signedIn = () => Boolean(adminKey || session);
+  const NEXT_STORAGE = "countersign.next"; // where to go back to after the provider's sign-in
   let renderToken = 0; // a view renders only if no newer navigation happened while it waited
   // What the view shows, for live updates: {kind: "list", state, rows, token} or {kind: "card", card, token}.
   let current = null;
@@ -169,13 +174,27 @@
 
   // -- the API --------------------------------------------------------------------------------------
 
+  // A session's requests carry its cookie (same origin only) and, to change anything, its CSRF token;
+  // a pasted key's carry the key and no cookie.
+  function credentialsFor(headers) {
+    if (session) {
+      headers["X-CSRF-Token"] = session.csrf;
+      return "same-origin";
+    }
+    headers.Authorization = "Bearer " + adminKey;
+    return "omit";
+  }
+
+  const ENDED = "Your sign-in ended (expired, revoked, or the key was refused). Sign in again.";
+
   async function api(method, path, body) {
-    if (!adminKey) throw new SignedOut();
+    if (!signedIn()) throw new SignedOut();
+    const headers = { Accept: "application/json" };
     const init = {
       method,
-      headers: { Authorization: "Bearer " + adminKey, Accept: "application/json" },
+      headers,
       cache: "no-store",
-      credentials: "omit",
+      credentials: credentialsFor(headers),
       redirect: "error",
       referrerPolicy: "no-referrer",
     };
@@ -196,7 +215,7 @@
       data = null;
     }
     if (response.status === 401) {
-      signOut("The gateway refused this key (unknown, revoked, or not an admin key). Sign in again.");
+      signOut(ENDED, { ended: true });
       throw new SignedOut();
     }
     return { status: response.status, body: data };
@@ -209,7 +228,9 @@
     sessionStorage.setItem(KEY_STORAGE, key);
   }
 
-  function signOut(message) {
+  function signOut(message, options) {
+    if (session && !(options && options.ended)) endSession(session);
+    session = null;
     adminKey = null;
     stopLive();
     sessionStorage.removeItem(KEY_STORAGE);
@@ -218,6 +239,29 @@
     history.replaceState(null, "", location.pathname + location.search);
     showSignIn();
     if (message) showNotice("error", message);
+  }
+
+  // Ends the provider sign-in's session at the gateway, then, where the provider can, at the provider too.
+  async function endSession(ending) {
+    let answer = null;
+    try {
+      const response = await fetch("signout", { method: "POST", headers: { "X-CSRF-Token": ending.csrf },
+        cache: "no-store", credentials: "same-origin", redirect: "error", referrerPolicy: "no-referrer" });
+      answer = await response.json();
+    } catch {
+      answer = null;
+    }
+    const provider = answer && typeof answer.provider_logout === "string" ? answer.provider_logout : "";
+    if (/^https?:\/\//.test(provider)) location.assign(provider);
+  }
+
+  async function readSession() {
+    try {
+      const response = await fetch("session", { cache: "no-store", credentials: "same-origin", redirect: "error" });
+      return response.ok ? await response.json() : null;
+    } catch {
+      return null;
+    }
   }
 
   // A link may carry a key once, as #key=...&next=/cards/<id>: it is taken out of the address bar
@@ -240,7 +284,7 @@
     $("view").hidden = true;
     $("nav").hidden = true;
     $("session").hidden = true;
-    $("key-input").focus();
+    if (!$("sign-in-form").hidden) $("key-input").focus();
   }
 
   function showSignedIn() {
@@ -249,14 +293,15 @@
     $("view").hidden = false;
     $("nav").hidden = false;
     $("session").hidden = false;
-    $("key-hint").textContent = "signed in, key …" + adminKey.slice(-4);
+    $("key-hint").textContent = session ? "signed in as " + session.subject : "signed in, key …" + adminKey.slice(-4);
+    $("nav-passkeys").hidden = !session;
     startLive();
   }
 
   // -- routing --------------------------------------------------------------------------------------
 
   async function route() {
-    if (!adminKey) {
+    if (!signedIn()) {
       showSignIn();
       return;
     }
@@ -267,6 +312,7 @@
     $("nav-adapters").classList.toggle("current", hash === "#/adapters");
     $("nav-upstreams").classList.toggle("current", hash === "#/upstreams");
     $("nav-overview").classList.toggle("current", hash.startsWith("#/overview"));
+    $("nav-passkeys").classList.toggle("current", hash === "#/passkeys");
     try {
       if (card) {
         let cardId = null;
@@ -281,6 +327,8 @@
         await adaptersView();
       } else if (hash === "#/upstreams") {
         await upstreamsView();
+      } else if (hash === "#/passkeys") {
+        await passkeysView();
       } else if (hash === "#/overview" || hash.startsWith("#/overview?")) {
         const window = new URLSearchParams(hash.slice("#/overview".length).replace(/^\?/, "")).get("window");
         await overviewView(OVERVIEW_WINDOWS.includes(window) ? window : "24h");
@@ -467,7 +515,10 @@
             ["What happened", el("span", { class: "said", id: "card-said" }, card.said || "")],
             ["Approvals", `${approvals.received} of ${approvals.required}` +
               (approvals.by && approvals.by.length ? " — by " + approvals.by.join(", ") : "") +
-              (approvals.role ? ` (role ${approvals.role})` : "")],
+              (approvals.role ? ` (role ${approvals.role})` : "") +
+              (approvals.passkey_signed && approvals.passkey_signed.length
+                ? "; signed with a passkey by " + approvals.passkey_signed.join(", ") : "") +
+              (approvals.policy_note ? "; " + approvals.policy_note : "")],
             ["Requester", `${requester.subject} (org ${requester.org})`],
             ...(requester.acting_client ? [["Acting agent", requester.acting_client +
               (requester.actors && requester.actors.length > 1 ? " (chain " + requester.actors.join(" ← ") + ")" : "")]]
@@ -621,8 +672,13 @@
         class: "action approve",
         onsubmit: (event) => {
           event.preventDefault();
-          // Exactly the version and args_hash on screen: a card that changed since is refused (409).
-          run(["approve", { version: card.version, args_hash: card.args_hash, comment: comment.value }]);
+          // Exactly the version and args_hash on screen: a card that changed since is refused (409). Signed with
+          // the approver's passkey when they have one: the gateway asks for it on the cards that need it.
+          signApproval(card).then((passkey) => {
+            if (passkey === false) return;
+            const body = { version: card.version, args_hash: card.args_hash, comment: comment.value };
+            run(["approve", passkey ? { ...body, passkey } : body]);
+          }, (error) => showNotice("error", "The passkey did not sign: " + String(error && error.message)));
         },
       },
       el("h4", null, "Approve"),
@@ -747,7 +803,7 @@
   }
 
   function startLive() {
-    if (live.controller || !adminKey) return;
+    if (live.controller || !signedIn()) return;
     clearTimeout(live.retryTimer);
     const controller = new AbortController();
     const opened = Date.now();
@@ -755,7 +811,7 @@
     follow(controller).then((ready) => ready, () => false).then((ready) => {
       if (live.controller !== controller) return; // stopped, or signed out
       live.controller = null;
-      if (!adminKey) return;
+      if (!signedIn()) return;
       // A stream the gateway ended in good order (it does, every few minutes) is followed again at once;
       // one that keeps ending right after it began counts as failing, so it is not reopened in a loop.
       const ended = ready && Date.now() - opened > 10_000;
@@ -788,16 +844,17 @@
 
   // Follows the stream until it ends; true when it ended in good order after "ready".
   async function follow(controller) {
+    const headers = { Accept: "text/event-stream" };
     const response = await fetch(API + "cards/events", {
-      headers: { Authorization: "Bearer " + adminKey, Accept: "text/event-stream" },
+      headers,
       cache: "no-store",
-      credentials: "omit",
+      credentials: credentialsFor(headers),
       redirect: "error",
       referrerPolicy: "no-referrer",
       signal: controller.signal,
     });
     if (response.status === 401) {
-      signOut("The gateway refused this key (unknown, revoked, or not an admin key). Sign in again.");
+      signOut(ENDED, { ended: true });
       return false;
     }
     if (!response.ok || !response.body) return false;
@@ -1387,10 +1444,25 @@
 
   // -- start ----------------------------------------------------------------------------------------
 
-  function start() {
-    const stored = sessionStorage.getItem(KEY_STORAGE);
-    adminKey = stored && KEY_SHAPE.test(stored) ? stored : null;
-    const linkProblem = takeKeyFromFragment();
+  async function start() {
+    const known = await readSession();
+    const ways = (known && known.sign_in) || { provider: false, admin_key: false };
+    $("sso-box").hidden = !ways.provider;
+    $("sign-in-form").hidden = !ways.admin_key;
+    $("key-note").hidden = !ways.admin_key;
+    $("no-sign-in").hidden = Boolean(ways.provider || ways.admin_key);
+    $("sso").addEventListener("click", () => sessionStorage.setItem(NEXT_STORAGE, location.hash));
+    if (known && known.signed_in && typeof known.csrf === "string") {
+      session = { csrf: known.csrf, subject: String(known.subject) };
+      const next = sessionStorage.getItem(NEXT_STORAGE);
+      sessionStorage.removeItem(NEXT_STORAGE);
+      if (next && /^#\/(cards|adapters|upstreams|overview|passkeys)([/?][\w\-.:=&%/]*)?$/.test(next) && !location.hash.startsWith("#/")) {
+        history.replaceState(null, "", location.pathname + next);
+      }
+    }
+    const stored = ways.admin_key ? sessionStorage.getItem(KEY_STORAGE) : null;
+    adminKey = !session && stored && KEY_SHAPE.test(stored) ? stored : null;
+    const linkProblem = ways.admin_key ? takeKeyFromFragment() : null;
     $("sign-in-form").addEventListener("submit", (event) => {
       event.preventDefault();
       const input = $("key-input");
@@ -1413,6 +1485,70 @@
     route().then(() => {
       if (linkProblem) showNotice("warn", linkProblem);
     });
+  }
+
+  // -- passkeys --------------------------------------------------------------------------------------
+  //
+  // WebAuthn through the browser's own JSON forms of its options and answers; the gateway verifies every
+  // answer with a WebAuthn library, and user verification is required at registration and at approval.
+
+  async function passkeysView() {
+    clearNotice();
+    const body = el("div", { class: "loading" }, "Loading…");
+    const token = startView(el("h2", null, "Passkeys"), body);
+    const res = await api("GET", "passkeys");
+    if (token !== renderToken) return;
+    if (res.status !== 200) {
+      body.replaceWith(notice("error", errorText(res, "passkeys"), problemsOf(res)));
+      return;
+    }
+    const name = el("input", { type: "text", id: "passkey-name", maxlength: 64, required: true,
+      placeholder: "a name for it (laptop, security key)" });
+    const add = el("form", { id: "passkey-add", onsubmit: guarded(async (event) => {
+      event.preventDefault();
+      const done = await registerPasskey(name.value.trim());
+      await passkeysView();
+      showNotice(done.ok ? "ok" : "error", done.text);
+    }) }, el("h3", null, "Add a passkey"),
+    el("p", null, "Approvals of the cards that need it are signed with your passkey, over exactly the card you see."),
+    name, el("button", { type: "submit", id: "passkey-add-button", class: "primary" }, "Add a passkey"));
+    const rows = res.body.passkeys.map((p) => el("li", { "data-credential": p.credential_id },
+      el("strong", null, p.name), " ", mono(p.credential_id.slice(0, 12) + "…"), " counter ", String(p.sign_count), " ",
+      el("button", { type: "button", class: "quiet", onclick: guarded(async () => {
+        if (!window.confirm("Remove this passkey?")) return;
+        const gone = await api("DELETE", "passkeys/" + encodeURIComponent(p.credential_id));
+        await passkeysView();
+        if (gone.status !== 200) showNotice("error", errorText(gone, "passkey"));
+      }) }, "Remove")));
+    body.replaceWith(el("div", null,
+      rows.length ? el("ul", { id: "passkey-list" }, rows) : el("p", { class: "empty", id: "passkey-list" }, "No passkey yet."),
+      add));
+  }
+
+  async function registerPasskey(name) {
+    if (!name) return { ok: false, text: "Give the passkey a name." };
+    const started = await api("POST", "passkeys/registration", {});
+    if (started.status !== 200) return { ok: false, text: errorText(started, "passkey") };
+    const options = PublicKeyCredential.parseCreationOptionsFromJSON(started.body.options);
+    const credential = await navigator.credentials.create({ publicKey: options });
+    const done = await api("POST", "passkeys", { name, credential: credential.toJSON() });
+    return done.status === 200 ? { ok: true, text: done.body.message } : { ok: false, text: errorText(done, "passkey") };
+  }
+
+  // The approver's assertion over this card as shown (its id, version, args_hash); null when they have no
+  // passkey (the gateway then says whether the card needs one), false when the challenge was refused.
+  async function signApproval(card) {
+    if (!session) return null;
+    const challenge = await api("POST", "passkeys/challenge",
+      { card_id: card.card_id, version: card.version, args_hash: card.args_hash, decision: "approve" });
+    if (challenge.status === 403) return null;
+    if (challenge.status !== 200) {
+      showNotice("error", errorText(challenge, "passkey"));
+      return false;
+    }
+    const options = PublicKeyCredential.parseRequestOptionsFromJSON(challenge.body.options);
+    const assertion = await navigator.credentials.get({ publicKey: options });
+    return assertion.toJSON();
   }
 
   start();

@@ -1,0 +1,1 @@
+"""Approvers' passkeys: WebAuthn registration, and approvals signed over the card they approve."""

@@ -1,0 +1,107 @@
+"""The parts that make an approver a signed-in person: console sessions, the OpenID client, passkeys.
+
+Who calls it: `create_app` (the console's sign-in routes, the session check in front of the admin
+API, the passkey routes and the card service's passkey check) and the CLI (the card service's
+passkey check, and the operator's passkey and session commands). Built from the settings only here.
+
+The console's address (``[notifications] console_url``) is the passkeys' relying party (its host is
+the RP id, its origin the only origin an assertion may come from) and the session cookie's origin.
+A sign-in configuration whose console address is plain HTTP beyond loopback is refused: the
+session cookie would travel in clear text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp
+
+from gateway.admin.api import PREFIX
+from gateway.admin.passkeys import passkey_table
+from gateway.audit.events import AuditSink
+from gateway.config.console import console_origin
+from gateway.config.settings import Settings
+from gateway.errors import ConfigError
+from gateway.passkeys.service import PasskeyService, Relying
+from gateway.signin.cookies import CookiePolicy, SessionAuth
+from gateway.signin.oidc import OidcClient
+from gateway.signin.routes import signin_routes
+from gateway.store.client import Connection
+from gateway.store.console_sessions import SessionStore
+from gateway.store.passkeys import PasskeyStore
+from gateway.web.route_table import RouteTable
+
+__all__ = ["Approvers", "approvers", "passkey_service"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approvers:
+    passkeys: PasskeyService
+    sessions: SessionStore
+    passkey_routes: RouteTable
+    """The admin API's passkey routes (`gateway.admin.passkeys`)."""
+    guard: Callable[[ASGIApp, ASGIApp], ASGIApp]
+    """Wraps the admin API (and its bearer check) in the session check (`SessionAuth`)."""
+    routes: list[BaseRoute]
+    """The console's sign-in routes (`gateway.signin.routes`)."""
+
+
+def passkey_service(settings: Settings, redis: Connection, audit: AuditSink) -> PasskeyService:
+    """The approvers' passkeys, for the console's address as relying party."""
+    origin = console_origin(settings.notifications.console_url)
+    host = urlsplit(origin).hostname or "localhost"
+    return PasskeyService(
+        PasskeyStore(redis.client),
+        audit,
+        relying=Relying(rp_id=host, origin=origin),
+        keys_may_register=settings.demo,
+        now_ms=lambda: int(time.time() * 1000),
+    )
+
+
+def approvers(settings: Settings, redis: Connection, audit: AuditSink) -> Approvers:
+    """Everything the console's sign-in and the passkeys need, from the settings.
+
+    Raises:
+        ConfigError: ``[console.oidc]`` with a console address in plain HTTP beyond loopback.
+    """
+    origin = console_origin(settings.notifications.console_url)
+    cookie = CookiePolicy(origin)
+    console = settings.console
+    if console.oidc is not None and cookie.secure and not origin.startswith("https://"):
+        raise ConfigError(
+            f"[notifications] console_url {origin}: approvers sign in over it, so it must be https:// "
+            "(http only on loopback)"
+        )
+    sessions = SessionStore(redis.client)
+    client_secret = settings.console_client_secret.__str__() if settings.console_client_secret is not None else None
+    oidc = (
+        OidcClient(console.oidc, client_secret=client_secret, redirect_uri=f"{origin}/admin/signin/callback")
+        if console.oidc is not None
+        else None
+    )
+    passkeys = passkey_service(settings, redis, audit)
+
+    def guard(app: ASGIApp, bearer: ASGIApp) -> ASGIApp:
+        return SessionAuth(app, fallback=bearer, sessions=sessions, cookie=cookie, idle_ms=console.idle_ms, audit=audit)
+
+    routes = signin_routes(
+        client=oidc,
+        sessions=sessions,
+        cookie=cookie,
+        idle_ms=console.idle_ms,
+        absolute_ms=console.absolute_ms,
+        audit=audit,
+        demo=settings.demo,
+    )
+    return Approvers(
+        passkeys=passkeys,
+        sessions=sessions,
+        passkey_routes=passkey_table(passkeys, mount=PREFIX),
+        guard=guard,
+        routes=routes,
+    )
