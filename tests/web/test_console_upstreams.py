@@ -82,6 +82,7 @@ async def test_in_a_browser_a_changed_upstream_tool_shows_its_diff_and_is_served
         upstreams={"every": section},
         audit_secret=Secret(TEST_AUDIT_SECRET),
         registry_poll_seconds=0.2,
+        demo=True,  # the console takes a pasted admin key (no identity provider here)
     )
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
     staff = await make_key(redis, roles=("staff",))
