@@ -50,7 +50,7 @@ __all__ = ["list_signing_keys", "rotate_signing_key", "run_command", "where"]
 async def run_command(settings: Settings, args: argparse.Namespace) -> int:
     """Run the parsed store command `args` against the store of `settings`; its exit status."""
     handler = _HANDLERS.get((args.command, getattr(args, f"{args.command}_command")))
-    handler = handler or {"cards": _cards, "adapters": _adapters}[args.command]
+    handler = handler or {"cards": _cards, "adapters": _adapters, "upstreams": _upstreams}[args.command]
     print(where(settings), file=sys.stderr)
     if settings.redis_url is not None:
         return await _on(settings, settings.redis_url, handler, args)
@@ -418,6 +418,15 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
     )
 
 
+async def _upstreams(store: _Store, args: argparse.Namespace) -> int:
+    admin = await _admin(store, args.key)
+    if admin is None:
+        return 1
+    from gateway.cli import upstreams as cli_upstreams
+
+    return await cli_upstreams.run(store.redis, store.audit, admin, args, store.settings)
+
+
 async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
     from gateway.cli.policy import explain, parse_arguments
 
@@ -436,6 +445,8 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("adapters", "review"): _adapters,
     ("adapters", "accept"): _adapters,
     ("adapters", "remove"): _adapters,
+    ("upstreams", "review"): _upstreams,
+    ("upstreams", "accept"): _upstreams,
     ("sessions", "list"): _sessions,
     ("sessions", "revoke"): _sessions,
     ("passkeys", "list"): _passkeys,

@@ -1,4 +1,4 @@
-"""The `countersign` command line: serve, worker, keys, signing-keys, audit, cards, adapters, agent.
+"""The `countersign` command line: serve, worker, keys, signing-keys, audit, cards, adapters, upstreams, agent.
 
 Every command acts on the data of the configured Redis, or of the embedded server of the data
 directory (attaching to a running `serve`, or starting the server for the command's duration).
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             from gateway.cli.policy import run_offline
 
             return run_offline(settings, args)
-        if args.command in ("cards", "adapters"):
+        if args.command in ("cards", "adapters", "upstreams"):
             args.key = args.key or (environ or {}).get("COUNTERSIGN_ADMIN_KEY", "")
         import asyncio
 

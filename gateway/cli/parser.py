@@ -32,7 +32,7 @@ environment (each wins over the config file):
   COUNTERSIGN_ALLOWED_HOSTS    Host headers accepted on /mcp, comma-separated
   COUNTERSIGN_ALLOWED_ORIGINS  Origin headers accepted on /mcp, comma-separated
   COUNTERSIGN_AUDIT_SECRET     the audit chain's key (the variable [gateway] audit_secret_env names)
-  COUNTERSIGN_ADMIN_KEY        the admin key of the cards and adapters commands
+  COUNTERSIGN_ADMIN_KEY        the admin key of the cards, adapters and upstreams commands
 and the variables the config file names: [adapters.*] token_env and signing_key_env,
 [notifications.webhooks.*] secret_env."""
 
@@ -182,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     identity = _identity()
     _cards(commands, identity)
     _adapters(commands, identity)
+    _upstreams(commands, identity)
     _policy(commands)
     _agent(commands)
     _accept_config_everywhere(parser)
@@ -209,7 +210,7 @@ def _accept_config_everywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def _identity() -> argparse.ArgumentParser:
-    """The ``--key`` option every admin command (cards, adapters) takes."""
+    """The ``--key`` option every admin command (cards, adapters, upstreams) takes."""
     identity = argparse.ArgumentParser(add_help=False)
     identity.add_argument(
         "--key", help="an admin key (default: $COUNTERSIGN_ADMIN_KEY, preferred: argv is visible to other users)"
@@ -308,6 +309,25 @@ def _adapters(commands: Any, identity: argparse.ArgumentParser) -> None:
     drafting.add_argument("spec", type=Path)
     drafting.add_argument("--name", required=True)
     drafting.add_argument("--base-url")
+
+
+def _upstreams(commands: Any, identity: argparse.ArgumentParser) -> None:
+    upstreams = commands.add_parser("upstreams", help="review the tools of the MCP servers fronted").add_subparsers(
+        dest="upstreams_command", required=True
+    )
+    review = upstreams.add_parser("review", parents=[identity], help="listed tools, quarantined or served, diffs")
+    review.add_argument("--json", action="store_true")
+    accept = upstreams.add_parser("accept", parents=[identity], help="classify one tool as listed now")
+    accept.add_argument("name", help="the upstream ([upstreams.NAME])")
+    accept.add_argument("tool", help="the upstream's name of the tool")
+    accept.add_argument("--hash", required=True, help="the listed hash shown by review (the definition you read)")
+    accept.add_argument("--mode", required=True, choices=["read", "write", "hidden"])
+    accept.add_argument("--public", action="store_true", help="every agent of an org serving the upstream")
+    accept.add_argument("--role", action="append", default=[], help="a role that may call it (repeatable)")
+    accept.add_argument("--approver-role", default="approver", help="writes: the role that countersigns")
+    accept.add_argument("--trusted-output", action="store_true", help="reads: the output is not third-party text")
+    accept.add_argument("--preview", type=_json_object, help='writes: {"tool", "arguments", "compare"?} as JSON')
+    accept.add_argument("--lookup", type=_json_object, help='writes: {"tool", "arguments", "equals"|"contains"}')
 
 
 def _agent(commands: Any) -> None:

@@ -1,9 +1,9 @@
 """``[upstreams.<name>]``: an MCP server the gateway fronts, and a person's review of each of its tools.
 
-The transport is Streamable HTTP (``url``, with the gateway's own bearer token read from a secret
-reference; the agent's token is never forwarded) or stdio (``command``, ``args``, ``cwd``, and ``env``:
-the names of the only environment variables the child receives; the gateway's own environment never
-reaches it, since a blocklist would miss secrets whose names look harmless).
+The transport is Streamable HTTP (``url``, with the gateway's own bearer token read from a secret reference, or
+fetched with its own OAuth client credentials; the agent's token is never forwarded) or stdio (``command``,
+``args``, ``cwd``, and ``env``: the names of the only environment variables the child receives; the gateway's own
+environment never reaches it, since a blocklist would miss secrets whose names look harmless).
 
 ``[upstreams.<name>.tools.<tool>]`` is the review: a person classifies each tool ``read``, ``write`` or
 ``hidden`` and pins the definition they reviewed by its hash (`gateway.upstreams.review`). A tool the
@@ -21,7 +21,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ArgumentMap", "LookupRule", "PreviewRule", "ToolReview", "UpstreamSection", "check_upstream_name"]
+__all__ = [
+    "ArgumentMap",
+    "ClientCredentials",
+    "EditRule",
+    "LookupRule",
+    "PreviewRule",
+    "RenameRule",
+    "ToolReview",
+    "UpstreamSection",
+    "check_upstream_name",
+]
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -29,6 +39,26 @@ _UPSTREAM_NAME = re.compile(r"^[a-z][a-z0-9]{0,31}$")
 
 ArgumentMap = dict[str, str]
 """``{read tool's argument: the write's argument}``: which of the write's values a read is called with."""
+
+
+class EditRule(BaseModel):
+    """A write's list of replacements (``[{oldText, newText}, ...]``), each applied once, in order, for the preview."""
+
+    model_config = _CLOSED
+    argument: str = Field(min_length=1)
+    """The write's argument holding the list (``edits``)."""
+    old: str = Field(min_length=1)
+    """The key of the text replaced in each item (``oldText``)."""
+    new: str = Field(min_length=1)
+    """The key of its replacement (``newText``)."""
+
+
+class RenameRule(BaseModel):
+    """A write that moves something: the arguments naming where from and where to."""
+
+    model_config = _CLOSED
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)
 
 
 class PreviewRule(BaseModel):
@@ -41,6 +71,16 @@ class PreviewRule(BaseModel):
     """How the read is called from the write's arguments (``{path = "path"}``)."""
     compare: str | None = None
     """The write's argument holding the new content, diffed against what the read answers (``content``)."""
+    edits: EditRule | None = None
+    """The write's argument holding text replacements, applied to what the read answers for the diff (``edits``)."""
+    renames: RenameRule | None = None
+    """The write's arguments naming what moves where, shown as a diff of the two names (``source``, ``destination``)."""
+
+    @model_validator(mode="after")
+    def _one_change(self) -> PreviewRule:
+        if sum(rule is not None for rule in (self.compare, self.edits, self.renames)) > 1:
+            raise ValueError("a preview diffs one way: compare, edits or renames")
+        return self
 
 
 class LookupRule(BaseModel):
@@ -100,6 +140,30 @@ class ToolReview(BaseModel):
         return self
 
 
+class ClientCredentials(BaseModel):
+    """The gateway's own OAuth client for an HTTP upstream: the client credentials grant (RFC 6749, section 4.4).
+
+    The gateway fetches an access token from `token_url` with its client id and secret (HTTP Basic), caches it
+    until shortly before it expires, and sends it as its bearer token; never the agent's.
+    """
+
+    model_config = _CLOSED
+    token_url: str
+    """The authorization server's token endpoint."""
+    client_id: str = Field(min_length=1)
+    client_secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The variable holding the client secret (a secret reference: the value never sits in the file)."""
+    scope: str | None = None
+    resource: str | None = None
+    """RFC 8707 resource indicator, for an authorization server that binds tokens to the server they are for."""
+
+    @model_validator(mode="after")
+    def _url(self) -> ClientCredentials:
+        if not self.token_url.startswith(("http://", "https://")):
+            raise ValueError("token_url must be an http:// or https:// URL")
+        return self
+
+
 class UpstreamSection(BaseModel):
     """``[upstreams.<name>]``: one MCP server, how the gateway reaches it, and the review of its tools."""
 
@@ -115,6 +179,8 @@ class UpstreamSection(BaseModel):
     """http: the server's Streamable HTTP endpoint."""
     token_env: str | None = None
     """http: the variable holding the gateway's own bearer token for this server."""
+    oauth: ClientCredentials | None = None
+    """http: the gateway's own OAuth client for this server, instead of a fixed token."""
     protocol: Literal["auto", "legacy"] = "auto"
     """``auto`` negotiates (2026-07-28 stateless when offered, else the 2025-11-25 handshake); ``legacy``
     keeps the handshake era."""
@@ -123,8 +189,12 @@ class UpstreamSection(BaseModel):
 
     @model_validator(mode="after")
     def _transport(self) -> UpstreamSection:
-        if self.transport == "stdio" and (self.command is None or self.url is not None or self.token_env):
-            raise ValueError("a stdio upstream names a command, and no url or token_env")
+        if self.transport == "stdio" and (
+            self.command is None or self.url is not None or self.token_env or self.oauth is not None
+        ):
+            raise ValueError("a stdio upstream names a command, and no url, token_env or oauth")
+        if self.token_env and self.oauth is not None:
+            raise ValueError("an http upstream names one credential: token_env or oauth")
         if self.transport == "http" and (self.url is None or self.command is not None or self.args or self.env):
             raise ValueError("an http upstream names a url, and no command, args or env")
         if self.url is not None and not self.url.startswith(("http://", "https://")):

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -67,11 +68,14 @@ from gateway.store.notification_outbox import RedisNotificationOutbox
 from gateway.store.rate_buckets import RedisRateLimiter
 from gateway.store.registrations import RegistryStore
 from gateway.store.signing_keys import SigningKeyStore
+from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.store.view_handles import RedisViewHandles
 from gateway.tools.catalog import Catalog
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
 from gateway.tools.upstream import UpstreamClient
+from gateway.upstreams.api import upstream_registration_routes, upstream_review_table
+from gateway.upstreams.tool_reviews import UpstreamReviews
 from gateway.web.console import console_routes
 from gateway.web.request_telemetry import HttpTelemetry
 from gateway.web.root_app import GatewayApp
@@ -154,6 +158,8 @@ class Gateway:
     """Posts new audit entries to ``[audit_export]``; None when no URL is configured."""
     signer: Signer
     """The gateway's signing keys: identity tokens, approval receipts, the JWKS."""
+    upstream_reviews: UpstreamReviews
+    """The reviews of fronted MCP servers' tools in force, and the admins' review of them."""
     policy: PolicyReloader | None = None
     """The operator's Cedar policy set and its reloading; None: the built-in rules decide."""
 
@@ -252,6 +258,14 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         lease_seconds=settings.lease_seconds,
         org_adapters=org_adapters,
     )
+    upstream_reviews = UpstreamReviews(
+        settings.upstreams,
+        UpstreamReviewStore(client),
+        audit,
+        org_adapters=org_adapters,
+        now_ms=lambda: int(time.time() * 1000),
+        allowed_base_urls=settings.registry_allowed_base_urls,
+    )
     # The operator's policies are validated against the schema of the tools served at start (a set that does
     # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
     engine, reloader = None, None
@@ -316,6 +330,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         poster=poster,
         forwarder=forwarder,
         signer=signer,
+        upstream_reviews=upstream_reviews,
         policy=reloader,
     )
 
@@ -432,6 +447,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
         require_passkey=settings.approvals.require_passkey,
     )
     adapter_review = adapter_review_table(gateway.registry, audit=gateway.audit)
+    upstream_review = upstream_review_table(gateway.upstream_reviews)
 
     workers: list[asyncio.Task[None]] = []
     running = (lambda: bool(workers) and not workers[0].done()) if settings.run_worker else None
@@ -460,6 +476,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
             upstreams = fronting(
                 settings.upstreams,
                 gateway.live,
+                reviews=gateway.upstream_reviews,
                 secrets=settings.secrets,
                 poll_seconds=settings.registry_poll_seconds,
             )
@@ -478,13 +495,17 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
         routes=[
             Route("/mcp", mcp, methods=["GET", "POST", "DELETE"]),
             *ops,
+            # Before the registry's own mount, which would answer every path under /registry/api.
+            *upstream_registration_routes(
+                gateway.upstream_reviews, keys=gateway.keys, audit=gateway.audit, floods=floods
+            ),
             *registry_routes(gateway.registry, keys=gateway.keys, audit=gateway.audit, floods=floods),
             *admin_routes(
                 cards,
                 oauth,
                 keys=gateway.keys,
                 audit=gateway.audit,
-                tables=[adapter_review, people.passkey_routes],
+                tables=[adapter_review, upstream_review, people.passkey_routes],
                 floods=floods,
                 backends=gateway.health.report,
                 sessions=people.guard,

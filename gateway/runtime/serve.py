@@ -244,7 +244,13 @@ async def run_worker(settings: Settings) -> None:
         fronted = contextlib.AsyncExitStack()
         poll = settings.registry_poll_seconds
         await fronted.enter_async_context(
-            fronting(settings.upstreams, gateway.live, secrets=settings.secrets, poll_seconds=poll)
+            fronting(
+                settings.upstreams,
+                gateway.live,
+                reviews=gateway.upstream_reviews,
+                secrets=settings.secrets,
+                poll_seconds=poll,
+            )
         )
         worker = Worker(gateway.executor.writes, gateway.cards)
         # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.

@@ -1,27 +1,38 @@
 """The MCP servers the gateway fronts, connected for the life of the process and their reviewed tools served.
 
-Who calls it: the app's lifespan (`fronting`). For each ``[upstreams.<name>]`` it starts the supervised
-session (`gateway.upstreams.connection`), reads the upstream's tool list, and serves the tools whose
-review still holds (`gateway.upstreams.tools`) through the live tool source; every tool held back is
-logged with its reason and the hash a reviewer would pin. The list is read again every `poll_seconds`:
-a tool whose definition changed upstream is quarantined from the next reading on, until a person
-reviews it again.
+Who calls it: the app's lifespan and the separate worker (`fronting`). For each ``[upstreams.<name>]`` it starts
+the supervised session (`gateway.upstreams.connection`), reads the upstream's tool list, and serves the tools
+whose review still holds (`gateway.upstreams.tools`) through the live tool source. The reviews in force are the
+config file's and those admins accepted through the gateway (`gateway.upstreams.tool_reviews`). What was listed,
+and which tools are held back with why, is recorded for the review; every tool held back is also logged, with
+the diff from the definition last served when it changed.
+
+Upstreams services register through the registry API (`UpstreamReviews.register`) are connected from the next poll
+on, their tools quarantined like every other upstream's until reviewed. The list is read again when the upstream
+says it changed (``notifications/tools/list_changed``), when a new session opens (a restarted server may be another
+version), when an admin accepts a review in this process, and every `poll_seconds` (reviews accepted through another
+process, servers that never notify). A tool whose definition changed upstream is quarantined from that reading on,
+until a person reviews it again; the others stay served.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
+import anyio.abc
 
 from gateway.config.upstreams import UpstreamSection
-from gateway.errors import UpstreamError
+from gateway.errors import StoreUnavailableError, UpstreamError
 from gateway.registry.live import LiveToolSource
+from gateway.store.upstream_reviews import Listing
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_diff
+from gateway.upstreams.tool_reviews import UpstreamReviews
 from gateway.upstreams.tools import upstream_tools
 
 __all__ = ["fronting"]
@@ -34,70 +45,134 @@ async def fronting(
     upstreams: Mapping[str, UpstreamSection],
     live: LiveToolSource,
     *,
+    reviews: UpstreamReviews,
     secrets: Mapping[str, str],
     poll_seconds: float,
 ) -> AsyncIterator[dict[str, UpstreamConnection]]:
     """Connect every upstream and serve its reviewed tools while the block runs; stop them (and their
-    children) on exit. Yields the connections by name."""
-    connections = {name: UpstreamConnection(name, section, secrets=secrets) for name, section in upstreams.items()}
-    async with contextlib.AsyncExitStack() as stack:
-        for connection in connections.values():
-            await stack.enter_async_context(connection.running())
-        first = {name: await _serve(name, upstreams[name], c, live, None) for name, c in connections.items()}
-        async with anyio.create_task_group() as group:
-            for name, connection in connections.items():
-                group.start_soon(_watch, name, upstreams[name], connection, live, poll_seconds, first[name])
+    children) on exit. The config file's `upstreams` are read once before the block starts; those services
+    register later are connected within `poll_seconds`. Yields the connections by name (it grows)."""
+    connections: dict[str, UpstreamConnection] = {}
+    readers: dict[str, _Reader] = {}
+    registered = anyio.Event()
+
+    async def accepted(upstream: str) -> None:
+        if upstream in readers:
+            readers[upstream].wake.set()
+        else:
+            registered.set()
+
+    reviews.on_change(accepted)
+
+    async def front(
+        name: str, section: UpstreamSection, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        connection = UpstreamConnection(name, section, secrets=secrets)
+        reader = _Reader(name, connection, live, reviews)
+        # Entered and left by this task: the SDK's client holds cancel scopes of the task that opened it.
+        async with connection.running():
+            connections[name], readers[name] = connection, reader
+            await reader.serve()
+            task_status.started()
+            await reader.run(poll_seconds)
+
+    async def discover(group: anyio.abc.TaskGroup) -> None:
+        nonlocal registered
+        while True:
+            with anyio.move_on_after(poll_seconds):
+                await registered.wait()
+            registered = anyio.Event()
             try:
-                yield connections
-            finally:
-                group.cancel_scope.cancel()
+                sections = await reviews.sections()
+            except StoreUnavailableError as error:
+                logger.warning("registered upstreams not read (%s)", error)
+                continue
+            for name, section in sections.items():
+                if name not in connections and name not in upstreams:
+                    logger.info("upstream %s registered by a service: connecting", name)
+                    connections[name] = UpstreamConnection(name, section, secrets=secrets)  # taken until it runs
+                    group.start_soon(front, name, section)
+
+    async with anyio.create_task_group() as group:
+        for name, section in upstreams.items():
+            await group.start(front, name, section)
+        group.start_soon(discover, group)
+        try:
+            yield connections
+        finally:
+            group.cancel_scope.cancel()
 
 
-async def _serve(
-    name: str,
-    section: UpstreamSection,
-    connection: UpstreamConnection,
-    live: LiveToolSource,
-    last: Sequence[Mapping[str, Any]] | None,
-) -> Sequence[Mapping[str, Any]] | None:
-    """Read the upstream's list and serve what its review allows; the listing read (None: unread)."""
-    try:
-        listing = await connection.list_tools()
-    except UpstreamError as error:
-        logger.warning("upstream %s: tool list not read (%s); serving what was served", name, type(error).__name__)
-        return last
-    if listing == last:
-        return last
-    others = live.names_besides(name)
-    tools, held = upstream_tools(name, listing, section.tools, connection, taken=others)
-    before = {str(tool.get("name")): tool for tool in last or ()}
-    now = {str(tool.get("name")): tool for tool in listing}
-    for quarantined in held:
-        logger.warning(
-            "upstream %s: tool %s not served (%s); listed as %s, annotations (suggestions only) %s",
-            name,
-            quarantined.name,
-            quarantined.reason,
-            quarantined.listed_hash,
-            dict(quarantined.suggestion),
-        )
-        if quarantined.reason == "changed" and quarantined.name in before:
-            # What changed since the definition last read, for the reviewer (the upstream's text, as data).
-            diff = definition_diff(before[quarantined.name], now[quarantined.name])
-            logger.warning("upstream %s: tool %s changed:\n%s", name, quarantined.name, "\n".join(diff))
-    await live.serve_upstream(name, tools)
-    logger.info("upstream %s: serving %d reviewed tools, %d held back", name, len(tools), len(held))
-    return listing
+class _Reader:
+    """Reads one upstream's list and serves what its reviews allow."""
 
+    def __init__(
+        self, name: str, connection: UpstreamConnection, live: LiveToolSource, reviews: UpstreamReviews
+    ) -> None:
+        self.name = name
+        self.wake = anyio.Event()
+        self._connection = connection
+        self._live = live
+        self._reviews = reviews
+        self._listing: Sequence[Mapping[str, Any]] | None = None
+        self._version: int | None = None
 
-async def _watch(
-    name: str,
-    section: UpstreamSection,
-    connection: UpstreamConnection,
-    live: LiveToolSource,
-    poll_seconds: float,
-    last: Sequence[Mapping[str, Any]] | None,
-) -> None:
-    while True:
-        await anyio.sleep(poll_seconds)
-        last = await _serve(name, section, connection, live, last)
+    async def run(self, poll_seconds: float) -> None:
+        while True:
+            with anyio.move_on_after(poll_seconds):
+                async with anyio.create_task_group() as either:
+
+                    async def first(event: anyio.Event) -> None:
+                        await event.wait()
+                        either.cancel_scope.cancel()
+
+                    either.start_soon(first, self.wake)
+                    either.start_soon(first, self._connection.list_changed)
+            await self.serve()
+
+    async def serve(self) -> None:
+        """Read the list (and the review version) and serve what the reviews in force allow, if either changed."""
+        name, connection = self.name, self._connection
+        # Cleared before reading: a change announced while reading is read again next time.
+        self.wake, connection.list_changed = anyio.Event(), anyio.Event()
+        try:
+            listing = await connection.list_tools()
+            logger.debug("upstream %s: tool list read (%d tools)", name, len(listing))
+            version = await self._reviews.store.version()
+            if listing == self._listing and version == self._version:
+                return
+            in_force, _by = await self._reviews.in_force(name)
+            tools, held = upstream_tools(name, listing, in_force, connection, taken=self._live.names_besides(name))
+            seen = await self._reviews.store.seen(name)
+            served = {tool.name for tool in tools}
+            now = {str(definition.get("name")): definition for definition in listing}
+            record = Listing(
+                tools=listing,
+                held={q.name: q.reason for q in held},
+                protocol=connection.protocol_version or "",
+                at_ms=int(time.time() * 1000),
+            )
+            await self._reviews.store.record_listing(name, record)
+            await self._reviews.store.record_seen(name, {t: d for t, d in now.items() if f"{name}_{t}" in served})
+        except UpstreamError as error:
+            logger.warning("upstream %s: tool list not read (%s); serving what was served", name, type(error).__name__)
+            return
+        except StoreUnavailableError as error:
+            logger.warning("upstream %s: reviews not read (%s); serving what was served", name, error)
+            return
+        for quarantined in held:
+            logger.warning(
+                "upstream %s: tool %s not served (%s); listed as %s, annotations (suggestions only) %s",
+                name,
+                quarantined.name,
+                quarantined.reason,
+                quarantined.listed_hash,
+                dict(quarantined.suggestion),
+            )
+            if quarantined.reason == "changed" and quarantined.name in seen:
+                # What changed since the definition last served, for the reviewer (the upstream's text, as data).
+                diff = definition_diff(seen[quarantined.name], now[quarantined.name])
+                logger.warning("upstream %s: tool %s changed:\n%s", name, quarantined.name, "\n".join(diff))
+        await self._live.serve_upstream(name, tools)
+        self._listing, self._version = listing, version
+        logger.info("upstream %s: serving %d reviewed tools, %d held back", name, len(tools), len(held))

@@ -8,17 +8,19 @@ when its session is left, so it stops with the gateway.
 
 The stdio child is started through ``env -i``: its environment is exactly the allowlisted names
 (`UpstreamSection.env`), never the gateway's own (the SDK's client would pass ``HOME``, ``PATH`` and
-friends itself). The HTTP session carries the gateway's own bearer token for that server; an agent's
-token is never here to forward.
+friends itself). The HTTP session carries the gateway's own credentials for that server (a bearer token, or an
+OAuth access token it fetched: `gateway.upstreams.credentials`); an agent's token is never here to forward.
 
 Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
-may have reached the upstream: not connected -> not sent; a JSON-RPC error saying the request was refused
-before the tool ran (parse error, invalid request, unknown method, invalid params) -> refused; a broken
+may have reached the upstream: not connected, or the session unknown to the server (it restarted) -> not sent, and a
+new session is opened; a JSON-RPC error saying the request was refused before the tool ran (parse error, invalid
+request, unknown method, invalid params) -> refused; a broken
 session, a timeout or any other error after the request went out -> may have landed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -28,14 +30,23 @@ from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
 import anyio
+import anyio.lowlevel
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, CallToolResult
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    CallToolResult,
+    ToolListChangedNotification,
+)
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.upstreams.credentials import gateway_auth
 
 __all__ = ["NOT_APPLIED_STATUS", "UpstreamConnection", "child_environment"]
 
@@ -66,12 +77,18 @@ class UpstreamConnection:
         self._section = section
         self._secrets = secrets
         self._client: Client | None = None
+        self._auth: httpx2.Auth | None = None
         self._ready = anyio.Event()
         self._broken = anyio.Event()
         self.connects = 0
         """How many sessions were opened (a reconnect counts), for health and tests."""
+        self.list_changed = anyio.Event()
+        """Set when the upstream may list other tools than it did: it sent ``notifications/tools/list_changed``, or
+        a new session opened (a restarted server may be another version). Whoever reads the list replaces it."""
+        self.list_changes = 0
+        """How many ``notifications/tools/list_changed`` the upstream sent, for tests."""
 
-    def _target(self, errlog: TextIO | None) -> Any:
+    def _target(self, errlog: TextIO | None, http: httpx2.AsyncClient | None) -> Any:
         section = self._section
         if section.transport == "stdio":
             command = section.command or ""
@@ -83,13 +100,14 @@ class UpstreamConnection:
                 command=env, args=["-i", *pairs, command, *section.args], cwd=section.cwd, env={}
             )
             return stdio_client(parameters, errlog=errlog) if errlog is not None else parameters
-        headers: dict[str, str] = {}
-        if section.token_env:
-            token = self._secrets.get(section.token_env)
-            if not token:
-                raise ConfigError(f"upstreams.{self.name}.token_env: {section.token_env} is not set")
-            headers["Authorization"] = f"Bearer {token}"
-        return streamable_http_client(str(section.url), http_client=httpx2.AsyncClient(headers=headers))
+        return streamable_http_client(str(section.url), http_client=http)
+
+    def _http_client(self) -> httpx2.AsyncClient:
+        """The HTTP client of one session, signing each request with the gateway's own credentials for this server
+        (`gateway.upstreams.credentials`; an OAuth token stays cached across sessions) and nothing else."""
+        if self._auth is None:
+            self._auth = gateway_auth(self.name, self._section, self._secrets)
+        return httpx2.AsyncClient(auth=self._auth)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[UpstreamConnection]:
@@ -106,12 +124,20 @@ class UpstreamConnection:
         while True:
             errlog = _child_log(self.name) if self._section.transport == "stdio" else None
             try:
-                async with Client(self._target(errlog), mode=self._section.protocol) as client:
+                async with contextlib.AsyncExitStack() as owned:
+                    # The SDK leaves a client it is given open: this session's is closed with it.
+                    http = None if errlog is not None else await owned.enter_async_context(self._http_client())
+                    client = await owned.enter_async_context(
+                        Client(
+                            self._target(errlog, http), mode=self._section.protocol, message_handler=self._on_message
+                        )
+                    )
                     if errlog is not None:
                         errlog.close()  # the child holds its own copy; the relay ends when the child does
                     self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
                     self._broken = anyio.Event()
                     self._ready.set()
+                    self.list_changed.set()
                     logger.info("upstream %s connected (%s)", self.name, self._section.transport)
                     await self._broken.wait()
             except ConfigError:
@@ -126,6 +152,13 @@ class UpstreamConnection:
                 self._ready = anyio.Event()
             await anyio.sleep(delay)
             delay = min(_BACKOFF_CAP, delay * 2)
+
+    async def _on_message(self, message: object) -> None:
+        if isinstance(message, ToolListChangedNotification):
+            self.list_changes += 1
+            logger.info("upstream %s: tools/list_changed", self.name)
+            self.list_changed.set()
+        await anyio.lowlevel.checkpoint()
 
     def reconnect(self) -> None:
         """End the current session; the supervisor opens a new one, which the next call waits for."""
@@ -172,6 +205,13 @@ class UpstreamConnection:
             with anyio.fail_after(timeout):
                 return await client.call_tool(tool, dict(arguments))
         except MCPError as error:
+            if error.error.code == INVALID_REQUEST and "session" in error.error.message.lower():
+                # The server no longer knows this session (it restarted, or expired it): the request was refused
+                # before any tool ran. A new session is opened; the call may be made again.
+                self.reconnect()
+                raise UpstreamUnavailableError(
+                    f"upstream {self.name} ended the session before {tool} ran", service=self.name, sent=False
+                ) from error
             if error.error.code in _NOT_RUN_CODES:
                 # The upstream refused the request itself (unparsable, unknown, bad params): nothing ran.
                 raise UpstreamRefusedError(

@@ -252,14 +252,32 @@ def _preview(connection: UpstreamConnection, rule: PreviewRule, timeout: float) 
             current = None  # nothing there yet (a new file): the write creates it
         lines = [f"current ({rule.tool}):"]
         lines += ["  (nothing)"] if current is None else [f"  {line}" for line in current.splitlines()[:_PREVIEW_LINES]]
-        if rule.compare is not None:
-            new = str(values.get(rule.compare, ""))
-            diff = difflib.unified_diff((current or "").splitlines(), new.splitlines(), "now", "after", lineterm="")
+        after = _after(rule, current, values)
+        if after is not None:
+            diff = difflib.unified_diff((current or "").splitlines(), after.splitlines(), "now", "after", lineterm="")
             lines += ["diff:", *(f"  {line}" for line in list(diff)[:_PREVIEW_LINES])]
+        if rule.renames is not None:
+            moved = (values.get(rule.renames.source), values.get(rule.renames.destination))
+            lines += ["diff:", "  --- now", "  +++ after", f"  -{moved[0]}", f"  +{moved[1]}"]
         digest = hashlib.sha256((current or "").encode()).hexdigest() if current is not None else None
         return Preview(lines=tuple(lines), facts={"read": rule.tool, "current_sha256": digest})
 
     return preview
+
+
+def _after(rule: PreviewRule, current: str | None, values: Mapping[str, Any]) -> str | None:
+    """What the write would leave, for the diff: the new content, or the current text with the edits applied
+    (an edit whose text is not found is shown as not applying: the upstream will refuse or skip it)."""
+    if rule.compare is not None:
+        return str(values.get(rule.compare, ""))
+    if rule.edits is None:
+        return None
+    text = current or ""
+    items = values.get(rule.edits.argument)
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, Mapping) and item.get(rule.edits.old):
+            text = text.replace(str(item.get(rule.edits.old, "")), str(item.get(rule.edits.new, "")), 1)
+    return text
 
 
 def _lookup(connection: UpstreamConnection, rule: LookupRule | None, timeout: float) -> StatusLookup:

@@ -50,7 +50,8 @@ class Page:
 
     async def send(self, method: str, params: dict[str, Any] | None = None, *, session: bool = True) -> Any:
         self._next_id += 1
-        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        mine = self._next_id  # a dialog handled while waiting sends a command of its own, with the next id
+        message: dict[str, Any] = {"id": mine, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = self._session
         await self._socket.send(json.dumps(message))
@@ -59,7 +60,7 @@ class Page:
             if answer.get("method") == "Page.javascriptDialogOpening":
                 self.dialogs.append(answer["params"]["message"])
                 await self.send("Page.handleJavaScriptDialog", {"accept": False})
-            if answer.get("id") == self._next_id:
+            if answer.get("id") == mine:
                 if "error" in answer:
                     raise RuntimeError(f"{method}: {answer['error']}")
                 return answer["result"]

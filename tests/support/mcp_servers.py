@@ -12,9 +12,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import pytest
 
 from tests.support.cached_install import install_once, npm_install, run_step
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
@@ -26,8 +34,12 @@ __all__ = [
     "GIT_VERSION",
     "NodeServer",
     "install_everything_server",
+    "install_everything_servers",
     "install_filesystem_server",
+    "git_over_http",
     "install_git_server",
+    "installed_or_skipped",
+    "serving_over_http",
 ]
 
 FILESYSTEM_VERSION = "2026.8.31"
@@ -35,6 +47,23 @@ GIT_VERSION = "2026.10.19"
 EVERYTHING_VERSION = "2026.8.31"
 EVERYTHING_EARLIER_VERSION = "2025.11.25"
 INSTALL_TIMEOUT_SECONDS = 600.0
+
+T = TypeVar("T")
+
+
+def install_everything_servers() -> dict[str, NodeServer]:
+    """Both pinned versions of the everything server, by version: a test upgrades one to the other in place."""
+    return {version: install_everything_server(version) for version in (EVERYTHING_EARLIER_VERSION, EVERYTHING_VERSION)}
+
+
+def installed_or_skipped(what: str, install: Callable[[], T]) -> T:
+    """`install()`'s answer; when it cannot install, the test fails with ``CI`` set and skips elsewhere."""
+    try:
+        return install()
+    except SuiteUnavailableError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} is required in CI: {error}")
+        pytest.skip(f"{what} cannot be installed here: {error}")
 
 
 @dataclass(frozen=True)
@@ -127,3 +156,44 @@ if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say whe
     print(f"mcp-server-git {GIT_VERSION}: {install_git_server()}")
     for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION):
         print(f"server-everything {version}: {install_everything_server(version).entry}")
+
+
+@asynccontextmanager
+async def serving_over_http(server: NodeServer, port: int, log: Path) -> AsyncIterator[str]:
+    """The everything server over Streamable HTTP on `port` while the block runs (its output appended to `log`);
+    its URL once it accepts connections. Stopped on exit."""
+    command = [str(server.node), str(server.entry), "streamableHttp"]
+    with log.open("ab") as output:
+        env = {"PORT": str(port), "PATH": os.environ.get("PATH", "")}
+        async with _listening(subprocess.Popen(command, env=env, stdout=output, stderr=output), port) as url:
+            yield url
+
+
+@asynccontextmanager
+async def git_over_http(git_server: Path, repository: Path, port: int, headers: Path) -> AsyncIterator[str]:
+    """mcp-server-git over Streamable HTTP on `port` (`tests.support.git_over_http`, run by the git server's own
+    interpreter) while the block runs, each request's Authorization header appended to `headers`."""
+    launcher = Path(__file__).with_name("git_over_http.py")
+    command = [str(git_server.parent / "python"), str(launcher), str(port), str(repository), str(headers)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    async with _listening(process, port) as url:
+        yield url
+
+
+@asynccontextmanager
+async def _listening(process: subprocess.Popen[bytes], port: int) -> AsyncIterator[str]:
+    """``/mcp`` on `port` once `process` accepts connections there (bounded); `process` is stopped on exit."""
+    try:
+        with anyio.fail_after(30):
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the MCP server on port {port} exited ({process.returncode})")
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                    break
+                except OSError:
+                    await anyio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

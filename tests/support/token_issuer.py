@@ -12,6 +12,7 @@ header points at, which the gateway must never contact.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from collections import Counter
@@ -71,6 +72,8 @@ class TokenIssuer:
     hits: Counter[str] = field(default_factory=Counter)
     metadata_issuer: str | None = None
     """What the metadata says the issuer is; None: `url` (a test sets another to impersonate one)."""
+    clients: dict[str, str] = field(default_factory=dict)
+    """Client id -> secret of the clients its ``/token`` endpoint grants client credentials to."""
 
     @property
     def current(self) -> SigningKey:
@@ -115,9 +118,27 @@ class TokenIssuer:
             self.hits[request.url.path] += 1
             return JSONResponse({"keys": [key.public_jwk() for key in self.keys]})
 
+        async def token(request: Request) -> Response:
+            """The client credentials grant (RFC 6749, section 4.4), the client authenticated with HTTP Basic."""
+            self.hits[request.url.path] += 1
+            form = await request.form()
+            try:
+                scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+                client_id, _, secret = base64.b64decode(encoded).decode().partition(":")
+            except ValueError:
+                scheme, client_id, secret = "", "", ""
+            if scheme.lower() != "basic" or self.clients.get(client_id) != secret or not secret:
+                return JSONResponse({"error": "invalid_client"}, status_code=401)
+            if form.get("grant_type") != "client_credentials":
+                return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+            audience = str(form.get("resource") or self.url)
+            minted = self.mint(audience, sub=client_id, client_id=client_id, scope=str(form.get("scope") or ""))
+            return JSONResponse({"access_token": minted, "token_type": "Bearer", "expires_in": 300})
+
         return Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", metadata),
             Route("/jwks", jwks),
+            Route("/token", token, methods=["POST"]),
         ])  # fmt: skip
 
 

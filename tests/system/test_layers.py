@@ -79,6 +79,8 @@ EXCEPTIONS: dict[str, int] = {
     "gateway.tools.catalog": CATALOG,
     # the registry's HTTP routes are a surface of the registry service
     "gateway.registry.api": SURFACE,
+    # and the review of fronted MCP servers' tools, a surface of their review service
+    "gateway.upstreams.api": SURFACE,
     # the background loops that drive a concern live with it: the live audit export, notification delivery
     "gateway.audit.forwarder": SURFACE,
     "gateway.notifications.delivery": SURFACE,

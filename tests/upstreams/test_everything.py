@@ -5,11 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
-import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -19,19 +14,22 @@ from starlette.datastructures import Secret
 
 from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
 from gateway.store.keys import KeyStore
 from gateway.untrusted import WITHHELD
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_hash
 from tests.support.agents import make_key
-from tests.support.conformance_suite import SuiteUnavailableError
 from tests.support.mcp_servers import (
     EVERYTHING_EARLIER_VERSION,
     EVERYTHING_VERSION,
     NodeServer,
-    install_everything_server,
+    install_everything_servers,
+    installed_or_skipped,
+    serving_over_http,
 )
+from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -39,45 +37,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="module")
 def servers() -> dict[str, NodeServer]:
-    try:
-        return {
-            version: install_everything_server(version) for version in (EVERYTHING_VERSION, EVERYTHING_EARLIER_VERSION)
-        }
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the everything MCP server is required in CI: {error}")
-        pytest.skip(f"the everything MCP server cannot be installed here: {error}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@asynccontextmanager
-async def _serving(server: NodeServer, port: int, log: Path) -> AsyncIterator[str]:
-    """The server over Streamable HTTP on `port` while the block runs; its URL once it accepts connections."""
-    with log.open("ab") as output:
-        process = subprocess.Popen(
-            [str(server.node), str(server.entry), "streamableHttp"],
-            env={"PORT": str(port), "PATH": os.environ.get("PATH", "")},
-            stdout=output,
-            stderr=output,
-        )
-    try:
-        with anyio.fail_after(20):
-            while True:
-                assert process.poll() is None, log.read_text()
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                    break
-                except OSError:
-                    await anyio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    return installed_or_skipped("the everything MCP server", install_everything_servers)
 
 
 def _settings(redis_url: str, section: UpstreamSection) -> Settings:
@@ -101,13 +61,15 @@ async def test_a_reviewed_read_answers_over_streamable_http_in_either_mode(
     servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, protocol: str
 ) -> None:
     """echo, reviewed read: the agent's call reaches the server; its text is third-party (withheld from the model)."""
-    async with _serving(servers[EVERYTHING_VERSION], _free_port(), tmp_path / "server.log") as url:
+    async with serving_over_http(servers[EVERYTHING_VERSION], free_port(), tmp_path / "server.log") as url:
         echo = await _listed_echo(url, protocol)
         review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
         section = UpstreamSection(transport="http", url=url, protocol=protocol, tools={"echo": review})  # type: ignore[arg-type]
         settings = _settings(redis_url, section)
         async with in_process_gateway(settings, []) as gateway:
-            async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=60) as connections:
+            async with fronting(
+                settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=60
+            ) as connections:
                 # This server speaks the handshake era only: "auto" tries 2026-07-28 and settles on it.
                 assert connections["every"].protocol_version == "2025-11-25"
                 staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
@@ -123,29 +85,79 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
     servers: dict[str, NodeServer], tmp_path: Path, redis: Redis, redis_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """echo was reviewed as the earlier version defines it; the upstream is upgraded in place (same URL) to a
-    version that defines it differently: from the next reading the tool is held back, and the diff is logged."""
+    version that defines it differently: from the next reading the tool is held back, the review shows the diff and
+    the diff is logged; a registry admin accepts the new definition and it is served again."""
     caplog.set_level(logging.WARNING, logger="gateway.runtime.upstreams")
-    port = _free_port()
-    async with _serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
+    port = free_port()
+    async with serving_over_http(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log") as url:
         echo = await _listed_echo(url, "legacy")
     review = ToolReview(mode="read", definition=definition_hash(echo), public=True)
     section = UpstreamSection(transport="http", url=url, protocol="legacy", tools={"echo": review})
     settings = _settings(redis_url, section)
     staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
-    assert staff is not None
+    registry_admin = await KeyStore(redis).resolve(
+        await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    )
+    assert staff is not None and registry_admin is not None
     async with in_process_gateway(settings, []) as gateway, contextlib.AsyncExitStack() as earlier:
-        await earlier.enter_async_context(_serving(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "1.log"))
-        async with fronting(settings.upstreams, gateway.live, secrets={}, poll_seconds=0.2):
+        earlier_server = servers[EVERYTHING_EARLIER_VERSION]
+        await earlier.enter_async_context(serving_over_http(earlier_server, port, tmp_path / "1.log"))
+        async with fronting(
+            settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=0.2
+        ):
             assert "every_echo" in gateway.live.current()
             assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "before"})).code is None
             # The upgrade: the earlier server stops, and the same address serves a version whose echo differs.
             await earlier.aclose()
-            async with _serving(servers[EVERYTHING_VERSION], port, tmp_path / "2.log"):
+            async with serving_over_http(servers[EVERYTHING_VERSION], port, tmp_path / "2.log"):
                 with anyio.fail_after(30):
                     while "every_echo" in gateway.live.current():
                         await anyio.sleep(0.1)
                 refused = await gateway.executor.agent.execute(staff, "every_echo", {"message": "after"})
                 assert refused.code is not None
+                # The review shows the changed tool with the diff from the definition served, and the new tools
+                # as unreviewed; a registry admin accepts echo as listed now, and it is served again.
+                shown = await gateway.upstream_reviews.show(registry_admin, "every")
+                assert shown.upstream is not None
+                tools = {tool.name: tool for tool in shown.upstream.tools}
+                assert (tools["echo"].state, tools["echo"].reason) == ("quarantined", "changed")
+                assert '-  "description": "Echoes back the input",' in tools["echo"].diff
+                assert '+  "description": "Echoes back the input string",' in tools["echo"].diff
+                assert tools["get-sum"].reason == "unreviewed" and tools["get-sum"].diff == []
+                again = review.model_copy(update={"definition": tools["echo"].listed_hash}).model_dump(mode="json")
+                accepted = await gateway.upstream_reviews.accept(registry_admin, "every", "echo", again)
+                assert accepted.ok, accepted
+                with anyio.fail_after(30):
+                    while "every_echo" not in gateway.live.current():
+                        await anyio.sleep(0.1)
+                assert (await gateway.executor.agent.execute(staff, "every_echo", {"message": "again"})).code is None
     diffs = [r.getMessage() for r in caplog.records if "tool echo changed" in r.getMessage()]
     assert diffs and '-  "description": "Echoes back the input",' in diffs[0]
     assert '+  "description": "Echoes back the input string",' in diffs[0]
+
+
+async def test_a_tools_list_changed_from_the_upstream_is_heard_and_the_list_read_after_it_is_recorded(
+    servers: dict[str, NodeServer], redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over stdio the server announces its tool list changed once it registered the tools that depend on the
+    client's capabilities: the gateway hears the notice and reads the list after it (with the poll an hour away),
+    and the review records that list, the late tools included."""
+    caplog.set_level(logging.DEBUG, logger="gateway")
+    server = servers[EVERYTHING_VERSION]
+    section = UpstreamSection(transport="stdio", command=str(server.node), args=[str(server.entry), "stdio"])
+    settings = _settings(redis_url, section)
+    async with in_process_gateway(settings, []) as gateway:
+        async with fronting(
+            settings.upstreams, gateway.live, reviews=gateway.upstream_reviews, secrets={}, poll_seconds=3600
+        ) as connections:
+
+            def said() -> list[str]:
+                lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("upstream every: ")]
+                return [line for line in lines if "tools/list_changed" in line or "tool list read" in line]
+
+            with anyio.fail_after(20):
+                while "upstream every: tools/list_changed" not in said() or "tool list read" not in said()[-1]:
+                    await anyio.sleep(0.05)
+            assert connections["every"].list_changes >= 1
+            listing = await gateway.upstream_reviews.store.listing("every")
+            assert listing is not None and "simulate-research-query" in {tool["name"] for tool in listing.tools}

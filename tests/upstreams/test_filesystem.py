@@ -18,7 +18,7 @@ from starlette.datastructures import Secret
 
 from gateway.cards.card import CardState
 from gateway.config.settings import OrgSettings, Settings
-from gateway.config.upstreams import LookupRule, PreviewRule, ToolReview, UpstreamSection
+from gateway.config.upstreams import EditRule, LookupRule, PreviewRule, RenameRule, ToolReview, UpstreamSection
 from gateway.runtime.app import Gateway
 from gateway.runtime.worker import Worker
 from gateway.store.keys import KeyStore
@@ -28,8 +28,7 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import NodeServer, install_filesystem_server
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -45,12 +44,7 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> NodeServer:
-    try:
-        return install_filesystem_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the filesystem MCP server is required in CI: {error}")
-        pytest.skip(f"the filesystem MCP server cannot be installed here: {error}")
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _section(server: NodeServer, root: Path, reviews: Mapping[str, ToolReview], **stdio: Any) -> UpstreamSection:
@@ -76,8 +70,17 @@ def _reviews(listing: list[dict[str, Any]], root: Path) -> dict[str, ToolReview]
     reviews["write_file"] = ToolReview(
         mode="write", definition=pinned["write_file"], roles=("staff",), preview=current, lookup=holds
     )
-    for name, target in (("edit_file", "path"), ("move_file", "source")):
-        shown = PreviewRule(tool="read_text_file", arguments={"path": target})
+    edited = PreviewRule(
+        tool="read_text_file",
+        arguments={"path": "path"},
+        edits=EditRule(argument="edits", old="oldText", new="newText"),
+    )
+    moved = PreviewRule(
+        tool="read_text_file",
+        arguments={"path": "source"},
+        renames=RenameRule(source="source", destination="destination"),
+    )
+    for name, shown in (("edit_file", edited), ("move_file", moved)):
         reviews[name] = ToolReview(mode="write", definition=pinned[name], roles=("staff",), preview=shown)
     return reviews
 
@@ -193,7 +196,8 @@ async def test_an_approved_write_file_changes_the_file_exactly_once(
 async def test_edit_and_move_are_cards_and_a_rejected_card_changes_nothing(
     fronted: tuple[Gateway, Path], redis: Redis
 ) -> None:
-    """edit_file and move_file each file a card showing the file as it is; rejected, the files stay as they were."""
+    """edit_file and move_file each file a card showing the file as it is and the diff the write makes (the edited
+    text; the moved path); rejected, the files stay as they were."""
     gateway, root = fronted
     staff = await KeyStore(redis).resolve(await make_key(redis, roles=("staff",)))
     assert staff is not None
@@ -204,6 +208,11 @@ async def test_edit_and_move_are_cards_and_a_rejected_card_changes_nothing(
         card = await gateway.ledger.get(card_id)
         assert card is not None and card.preview is not None
         assert "  step one" in card.preview.lines  # the approver sees the file as it is now
+        changes = {line for line in card.preview.lines[card.preview.lines.index("diff:") :] if line[2:3] in "+-"}
+        if tool == "files_edit_file":  # and what the write changes
+            assert {"  -step one", "  +step uno"} <= changes
+        else:
+            assert {f"  -{root / 'plan.txt'}", f"  +{root / 'moved.txt'}"} <= changes
         rejected = await gateway.ledger.reject(
             card_id, admin="carol@acme.example", reason="no", version=card.version, args_hash=card.args_hash
         )

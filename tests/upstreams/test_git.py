@@ -3,7 +3,6 @@ read, git_commit a card that makes exactly one commit once approved."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,8 +23,6 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import install_git_server
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -35,16 +32,6 @@ pytestmark = pytest.mark.anyio
 def worker_database(quiet_redis_url: str) -> str:
     """A database no background worker drains: the test drives the worker itself."""
     return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def git_server() -> Path:
-    try:
-        return install_git_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"mcp-server-git is required in CI: {error}")
-        pytest.skip(f"mcp-server-git cannot be installed here: {error}")
 
 
 def _git(repo: Path, *args: str) -> str:

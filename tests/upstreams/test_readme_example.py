@@ -21,8 +21,7 @@ from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key
-from tests.support.conformance_suite import SuiteUnavailableError
-from tests.support.mcp_servers import NodeServer, install_filesystem_server
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
@@ -38,12 +37,7 @@ def worker_database(quiet_redis_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> NodeServer:
-    try:
-        return install_filesystem_server()
-    except SuiteUnavailableError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the filesystem MCP server is required in CI: {error}")
-        pytest.skip(f"the filesystem MCP server cannot be installed here: {error}")
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _readme_config() -> str:
@@ -125,3 +119,16 @@ async def test_the_readme_configuration_fronts_the_filesystem_server(
             assert card is not None and card.state is CardState.SUCCEEDED
             assert (folder / "notes.txt").read_text() == "final\n"
             assert [event.type for event in await ledger.events(card_id)].count("dispatched") == 1
+            # edit_file and move_file: their cards show the file as it is and the diff each would make.
+            edit = {"path": str(folder / "notes.txt"), "edits": [{"oldText": "final", "newText": "done"}]}
+            move = {"source": str(folder / "notes.txt"), "destination": str(folder / "moved.txt")}
+            expected = {"files_edit_file": ("  -final", "  +done"), "files_move_file": (f"  +{folder / 'moved.txt'}",)}
+            for tool, arguments in (("files_edit_file", edit), ("files_move_file", move)):
+                filed = await client.call_tool(tool, arguments)
+                assert not filed.is_error and filed.structured_content is not None
+                async with httpx.AsyncClient(
+                    base_url=f"{base}/admin/api", headers={"authorization": f"Bearer {admin}"}, timeout=10
+                ) as http:
+                    lines = (await http.get(f"/cards/{filed.structured_content['card_id']}")).json()["card"]["preview"]
+                assert "  final" in lines["lines"] and set(expected[tool]) <= set(lines["lines"])
+            assert (folder / "notes.txt").read_text() == "final\n" and not (folder / "moved.txt").exists()

@@ -95,6 +95,13 @@ def test_a_review_without_its_required_parts_is_refused(review: dict[str, Any]) 
 def test_a_stdio_upstream_with_a_url_or_an_env_value_is_refused() -> None:
     with pytest.raises(ValidationError):
         UpstreamSection(transport="stdio", command="server", url="http://127.0.0.1:1/mcp")
+    oauth = {"token_url": "http://127.0.0.1:1/token", "client_id": "gw", "client_secret_env": "GW_SECRET"}
+    with pytest.raises(ValidationError):
+        UpstreamSection.model_validate({"transport": "stdio", "command": "server", "oauth": oauth})
+    with pytest.raises(ValidationError):  # one credential: a fixed token or a fetched one
+        UpstreamSection.model_validate(
+            {"transport": "http", "url": "http://127.0.0.1:1/mcp", "token_env": "TOKEN", "oauth": oauth}
+        )
     with pytest.raises(ValidationError):
         UpstreamSection(transport="stdio", command="server", env=("TOKEN=secret",))
 

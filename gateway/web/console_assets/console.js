@@ -271,7 +271,7 @@
     const params = new URLSearchParams(location.hash.slice(1));
     const key = (params.get("key") || "").trim();
     const next = params.get("next") || "";
-    const target = /^\/(cards|adapters|overview)([/?][\w\-.:=&%/]*)?$/.test(next) ? "#" + next : "#/cards";
+    const target = /^\/(cards|adapters|upstreams|overview)([/?][\w\-.:=&%/]*)?$/.test(next) ? "#" + next : "#/cards";
     history.replaceState(null, "", location.pathname + location.search + target);
     if (adminKey) return "A key in the link was ignored: this tab is already signed in.";
     if (!KEY_SHAPE.test(key)) return "The key in the link does not look like a key.";
@@ -310,6 +310,7 @@
     const card = /^#\/cards\/([^/?]+)$/.exec(hash);
     $("nav-cards").classList.toggle("current", hash.startsWith("#/cards"));
     $("nav-adapters").classList.toggle("current", hash === "#/adapters");
+    $("nav-upstreams").classList.toggle("current", hash === "#/upstreams");
     $("nav-overview").classList.toggle("current", hash.startsWith("#/overview"));
     $("nav-passkeys").classList.toggle("current", hash === "#/passkeys");
     try {
@@ -324,6 +325,8 @@
         else await cardView(cardId);
       } else if (hash === "#/adapters") {
         await adaptersView();
+      } else if (hash === "#/upstreams") {
+        await upstreamsView();
       } else if (hash === "#/passkeys") {
         await passkeysView();
       } else if (hash === "#/overview" || hash.startsWith("#/overview?")) {
@@ -1305,6 +1308,149 @@
       flags.length ? "Accept despite flags" : "Accept"));
   }
 
+  // -- fronted MCP servers --------------------------------------------------------------------------
+  // Each tool a server lists is quarantined until a registry admin classifies it as listed now. The
+  // server's annotations are shown as its suggestion and never preselect anything; its descriptions,
+  // schemas and diffs are its own text, shown as text.
+
+  async function upstreamsView(message) {
+    if (!message) clearNotice();
+    const body = el("div", { class: "loading" }, "Loading…");
+    const token = startView(
+      el("div", { class: "toolbar" },
+        el("h2", null, "Fronted MCP servers"),
+        el("button", { type: "button", onclick: () => route() }, "Reload")),
+      message || null,
+      body);
+    const res = await api("GET", "upstreams/");
+    if (token !== renderToken) return;
+    if (res.status === 403) {
+      body.replaceWith(notice("error",
+        "Your key lacks the registry role: only registry admins (or registry operators) review MCP servers."));
+      return;
+    }
+    if (res.status !== 200) {
+      body.replaceWith(notice("error", errorText(res, "MCP server"), problemsOf(res)));
+      return;
+    }
+    const upstreams = Array.isArray(res.body.upstreams) ? res.body.upstreams : [];
+    if (upstreams.length === 0) {
+      body.replaceWith(el("p", { class: "empty" }, "No fronted MCP server that your org serves."));
+      return;
+    }
+    body.replaceWith(el("div", { id: "upstream-list" }, upstreams.map((upstream) => upstreamCard(upstream, token))));
+  }
+
+  function upstreamCard(upstream, token) {
+    const tools = Array.isArray(upstream.tools) ? upstream.tools : [];
+    const held = tools.filter((tool) => tool.state !== "served");
+    // What needs a person first: changed definitions, then the never reviewed, then the rest.
+    const rank = (tool) => (tool.state === "served" ? 2 : tool.reason === "changed" ? 0 : 1);
+    const ordered = [...tools].sort((a, b) => rank(a) - rank(b));
+    return el("article", { class: "adapter upstream", "data-upstream": upstream.name },
+      el("h3", null, mono(upstream.name), " ",
+        el("span", { class: "state adapter-" + (held.length ? "quarantined" : "active") },
+          held.length ? `${held.length} quarantined` : "all served")),
+      fields([
+        ["Transport", String(upstream.transport)],
+        ["Protocol", upstream.protocol ? String(upstream.protocol) : "— (not read yet)"],
+        ["Tools listed", String(tools.length)],
+      ]),
+      tools.length === 0 ? el("p", { class: "empty" }, "No gateway has read this server's tool list yet.") : null,
+      ordered.map((tool) => upstreamTool(upstream, tool, token)));
+  }
+
+  function upstreamTool(upstream, tool, token) {
+    const definition = tool.definition && typeof tool.definition === "object" ? tool.definition : {};
+    const hints = tool.suggestion && typeof tool.suggestion === "object" ? Object.entries(tool.suggestion) : [];
+    const diff = Array.isArray(tool.diff) ? tool.diff : [];
+    const review = tool.review && typeof tool.review === "object" ? tool.review : null;
+    return el("section", { class: "upstream-tool", "data-tool": tool.name, "data-state": tool.state },
+      el("h4", null, mono(tool.name), " ",
+        el("span", { class: "state adapter-" + (tool.state === "served" ? "active" : "quarantined") },
+          tool.state === "served" ? "served" : `quarantined: ${tool.reason}`)),
+      fields([
+        ["Agents see it as", mono(String(tool.served_as))],
+        ["Listed now", mono(String(tool.listed_hash))],
+        ["Review in force", review
+          ? `${review.mode} (${review.public ? "public" : "roles: " + (review.roles || []).join(", ")}), by ${tool.reviewed_by}`
+          : "none"],
+        ["Suggested by the server (not trusted)", hints.length
+          ? el("ul", { class: "suggestion" }, hints.map(([name, value]) => el("li", null, mono(`${name}: ${json(value)}`))))
+          : "no annotations"],
+      ]),
+      definition.description ? el("pre", { class: "excerpt description" }, String(definition.description)) : null,
+      diff.length
+        ? el("section", { class: "diff" },
+          el("h5", null, "Changed since it was reviewed"),
+          el("pre", { class: "unified" }, diff.map((line) => el("span", {
+            class: String(line).startsWith("+") ? "add" : String(line).startsWith("-") ? "del" : "ctx",
+          }, String(line)))))
+        : null,
+      el("details", null, el("summary", null, "Definition listed now (JSON)"), el("pre", { class: "json" }, json(definition))),
+      tool.state === "served" ? null
+        : el("details", { class: "classify", open: tool.reason === "changed" },
+          el("summary", null, tool.reason === "changed" ? "Review the change" : "Classify this tool"),
+          reviewForm(upstream, tool, token)));
+  }
+
+  function reviewForm(upstream, tool, token) {
+    const mode = el("select", { name: "mode", required: true },
+      el("option", { value: "" }, "— classify —"),
+      el("option", { value: "read" }, "read: served through the access check"),
+      el("option", { value: "write" }, "write: every call is an approval card"),
+      el("option", { value: "hidden" }, "hidden: never served"));
+    const roles = el("input", { type: "text", name: "roles", placeholder: "roles that may call it, comma-separated; or public" });
+    const approver = el("input", { type: "text", name: "approver_role", value: "approver" });
+    const trusted = el("input", { type: "checkbox", name: "trusted_output" });
+    const preview = el("textarea", { name: "preview", rows: 2, placeholder: 'writes: {"tool": "…", "arguments": {…}, "compare": "…"}' });
+    const lookup = el("textarea", { name: "lookup", rows: 2, placeholder: 'writes: {"tool": "…", "arguments": {…}, "equals": "…"}' });
+    return el("form", {
+      class: "action review",
+      onsubmit: guarded(async (event) => {
+        event.preventDefault();
+        const named = roles.value.split(",").map((role) => role.trim()).filter(Boolean);
+        const body = {
+          mode: mode.value,
+          definition: tool.listed_hash, // the definition on screen: one listed differently since is refused (409)
+          public: named.length === 1 && named[0] === "public",
+          roles: named.length === 1 && named[0] === "public" ? [] : named,
+          trusted_output: trusted.checked,
+        };
+        if (mode.value === "write") body.approver_role = approver.value.trim() || "approver";
+        for (const [name, area] of [["preview", preview], ["lookup", lookup]]) {
+          if (!area.value.trim()) continue;
+          try {
+            body[name] = JSON.parse(area.value);
+          } catch {
+            showNotice("error", `The ${name} is not JSON.`);
+            return;
+          }
+        }
+        if (!window.confirm(`Classify ${tool.name} of ${upstream.name} as ${mode.value}? Agents will be served it as such.`)) return;
+        const path = `upstreams/${encodeURIComponent(upstream.name)}/tools/${encodeURIComponent(tool.name)}`;
+        const res = await api("PUT", path, body);
+        if (token !== renderToken) return;
+        if (res.status === 200) {
+          await upstreamsView(notice("ok", `Reviewed ${tool.name} of ${upstream.name} as ${mode.value} at ${tool.listed_hash}.`));
+        } else if (res.status === 409) {
+          await upstreamsView(notice("warn",
+            `Conflict: ${upstream.name} lists ${tool.name} differently since you read it. Its current definition is below; review it again.`));
+        } else {
+          showNotice("error", errorText(res, "MCP server or tool"), problemsOf(res));
+        }
+      }),
+    },
+    el("p", null, "Classify exactly the definition shown: ", mono(String(tool.listed_hash))),
+    el("label", null, "Class ", mode),
+    el("label", null, "Access ", roles),
+    el("label", null, "Approver role (writes) ", approver),
+    el("label", null, trusted, " Output is not third-party text (reads)"),
+    el("label", null, "Preview read (writes, optional) ", preview),
+    el("label", null, "Lookup of an unknown outcome (writes, optional) ", lookup),
+    el("button", { type: "submit", class: "primary", "data-review": tool.name }, "Accept as listed"));
+  }
+
   // -- start ----------------------------------------------------------------------------------------
 
   async function start() {
@@ -1319,7 +1465,7 @@
       session = { csrf: known.csrf, subject: String(known.subject) };
       const next = sessionStorage.getItem(NEXT_STORAGE);
       sessionStorage.removeItem(NEXT_STORAGE);
-      if (next && /^#\/(cards|adapters|overview|passkeys)([/?][\w\-.:=&%/]*)?$/.test(next) && !location.hash.startsWith("#/")) {
+      if (next && /^#\/(cards|adapters|upstreams|overview|passkeys)([/?][\w\-.:=&%/]*)?$/.test(next) && !location.hash.startsWith("#/")) {
         history.replaceState(null, "", location.pathname + next);
       }
     }

@@ -1,0 +1,80 @@
+"""`countersign upstreams ...`: review the tools of the MCP servers the gateway fronts, from a terminal.
+
+``review`` lists each ``[upstreams.<name>]`` the admin may review, with the tools it listed when a gateway last
+read it: served or quarantined and why, the hash to pin, the upstream's annotations (suggestions, never trusted)
+and, for a changed definition, the diff from the one reviewed. ``accept NAME TOOL --hash H --mode M`` stores the
+admin's review of one tool as listed with hash H, with its access (``--public`` or ``--role``); every gateway
+fronting the server serves it from its next reading. The same authority and audit as the admin API
+(`gateway.upstreams.tool_reviews`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from gateway.audit.events import AuditSink
+from gateway.config.settings import Settings
+from gateway.principal import Principal
+from gateway.printable import escape_unprintable
+from gateway.store.upstream_reviews import UpstreamReviewStore
+from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
+
+__all__ = ["run"]
+
+
+async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, settings: Settings) -> int:
+    """Run one `upstreams` command as `admin`."""
+    reviews = UpstreamReviews(
+        settings.upstreams,
+        UpstreamReviewStore(client),
+        audit,
+        org_adapters=settings.org_adapters,
+        now_ms=lambda: int(time.time() * 1000),
+    )
+    if args.upstreams_command == "review":
+        upstreams = await reviews.overview(admin)
+        if upstreams is None:
+            return _report(ToolReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
+        for upstream in upstreams:
+            if args.json:
+                print(json.dumps(upstream.model_dump(mode="json"), sort_keys=True))
+                continue
+            print(f"{upstream.name}  {upstream.transport}  protocol={upstream.protocol or '(not read yet)'}")
+            for tool in upstream.tools:
+                # The upstream's own text: escaped, so it cannot move the cursor or recolour the terminal.
+                state = tool.state if not tool.reason else f"{tool.state} ({escape_unprintable(tool.reason)})"
+                print(f"  {escape_unprintable(tool.name)}  {state}  listed={tool.listed_hash}")
+                if tool.review is not None:
+                    print(f"    review: {tool.review['mode']} by {escape_unprintable(tool.reviewed_by)}")
+                if tool.suggestion:
+                    hints = escape_unprintable(json.dumps(tool.suggestion, sort_keys=True))
+                    print(f"    suggested by the upstream (not trusted): {hints}")
+                for line in tool.diff:
+                    print(f"    {escape_unprintable(line)}")
+        return 0
+    review: dict[str, Any] = {
+        "mode": args.mode,
+        "definition": args.hash,
+        "public": args.public,
+        "roles": [role for chunk in args.role for role in chunk.split(",") if role.strip()],
+        "approver_role": args.approver_role,
+        "trusted_output": args.trusted_output,
+    }
+    for rule in ("preview", "lookup"):
+        if getattr(args, rule) is not None:
+            review[rule] = getattr(args, rule)
+    return _report(await reviews.accept(admin, args.name, args.tool, review))
+
+
+def _report(result: ToolReviewResult) -> int:
+    if result.ok:
+        print(f"{result.code}: {result.message or 'done'}")
+        return 0
+    print(f"countersign: {result.code}: {result.message or result.code.lower()}", file=sys.stderr)
+    for problem in result.problems:
+        print(f"  {problem}", file=sys.stderr)
+    return 1

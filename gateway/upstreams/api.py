@@ -1,0 +1,189 @@
+"""The admins' review of fronted MCP servers over HTTP, beside the registry's review of adapters.
+
+``GET /admin/api/upstreams/`` lists the upstreams the admin may review, each with the tools it lists now (served
+or quarantined, why, the upstream's annotations as suggestions, and for a changed definition the diff);
+``GET /admin/api/upstreams/{name}`` shows one; ``PUT /admin/api/upstreams/{name}/tools/{tool}`` stores the admin's
+review of one tool, a `ToolReview` naming the ``listed_hash`` they read (409 when the upstream lists another
+definition since). The admin API mounts `upstream_review_table` behind the admin key and lists it in its
+openapi.json. It translates and decides nothing: `UpstreamReviews` does. Error bodies are `ToolReviewRefusal`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
+
+from gateway.audit.events import AuditSink
+from gateway.auth.bearer import BearerAuth, caller_of, principal_of
+from gateway.config.upstreams import ToolReview, UpstreamSection
+from gateway.limits.rate_limiter import AddressBudgets
+from gateway.principal import KeyKind
+from gateway.store.keys import KeyStore
+from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
+from gateway.upstreams.views import (
+    REVIEW_ERROR_STATUS,
+    FrontedServer,
+    FrontedServerList,
+    ToolReviewDone,
+    ToolReviewRefusal,
+    ToolReviewRefusalDetail,
+)
+from gateway.web.request_body import read_bounded
+from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
+
+__all__ = ["upstream_registration_routes", "upstream_review_table"]
+
+MAX_REVIEW_BYTES = 64 * 1024
+
+
+def _json(status: int, body: BaseModel) -> JSONResponse:
+    return JSONResponse(body.model_dump(mode="json"), status_code=status)
+
+
+def _answer(result: ToolReviewResult) -> JSONResponse:
+    if result.ok:
+        return _json(200, ToolReviewDone(message=result.message, upstream=result.upstream))
+    detail = ToolReviewRefusalDetail(
+        code=result.code, message=result.message or result.code.lower(), problems=list(result.problems)
+    )
+    return _json(REVIEW_ERROR_STATUS[result.code], ToolReviewRefusal(error=detail))
+
+
+class _Endpoints:
+    def __init__(self, reviews: UpstreamReviews) -> None:
+        self._reviews = reviews
+
+    async def overview(self, request: Request) -> Response:
+        upstreams = await self._reviews.overview(principal_of(request.scope))
+        if upstreams is None:
+            return _answer(ToolReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
+        return _json(200, FrontedServerList(upstreams=upstreams))
+
+    async def show(self, request: Request) -> Response:
+        result = await self._reviews.show(principal_of(request.scope), request.path_params["name"])
+        if not result.ok or result.upstream is None:
+            return _answer(result)
+        return _json(200, result.upstream)
+
+    async def review(self, request: Request) -> Response:
+        document = await _document(request)
+        admin = principal_of(request.scope)
+        name, tool = request.path_params["name"], request.path_params["tool"]
+        return _answer(await self._reviews.accept(admin, name, tool, document))
+
+    async def register(self, request: Request) -> Response:
+        document = await _document(request)
+        service = principal_of(request.scope)
+        return _answer(await self._reviews.register(service, request.path_params["name"], document))
+
+
+async def _document(request: Request) -> Any:
+    """The body as JSON, read within `MAX_REVIEW_BYTES`; None when it is larger or not JSON (then refused by the
+    validation that follows, audited there like every refusal)."""
+    raw = await read_bounded(request, MAX_REVIEW_BYTES)
+    try:
+        return None if raw is None else json.loads(raw or b"null")
+    except (ValueError, RecursionError):
+        return None
+
+
+_NOT_THEIRS = Answer(
+    description="the admin has neither registry-operator nor the registry role of an org serving the upstream"
+    " (the same whether or not it exists)",
+    model=ToolReviewRefusal,
+)
+
+
+def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
+    """The admins' review of fronted MCP servers, for `gateway.admin.api.admin_routes` to mount and document."""
+    endpoints = _Endpoints(reviews)
+    return RouteTable(
+        mount="/admin/api/upstreams",
+        operations=(
+            Operation(
+                method="GET",
+                path="/",
+                name="listUpstreams",
+                summary="The fronted MCP servers this admin may review, with their tools, quarantined or served",
+                endpoint=endpoints.overview,
+                answers={
+                    200: Answer(description="the upstreams this admin may review", model=FrontedServerList),
+                    403: Answer(
+                        description="the admin has neither the registry nor the registry-operator role",
+                        model=ToolReviewRefusal,
+                    ),  # fmt: skip
+                },
+            ),
+            Operation(
+                method="GET",
+                path="/{name}",
+                name="showUpstream",
+                summary="One fronted MCP server with its tools, their suggestions and diffs",
+                endpoint=endpoints.show,
+                answers={
+                    200: Answer(description="the upstream", model=FrontedServer),
+                    403: _NOT_THEIRS,
+                    404: Answer(description="no such upstream", model=ToolReviewRefusal),
+                },
+            ),
+            Operation(
+                method="PUT",
+                path="/{name}/tools/{tool}",
+                name="reviewUpstreamTool",
+                summary="Classify one listed tool (read, write or hidden) as listed now, naming the hash you read",
+                endpoint=endpoints.review,
+                body=ToolReview,
+                answers={
+                    200: Answer(description="stored; served as reviewed from the next reading", model=ToolReviewDone),
+                    403: _NOT_THEIRS,
+                    404: Answer(description="no such upstream, or it does not list the tool", model=ToolReviewRefusal),
+                    409: Answer(
+                        description="the upstream lists another definition than the one reviewed",
+                        model=ToolReviewRefusal,
+                    ),  # fmt: skip
+                    422: Answer(description="the body is not a review (every problem listed)", model=ToolReviewRefusal),
+                },
+            ),
+        ),
+    )
+
+
+def upstream_registration_routes(
+    reviews: UpstreamReviews, *, keys: KeyStore, audit: AuditSink, floods: AddressBudgets
+) -> list[BaseRoute]:
+    """``PUT /registry/api/upstreams/{name}`` behind a service key: a service registers its own MCP server (HTTP,
+    to a URL the operator's registry allowlist admits, secrets by reference in its own namespace, no reviews). Its
+    tools are quarantined until a registry admin reviews them. Mount it before the registry's ``/registry/api``."""
+    endpoints = _Endpoints(reviews)
+    table = RouteTable(
+        mount="/registry/api/upstreams",
+        operations=(
+            Operation(
+                method="PUT",
+                path="/{name}",
+                name="registerUpstream",
+                summary="Register the service's MCP server; its tools are quarantined until an admin reviews them",
+                endpoint=endpoints.register,
+                body=UpstreamSection,
+                answers={
+                    200: Answer(description="stored; connected from the next poll", model=ToolReviewDone),
+                    403: Answer(description="another service or the operator owns the name", model=ToolReviewRefusal),
+                    422: Answer(description="every problem of the registration", model=ToolReviewRefusal),
+                },
+            ),
+        ),
+    )
+    handle = error_handler(audit, _error_body, caller=caller_of)
+    app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
+    guarded = BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
+    return [mount(table.mount, guarded)]
+
+
+def _error_body(status: int, code: str, message: str) -> Response:
+    return _json(status, ToolReviewRefusal(error=ToolReviewRefusalDetail(code=code, message=message)))

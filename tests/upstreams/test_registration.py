@@ -1,0 +1,115 @@
+"""A service registers its own MCP server through the registry API: stored, connected by the running gateway, its
+tools quarantined until a registry admin reviews them; what a service may not register is refused and audited.
+The pinned mcp-server-git over Streamable HTTP, the gateway under uvicorn, an agent on a real MCP client."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from redis.asyncio import Redis
+from starlette.datastructures import Secret
+
+from backends.serve import serve_app_in_thread
+from gateway.config.settings import OrgSettings, Settings
+from gateway.principal import KeyKind
+from gateway.runtime.app import create_app
+from gateway.store.audit_stream import RedisStreamAuditSink
+from tests.support.agents import agent, make_key
+from tests.support.mcp_servers import git_over_http
+from tests.support.redis_server import free_port
+from tests.support.services import TEST_AUDIT_SECRET
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def own_database(quiet_redis_url: str) -> str:
+    return quiet_redis_url
+
+
+async def _call(base: str, key: str, method: str, path: str, body: Any = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        return await http.request(method, path, json=body, headers={"authorization": f"Bearer {key}"})
+
+
+async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_registry_admin(
+    git_server: Path, tmp_path: Path, redis: Redis, redis_url: str
+) -> None:
+    """Registered over HTTP, the server is connected by the running gateway and listed for review, nothing served;
+    accepted by a registry admin, git_log reads for an agent. A second service cannot take the name, and a
+    program to run, reviews of its own, a URL outside the allowlist or a secret outside its namespace are refused."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.name=T", "-c", "user.email=t@example", "commit", "-q", "--allow-empty",
+                                   "-m", "first commit"]):  # fmt: skip
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    settings = Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+        registry_poll_seconds=0.2,
+        registry_allowed_base_urls=("http://127.0.0.1:*",),
+        secrets={"GITSVC_TOKEN": "the-gateways-token"},
+    )
+    service = await make_key(redis, kind=KeyKind.SERVICE, subject="git-team")
+    other = await make_key(redis, kind=KeyKind.SERVICE, subject="someone-else")
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    staff = await make_key(redis, roles=("staff",))
+    headers = tmp_path / "authorization.log"
+    async with git_over_http(git_server, repo, free_port(), headers) as url:
+        registration = {"transport": "http", "url": url, "token_env": "GITSVC_TOKEN"}
+        with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+            refusals = [
+                (service, {"transport": "stdio", "command": "/bin/sh"}, 422),
+                (
+                    service,
+                    {
+                        **registration,
+                        "tools": {"git_log": {"mode": "read", "definition": "sha256:" + "0" * 64, "public": True}},
+                    },
+                    422,
+                ),  # fmt: skip
+                (service, {**registration, "url": "http://169.254.169.254/mcp"}, 422),
+                (service, {**registration, "token_env": "COUNTERSIGN_AUDIT_SECRET"}, 422),
+                (admin, registration, 401),  # the registry API takes service keys only
+            ]
+            for key, body, status in refusals:
+                answer = await _call(base, key, "PUT", "/registry/api/upstreams/gitsvc", body)
+                assert answer.status_code == status, (body, answer.text)
+            accepted = await _call(base, service, "PUT", "/registry/api/upstreams/gitsvc", registration)
+            assert accepted.status_code == 200, accepted.text
+            taken = await _call(base, other, "PUT", "/registry/api/upstreams/gitsvc", registration)
+            assert (taken.status_code, taken.json()["error"]["code"]) == (403, "PERMISSION_DENIED")
+            with anyio.fail_after(30):
+                while True:
+                    shown = await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")
+                    assert shown.status_code == 200, shown.text
+                    tools = {tool["name"]: tool for tool in shown.json()["tools"]}
+                    if "git_log" in tools:
+                        break
+                    await anyio.sleep(0.1)
+            assert all(tool["state"] == "quarantined" for tool in tools.values())
+            async with agent(f"{base}/mcp", staff) as client:
+                assert not [t for t in (await client.list_tools()).tools if t.name.startswith("gitsvc_")]
+            review = {"mode": "read", "definition": tools["git_log"]["listed_hash"], "roles": ["staff"]}
+            answer = await _call(base, admin, "PUT", "/admin/api/upstreams/gitsvc/tools/git_log", review)
+            assert answer.status_code == 200, answer.text
+            with anyio.fail_after(30):
+                while True:
+                    async with agent(f"{base}/mcp", staff) as client:
+                        if "gitsvc_git_log" in {t.name for t in (await client.list_tools()).tools}:
+                            read = await client.call_tool("gitsvc_git_log", {"repo_path": str(repo)})
+                            break
+                    await anyio.sleep(0.1)
+            assert not read.is_error, read
+    assert set(headers.read_text().splitlines()) == {"Bearer the-gateways-token"}
+    events = await RedisStreamAuditSink(redis, secret=TEST_AUDIT_SECRET.encode()).recent(300)
+    outcomes = [(e.subject, e.outcome) for e in events if e.action == "upstreams.register"]
+    assert outcomes.count(("git-team", "deny")) == 4 and ("git-team", "ok") in outcomes
+    assert ("someone-else", "deny") in outcomes
