@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from gateway.principal import Principal
 from gateway.tools.declarations import Mode, Tool
 from policies.engine import AUTO, PolicyAnswer
 
-__all__ = ["CedarEngine", "CompiledPolicies", "compile_policies"]
+__all__ = ["CedarEngine", "CompiledPolicies", "compile_policies", "schema_digest"]
 
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
 _LISTINGS = 65_536
@@ -62,6 +63,10 @@ class CompiledPolicies:
     """Each policy's annotations, by its id."""
     reads_taint: frozenset[str]
     """The ids of the policies whose condition reads ``context.tainted``."""
+    forbids: frozenset[str] = frozenset()
+    """Cedar's ``policyN`` of every ``forbid``: one that cannot be evaluated denies (`CedarEngine.decide`)."""
+    schema: str = ""
+    """A digest of the schema the set was validated against: the tools served then, with their argument types."""
     static: Mapping[str, Any] = field(default_factory=dict)
     """The policies in Cedar's JSON form, by Cedar's ``policyN``."""
     listings: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
@@ -109,7 +114,10 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
     ids: dict[str, str] = {}
     annotations: dict[str, Mapping[str, str]] = {}
     reads_taint: set[str] = set()
+    forbids: set[str] = set()
     for cedar_id, body in parsed.get("staticPolicies", {}).items():
+        if body.get("effect") == "forbid":
+            forbids.add(cedar_id)
         notes = dict(body.get("annotations") or {})
         policy_id = notes.get("id") or cedar_id
         if policy_id in annotations:
@@ -120,7 +128,8 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
         annotations[policy_id] = notes
         if '"attr": "tainted"' in json.dumps(body.get("conditions", []), separators=(",", ": ")):
             reads_taint.add(policy_id)
-    result = cedarpy.validate_policies(text, cedar_schema(tools))
+    schema = cedar_schema(tools)
+    result = cedarpy.validate_policies(text, schema)
     if not result.validation_passed:
         messages = "; ".join(f"{ids.get(error.policy_id, error.policy_id)}: {error.error}" for error in result.errors)
         raise ConfigError(f"policy set {source} does not validate: {messages}")
@@ -132,8 +141,15 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
         ids=ids,
         annotations=annotations,
         reads_taint=frozenset(reads_taint),
+        forbids=frozenset(forbids),
+        schema=schema_digest(schema),
         static=parsed.get("staticPolicies", {}),
     )
+
+
+def schema_digest(schema: Mapping[str, Any]) -> str:
+    """A digest of a Cedar schema (`cedar_schema`): equal exactly when the tools and their types are."""
+    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class CedarEngine:
@@ -188,6 +204,13 @@ class CedarEngine:
             return listed
         request["context"] = context_of(tool, arguments, tainted=tainted)
         result = cedarpy.is_authorized(request, policies, entities)
+        if result.diagnostics.errors:
+            # Cedar skips a policy it cannot evaluate; for a forbid that would open what it closes (a set kept in
+            # force after the catalog changed under it, an overflow): the call is refused in its name instead.
+            broken = _ids(compiled, _erring(result.diagnostics.errors) & compiled.forbids)
+            if broken:
+                reason = f"policy {', '.join(broken)} cannot be evaluated for this call"
+                return PolicyAnswer(decision=Decision.deny(Code.PERMISSION_DENIED, reason), policy_ids=broken)
         ids = _ids(compiled, result.diagnostics.reasons)
         if not result.allowed:
             return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
@@ -252,6 +275,14 @@ def _listing_answer(compiled: CompiledPolicies, partial: cedarpy.PartialAuthzRes
     if not may_permit:
         return PolicyAnswer(decision=_denied(()))
     return PolicyAnswer(decision=Decision.allow("a policy may permit it"))
+
+
+_ERRING = re.compile(r"policy `([^`]+)`")
+
+
+def _erring(errors: Iterable[str]) -> set[str]:
+    """Cedar's ``policyN`` of each policy its evaluation errors name."""
+    return {found.group(1) for error in errors if (found := _ERRING.search(error))}
 
 
 def _ids(compiled: CompiledPolicies, reasons: Iterable[str]) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ from gateway.audit.secret import audit_secret
 from gateway.config.settings import AdapterSettings, Settings
 from gateway.errors import ConfigError, UpstreamError
 from gateway.runtime import demo
-from gateway.runtime.app import build_gateway, create_app, tools_for
+from gateway.runtime.app import build_gateway, create_app, policy_reloads, tools_for
 from gateway.runtime.background import background_loops
 from gateway.runtime.stopping import QuietServer, Stopper
 from gateway.runtime.upstreams import fronting
@@ -246,6 +246,13 @@ async def run_worker(settings: Settings) -> None:
         await fronted.enter_async_context(
             fronting(settings.upstreams, gateway.live, secrets=settings.secrets, poll_seconds=poll)
         )
+        try:
+            # The policy set this worker re-checks approved cards with follows its files and SIGHUP, as serve's does.
+            await fronted.enter_async_context(policy_reloads(gateway.policy))
+        except ConfigError:
+            await fronted.aclose()
+            await gateway.aclose()
+            raise
         worker = Worker(gateway.executor.writes, gateway.cards)
         # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.
         stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None
