@@ -47,6 +47,8 @@ __all__ = ["CedarEngine", "CompiledPolicies", "compile_policies", "schema_digest
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
 _LISTINGS = 65_536
 """Listing answers (and parsed entities) remembered per policy set before the memory starts over."""
+_DECISIONS = 8_192
+"""Call answers remembered per policy set before that memory starts over (each holds its context's text)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,11 +75,13 @@ class CompiledPolicies:
     """Listing answers of this set, by principal and tool (`CedarEngine.decide`)."""
     entities: dict[tuple[Any, ...], cedarpy.Entities] = field(default_factory=dict)
     """The parsed entities of a principal and a tool, as `listings`."""
-    slices: dict[tuple[Any, ...], cedarpy.PolicySet] = field(default_factory=dict)
+    slices: dict[tuple[Any, ...], Slice] = field(default_factory=dict)
     """For an action and a principal: the policies whose scope can match them (`for_call`)."""
+    decisions: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Call answers of this set, by principal, tool, taint and the part of the context its policies read."""
 
-    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> cedarpy.PolicySet:
-        """The policies that can apply to `principal` (holding `roles`) calling `action`.
+    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> Slice:
+        """The policies that can apply to `principal` (holding `roles`) calling `action`, and what they read.
 
         Cedar evaluates every policy of the set it is given, so a call is decided over the policies whose
         scope can match it: an action scope naming this action, a group or any action, and a principal
@@ -94,9 +98,62 @@ class CompiledPolicies:
                 and _may_match(body["principal"], {("Principal", principal), *(("Role", role) for role in roles)})
             }
             text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
-            found = cedarpy.PolicySet.from_json_str(text)
+            reads: set[str] | None = set()
+            for body in kept.values():
+                for condition in body.get("conditions", ()):
+                    reads = _context_reads(condition.get("body"), reads)
+            found = Slice(
+                policies=cedarpy.PolicySet.from_json_str(text),
+                arguments=frozenset(name for name in reads if name != _TAINTED) if reads is not None else None,
+                tainted=reads is None or _TAINTED in reads,
+            )
             _remember(self.slices, key, found)
         return found
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slice:
+    """The policies a call can match (`CompiledPolicies.for_call`), and what of the request context they read."""
+
+    policies: cedarpy.PolicySet
+    arguments: frozenset[str] | None
+    """The arguments the policies read (``context.arguments.<name>``, or test with ``has``); None: they read the
+    context in another way, and get all of it."""
+    tainted: bool
+    """Whether they read ``context.tainted``."""
+
+
+_TAINTED = "\0tainted"
+"""`_context_reads`'s name for ``context.tainted`` (not an argument name: none holds a NUL)."""
+
+
+def _context_reads(node: Any, reads: set[str] | None) -> set[str] | None:
+    """The arguments a policy condition (Cedar's JSON form) reads from the context, added to `reads`; None when it
+    reads the context otherwise than ``context.arguments.<name>``, ``context.tainted`` or ``has`` of them."""
+    if reads is None:
+        return None
+    if isinstance(node, list):
+        for item in node:
+            reads = _context_reads(item, reads)
+        return reads
+    if not isinstance(node, dict):
+        return reads
+    if node.get("Var") == "context":
+        return None  # the context itself, beyond the forms below: it is passed whole
+    for operator in (".", "has"):
+        access = node.get(operator)
+        if isinstance(access, dict) and "left" in access and "attr" in access:
+            left, attr = access["left"], access["attr"]
+            if left == {"Var": "context"} and (attr == "tainted" or (attr, operator) == ("arguments", "has")):
+                if attr == "tainted":
+                    reads.add(_TAINTED)
+                return reads  # ``context has arguments``: every call's context has its arguments
+            if isinstance(left, dict) and left.get(".") == {"left": {"Var": "context"}, "attr": "arguments"}:
+                reads.add(str(attr))
+                return reads
+    for value in node.values():
+        reads = _context_reads(value, reads)
+    return reads
 
 
 def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
@@ -182,28 +239,42 @@ class CedarEngine:
         self, tool: Tool, principal: Principal, arguments: Mapping[str, Any] | None, *, tainted: bool
     ) -> PolicyAnswer:
         compiled = self._compiled
-        principal_id = principal.key_id or principal.subject
-        request: dict[str, Any] = {
-            "principal": {"type": "Principal", "id": principal_id},
-            "action": {"type": "Action", "id": tool.name},
-            "resource": {"type": "Tool", "id": tool.name},
-        }
         key = (principal, tool.name, tool.adapter, tool.mode)
-        entities = compiled.entities.get(key)
-        if entities is None:
-            entities = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
-            _remember(compiled.entities, key, entities)
-        policies = compiled.for_call(tool.name, principal_id, principal.roles)
         if arguments is None:
             # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
             # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
             listed = compiled.listings.get(key)
             if listed is None:
-                listed = self._listing(compiled, policies, request, tool, entities)
+                listed = self._listing(compiled, tool, principal)
                 _remember(compiled.listings, key, listed)
             return listed
-        request["context"] = context_of(tool, arguments, tainted=tainted)
-        result = cedarpy.is_authorized(request, policies, entities)
+        principal_id = principal.key_id or principal.subject
+        policies = compiled.for_call(tool.name, principal_id, principal.roles)
+        # Only the part of the context the policies read is built and handed over: Cedar's cost grows with the
+        # context it parses, and a policy cannot tell the parts it does not read.
+        context = json.dumps(
+            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted),
+            separators=(",", ":"),
+        )
+        # A call answer is a pure function of the set, the entities and that context (no clock, no state):
+        # remembered, with the taint, which decides an auto approval whether or not a policy reads it.
+        remembered = (key, tainted, context)
+        answer = compiled.decisions.get(remembered)
+        if answer is None:
+            answer = self._call(compiled, tool, principal, policies, context, tainted=tainted)
+            _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
+        return answer
+
+    def _call(
+        self, compiled: CompiledPolicies, tool: Tool, who: Principal, policies: Slice, context: str, *, tainted: bool
+    ) -> PolicyAnswer:
+        request = {
+            "principal": {"type": "Principal", "id": who.key_id or who.subject},
+            "action": {"type": "Action", "id": tool.name},
+            "resource": {"type": "Tool", "id": tool.name},
+            "context": context,
+        }
+        result = cedarpy.is_authorized(request, policies.policies, _entities(compiled, tool, who))
         if result.diagnostics.errors:
             # Cedar skips a policy it cannot evaluate; for a forbid that would open what it closes (a set kept in
             # force after the catalog changed under it, an overflow): the call is refused in its name instead.
@@ -219,24 +290,29 @@ class CedarEngine:
             return PolicyAnswer(decision=allowed, policy_ids=ids)
         return _approval(compiled, ids, allowed, tainted=tainted)
 
-    def _listing(
-        self,
-        compiled: CompiledPolicies,
-        policies: cedarpy.PolicySet,
-        request: dict[str, Any],
-        tool: Tool,
-        entities: cedarpy.Entities,
-    ) -> PolicyAnswer:
+    def _listing(self, compiled: CompiledPolicies, tool: Tool, principal: Principal) -> PolicyAnswer:
         # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
         # context could make the call allowed, which is exactly when the tool is hidden.
         # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
+        principal_id = principal.key_id or principal.subject
         surface = {
-            "principal": f"Principal::{json.dumps(request['principal']['id'])}",
+            "principal": f"Principal::{json.dumps(principal_id)}",
             "action": f"Action::{json.dumps(tool.name)}",
             "resource": f"Tool::{json.dumps(tool.name)}",
         }
-        partial = cedarpy.is_authorized_partial(surface, policies, entities)
+        policies = compiled.for_call(tool.name, principal_id, principal.roles).policies
+        partial = cedarpy.is_authorized_partial(surface, policies, _entities(compiled, tool, principal))
         return _listing_answer(compiled, partial)
+
+
+def _entities(compiled: CompiledPolicies, tool: Tool, principal: Principal) -> cedarpy.Entities:
+    """The parsed entities of `principal` calling `tool`, remembered per set."""
+    key = (principal, tool.name, tool.adapter, tool.mode)
+    found = compiled.entities.get(key)
+    if found is None:
+        found = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
+        _remember(compiled.entities, key, found)
+    return found
 
 
 def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool:
@@ -250,8 +326,8 @@ def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool
     return (entity.get("type"), entity.get("id")) in entities
 
 
-def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
-    if len(memory) >= _LISTINGS:
+def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, *, limit: int = _LISTINGS) -> None:
+    if len(memory) >= limit:
         memory.clear()  # a bounded memory: past its size it starts over
     memory[key] = value
 
