@@ -42,11 +42,11 @@ from gateway.principal import Principal
 from gateway.tools.declarations import Mode, Tool
 from policies.engine import AUTO, PolicyAnswer
 
-__all__ = ["CedarEngine", "CompiledPolicies", "compile_policies", "schema_digest"]
+__all__ = ["Caller", "CedarEngine", "CompiledPolicies", "Slice", "compile_policies", "schema_digest"]
 
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
 _LISTINGS = 65_536
-"""Listing answers (and parsed entities) remembered per policy set before the memory starts over."""
+"""Callers (`Caller`) and slices remembered per policy set before that memory starts over."""
 _DECISIONS = 8_192
 """Call answers remembered per policy set before that memory starts over (each holds its context's text)."""
 
@@ -71,14 +71,12 @@ class CompiledPolicies:
     """A digest of the schema the set was validated against: the tools served then, with their argument types."""
     static: Mapping[str, Any] = field(default_factory=dict)
     """The policies in Cedar's JSON form, by Cedar's ``policyN``."""
-    listings: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
-    """Listing answers of this set, by principal and tool (`CedarEngine.decide`)."""
-    entities: dict[tuple[Any, ...], cedarpy.Entities] = field(default_factory=dict)
-    """The parsed entities of a principal and a tool, as `listings`."""
+    callers: dict[tuple[Any, ...], Caller] = field(default_factory=dict)
+    """What this set remembers of a principal calling a tool (`CedarEngine.decide`), by both."""
     slices: dict[tuple[Any, ...], Slice] = field(default_factory=dict)
     """For an action and a principal: the policies whose scope can match them (`for_call`)."""
     decisions: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
-    """Call answers of this set, by principal, tool, taint and the part of the context its policies read."""
+    """Call answers of this set, by caller (`Caller`), taint and the part of the context its policies read."""
 
     def for_call(self, action: str, principal: str, roles: frozenset[str]) -> Slice:
         """The policies that can apply to `principal` (holding `roles`) calling `action`, and what they read.
@@ -121,6 +119,19 @@ class Slice:
     context in another way, and get all of it."""
     tainted: bool
     """Whether they read ``context.tainted``."""
+
+
+class Caller:
+    """What a policy set remembers of one principal calling one tool: the parsed entities, the policies that can
+    apply, and the listing answer once asked. Hashed by identity: a remembered call answer is keyed by this
+    object, so it can never be found for another caller."""
+
+    __slots__ = ("entities", "listing", "policies")
+
+    def __init__(self, entities: cedarpy.Entities, policies: Slice) -> None:
+        self.entities = entities
+        self.policies = policies
+        self.listing: PolicyAnswer | None = None
 
 
 _TAINTED = "\0tainted"
@@ -240,33 +251,37 @@ class CedarEngine:
     ) -> PolicyAnswer:
         compiled = self._compiled
         key = (principal, tool.name, tool.adapter, tool.mode)
+        caller = compiled.callers.get(key)
+        if caller is None:
+            principal_id = principal.key_id or principal.subject
+            caller = Caller(
+                cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal))),
+                compiled.for_call(tool.name, principal_id, principal.roles),
+            )
+            _remember(compiled.callers, key, caller)
         if arguments is None:
             # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
             # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
-            listed = compiled.listings.get(key)
-            if listed is None:
-                listed = self._listing(compiled, tool, principal)
-                _remember(compiled.listings, key, listed)
-            return listed
-        principal_id = principal.key_id or principal.subject
-        policies = compiled.for_call(tool.name, principal_id, principal.roles)
+            if caller.listing is None:
+                caller.listing = self._listing(compiled, tool, principal, caller)
+            return caller.listing
+        policies = caller.policies
         # Only the part of the context the policies read is built and handed over: Cedar's cost grows with the
         # context it parses, and a policy cannot tell the parts it does not read.
         context = json.dumps(
-            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted),
-            separators=(",", ":"),
+            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
         )
         # A call answer is a pure function of the set, the entities and that context (no clock, no state):
         # remembered, with the taint, which decides an auto approval whether or not a policy reads it.
-        remembered = (key, tainted, context)
+        remembered = (caller, tainted, context)
         answer = compiled.decisions.get(remembered)
         if answer is None:
-            answer = self._call(compiled, tool, principal, policies, context, tainted=tainted)
+            answer = self._call(compiled, tool, principal, caller, context, tainted=tainted)
             _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
         return answer
 
     def _call(
-        self, compiled: CompiledPolicies, tool: Tool, who: Principal, policies: Slice, context: str, *, tainted: bool
+        self, compiled: CompiledPolicies, tool: Tool, who: Principal, caller: Caller, context: str, *, tainted: bool
     ) -> PolicyAnswer:
         request = {
             "principal": {"type": "Principal", "id": who.key_id or who.subject},
@@ -274,7 +289,7 @@ class CedarEngine:
             "resource": {"type": "Tool", "id": tool.name},
             "context": context,
         }
-        result = cedarpy.is_authorized(request, policies.policies, _entities(compiled, tool, who))
+        result = cedarpy.is_authorized(request, caller.policies.policies, caller.entities)
         if result.diagnostics.errors:
             # Cedar skips a policy it cannot evaluate; for a forbid that would open what it closes (a set kept in
             # force after the catalog changed under it, an overflow): the call is refused in its name instead.
@@ -290,29 +305,17 @@ class CedarEngine:
             return PolicyAnswer(decision=allowed, policy_ids=ids)
         return _approval(compiled, ids, allowed, tainted=tainted)
 
-    def _listing(self, compiled: CompiledPolicies, tool: Tool, principal: Principal) -> PolicyAnswer:
+    def _listing(self, compiled: CompiledPolicies, tool: Tool, principal: Principal, caller: Caller) -> PolicyAnswer:
         # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
         # context could make the call allowed, which is exactly when the tool is hidden.
         # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
-        principal_id = principal.key_id or principal.subject
         surface = {
-            "principal": f"Principal::{json.dumps(principal_id)}",
+            "principal": f"Principal::{json.dumps(principal.key_id or principal.subject)}",
             "action": f"Action::{json.dumps(tool.name)}",
             "resource": f"Tool::{json.dumps(tool.name)}",
         }
-        policies = compiled.for_call(tool.name, principal_id, principal.roles).policies
-        partial = cedarpy.is_authorized_partial(surface, policies, _entities(compiled, tool, principal))
+        partial = cedarpy.is_authorized_partial(surface, caller.policies.policies, caller.entities)
         return _listing_answer(compiled, partial)
-
-
-def _entities(compiled: CompiledPolicies, tool: Tool, principal: Principal) -> cedarpy.Entities:
-    """The parsed entities of `principal` calling `tool`, remembered per set."""
-    key = (principal, tool.name, tool.adapter, tool.mode)
-    found = compiled.entities.get(key)
-    if found is None:
-        found = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
-        _remember(compiled.entities, key, found)
-    return found
 
 
 def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool:
