@@ -45,8 +45,10 @@ from policies.engine import AUTO, PolicyAnswer
 __all__ = ["Caller", "CedarEngine", "CompiledPolicies", "Slice", "compile_policies", "schema_digest"]
 
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
-_LISTINGS = 65_536
-"""Callers (`Caller`) and slices remembered per policy set before that memory starts over."""
+_SLICES = 65_536
+"""Slices (`Slice`) remembered per policy set before that memory starts over."""
+_CALLERS = 16_384
+"""Callers (`Caller`) remembered per policy set before that memory starts over: each holds its parsed entities."""
 _DECISIONS = 8_192
 """Call answers remembered per policy set before that memory starts over (each holds its context's text)."""
 
@@ -75,6 +77,8 @@ class CompiledPolicies:
     """What this set remembers of a principal calling a tool (`CedarEngine.decide`), by both."""
     slices: dict[tuple[Any, ...], Slice] = field(default_factory=dict)
     """For an action and a principal: the policies whose scope can match them (`for_call`)."""
+    outcomes: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Answers by Cedar's outcome (allowed, the deciding policies), the tool's mode and the taint (`_answer`)."""
     decisions: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
     """Call answers of this set, by caller (`Caller`), taint and the part of the context its policies read."""
 
@@ -258,7 +262,7 @@ class CedarEngine:
                 cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal))),
                 compiled.for_call(tool.name, principal_id, principal.roles),
             )
-            _remember(compiled.callers, key, caller)
+            _remember(compiled.callers, key, caller, limit=_CALLERS)
         if arguments is None:
             # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
             # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
@@ -297,13 +301,13 @@ class CedarEngine:
             if broken:
                 reason = f"policy {', '.join(broken)} cannot be evaluated for this call"
                 return PolicyAnswer(decision=Decision.deny(Code.PERMISSION_DENIED, reason), policy_ids=broken)
-        ids = _ids(compiled, result.diagnostics.reasons)
-        if not result.allowed:
-            return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
-        allowed = Decision.allow(f"policy {', '.join(ids)}")
-        if tool.mode is Mode.READ:
-            return PolicyAnswer(decision=allowed, policy_ids=ids)
-        return _approval(compiled, ids, allowed, tainted=tainted)
+        # The answer follows from Cedar's outcome and the deciding policies alone: remembered by them.
+        outcome = (result.allowed, tuple(result.diagnostics.reasons), tool.mode, tainted)
+        answer = compiled.outcomes.get(outcome)
+        if answer is None:
+            answer = _answer(compiled, *outcome)
+            _remember(compiled.outcomes, outcome, answer, limit=_DECISIONS)
+        return answer
 
     def _listing(self, compiled: CompiledPolicies, tool: Tool, principal: Principal, caller: Caller) -> PolicyAnswer:
         # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
@@ -329,7 +333,7 @@ def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool
     return (entity.get("type"), entity.get("id")) in entities
 
 
-def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, *, limit: int = _LISTINGS) -> None:
+def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, *, limit: int = _SLICES) -> None:
     if len(memory) >= limit:
         memory.clear()  # a bounded memory: past its size it starts over
     memory[key] = value
@@ -362,6 +366,19 @@ _ERRING = re.compile(r"policy `([^`]+)`")
 def _erring(errors: Iterable[str]) -> set[str]:
     """Cedar's ``policyN`` of each policy its evaluation errors name."""
     return {found.group(1) for error in errors if (found := _ERRING.search(error))}
+
+
+def _answer(
+    compiled: CompiledPolicies, allowed: bool, reasons: tuple[str, ...], mode: Mode, tainted: bool
+) -> PolicyAnswer:
+    """The answer for Cedar's outcome: denied, or allowed, with the deciding permits' approval for a write."""
+    ids = _ids(compiled, reasons)
+    if not allowed:
+        return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
+    decision = Decision.allow(f"policy {', '.join(ids)}")
+    if mode is Mode.READ:
+        return PolicyAnswer(decision=decision, policy_ids=ids)
+    return _approval(compiled, ids, decision, tainted=tainted)
 
 
 def _ids(compiled: CompiledPolicies, reasons: Iterable[str]) -> tuple[str, ...]:
