@@ -364,7 +364,8 @@ async def _adapters(store: _Store, args: argparse.Namespace) -> int:
 
 
 async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
-    from gateway.cli.policy import explain, parse_arguments, registered_tools
+    from gateway.cli.policy import explain, parse_arguments
+    from gateway.registry.tools import pinned_tools
     from gateway.runtime.app import tools_for
     from gateway.store.registrations import RegistryStore
 
@@ -373,7 +374,7 @@ async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
         print(f"countersign: no key {escape_unprintable(args.key)}", file=sys.stderr)
         return 1
     arguments = parse_arguments(args.args)
-    registered = registered_tools(await RegistryStore(store.redis).pinned(), tools_for(store.settings))
+    registered = pinned_tools(await RegistryStore(store.redis).pinned(), tools_for(store.settings))
     return explain(
         store.settings,
         record.principal(),

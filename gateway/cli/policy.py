@@ -32,21 +32,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from gateway.cedar.builtin import builtin_text
 from gateway.cedar.engine import CedarEngine, compile_policies
 from gateway.cedar.files import read_policy_text
 from gateway.config.settings import BUILTIN, Settings
-from gateway.errors import ConfigError, ToolDeclarationError
+from gateway.errors import ConfigError
 from gateway.principal import Principal
-from gateway.registry.manifest import AdapterManifest
-from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.tools.declarations import Tool
 from policies.access import decide_access, decide_call
 from policies.engine import AUTO, PolicyAnswer
 
-__all__ = ["answer_words", "explain", "policy_set", "registered_tools", "run_offline", "show_builtin"]
+__all__ = ["answer_words", "explain", "policy_set", "run_offline", "show_builtin"]
 
 
 def _tools(settings: Settings) -> list[Tool]:
@@ -85,20 +81,6 @@ def answer_words(answer: PolicyAnswer) -> str:
     role = f", approver role {answer.approver_role}" if answer.approver_role else ""
     ids = ", ".join(answer.policy_ids) or "none (no policy permits it)"
     return f"{outcome}{role}\ndeciding policies: {ids}\nreason: {answer.decision.reason}"
-
-
-def registered_tools(pinned: Mapping[str, Mapping[str, Any]], served: list[Tool]) -> list[Tool]:
-    """The tools of the pinned registered adapters (`RegistryStore.pinned`) besides `served`, as the gateway serves
-    them; a manifest it would not serve is left out (the gateway logs why)."""
-    names = {tool.name for tool in served}
-    found: list[Tool] = []
-    for adapter, document in pinned.items():
-        try:
-            tools = tools_from_manifest(adapter, AdapterManifest.model_validate(document))
-        except (ValidationError, ManifestError, ToolDeclarationError):
-            continue
-        found.extend(tool for tool in tools if tool.name not in names)
-    return found
 
 
 def explain(

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, create_model, field_validator
+from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
@@ -24,7 +24,7 @@ from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
 from gateway.tools.preview import Preview, PreviewRead
 
-__all__ = ["ManifestError", "tools_from_manifest"]
+__all__ = ["ManifestError", "pinned_tools", "tools_from_manifest"]
 
 _PLACEHOLDER = PLACEHOLDER
 
@@ -179,3 +179,18 @@ def _summary(template: str) -> Any:
 
 def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def pinned_tools(pinned: Mapping[str, Mapping[str, Any]], served: list[Tool]) -> list[Tool]:
+    """The tools of the pinned manifests (`RegistryStore.pinned`, by adapter name) besides `served`, as a gateway
+    builds them; a manifest it could not build is left out (the gateway logs why when it serves the registry).
+    For reading a policy set against what a gateway on that store serves, outside of it."""
+    names = {tool.name for tool in served}
+    found: list[Tool] = []
+    for adapter, document in pinned.items():
+        try:
+            tools = tools_from_manifest(adapter, AdapterManifest.model_validate(document))
+        except (ValidationError, ManifestError, ToolDeclarationError):
+            continue
+        found.extend(tool for tool in tools if tool.name not in names)
+    return found

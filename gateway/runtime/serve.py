@@ -32,8 +32,11 @@ import uvicorn
 from starlette.datastructures import Secret
 
 from gateway.audit.secret import audit_secret
-from gateway.config.settings import AdapterSettings, Settings
+from gateway.cedar.engine import compile_policies
+from gateway.cedar.files import read_policy_text
+from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.errors import ConfigError, UpstreamError
+from gateway.registry.tools import pinned_tools
 from gateway.runtime import demo
 from gateway.runtime.app import build_gateway, create_app, policy_reloads, tools_for
 from gateway.runtime.background import background_loops
@@ -43,6 +46,7 @@ from gateway.runtime.worker import Worker
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
 from gateway.store.keys import KeyStore
+from gateway.store.registrations import RegistryStore
 from gateway.store.signing_keys import SigningKeyStore
 from gateway.telemetry.logs import LogFormat, configure_logging
 from gateway.telemetry.metrics import serve_metrics
@@ -175,6 +179,7 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
         keys = await _demo_keys(ready, ready.redis_url) if ready.demo else None
+        await _policies_valid(ready, ready.redis_url)
         server = QuietServer(
             uvicorn.Config(
                 create_app(ready),
@@ -198,6 +203,28 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
             await server.serve(sockets=[sock])
         finally:
             announcing.cancel()
+
+
+async def _policies_valid(ready: Settings, redis_url: str) -> None:
+    """A policy file that does not validate against the tools the gateway will serve stops the start here, as one
+    error, before anything listens. The tools of fronted MCP servers are known only once they are connected: with
+    any configured, the app's own start (`gateway.runtime.app.policy_reloads`) is where such a set is refused.
+
+    Raises:
+        ConfigError: the set cannot be read or does not validate (Cedar's message).
+    """
+    if ready.policies is None or ready.policies == BUILTIN or ready.upstreams:
+        return
+    connection = connect(
+        redis_url, connect_timeout=ready.redis_connect_timeout_seconds, timeout=ready.redis_timeout_seconds
+    )
+    try:
+        pinned = await RegistryStore(connection.client).pinned()
+    finally:
+        await connection.aclose()
+    served = tools_for(ready)
+    served += pinned_tools(pinned, served)
+    compile_policies(read_policy_text(ready.policies), served, source=str(ready.policies))
 
 
 async def _demo_keys(ready: Settings, redis_url: str) -> demo.DemoKeys:

@@ -67,3 +67,21 @@ def test_sighup_reloads_the_policy_set_and_the_process_keeps_serving(tmp_path: P
         code, _seconds = process.stop()
     assert code == 0, process.output()
     assert "Traceback" not in process.output()
+
+
+def test_a_policy_set_that_does_not_validate_stops_serve_with_cedars_message(tmp_path: Path) -> None:
+    """A wrong argument type at start: one ``countersign:`` line naming the policy and the type Cedar expected,
+    exit 1, no traceback, and nothing served."""
+    policies = tmp_path / "bad.cedar"
+    policies.write_text(
+        '@id("typo") forbid (principal, action == Action::"orders_refund_create", resource)\n'
+        'when { context.arguments.amount_cents > "500" };'
+    )
+    environ = clean_environ(COUNTERSIGN_POLICIES=str(policies))
+    with serve(tmp_path, "serve", "--port", str(free_port()), environ=environ) as process:
+        status = process.process.wait(timeout=30)
+    output = process.output()
+    errors = [line for line in output.splitlines() if line.startswith("countersign:")]
+    assert status == 1 and len(errors) == 1, output
+    assert "typo" in errors[0] and "expected Long" in errors[0]
+    assert "Traceback" not in output and "serving" not in output
