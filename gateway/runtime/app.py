@@ -464,8 +464,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None) -> Ga
             async with (
                 surface.run(),
                 upstreams,
-                _background(gateway, settings, workers),
+                # The set in force before the worker re-checks any approved card with it.
                 policy_reloads(gateway.policy),
+                _background(gateway, settings, workers),
             ):
                 yield
         finally:
