@@ -14,7 +14,8 @@ argument-conditioned permits and forbids over every tool:
 Rounds are interleaved; the table shows the median per-call time of each, the difference (what a
 policy set adds to a call; the issue's budget is 50 µs) and the median ratio. The times move with
 whatever else the machine runs; ``--callgrind`` adds instructions per call, which do not (each
-variant run under valgrind with and without the calls, the difference divided by the calls).
+variant run under valgrind with and without a quarter of the calls, garbage collection off while they run,
+the difference divided by the calls).
 
 Run: ``python bench/policy_cost.py [--rounds 7] [--calls 2000] [--policies 100] [--callgrind]``.
 """
@@ -22,6 +23,7 @@ Run: ``python bench/policy_cost.py [--rounds 7] [--calls 2000] [--policies 100] 
 from __future__ import annotations
 
 import argparse
+import gc
 import re
 import statistics
 import subprocess
@@ -125,7 +127,7 @@ def _instructions(args: argparse.Namespace) -> dict[str, float]:
             raise RuntimeError(f"callgrind reported no count: {done.stderr[-500:]}")
         return int(found.group(1))
 
-    calls = max(args.calls // 10, 100)
+    calls = max(args.calls // 4, 100)
     return {variant: (count(variant, calls) - count(variant, 0)) / calls for variant in VARIANTS}
 
 
@@ -142,6 +144,8 @@ def main() -> None:
     amounts = _Amounts()
     if args.count is not None:
         _variant(args.count, engine, 50, amounts)  # warm: the set's slices, entities and listing answers
+        gc.collect()
+        gc.disable()  # a collection of the whole heap would land in one run and not the other
         _variant(args.count, engine, args.calls, amounts)
         return
     for name in VARIANTS:
