@@ -7,19 +7,26 @@ real tools and the README's example policy set padded to 100 policies with role-
 argument-conditioned permits and forbids over every tool:
 
 * ``builtin``: `decide_access` then `decide_call` with no engine (the tool's `Access` rule);
-* ``cedar``: the same two calls with the Cedar engine.
+* ``cedar``: the same two calls with the Cedar engine, a new refund amount each call, so every call
+  question is evaluated by Cedar (the listing answer is remembered per principal and tool);
+* ``cedar-same``: the same arguments each call, so the remembered call answer applies.
 
 Rounds are interleaved; the table shows the median per-call time of each, the difference (what a
-policy set adds to a call; the issue's budget is 50 µs) and the ratio. The numbers move with
-whatever else the machine runs.
+policy set adds to a call; the issue's budget is 50 µs) and the median ratio. The times move with
+whatever else the machine runs; ``--callgrind`` adds instructions per call, which do not (each
+variant run under valgrind with and without a quarter of the calls, garbage collection off while they run,
+the difference divided by the calls).
 
-Run: ``python bench/policy_cost.py [--rounds 7] [--calls 2000] [--policies 100]``.
+Run: ``python bench/policy_cost.py [--rounds 7] [--calls 2000] [--policies 100] [--callgrind]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,16 +76,59 @@ def policy_set(count: int) -> str:
     return "\n".join(lines)
 
 
-def _round(engine: PolicyEngine | None, calls: int) -> float:
-    refund = next(tool for tool in TOOLS if tool.name == "orders_refund_create")
-    orgs = OrgAdapters({"acme": frozenset({"orders"})})
-    who = Principal(subject="sam@acme.example", org="acme", roles=frozenset({"support", "team-3"}), key_id="key_s")
+REFUND = next(tool for tool in TOOLS if tool.name == "orders_refund_create")
+ORGS = OrgAdapters({"acme": frozenset({"orders"})})
+WHO = Principal(subject="sam@acme.example", org="acme", roles=frozenset({"support", "team-3"}), key_id="key_s")
+
+
+class _Amounts:
+    """Refund amounts between 20.00 and 500.00 that do not repeat within a run, so no remembered answer applies."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def take(self) -> int:
+        self._next += 1
+        return 2_000 + self._next % 48_000
+
+
+def _round(engine: PolicyEngine | None, calls: int, amounts: _Amounts | None) -> float:
+    """`calls` calls' listing and call questions; the amount new each call when `amounts` is given."""
     arguments: dict[str, Any] = {"order_id": "ord-1001", "amount_cents": 30_000, "reason": "damaged"}
     started = time.perf_counter()
     for _ in range(calls):
-        decide_access(refund, who, orgs, engine)
-        decide_call(refund, who, orgs, engine, arguments, tainted=False)
-    return (time.perf_counter() - started) / calls
+        if amounts is not None:
+            arguments = {"order_id": "ord-1001", "amount_cents": amounts.take(), "reason": "damaged"}
+        decide_access(REFUND, WHO, ORGS, engine)
+        decide_call(REFUND, WHO, ORGS, engine, arguments, tainted=False)
+    return (time.perf_counter() - started) / max(calls, 1)
+
+
+VARIANTS = ("builtin", "cedar", "cedar-same")
+"""What the table compares: the built-in rules; Cedar with a new amount each call (every answer computed);
+Cedar with the same arguments each call (the remembered answer)."""
+
+
+def _variant(name: str, engine: CedarEngine, calls: int, amounts: _Amounts) -> float:
+    if name == "builtin":
+        return _round(None, calls, None)
+    return _round(engine, calls, amounts if name == "cedar" else None)
+
+
+def _instructions(args: argparse.Namespace) -> dict[str, float]:
+    """Instructions per call of each variant, counted by callgrind: a run with `calls` calls less one with none."""
+
+    def count(variant: str, calls: int) -> int:
+        command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__]
+        command += ["--count", variant, "--calls", str(calls), "--policies", str(args.policies)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=1800)
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if found is None:
+            raise RuntimeError(f"callgrind reported no count: {done.stderr[-500:]}")
+        return int(found.group(1))
+
+    calls = max(args.calls // 4, 100)
+    return {variant: (count(variant, calls) - count(variant, 0)) / calls for variant in VARIANTS}
 
 
 def main() -> None:
@@ -86,23 +136,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--policies", type=int, default=100)
+    parser.add_argument("--callgrind", action="store_true", help="also count instructions per call (valgrind)")
+    parser.add_argument("--count", choices=VARIANTS, help=argparse.SUPPRESS)  # one run under callgrind
     args = parser.parse_args()
     engine = CedarEngine(compile_policies(policy_set(args.policies), TOOLS, source="bench"))
     assert len(engine.compiled.ids) == args.policies
-    builtin, cedar, ratios = [], [], []
-    _round(engine, 200)  # warm up
+    amounts = _Amounts()
+    if args.count is not None:
+        _variant(args.count, engine, 50, amounts)  # warm: the set's slices, entities and listing answers
+        gc.collect()
+        gc.disable()  # a collection of the whole heap would land in one run and not the other
+        _variant(args.count, engine, args.calls, amounts)
+        return
+    for name in VARIANTS:
+        _variant(name, engine, 200, amounts)  # warm up
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    ratios: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(args.rounds):
-        plain, policy = _round(None, args.calls), _round(engine, args.calls)
-        builtin.append(plain)
-        cedar.append(policy)
-        ratios.append(policy / plain)
-    b, c = statistics.median(builtin) * 1e6, statistics.median(cedar) * 1e6
+        plain = _variant("builtin", engine, args.calls, amounts)
+        times["builtin"].append(plain)
+        for name in VARIANTS[1:]:
+            took = _variant(name, engine, args.calls, amounts)
+            times[name].append(took)
+            ratios[name].append(took / plain)
     print(f"{args.policies} policies, {args.rounds} rounds of {args.calls} calls (listing + call question each)")
-    print(f"{'variant':<10} {'µs/call':>10}")
-    print(f"{'builtin':<10} {b:>10.1f}")
-    print(f"{'cedar':<10} {c:>10.1f}")
-    ratio = statistics.median(ratios)
-    print(f"added per call: {c - b:.1f} µs (budget 50 µs); median ratio cedar/builtin: {ratio:.0f}x")
+    counted = _instructions(args) if args.callgrind else {}
+    print(f"{'variant':<11} {'µs/call':>9} {'added µs':>9} {'ratio':>6}" + ("  instructions/call" if counted else ""))
+    base = statistics.median(times["builtin"]) * 1e6
+    for name in VARIANTS:
+        median = statistics.median(times[name]) * 1e6
+        ratio = f"{statistics.median(ratios[name]):.1f}x" if ratios[name] else "1x"
+        extra = f"  {counted[name]:>18,.0f}" if counted else ""
+        print(f"{name:<11} {median:>9.1f} {median - base:>9.1f} {ratio:>6}{extra}")
+    print("added: the median per-call time less the built-in rules' (the issue's budget: 50 µs at 100 policies)")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -41,11 +42,15 @@ from gateway.principal import Principal
 from gateway.tools.declarations import Mode, Tool
 from policies.engine import AUTO, PolicyAnswer
 
-__all__ = ["CedarEngine", "CompiledPolicies", "compile_policies"]
+__all__ = ["Caller", "CedarEngine", "CompiledPolicies", "Slice", "compile_policies", "schema_digest"]
 
 _APPROVALS = {"auto": AUTO, "1": 1, "2": 2, "3": 3}
-_LISTINGS = 65_536
-"""Listing answers (and parsed entities) remembered per policy set before the memory starts over."""
+_SLICES = 65_536
+"""Slices (`Slice`) remembered per policy set before that memory starts over."""
+_CALLERS = 16_384
+"""Callers (`Caller`) remembered per policy set before that memory starts over: each holds its parsed entities."""
+_DECISIONS = 8_192
+"""Call answers remembered per policy set before that memory starts over (each holds its context's text)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,17 +67,23 @@ class CompiledPolicies:
     """Each policy's annotations, by its id."""
     reads_taint: frozenset[str]
     """The ids of the policies whose condition reads ``context.tainted``."""
+    forbids: frozenset[str] = frozenset()
+    """Cedar's ``policyN`` of every ``forbid``: one that cannot be evaluated denies (`CedarEngine.decide`)."""
+    schema: str = ""
+    """A digest of the schema the set was validated against: the tools served then, with their argument types."""
     static: Mapping[str, Any] = field(default_factory=dict)
     """The policies in Cedar's JSON form, by Cedar's ``policyN``."""
-    listings: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
-    """Listing answers of this set, by principal and tool (`CedarEngine.decide`)."""
-    entities: dict[tuple[Any, ...], cedarpy.Entities] = field(default_factory=dict)
-    """The parsed entities of a principal and a tool, as `listings`."""
-    slices: dict[tuple[Any, ...], cedarpy.PolicySet] = field(default_factory=dict)
+    callers: dict[tuple[Any, ...], Caller] = field(default_factory=dict)
+    """What this set remembers of a principal calling a tool (`CedarEngine.decide`), by both."""
+    slices: dict[tuple[Any, ...], Slice] = field(default_factory=dict)
     """For an action and a principal: the policies whose scope can match them (`for_call`)."""
+    outcomes: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Answers by Cedar's outcome (allowed, the deciding policies), the tool's mode and the taint (`_answer`)."""
+    decisions: dict[tuple[Any, ...], PolicyAnswer] = field(default_factory=dict)
+    """Call answers of this set, by caller (`Caller`), taint and the part of the context its policies read."""
 
-    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> cedarpy.PolicySet:
-        """The policies that can apply to `principal` (holding `roles`) calling `action`.
+    def for_call(self, action: str, principal: str, roles: frozenset[str]) -> Slice:
+        """The policies that can apply to `principal` (holding `roles`) calling `action`, and what they read.
 
         Cedar evaluates every policy of the set it is given, so a call is decided over the policies whose
         scope can match it: an action scope naming this action, a group or any action, and a principal
@@ -89,9 +100,75 @@ class CompiledPolicies:
                 and _may_match(body["principal"], {("Principal", principal), *(("Role", role) for role in roles)})
             }
             text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
-            found = cedarpy.PolicySet.from_json_str(text)
+            reads: set[str] | None = set()
+            for body in kept.values():
+                for condition in body.get("conditions", ()):
+                    reads = _context_reads(condition.get("body"), reads)
+            found = Slice(
+                policies=cedarpy.PolicySet.from_json_str(text),
+                arguments=frozenset(name for name in reads if name != _TAINTED) if reads is not None else None,
+                tainted=reads is None or _TAINTED in reads,
+            )
             _remember(self.slices, key, found)
         return found
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Slice:
+    """The policies a call can match (`CompiledPolicies.for_call`), and what of the request context they read."""
+
+    policies: cedarpy.PolicySet
+    arguments: frozenset[str] | None
+    """The arguments the policies read (``context.arguments.<name>``, or test with ``has``); None: they read the
+    context in another way, and get all of it."""
+    tainted: bool
+    """Whether they read ``context.tainted``."""
+
+
+class Caller:
+    """What a policy set remembers of one principal calling one tool: the parsed entities, the policies that can
+    apply, and the listing answer once asked. Hashed by identity: a remembered call answer is keyed by this
+    object, so it can never be found for another caller."""
+
+    __slots__ = ("entities", "listing", "policies")
+
+    def __init__(self, entities: cedarpy.Entities, policies: Slice) -> None:
+        self.entities = entities
+        self.policies = policies
+        self.listing: PolicyAnswer | None = None
+
+
+_TAINTED = "\0tainted"
+"""`_context_reads`'s name for ``context.tainted`` (not an argument name: none holds a NUL)."""
+
+
+def _context_reads(node: Any, reads: set[str] | None) -> set[str] | None:
+    """The arguments a policy condition (Cedar's JSON form) reads from the context, added to `reads`; None when it
+    reads the context otherwise than ``context.arguments.<name>``, ``context.tainted`` or ``has`` of them."""
+    if reads is None:
+        return None
+    if isinstance(node, list):
+        for item in node:
+            reads = _context_reads(item, reads)
+        return reads
+    if not isinstance(node, dict):
+        return reads
+    if node.get("Var") == "context":
+        return None  # the context itself, beyond the forms below: it is passed whole
+    for operator in (".", "has"):
+        access = node.get(operator)
+        if isinstance(access, dict) and "left" in access and "attr" in access:
+            left, attr = access["left"], access["attr"]
+            if left == {"Var": "context"} and (attr == "tainted" or (attr, operator) == ("arguments", "has")):
+                if attr == "tainted":
+                    reads.add(_TAINTED)
+                return reads  # ``context has arguments``: every call's context has its arguments
+            if isinstance(left, dict) and left.get(".") == {"left": {"Var": "context"}, "attr": "arguments"}:
+                reads.add(str(attr))
+                return reads
+    for value in node.values():
+        reads = _context_reads(value, reads)
+    return reads
 
 
 def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
@@ -109,7 +186,10 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
     ids: dict[str, str] = {}
     annotations: dict[str, Mapping[str, str]] = {}
     reads_taint: set[str] = set()
+    forbids: set[str] = set()
     for cedar_id, body in parsed.get("staticPolicies", {}).items():
+        if body.get("effect") == "forbid":
+            forbids.add(cedar_id)
         notes = dict(body.get("annotations") or {})
         policy_id = notes.get("id") or cedar_id
         if policy_id in annotations:
@@ -120,7 +200,8 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
         annotations[policy_id] = notes
         if '"attr": "tainted"' in json.dumps(body.get("conditions", []), separators=(",", ": ")):
             reads_taint.add(policy_id)
-    result = cedarpy.validate_policies(text, cedar_schema(tools))
+    schema = cedar_schema(tools)
+    result = cedarpy.validate_policies(text, schema)
     if not result.validation_passed:
         messages = "; ".join(f"{ids.get(error.policy_id, error.policy_id)}: {error.error}" for error in result.errors)
         raise ConfigError(f"policy set {source} does not validate: {messages}")
@@ -132,8 +213,15 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
         ids=ids,
         annotations=annotations,
         reads_taint=frozenset(reads_taint),
+        forbids=frozenset(forbids),
+        schema=schema_digest(schema),
         static=parsed.get("staticPolicies", {}),
     )
+
+
+def schema_digest(schema: Mapping[str, Any]) -> str:
+    """A digest of a Cedar schema (`cedar_schema`): equal exactly when the tools and their types are."""
+    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 class CedarEngine:
@@ -166,53 +254,71 @@ class CedarEngine:
         self, tool: Tool, principal: Principal, arguments: Mapping[str, Any] | None, *, tainted: bool
     ) -> PolicyAnswer:
         compiled = self._compiled
-        principal_id = principal.key_id or principal.subject
-        request: dict[str, Any] = {
-            "principal": {"type": "Principal", "id": principal_id},
-            "action": {"type": "Action", "id": tool.name},
-            "resource": {"type": "Tool", "id": tool.name},
-        }
         key = (principal, tool.name, tool.adapter, tool.mode)
-        entities = compiled.entities.get(key)
-        if entities is None:
-            entities = cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal)))
-            _remember(compiled.entities, key, entities)
-        policies = compiled.for_call(tool.name, principal_id, principal.roles)
+        caller = compiled.callers.get(key)
+        if caller is None:
+            principal_id = principal.key_id or principal.subject
+            caller = Caller(
+                cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal))),
+                compiled.for_call(tool.name, principal_id, principal.roles),
+            )
+            _remember(compiled.callers, key, caller, limit=_CALLERS)
         if arguments is None:
             # The listing answer is a pure function of the set, the principal and the tool's entity: remembered
             # per set (a new set starts afresh), as partial evaluation costs far more than a full one.
-            listed = compiled.listings.get(key)
-            if listed is None:
-                listed = self._listing(compiled, policies, request, tool, entities)
-                _remember(compiled.listings, key, listed)
-            return listed
-        request["context"] = context_of(tool, arguments, tainted=tainted)
-        result = cedarpy.is_authorized(request, policies, entities)
-        ids = _ids(compiled, result.diagnostics.reasons)
-        if not result.allowed:
-            return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
-        allowed = Decision.allow(f"policy {', '.join(ids)}")
-        if tool.mode is Mode.READ:
-            return PolicyAnswer(decision=allowed, policy_ids=ids)
-        return _approval(compiled, ids, allowed, tainted=tainted)
+            if caller.listing is None:
+                caller.listing = self._listing(compiled, tool, principal, caller)
+            return caller.listing
+        policies = caller.policies
+        # Only the part of the context the policies read is built and handed over: Cedar's cost grows with the
+        # context it parses, and a policy cannot tell the parts it does not read.
+        context = json.dumps(
+            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
+        )
+        # A call answer is a pure function of the set, the entities and that context (no clock, no state):
+        # remembered, with the taint, which decides an auto approval whether or not a policy reads it.
+        remembered = (caller, tainted, context)
+        answer = compiled.decisions.get(remembered)
+        if answer is None:
+            answer = self._call(compiled, tool, principal, caller, context, tainted=tainted)
+            _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
+        return answer
 
-    def _listing(
-        self,
-        compiled: CompiledPolicies,
-        policies: cedarpy.PolicySet,
-        request: dict[str, Any],
-        tool: Tool,
-        entities: cedarpy.Entities,
+    def _call(
+        self, compiled: CompiledPolicies, tool: Tool, who: Principal, caller: Caller, context: str, *, tainted: bool
     ) -> PolicyAnswer:
+        request = {
+            "principal": {"type": "Principal", "id": who.key_id or who.subject},
+            "action": {"type": "Action", "id": tool.name},
+            "resource": {"type": "Tool", "id": tool.name},
+            "context": context,
+        }
+        result = cedarpy.is_authorized(request, caller.policies.policies, caller.entities)
+        if result.diagnostics.errors:
+            # Cedar skips a policy it cannot evaluate; for a forbid that would open what it closes (a set kept in
+            # force after the catalog changed under it, an overflow): the call is refused in its name instead.
+            broken = _ids(compiled, _erring(result.diagnostics.errors) & compiled.forbids)
+            if broken:
+                reason = f"policy {', '.join(broken)} cannot be evaluated for this call"
+                return PolicyAnswer(decision=Decision.deny(Code.PERMISSION_DENIED, reason), policy_ids=broken)
+        # The answer follows from Cedar's outcome and the deciding policies alone: remembered by them.
+        outcome = (result.allowed, tuple(result.diagnostics.reasons), tool.mode, tainted)
+        answer = compiled.outcomes.get(outcome)
+        if answer is None:
+            answer = _answer(compiled, *outcome)
+            _remember(compiled.outcomes, outcome, answer, limit=_DECISIONS)
+        return answer
+
+    def _listing(self, compiled: CompiledPolicies, tool: Tool, principal: Principal, caller: Caller) -> PolicyAnswer:
         # Listing: the context is unknown. Cedar's partial evaluation answers Deny only when no
         # context could make the call allowed, which is exactly when the tool is hidden.
         # (Partial evaluation takes the surface syntax only: the ids are quoted as Cedar strings.)
         surface = {
-            "principal": f"Principal::{json.dumps(request['principal']['id'])}",
+            "principal": f"Principal::{json.dumps(principal.key_id or principal.subject)}",
             "action": f"Action::{json.dumps(tool.name)}",
             "resource": f"Tool::{json.dumps(tool.name)}",
         }
-        partial = cedarpy.is_authorized_partial(surface, policies, entities)
+        partial = cedarpy.is_authorized_partial(surface, caller.policies.policies, caller.entities)
         return _listing_answer(compiled, partial)
 
 
@@ -227,8 +333,8 @@ def _may_match(scope: Mapping[str, Any], entities: set[tuple[str, str]]) -> bool
     return (entity.get("type"), entity.get("id")) in entities
 
 
-def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
-    if len(memory) >= _LISTINGS:
+def _remember(memory: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, *, limit: int = _SLICES) -> None:
+    if len(memory) >= limit:
         memory.clear()  # a bounded memory: past its size it starts over
     memory[key] = value
 
@@ -252,6 +358,27 @@ def _listing_answer(compiled: CompiledPolicies, partial: cedarpy.PartialAuthzRes
     if not may_permit:
         return PolicyAnswer(decision=_denied(()))
     return PolicyAnswer(decision=Decision.allow("a policy may permit it"))
+
+
+_ERRING = re.compile(r"policy `([^`]+)`")
+
+
+def _erring(errors: Iterable[str]) -> set[str]:
+    """Cedar's ``policyN`` of each policy its evaluation errors name."""
+    return {found.group(1) for error in errors if (found := _ERRING.search(error))}
+
+
+def _answer(
+    compiled: CompiledPolicies, allowed: bool, reasons: tuple[str, ...], mode: Mode, tainted: bool
+) -> PolicyAnswer:
+    """The answer for Cedar's outcome: denied, or allowed, with the deciding permits' approval for a write."""
+    ids = _ids(compiled, reasons)
+    if not allowed:
+        return PolicyAnswer(decision=_denied(ids), policy_ids=ids)
+    decision = Decision.allow(f"policy {', '.join(ids)}")
+    if mode is Mode.READ:
+        return PolicyAnswer(decision=decision, policy_ids=ids)
+    return _approval(compiled, ids, decision, tainted=tainted)
 
 
 def _ids(compiled: CompiledPolicies, reasons: Iterable[str]) -> tuple[str, ...]:

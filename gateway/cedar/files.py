@@ -10,7 +10,8 @@ import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies
+from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies, schema_digest
+from gateway.cedar.schema import cedar_schema
 from gateway.errors import ConfigError
 from gateway.tools.declarations import Tool
 
@@ -62,14 +63,42 @@ class PolicyReloader:
         self.engine = engine
         self.last_error: str | None = None
         """Why the newest text was refused, while it is; None once a set loaded."""
+        self.held = False
+        """True while no set from the source has been in force (`starting`): nothing is permitted meanwhile."""
+
+    @classmethod
+    def starting(
+        cls, text: PolicyText, source: str, static: Iterable[Tool], tools: Callable[[], Iterable[Tool]]
+    ) -> PolicyReloader:
+        """The reloader of a process starting with the policy set `text`, validated against `static`.
+
+        Before the store is read only the in-process adapters' tools are known: a set naming a tool registered
+        since, or served by a fronted MCP server, does not validate yet. It is `held`, an empty set in force
+        (no permit: everything refused), until `reload` validates it against the tools served; the process
+        refuses to start if it still does not then (`gateway.runtime.app`).
+        """
+        try:
+            reloader = cls(load_engine(text, source, static), text, source, tools)
+        except ConfigError as error:
+            waiting = CedarEngine(compile_policies("", (), source=f"none ({source} not yet in force)"))
+            reloader = cls(waiting, text, source, tools)
+            reloader.last_error, reloader.held = str(error), True
+        return reloader
 
     def reload(self, *, force: bool = False) -> CompiledPolicies | None:
-        """Load the text at `path` if it differs from the set in force (or `force`); the set loaded, or None."""
+        """Load the text again if it, or the schema of the tools served, differs from the set in force's (or
+        `force`); the set loaded, or None.
+
+        The schema follows the catalog (adapters registered or removed, a fronted server's tools reviewed or
+        changed), so a set is validated against the argument types it will be evaluated with; one that no
+        longer validates is refused like an edited file: the set in force stays, and `last_error` says why.
+        """
         try:
             served = list(self._tools())
             text = self._text(served)
-            if text == self._engine.compiled.text and not force:
-                self.last_error = None  # the source says again what is in force
+            compiled = self._engine.compiled
+            if not force and text == compiled.text and schema_digest(cedar_schema(served)) == compiled.schema:
+                self.last_error = None  # the source and the catalog say again what is in force
                 return None
             compiled = self._engine.load(text, served, source=self._source)
         except ConfigError as error:
@@ -77,6 +106,6 @@ class PolicyReloader:
                 logger.error("policy set refused; %s stays in force: %s", self._engine.active, error)
             self.last_error = str(error)
             return None
-        self.last_error = None
+        self.last_error, self.held = None, False
         logger.info("policy set %s in force", compiled.name)
         return compiled

@@ -24,7 +24,7 @@ comparing something else. An argument that may be null is optional (test it with
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -126,11 +126,32 @@ def _nullable(node: Mapping[str, Any]) -> bool:
     return any(option.get("type") == "null" for option in node.get("anyOf", ()))
 
 
-def context_of(tool: Tool, arguments: Mapping[str, Any], *, tainted: bool) -> dict[str, Any]:
-    """The request context of a call of `tool` with `arguments` (as validated), shaped as its schema says."""
-    value = _value(tool_type(tool), arguments)
-    context: dict[str, Any] = {"arguments": value if value is not None else {}}
-    if tool.mode is Mode.WRITE:
+def context_of(
+    tool: Tool,
+    arguments: Mapping[str, Any],
+    *,
+    tainted: bool,
+    only: Collection[str] | None = None,
+    with_taint: bool = True,
+) -> dict[str, Any]:
+    """The request context of a call of `tool` with `arguments` (as validated), shaped as its schema says.
+
+    `only`: just these arguments (those the deciding policies read; None: all); `with_taint` False leaves
+    ``tainted`` out (no policy reads it). What is left out is what no policy could tell apart.
+    """
+    kind = tool_type(tool)
+    if only is None:
+        value = _value(kind, arguments)
+        record: dict[str, Any] = value if value is not None else {}
+    else:
+        record = {}
+        for name in only:
+            sub = kind["attributes"].get(name)
+            converted = _value(sub, arguments.get(name)) if sub is not None else None
+            if converted is not None:
+                record[name] = converted
+    context: dict[str, Any] = {"arguments": record}
+    if tool.mode is Mode.WRITE and with_taint:
         context["tainted"] = tainted
     return context
 

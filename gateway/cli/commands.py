@@ -429,13 +429,25 @@ async def _upstreams(store: _Store, args: argparse.Namespace) -> int:
 
 async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
     from gateway.cli.policy import explain, parse_arguments
+    from gateway.registry.tools import pinned_tools
+    from gateway.runtime.app import tools_for
+    from gateway.store.registrations import RegistryStore
 
     record = await store.keys.get(args.key)
     if record is None:
         print(f"countersign: no key {escape_unprintable(args.key)}", file=sys.stderr)
         return 1
     arguments = parse_arguments(args.args)
-    return explain(store.settings, record.principal(), args.tool, arguments, tainted=args.tainted, path=args.policies)
+    registered = pinned_tools(await RegistryStore(store.redis).pinned(), tools_for(store.settings))
+    return explain(
+        store.settings,
+        record.principal(),
+        args.tool,
+        arguments,
+        tainted=args.tainted,
+        path=args.policies,
+        registered=registered,
+    )
 
 
 _HANDLERS: dict[tuple[str, str], _Handler] = {

@@ -91,9 +91,15 @@ def explain(
     *,
     tainted: bool,
     path: Path | None,
+    registered: list[Tool] | None = None,
 ) -> int:
-    """Print the decision on `principal` calling `tool_name` with `arguments`, and the policies that decided."""
+    """Print the decision on `principal` calling `tool_name` with `arguments`, and the policies that decided.
+
+    `registered`: the registered adapters' tools the store holds, served and validated against with the
+    configured adapters' (a fronted MCP server's tools are known only to a running gateway).
+    """
     tools = _tools(settings)
+    tools += registered or []
     engine = policy_set(settings, tools, path)
     tool = next((tool for tool in tools if tool.name == tool_name), None)
     if tool is None:

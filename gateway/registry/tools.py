@@ -25,7 +25,7 @@ from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mo
 from gateway.tools.preview import Preview, PreviewRead
 from gateway.untrusted import model_visibility
 
-__all__ = ["ManifestError", "model_sees", "tools_from_manifest"]
+__all__ = ["ManifestError", "model_sees", "pinned_tools", "tools_from_manifest"]
 
 _PLACEHOLDER = PLACEHOLDER
 
@@ -205,3 +205,18 @@ def _summary(template: str) -> Any:
 
 def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def pinned_tools(pinned: Mapping[str, Mapping[str, Any]], served: list[Tool]) -> list[Tool]:
+    """The tools of the pinned manifests (`RegistryStore.pinned`, by adapter name) besides `served`, as a gateway
+    builds them; a manifest it could not build is left out (the gateway logs why when it serves the registry).
+    For reading a policy set against what a gateway on that store serves, outside of it."""
+    names = {tool.name for tool in served}
+    found: list[Tool] = []
+    for adapter, document in pinned.items():
+        try:
+            tools = tools_from_manifest(adapter, AdapterManifest.model_validate(document))
+        except (ValidationError, ManifestError, ToolDeclarationError):
+            continue
+        found.extend(tool for tool in tools if tool.name not in names)
+    return found

@@ -31,7 +31,7 @@ from gateway.auth.oauth_resource import jwks_route, protected_resource_routes
 from gateway.auth.tokens import TokenVerifier
 from gateway.cards.contract import Ledger
 from gateway.cedar.builtin import builtin_text
-from gateway.cedar.files import PolicyReloader, file_text, load_engine
+from gateway.cedar.files import PolicyReloader, file_text
 from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.errors import ConfigError
 from gateway.executor import Executor, ReadMemory
@@ -85,6 +85,7 @@ __all__ = [
     "backend_client",
     "build_gateway",
     "create_app",
+    "policy_reloads",
     "tools_for",
 ]
 
@@ -266,16 +267,17 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         now_ms=lambda: int(time.time() * 1000),
         allowed_base_urls=settings.registry_allowed_base_urls,
     )
-    # The operator's policies are validated against the schema of the tools served at start (a set that does
-    # not validate stops the start: there is no earlier set to keep); on reload, against those served then.
+    # The operator's policies are validated against the schema of the tools served: first the in-process ones, then
+    # (`policy_reloads`, once the store is read and the fronted servers listed) every tool served, a set that does
+    # not validate then stopping the start (there is no earlier set to keep), and again whenever the catalog changes.
     engine, reloader = None, None
     if settings.policies is not None:
         if settings.policies == BUILTIN:
             text, source = builtin_text(settings.approvals.policies, settings.oauth.scopes_for), "builtin"
         else:
             text, source = file_text(settings.policies), str(settings.policies)
-        engine = load_engine(text, source, static)
-        reloader = PolicyReloader(engine, text, source, lambda: live.current().values())
+        reloader = PolicyReloader.starting(text, source, static, lambda: live.current().values())
+        engine = reloader.engine
         # The set follows the catalog wherever the tools come from (registered adapters, fronted MCP servers), in
         # every process that decides: `serve` and a separate `worker` alike.
         live.on_change(_reload_policies(reloader))
@@ -366,12 +368,18 @@ def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
 
 
 @contextlib.asynccontextmanager
-async def _policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None]:
-    """While serving: the policy set is loaded again on SIGHUP, and when its files change (checked each second)."""
+async def policy_reloads(reloader: PolicyReloader | None) -> AsyncIterator[None]:
+    """While serving: the policy set is loaded again on SIGHUP, and when its files change (checked each second).
+
+    Raises:
+        ConfigError: on entry, the set does not validate against the tools served now and none is in force.
+    """
     if reloader is None:
         yield
         return
-    reloader.reload(force=True)  # against the tools served now, registered ones included
+    reloader.reload(force=True)  # against the tools served now, registered and fronted ones included
+    if reloader.held:
+        raise ConfigError(f"no policy set in force: {reloader.last_error}")
     loop = asyncio.get_running_loop()
     # Signal handlers belong to the main thread: a gateway served from another one (tests) relies on the poll.
     main = threading.current_thread() is threading.main_thread()
@@ -483,8 +491,9 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
             async with (
                 surface.run(),
                 upstreams,
+                # The set in force before the worker re-checks any approved card with it.
+                policy_reloads(gateway.policy),
                 _background(gateway, settings, workers),
-                _policy_reloads(gateway.policy),
             ):
                 yield
         finally:

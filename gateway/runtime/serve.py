@@ -32,10 +32,13 @@ import uvicorn
 from starlette.datastructures import Secret
 
 from gateway.audit.secret import audit_secret
-from gateway.config.settings import AdapterSettings, Settings
+from gateway.cedar.engine import compile_policies
+from gateway.cedar.files import read_policy_text
+from gateway.config.settings import BUILTIN, AdapterSettings, Settings
 from gateway.errors import ConfigError, UpstreamError
+from gateway.registry.tools import pinned_tools
 from gateway.runtime import demo
-from gateway.runtime.app import build_gateway, create_app, tools_for
+from gateway.runtime.app import build_gateway, create_app, policy_reloads, tools_for
 from gateway.runtime.background import background_loops
 from gateway.runtime.stopping import QuietServer, Stopper
 from gateway.runtime.upstreams import fronting
@@ -43,6 +46,7 @@ from gateway.runtime.worker import Worker
 from gateway.store.client import connect
 from gateway.store.embedded import Owner, embedded_redis
 from gateway.store.keys import KeyStore
+from gateway.store.registrations import RegistryStore
 from gateway.store.signing_keys import SigningKeyStore
 from gateway.telemetry.logs import LogFormat, configure_logging
 from gateway.telemetry.metrics import serve_metrics
@@ -175,6 +179,7 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
         if ready.redis_url is None:
             raise ConfigError("no Redis URL could be resolved")
         keys = await _demo_keys(ready, ready.redis_url) if ready.demo else None
+        await _policies_valid(ready, ready.redis_url)
         server = QuietServer(
             uvicorn.Config(
                 create_app(ready),
@@ -198,6 +203,28 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
             await server.serve(sockets=[sock])
         finally:
             announcing.cancel()
+
+
+async def _policies_valid(ready: Settings, redis_url: str) -> None:
+    """A policy file that does not validate against the tools the gateway will serve stops the start here, as one
+    error, before anything listens. The tools of fronted MCP servers are known only once they are connected: with
+    any configured, the app's own start (`gateway.runtime.app.policy_reloads`) is where such a set is refused.
+
+    Raises:
+        ConfigError: the set cannot be read or does not validate (Cedar's message).
+    """
+    if ready.policies is None or ready.policies == BUILTIN or ready.upstreams:
+        return
+    connection = connect(
+        redis_url, connect_timeout=ready.redis_connect_timeout_seconds, timeout=ready.redis_timeout_seconds
+    )
+    try:
+        pinned = await RegistryStore(connection.client).pinned()
+    finally:
+        await connection.aclose()
+    served = tools_for(ready)
+    served += pinned_tools(pinned, served)
+    compile_policies(read_policy_text(ready.policies), served, source=str(ready.policies))
 
 
 async def _demo_keys(ready: Settings, redis_url: str) -> demo.DemoKeys:
@@ -252,6 +279,13 @@ async def run_worker(settings: Settings) -> None:
                 poll_seconds=poll,
             )
         )
+        try:
+            # The policy set this worker re-checks approved cards with follows its files and SIGHUP, as serve's does.
+            await fronted.enter_async_context(policy_reloads(gateway.policy))
+        except ConfigError:
+            await fronted.aclose()
+            await gateway.aclose()
+            raise
         worker = Worker(gateway.executor.writes, gateway.cards)
         # Its steps' counts and the execution latencies; the shared gauges are the gateways' to report.
         stop_metrics = serve_metrics(settings.worker_metrics_port) if settings.worker_metrics_port else None

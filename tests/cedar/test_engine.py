@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import cedarpy
 import pytest
 from hypothesis import given, settings
@@ -16,10 +17,13 @@ from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
 from gateway.errors import ConfigError
 from gateway.principal import KeyKind, Principal
-from gateway.tools.declarations import Tool
+from gateway.tools.catalog import Catalog
+from gateway.tools.declarations import Mode, Tool
+from gateway.tools.toolbox import Toolbox
 from policies.access import decide_access, decide_call
 from policies.engine import AUTO
 from tests.support.examples import examples
+from tests.support.executors import LEASE_SECONDS, agent_path
 
 REFUND = next(tool for tool in TOOLS if tool.name == "orders_refund_create")
 ORGS = OrgAdapters({"acme": frozenset({"orders"})})
@@ -119,41 +123,98 @@ def test_a_policy_naming_an_unknown_argument_is_refused() -> None:
 
 
 _ROLES = ("support", "viewer", "finance", "clerk")
-_CONDITIONS = ("", " when { context.arguments has order_id }", ' when { principal.org == "acme" }')
+_WRITES = [tool.name for tool in TOOLS if tool.mode is Mode.WRITE]
+_ANYWHERE = (
+    'principal.org == "acme"',
+    'resource.mode == "write"',
+    "principal.token",
+    "context has arguments",
+    "context.arguments has order_id",
+    'principal in Role::"finance"',
+)
+"""Conditions that validate for any action."""
+_REFUND_ONLY = (
+    "context.arguments.amount_cents > 2000",
+    "context.arguments.amount_cents <= 50000",
+    'context.arguments.reason like "*dam*"',
+    'context.arguments == {"order_id": "ord_1001", "amount_cents": 1500, "reason": "x"}',
+    "context.tainted",
+    "context has tainted && !context.tainted",
+)
+"""Conditions that validate only for the refund tool's action (its arguments, and a write's taint)."""
+_NOTES = ("", '@approval("auto") ', '@approval("1") ', '@approval("2") @approver_role("finance") ')
 
 
 @st.composite
 def _policy_sets(draw: st.DrawFn) -> str:
+    """Up to six policies over the orders tools: permits and forbids, principal scopes by anyone, a role or the
+    key itself, action scopes by one tool, a group or any, conditions (``when`` and ``unless``) on the
+    principal, the resource, the arguments and the taint, and the approval annotations."""
     lines = []
-    for index in range(draw(st.integers(min_value=0, max_value=5))):
+    for index in range(draw(st.integers(min_value=0, max_value=6))):
         effect = draw(st.sampled_from(("permit", "forbid")))
         role = draw(st.sampled_from(_ROLES))
-        tool = draw(st.sampled_from([tool.name for tool in TOOLS]))
-        scope = draw(st.sampled_from((f'principal in Role::"{role}"', "principal")))
-        condition = (
-            draw(st.sampled_from(_CONDITIONS))
-            if tool != "orders_refund_create"
-            else draw(st.sampled_from((*_CONDITIONS, " when { context.arguments.amount_cents > 2000 }")))
+        principal = draw(
+            st.sampled_from((f'principal in Role::"{role}"', "principal", 'principal == Principal::"key_ann"'))
         )
-        lines.append(f'@id("p{index}") {effect} ({scope}, action == Action::"{tool}", resource){condition};')
+        tool = draw(st.sampled_from([tool.name for tool in TOOLS]))
+        action = draw(
+            st.sampled_from(
+                (f'action == Action::"{tool}"', 'action in Action::"read"', 'action in Action::"write"', "action")
+            )
+        )
+        conditions = list(_ANYWHERE)
+        if action == 'action == Action::"orders_refund_create"':
+            conditions += _REFUND_ONLY
+        clauses = draw(st.lists(st.sampled_from(conditions), max_size=2))
+        body = "".join(f" {draw(st.sampled_from(('when', 'unless')))} {{ {clause} }}" for clause in clauses)
+        notes = draw(st.sampled_from(_NOTES)) if effect == "permit" else ""
+        lines.append(f'@id("p{index}") {notes}{effect} ({principal}, {action}, resource){body};')
     return "\n".join(lines)
 
 
-@settings(database=None, deadline=None, max_examples=examples(200))
+@settings(database=None, deadline=None, max_examples=examples(300))
 @given(
     text=_policy_sets(),
     roles=st.frozensets(st.sampled_from(_ROLES), max_size=3),
     tool=st.sampled_from(TOOLS),
-    cents=st.integers(min_value=1, max_value=100000),
+    cents=st.sampled_from((1500, 2000, 30000, 50001)),
+    reason=st.sampled_from(("damaged", "x")),
+    tainted=st.booleans(),
 )
-def test_a_hidden_tool_is_never_callable(text: str, roles: frozenset[str], tool: Tool, cents: int) -> None:
-    """For every generated policy set, a tool the catalog hides is refused for any arguments."""
-    engine = CedarEngine(compile_policies(text, TOOLS, source="generated"))
+def test_the_catalog_and_the_executor_agree_for_every_generated_policy_set(
+    text: str, roles: frozenset[str], tool: Tool, cents: int, reason: str, tainted: bool
+) -> None:
+    """A tool the real catalog hides is refused by the real executor, audited with the policies that hid it,
+    whatever the arguments; a listed one is decided with its arguments exactly as Cedar decides over the whole set
+    and the whole context (the engine hands Cedar only the policies a call can match and what of the context they
+    read)."""
+    compiled = compile_policies(text, TOOLS, source="generated")
+    engine = CedarEngine(compiled)
     principal = _who(*roles)
-    listed = decide_access(tool, principal, ORGS, engine).allowed
-    arguments: dict[str, Any] = {"order_id": "ord_1001", "amount_cents": cents, "reason": "x"}
-    called = decide_call(tool, principal, ORGS, engine, arguments, tainted=False).decision.allowed
-    assert listed or not called
+    arguments: dict[str, Any] = {"order_id": "ord_1001", "amount_cents": cents, "reason": reason}
+    catalog = Catalog(Toolbox(TOOLS, lease_seconds=LEASE_SECONDS), ORGS, engine)
+    listed = tool in catalog.visible_to(principal)
+    answer = engine.decide(tool, principal, arguments, tainted=tainted)
+    if not listed:
+        assert not answer.decision.allowed
+        executor, audit = agent_path(*TOOLS, clients={}, policy=engine)
+        envelope = anyio.run(executor.execute, principal, tool.name, arguments)
+        assert envelope.code is Code.PERMISSION_DENIED
+        [event] = audit.events
+        hiding = engine.decide(tool, principal, None, tainted=False)
+        assert event.outcome == "deny" and all(policy in event.reason for policy in hiding.policy_ids)
+    request = {
+        "principal": {"type": "Principal", "id": principal.key_id},
+        "action": {"type": "Action", "id": tool.name},
+        "resource": {"type": "Tool", "id": tool.name},
+        "context": context_of(tool, arguments, tainted=tainted),
+    }
+    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
+    assert answer.decision.allowed is whole.allowed
+    assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+    again = engine.decide(tool, principal, arguments, tainted=tainted)
+    assert again == answer  # the remembered answer is the computed one
 
 
 @pytest.mark.parametrize(
@@ -186,27 +247,23 @@ def test_an_auto_policy_approves_a_tainted_proposal_only_when_its_condition_read
     assert small.approvals is None and small.decision.allowed
 
 
-@settings(database=None, deadline=None, max_examples=examples(200))
-@given(
-    text=_policy_sets(),
-    roles=st.frozensets(st.sampled_from(_ROLES), max_size=3),
-    tool=st.sampled_from(TOOLS),
-    cents=st.integers(min_value=1, max_value=100000),
+@pytest.mark.parametrize(
+    ("condition", "refuses_tainted"),
+    [
+        ('context.arguments == {"order_id": "ord_1001", "amount_cents": 1500, "reason": "damaged"}', False),
+        (
+            'context == {"arguments": context.arguments, "tainted": false} && context.arguments.amount_cents == 1500',
+            True,
+        ),
+        ('context.arguments.reason == "damaged" && context.arguments has order_id && !context.tainted', True),
+        ("context has tainted && context.arguments.amount_cents == 1500 && context has arguments", False),
+    ],
 )
-def test_deciding_over_the_policies_a_call_can_match_is_deciding_over_the_whole_set(
-    text: str, roles: frozenset[str], tool: Tool, cents: int
-) -> None:
-    """The engine hands Cedar only the policies whose scope can match the call; Cedar over the whole set agrees."""
-    compiled = compile_policies(text, TOOLS, source="generated")
-    principal = _who(*roles)
-    arguments: dict[str, Any] = {"order_id": "ord-1001", "amount_cents": cents, "reason": "x"}
-    answer = CedarEngine(compiled).decide(tool, principal, arguments, tainted=False)
-    request = {
-        "principal": {"type": "Principal", "id": principal.key_id},
-        "action": {"type": "Action", "id": tool.name},
-        "resource": {"type": "Tool", "id": tool.name},
-        "context": context_of(tool, arguments, tainted=False),
-    }
-    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
-    assert answer.decision.allowed is whole.allowed
-    assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+def test_a_policy_is_handed_every_part_of_the_context_it_reads(condition: str, refuses_tainted: bool) -> None:
+    """The engine hands Cedar only what the deciding policies read of the context: a policy reading all of it, or
+    the arguments as one record, gets them whole; one reading some arguments and the taint gets those."""
+    engine = _engine(f'permit (principal, action == Action::"orders_refund_create", resource) when {{ {condition} }};')
+    answer = decide_call(REFUND, _who("clerk"), ORGS, engine, _refund(1500), tainted=False)
+    assert answer.decision.allowed and answer.policy_ids == ("policy0",)
+    tainted = decide_call(REFUND, _who("clerk"), ORGS, engine, _refund(1500), tainted=True)
+    assert tainted.decision.allowed is not refuses_tainted

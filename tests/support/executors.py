@@ -23,6 +23,7 @@ from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
 from gateway.tools.upstream import UpstreamClient
+from policies.engine import PolicyEngine
 from tests.support.services import TEST_SIGNING_KEY
 
 LEASE_SECONDS = 30.0
@@ -40,13 +41,15 @@ def agent_path(
     ledger_client: Redis | None = None,
     approvals: ApprovalSettings | None = None,
     wall_clock: Callable[[], float] = time.time,
+    policy: PolicyEngine | None = None,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made, unless a `ledger_client` is given (the ledger is then on it). Rate budgets
     (`limits`, the defaults unless given) are kept in process unless a `limiter` is given. Reads are
     remembered for provenance (under `history_rules`, the defaults unless given) in process unless a `history`
     is given, and audited after they are remembered (`AuditAfter`), stamped by `wall_clock`. Policy approval
-    rules are `approvals`' (none unless given)."""
+    rules are `approvals`' (none unless given). `policy`: an operator's policy set decides access and approvals
+    in place of the built-in rules."""
     audit = ListAuditSink()
     reads = history if history is not None else InMemoryCallHistory()
     nowhere = ledger_client if ledger_client is not None else connect("redis://127.0.0.1:9/0").client
@@ -54,7 +57,7 @@ def agent_path(
     executor = AgentPath(
         tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
         org_adapters=OrgAdapters({org: frozenset(tool.adapter for tool in tools)}),
-        policy=None,
+        policy=policy,
         audit=audit,
         invoker=Invoker(
             clients=clients, identity=IdentityHeaders(dict.fromkeys(clients, TEST_SIGNING_KEY)), ledger=ledger
