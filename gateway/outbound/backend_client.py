@@ -36,7 +36,11 @@ class AiohttpUpstream:
         self._host = parsed.hostname or ""
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._service = service
-        self._headers = {"authorization": f"Bearer {credential}"} if credential else {}
+        # Every answer the gateway can use is JSON: say so, or an API may answer XML or HTML (a non-JSON
+        # answer is still refused as UPSTREAM_ERROR by `request_json`).
+        self._headers = {"accept": "application/json"}
+        if credential:
+            self._headers["authorization"] = f"Bearer {credential}"
         self._default_limit = _limit(timeout_seconds)
         self._session: aiohttp.ClientSession | None = None
 

@@ -30,6 +30,7 @@ from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import BearerAuth, caller_of, principal_of
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
+from gateway.registry.manifest import MAX_MANIFEST_BYTES
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import (
     ERROR_STATUS,
@@ -44,8 +45,6 @@ from gateway.web.request_body import read_bounded
 from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
-
-MAX_MANIFEST_BYTES = 512 * 1024
 
 
 class AcceptBody(BaseModel):

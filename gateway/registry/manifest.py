@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.text_safety import Flag, review_texts
 
 __all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_MANIFEST_BYTES",
+    "MAX_TOOLS",
+    "MAX_TOOL_NAME_CHARS",
     "PLACEHOLDER",
+    "ArgumentPlace",
     "AccessSpec",
     "AdapterManifest",
     "ApprovalSpec",
@@ -36,6 +41,14 @@ _NAME = r"^[a-z][a-z0-9]{1,30}$"
 PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
 """``{arg}`` in path and summary templates; one pattern, so what is checked is what is filled."""
 _TOOL_NAME = r"^[a-z][a-z0-9_]{1,62}$"
+MAX_TOOL_NAME_CHARS = 63
+"""The longest tool name `_TOOL_NAME` takes."""
+MAX_DESCRIPTION_CHARS = 1024
+"""The longest tool description."""
+MAX_TOOLS = 100
+"""Tools per adapter."""
+MAX_MANIFEST_BYTES = 512 * 1024
+"""The largest manifest body the registry API reads (its JSON, as sent)."""
 _PATH = r"^/[A-Za-z0-9_\-./{}]*$"
 
 
@@ -88,9 +101,29 @@ class WriteContractSpec(_Strict):
         return self
 
 
+_FORBIDDEN_HEADERS = frozenset(
+    {"authorization", "cookie", "host", "content-length", "content-type", "accept", "idempotency-key", "traceparent"}
+)
+
+
+class ArgumentPlace(_Strict):
+    """Where one argument travels, when not where the method puts it (see `ToolSpec.send_as`)."""
+
+    into: Literal["path", "query", "header", "body"] = Field(alias="in")
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-\[\]]+$")]
+    """The name on the wire (``labels`` for an argument listed as ``body_labels``)."""
+
+    @model_validator(mode="after")
+    def _not_a_gateway_header(self) -> ArgumentPlace:
+        lowered = self.name.lower()
+        if self.into == "header" and (lowered in _FORBIDDEN_HEADERS or lowered.startswith("x-countersign")):
+            raise ValueError(f"header {self.name} is the gateway's to send")
+        return self
+
+
 class ToolSpec(_Strict):
     name: Annotated[str, Field(pattern=_TOOL_NAME)]
-    description: Annotated[str, Field(min_length=1, max_length=1024)]
+    description: Annotated[str, Field(min_length=1, max_length=MAX_DESCRIPTION_CHARS)]
     mode: Literal["read", "write"]
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
     path: Annotated[str, Field(pattern=_PATH)]
@@ -102,6 +135,16 @@ class ToolSpec(_Strict):
     write_contract: WriteContractSpec | None = None
     summary_template: Annotated[str, Field(max_length=200)] | None = None
     """For writes: a one-line preview with ``{arg}`` placeholders; agent text fields may not appear."""
+    send_as: dict[str, ArgumentPlace] = Field(default_factory=dict)
+    """Arguments that do not travel where the method puts them: by default a ``{placeholder}`` of the
+    path fills it, and the others go in the query (GET, DELETE) or the JSON body (POST, PUT, PATCH). An
+    OpenAPI import declares here a query parameter of a POST, a header parameter, the body of a DELETE,
+    and a body property renamed because a parameter has its name
+    (``{"body_name": {"in": "body", "name": "name"}}``)."""
+    output_check: Literal["refuse", "report"] = "refuse"
+    """What an answer that does not fit `output_schema` becomes: ``refuse`` (UPSTREAM_ERROR, the default) or
+    ``report``, for an API whose answers drift from its own description: the fields that fit are shown, the
+    rest are withheld from the model, and the mismatch is logged with the tool's name (never the values)."""
     agent_text_fields: tuple[str, ...] = ()
     untrusted_output_fields: tuple[str, ...] = ()
     """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model."""
@@ -177,7 +220,7 @@ class AdapterManifest(_Strict):
     gateway is not served (its backend expects HS256 and could not verify anything else).
     """
     health_path: Annotated[str, Field(pattern=_PATH)] = "/_health"
-    tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=100)]
+    tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=MAX_TOOLS)]
 
 
 NAME_PATTERN = re.compile(_NAME)

@@ -11,20 +11,24 @@ carry their contract (idempotency, status lookup by key) from the manifest.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
-from pydantic import BaseModel, create_model, field_validator
+from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
-from gateway.registry.schema import input_model, output_model
+from gateway.registry.schema import input_model, output_model, wrapped_field
 from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
 from gateway.tools.preview import Preview, PreviewRead
 
 __all__ = ["ManifestError", "tools_from_manifest"]
+
+logger = logging.getLogger(__name__)
 
 _PLACEHOLDER = PLACEHOLDER
 
@@ -53,8 +57,10 @@ def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, 
 
 
 def _tool(adapter: str, spec: ToolSpec) -> Tool:
-    output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
-    placeholders = _PLACEHOLDER.findall(spec.path)
+    output = output_model(
+        spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields, lenient=spec.output_check == "report"
+    )
+    placeholders = [_path_argument(spec, name) for name in _PLACEHOLDER.findall(spec.path)]
     target = _PLACEHOLDER.findall(spec.target_path or spec.preview_path or "")
     required = set(spec.input_schema.get("required", ()))
     for name in (*placeholders, *target):
@@ -72,7 +78,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         arguments=arguments,
         output=output,
         access=Access.public() if spec.access.public else Access.roles(*spec.access.roles),
-        execute=_http_call(spec, placeholders),
+        execute=_http_call(spec, placeholders, output),
         emits_untrusted_text=bool(spec.untrusted_output_fields),
         destructive=spec.destructive,
         open_world=spec.open_world,
@@ -106,6 +112,14 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
     )
 
 
+def _path_argument(spec: ToolSpec, placeholder: str) -> str:
+    """The argument that fills `placeholder`: the one of its name, or one declared ``send_as`` it."""
+    for arg, place in spec.send_as.items():
+        if place.into == "path" and place.name == placeholder:
+            return arg
+    return placeholder
+
+
 def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
     """`model`, refusing at validation any value of a path placeholder that `fill_path` would refuse.
 
@@ -129,15 +143,79 @@ def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
     return checked
 
 
-def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:
+def _http_call(spec: ToolSpec, placeholders: list[str], output: type[BaseModel]) -> Execute:
+    wrap = wrapped_field(spec.output_schema)
+    check = _reporting_check(spec.name, output) if spec.output_check == "report" else None
+
     async def execute(args: BaseModel, ctx: ToolContext) -> Any:
         data = args.model_dump(mode="json", exclude_none=True)
-        url = fill_path(spec.path, **{name: str(data.pop(name)) for name in placeholders})
-        if spec.method in ("GET", "DELETE"):
-            return await request_json(ctx, spec.method, url, params={k: _text(v) for k, v in data.items()})
-        return await request_json(ctx, spec.method, url, json=data)
+        places = {"path": {}, "query": {}, "header": {}, "body": {}}  # type: dict[str, dict[str, Any]]
+        default = "query" if spec.method in ("GET", "DELETE") else "body"
+        for arg, value in data.items():
+            place = spec.send_as.get(arg)
+            if place is not None:
+                places[place.into][place.name] = value
+            else:
+                places["path" if arg in placeholders else default][arg] = value
+        url = fill_path(spec.path, **{name: _text(value) for name, value in places["path"].items()})
+        query = [(key, _text(item)) for key, value in places["query"].items() for item in _each(value)]
+        headers = {key: _text(value) for key, value in places["header"].items()}
+        body = places["body"] if places["body"] or spec.method in ("POST", "PUT", "PATCH") else None
+        answer = await request_json(
+            ctx, spec.method, url + (f"?{urlencode(query)}" if query else ""), json=body, headers=headers or None
+        )
+        if wrap is not None:
+            # Not an object (a list of issues): MCP's structured content must be one, so it is wrapped.
+            answer = {wrap: answer}
+        return answer if check is None else check(answer)
 
     return execute
+
+
+def _each(value: Any) -> list[Any]:
+    # An array in the query is sent as the key repeated (OpenAPI's default: form style, exploded).
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _reporting_check(tool: str, model: type[BaseModel]) -> Any:
+    """For ``output_check: report``: an answer with the parts that do not fit `model` left out, and logged.
+
+    The model is shown what fits (every field of such a tool's output is optional); what does not is withheld
+    like any undescribed field, so nothing unchecked reaches it. The log names the tool and the places, never
+    the values (they are the backend's text)."""
+
+    def check(answer: Any) -> Any:
+        for _ in range(_MAX_PRUNES):
+            try:
+                model.model_validate(answer)
+                return answer
+            except ValidationError as error:
+                places = [tuple(e["loc"]) for e in error.errors()]
+            logger.warning("%s: answer does not fit the output schema at %s; those parts withheld", tool, places[:20])
+            for place in places:
+                answer = _without(answer, place)
+        return {}
+
+    return check
+
+
+_MAX_PRUNES = 5
+
+
+def _without(value: Any, place: tuple[int | str, ...]) -> Any:
+    """`value` with the item or field at `place` removed (pydantic's error location)."""
+    if not place:
+        return None
+    head, rest = place[0], place[1:]
+    if isinstance(value, dict) and head in value:
+        return (
+            {k: v for k, v in value.items() if k != head} if not rest else value | {head: _without(value[head], rest)}
+        )
+    if isinstance(value, list) and isinstance(head, int) and 0 <= head < len(value):
+        if not rest:
+            return value[:head] + value[head + 1 :]
+        return [*value[:head], _without(value[head], rest), *value[head + 1 :]]
+    return value
 
 
 def _target_check(template: str, placeholders: list[str]) -> Preflight:
