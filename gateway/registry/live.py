@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from gateway.errors import ToolDeclarationError
@@ -103,17 +105,11 @@ class LiveToolSource:
         version = await self._store.version()
         if version == self._version:
             return False
+        # Building tools is CPU-bound (schemas to models, a large adapter takes a while): off the event loop, so
+        # calls and /healthz are served meanwhile. The swap below happens on the loop, in one assignment.
+        built = await anyio.to_thread.run_sync(self._build, dict(await self._store.pinned()))
         remote: list[Tool] = []
-        for name, document in (await self._store.pinned()).items():
-            try:
-                manifest = AdapterManifest.model_validate(document)
-                tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
-            except (ValidationError, ManifestError, ToolDeclarationError) as error:
-                # Pinned manifests were validated when registered; this only guards against a
-                # gateway upgrade that reads them differently, or a lease shortened since. The
-                # adapter stays out, loudly.
-                logger.error("pinned adapter %s cannot be served: %s", name, error)
-                continue
+        for name, manifest, tools in built:
             # A named shared key must be set (its backend expects HS256); none named: the gateway's own keys.
             signing_key = self._secrets.get(manifest.signing_secret_env) if manifest.signing_secret_env else None
             if manifest.signing_secret_env and not signing_key:
@@ -126,9 +122,10 @@ class LiveToolSource:
                 )
                 continue
             self._connect(name, manifest, signing_key)
-            remote.extend(tools.values())
+            remote.extend(tools)
+        served = self._served(remote)
         try:
-            box = Toolbox(self._served(remote), lease_seconds=self._lease_seconds)
+            box = await anyio.to_thread.run_sync(lambda: Toolbox(served, lease_seconds=self._lease_seconds))
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False
@@ -139,6 +136,22 @@ class LiveToolSource:
             for listener in self._listeners:
                 await listener()
         return changed
+
+    def _build(self, pinned: Mapping[str, Any]) -> list[tuple[str, AdapterManifest, tuple[Tool, ...]]]:
+        """The tools of each pinned manifest that can be built (run in a worker thread)."""
+        built = []
+        for name, document in pinned.items():
+            try:
+                manifest = AdapterManifest.model_validate(document)
+                tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
+            except (ValidationError, ManifestError, ToolDeclarationError) as error:
+                # Pinned manifests were validated when registered; this only guards against a
+                # gateway upgrade that reads them differently, or a lease shortened since. The
+                # adapter stays out, loudly.
+                logger.error("pinned adapter %s cannot be served: %s", name, error)
+                continue
+            built.append((name, manifest, tuple(tools.values())))
+        return built
 
     def _connect(self, name: str, manifest: AdapterManifest, signing_key: str | None) -> None:
         # The key first: by the time a call can reach the new client, it is signed for.

@@ -132,8 +132,7 @@ class LimitHit:
         shown = ", ".join(self.operations[:8]) + (
             f" and {len(self.operations) - 8} more" if len(self.operations) > 8 else ""
         )
-        what = f"{len(self.operations)} operation(s): {shown}" if self.operations else "no operation"
-        return f"limit {self.limit}: {self.actual} > {self.allowed} ({what})"
+        return f"{self.limit}: {self.actual} > {self.allowed} ({len(self.operations)} operation(s): {shown})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -315,7 +314,8 @@ class _Importer:
                 "tools by first tag (split with --split, or select fewer): "
                 + ", ".join(f"{tag} {count}" for tag, count in sorted(by_tag.items(), key=lambda kv: -kv[1]))
             )
-            hits.append(LimitHit(limit="tools per adapter", allowed=MAX_TOOLS, actual=len(tools), operations=()))
+            every = tuple(where[name] for name in tools)
+            hits.append(LimitHit(limit="tools per adapter", allowed=MAX_TOOLS, actual=len(tools), operations=every))
         size = manifest_bytes(manifest)
         if size > MAX_MANIFEST_BYTES:
             largest = sorted(tools.values(), key=lambda tool: -manifest_bytes(tool))
@@ -344,7 +344,7 @@ class _Importer:
                 )
             )
         self.limits += hits
-        self.problems += [str(hit) for hit in hits if hit.blocking]
+        self.problems += [f"limit {hit}" for hit in hits if hit.blocking]
 
     def _overlay_root(self) -> dict[str, Any]:
         return {key: value for key, value in self.overlay.items() if key != "operations"}
@@ -703,11 +703,15 @@ def _without_noise(schema: Any, keep_to: int, depth: int = 0) -> Any:
         return [_without_noise(item, keep_to, depth) for item in schema]
     if not isinstance(schema, Mapping):
         return schema
-    kept = {}
+    kept: dict[str, Any] = {}
     for key, value in schema.items():
         if depth >= keep_to and key in _OUTPUT_NOISE:
             continue
-        kept[key] = value if key == "enum" else _without_noise(value, keep_to, depth + (key == "properties"))
+        if key == "properties" and isinstance(value, Mapping):
+            # Property names are the API's (a field may be called ``title``): only their schemas are trimmed.
+            kept[key] = {name: _without_noise(spec, keep_to, depth + 1) for name, spec in value.items()}
+        else:
+            kept[key] = value if key in ("enum", "required") else _without_noise(value, keep_to, depth)
     return kept
 
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from gateway.audit.events import AuditEvent, AuditSink
@@ -78,7 +79,9 @@ class RegistryService:
         """Validate and store a proposal. Nothing is served until an admin accepts it."""
         if service.kind is not KeyKind.SERVICE:
             return await self._done(service, "registry.register", name, RegistryResult(code="PERMISSION_DENIED"))
-        problems, manifest = self._validate(name, document)
+        # Building a large adapter's tools takes a CPU-bound while: off the event loop, so the gateway's
+        # other requests (and /healthz) are not held up behind it.
+        problems, manifest = await anyio.to_thread.run_sync(self._validate, name, document)
         # Read first so a name owned by another service is refused before any word on the manifest;
         # the store's propose decides ownership atomically either way.
         existing = await self._store.get(name)

@@ -21,7 +21,7 @@ from gateway.runtime.app import create_app
 from tests.support.github_spec import GitHubSpec, github_spec_or_skip, serve_prism
 from tests.support.planted import PlantedBackend, serve_planted
 from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
-from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+from tests.support.signing import client_keeping_signing_key, signing_key_before_start
 
 
 @pytest.fixture(scope="session")
@@ -46,13 +46,8 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
 async def notes_redis(notes_redis_url: str) -> AsyncIterator[Redis]:
     """A client on the notes gateway's database, flushed before and after the test but for the gateway's
     signing key (`tests.support.signing`)."""
-    client = Redis.from_url(notes_redis_url, decode_responses=False)
-    try:
-        await flush_keeping_signing_key(client)
+    async with client_keeping_signing_key(notes_redis_url) as client:
         yield client
-        await flush_keeping_signing_key(client)
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture(scope="session")

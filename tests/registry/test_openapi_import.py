@@ -441,3 +441,17 @@ def test_parameters_and_bodies_are_folded_into_one_input_without_collisions(
     assert tool["input_schema"]["properties"] == inputs
     assert tool.get("send_as", {}) == send_as
     assert [built.name for built in tools_from_manifest("things", AdapterManifest.model_validate(result.manifest))]
+
+
+def test_a_large_output_schema_is_trimmed_to_the_budget_keeping_fields_named_like_keywords() -> None:
+    """Descriptions go first, then nested objects; a field called ``title`` or ``description`` is the API's
+    own and stays, and a note says what was trimmed."""
+    wordy = {"type": "string", "description": "x" * 300}
+    nested = {"type": "object", "properties": {f"field{i}": wordy for i in range(60)}}
+    schema = {"type": "object", "properties": {"title": wordy, "description": wordy, "owner": nested}}
+    ok = READ | {"responses": {"200": {"description": "ok", "content": {"application/json": {"schema": schema}}}}}
+    result = _draft("get", {"summary": "Read it"} | ok, **{"x-countersign": {"output_schema_budget": 1024}})
+    output = _tool(result, "things_get_things_thing_id")["output_schema"]
+    assert set(output["properties"]) == {"title", "description"}
+    assert len(json.dumps(output, separators=(",", ":"))) <= 1024
+    assert any("output schema trimmed from" in note for note in result.notes)

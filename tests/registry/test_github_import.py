@@ -1,0 +1,197 @@
+"""GitHub's own OpenAPI description, end to end: `countersign adapters import` against a real gateway, tools
+served to a real MCP client, calls answered by Prism serving the same description.
+
+GitHub's description (npm ``@octokit/openapi``, 1,223 operations) and Prism are pinned and installed into the
+cache by `tests.support.github_spec` (with ``CI`` set a test fails rather than skips without them). The
+gateway here runs on database 13 of the session's Redis; its org acme serves the adapters ``github`` and
+``githubissues``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+import pytest
+import yaml
+from redis.asyncio import Redis
+from starlette.datastructures import Secret
+
+from backends.serve import serve_app_in_thread
+from gateway.cli.main import main
+from gateway.config.settings import OrgSettings, Settings
+from gateway.principal import KeyKind
+from gateway.runtime.app import create_app
+from gateway.store.registrations import RegistryStore
+from tests.support.agents import agent, make_key, payload
+from tests.support.github_spec import GitHubSpec
+from tests.support.services import TEST_AUDIT_SECRET
+from tests.support.signing import client_keeping_signing_key, signing_key_before_start
+
+pytestmark = pytest.mark.anyio
+
+READS = ("issues/list-for-repo", "issues/get", "issues/list-comments")
+OVERLAY = {
+    "access": {"roles": ["staff"]},
+    "credential": {"secret_env": "GITHUB_TOKEN"},
+    "health_path": "/rate_limit",
+    # GitHub's description gives "get an issue" an example whose value is an Example Object, not an issue, so
+    # Prism answers {"value": {...}}: an API whose answers drift from its own description. Reported, not refused.
+    "operations": {"issues/get": {"output_check": "report"}},
+}
+
+
+@pytest.fixture(scope="module")
+def github_redis_url(redis_server_url: str) -> str:
+    return urlunsplit(urlsplit(redis_server_url)._replace(path="/13"))
+
+
+@pytest.fixture(scope="module")
+def github_gateway(github_redis_url: str) -> Iterator[str]:
+    """The base URL of a gateway whose org acme serves the registered adapters ``github`` and ``githubissues``."""
+    org = OrgSettings(
+        name="acme", adapters=frozenset({"github", "githubissues"}), roles=frozenset({"staff", "approver", "registry"})
+    )
+    settings = Settings(
+        redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
+        audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"GITHUB_TOKEN": "ghp_test_token"},
+    )  # fmt: skip
+    signing_key_before_start(github_redis_url)
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        yield base
+
+
+@pytest.fixture
+async def github_redis(github_redis_url: str) -> AsyncIterator[Redis]:
+    async with client_keeping_signing_key(github_redis_url) as client:
+        yield client
+
+
+async def _cli(
+    capsys: pytest.CaptureFixture[str], *args: str, environ: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    status = await anyio.to_thread.run_sync(lambda: main(list(args), environ or {}))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.slow
+async def test_the_whole_spec_is_refused_before_anything_is_sent_naming_each_limit(
+    github_spec: GitHubSpec, github_gateway: str, github_redis: Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a selection, GitHub's 1,223 operations are one adapter over the registry's limits: each limit
+    is named with its numbers and the operations that hit it, and nothing reaches the registry."""
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    status, out, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--register", github_gateway,
+        environ={"COUNTERSIGN_SERVICE_KEY": service},
+    )  # fmt: skip
+    assert status == 1 and out == ""
+    assert "LIMIT tools per adapter: 1223 > 100 (1223 operation(s): GET /" in err
+    assert "LIMIT manifest bytes: " in err and "> 524288 (1223 operation(s): PATCH /repos/{owner}/{repo} (" in err
+    assert "LIMIT tool name length: " in err and "(rename with x-countersign.name)" in err
+    assert "limit met by the importer: description length: " in err
+    assert "nothing was sent" in err
+    assert await RegistryStore(github_redis).get("github") is None
+
+
+@pytest.mark.slow
+async def test_split_by_tag_drafts_one_adapter_per_tag_and_the_issues_tag_fits(
+    github_spec: GitHubSpec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--split`` makes one adapter per first tag; the dry run shows what each operation becomes, and the
+    issues tag's 58 operations fit the per-adapter limits (only its undecided writes remain problems)."""
+    status, _, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--split", "--dry-run"
+    )
+    assert status == 1
+    assert "adapter githubissues: 58 tool(s)" in err
+    assert "adapter githubrepos: 204 tool(s)" in err
+    issues = err.split("adapter githubissues:")[1].split("\nadapter ")[0]
+    assert "GET /repos/{owner}/{repo}/issues -> githubissues_list_for_repo (read); inputs: owner*, repo*," in issues
+    assert "LIMIT" not in issues
+
+
+async def test_a_yaml_document_drafts_what_its_json_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same document written as YAML is read as YAML and drafts the same manifest."""
+    source = Path(__file__).parents[1] / "data" / "billing-openapi.json"
+    document = json.loads(source.read_text())
+    (tmp_path / "billing.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    drafts = []
+    for path in (source, tmp_path / "billing.yaml"):
+        status, out, _ = await _cli(
+            capsys, "adapters", "import", str(path), "--name", "billing",
+            "--operations", "listInvoices,createCreditNote", "--out", str(tmp_path / path.suffix.strip(".")),
+        )  # fmt: skip
+        drafts.append((status, (tmp_path / path.suffix.strip(".") / "billing.json").read_text()))
+    assert drafts[0] == drafts[1] and drafts[0][0] == 0
+
+
+def _requests(log: Path) -> list[str]:
+    """The requests Prism logged, as ``METHOD /path``."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if "Request received" in line]
+    return lines
+
+
+@pytest.mark.slow
+async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
+    github_spec: GitHubSpec,
+    github_prism: str,
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Imported with a YAML overlay (access, credential reference, health path) and registered by the
+    command, accepted by an admin, listing a repository's issues, getting one and listing its comments
+    succeed through a real MCP client: the arrays come wrapped in ``items``, and the issue's free text
+    (titles, bodies) is withheld from the model."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(OVERLAY))
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    status, out, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--operations", ",".join(READS),
+        "--overlay", str(overlay), "--base-url", github_prism, "--register", github_gateway,
+        environ={"COUNTERSIGN_SERVICE_KEY": service},
+    )  # fmt: skip
+    assert status == 0, err
+    assert "github: new adapter quarantined until an admin accepts it" in out
+    assert "free-text output field(s) marked untrusted" in err
+    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+        shown = (await http.get("/admin/api/adapters/github")).json()
+        accepted = await http.post("/admin/api/adapters/github/accept", json={"hash": shown["proposed_hash"]})
+    assert accepted.status_code == 200, accepted.text
+    agent_key = await make_key(github_redis, roles=("staff",))
+    results: dict[str, Any] = {}
+    with anyio.fail_after(30):
+        while "github_issues_list_for_repo" not in results:
+            async with agent(f"{github_gateway}/mcp", agent_key) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                if "github_issues_list_for_repo" not in names:
+                    await anyio.sleep(0.2)
+                    continue
+                where = {"owner": "octocat", "repo": "Hello-World"}
+                results["github_issues_list_for_repo"] = await client.call_tool("github_issues_list_for_repo", where)
+                results["github_issues_get"] = await client.call_tool(
+                    "github_issues_get", where | {"issue_number": 1347}
+                )
+                results["github_issues_list_comments"] = await client.call_tool(
+                    "github_issues_list_comments", where | {"issue_number": 1347}
+                )
+    for name, result in results.items():
+        assert not result.is_error, (name, result)
+    listed = payload(results["github_issues_list_for_repo"])
+    assert isinstance(listed["items"], list) and listed["items"]
+    first = listed["items"][0]
+    assert first["number"] == 1347 and first["html_url"] == "https://github.com/octocat/Hello-World/issues/1347"
+    # Free text (the title; even ``state``, which GitHub's description gives no enum) is withheld by default.
+    assert first["title"] == first["state"] == "[withheld: third-party text]"
+    # What does not fit the description is withheld (and logged), never passed on unchecked.
+    assert set(payload(results["github_issues_get"]).values()) == {None}
+    assert isinstance(payload(results["github_issues_list_comments"])["items"], list)
