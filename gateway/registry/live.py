@@ -12,6 +12,7 @@ Listeners (the MCP surface) are told, so clients can get ``notifications/tools/l
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -20,7 +21,15 @@ import anyio
 from pydantic import ValidationError
 
 from gateway.errors import ToolDeclarationError
-from gateway.registry.manifest import AdapterManifest
+from gateway.outbound.backend_auth import (
+    ApiKeyHeader,
+    ApiKeyQuery,
+    BackendAuth,
+    BasicAuth,
+    BearerToken,
+    ClientCredentials,
+)
+from gateway.registry.manifest import AdapterManifest, CredentialSpec
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.signing.identity import IdentityHeaders
 from gateway.store.registrations import RegistryStore
@@ -32,8 +41,32 @@ __all__ = ["LiveToolSource"]
 
 logger = logging.getLogger(__name__)
 
-ClientFactory = Callable[[str, str | None], UpstreamClient]
+ClientFactory = Callable[[str, BackendAuth | None], UpstreamClient]
 """``(base_url, credential) -> client`` for a backend."""
+
+
+def backend_auth(spec: CredentialSpec, secrets: Mapping[str, str]) -> BackendAuth | None:
+    """The credential `spec` names, from the gateway's `secrets`; None when its secret is not set."""
+    secret = secrets.get(spec.secret_env)
+    if not secret:
+        return None
+    if spec.scheme == "header" and spec.name:
+        return ApiKeyHeader(spec.name, secret)
+    if spec.scheme == "query" and spec.name:
+        return ApiKeyQuery(spec.name, secret)
+    if spec.scheme == "basic" and spec.username_env:
+        return BasicAuth(secrets.get(spec.username_env, ""), secret)
+    if spec.scheme == "oauth2_client_credentials" and spec.token_url and spec.client_id_env:
+        return ClientCredentials(spec.token_url, secrets.get(spec.client_id_env, ""), secret, scope=spec.scope)
+    return BearerToken(secret)
+
+
+def _fingerprint(spec: CredentialSpec | None, secrets: Mapping[str, str]) -> str:
+    """Changes when any secret the credential names changes, so the client is rebuilt; holds no secret."""
+    if spec is None:
+        return ""
+    values = "\0".join(secrets.get(variable, "") for variable in spec.references().values())
+    return hashlib.sha256(values.encode()).hexdigest()
 
 
 class LiveToolSource:
@@ -63,7 +96,7 @@ class LiveToolSource:
         self._version: int | None = None
         self._upstream: dict[str, tuple[Tool, ...]] = {}
         self._remote: tuple[Tool, ...] = ()
-        self._endpoints: dict[str, tuple[str, str | None]] = {}
+        self._endpoints: dict[str, tuple[str, str, str]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
 
     def current(self) -> Toolbox:
@@ -156,8 +189,8 @@ class LiveToolSource:
     def _connect(self, name: str, manifest: AdapterManifest, signing_key: str | None) -> None:
         # The key first: by the time a call can reach the new client, it is signed for.
         self._identity.with_key(name, signing_key)
-        credential = self._secrets.get(manifest.credential.secret_env) if manifest.credential else None
-        endpoint = (manifest.base_url, credential)
+        credential = backend_auth(manifest.credential, self._secrets) if manifest.credential else None
+        endpoint = (manifest.base_url, repr(credential), _fingerprint(manifest.credential, self._secrets))
         if self._endpoints.get(name) != endpoint:
             self._clients[name] = self._make_client(manifest.base_url, credential)
             self._endpoints[name] = endpoint

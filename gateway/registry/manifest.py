@@ -197,11 +197,54 @@ class ToolSpec(_Strict):
         return self
 
 
-class CredentialSpec(_Strict):
-    """A reference to the gateway's own credential for the service, never the secret itself."""
+_ENV = r"^[A-Z][A-Z0-9_]{1,63}$"
 
-    secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")]
+
+class CredentialSpec(_Strict):
+    """A reference to the gateway's own credential for the service, never the secret itself.
+
+    ``scheme`` says how it is sent: ``bearer`` (the default: ``Authorization: Bearer <secret>``), ``header``
+    (an API key in the header `name`), ``query`` (an API key in the query parameter `name`), ``basic``
+    (HTTP Basic: the user name in `username_env`, the password in `secret_env`) or
+    ``oauth2_client_credentials`` (the gateway fetches an access token from `token_url` with the client id
+    in `client_id_env` and the client secret in `secret_env`, optionally for `scope`, and reuses it until
+    shortly before it expires). Every variable must be in the adapter's own namespace, and `token_url` must
+    pass the operator's base-URL allowlist, like `AdapterManifest.base_url`.
+    """
+
+    secret_env: Annotated[str, Field(pattern=_ENV)]
     """Name of an environment variable on the gateway host that holds the credential."""
+    scheme: Literal["bearer", "header", "query", "basic", "oauth2_client_credentials"] = "bearer"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None
+    """The header (``X-Api-Key``) or query parameter (``api_key``) of an API key."""
+    username_env: Annotated[str, Field(pattern=_ENV)] | None = None
+    """For ``basic``: the variable holding the user name."""
+    client_id_env: Annotated[str, Field(pattern=_ENV)] | None = None
+    """For ``oauth2_client_credentials``: the variable holding the client id."""
+    token_url: Annotated[str, Field(max_length=512, pattern=r"^https?://")] | None = None
+    """For ``oauth2_client_credentials``: the token endpoint."""
+    scope: Annotated[str, Field(max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _parts_of_the_scheme(self) -> CredentialSpec:
+        needs = {
+            "header": ("name",),
+            "query": ("name",),
+            "basic": ("username_env",),
+            "oauth2_client_credentials": ("client_id_env", "token_url"),
+        }.get(self.scheme, ())
+        if missing := [part for part in needs if getattr(self, part) is None]:
+            raise ValueError(f"a {self.scheme} credential needs {', '.join(missing)}")
+        if self.scheme == "header" and self.name is not None:
+            lowered = self.name.lower()
+            if lowered in _FORBIDDEN_HEADERS - {"authorization"} or lowered.startswith("x-countersign"):
+                raise ValueError(f"header {self.name} is the gateway's to send")
+        return self
+
+    def references(self) -> dict[str, str]:
+        """``{where: variable}`` of every secret this credential names."""
+        named = {"secret_env": self.secret_env, "username_env": self.username_env, "client_id_env": self.client_id_env}
+        return {f"credential.{where}": variable for where, variable in named.items() if variable is not None}
 
 
 class AdapterManifest(_Strict):

@@ -124,14 +124,18 @@ class RegistryService:
         # A manifest names secrets by reference only, and only in its own namespace: otherwise a
         # service could have the gateway send it any secret of the gateway's environment.
         namespace = f"{name.upper()}_"
-        references = {
-            "credential.secret_env": manifest.credential.secret_env if manifest.credential else None,
+        references: dict[str, str | None] = {
+            **(manifest.credential.references() if manifest.credential else {}),
             "signing_secret_env": manifest.signing_secret_env,
         }
         for where, reference in references.items():
             if reference is not None and not reference.startswith(namespace):
                 problems.append(f"{where}: secret references of adapter {name} must start with {namespace}")
         problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
+        if manifest.credential is not None and manifest.credential.token_url is not None:
+            # The client secret goes there: it is held to the same allowlist as the backend itself.
+            token_url = manifest.credential.token_url
+            problems.extend(f"credential.token_url: {p}" for p in check_base_url(token_url, allowed=self._allowed))
         if not problems:
             try:
                 # Built as this gateway would serve them: a write that could outlast the lease is refused.

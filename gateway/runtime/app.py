@@ -42,6 +42,7 @@ from gateway.notifications.delivery import Notifier
 from gateway.notifications.expiry_warnings import ExpiryWarner
 from gateway.ops.api import ops_routes
 from gateway.ops.health import AdapterHealth
+from gateway.outbound.backend_auth import BackendAuth
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.outbound.webhook import WebhookPoster
 from gateway.registry.api import adapter_review_table, registry_routes
@@ -118,7 +119,7 @@ def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
     )
 
 
-def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
+def backend_client(url: str, credential: BackendAuth | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
     """The gateway's client for one backend: its own credential, never an agent's token."""
     return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
 

@@ -12,6 +12,7 @@ header points at, which the gateway must never contact.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import time
 from collections import Counter
@@ -71,6 +72,8 @@ class TokenIssuer:
     hits: Counter[str] = field(default_factory=Counter)
     metadata_issuer: str | None = None
     """What the metadata says the issuer is; None: `url` (a test sets another to impersonate one)."""
+    clients: dict[str, str] = field(default_factory=dict)
+    """``client_id -> client_secret`` that ``/token`` grants client-credentials tokens to."""
 
     @property
     def current(self) -> SigningKey:
@@ -115,9 +118,23 @@ class TokenIssuer:
             self.hits[request.url.path] += 1
             return JSONResponse({"keys": [key.public_jwk() for key in self.keys]})
 
+        async def token(request: Request) -> Response:
+            """RFC 6749 4.4: client credentials in HTTP Basic, ``grant_type=client_credentials``."""
+            self.hits[request.url.path] += 1
+            form = await request.form()
+            scheme, _, encoded = request.headers.get("authorization", "").partition(" ")
+            client_id, _, secret = base64.b64decode(encoded or b"").decode(errors="replace").partition(":")
+            if scheme != "Basic" or self.clients.get(client_id) != secret or secret == "":
+                return JSONResponse({"error": "invalid_client"}, status_code=401)
+            if form.get("grant_type") != "client_credentials":
+                return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+            access = self.mint(client_id, sub=client_id, scope=str(form.get("scope", "")))
+            return JSONResponse({"access_token": access, "token_type": "Bearer", "expires_in": 3600})
+
         return Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", metadata),
             Route("/jwks", jwks),
+            Route("/token", token, methods=["POST"]),
         ])  # fmt: skip
 
 
