@@ -84,20 +84,48 @@ class ApprovalSpec(_Strict):
 
 
 class WriteContractSpec(_Strict):
+    """Where the gateway's key travels with a write, and how a write whose answer was lost is looked up.
+
+    The key travels (``key_in``) as the ``Idempotency-Key`` header (``header``, the default, for an API that
+    dedupes on it), as the body field `key_field` that the API stores (``body_field``: an ``external_id`` or
+    ``client_reference_id``), or as a marker ``<!-- countersign:KEY -->`` appended to the free-text input
+    `key_field` that the API stores (``marker``: an issue's body). It is looked up either by a status read
+    (`status_path`, with ``{key}``) or by a search read (`search_path`, a GET path template filled from the
+    write's approved arguments, with `search_query`) whose answer, a list or an object holding one, has an
+    item whose `match_field` equals the key (``body_field``) or contains the marker (``marker``): that
+    item is the applied write, and its `reference_field` is the reference. No such item is "no record".
+    """
+
     dedupes_on_key: bool
-    """Does the service apply a request at most once per `Idempotency-Key`?"""
+    """Does the service apply a request at most once per key? (Only then is a keyed resend allowed.)"""
     key_retention_seconds: Annotated[float, Field(gt=0)]
-    status_path: Annotated[str, Field(pattern=_PATH)]
+    status_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """Status lookup by key, e.g. ``/idempotency/{key}``: 200 ``{"state": "applied"|"refused", ...}``
     or 404 ``{"state": "unknown"}``."""
     reference_field: str
     """Output field holding the service's id for the effect."""
     not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = (400, 404, 409, 422)
+    key_in: Literal["header", "body_field", "marker"] = "header"
+    key_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
+    """The input the key is written into (``body_field``) or appended to (``marker``)."""
+    search_path: Annotated[str, Field(pattern=_PATH)] | None = None
+    search_query: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-\[\]]{1,64}$")], str] = Field(default_factory=dict)
+    """Fixed query parameters of the search read (``{"state": "all", "per_page": "100"}``)."""
+    match_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
+    """The field of each item of the search answer that holds the key or the marker."""
 
     @model_validator(mode="after")
-    def _status_path_takes_the_key(self) -> WriteContractSpec:
-        if "{key}" not in self.status_path:
+    def _one_lookup_that_can_find_the_key(self) -> WriteContractSpec:
+        if (self.status_path is None) == (self.search_path is None):
+            raise ValueError("a write contract looks writes up by status_path or by search_path (one of them)")
+        if self.status_path is not None and "{key}" not in self.status_path:
             raise ValueError("status_path must contain {key}")
+        if self.key_in != "header" and self.key_field is None:
+            raise ValueError(f"key_in {self.key_in} needs key_field")
+        if self.search_path is not None and (self.key_in == "header" or self.match_field is None):
+            raise ValueError(
+                "a search lookup needs the key stored by the API (key_in body_field or marker) and a match_field"
+            )
         return self
 
 

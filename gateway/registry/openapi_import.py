@@ -77,7 +77,7 @@ _OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name"}
 _DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check")
 _ROOT_ONLY_KEYS = ("credential", "signing_secret_env", "health_path")
 _IMPORT_KEYS = ("output_schema_budget",)
-_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds", "status_path", "reference_field")
+_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds", "reference_field")
 _SCALARS = {"string", "integer", "number", "boolean"}
 _SCALAR_KEYS = {"title", "description", "examples", "default", "format", "enum", "minLength", "maxLength", "pattern"}
 _SCALAR_KEYS |= {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -477,10 +477,10 @@ class _Importer:
             else:
                 self.problems.append(f"{name}: a write without {key} (x-countersign.{key})")
         contract = ext.get("write_contract")
-        if not isinstance(contract, Mapping) or "status_path" not in contract:
+        if not isinstance(contract, Mapping) or ("status_path" not in contract and "search_path" not in contract):
             self.problems.append(
-                f"{name}: a write without a status lookup (x-countersign.write_contract.status_path); "
-                "write_contract left out"
+                f"{name}: a write without a status lookup (x-countersign.write_contract.status_path"
+                " or search_path); write_contract left out"
             )
         elif missing := [key for key in _CONTRACT_KEYS if key not in contract]:
             self.problems.append(f"{name}: write_contract lacks {missing}; left out")

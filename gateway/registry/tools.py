@@ -19,11 +19,22 @@ from urllib.parse import urlencode
 from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
-from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
+from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec, WriteContractSpec
 from gateway.registry.schema import input_model, output_model, wrapped_field
 from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.tools.context import ToolContext
-from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
+from gateway.tools.declarations import (
+    Access,
+    Approval,
+    Escalation,
+    Execute,
+    Mode,
+    Preflight,
+    StatusLookup,
+    Tool,
+    WriteContract,
+    WriteStatus,
+)
 from gateway.tools.preview import Preview, PreviewRead
 
 __all__ = ["ManifestError", "tools_from_manifest"]
@@ -87,7 +98,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         else WriteContract(
             dedupes_on_key=contract.dedupes_on_key,
             key_retention_seconds=contract.key_retention_seconds,
-            status_lookup=status_by_key(contract.reference_field, contract.status_path),
+            status_lookup=_lookup(spec, contract),
             reference_field=contract.reference_field,
             not_applied_statuses=frozenset(contract.not_applied_statuses),
         ),
@@ -146,6 +157,7 @@ def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
 def _http_call(spec: ToolSpec, placeholders: list[str], output: type[BaseModel]) -> Execute:
     wrap = wrapped_field(spec.output_schema)
     check = _reporting_check(spec.name, output) if spec.output_check == "report" else None
+    carry = _key_carrier(spec)
 
     async def execute(args: BaseModel, ctx: ToolContext) -> Any:
         data = args.model_dump(mode="json", exclude_none=True)
@@ -157,6 +169,8 @@ def _http_call(spec: ToolSpec, placeholders: list[str], output: type[BaseModel])
                 places[place.into][place.name] = value
             else:
                 places["path" if arg in placeholders else default][arg] = value
+        if carry is not None and ctx.idempotency_key is not None:
+            carry(places["body"], ctx.idempotency_key)
         url = fill_path(spec.path, **{name: _text(value) for name, value in places["path"].items()})
         query = [(key, _text(item)) for key, value in places["query"].items() for item in _each(value)]
         headers = {key: _text(value) for key, value in places["header"].items()}
@@ -170,6 +184,69 @@ def _http_call(spec: ToolSpec, placeholders: list[str], output: type[BaseModel])
         return answer if check is None else check(answer)
 
     return execute
+
+
+MARKER = "<!-- countersign:{key} -->"
+"""Appended (after a blank line) to the free-text field a ``marker`` contract names: invisible where the API
+renders Markdown, and found again by the search lookup."""
+
+
+def _key_carrier(spec: ToolSpec) -> Any:
+    """What puts the write's key into its body (``body_field``, ``marker``); None for the header."""
+    contract = spec.write_contract
+    if contract is None or contract.key_in == "header" or contract.key_field is None:
+        return None
+    wire = spec.send_as[contract.key_field].name if contract.key_field in spec.send_as else contract.key_field
+
+    def carry(body: dict[str, Any], key: str) -> None:
+        if contract.key_in == "body_field":
+            body[wire] = key
+        else:
+            text = str(body.get(wire) or "")
+            body[wire] = f"{text}\n\n{MARKER.format(key=key)}" if text else MARKER.format(key=key)
+
+    return carry
+
+
+def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
+    """The contract's lookup: a status read by key, or a search read and a match on the stored key."""
+    if contract.status_path is not None:
+        return status_by_key(contract.reference_field, contract.status_path)
+    template = contract.search_path or ""
+    placeholders = _PLACEHOLDER.findall(template)
+    inputs = set(spec.input_schema.get("properties", {}))
+    if missing := sorted(set(placeholders) - inputs):
+        raise ValueError(f"write_contract.search_path placeholders {missing} are not inputs")
+    if contract.key_field not in inputs:
+        raise ValueError(f"write_contract.key_field {contract.key_field!r} is not an input")
+    match_field, reference_field = contract.match_field or "", contract.reference_field
+    query = sorted(contract.search_query.items())
+
+    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+        approved = ctx.approved_arguments or {}
+        url = fill_path(template, **{name: _text(approved.get(name, "")) for name in placeholders})
+        answer = await request_json(ctx, "GET", url + (f"?{urlencode(query)}" if query else ""))
+        wanted = MARKER.format(key=key) if contract.key_in == "marker" else key
+        for item in _items(answer):
+            stored = item.get(match_field)
+            found = (
+                stored == wanted if contract.key_in == "body_field" else isinstance(stored, str) and wanted in stored
+            )
+            if found:
+                reference = item.get(reference_field)
+                detail = {"matched": match_field, reference_field: reference, "lookup": url}
+                return WriteStatus(
+                    state="applied", reference=None if reference is None else str(reference), detail=detail
+                )
+        return WriteStatus(state="unknown", detail={"lookup": url, "searched": len(_items(answer))})
+
+    return lookup
+
+
+def _items(answer: Any) -> list[Mapping[str, Any]]:
+    """The items of a search answer: the list itself, or the first list an object holds (``{"items": [...]}``)."""
+    found = answer if isinstance(answer, list) else next((v for v in answer.values() if isinstance(v, list)), [])
+    return [item for item in found if isinstance(item, Mapping)] if isinstance(answer, list | dict) else []
 
 
 def _each(value: Any) -> list[Any]:

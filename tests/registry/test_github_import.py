@@ -23,15 +23,18 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
+from gateway.cards.card import CardState
 from gateway.cli.main import main
 from gateway.config.settings import OrgSettings, Settings
 from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.registrations import RegistryStore
 from tests.support.agents import agent, make_key, payload
+from tests.support.cards import approve_as_admin, settled
+from tests.support.fault_proxy import FaultProxy, serve_fault_proxy
 from tests.support.github_spec import GitHubSpec
 from tests.support.services import TEST_AUDIT_SECRET
-from tests.support.signing import client_keeping_signing_key, signing_key_before_start
+from tests.support.signing import signing_key_before_start
 
 pytestmark = pytest.mark.anyio
 
@@ -55,11 +58,13 @@ def github_redis_url(redis_server_url: str) -> str:
 def github_gateway(github_redis_url: str) -> Iterator[str]:
     """The base URL of a gateway whose org acme serves the registered adapters ``github`` and ``githubissues``."""
     org = OrgSettings(
-        name="acme", adapters=frozenset({"github", "githubissues"}), roles=frozenset({"staff", "approver", "registry"})
+        name="acme",
+        adapters=frozenset({"github", "githubissues", "githubwrites"}),
+        roles=frozenset({"staff", "approver", "registry"}),
     )
     settings = Settings(
-        redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=False,
-        audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"GITHUB_TOKEN": "ghp_test_token"},
+        redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=True,
+        audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"GITHUB_TOKEN": "ghp", "GITHUBWRITES_TOKEN": "ghp"},
     )  # fmt: skip
     signing_key_before_start(github_redis_url)
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
@@ -68,8 +73,13 @@ def github_gateway(github_redis_url: str) -> Iterator[str]:
 
 @pytest.fixture
 async def github_redis(github_redis_url: str) -> AsyncIterator[Redis]:
-    async with client_keeping_signing_key(github_redis_url) as client:
+    """A client on the gateway's database, which is not flushed between these tests: the gateway's worker
+    keeps its outbox group, and the adapters registered stay registered (each test names its own)."""
+    client = Redis.from_url(github_redis_url, decode_responses=False)
+    try:
         yield client
+    finally:
+        await client.aclose()
 
 
 async def _cli(
@@ -195,3 +205,151 @@ async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
     # What does not fit the description is withheld (and logged), never passed on unchecked.
     assert set(payload(results["github_issues_get"]).values()) == {None}
     assert isinstance(payload(results["github_issues_list_comments"])["items"], list)
+
+
+def _marker_contract(search_path: str, reference_field: str) -> dict[str, Any]:
+    """GitHub keeps no idempotency keys: the key rides as a marker in the body it stores, found by a search read."""
+    return {
+        "dedupes_on_key": False, "key_retention_seconds": 86400, "reference_field": reference_field,
+        "key_in": "marker", "key_field": "body", "search_path": search_path,
+        "search_query": {"state": "all", "per_page": "100"}, "match_field": "body",
+    }  # fmt: skip
+
+
+WRITES_OVERLAY = {
+    "access": {"roles": ["staff"]},
+    "approval": {"approver_role": "approver"},
+    "credential": {"secret_env": "GITHUBWRITES_TOKEN"},
+    # A light read GitHub answers cheaply: while the backend is unhealthy, approved cards wait.
+    "health_path": "/rate_limit",
+    "operations": {
+        "issues/create": {
+            "summary_template": "Open an issue in {owner}/{repo}",
+            "agent_text_fields": ["title", "body"],
+            "write_contract": _marker_contract("/repos/{owner}/{repo}/issues", "number"),
+        },
+        "issues/create-comment": {
+            "summary_template": "Comment on {owner}/{repo}#{issue_number}",
+            "agent_text_fields": ["body"],
+            "write_contract": _marker_contract("/repos/{owner}/{repo}/issues/{issue_number}/comments", "id"),
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def github_proxy(github_prism: str) -> Iterator[tuple[str, FaultProxy]]:
+    with serve_fault_proxy(github_prism) as served:
+        yield served
+
+
+async def _registered_writes(
+    github_spec: GitHubSpec, proxy_url: str, gateway: str, redis: Redis, tmp_path: Path, capsys: Any
+) -> str:
+    """Import create-issue and create-comment with the marker contract as adapter ``githubwrites``, register and
+    accept it (once); the agent's key."""
+    overlay = tmp_path / "overlay.json"
+    overlay.write_text(json.dumps(WRITES_OVERLAY))
+    service = await make_key(redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    if await RegistryStore(redis).get("githubwrites") is None:
+        status, _, err = await _cli(
+            capsys, "adapters", "import", str(github_spec.spec), "--name", "githubwrites",
+            "--operations", "issues/create,issues/create-comment", "--overlay", str(overlay),
+            "--base-url", proxy_url, "--register", gateway, environ={"COUNTERSIGN_SERVICE_KEY": service},
+        )  # fmt: skip
+        assert status == 0, err
+        admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+        async with httpx.AsyncClient(base_url=gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+            shown = (await http.get("/admin/api/adapters/githubwrites")).json()
+            accepted = await http.post("/admin/api/adapters/githubwrites/accept", json={"hash": shown["proposed_hash"]})
+            assert accepted.is_success, accepted.text
+    return await make_key(redis, roles=("staff",))
+
+
+@pytest.fixture
+async def github_writes(
+    github_spec: GitHubSpec,
+    github_proxy: tuple[str, FaultProxy],
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[FaultProxy, str]:
+    """The fault proxy in front of Prism, behind the accepted adapter ``githubwrites``, and an agent's key."""
+    proxy_url, proxy = github_proxy
+    return proxy, await _registered_writes(github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+
+
+async def _settled(redis: Redis, card_id: str, timeout: float) -> Any:
+    """The card once final; on a timeout, the card as it stands, to say where it stopped."""
+    try:
+        return await settled(redis, card_id, timeout=timeout)
+    except TimeoutError:
+        from gateway.store.ledger.redis_ledger import RedisLedger
+
+        stuck = await RedisLedger(redis).get(card_id)
+        raise AssertionError(f"not final in {timeout} s: {stuck!r}") from None
+
+
+async def _propose(gateway: str, agent_key: str, tool: str, arguments: dict[str, Any]) -> str:
+    with anyio.fail_after(30):
+        while True:
+            async with agent(f"{gateway}/mcp", agent_key) as client:
+                if tool in {t.name for t in (await client.list_tools()).tools}:
+                    result = await client.call_tool(tool, arguments)
+                    assert not result.is_error, result
+                    card_id: str = payload(result)["card_id"]
+                    return card_id
+            await anyio.sleep(0.2)
+
+
+ISSUE = {"owner": "octocat", "repo": "Hello-World", "title": "Checkout fails", "body": "Steps to reproduce: ..."}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "state", "writes"),
+    [
+        (None, CardState.SUCCEEDED, 1),
+        ("drop", CardState.SUCCEEDED, 1),
+        ("500_before", CardState.NEEDS_RECONCILIATION, 0),
+    ],
+    ids=["answered", "answer-dropped-after-applying", "500-before-applying"],
+)
+async def test_a_created_issue_is_settled_exactly_once_by_its_marker(
+    github_writes: tuple[FaultProxy, str], github_gateway: str, github_redis: Redis, fault: str | None,
+    state: CardState, writes: int,
+) -> None:  # fmt: skip
+    """An approved create-issue carries the card's key as a marker in the issue's body. Answered, it is
+    SUCCEEDED; with its answer dropped after GitHub applied it, the search read finds the marker and the
+    card is SUCCEEDED with the issue's number, with no second create; with a 500 before anything was applied,
+    the search finds nothing and, since GitHub does not dedupe, nothing is resent: a person settles it."""
+    proxy, agent_key = github_writes
+    # A title of its own: the same proposal twice would be the same card.
+    card_id = await _propose(github_gateway, agent_key, "githubwrites_issues_create", ISSUE | {"title": f"{fault}"})
+    before = len(proxy.writes_to("POST", "/repos/octocat/Hello-World/issues"))
+    proxy.fault = fault
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=40)
+    sent = proxy.writes_to("POST", "/repos/octocat/Hello-World/issues")[before:]
+    assert (card.state, len(sent)) == (state, writes), card
+    if writes:
+        assert sent[0][2]["body"].endswith(f"<!-- countersign:{card.idempotency_key} -->")
+        assert card.reference == "1347"  # the number of the issue GitHub's example creates
+
+
+@pytest.mark.slow
+async def test_a_comment_is_created_once_through_a_real_mcp_client(
+    github_writes: tuple[FaultProxy, str], github_gateway: str, github_redis: Redis
+) -> None:
+    """A comment proposed by an agent and approved by a person is created once, with its marker."""
+    proxy, agent_key = github_writes
+    where = {"owner": "octocat", "repo": "Hello-World", "issue_number": 1347}
+    card_id = await _propose(
+        github_gateway, agent_key, "githubwrites_issues_create_comment", where | {"body": "Same here."}
+    )
+    before = len(proxy.writes_to("POST", "/issues/1347/comments"))
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=30)
+    assert card.state is CardState.SUCCEEDED, (card.evidence, card.events if hasattr(card, "events") else None)
+    assert len(proxy.writes_to("POST", "/issues/1347/comments")) == before + 1

@@ -80,8 +80,8 @@ def test_each_operation_becomes_a_tool_with_a_closed_flat_input(
 def test_the_billing_spec_reports_exactly_what_it_leaves_undecided() -> None:
     """A write without a status lookup, a write without approval (its 204 is a success), a read without access."""
     assert _billing().problems == (
-        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path); "
-        "write_contract left out",
+        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path or "
+        "search_path); write_contract left out",
         "billing_delete_attachment: a write without approval (x-countersign.approval)",
         "billing_get_customer_balance: no access rule (x-countersign.access)",
     )
