@@ -83,6 +83,7 @@ class LiveToolSource:
         identity: IdentityHeaders,
         health_paths: MutableMapping[str, str],
         lease_seconds: float,
+        health_intervals: MutableMapping[str, float] | None = None,
     ) -> None:
         self._static = tuple(static)
         self._lease_seconds = lease_seconds
@@ -92,6 +93,7 @@ class LiveToolSource:
         self._secrets = secrets
         self._identity = identity
         self._health_paths = health_paths
+        self._health_intervals = health_intervals if health_intervals is not None else {}
         self._box = Toolbox(self._static, lease_seconds=lease_seconds)
         self._version: int | None = None
         self._upstream: dict[str, tuple[Tool, ...]] = {}
@@ -195,3 +197,4 @@ class LiveToolSource:
             self._clients[name] = self._make_client(manifest.base_url, credential)
             self._endpoints[name] = endpoint
         self._health_paths[name] = manifest.health_path
+        self._health_intervals[name] = manifest.health_interval_seconds

@@ -291,7 +291,18 @@ class AdapterManifest(_Strict):
     gateway is not served (its backend expects HS256 and could not verify anything else).
     """
     health_path: Annotated[str, Field(pattern=_PATH)] = "/_health"
+    """A light GET the gateway polls to know the backend is up; never the path of a write tool."""
+    health_interval_seconds: Annotated[float, Field(ge=5, le=3600)] = 30.0
+    """The fewest seconds between two health checks of this backend (each gateway process)."""
     tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=MAX_TOOLS)]
+
+    @model_validator(mode="after")
+    def _health_never_on_a_write_path(self) -> AdapterManifest:
+        # A health check is sent with no approval: it must never be able to change anything.
+        written = {tool.path for tool in self.tools if tool.mode == "write"}
+        if self.health_path.split("?")[0] in written:
+            raise ValueError(f"health_path {self.health_path} is the path of a write tool")
+        return self
 
 
 NAME_PATTERN = re.compile(_NAME)

@@ -202,6 +202,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     health_paths = {name: settings.adapters[name].health_path for name in clients}
+    health_intervals: dict[str, float] = {}  # a registered adapter's own; configured ones are polled every time
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
     guard = LedgerGuard(client)
@@ -239,9 +240,10 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         secrets=settings.secrets,
         identity=identity,
         health_paths=health_paths,
+        health_intervals=health_intervals,
         lease_seconds=settings.lease_seconds,
     )
-    health = AdapterHealth(clients, health_paths)
+    health = AdapterHealth(clients, health_paths, intervals=health_intervals)
     registry = RegistryService(
         store,
         audit,
