@@ -32,6 +32,7 @@ import yaml
 from gateway.audit.events import AuditSink
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.settings import Settings
+from gateway.errors import ManifestError
 from gateway.principal import Principal
 from gateway.registry.openapi_import import ImportResult, Selection, draft_adapters, draft_manifest, manifest_bytes
 from gateway.registry.service import RegistryResult, RegistryService
@@ -45,30 +46,26 @@ MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 FETCH_TIMEOUT_SECONDS = 60.0
 
 
-class DocumentError(Exception):
-    """The document could not be read or parsed; the message says why."""
-
-
 def load_document(source: str) -> Any:
     """The document at `source` (a path, or an http(s) URL), parsed as JSON, or as YAML when it is not JSON.
 
     Raises:
-        DocumentError: unreadable, too large, or neither JSON nor YAML.
+        ManifestError: unreadable, too large, or neither JSON nor YAML (the one problem says which).
     """
     if source.startswith(("http://", "https://")):
         try:
             with urllib.request.urlopen(source, timeout=FETCH_TIMEOUT_SECONDS) as response:  # noqa: S310 (http(s) only)
                 raw = response.read(MAX_DOCUMENT_BYTES + 1)
         except (OSError, ValueError) as error:
-            raise DocumentError(f"cannot fetch {source}: {error}") from error
+            raise ManifestError([f"cannot fetch {source}: {error}"]) from error
     else:
         try:
             with Path(source).open("rb") as file:
                 raw = file.read(MAX_DOCUMENT_BYTES + 1)
         except OSError as error:
-            raise DocumentError(f"cannot read {source}: {error}") from error
+            raise ManifestError([f"cannot read {source}: {error}"]) from error
     if len(raw) > MAX_DOCUMENT_BYTES:
-        raise DocumentError(f"{source} is larger than {MAX_DOCUMENT_BYTES} bytes")
+        raise ManifestError([f"{source} is larger than {MAX_DOCUMENT_BYTES} bytes"])
     try:
         return json.loads(raw)
     except ValueError as json_error:
@@ -76,7 +73,7 @@ def load_document(source: str) -> Any:
             # YAML 1.1 reads an unquoted ``on`` or ``no`` as a boolean; the safe loader builds plain data only.
             return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as yaml_error:
-            raise DocumentError(f"{source} is neither JSON ({json_error}) nor YAML ({yaml_error})") from yaml_error
+            raise ManifestError([f"{source} is neither JSON ({json_error}) nor YAML ({yaml_error})"]) from yaml_error
 
 
 def import_adapters(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -84,7 +81,7 @@ def import_adapters(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     try:
         document = load_document(args.spec)
         overlay = load_document(args.overlay) if args.overlay else {}
-    except DocumentError as error:
+    except ManifestError as error:
         print(f"countersign: {error}", file=sys.stderr)
         return 1
     if not isinstance(document, dict) or not isinstance(overlay, dict):

@@ -10,6 +10,7 @@ gateway here runs on database 13 of the session's Redis; its org acme serves the
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,15 +57,16 @@ def github_redis_url(redis_server_url: str) -> str:
 
 @pytest.fixture(scope="module")
 def github_gateway(github_redis_url: str) -> Iterator[str]:
-    """The base URL of a gateway whose org acme serves the registered adapters ``github`` and ``githubissues``."""
+    """The base URL of a gateway whose org acme serves the registered adapters these tests import."""
     org = OrgSettings(
         name="acme",
-        adapters=frozenset({"github", "githubissues", "githubwrites"}),
+        adapters=frozenset({"github", "githubissues", "githubwrites", "gh"}),
         roles=frozenset({"staff", "approver", "registry"}),
     )
+    secrets = {"GITHUB_TOKEN": "ghp", "GITHUBWRITES_TOKEN": "ghp", "GH_TOKEN": "ghp"}
     settings = Settings(
         redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=True,
-        audit_secret=Secret(TEST_AUDIT_SECRET), secrets={"GITHUB_TOKEN": "ghp", "GITHUBWRITES_TOKEN": "ghp"},
+        audit_secret=Secret(TEST_AUDIT_SECRET), secrets=secrets,
     )  # fmt: skip
     signing_key_before_start(github_redis_url)
     with serve_app_in_thread(create_app(settings), lifespan=True) as base:
@@ -80,6 +82,22 @@ async def github_redis(github_redis_url: str) -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+Rig = tuple[GitHubSpec, str, str, Redis, Path, pytest.CaptureFixture[str]]
+"""GitHub's description, Prism's URL, the gateway's, a client on its database, a scratch folder, captured output."""
+
+
+@pytest.fixture
+def rig(
+    github_spec: GitHubSpec,
+    github_prism: str,
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> Rig:
+    return github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys
 
 
 async def _cli(
@@ -149,18 +167,12 @@ def _requests(log: Path) -> list[str]:
 
 
 @pytest.mark.slow
-async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
-    github_spec: GitHubSpec,
-    github_prism: str,
-    github_gateway: str,
-    github_redis: Redis,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(rig: Rig) -> None:
     """Imported with a YAML overlay (access, credential reference, health path) and registered by the
     command, accepted by an admin, listing a repository's issues, getting one and listing its comments
     succeed through a real MCP client: the arrays come wrapped in ``items``, and the issue's free text
     (titles, bodies) is withheld from the model."""
+    github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys = rig
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(yaml.safe_dump(OVERLAY))
     service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
@@ -353,3 +365,54 @@ async def test_a_comment_is_created_once_through_a_real_mcp_client(
     card = await _settled(github_redis, card_id, timeout=30)
     assert card.state is CardState.SUCCEEDED, (card.evidence, card.events if hasattr(card, "events") else None)
     assert len(proxy.writes_to("POST", "/issues/1347/comments")) == before + 1
+
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def _readme_steps() -> tuple[list[list[str]], str]:
+    """The ``countersign`` commands and the overlay of the README's "Import your API", as written."""
+    section = README.read_text().split("## Import your API\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```sh\n")[1:]]
+    commands = [shlex.split(block.replace("\\\n", " ")) for block in blocks]
+    overlay = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return commands, overlay
+
+
+@pytest.mark.slow
+async def test_the_readme_import_your_api_steps_register_tools_an_agent_can_call(rig: Rig) -> None:
+    """The README's steps, as written, on GitHub's description: the dry run, the overlay, the registration
+    (against Prism in place of api.github.com), an admin's acceptance by hash, and an agent's call."""
+    github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys = rig
+    commands, overlay = _readme_steps()
+    (tmp_path / "overlay.yaml").write_text(overlay)
+    (tmp_path / "api.github.com.json").symlink_to(github_spec.spec)
+    dry_run, register = commands
+    assert dry_run[:3] == ["countersign", "adapters", "import"] and "--dry-run" in dry_run
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="gh-svc", roles=())
+
+    def run(command: list[str]) -> list[str]:
+        words = [word for word in command if not word.startswith("COUNTERSIGN_SERVICE_KEY=")]
+        words = [str(tmp_path / w) if w in ("api.github.com.json", "overlay.yaml") else w for w in words[1:]]
+        return [github_gateway if w.startswith("http://127.0.0.1:") else w for w in words]
+
+    status, _, err = await _cli(capsys, *run(dry_run))
+    assert "-> gh_issues_list_for_repo (read); inputs: owner*, repo*," in err and "LIMIT" not in err
+    status, out, err = await _cli(
+        capsys, *run(register), "--base-url", github_prism, environ={"COUNTERSIGN_SERVICE_KEY": service}
+    )
+    assert status == 0, err
+    proposed = out.split("(proposed ", 1)[1].split(")", 1)[0]
+    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+        assert (await http.post("/admin/api/adapters/gh/accept", json={"hash": proposed})).is_success
+    agent_key = await make_key(github_redis, roles=("staff",))
+    with anyio.fail_after(30):
+        while True:
+            async with agent(f"{github_gateway}/mcp", agent_key) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                if {"gh_issues_list_for_repo", "gh_issues_list_comments", "gh_issues_create"} <= names:
+                    listed = await client.call_tool("gh_issues_list_for_repo", {"owner": "o", "repo": "r"})
+                    break
+            await anyio.sleep(0.2)
+    assert not listed.is_error and isinstance(payload(listed)["items"], list)
