@@ -220,6 +220,10 @@ async def run(
             for flag in row["flags"]:
                 print(f"  FLAG {flag['code']} at {flag['field']}: {flag['excerpt']}")
             diff = row["diff"] or {}
+            for key in diff.get("attention", []):
+                print(f"  ATTENTION {key} changes: accept with --acknowledge {key} if intended")
+            if diff.get("settings"):
+                print("  settings:\n" + "\n".join(f"    {line}" for line in diff["settings"].splitlines()))
             for key in ("added", "removed"):
                 if diff.get(key):
                     print(f"  {key}: {', '.join(diff[key])}")
@@ -227,7 +231,9 @@ async def run(
                 print(f"  changed {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines()))
         return 0
     actions: dict[str, Callable[[], Awaitable[RegistryResult]]] = {
-        "accept": lambda: service.accept(admin, args.name, expected_hash=args.hash),
+        "accept": lambda: service.accept(
+            admin, args.name, expected_hash=args.hash, acknowledged=frozenset(args.acknowledge)
+        ),
         "remove": lambda: service.remove(admin, args.name),
     }
     return _report(await actions[args.adapters_command]())

@@ -257,6 +257,9 @@ def _adapters(commands: Any, identity: argparse.ArgumentParser) -> None:
     accept = adapters.add_parser("accept", parents=[identity], help="serve the proposal you reviewed")
     accept.add_argument("name")
     accept.add_argument("--hash", required=True, help="the proposed_hash shown by review")
+    accept.add_argument(
+        "--acknowledge", type=_words, default=(), help="the changes review called out (base_url,credential)"
+    )
     remove = adapters.add_parser("remove", parents=[identity], help="stop serving an adapter")
     remove.add_argument("name")
     drafting = adapters.add_parser("import-openapi", help="draft a manifest from an OpenAPI 3 document")

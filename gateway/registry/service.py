@@ -171,14 +171,28 @@ class RegistryService:
             return await self._done(admin, "registry.show", name, RegistryResult(code="NOT_FOUND"))
         return RegistryResult(code="OK", registration=registration)
 
-    async def accept(self, admin: Principal, name: str, *, expected_hash: str) -> RegistryResult:
-        """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next."""
+    async def accept(
+        self, admin: Principal, name: str, *, expected_hash: str, acknowledged: frozenset[str] = frozenset()
+    ) -> RegistryResult:
+        """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next.
+
+        An update that changes where the gateway's credential, identities and receipts go (the review's
+        ``diff.attention``: base URL, credential, signing secret) is accepted only with each of those
+        `acknowledged` by name; otherwise VALIDATION_ERROR, and nothing changes."""
         verdict = may_manage_adapter(admin, name, self._orgs)
         if not verdict.allowed:
             return await self._done(admin, "registry.accept", name, _denied(verdict))
         current = await self._store.get(name)
         if current is None or current.proposed is None:
             return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
+        if missing := [key for key in current.diff()["attention"] if key not in acknowledged]:
+            unseen = RegistryResult(
+                code="VALIDATION_ERROR",
+                message=f"this update changes {', '.join(missing)}; accept again acknowledging {missing} if intended",
+                problems=tuple(f"acknowledge: {key} changed and was not acknowledged" for key in missing),
+                registration=current,
+            )
+            return await self._done(admin, "registry.accept", name, unseen)
         pinned = await self._store.accept(name, expected_hash=expected_hash, admin=admin.subject)
         if pinned is None:
             stale = RegistryResult(
