@@ -194,6 +194,10 @@ class LiveToolSource:
         credential = backend_auth(manifest.credential, self._secrets) if manifest.credential else None
         endpoint = (manifest.base_url, repr(credential), _fingerprint(manifest.credential, self._secrets))
         if self._endpoints.get(name) != endpoint:
+            if (old := self._clients.get(name)) is not None:
+                # Calls in flight may still hold it: it is kept, under a name no adapter has, and closed with
+                # every client when the gateway stops (a reviewed base URL or credential change is rare).
+                self._clients[f"{name}:retired:{len(self._clients)}"] = old
             self._clients[name] = self._make_client(manifest.base_url, credential)
             self._endpoints[name] = endpoint
         self._health_paths[name] = manifest.health_path
