@@ -134,8 +134,12 @@ def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str
         flags.append(Flag(FlagCode.HIDDEN_UNICODE, field, _excerpt(text, hidden)))
     read = _as_read(text)
     worded = _has_words(read)  # a date, a time, an amount has none: most argument values
-    if worded and (found := _INSTRUCTIONS.search(read)):
-        flags.append(Flag(FlagCode.INSTRUCTION_TO_MODEL, field, _excerpt(read, found.start())))
+    if worded:
+        # As written, and with identifiers read as their words (tool names are looked for as written only).
+        for seen in dict.fromkeys((read, _spelled_out(read))):
+            if found := _INSTRUCTIONS.search(seen):
+                flags.append(Flag(FlagCode.INSTRUCTION_TO_MODEL, field, _excerpt(seen, found.start())))
+                break
     if (at := _other_tool_at(read, others, own, worded=worded)) is not None:
         flags.append(Flag(FlagCode.CALLS_OTHER_TOOLS, field, _excerpt(read, at)))
     if worded and (found := _SECRET_REQUEST.search(read)):
@@ -144,6 +148,16 @@ def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str
 
 
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
+_JOINER = re.compile(r"(?<=[A-Za-z0-9])[_.\-](?=[A-Za-z])")
+_HUMP = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
+
+
+def _spelled_out(read: str) -> str:
+    """`read` with identifiers read as the words they spell, as a model reads them: ``IGNORE_PREVIOUS_RULES``,
+    ``you-must-call.x`` and ``youMustCall`` say what their words say (one space per joiner or hump)."""
+    if "_" not in read and "-" not in read and "." not in read and not _HUMP.search(read):
+        return read
+    return _HUMP.sub(" ", _JOINER.sub(" ", read))
 
 
 def _has_words(read: str) -> bool:

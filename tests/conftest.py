@@ -25,7 +25,7 @@ from gateway.runtime.app import create_app
 from tests.support.examples import load_profile
 from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
-from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+from tests.support.signing import client_keeping_signing_key, signing_key_before_start
 
 HYPOTHESIS_PROFILE = load_profile(os.environ)
 
@@ -78,13 +78,8 @@ def quiet_redis_url(redis_server_url: str) -> str:
 async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
     """A client (bytes replies) on a database holding only the gateway's signing key (an operator makes the
     first one: `tests.support.signing`), flushed again and closed after the test."""
-    client = Redis.from_url(redis_url, decode_responses=False)
-    try:
-        await flush_keeping_signing_key(client)
+    async with client_keeping_signing_key(redis_url) as client:
         yield client
-        await flush_keeping_signing_key(client)
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

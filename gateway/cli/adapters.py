@@ -5,6 +5,15 @@ or every one for ``registry-operator``) with their state, safety flags and the d
 apply; ``accept NAME --hash H`` pins the proposal with hash H (the one reviewed); ``remove NAME``
 stops serving it. ``import-openapi FILE --name N`` prints a draft manifest for a person to check,
 and what it could not decide; it registers nothing.
+
+``import SPEC --name N`` is the service owner's path from an OpenAPI document (JSON or YAML, a file or
+an http(s) URL) to registered adapters: it selects operations (``--tags``, ``--paths``, ``--operations``),
+drafts one adapter or one per tag (``--split``), takes ``x-countersign`` keys from an ``--overlay`` file
+so the API's own document stays untouched, and prints every limit hit (by name, with its numbers and the
+operations that hit it), every problem, note and skipped part. ``--dry-run`` shows what each operation
+becomes and sends nothing. With ``--register URL`` and no problem at all, each draft is sent to the
+gateway's registry API (compact JSON, the service key from ``--service-key-env``), where it waits,
+quarantined, for an admin's review; with any problem nothing is sent.
 """
 
 from __future__ import annotations
@@ -12,19 +21,152 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Awaitable, Callable
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gateway.audit.events import AuditSink
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.settings import Settings
+from gateway.errors import ManifestError
 from gateway.principal import Principal
-from gateway.registry.openapi_import import draft_manifest
+from gateway.registry.openapi_import import ImportResult, Selection, draft_adapters, draft_manifest, manifest_bytes
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import AdapterRegistration
 from gateway.store.registrations import RegistryStore
 
-__all__ = ["import_openapi", "run"]
+__all__ = ["import_adapters", "import_openapi", "load_document", "run"]
+
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
+"""The largest OpenAPI document read (GitHub's is 13 MB as JSON)."""
+FETCH_TIMEOUT_SECONDS = 60.0
+
+
+def load_document(source: str) -> Any:
+    """The document at `source` (a path, or an http(s) URL), parsed as JSON, or as YAML when it is not JSON.
+
+    Raises:
+        ManifestError: unreadable, too large, or neither JSON nor YAML (the one problem says which).
+    """
+    if source.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(source, timeout=FETCH_TIMEOUT_SECONDS) as response:  # noqa: S310 (http(s) only)
+                raw = response.read(MAX_DOCUMENT_BYTES + 1)
+        except (OSError, ValueError) as error:
+            raise ManifestError([f"cannot fetch {source}: {error}"]) from error
+    else:
+        try:
+            with Path(source).open("rb") as file:
+                raw = file.read(MAX_DOCUMENT_BYTES + 1)
+        except OSError as error:
+            raise ManifestError([f"cannot read {source}: {error}"]) from error
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise ManifestError([f"{source} is larger than {MAX_DOCUMENT_BYTES} bytes"])
+    try:
+        return json.loads(raw)
+    except ValueError as json_error:
+        try:
+            # YAML 1.1 reads an unquoted ``on`` or ``no`` as a boolean; the safe loader builds plain data only.
+            return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError as yaml_error:
+            raise ManifestError([f"{source} is neither JSON ({json_error}) nor YAML ({yaml_error})"]) from yaml_error
+
+
+def import_adapters(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Draft, report and (with ``--register``, when nothing is wrong) register. Exit 1 on any problem."""
+    try:
+        document = load_document(args.spec)
+        overlay = load_document(args.overlay) if args.overlay else {}
+    except ManifestError as error:
+        print(f"countersign: {error}", file=sys.stderr)
+        return 1
+    if not isinstance(document, dict) or not isinstance(overlay, dict):
+        print("countersign: the document and the overlay must each be a JSON or YAML object", file=sys.stderr)
+        return 1
+    select = Selection(
+        tags=frozenset(args.tags), path_prefixes=tuple(args.paths), operation_ids=frozenset(args.operations)
+    )
+    drafts = draft_adapters(
+        document, name=args.name, base_url=args.base_url, select=select, overlay=overlay, split=args.split
+    )
+    for draft in drafts:
+        _print_draft(draft, dry_run=args.dry_run)
+    if any(draft.problems for draft in drafts):
+        count = sum(len(draft.problems) for draft in drafts)
+        print(f"countersign: {count} problem(s); nothing was sent", file=sys.stderr)
+        return 1
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for draft in drafts:
+            (args.out / f"{draft.name}.json").write_text(json.dumps(draft.manifest, indent=2, sort_keys=True) + "\n")
+    if args.dry_run:
+        return 0
+    if args.register is None:
+        if args.out is None:
+            print(json.dumps({draft.name: draft.manifest for draft in drafts}, indent=2, sort_keys=True))
+        return 0
+    key = environ.get(args.service_key_env, "")
+    if not key:
+        print(f"countersign: {args.service_key_env} holds no service key; nothing was sent", file=sys.stderr)
+        return 1
+    return max(_register(args.register, key, draft) for draft in drafts)
+
+
+def _print_draft(draft: ImportResult, *, dry_run: bool) -> None:
+    tools = draft.manifest.get("tools", [])
+    print(f"adapter {draft.name}: {len(tools)} tool(s), {manifest_bytes(draft.manifest)} bytes", file=sys.stderr)
+    if dry_run:
+        for operation in draft.operations:
+            print(f"  {operation.line()}", file=sys.stderr)
+    for hit in draft.limits:
+        print(f"  {'LIMIT' if hit.blocking else 'limit met by the importer:'} {hit}", file=sys.stderr)
+    for problem in draft.problems:
+        if not problem.startswith("limit "):
+            print(f"  problem: {problem}", file=sys.stderr)
+    for note in draft.notes:
+        print(f"  note: {note}", file=sys.stderr)
+    for skipped in draft.skipped:
+        print(f"  skipped: {skipped}", file=sys.stderr)
+
+
+def _register(gateway: str, key: str, draft: ImportResult) -> int:
+    """PUT the draft to the registry API; print what it answered. 0 when stored (or unchanged)."""
+    body = json.dumps(draft.manifest, separators=(",", ":"), ensure_ascii=False).encode()
+    request = urllib.request.Request(
+        f"{gateway.rstrip('/')}/registry/api/adapters/{draft.name}",
+        data=body,
+        method="PUT",
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=FETCH_TIMEOUT_SECONDS) as response:  # noqa: S310
+            status, answer = response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        status, answer = error.code, _json_or_text(error.read())
+    except OSError as error:
+        print(f"countersign: {draft.name}: cannot reach {gateway}: {error}", file=sys.stderr)
+        return 1
+    if status in (200, 202):
+        adapter = answer.get("adapter") or {}
+        print(f"{draft.name}: {answer.get('message', 'stored')} (proposed {adapter.get('proposed_hash')})")
+        return 0
+    detail = answer.get("error", {}) if isinstance(answer, dict) else {}
+    refusal = f"{status} {detail.get('code', '')}: {detail.get('message', answer)}"
+    print(f"countersign: {draft.name}: {refusal}", file=sys.stderr)
+    for problem in detail.get("problems", []):
+        print(f"  {problem}", file=sys.stderr)
+    return 1
+
+
+def _json_or_text(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"error": {"message": raw[:500].decode(errors="replace")}}
 
 
 def import_openapi(args: argparse.Namespace) -> int:
@@ -78,6 +220,10 @@ async def run(
             for flag in row["flags"]:
                 print(f"  FLAG {flag['code']} at {flag['field']}: {flag['excerpt']}")
             diff = row["diff"] or {}
+            for key in diff.get("attention", []):
+                print(f"  ATTENTION {key} changes: accept with --acknowledge {key} if intended")
+            if diff.get("settings"):
+                print("  settings:\n" + "\n".join(f"    {line}" for line in diff["settings"].splitlines()))
             for key in ("added", "removed"):
                 if diff.get(key):
                     print(f"  {key}: {', '.join(diff[key])}")
@@ -89,7 +235,9 @@ async def run(
                 )
         return 0
     actions: dict[str, Callable[[], Awaitable[RegistryResult]]] = {
-        "accept": lambda: service.accept(admin, args.name, expected_hash=args.hash),
+        "accept": lambda: service.accept(
+            admin, args.name, expected_hash=args.hash, acknowledged=frozenset(args.acknowledge)
+        ),
         "remove": lambda: service.remove(admin, args.name),
     }
     return _report(await actions[args.adapters_command]())

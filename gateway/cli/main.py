@@ -35,6 +35,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         from countersign_agent.cli import run_agent_command
 
         return run_agent_command(args, environ or {})
+    if args.command == "adapters" and args.adapters_command == "import":  # operator tooling: no store, no settings
+        from gateway.cli.adapters import import_adapters
+
+        return import_adapters(args, environ or {})
     try:
         from gateway.config.settings import Settings
 

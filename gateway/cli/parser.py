@@ -303,12 +303,36 @@ def _adapters(commands: Any, identity: argparse.ArgumentParser) -> None:
     accept = adapters.add_parser("accept", parents=[identity], help="serve the proposal you reviewed")
     accept.add_argument("name")
     accept.add_argument("--hash", required=True, help="the proposed_hash shown by review")
+    accept.add_argument(
+        "--acknowledge", type=_words, default=(), help="the changes review called out (base_url,credential)"
+    )
     remove = adapters.add_parser("remove", parents=[identity], help="stop serving an adapter")
     remove.add_argument("name")
     drafting = adapters.add_parser("import-openapi", help="draft a manifest from an OpenAPI 3 document")
     drafting.add_argument("spec", type=Path)
     drafting.add_argument("--name", required=True)
     drafting.add_argument("--base-url")
+    importing = adapters.add_parser(
+        "import", help="draft adapters from an OpenAPI 3 document (JSON or YAML, file or URL) and register them"
+    )
+    importing.add_argument("spec", help="a file or an http(s) URL")
+    importing.add_argument("--name", required=True, help="the adapter's name (with --split, its prefix)")
+    importing.add_argument("--base-url", help="the backend's URL, if not the document's first server")
+    importing.add_argument("--tags", type=_words, default=(), help="keep operations with one of these tags (a,b)")
+    importing.add_argument("--paths", type=_words, default=(), help="keep operations under these path prefixes")
+    importing.add_argument("--operations", type=_words, default=(), help="keep operations with these operationIds")
+    importing.add_argument("--split", action="store_true", help="one adapter per first tag (<name><tag>)")
+    importing.add_argument("--overlay", help="x-countersign keys for the root and for operations by id (JSON/YAML)")
+    importing.add_argument("--dry-run", action="store_true", help="show what each operation becomes; send nothing")
+    importing.add_argument("--out", type=Path, help="write each draft manifest to DIR/<adapter>.json")
+    importing.add_argument("--register", metavar="URL", help="the gateway to register with (PUT /registry/api/...)")
+    importing.add_argument(
+        "--service-key-env", default="COUNTERSIGN_SERVICE_KEY", help="the variable holding the service key"
+    )
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(word.strip() for word in text.split(",") if word.strip())
 
 
 def _upstreams(commands: Any, identity: argparse.ArgumentParser) -> None:

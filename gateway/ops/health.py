@@ -8,6 +8,7 @@ caller can be authenticated or audited (ARCHITECTURE invariant 7; `gateway.auth.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
 from gateway.errors import UpstreamError
@@ -22,10 +23,20 @@ class AdapterHealth:
     """Which backends answer their health check. Unknown adapters count as healthy."""
 
     def __init__(
-        self, clients: Mapping[str, UpstreamClient], paths: Mapping[str, str], *, failures_to_trip: int = 2
+        self,
+        clients: Mapping[str, UpstreamClient],
+        paths: Mapping[str, str],
+        *,
+        failures_to_trip: int = 2,
+        intervals: Mapping[str, float] | None = None,
     ) -> None:
+        """`intervals` holds, per adapter, the fewest seconds between two of its checks (a registered adapter's
+        ``health_interval_seconds``: a real API is not asked every poll); an adapter not in it is checked on
+        every `check_once`."""
         self._clients = clients
         self._paths = paths
+        self._intervals = intervals if intervals is not None else {}
+        self._checked: dict[str, float] = {}
         self._failures: dict[str, int] = {}
         self._trip = failures_to_trip
 
@@ -40,6 +51,10 @@ class AdapterHealth:
             client = self._clients.get(name)
             if client is None:
                 continue
+            now = time.monotonic()
+            if name in self._checked and now - self._checked[name] < self._intervals.get(name, 0.0):
+                continue
+            self._checked[name] = now
             try:
                 ok = (await client.request("GET", path, timeout=2.0)).status == 200
             except UpstreamError:

@@ -18,6 +18,7 @@ import aiohttp
 from opentelemetry.trace import SpanKind
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.outbound.backend_auth import BackendAuth, BearerToken
 from gateway.telemetry.metrics import count_backend_request
 from gateway.telemetry.tracing import inject, span
 from gateway.tools.upstream import UpstreamResponse
@@ -29,14 +30,26 @@ class AiohttpUpstream:
     """One backend: its base URL and the gateway's own credential (never an agent's token)."""
 
     def __init__(
-        self, base_url: str, *, service: str, credential: str | None = None, timeout_seconds: float = 10.0
+        self,
+        base_url: str,
+        *,
+        service: str,
+        credential: str | BackendAuth | None = None,
+        timeout_seconds: float = 10.0,
     ) -> None:
+        """`credential` is a bearer token, or a `BackendAuth` asked before each request (an API key, Basic,
+        OAuth 2.0 client credentials); what it adds wins over any header or parameter of the call."""
         self._base = base_url.rstrip("/")
         parsed = urlsplit(self._base)
         self._host = parsed.hostname or ""
         self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
         self._service = service
-        self._headers = {"authorization": f"Bearer {credential}"} if credential else {}
+        # Every answer the gateway can use is JSON: say so, or an API may answer XML or HTML (a non-JSON
+        # answer is still refused as UPSTREAM_ERROR by `request_json`).
+        self._headers = {"accept": "application/json"}
+        self._auth: BackendAuth | None = BearerToken(credential) if isinstance(credential, str) else credential
+        if isinstance(credential, str) and not credential:
+            self._auth = None
         self._default_limit = _limit(timeout_seconds)
         self._session: aiohttp.ClientSession | None = None
 
@@ -65,6 +78,10 @@ class AiohttpUpstream:
         # Traced inside a request or a worker step; a background poll (a health check) starts no trace.
         with span(method, kind=SpanKind.CLIENT, attributes=self._span_attributes(method, path), within=True) as current:
             sent = {**self._headers, **headers} if headers else dict(self._headers)
+            if self._auth is not None:
+                own_headers, own_query = await self._auth.credentials(self._client(), service=self._service)
+                sent.update(own_headers)
+                params = {**(params or {}), **own_query} if own_query else params
             inject(sent)
             try:
                 async with self._client().request(

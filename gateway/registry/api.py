@@ -30,6 +30,7 @@ from gateway.audit.events import AuditEvent, AuditSink
 from gateway.auth.bearer import BearerAuth, caller_of, principal_of
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
+from gateway.registry.manifest import MAX_MANIFEST_BYTES
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import (
     ERROR_STATUS,
@@ -45,8 +46,6 @@ from gateway.web.route_table import Answer, Operation, RouteTable, error_handler
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
 
-MAX_MANIFEST_BYTES = 512 * 1024
-
 
 class AcceptBody(BaseModel):
     """Serve the proposal whose ``proposed_hash`` you reviewed."""
@@ -54,6 +53,9 @@ class AcceptBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     hash: str
+    acknowledge: list[str] = []
+    """The settings the review called out (``diff.attention``: ``base_url``, ``credential``,
+    ``signing_secret_env``), each named to say the change was seen; required when there are any."""
 
 
 def _json(status: int, body: BaseModel) -> JSONResponse:
@@ -136,7 +138,11 @@ class _Endpoints:
         except ValidationError:
             return await self._refused(request, "registry.accept", 'body: {"hash": <proposed_hash>} is required')
         admin = principal_of(request.scope)
-        return _answer(await self._service.accept(admin, request.path_params["name"], expected_hash=body.hash))
+        name = request.path_params["name"]
+        accepted = await self._service.accept(
+            admin, name, expected_hash=body.hash, acknowledged=frozenset(body.acknowledge)
+        )
+        return _answer(accepted)
 
     async def remove(self, request: Request) -> Response:
         return _answer(await self._service.remove(principal_of(request.scope), request.path_params["name"]))
@@ -204,7 +210,10 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                     403: _NOT_THEIRS,
                     404: Answer(description="no such adapter, or nothing proposed", model=AdapterError),
                     409: Answer(description="the proposal changed since it was reviewed", model=AdapterError),
-                    422: Answer(description='the body is not {"hash": ...}', model=AdapterError),
+                    422: Answer(
+                        description='the body is not {"hash": ...}, or it does not acknowledge a called-out change',
+                        model=AdapterError,
+                    ),
                 },
             ),
         ),

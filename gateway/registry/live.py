@@ -12,13 +12,24 @@ Listeners (the MCP surface) are told, so clients can get ``notifications/tools/l
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from gateway.errors import ToolDeclarationError
-from gateway.registry.manifest import AdapterManifest
+from gateway.outbound.backend_auth import (
+    ApiKeyHeader,
+    ApiKeyQuery,
+    BackendAuth,
+    BasicAuth,
+    BearerToken,
+    ClientCredentials,
+)
+from gateway.registry.manifest import AdapterManifest, CredentialSpec
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.signing.identity import IdentityHeaders
 from gateway.store.registrations import RegistryStore
@@ -30,8 +41,32 @@ __all__ = ["LiveToolSource"]
 
 logger = logging.getLogger(__name__)
 
-ClientFactory = Callable[[str, str | None], UpstreamClient]
+ClientFactory = Callable[[str, BackendAuth | None], UpstreamClient]
 """``(base_url, credential) -> client`` for a backend."""
+
+
+def backend_auth(spec: CredentialSpec, secrets: Mapping[str, str]) -> BackendAuth | None:
+    """The credential `spec` names, from the gateway's `secrets`; None when its secret is not set."""
+    secret = secrets.get(spec.secret_env)
+    if not secret:
+        return None
+    if spec.scheme == "header" and spec.name:
+        return ApiKeyHeader(spec.name, secret)
+    if spec.scheme == "query" and spec.name:
+        return ApiKeyQuery(spec.name, secret)
+    if spec.scheme == "basic" and spec.username_env:
+        return BasicAuth(secrets.get(spec.username_env, ""), secret)
+    if spec.scheme == "oauth2_client_credentials" and spec.token_url and spec.client_id_env:
+        return ClientCredentials(spec.token_url, secrets.get(spec.client_id_env, ""), secret, scope=spec.scope)
+    return BearerToken(secret)
+
+
+def _fingerprint(spec: CredentialSpec | None, secrets: Mapping[str, str]) -> str:
+    """Changes when any secret the credential names changes, so the client is rebuilt; holds no secret."""
+    if spec is None:
+        return ""
+    values = "\0".join(secrets.get(variable, "") for variable in spec.references().values())
+    return hashlib.sha256(values.encode()).hexdigest()
 
 
 class LiveToolSource:
@@ -48,6 +83,7 @@ class LiveToolSource:
         identity: IdentityHeaders,
         health_paths: MutableMapping[str, str],
         lease_seconds: float,
+        health_intervals: MutableMapping[str, float] | None = None,
     ) -> None:
         self._static = tuple(static)
         self._lease_seconds = lease_seconds
@@ -57,11 +93,12 @@ class LiveToolSource:
         self._secrets = secrets
         self._identity = identity
         self._health_paths = health_paths
+        self._health_intervals = health_intervals if health_intervals is not None else {}
         self._box = Toolbox(self._static, lease_seconds=lease_seconds)
         self._version: int | None = None
         self._upstream: dict[str, tuple[Tool, ...]] = {}
         self._remote: tuple[Tool, ...] = ()
-        self._endpoints: dict[str, tuple[str, str | None]] = {}
+        self._endpoints: dict[str, tuple[str, str, str]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
 
     def current(self) -> Toolbox:
@@ -103,17 +140,11 @@ class LiveToolSource:
         version = await self._store.version()
         if version == self._version:
             return False
+        # Building tools is CPU-bound (schemas to models, a large adapter takes a while): off the event loop, so
+        # calls and /healthz are served meanwhile. The swap below happens on the loop, in one assignment.
+        built = await anyio.to_thread.run_sync(self._build, dict(await self._store.pinned()))
         remote: list[Tool] = []
-        for name, document in (await self._store.pinned()).items():
-            try:
-                manifest = AdapterManifest.model_validate(document)
-                tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
-            except (ValidationError, ManifestError, ToolDeclarationError) as error:
-                # Pinned manifests were validated when registered; this only guards against a
-                # gateway upgrade that reads them differently, or a lease shortened since. The
-                # adapter stays out, loudly.
-                logger.error("pinned adapter %s cannot be served: %s", name, error)
-                continue
+        for name, manifest, tools in built:
             # A named shared key must be set (its backend expects HS256); none named: the gateway's own keys.
             signing_key = self._secrets.get(manifest.signing_secret_env) if manifest.signing_secret_env else None
             if manifest.signing_secret_env and not signing_key:
@@ -126,9 +157,10 @@ class LiveToolSource:
                 )
                 continue
             self._connect(name, manifest, signing_key)
-            remote.extend(tools.values())
+            remote.extend(tools)
+        served = self._served(remote)
         try:
-            box = Toolbox(self._served(remote), lease_seconds=self._lease_seconds)
+            box = await anyio.to_thread.run_sync(lambda: Toolbox(served, lease_seconds=self._lease_seconds))
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False
@@ -140,12 +172,33 @@ class LiveToolSource:
                 await listener()
         return changed
 
+    def _build(self, pinned: Mapping[str, Any]) -> list[tuple[str, AdapterManifest, tuple[Tool, ...]]]:
+        """The tools of each pinned manifest that can be built (run in a worker thread)."""
+        built = []
+        for name, document in pinned.items():
+            try:
+                manifest = AdapterManifest.model_validate(document)
+                tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
+            except (ValidationError, ManifestError, ToolDeclarationError) as error:
+                # Pinned manifests were validated when registered; this only guards against a
+                # gateway upgrade that reads them differently, or a lease shortened since. The
+                # adapter stays out, loudly.
+                logger.error("pinned adapter %s cannot be served: %s", name, error)
+                continue
+            built.append((name, manifest, tuple(tools.values())))
+        return built
+
     def _connect(self, name: str, manifest: AdapterManifest, signing_key: str | None) -> None:
         # The key first: by the time a call can reach the new client, it is signed for.
         self._identity.with_key(name, signing_key)
-        credential = self._secrets.get(manifest.credential.secret_env) if manifest.credential else None
-        endpoint = (manifest.base_url, credential)
+        credential = backend_auth(manifest.credential, self._secrets) if manifest.credential else None
+        endpoint = (manifest.base_url, repr(credential), _fingerprint(manifest.credential, self._secrets))
         if self._endpoints.get(name) != endpoint:
+            if (old := self._clients.get(name)) is not None:
+                # Calls in flight may still hold it: it is kept, under a name no adapter has, and closed with
+                # every client when the gateway stops (a reviewed base URL or credential change is rare).
+                self._clients[f"{name}:retired:{len(self._clients)}"] = old
             self._clients[name] = self._make_client(manifest.base_url, credential)
             self._endpoints[name] = endpoint
         self._health_paths[name] = manifest.health_path
+        self._health_intervals[name] = manifest.health_interval_seconds

@@ -26,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from policies.text_safety import Flag, review_texts
 
 __all__ = [
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_MANIFEST_BYTES",
+    "MAX_TOOLS",
+    "MAX_TOOL_NAME_CHARS",
     "PLACEHOLDER",
+    "ArgumentPlace",
     "AccessSpec",
     "AdapterManifest",
     "ApprovalSpec",
@@ -42,6 +47,14 @@ _NAME = r"^[a-z][a-z0-9]{1,30}$"
 PLACEHOLDER = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)}")
 """``{arg}`` in path and summary templates; one pattern, so what is checked is what is filled."""
 _TOOL_NAME = r"^[a-z][a-z0-9_]{1,62}$"
+MAX_TOOL_NAME_CHARS = 63
+"""The longest tool name `_TOOL_NAME` takes."""
+MAX_DESCRIPTION_CHARS = 1024
+"""The longest tool description."""
+MAX_TOOLS = 100
+"""Tools per adapter."""
+MAX_MANIFEST_BYTES = 512 * 1024
+"""The largest manifest body the registry API reads (its JSON, as sent)."""
 _PATH = r"^/[A-Za-z0-9_\-./{}]*$"
 
 
@@ -77,26 +90,74 @@ class ApprovalSpec(_Strict):
 
 
 class WriteContractSpec(_Strict):
+    """Where the gateway's key travels with a write, and how a write whose answer was lost is looked up.
+
+    The key travels (``key_in``) as the ``Idempotency-Key`` header (``header``, the default, for an API that
+    dedupes on it), as the body field `key_field` that the API stores (``body_field``: an ``external_id`` or
+    ``client_reference_id``), or as a marker ``<!-- countersign:KEY -->`` appended to the free-text input
+    `key_field` that the API stores (``marker``: an issue's body). It is looked up either by a status read
+    (`status_path`, with ``{key}``) or by a search read (`search_path`, a GET path template filled from the
+    write's approved arguments, with `search_query`) whose answer, a list or an object holding one, has an
+    item whose `match_field` equals the key (``body_field``) or contains the marker (``marker``): that
+    item is the applied write, and its `reference_field` is the reference. No such item is "no record".
+    """
+
     dedupes_on_key: bool
-    """Does the service apply a request at most once per `Idempotency-Key`?"""
+    """Does the service apply a request at most once per key? (Only then is a keyed resend allowed.)"""
     key_retention_seconds: Annotated[float, Field(gt=0)]
-    status_path: Annotated[str, Field(pattern=_PATH)]
+    status_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """Status lookup by key, e.g. ``/idempotency/{key}``: 200 ``{"state": "applied"|"refused", ...}``
     or 404 ``{"state": "unknown"}``."""
     reference_field: str
     """Output field holding the service's id for the effect."""
     not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = (400, 404, 409, 422)
+    key_in: Literal["header", "body_field", "marker"] = "header"
+    key_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
+    """The input the key is written into (``body_field``) or appended to (``marker``)."""
+    search_path: Annotated[str, Field(pattern=_PATH)] | None = None
+    search_query: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-\[\]]{1,64}$")], str] = Field(default_factory=dict)
+    """Fixed query parameters of the search read (``{"state": "all", "per_page": "100"}``)."""
+    match_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
+    """The field of each item of the search answer that holds the key or the marker."""
 
     @model_validator(mode="after")
-    def _status_path_takes_the_key(self) -> WriteContractSpec:
-        if "{key}" not in self.status_path:
+    def _one_lookup_that_can_find_the_key(self) -> WriteContractSpec:
+        if (self.status_path is None) == (self.search_path is None):
+            raise ValueError("a write contract looks writes up by status_path or by search_path (one of them)")
+        if self.status_path is not None and "{key}" not in self.status_path:
             raise ValueError("status_path must contain {key}")
+        if self.key_in != "header" and self.key_field is None:
+            raise ValueError(f"key_in {self.key_in} needs key_field")
+        if self.search_path is not None and (self.key_in == "header" or self.match_field is None):
+            raise ValueError(
+                "a search lookup needs the key stored by the API (key_in body_field or marker) and a match_field"
+            )
+        return self
+
+
+_FORBIDDEN_HEADERS = frozenset(
+    {"authorization", "cookie", "host", "content-length", "content-type", "accept", "idempotency-key", "traceparent"}
+)
+
+
+class ArgumentPlace(_Strict):
+    """Where one argument travels, when not where the method puts it (see `ToolSpec.send_as`)."""
+
+    into: Literal["path", "query", "header", "body"] = Field(alias="in")
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-\[\]]+$")]
+    """The name on the wire (``labels`` for an argument listed as ``body_labels``)."""
+
+    @model_validator(mode="after")
+    def _not_a_gateway_header(self) -> ArgumentPlace:
+        lowered = self.name.lower()
+        if self.into == "header" and (lowered in _FORBIDDEN_HEADERS or lowered.startswith("x-countersign")):
+            raise ValueError(f"header {self.name} is the gateway's to send")
         return self
 
 
 class ToolSpec(_Strict):
     name: Annotated[str, Field(pattern=_TOOL_NAME)]
-    description: Annotated[str, Field(min_length=1, max_length=1024)]
+    description: Annotated[str, Field(min_length=1, max_length=MAX_DESCRIPTION_CHARS)]
     mode: Literal["read", "write"]
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
     path: Annotated[str, Field(pattern=_PATH)]
@@ -108,6 +169,16 @@ class ToolSpec(_Strict):
     write_contract: WriteContractSpec | None = None
     summary_template: Annotated[str, Field(max_length=200)] | None = None
     """For writes: a one-line preview with ``{arg}`` placeholders; agent text fields may not appear."""
+    send_as: dict[str, ArgumentPlace] = Field(default_factory=dict)
+    """Arguments that do not travel where the method puts them: by default a ``{placeholder}`` of the
+    path fills it, and the others go in the query (GET, DELETE) or the JSON body (POST, PUT, PATCH). An
+    OpenAPI import declares here a query parameter of a POST, a header parameter, the body of a DELETE,
+    and a body property renamed because a parameter has its name
+    (``{"body_name": {"in": "body", "name": "name"}}``)."""
+    output_check: Literal["refuse", "report"] = "refuse"
+    """What an answer that does not fit `output_schema` becomes: ``refuse`` (UPSTREAM_ERROR, the default) or
+    ``report``, for an API whose answers drift from its own description: the fields that fit are shown, the
+    rest are withheld from the model, and the mismatch is logged with the tool's name (never the values)."""
     agent_text_fields: tuple[str, ...] = ()
     untrusted_output_fields: tuple[str, ...] = ()
     """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model. Every
@@ -168,11 +239,54 @@ class ToolSpec(_Strict):
         return self
 
 
-class CredentialSpec(_Strict):
-    """A reference to the gateway's own credential for the service, never the secret itself."""
+_ENV = r"^[A-Z][A-Z0-9_]{1,63}$"
 
-    secret_env: Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{1,63}$")]
+
+class CredentialSpec(_Strict):
+    """A reference to the gateway's own credential for the service, never the secret itself.
+
+    ``scheme`` says how it is sent: ``bearer`` (the default: ``Authorization: Bearer <secret>``), ``header``
+    (an API key in the header `name`), ``query`` (an API key in the query parameter `name`), ``basic``
+    (HTTP Basic: the user name in `username_env`, the password in `secret_env`) or
+    ``oauth2_client_credentials`` (the gateway fetches an access token from `token_url` with the client id
+    in `client_id_env` and the client secret in `secret_env`, optionally for `scope`, and reuses it until
+    shortly before it expires). Every variable must be in the adapter's own namespace, and `token_url` must
+    pass the operator's base-URL allowlist, like `AdapterManifest.base_url`.
+    """
+
+    secret_env: Annotated[str, Field(pattern=_ENV)]
     """Name of an environment variable on the gateway host that holds the credential."""
+    scheme: Literal["bearer", "header", "query", "basic", "oauth2_client_credentials"] = "bearer"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = None
+    """The header (``X-Api-Key``) or query parameter (``api_key``) of an API key."""
+    username_env: Annotated[str, Field(pattern=_ENV)] | None = None
+    """For ``basic``: the variable holding the user name."""
+    client_id_env: Annotated[str, Field(pattern=_ENV)] | None = None
+    """For ``oauth2_client_credentials``: the variable holding the client id."""
+    token_url: Annotated[str, Field(max_length=512, pattern=r"^https?://")] | None = None
+    """For ``oauth2_client_credentials``: the token endpoint."""
+    scope: Annotated[str, Field(max_length=256)] | None = None
+
+    @model_validator(mode="after")
+    def _parts_of_the_scheme(self) -> CredentialSpec:
+        needs = {
+            "header": ("name",),
+            "query": ("name",),
+            "basic": ("username_env",),
+            "oauth2_client_credentials": ("client_id_env", "token_url"),
+        }.get(self.scheme, ())
+        if missing := [part for part in needs if getattr(self, part) is None]:
+            raise ValueError(f"a {self.scheme} credential needs {', '.join(missing)}")
+        if self.scheme == "header" and self.name is not None:
+            lowered = self.name.lower()
+            if lowered in _FORBIDDEN_HEADERS - {"authorization"} or lowered.startswith("x-countersign"):
+                raise ValueError(f"header {self.name} is the gateway's to send")
+        return self
+
+    def references(self) -> dict[str, str]:
+        """``{where: variable}`` of every secret this credential names."""
+        named = {"secret_env": self.secret_env, "username_env": self.username_env, "client_id_env": self.client_id_env}
+        return {f"credential.{where}": variable for where, variable in named.items() if variable is not None}
 
 
 class AdapterManifest(_Strict):
@@ -191,7 +305,18 @@ class AdapterManifest(_Strict):
     gateway is not served (its backend expects HS256 and could not verify anything else).
     """
     health_path: Annotated[str, Field(pattern=_PATH)] = "/_health"
-    tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=100)]
+    """A light GET the gateway polls to know the backend is up; never the path of a write tool."""
+    health_interval_seconds: Annotated[float, Field(ge=5, le=3600)] = 30.0
+    """The fewest seconds between two health checks of this backend (each gateway process)."""
+    tools: Annotated[tuple[ToolSpec, ...], Field(min_length=1, max_length=MAX_TOOLS)]
+
+    @model_validator(mode="after")
+    def _health_never_on_a_write_path(self) -> AdapterManifest:
+        # A health check is sent with no approval: it must never be able to change anything.
+        written = {tool.path for tool in self.tools if tool.mode == "write"}
+        if self.health_path.split("?")[0] in written:
+            raise ValueError(f"health_path {self.health_path} is the path of a write tool")
+        return self
 
 
 NAME_PATTERN = re.compile(_NAME)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
 
 from gateway.audit.events import AuditEvent, AuditSink
@@ -78,7 +79,9 @@ class RegistryService:
         """Validate and store a proposal. Nothing is served until an admin accepts it."""
         if service.kind is not KeyKind.SERVICE:
             return await self._done(service, "registry.register", name, RegistryResult(code="PERMISSION_DENIED"))
-        problems, manifest = self._validate(name, document)
+        # Building a large adapter's tools takes a CPU-bound while: off the event loop, so the gateway's
+        # other requests (and /healthz) are not held up behind it.
+        problems, manifest = await anyio.to_thread.run_sync(self._validate, name, document)
         # Read first so a name owned by another service is refused before any word on the manifest;
         # the store's propose decides ownership atomically either way.
         existing = await self._store.get(name)
@@ -121,14 +124,18 @@ class RegistryService:
         # A manifest names secrets by reference only, and only in its own namespace: otherwise a
         # service could have the gateway send it any secret of the gateway's environment.
         namespace = f"{name.upper()}_"
-        references = {
-            "credential.secret_env": manifest.credential.secret_env if manifest.credential else None,
+        references: dict[str, str | None] = {
+            **(manifest.credential.references() if manifest.credential else {}),
             "signing_secret_env": manifest.signing_secret_env,
         }
         for where, reference in references.items():
             if reference is not None and not reference.startswith(namespace):
                 problems.append(f"{where}: secret references of adapter {name} must start with {namespace}")
         problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
+        if manifest.credential is not None and manifest.credential.token_url is not None:
+            # The client secret goes there: it is held to the same allowlist as the backend itself.
+            token_url = manifest.credential.token_url
+            problems.extend(f"credential.token_url: {p}" for p in check_base_url(token_url, allowed=self._allowed))
         if not problems:
             try:
                 # Built as this gateway would serve them: a write that could outlast the lease is refused.
@@ -164,14 +171,28 @@ class RegistryService:
             return await self._done(admin, "registry.show", name, RegistryResult(code="NOT_FOUND"))
         return RegistryResult(code="OK", registration=registration)
 
-    async def accept(self, admin: Principal, name: str, *, expected_hash: str) -> RegistryResult:
-        """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next."""
+    async def accept(
+        self, admin: Principal, name: str, *, expected_hash: str, acknowledged: frozenset[str] = frozenset()
+    ) -> RegistryResult:
+        """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next.
+
+        An update that changes where the gateway's credential, identities and receipts go (the review's
+        ``diff.attention``: base URL, credential, signing secret) is accepted only with each of those
+        `acknowledged` by name; otherwise VALIDATION_ERROR, and nothing changes."""
         verdict = may_manage_adapter(admin, name, self._orgs)
         if not verdict.allowed:
             return await self._done(admin, "registry.accept", name, _denied(verdict))
         current = await self._store.get(name)
         if current is None or current.proposed is None:
             return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
+        if missing := [key for key in current.diff()["attention"] if key not in acknowledged]:
+            unseen = RegistryResult(
+                code="VALIDATION_ERROR",
+                message=f"this update changes {', '.join(missing)}; accept again acknowledging {missing} if intended",
+                problems=tuple(f"acknowledge: {key} changed and was not acknowledged" for key in missing),
+                registration=current,
+            )
+            return await self._done(admin, "registry.accept", name, unseen)
         pinned = await self._store.accept(name, expected_hash=expected_hash, admin=admin.subject)
         if pinned is None:
             stale = RegistryResult(

@@ -11,21 +11,36 @@ carry their contract (idempotency, status lookup by key) from the manifest.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
-from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
-from gateway.registry.schema import input_model, output_model
+from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec, WriteContractSpec
+from gateway.registry.schema import input_model, output_model, wrapped_field
 from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.tools.context import ToolContext
-from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
+from gateway.tools.declarations import (
+    Access,
+    Approval,
+    Escalation,
+    Execute,
+    Mode,
+    Preflight,
+    StatusLookup,
+    Tool,
+    WriteContract,
+    WriteStatus,
+)
 from gateway.tools.preview import Preview, PreviewRead
 from gateway.untrusted import model_visibility
 
 __all__ = ["ManifestError", "model_sees", "pinned_tools", "tools_from_manifest"]
+
+logger = logging.getLogger(__name__)
 
 _PLACEHOLDER = PLACEHOLDER
 
@@ -78,9 +93,13 @@ def model_sees(manifest: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def _tool(adapter: str, spec: ToolSpec) -> Tool:
     output = output_model(
-        spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields, shown=spec.shown_untrusted_fields
+        spec.name,
+        spec.output_schema,
+        untrusted=spec.untrusted_output_fields,
+        shown=spec.shown_untrusted_fields,
+        lenient=spec.output_check == "report",
     )
-    placeholders = _PLACEHOLDER.findall(spec.path)
+    placeholders = [_path_argument(spec, name) for name in _PLACEHOLDER.findall(spec.path)]
     target = _PLACEHOLDER.findall(spec.target_path or spec.preview_path or "")
     required = set(spec.input_schema.get("required", ()))
     for name in (*placeholders, *target):
@@ -98,7 +117,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         arguments=arguments,
         output=output,
         access=Access.public() if spec.access.public else Access.roles(*spec.access.roles),
-        execute=_http_call(spec, placeholders),
+        execute=_http_call(spec, placeholders, output),
         emits_untrusted_text=bool(spec.untrusted_output_fields or spec.shown_untrusted_fields),
         destructive=spec.destructive,
         open_world=spec.open_world,
@@ -107,7 +126,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         else WriteContract(
             dedupes_on_key=contract.dedupes_on_key,
             key_retention_seconds=contract.key_retention_seconds,
-            status_lookup=status_by_key(contract.reference_field, contract.status_path),
+            status_lookup=_lookup(spec, contract),
             reference_field=contract.reference_field,
             not_applied_statuses=frozenset(contract.not_applied_statuses),
         ),
@@ -130,6 +149,14 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         preview=_preview(spec.preview_path, target, spec.preview_fields) if spec.preview_path else None,
         timeout_seconds=spec.timeout_seconds,
     )
+
+
+def _path_argument(spec: ToolSpec, placeholder: str) -> str:
+    """The argument that fills `placeholder`: the one of its name, or one declared ``send_as`` it."""
+    for arg, place in spec.send_as.items():
+        if place.into == "path" and place.name == placeholder:
+            return arg
+    return placeholder
 
 
 def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
@@ -155,15 +182,145 @@ def _path_checked(model: type[BaseModel], names: set[str]) -> type[BaseModel]:
     return checked
 
 
-def _http_call(spec: ToolSpec, placeholders: list[str]) -> Execute:
+def _http_call(spec: ToolSpec, placeholders: list[str], output: type[BaseModel]) -> Execute:
+    wrap = wrapped_field(spec.output_schema)
+    check = _reporting_check(spec.name, output) if spec.output_check == "report" else None
+    carry = _key_carrier(spec)
+
     async def execute(args: BaseModel, ctx: ToolContext) -> Any:
         data = args.model_dump(mode="json", exclude_none=True)
-        url = fill_path(spec.path, **{name: str(data.pop(name)) for name in placeholders})
-        if spec.method in ("GET", "DELETE"):
-            return await request_json(ctx, spec.method, url, params={k: _text(v) for k, v in data.items()})
-        return await request_json(ctx, spec.method, url, json=data)
+        places = {"path": {}, "query": {}, "header": {}, "body": {}}  # type: dict[str, dict[str, Any]]
+        default = "query" if spec.method in ("GET", "DELETE") else "body"
+        for arg, value in data.items():
+            place = spec.send_as.get(arg)
+            if place is not None:
+                places[place.into][place.name] = value
+            else:
+                places["path" if arg in placeholders else default][arg] = value
+        if carry is not None and ctx.idempotency_key is not None:
+            carry(places["body"], ctx.idempotency_key)
+        url = fill_path(spec.path, **{name: _text(value) for name, value in places["path"].items()})
+        query = [(key, _text(item)) for key, value in places["query"].items() for item in _each(value)]
+        headers = {key: _text(value) for key, value in places["header"].items()}
+        body = places["body"] if places["body"] or spec.method in ("POST", "PUT", "PATCH") else None
+        answer = await request_json(
+            ctx, spec.method, url + (f"?{urlencode(query)}" if query else ""), json=body, headers=headers or None
+        )
+        if wrap is not None:
+            # Not an object (a list of issues): MCP's structured content must be one, so it is wrapped.
+            answer = {wrap: answer}
+        return answer if check is None else check(answer)
 
     return execute
+
+
+MARKER = "<!-- countersign:{key} -->"
+"""Appended (after a blank line) to the free-text field a ``marker`` contract names: invisible where the API
+renders Markdown, and found again by the search lookup."""
+
+
+def _key_carrier(spec: ToolSpec) -> Any:
+    """What puts the write's key into its body (``body_field``, ``marker``); None for the header."""
+    contract = spec.write_contract
+    if contract is None or contract.key_in == "header" or contract.key_field is None:
+        return None
+    wire = spec.send_as[contract.key_field].name if contract.key_field in spec.send_as else contract.key_field
+
+    def carry(body: dict[str, Any], key: str) -> None:
+        if contract.key_in == "body_field":
+            body[wire] = key
+        else:
+            text = str(body.get(wire) or "")
+            body[wire] = f"{text}\n\n{MARKER.format(key=key)}" if text else MARKER.format(key=key)
+
+    return carry
+
+
+def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
+    """The contract's lookup: a status read by key, or a search read and a match on the stored key."""
+    if contract.status_path is not None:
+        return status_by_key(contract.reference_field, contract.status_path)
+    template = contract.search_path or ""
+    placeholders = _PLACEHOLDER.findall(template)
+    inputs = set(spec.input_schema.get("properties", {}))
+    if missing := sorted(set(placeholders) - inputs):
+        raise ValueError(f"write_contract.search_path placeholders {missing} are not inputs")
+    if contract.key_field not in inputs:
+        raise ValueError(f"write_contract.key_field {contract.key_field!r} is not an input")
+    match_field, reference_field = contract.match_field or "", contract.reference_field
+    query = sorted(contract.search_query.items())
+
+    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+        approved = ctx.approved_arguments or {}
+        url = fill_path(template, **{name: _text(approved.get(name, "")) for name in placeholders})
+        answer = await request_json(ctx, "GET", url + (f"?{urlencode(query)}" if query else ""))
+        wanted = MARKER.format(key=key) if contract.key_in == "marker" else key
+        for item in _items(answer):
+            stored = item.get(match_field)
+            found = (
+                stored == wanted if contract.key_in == "body_field" else isinstance(stored, str) and wanted in stored
+            )
+            if found:
+                reference = item.get(reference_field)
+                detail = {"matched": match_field, reference_field: reference, "lookup": url}
+                return WriteStatus(
+                    state="applied", reference=None if reference is None else str(reference), detail=detail
+                )
+        return WriteStatus(state="unknown", detail={"lookup": url, "searched": len(_items(answer))})
+
+    return lookup
+
+
+def _items(answer: Any) -> list[Mapping[str, Any]]:
+    """The items of a search answer: the list itself, or the first list an object holds (``{"items": [...]}``)."""
+    found = answer if isinstance(answer, list) else next((v for v in answer.values() if isinstance(v, list)), [])
+    return [item for item in found if isinstance(item, Mapping)] if isinstance(answer, list | dict) else []
+
+
+def _each(value: Any) -> list[Any]:
+    # An array in the query is sent as the key repeated (OpenAPI's default: form style, exploded).
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _reporting_check(tool: str, model: type[BaseModel]) -> Any:
+    """For ``output_check: report``: an answer with the parts that do not fit `model` left out, and logged.
+
+    The model is shown what fits (every field of such a tool's output is optional); what does not is withheld
+    like any undescribed field, so nothing unchecked reaches it. The log names the tool and the places, never
+    the values (they are the backend's text)."""
+
+    def check(answer: Any) -> Any:
+        for _ in range(_MAX_PRUNES):
+            try:
+                model.model_validate(answer)
+                return answer
+            except ValidationError as error:
+                places = [tuple(e["loc"]) for e in error.errors()]
+            logger.warning("%s: answer does not fit the output schema at %s; those parts withheld", tool, places[:20])
+            for place in places:
+                answer = _without(answer, place)
+        return {}
+
+    return check
+
+
+_MAX_PRUNES = 5
+
+
+def _without(value: Any, place: tuple[int | str, ...]) -> Any:
+    """`value` with the item or field at `place` removed (pydantic's error location)."""
+    if not place:
+        return None
+    head, rest = place[0], place[1:]
+    if isinstance(value, dict) and head in value:
+        return (
+            {k: v for k, v in value.items() if k != head} if not rest else value | {head: _without(value[head], rest)}
+        )
+    if isinstance(value, list) and isinstance(head, int) and 0 <= head < len(value):
+        if not rest:
+            return value[:head] + value[head + 1 :]
+        return [*value[:head], _without(value[head], rest), *value[head + 1 :]]
+    return value
 
 
 def _target_check(template: str, placeholders: list[str]) -> Preflight:

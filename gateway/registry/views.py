@@ -58,6 +58,11 @@ class AdapterDiff(_View):
     """A unified diff, pinned to proposed, of each changed tool."""
     settings_changed: bool
     """Whether anything besides the tools changed (base URL, credentials, other settings)."""
+    settings: str = ""
+    """A unified diff, pinned to proposed, of everything besides the tools (all of it, for a new adapter)."""
+    attention: list[str] = Field(default_factory=list)
+    """``base_url``, ``credential`` or ``signing_secret_env`` when the update changes them: where the gateway's
+    credential, signed identities and receipts go. Accepting needs each acknowledged by name."""
 
 
 class AdapterRegistration(_View):

@@ -43,6 +43,7 @@ from gateway.notifications.delivery import Notifier
 from gateway.notifications.expiry_warnings import ExpiryWarner
 from gateway.ops.api import ops_routes
 from gateway.ops.health import AdapterHealth
+from gateway.outbound.backend_auth import BackendAuth
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.outbound.webhook import WebhookPoster
 from gateway.registry.api import adapter_review_table, registry_routes
@@ -125,7 +126,7 @@ def _backend_client(adapter: AdapterSettings) -> AiohttpUpstream:
     )
 
 
-def backend_client(url: str, credential: str | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
+def backend_client(url: str, credential: BackendAuth | None, *, timeout_seconds: float = 10.0) -> AiohttpUpstream:
     """The gateway's client for one backend: its own credential, never an agent's token."""
     return AiohttpUpstream(url, service=url, credential=credential, timeout_seconds=timeout_seconds)
 
@@ -210,6 +211,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
     if missing:
         raise ConfigError(f"tools for unconfigured adapter(s): {', '.join(sorted(missing))}")
     health_paths = {name: settings.adapters[name].health_path for name in clients}
+    health_intervals: dict[str, float] = {}  # a registered adapter's own; configured ones are polled every time
     org_adapters = settings.org_adapters
     keys = KeyStore(client)
     guard = LedgerGuard(client)
@@ -247,9 +249,10 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         secrets=settings.secrets,
         identity=identity,
         health_paths=health_paths,
+        health_intervals=health_intervals,
         lease_seconds=settings.lease_seconds,
     )
-    health = AdapterHealth(clients, health_paths)
+    health = AdapterHealth(clients, health_paths, intervals=health_intervals)
     registry = RegistryService(
         store,
         audit,

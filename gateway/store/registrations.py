@@ -106,12 +106,25 @@ class Registration:
                 changed[name] = "\n".join(difflib.unified_diff(old, new, "pinned", "proposed", lineterm=""))
         other = {k: v for k, v in (self.proposed or {}).items() if k != "tools"}
         pinned_other = {k: v for k, v in (self.pinned or {}).items() if k != "tools"}
+        old_settings = json.dumps(pinned_other, indent=2, sort_keys=True).splitlines() if self.pinned else []
+        new_settings = json.dumps(other, indent=2, sort_keys=True).splitlines()
         return {
             "added": sorted(after.keys() - before.keys()),
             "removed": sorted(before.keys() - after.keys()),
             "changed": changed,
             "settings_changed": other != pinned_other,
+            "settings": "\n".join(difflib.unified_diff(old_settings, new_settings, "pinned", "proposed", lineterm=""))
+            if other != pinned_other
+            else "",
+            "attention": [
+                key for key in ATTENTION if self.pinned is not None and other.get(key) != pinned_other.get(key)
+            ],
         }
+
+
+ATTENTION = ("base_url", "credential", "signing_secret_env")
+"""Settings whose change sends the gateway's credential, signed identities and approval receipts somewhere
+else: an update changing one is called out first, and accepting it needs that change acknowledged by name."""
 
 
 @store_boundary

@@ -109,9 +109,14 @@ async def request_json(
     url: str,
     *,
     params: Mapping[str, str] | None = None,
-    json: Mapping[str, Any] | None = None,
+    json: Mapping[str, Any] | list[Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Any:
-    """Send one request for the caller in `ctx` and return the decoded JSON body of a 2xx answer.
+    """Send one request for the caller in `ctx` and return the decoded JSON body of a 2xx answer: any JSON
+    value, and ``{}`` for an answer without a body (204 No Content, or an empty 200).
+
+    `headers` are the API's own (a manifest's header parameters); the gateway's (identity, receipt, key)
+    are set after them and win.
 
     Raises:
         UpstreamNotFoundError: 404 (a missing object and another org's object look the same).
@@ -121,9 +126,11 @@ async def request_json(
         UpstreamTimeoutError: no answer within the client's read timeout.
         UpstreamProtocolError: any other status, or a body that is not JSON.
     """
-    response = await _send(ctx, method, url, params=params, json=json)
+    response = await _send(ctx, method, url, params=params, json=json, headers=headers)
     status = response.status
     if 200 <= status < 300:
+        if status == 204 or not response.body.strip():
+            return {}
         try:
             return response.json()
         except ValueError as error:
@@ -185,7 +192,8 @@ async def _send(
     url: str,
     *,
     params: Mapping[str, str] | None = None,
-    json: Mapping[str, Any] | None = None,
+    json: Mapping[str, Any] | list[Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> UpstreamResponse:
     # The executor computed who is asking, signed with this adapter's key. A backend cannot verify the
     # plain subject/org headers, so without the signed one nothing is sent: every backend is keyed (the
@@ -195,7 +203,7 @@ async def _send(
         raise UpstreamUnavailableError("no client for this backend", service=ctx.service, sent=False)
     if not ctx.identity.get(_IDENTITY_HEADER):
         raise UpstreamUnavailableError("no signed identity for this backend", service=ctx.service, sent=False)
-    headers = dict(ctx.identity)
+    headers = {**(headers or {}), **ctx.identity}
     if ctx.idempotency_key is not None:
         # An approved write: each request that can change something carries a receipt signed for exactly
         # that request (a status lookup by key, and a read inside a write, need none).

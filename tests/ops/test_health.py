@@ -10,10 +10,14 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.cards.card import CardState
+from gateway.ops.health import AdapterHealth
+from gateway.outbound.backend_client import AiohttpUpstream
+from gateway.registry.manifest import AdapterManifest
 from gateway.runtime.app import Gateway
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL, approve
+from tests.support.planted import serve_planted
 from tests.support.redis_server import free_port
 from tests.support.services import Backend, gateway_settings, in_process_gateway
 
@@ -67,3 +71,20 @@ async def _approved_card(gateway: Gateway) -> str:
     assert created.card is not None
     approved = await approve(gateway.ledger, created.card.card_id)
     return approved.card_id
+
+
+async def test_a_backend_with_an_interval_is_checked_no_more_often_than_it() -> None:
+    """A registered adapter's ``health_interval_seconds`` (30 s unless it says otherwise) bounds what its health
+    checks cost the API: three polls in a row ask it once; one without an interval is asked every time."""
+    default = AdapterManifest.model_fields["health_interval_seconds"].default
+    with serve_planted() as (url, backend):
+        client = AiohttpUpstream(url, service="notes")
+        paths = {"notes": "/ping", "other": "/pong"}
+        try:
+            health = AdapterHealth({"notes": client, "other": client}, paths, intervals={"notes": default})
+            for _ in range(3):
+                await health.check_once()
+        finally:
+            await client.aclose()
+        assert default == 30.0
+        assert backend.raw_paths.count(b"/ping") == 1 and backend.raw_paths.count(b"/pong") == 3

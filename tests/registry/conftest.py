@@ -8,6 +8,7 @@ tests never see it, and re-registering it at another address disturbs no other g
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -17,9 +18,10 @@ from starlette.datastructures import Secret
 from backends.serve import serve_app_in_thread
 from gateway.config.settings import OrgSettings, Settings
 from gateway.runtime.app import create_app
+from tests.support.github_spec import GitHubSpec, github_spec_or_skip, serve_prism
 from tests.support.planted import PlantedBackend, serve_planted
 from tests.support.services import NOTES_SIGNING_KEY, TEST_AUDIT_SECRET
-from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+from tests.support.signing import client_keeping_signing_key, signing_key_before_start
 
 
 @pytest.fixture(scope="session")
@@ -44,13 +46,8 @@ def notes_mcp_url(notes_redis_url: str) -> Iterator[str]:
 async def notes_redis(notes_redis_url: str) -> AsyncIterator[Redis]:
     """A client on the notes gateway's database, flushed before and after the test but for the gateway's
     signing key (`tests.support.signing`)."""
-    client = Redis.from_url(notes_redis_url, decode_responses=False)
-    try:
-        await flush_keeping_signing_key(client)
+    async with client_keeping_signing_key(notes_redis_url) as client:
         yield client
-        await flush_keeping_signing_key(client)
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +55,17 @@ def planted_backend() -> Iterator[tuple[str, PlantedBackend]]:
     """The service behind ``notes``: answers what a test planted, records the raw paths it is sent."""
     with serve_planted() as served:
         yield served
+
+
+@pytest.fixture(scope="session")
+def github_spec() -> GitHubSpec:
+    """GitHub's pinned OpenAPI description and Prism (installed into the cache on first use; CI: fail, never skip)."""
+    return github_spec_or_skip()
+
+
+@pytest.fixture(scope="session")
+def github_prism(github_spec: GitHubSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prism serving GitHub's whole description: the base URL of a backend that answers like api.github.com."""
+    log: Path = tmp_path_factory.mktemp("prism") / "prism.log"
+    with serve_prism(github_spec, github_spec.spec, log) as url:
+        yield url

@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from backends.expenses import expenses_manifest
 from gateway.principal import KeyKind
-from gateway.registry.api import MAX_MANIFEST_BYTES
+from gateway.registry.manifest import MAX_MANIFEST_BYTES
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.web.request_body import read_bounded
 from tests.support.agents import make_key

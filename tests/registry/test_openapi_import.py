@@ -10,6 +10,7 @@ import pytest
 
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.openapi_import import ImportResult, draft_manifest
+from gateway.registry.tools import tools_from_manifest
 
 BILLING = json.loads((Path(__file__).parents[1] / "data" / "billing-openapi.json").read_text())
 CLOSED = {"type": "object", "additionalProperties": False}
@@ -28,7 +29,14 @@ def _tool(result: ImportResult, name: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("name", "mode", "method", "path", "required", "optional"),
     [
-        ("billing_list_invoices", "read", "GET", "/invoices", [], ["status", "customer_id", "limit"]),
+        (
+            "billing_list_invoices",
+            "read",
+            "GET",
+            "/invoices",
+            [],
+            ["status", "customer_id", "limit", "x_request_trace"],
+        ),  # fmt: skip
         ("billing_get_invoice", "read", "GET", "/invoices/{invoice_id}", ["invoice_id"], []),
         (
             "billing_create_credit_note",
@@ -70,21 +78,19 @@ def test_each_operation_becomes_a_tool_with_a_closed_flat_input(
 
 
 def test_the_billing_spec_reports_exactly_what_it_leaves_undecided() -> None:
-    """A write without a status lookup, a write without approval or JSON answer, a read without access."""
+    """A write without a status lookup, a write without approval (its 204 is a success), a read without access."""
     assert _billing().problems == (
-        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path); "
-        "write_contract left out",
-        'billing_delete_attachment: no JSON schema for a 200 or 201 response; output_schema is {"type": "object"}',
+        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path or "
+        "search_path); write_contract left out",
         "billing_delete_attachment: a write without approval (x-countersign.approval)",
         "billing_get_customer_balance: no access rule (x-countersign.access)",
     )
 
 
 def test_the_billing_spec_lists_what_it_skipped_and_decided() -> None:
-    """Idempotency keys, headers, HEAD and readOnly fields are skipped; generated names are noted."""
+    """Idempotency keys, HEAD and readOnly fields are skipped; generated names and untrusted fields are noted."""
     result = _billing()
     assert result.skipped == (
-        "billing_list_invoices: header parameter 'X-Request-Trace' is not sent by manifest tools",
         "HEAD /invoices/{invoice_id}: a manifest tool cannot call HEAD",
         "billing_create_credit_note: header Idempotency-Key dropped (the gateway mints and sends the key)",
         "billing_create_credit_note: body property 'credit_note_id' is readOnly",
@@ -93,7 +99,13 @@ def test_the_billing_spec_lists_what_it_skipped_and_decided() -> None:
     )
     assert result.notes == (
         "base_url is servers[0] of 2: https://eu1.billing.internal.example/v2",
+        "billing_list_invoices: 3 free-text output field(s) marked untrusted: invoices[].customer_id, "
+        "invoices[].invoice_id, next_cursor",
+        "billing_get_invoice: 2 free-text output field(s) marked untrusted: customer_id, invoice_id",
+        "billing_get_customer_balance: 1 free-text output field(s) marked untrusted: customer_id",
         "GET /credit-notes/{credit_note_id}: no operationId; named billing_get_credit_notes_credit_note_id",
+        "billing_get_credit_notes_credit_note_id: 3 free-text output field(s) marked untrusted: credit_note_id, "
+        "invoice_id, reason",
     )
 
 
@@ -150,7 +162,13 @@ def test_output_schema_is_resolved_and_nullable_fields_are_optional() -> None:
     assert invoice["required"] == ["invoice_id", "customer_id", "status", "total_cents", "currency"]
     assert invoice["properties"]["voided_at"] == {"type": "string", "format": "date-time"}
     assert invoice["properties"]["currency"] == CURRENCY
-    assert _tool(_billing(), "billing_list_invoices")["untrusted_output_fields"] == ["invoices[].memo"]
+    # The declared field first; then every string with no enum, format or pattern, marked by default.
+    assert _tool(_billing(), "billing_list_invoices")["untrusted_output_fields"] == [
+        "invoices[].memo",
+        "invoices[].customer_id",
+        "invoices[].invoice_id",
+        "next_cursor",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -234,34 +252,13 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
     [
         (
             "post",
-            WRITE | {"parameters": [{"name": "dry_run", "in": "query", "schema": {"type": "boolean"}}]},
-            "things_post_things_thing_id: query parameter 'dry_run' on a POST; its arguments go in the body",
-        ),
-        (
-            "delete",
-            WRITE | {"requestBody": _body({"note": {"type": "string"}})},
-            "things_delete_things_thing_id: a DELETE with a request body; its arguments would go in the query",
-        ),
-        (
-            "post",
-            WRITE | {"requestBody": _body({"thing_id": {"type": "string"}})},
-            "things_post_things_thing_id: body property 'thing_id' clashes with the path parameter",
+            WRITE | {"requestBody": _body({"size": {"not": {"type": "integer"}}})},
+            "things_post_things_thing_id: input.size uses oneOf/anyOf/not, which a manifest schema cannot express",
         ),
         (
             "post",
             WRITE | {"requestBody": {"content": {"text/csv": {"schema": {"type": "string"}}}}},
             "things_post_things_thing_id: the request body is not a JSON object; it cannot become arguments",
-        ),
-        (
-            "post",
-            WRITE | {"requestBody": _body({"tags": {"type": "array", "items": {"type": "string"}}})},
-            "things_post_things_thing_id: input.tags has type 'array'; manifest schemas take strings, integers, "
-            "numbers or booleans",
-        ),
-        (
-            "post",
-            WRITE | {"requestBody": _body({"size": {"oneOf": [{"type": "integer"}, {"type": "string"}]}})},
-            "things_post_things_thing_id: input.size uses oneOf/anyOf/not, which a manifest schema cannot express",
         ),
         (
             "post",
@@ -297,7 +294,7 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
         (
             "get",
             READ | {"x-countersign": {"access": {"public": True}, "aproval": {}}},
-            "things_get_things_thing_id: unknown x-countersign key(s) ['aproval']",
+            "GET /things/{thing_id}: unknown x-countersign key(s) ['aproval']",
         ),
         (
             "get",
@@ -370,3 +367,91 @@ def test_document_level_problems_are_reported_not_raised(document: dict[str, Any
     base["components"] = {"responses": {"Ok": {"description": "ok"}}}
     document = {key: value for key, value in (base | document).items() if key != "openapi" or "swagger" not in document}
     assert problem in draft_manifest(document, name=name).problems
+
+
+@pytest.mark.parametrize(
+    ("method", "operation", "inputs", "send_as"),
+    [
+        (
+            "post",
+            WRITE | {"parameters": [{"name": "dry_run", "in": "query", "schema": {"type": "boolean"}}]},
+            {"thing_id": {"type": "string"}, "dry_run": {"type": "boolean"}},
+            {"dry_run": {"in": "query", "name": "dry_run"}},
+        ),
+        (
+            "delete",
+            WRITE | {"requestBody": _body({"note": {"type": "string"}})},
+            {"thing_id": {"type": "string"}, "note": {"type": "string"}},
+            {"note": {"in": "body", "name": "note"}},
+        ),
+        (
+            "post",
+            WRITE | {"requestBody": _body({"thing_id": {"type": "string"}})},
+            {"thing_id": {"type": "string"}, "body_thing_id": {"type": "string"}},
+            {"body_thing_id": {"in": "body", "name": "thing_id"}},
+        ),
+        (
+            "post",
+            WRITE | {"parameters": [{"name": "X-Api-Version", "in": "header", "schema": {"type": "string"}}]},
+            {"thing_id": {"type": "string"}, "x_api_version": {"type": "string"}},
+            {"x_api_version": {"in": "header", "name": "X-Api-Version"}},
+        ),
+        (
+            "post",
+            WRITE | {"requestBody": _body({"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5}})},
+            {"thing_id": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
+            {},
+        ),
+        (
+            "post",
+            WRITE | {"requestBody": _body({"size": {"oneOf": [{"type": "integer"}, {"type": "string"}]}})},
+            {"thing_id": {"type": "string"}, "size": {"type": "integer"}},
+            {},
+        ),
+        (
+            "post",
+            WRITE
+            | {
+                "requestBody": _body(
+                    {"author": {"type": "object", "properties": {"name": {"type": "string", "default": "me"}}}}
+                )
+            },
+            {
+                "thing_id": {"type": "string"},
+                "author": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "default": "me"}},
+                    "required": [],
+                    "additionalProperties": False,
+                },
+            },
+            {},
+        ),
+    ],
+)
+def test_parameters_and_bodies_are_folded_into_one_input_without_collisions(
+    method: str, operation: dict[str, Any], inputs: dict[str, Any], send_as: dict[str, Any]
+) -> None:
+    """A query parameter of a POST, the body of a DELETE, a header, a body property named like a path
+    parameter, arrays, nested objects and a oneOf input all become inputs; `send_as` says where each travels
+    when the method would put it elsewhere, and the draft is a valid manifest."""
+    result = _draft(method, {"summary": "Do it"} | operation)
+    assert result.problems == ()
+    [tool] = result.manifest["tools"]
+    assert tool["input_schema"]["properties"] == inputs
+    assert tool.get("send_as", {}) == send_as
+    assert [built.name for built in tools_from_manifest("things", AdapterManifest.model_validate(result.manifest))]
+
+
+def test_a_large_output_schema_is_trimmed_to_the_budget_keeping_fields_named_like_keywords() -> None:
+    """Descriptions go first, then nested objects; a field called ``title`` or ``description`` is the API's
+    own and stays, and a note says what was trimmed."""
+    wordy = {"type": "string", "description": "x" * 300}
+    nested = {"type": "object", "properties": {f"field{i}": wordy for i in range(60)}}
+    schema = {"type": "object", "properties": {"title": wordy, "description": wordy, "owner": nested}}
+    ok = READ | {"responses": {"200": {"description": "ok", "content": {"application/json": {"schema": schema}}}}}
+    result = _draft("get", {"summary": "Read it"} | ok, **{"x-countersign": {"output_schema_budget": 1024}})
+    output = _tool(result, "things_get_things_thing_id")["output_schema"]
+    assert set(output["properties"]) == {"title", "description"}
+    assert len(json.dumps(output, separators=(",", ":"))) <= 1024
+    assert any("output schema trimmed from" in note for note in result.notes)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 
+from gateway.principal import KeyKind
+from tests.support.agents import make_key
 from tests.support.planted import PlantedBackend
 from tests.support.registration import register, remove, review
 
@@ -52,3 +55,49 @@ async def test_a_hidden_property_name_and_an_instruction_in_a_keyword_are_flagge
     flagged = {(flag["code"], flag["field"]) for flag in entry["flags"]}
     assert ("hidden_unicode", f"tools[0].input_schema.properties[{json.dumps(HIDDEN_NAME)}] (key)") in flagged
     assert ("instruction_to_model", "tools[0].input_schema.properties.status.format") in flagged
+
+
+@pytest.mark.parametrize(
+    ("change", "attention"),
+    [
+        ({"base_url": "http://127.0.0.1:9"}, ["base_url"]),
+        ({"credential": {"secret_env": "NOTES_TOKEN"}}, ["credential"]),
+        ({"health_path": "/ping"}, []),
+    ],
+    ids=["base-url", "credential", "health-path"],
+)
+async def test_an_update_changing_where_secrets_go_is_called_out_and_needs_acknowledging(
+    notes_redis: Redis,
+    notes_mcp_url: str,
+    planted_backend: tuple[str, PlantedBackend],
+    change: dict[str, Any],
+    attention: list[str],
+) -> None:
+    """The review shows the settings' diff; a base URL or credential change is called out first, and accepting
+    it without naming it is refused (422), then accepted once acknowledged. Other settings need nothing."""
+    url, _backend = planted_backend
+    proposal, admin = await register(notes_mcp_url, notes_redis, _manifest(url), "notes")
+    base = notes_mcp_url.removesuffix("/mcp")
+    try:
+        async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {admin}"}) as http:
+            first = await http.post("/admin/api/adapters/notes/accept", json={"hash": proposal["proposed_hash"]})
+            assert first.status_code == 200, first.text
+            service = await make_key(notes_redis, kind=KeyKind.SERVICE, subject="notes-svc", org="acme", roles=())
+            updated = await http.put(
+                "/registry/api/adapters/notes",
+                json=_manifest(url) | change,
+                headers={"authorization": f"Bearer {service}"},
+            )
+            assert updated.status_code == 202, updated.text
+            entry = await review(notes_mcp_url, admin, "notes")
+            assert entry["diff"]["attention"] == attention and entry["diff"]["settings"].startswith("--- pinned")
+            unacknowledged = await http.post("/admin/api/adapters/notes/accept", json={"hash": entry["proposed_hash"]})
+            assert unacknowledged.status_code == (422 if attention else 200), unacknowledged.text
+            if attention:
+                assert unacknowledged.json()["error"]["problems"] == [
+                    f"acknowledge: {key} changed and was not acknowledged" for key in attention
+                ]
+                seen = {"hash": entry["proposed_hash"], "acknowledge": attention}
+                assert (await http.post("/admin/api/adapters/notes/accept", json=seen)).status_code == 200
+    finally:
+        await remove(notes_mcp_url, admin, "notes")

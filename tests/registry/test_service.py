@@ -153,6 +153,25 @@ async def test_a_changed_definition_is_quarantined_and_agents_keep_the_pinned_on
         (lambda m: m["tools"][0].update(name="rooms_list"), "must start with expenses_"),
         (lambda m: m.update(credential={"secret_env": "COUNTERSIGN_ADMIN_KEY"}), "must start with EXPENSES_"),
         (lambda m: m.update(signing_secret_env="AWS_SECRET_ACCESS_KEY"), "must start with EXPENSES_"),
+        (
+            lambda m: m.update(
+                credential={"secret_env": "EXPENSES_PASSWORD", "scheme": "basic", "username_env": "DATABASE_USER"}
+            ),
+            "credential.username_env: secret references of adapter expenses must start with EXPENSES_",
+        ),
+        # The client secret is sent to the token endpoint: it is held to the base-URL allowlist too.
+        (
+            lambda m: m.update(
+                credential={
+                    "secret_env": "EXPENSES_SECRET",
+                    "scheme": "oauth2_client_credentials",
+                    "client_id_env": "EXPENSES_CLIENT",
+                    "token_url": "https://attacker.example/token",
+                }
+            ),  # fmt: skip
+            "credential.token_url",
+        ),
+        (lambda m: m.update(credential={"secret_env": "EXPENSES_KEY", "scheme": "header"}), "needs name"),
         (lambda m: m.update(signing_secret_env="lower_case"), "signing_secret_env"),
         # A write may run 60 s, the worker's lease is 30 s: another worker could resend it mid-flight.
         (lambda m: m["tools"][2].update(timeout_seconds=60), "lease"),

@@ -29,6 +29,7 @@ class PlantedBackend:
         self.answer: tuple[int, bytes] = (200, b"{}")
         self._lock = threading.Lock()
         self._seen: list[tuple[bytes, dict[str, str]]] = []
+        self._queries: list[bytes] = []
 
     def plant(self, body: Any, status: int = 200) -> None:
         """Answer the next requests with `body` (JSON-encoded unless it is bytes) and `status`."""
@@ -45,9 +46,16 @@ class PlantedBackend:
         with self._lock:
             return [(path, dict(headers)) for path, headers in self._seen]
 
+    @property
+    def queries(self) -> list[bytes]:
+        """The raw query string of each recorded request (``b""`` when it had none)."""
+        with self._lock:
+            return list(self._queries)
+
     def forget(self) -> None:
         with self._lock:
             self._seen.clear()
+            self._queries.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,6 +69,7 @@ class PlantedBackend:
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
             with self._lock:
                 self._seen.append((raw, headers))
+                self._queries.append(scope.get("query_string", b""))
             status, body = self.answer
         await send(
             {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}

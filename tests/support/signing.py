@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -67,6 +69,20 @@ async def flush_keeping_signing_key(client: Any) -> None:
     running across tests keeps signing with the key it holds (in production keys outlive any data)."""
     await client.eval(_FLUSH_KEEPING, 0, "countersign:{signing}:keys")
     await ensure_signing_key(client)
+
+
+@asynccontextmanager
+async def client_keeping_signing_key(url: str) -> AsyncIterator[Any]:
+    """A client (bytes replies) on the database at `url`, flushed but for the signing key before and after."""
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url, decode_responses=False)
+    try:
+        await flush_keeping_signing_key(client)
+        yield client
+        await flush_keeping_signing_key(client)
+    finally:
+        await client.aclose()
 
 
 def signing_key_before_start(url: str) -> None:

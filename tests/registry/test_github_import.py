@@ -1,0 +1,426 @@
+"""GitHub's own OpenAPI description, end to end: `countersign adapters import` against a real gateway, tools
+served to a real MCP client, calls answered by Prism serving the same description.
+
+GitHub's description (npm ``@octokit/openapi``, 1,223 operations) and Prism are pinned and installed into the
+cache by `tests.support.github_spec` (with ``CI`` set a test fails rather than skips without them). The
+gateway here runs on database 13 of the session's Redis; its org acme serves the adapters ``github`` and
+``githubissues``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+import pytest
+import yaml
+from redis.asyncio import Redis
+from starlette.datastructures import Secret
+
+from backends.serve import serve_app_in_thread
+from gateway.cards.card import CardState
+from gateway.cli.main import main
+from gateway.config.settings import OrgSettings, Settings
+from gateway.principal import KeyKind
+from gateway.runtime.app import create_app
+from gateway.store.registrations import RegistryStore
+from tests.support.agents import agent, make_key, payload
+from tests.support.cards import approve_as_admin, settled
+from tests.support.fault_proxy import FaultProxy, serve_fault_proxy
+from tests.support.github_spec import GitHubSpec
+from tests.support.services import TEST_AUDIT_SECRET
+from tests.support.signing import signing_key_before_start
+
+pytestmark = pytest.mark.anyio
+
+HTML_URL = r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/issues/[0-9]+$"
+READS = ("issues/list-for-repo", "issues/get", "issues/list-comments")
+OVERLAY = {
+    "access": {"roles": ["staff"]},
+    "credential": {"secret_env": "GITHUB_TOKEN"},
+    "health_path": "/rate_limit",
+    # GitHub's description gives "get an issue" an example whose value is an Example Object, not an issue, so
+    # Prism answers {"value": {...}}: an API whose answers drift from its own description. Reported, not refused.
+    # The issues' addresses are shown to the model: their shape is declared (an issue page on github.com).
+    "operations": {
+        "issues/get": {"output_check": "report"},
+        "issues/list-for-repo": {"trusted_output_fields": {"items[].html_url": HTML_URL}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def github_redis_url(redis_server_url: str) -> str:
+    return urlunsplit(urlsplit(redis_server_url)._replace(path="/13"))
+
+
+@pytest.fixture(scope="module")
+def github_gateway(github_redis_url: str) -> Iterator[str]:
+    """The base URL of a gateway whose org acme serves the registered adapters these tests import."""
+    org = OrgSettings(
+        name="acme",
+        adapters=frozenset({"github", "githubissues", "githubwrites", "gh"}),
+        roles=frozenset({"staff", "approver", "registry"}),
+    )
+    secrets = {"GITHUB_TOKEN": "ghp", "GITHUBWRITES_TOKEN": "ghp", "GH_TOKEN": "ghp"}
+    settings = Settings(
+        redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=True,
+        audit_secret=Secret(TEST_AUDIT_SECRET), secrets=secrets,
+    )  # fmt: skip
+    signing_key_before_start(github_redis_url)
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        yield base
+
+
+@pytest.fixture
+async def github_redis(github_redis_url: str) -> AsyncIterator[Redis]:
+    """A client on the gateway's database, which is not flushed between these tests: the gateway's worker
+    keeps its outbox group, and the adapters registered stay registered (each test names its own)."""
+    client = Redis.from_url(github_redis_url, decode_responses=False)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+Rig = tuple[GitHubSpec, str, str, Redis, Path, pytest.CaptureFixture[str]]
+"""GitHub's description, Prism's URL, the gateway's, a client on its database, a scratch folder, captured output."""
+
+
+@pytest.fixture
+def rig(
+    github_spec: GitHubSpec,
+    github_prism: str,
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> Rig:
+    return github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys
+
+
+async def _cli(
+    capsys: pytest.CaptureFixture[str], *args: str, environ: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    status = await anyio.to_thread.run_sync(lambda: main(list(args), environ or {}))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.slow
+async def test_the_whole_spec_is_refused_before_anything_is_sent_naming_each_limit(
+    github_spec: GitHubSpec, github_gateway: str, github_redis: Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a selection, GitHub's 1,223 operations are one adapter over the registry's limits: each limit
+    is named with its numbers and the operations that hit it, and nothing reaches the registry."""
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    status, out, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--register", github_gateway,
+        environ={"COUNTERSIGN_SERVICE_KEY": service},
+    )  # fmt: skip
+    assert status == 1 and out == ""
+    assert "LIMIT tools per adapter: 1223 > 100 (1223 operation(s): GET /" in err
+    assert "LIMIT manifest bytes: " in err and "> 524288 (1223 operation(s): PATCH /repos/{owner}/{repo} (" in err
+    assert "LIMIT tool name length: " in err and "(rename with x-countersign.name)" in err
+    assert "limit met by the importer: description length: " in err
+    assert "nothing was sent" in err
+    assert await RegistryStore(github_redis).get("github") is None
+
+
+@pytest.mark.slow
+async def test_split_by_tag_drafts_one_adapter_per_tag_and_the_issues_tag_fits(
+    github_spec: GitHubSpec, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--split`` makes one adapter per first tag; the dry run shows what each operation becomes, and the
+    issues tag's 58 operations fit the per-adapter limits (only its undecided writes remain problems)."""
+    status, _, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--split", "--dry-run"
+    )
+    assert status == 1
+    assert "adapter githubissues: 58 tool(s)" in err
+    assert "adapter githubrepos: 204 tool(s)" in err
+    issues = err.split("adapter githubissues:")[1].split("\nadapter ")[0]
+    assert "GET /repos/{owner}/{repo}/issues -> githubissues_list_for_repo (read); inputs: owner*, repo*," in issues
+    assert "LIMIT" not in issues
+
+
+async def test_a_yaml_document_drafts_what_its_json_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same document written as YAML is read as YAML and drafts the same manifest."""
+    source = Path(__file__).parents[1] / "data" / "billing-openapi.json"
+    document = json.loads(source.read_text())
+    (tmp_path / "billing.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    drafts = []
+    for path in (source, tmp_path / "billing.yaml"):
+        status, out, _ = await _cli(
+            capsys, "adapters", "import", str(path), "--name", "billing",
+            "--operations", "listInvoices,createCreditNote", "--out", str(tmp_path / path.suffix.strip(".")),
+        )  # fmt: skip
+        drafts.append((status, (tmp_path / path.suffix.strip(".") / "billing.json").read_text()))
+    assert drafts[0] == drafts[1] and drafts[0][0] == 0
+
+
+def _requests(log: Path) -> list[str]:
+    """The requests Prism logged, as ``METHOD /path``."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if "Request received" in line]
+    return lines
+
+
+@pytest.mark.slow
+async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(rig: Rig) -> None:
+    """Imported with a YAML overlay (access, credential reference, health path) and registered by the
+    command, accepted by an admin, listing a repository's issues, getting one and listing its comments
+    succeed through a real MCP client: the arrays come wrapped in ``items``, and the issue's free text
+    (titles, bodies) is withheld from the model."""
+    github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys = rig
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(OVERLAY))
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    status, out, err = await _cli(
+        capsys, "adapters", "import", str(github_spec.spec), "--name", "github", "--operations", ",".join(READS),
+        "--overlay", str(overlay), "--base-url", github_prism, "--register", github_gateway,
+        environ={"COUNTERSIGN_SERVICE_KEY": service},
+    )  # fmt: skip
+    assert status == 0, err
+    assert "github: new adapter quarantined until an admin accepts it" in out
+    assert "free-text output field(s) marked untrusted" in err
+    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+        shown = (await http.get("/admin/api/adapters/github")).json()
+        accepted = await http.post("/admin/api/adapters/github/accept", json={"hash": shown["proposed_hash"]})
+    assert accepted.status_code == 200, accepted.text
+    agent_key = await make_key(github_redis, roles=("staff",))
+    results: dict[str, Any] = {}
+    with anyio.fail_after(30):
+        while "github_issues_list_for_repo" not in results:
+            async with agent(f"{github_gateway}/mcp", agent_key) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                if "github_issues_list_for_repo" not in names:
+                    await anyio.sleep(0.2)
+                    continue
+                where = {"owner": "octocat", "repo": "Hello-World"}
+                results["github_issues_list_for_repo"] = await client.call_tool("github_issues_list_for_repo", where)
+                results["github_issues_get"] = await client.call_tool(
+                    "github_issues_get", where | {"issue_number": 1347}
+                )
+                results["github_issues_list_comments"] = await client.call_tool(
+                    "github_issues_list_comments", where | {"issue_number": 1347}
+                )
+    for name, result in results.items():
+        assert not result.is_error, (name, result)
+    listed = payload(results["github_issues_list_for_repo"])
+    assert isinstance(listed["items"], list) and listed["items"]
+    first = listed["items"][0]
+    assert first["number"] == 1347 and first["html_url"] == "https://github.com/octocat/Hello-World/issues/1347"
+    # Without a declared shape a URL is text like any other: the comments' addresses are withheld.
+    comments = payload(results["github_issues_list_comments"])["items"]
+    assert comments and comments[0]["html_url"] == "[withheld: third-party text]"
+    # Free text (the title; even ``state``, which GitHub's description gives no enum) is withheld by default.
+    assert first["title"] == first["state"] == "[withheld: third-party text]"
+    # What does not fit the description is withheld (and logged), never passed on unchecked.
+    assert set(payload(results["github_issues_get"]).values()) == {None}
+    assert isinstance(payload(results["github_issues_list_comments"])["items"], list)
+
+
+def _marker_contract(search_path: str, reference_field: str) -> dict[str, Any]:
+    """GitHub keeps no idempotency keys: the key rides as a marker in the body it stores, found by a search read."""
+    return {
+        "dedupes_on_key": False, "key_retention_seconds": 86400, "reference_field": reference_field,
+        "key_in": "marker", "key_field": "body", "search_path": search_path,
+        "search_query": {"state": "all", "per_page": "100"}, "match_field": "body",
+    }  # fmt: skip
+
+
+WRITES_OVERLAY = {
+    "access": {"roles": ["staff"]},
+    "approval": {"approver_role": "approver"},
+    "credential": {"secret_env": "GITHUBWRITES_TOKEN"},
+    # A light read GitHub answers cheaply: while the backend is unhealthy, approved cards wait.
+    "health_path": "/rate_limit",
+    "operations": {
+        "issues/create": {
+            "summary_template": "Open an issue in {owner}/{repo}",
+            "agent_text_fields": ["title", "body"],
+            "write_contract": _marker_contract("/repos/{owner}/{repo}/issues", "number"),
+        },
+        "issues/create-comment": {
+            "summary_template": "Comment on {owner}/{repo}#{issue_number}",
+            "agent_text_fields": ["body"],
+            "write_contract": _marker_contract("/repos/{owner}/{repo}/issues/{issue_number}/comments", "id"),
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def github_proxy(github_prism: str) -> Iterator[tuple[str, FaultProxy]]:
+    with serve_fault_proxy(github_prism) as served:
+        yield served
+
+
+async def _registered_writes(
+    github_spec: GitHubSpec, proxy_url: str, gateway: str, redis: Redis, tmp_path: Path, capsys: Any
+) -> str:
+    """Import create-issue and create-comment with the marker contract as adapter ``githubwrites``, register and
+    accept it (once); the agent's key."""
+    overlay = tmp_path / "overlay.json"
+    overlay.write_text(json.dumps(WRITES_OVERLAY))
+    service = await make_key(redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
+    if await RegistryStore(redis).get("githubwrites") is None:
+        status, _, err = await _cli(
+            capsys, "adapters", "import", str(github_spec.spec), "--name", "githubwrites",
+            "--operations", "issues/create,issues/create-comment", "--overlay", str(overlay),
+            "--base-url", proxy_url, "--register", gateway, environ={"COUNTERSIGN_SERVICE_KEY": service},
+        )  # fmt: skip
+        assert status == 0, err
+        admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+        async with httpx.AsyncClient(base_url=gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+            shown = (await http.get("/admin/api/adapters/githubwrites")).json()
+            accepted = await http.post("/admin/api/adapters/githubwrites/accept", json={"hash": shown["proposed_hash"]})
+            assert accepted.is_success, accepted.text
+    return await make_key(redis, roles=("staff",))
+
+
+@pytest.fixture
+async def github_writes(
+    github_spec: GitHubSpec,
+    github_proxy: tuple[str, FaultProxy],
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[FaultProxy, str]:
+    """The fault proxy in front of Prism, behind the accepted adapter ``githubwrites``, and an agent's key."""
+    proxy_url, proxy = github_proxy
+    return proxy, await _registered_writes(github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+
+
+async def _settled(redis: Redis, card_id: str, timeout: float) -> Any:
+    """The card once final; on a timeout, the card as it stands, to say where it stopped."""
+    try:
+        return await settled(redis, card_id, timeout=timeout)
+    except TimeoutError:
+        from gateway.store.ledger.redis_ledger import RedisLedger
+
+        stuck = await RedisLedger(redis).get(card_id)
+        raise AssertionError(f"not final in {timeout} s: {stuck!r}") from None
+
+
+async def _propose(gateway: str, agent_key: str, tool: str, arguments: dict[str, Any]) -> str:
+    with anyio.fail_after(30):
+        while True:
+            async with agent(f"{gateway}/mcp", agent_key) as client:
+                if tool in {t.name for t in (await client.list_tools()).tools}:
+                    result = await client.call_tool(tool, arguments)
+                    assert not result.is_error, result
+                    card_id: str = payload(result)["card_id"]
+                    return card_id
+            await anyio.sleep(0.2)
+
+
+ISSUE = {"owner": "octocat", "repo": "Hello-World", "title": "Checkout fails", "body": "Steps to reproduce: ..."}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fault", "state", "writes"),
+    [
+        (None, CardState.SUCCEEDED, 1),
+        ("drop", CardState.SUCCEEDED, 1),
+        ("500_before", CardState.NEEDS_RECONCILIATION, 0),
+    ],
+    ids=["answered", "answer-dropped-after-applying", "500-before-applying"],
+)
+async def test_a_created_issue_is_settled_exactly_once_by_its_marker(
+    github_writes: tuple[FaultProxy, str], github_gateway: str, github_redis: Redis, fault: str | None,
+    state: CardState, writes: int,
+) -> None:  # fmt: skip
+    """An approved create-issue carries the card's key as a marker in the issue's body. Answered, it is
+    SUCCEEDED; with its answer dropped after GitHub applied it, the search read finds the marker and the
+    card is SUCCEEDED with the issue's number, with no second create; with a 500 before anything was applied,
+    the search finds nothing and, since GitHub does not dedupe, nothing is resent: a person settles it."""
+    proxy, agent_key = github_writes
+    # A title of its own: the same proposal twice would be the same card.
+    card_id = await _propose(github_gateway, agent_key, "githubwrites_issues_create", ISSUE | {"title": f"{fault}"})
+    before = len(proxy.writes_to("POST", "/repos/octocat/Hello-World/issues"))
+    proxy.fault = fault
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=90)
+    sent = proxy.writes_to("POST", "/repos/octocat/Hello-World/issues")[before:]
+    assert (card.state, len(sent)) == (state, writes), card
+    if writes:
+        assert sent[0][2]["body"].endswith(f"<!-- countersign:{card.idempotency_key} -->")
+        assert card.reference == "1347"  # the number of the issue GitHub's example creates
+
+
+@pytest.mark.slow
+async def test_a_comment_is_created_once_through_a_real_mcp_client(
+    github_writes: tuple[FaultProxy, str], github_gateway: str, github_redis: Redis
+) -> None:
+    """A comment proposed by an agent and approved by a person is created once, with its marker."""
+    proxy, agent_key = github_writes
+    where = {"owner": "octocat", "repo": "Hello-World", "issue_number": 1347}
+    card_id = await _propose(
+        github_gateway, agent_key, "githubwrites_issues_create_comment", where | {"body": "Same here."}
+    )
+    before = len(proxy.writes_to("POST", "/issues/1347/comments"))
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=90)
+    assert card.state is CardState.SUCCEEDED, (card.evidence, card.events if hasattr(card, "events") else None)
+    assert len(proxy.writes_to("POST", "/issues/1347/comments")) == before + 1
+
+
+README = Path(__file__).parents[2] / "README.md"
+
+
+def _readme_steps() -> tuple[list[list[str]], str]:
+    """The ``countersign`` commands and the overlay of the README's "Import your API", as written."""
+    section = README.read_text().split("## Import your API\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [block.split("```", 1)[0] for block in section.split("```sh\n")[1:]]
+    commands = [shlex.split(block.replace("\\\n", " ")) for block in blocks]
+    overlay = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    return commands, overlay
+
+
+@pytest.mark.slow
+async def test_the_readme_import_your_api_steps_register_tools_an_agent_can_call(rig: Rig) -> None:
+    """The README's steps, as written, on GitHub's description: the dry run, the overlay, the registration
+    (against Prism in place of api.github.com), an admin's acceptance by hash, and an agent's call."""
+    github_spec, github_prism, github_gateway, github_redis, tmp_path, capsys = rig
+    commands, overlay = _readme_steps()
+    (tmp_path / "overlay.yaml").write_text(overlay)
+    (tmp_path / "api.github.com.json").symlink_to(github_spec.spec)
+    dry_run, register = commands
+    assert dry_run[:3] == ["countersign", "adapters", "import"] and "--dry-run" in dry_run
+    service = await make_key(github_redis, kind=KeyKind.SERVICE, subject="gh-svc", roles=())
+
+    def run(command: list[str]) -> list[str]:
+        words = [word for word in command if not word.startswith("COUNTERSIGN_SERVICE_KEY=")]
+        words = [str(tmp_path / w) if w in ("api.github.com.json", "overlay.yaml") else w for w in words[1:]]
+        return [github_gateway if w.startswith("http://127.0.0.1:") else w for w in words]
+
+    status, _, err = await _cli(capsys, *run(dry_run))
+    assert "-> gh_issues_list_for_repo (read); inputs: owner*, repo*," in err and "LIMIT" not in err
+    status, out, err = await _cli(
+        capsys, *run(register), "--base-url", github_prism, environ={"COUNTERSIGN_SERVICE_KEY": service}
+    )
+    assert status == 0, err
+    proposed = out.split("(proposed ", 1)[1].split(")", 1)[0]
+    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+        assert (await http.post("/admin/api/adapters/gh/accept", json={"hash": proposed})).is_success
+    agent_key = await make_key(github_redis, roles=("staff",))
+    with anyio.fail_after(30):
+        while True:
+            async with agent(f"{github_gateway}/mcp", agent_key) as client:
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                if {"gh_issues_list_for_repo", "gh_issues_list_comments", "gh_issues_create"} <= names:
+                    listed = await client.call_tool("gh_issues_list_for_repo", {"owner": "o", "repo": "r"})
+                    break
+            await anyio.sleep(0.2)
+    assert not listed.is_error and isinstance(payload(listed)["items"], list)
