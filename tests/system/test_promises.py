@@ -1,0 +1,637 @@
+"""The promises hold across features: a stateful adversarial test of the whole gateway.
+
+Each feature is tested on its own elsewhere; here generated sequences of what agents, admins, services,
+operators and faults can do run against one real gateway (under uvicorn, reached over MCP with the SDK
+client and over the admin HTTP API), a real Redis-compatible server of this module's own, real backends we
+own with switchable faults, a real OAuth issuer, and a worker this test steps (so it can be paused). Time
+moves on a fake clock where the product reads time in process (the provenance clock, the worker's "now"),
+and on the Redis server's clock where it must (Lua guards).
+
+The promises, checked after every step (README "What Countersign promises" states them in these words):
+
+1. No backend write happens except for a card approved by enough principals none of whom is the requester
+   (one person = one identity, however spelled), or by a policy rule on a card that was never tainted.
+2. Each approved card causes at most one applied write, and no approved card is lost.
+3. A write never runs for a principal revoked before it ran.
+4. No stranger's text reaches a model-visible result.
+5. Nothing is acknowledged or sent after durability is lost.
+6. Resends per card never exceed the contract's cap (`RESEND_CAP`).
+7. ``audit verify`` passes, and removing any entry, including the last ones, makes it fail.
+
+"Tainted", as promise 1 uses it: a person is tainted from the moment the gateway itself reports that their
+model may hold third-party text (any card of theirs shows ``provenance.tainted``), or a model-visible result
+of theirs carries a stranger's text, until `TAINT_SECONDS` have passed on the clock; no number of other
+reads shortens it. "Enough" principals: the tool's own number for the amount, and at least the org's
+``tainted_approvals`` for a tainted card.
+
+Budget: ``PROMISES_EXAMPLES`` examples (default `CI_EXAMPLES` under the ``ci`` profile, a fifth otherwise) of
+at most ``PROMISES_STEPS`` steps; ``PROMISES_EXAMPLES=300 pytest -n 0 tests/system/test_promises.py`` runs it
+longer. The sequences it found on the way are kept as explicit regression tests below the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from mcp.shared.exceptions import MCPError
+from redis.asyncio import Redis
+
+from backends.demo_data import HOSTILE_NOTE
+from backends.serve import serve_app_in_thread
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.codec import entry_seq, is_compact
+from gateway.cards.card import Card, CardState
+from gateway.config.approvals import ApprovalSettings, Bound, PolicyRule
+from gateway.config.oauth import IssuerSection, OAuthSection
+from gateway.config.settings import DEMO_ORGS, Settings
+from gateway.principal import KeyKind, normalize_subject
+from gateway.runtime.app import Gateway, create_app
+from gateway.runtime.worker import Worker
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.audit_trail import AuditTrail
+from gateway.store.keys import KeyStore
+from tests.support.agents import agent, everything_the_model_sees, payload
+from tests.support.redis_server import free_port, start_redis_server
+from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings, in_process_gateway, serve_backends
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+from tests.support.token_issuer import TokenIssuer, serve_issuer
+
+pytestmark = pytest.mark.slow
+
+RESEND_CAP = 3
+"""Keyed resends of one card, at most (the contract-level default)."""
+TAINT_SECONDS = 24 * 3600.0
+"""How long a person stays tainted, at least (the default taint period)."""
+TAINTED_APPROVALS = 2
+"""Distinct people a tainted card of acme needs (``[orgs.acme] tainted_approvals``)."""
+POLICY_MAX_CENTS = 2_000
+"""``policy:small-refunds`` approves a support agent's refund up to this amount, when nothing else stops it."""
+ESCALATED_ABOVE = 50_000
+"""A refund above this needs two approvers (`adapters.orders`)."""
+
+EXAMPLES = int(os.environ.get("PROMISES_EXAMPLES", "0")) or None
+"""Set ``PROMISES_EXAMPLES`` to run that many sequences (default: the profile's share of `CI_EXAMPLES`)."""
+ONLY = (
+    {f"promise {n.strip()}" for n in os.environ["PROMISES_ONLY"].split(",")} if "PROMISES_ONLY" in os.environ else None
+)
+"""``PROMISES_ONLY=1,3`` judges sequences by those promises alone: to hunt for one hole while another is open."""
+STEPS = int(os.environ.get("PROMISES_STEPS", "40"))
+"""At most this many steps per sequence."""
+
+ORG = "acme"
+REQUESTER = "alice@acme.example"
+"""The person whose agent reads and proposes, with an agent key and OAuth tokens."""
+APPROVERS = ("bob@acme.example", "carol@acme.example")
+"""People with admin keys and the approver role."""
+CLEAN_ORDER, PLANTED_ORDER = "ord-1001", "ord-1002"
+"""ord-1002 carries a stranger's hostile customer note (`HOSTILE_NOTE`); ord-1001 a harmless one."""
+REFUNDS = [f"/orders/{order}/refunds" for order in (CLEAN_ORDER, PLANTED_ORDER)]
+"""Where refunds are sent (and listed): the paths a refund fault applies to."""
+STRANGER_TEXT = (HOSTILE_NOTE,)
+"""Text written by strangers that the machine plants or knows is planted, none of which may reach a model."""
+
+RULES = ApprovalSettings(
+    policy_daily_budget=1_000,
+    policies={
+        "small-refunds": PolicyRule(
+            tool="orders_refund_create",
+            requester_roles=["support"],
+            arguments={"amount_cents": Bound(min=1, max=POLICY_MAX_CENTS)},
+        )
+    },
+)
+
+_CONFUSABLE = {"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440", "i": "\u0456"}
+"""Latin letters and the Cyrillic letters that look the same."""
+
+
+def look_alikes(subject: str) -> st.SearchStrategy[str]:
+    """Spellings of `subject` a person reads as the same identity: one letter swapped for a Cyrillic look-alike,
+    fullwidth letters, other case, or a mix of these."""
+    swappable = [i for i, ch in enumerate(subject) if ch in _CONFUSABLE]
+
+    def swap(i: int) -> str:
+        return subject[:i] + _CONFUSABLE[subject[i]] + subject[i + 1 :]
+
+    def fullwidth(s: str) -> str:
+        return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" and ch != "@" else ch for ch in s)
+
+    return st.one_of(
+        st.sampled_from(swappable).map(swap),
+        st.just(fullwidth(subject)),
+        st.just(subject.upper()),
+        st.sampled_from(swappable).map(lambda i: fullwidth(swap(i)).upper()),
+    )
+
+
+class Clock:
+    """The fake clock: real time plus an offset the machine moves forward (`wait`)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class World:
+    """What lives for the whole module: servers, the gateway, the worker's own wiring, the portal."""
+
+    base: str
+    redis_url: str
+    backends: dict[str, Backend]
+    issuer: TokenIssuer
+    portal: BlockingPortal
+    worker_side: Gateway
+    clock: Clock
+    archive_dir: Path
+    redis: Redis
+
+
+@dataclass
+class Seen:
+    """What the machine knows about one card it caused."""
+
+    card_id: str
+    via: str
+    """``key`` or ``token``: how the requester proposed it."""
+    amount: int
+    tainted_when_proposed: bool
+    approvers: list[str] = field(default_factory=list)
+    """People (not spellings) whose approval the admin API accepted."""
+    card: Card | None = None
+
+
+def _find_memory(gateway: Gateway) -> Any:
+    memory = getattr(gateway.executor.agent, "_memory", None)
+    if memory is None or not hasattr(memory, "_wall_clock"):
+        raise AssertionError("the provenance clock seam moved: ReadMemory(wall_clock=...) is where reads are timed")
+    return memory
+
+
+@contextmanager
+def _world(tmp: Path) -> Iterator[World]:
+    clock = Clock()
+    with ExitStack() as stack:
+        redis_url = stack.enter_context(start_redis_server(appendonly=True))
+        backends = stack.enter_context(serve_backends())
+        issuer = stack.enter_context(serve_issuer())
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        orgs = tuple(
+            dataclasses.replace(org, tainted_approvals=TAINTED_APPROVALS) if org.name == ORG else org
+            for org in DEMO_ORGS
+        )
+        oauth = OAuthSection(
+            resource=f"{base}/mcp",
+            admin_resource=f"{base}/admin/api",
+            issuers={"corp": IssuerSection(issuer=issuer.url, surfaces=["mcp"], min_refresh_seconds=0)},
+        )
+        settings_: Settings = dataclasses.replace(
+            gateway_settings(redis_url, backends),
+            approvals=RULES,
+            orgs=orgs,
+            oauth=oauth,
+            run_worker=False,
+            audit_archive_dir=tmp / "audit",
+            card_archive_dir=tmp / "cards",
+        )
+        signing_key_before_start(redis_url)
+        app = create_app(settings_)
+        _find_memory(app.state.gateway)._wall_clock = clock.wall
+        stack.enter_context(serve_app_in_thread(app, port=port, lifespan=True))
+        portal = stack.enter_context(start_blocking_portal())
+        worker_side = stack.enter_context(portal.wrap_async_context_manager(in_process_gateway(settings_)))
+        real_time = worker_side.ledger.server_time_ms
+
+        async def server_time_ms() -> int:
+            return await real_time() + int(clock.offset * 1000)
+
+        # The worker's "now" (due timers, settle periods) is read here; the ledger's Lua guards keep Redis time.
+        worker_side.ledger.server_time_ms = server_time_ms  # type: ignore[method-assign]
+        redis = portal.call(lambda: _client(redis_url))
+        yield World(
+            base=base,
+            redis_url=redis_url,
+            backends=backends,
+            issuer=issuer,
+            portal=portal,
+            worker_side=worker_side,
+            clock=clock,
+            archive_dir=tmp / "audit",
+            redis=redis,
+        )
+        portal.call(redis.aclose)
+
+
+async def _client(url: str) -> Redis:
+    return Redis.from_url(url, decode_responses=False)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with _world(tmp_path_factory.mktemp("promises")) as made:
+        yield made
+
+
+class Promises(RuleBasedStateMachine):
+    """Agents, admins, operators and faults against one gateway; the promises after every step."""
+
+    world: World
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = self.world
+        self.cards: dict[str, Seen] = {}
+        self.admin_keys: list[tuple[str, str, str]] = []
+        """(token, person, key id) of every admin key made."""
+        self.agent_key = ""
+        self.agent_key_id = ""
+        self.tainted_at: float | None = None
+        """Clock time from which the requester is tainted (see the module docstring)."""
+        self.revoked_mark: int | None = None
+        """The orders backend's request count when the requester was revoked."""
+        self.durable = True
+        self.lost_durability_mark: int | None = None
+        self.violations: list[str] = []
+        self.cursor = 0
+        """The orders backend's request count up to which requests were checked."""
+        self.posts: dict[str, int] = {}
+        """Refund requests the backend received, per idempotency key."""
+
+    # -- setting up -------------------------------------------------------------------------------------
+
+    @initialize()
+    def fresh_world(self) -> None:
+        w = self.w
+        w.clock.offset = 0.0
+        for backend in w.backends.values():
+            backend.clear_faults()
+        orders = w.backends["orders"].app.state.service
+        orders.restore_business_state({"refunds": []})
+        orders.idempotency.restore([])
+        self.cursor = orders.received
+        w.portal.call(self._reset_store)
+
+    async def _reset_store(self) -> None:
+        r = self.w.redis
+        await r.config_set("appendonly", "yes")
+        await r.config_set("appendfsync", "everysec")
+        await _until_durable(r)
+        await flush_keeping_signing_key(r)
+        keys = KeyStore(r)
+        self.agent_key, record = await keys.create(
+            kind=KeyKind.AGENT, subject=REQUESTER, org=ORG, roles=("staff", "support")
+        )
+        self.agent_key_id = record.key_id
+        for person in APPROVERS:
+            token, admin = await keys.create(kind=KeyKind.ADMIN, subject=person, org=ORG, roles=("approver",))
+            self.admin_keys.append((token, person, admin.key_id))
+
+    # -- agents -----------------------------------------------------------------------------------------
+
+    def _credential(self, via: str) -> str:
+        if via == "key":
+            return self.agent_key
+        return self.w.issuer.mint(
+            f"{self.w.base}/mcp", sub=REQUESTER, org=ORG, roles=["staff", "support"], exp=int(time.time()) + 3600
+        )
+
+    def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        async def run() -> list[Any]:
+            async with agent(f"{self.w.base}/mcp", self._credential(via)) as client:
+                return [await client.call_tool(name, args) for name, args in calls]
+
+        if via == "key" and self.revoked_mark is not None:
+            return []  # a revoked key is refused at the door (tests/auth); trying would spend the address's budget
+        try:
+            results = self.w.portal.call(run)
+        except BaseExceptionGroup as group:
+            if group.subgroup(MCPError) is None:
+                raise
+            return []  # refused at the door: a revoked person's token, where the gateway checks it
+        except MCPError:
+            return []
+        for result in results:
+            seen = everything_the_model_sees(result)
+            for text in STRANGER_TEXT:
+                if text in seen:
+                    self.violations.append(f"promise 4: a stranger's text reached the model: {text!r}")
+                    self._taint()
+        return results
+
+    def _taint(self) -> None:
+        now = self.w.clock.wall()
+        if self.tainted_at is None or not self._tainted():
+            self.tainted_at = now
+
+    def _tainted(self) -> bool:
+        return self.tainted_at is not None and self.w.clock.wall() < self.tainted_at + TAINT_SECONDS
+
+    @rule(via=st.sampled_from(["key", "token"]))
+    def agent_reads_planted_note(self, via: str) -> None:
+        """The agent reads the order whose customer note a stranger wrote."""
+        self._calls(via, [("orders_get", {"order_id": PLANTED_ORDER})])
+
+    @rule(via=st.sampled_from(["key", "token"]), times=st.integers(1, 25))
+    def agent_reads_harmless(self, via: str, times: int) -> None:
+        """The agent reads something no stranger wrote, `times` times."""
+        self._calls(via, [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times)
+
+    @rule(
+        via=st.sampled_from(["key", "token"]),
+        amount=st.sampled_from([150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000]),
+        order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
+    )
+    def agent_proposes_refund(self, via: str, amount: int, order: str) -> None:
+        """The agent proposes a refund; a receipt with a card id is an acknowledged card."""
+        args = {"order_id": order, "amount_cents": amount, "reason": "damaged in transit"}
+        results = self._calls(via, [("orders_refund_create", args)])
+        card_id = payload(results[0]).get("card_id") if results and not results[0].is_error else None
+        if card_id is None:
+            return
+        if not self.durable:
+            self.violations.append(f"promise 5: card {card_id} acknowledged after durability was lost")
+        self.cards[card_id] = Seen(card_id=card_id, via=via, amount=amount, tainted_when_proposed=self._tainted())
+
+    # -- admins -----------------------------------------------------------------------------------------
+
+    def _pick(self, pick: int) -> str:
+        """The card `pick` names, counting back from the newest (the draw does not depend on what exists)."""
+        ids = list(self.cards)
+        return ids[-1 - pick % len(ids)]
+
+    def _admin(self, method: str, path: str, token: str, body: Any = None) -> httpx.Response:
+        with httpx.Client(base_url=f"{self.w.base}/admin/api", timeout=10) as http:
+            return http.request(method, path, json=body, headers={"authorization": f"Bearer {token}"})
+
+    @rule(pick=st.integers(0, 15), admin=st.integers(0, 7))
+    def admin_approves(self, pick: int, admin: int) -> None:
+        """An admin (any key made, look-alikes included) approves an open card as reviewed."""
+        if not self.cards or not self.admin_keys:
+            return
+        card_id = self._pick(pick)
+        token, person, _ = self.admin_keys[admin % len(self.admin_keys)]
+        card = self._card(card_id)
+        if card is None or card.state is not CardState.PENDING:
+            return
+        answer = self._admin(
+            "POST",
+            f"/cards/{card_id}/approve",
+            token,
+            {"version": card.version, "args_hash": card.args_hash, "comment": "reviewed"},
+        )
+        if answer.status_code == 200:
+            if not self.durable:
+                self.violations.append(f"promise 5: approval of {card_id} acknowledged after durability was lost")
+            self.cards[card_id].approvers.append(person)
+
+    @rule(pick=st.integers(0, 15))
+    def admin_rejects(self, pick: int) -> None:
+        if not self.cards:
+            return
+        card_id = self._pick(pick)
+        token, _person, _ = self.admin_keys[0]
+        card = self._card(card_id)
+        if card is None or card.state is not CardState.PENDING:
+            return
+        self._admin(
+            "POST", f"/cards/{card_id}/reject", token, {"version": card.version, "args_hash": card.args_hash,
+                                                        "reason": "not due"}
+        )  # fmt: skip
+
+    @rule(spelling=look_alikes(REQUESTER))
+    def operator_makes_admin_key_for_requester(self, spelling: str) -> None:
+        """An admin key for the requester, spelled another way (the requester's own second account)."""
+
+        async def make() -> tuple[str, str] | None:
+            try:
+                token, record = await KeyStore(self.w.redis).create(
+                    kind=KeyKind.ADMIN, subject=spelling, org=ORG, roles=("approver",)
+                )
+            except Exception:  # a refused subject is what the promise wants; nothing to approve with
+                return None
+            return token, record.key_id
+
+        made = self.w.portal.call(make)
+        if made is not None:
+            self.admin_keys.append((made[0], REQUESTER, made[1]))
+
+    @rule()
+    def operator_revokes_requester(self) -> None:
+        """The requester leaves: every key of theirs is revoked (and the subject, where the gateway can)."""
+        if self.revoked_mark is not None:
+            return
+
+        async def revoke() -> None:
+            keys = KeyStore(self.w.redis)
+            for record in await keys.list():
+                if _person(record.subject) == REQUESTER and not record.revoked:
+                    await keys.revoke(record.key_id)
+            subject_revoke = getattr(keys, "revoke_subject", None)
+            if subject_revoke is not None:
+                await subject_revoke(REQUESTER, org=ORG)
+
+        self.w.portal.call(revoke)
+        self.admin_keys = [k for k in self.admin_keys if k[1] != REQUESTER]
+        self.revoked_mark = self._orders.received
+
+    # -- the worker and time ----------------------------------------------------------------------------
+
+    @rule(rounds=st.integers(1, 3))
+    def worker_runs(self, rounds: int) -> None:
+        """The (otherwise paused) worker handles what is in the outbox and sweeps due timers, `rounds` times."""
+        worker = Worker(self.w.worker_side.executor.writes, self.w.worker_side.cards, name="promises", block_ms=1)
+
+        async def run() -> None:
+            await self.w.worker_side.cards.ensure_outbox_group()
+            for _ in range(rounds):
+                await worker.consume_once()
+                await worker.sweep_once()
+
+        self.w.portal.call(run)
+
+    @rule(seconds=st.sampled_from([1.0, 5.0, 60.0, 16 * 60.0, 2 * 3600.0]))
+    def wait(self, seconds: float) -> None:
+        """Time passes (the fake clock; the Redis clock does not move)."""
+        self.w.clock.offset += seconds
+
+    # -- faults -----------------------------------------------------------------------------------------
+
+    @rule(
+        fault=st.sampled_from(
+            [
+                {"status": 503, "paths": REFUNDS},  # refunds answer 503: nothing applied, outcome unknown
+                {"status": 409, "paths": REFUNDS},  # a definitive refusal
+                {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
+                {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
+            ]
+        )
+    )
+    def backend_fault(self, fault: dict[str, Any]) -> None:
+        self.w.backends["orders"].set_faults(**fault)
+
+    @rule()
+    def backend_recovers(self) -> None:
+        self.w.backends["orders"].clear_faults()
+
+    @rule()
+    def operator_loses_durability(self) -> None:
+        """Someone sets ``appendfsync no`` on the server."""
+        self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
+        self.durable = False
+        self.lost_durability_mark = self._orders.received
+
+    @rule()
+    def operator_restores_durability(self) -> None:
+        async def restore() -> None:
+            await self.w.redis.config_set("appendfsync", "everysec")
+            await _until_durable(self.w.redis)
+
+        self.w.portal.call(restore)
+        self.durable = True
+        self.lost_durability_mark = None
+
+    # -- the promises -----------------------------------------------------------------------------------
+
+    @property
+    def _orders(self) -> Any:
+        return self.w.backends["orders"].app.state.service
+
+    def _card(self, card_id: str) -> Card | None:
+        card: Card | None = self.w.portal.call(self.w.worker_side.ledger.get, card_id)
+        if card_id in self.cards and card is not None:
+            self.cards[card_id].card = card
+        return card
+
+    @invariant()
+    def promises_hold(self) -> None:
+        for card_id in self.cards:
+            if self._card(card_id) is None:
+                self.violations.append(f"promise 2: card {card_id} is lost")
+        by_key = {seen.card.idempotency_key: seen for seen in self.cards.values() if seen.card is not None}
+        arrived = self._orders.since(self.cursor)
+        for offset, request in enumerate(arrived):
+            if request.method != "POST" or not request.path.endswith("/refunds"):
+                continue
+            key = request.headers.get("idempotency-key", "")
+            self.posts[key] = self.posts.get(key, 0) + 1
+            seen = by_key.get(key)
+            if seen is None:
+                self.violations.append(f"promise 1: a refund was sent with no card of ours (key {key!r})")
+                continue
+            self._check_write(seen, self.cursor + offset)
+            if self.posts[key] > 1 + RESEND_CAP:
+                self.violations.append(f"promise 6: card {seen.card_id} was sent {self.posts[key]} times")
+        self.cursor += len(arrived)
+        applied = sum(
+            1 for key in by_key if (record := self._orders.idempotency.get(ORG, key)) and record.state == "applied"
+        )
+        if len(self._orders.refunds) > applied:
+            self.violations.append(f"promise 2: {len(self._orders.refunds)} refunds applied for {applied} cards")
+        for seen in self.cards.values():
+            if seen.card is not None and seen.card.provenance is not None and seen.card.provenance.tainted:
+                if self.tainted_at is None or not self._tainted():
+                    self.tainted_at = seen.card.created_ms / 1000 + self.w.clock.offset
+        self.w.portal.call(self._check_audit)
+        broken = [v for v in dict.fromkeys(self.violations) if ONLY is None or v.split(":")[0] in ONLY]
+        assert not broken, "\n".join(broken)
+
+    def _check_write(self, seen: Seen, at: int) -> None:
+        card = seen.card
+        assert card is not None
+        people = set(seen.approvers)
+        by_policy = any(a.startswith("policy:") for a in card.approvers)
+        tainted = seen.tainted_when_proposed or bool(card.provenance and card.provenance.tainted)
+        needed = 2 if seen.amount > ESCALATED_ABOVE else 1
+        if tainted:
+            needed = max(needed, TAINTED_APPROVALS)
+        if REQUESTER in people:
+            self.violations.append(f"promise 1: card {seen.card_id} ran with its requester among its approvers")
+        if by_policy and tainted:
+            self.violations.append(f"promise 1: card {seen.card_id} of a tainted requester ran approved by policy")
+        if len(people - {REQUESTER}) + (0 if tainted else int(by_policy)) < needed:
+            self.violations.append(
+                f"promise 1: card {seen.card_id} ran with {sorted(people)} and policy={by_policy}, needing {needed}"
+            )
+        if self.revoked_mark is not None and at >= self.revoked_mark:
+            self.violations.append(f"promise 3: card {seen.card_id} ran after its requester was revoked")
+        if self.lost_durability_mark is not None and at >= self.lost_durability_mark:
+            self.violations.append(f"promise 5: card {seen.card_id} was sent after durability was lost")
+
+    async def _check_audit(self) -> None:
+        """The trail verifies; on a copy, removing the last entry (as someone with Redis access but not the
+        audit secret would, setting the head to what the stream shows) must make it fail."""
+        r = self.w.redis
+        secret = TEST_AUDIT_SECRET.encode()
+        trail = AuditTrail(RedisStreamAuditSink(r, secret=secret), AuditArchive(self.w.archive_dir))
+        verdict = await trail.verify(secret)
+        if verdict.broken is not None:
+            self.violations.append(f"promise 7: audit verify fails on the untouched trail: {verdict.broken}")
+            return
+        copy_db = 9
+        async with Redis.from_url(urlunsplit(urlsplit(self.w.redis_url)._replace(path=f"/{copy_db}"))) as copy:
+            await copy.flushdb()
+            async for key in r.scan_iter(match="*countersign:audit*"):
+                await r.copy(key, key, destination_db=copy_db, replace=True)
+            entries = await copy.xrevrange("countersign:audit", count=2)
+            if len(entries) < 2:
+                return
+            (last_id, _), (kept_id, kept) = entries
+            await copy.xdel("countersign:audit", last_id)
+            fields = {k.decode(): v.decode() for k, v in kept.items()}
+            kept_id = kept_id.decode()
+            mac = fields.get("m" if is_compact(fields) else "mac", "")
+            head = "{countersign:audit}:head"
+            await copy.hset(head, mapping={"mac": mac, "seq": entry_seq(kept_id, fields), "id": kept_id})
+            truncated = AuditTrail(RedisStreamAuditSink(copy, secret=secret), AuditArchive(self.w.archive_dir))
+            if (await truncated.verify(secret)).broken is None:
+                self.violations.append("promise 7: audit verify passes with the last entry removed")
+
+
+def _person(subject: str) -> str:
+    """Whose identity `subject` is, the way a person reading it would say (the test's oracle, not the product's)."""
+    folded = unicodedata.normalize("NFKC", subject).casefold()
+    for latin, cyrillic in _CONFUSABLE.items():
+        folded = folded.replace(cyrillic, latin)
+    return normalize_subject(folded)
+
+
+async def _until_durable(r: Redis) -> None:
+    """Wait (bounded) until the server's AOF is on and not rewriting, as the durability check wants it."""
+    with anyio.fail_after(10):
+        while True:
+            info = await r.info("persistence")
+            if info.get("aof_enabled") == 1 and not info.get("aof_rewrite_in_progress"):
+                return
+            await anyio.sleep(0.02)
+
+
+def test_the_promises_hold_across_generated_sequences(world: World) -> None:
+    """Every sequence of agents', admins', operators' and faults' steps keeps every promise."""
+    Promises.world = world
+    budget = settings(
+        max_examples=EXAMPLES or max(5, settings.default.max_examples // 4),
+        stateful_step_count=STEPS,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        derandomize=os.environ.get("PROMISES_SEED") is None and os.environ.get("CI") is not None,
+    )
+    run_state_machine_as_test(Promises, settings=budget)
