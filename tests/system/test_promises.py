@@ -48,7 +48,14 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from mcp.shared.exceptions import MCPError
 from redis.asyncio import Redis
 
@@ -272,14 +279,21 @@ class Promises(RuleBasedStateMachine):
         self.lost_durability_mark: int | None = None
         self.violations: list[str] = []
         self.cursor = 0
+        self.sessions: dict[str, tuple[Any, Any]] = {}
+        """The agent's open MCP sessions, by how it authenticates (``key``, ``token``)."""
+        self.worker_paused = False
+        self.started = time.monotonic()
         """The orders backend's request count up to which requests were checked."""
         self.posts: dict[str, int] = {}
         """Refund requests the backend received, per idempotency key."""
 
     # -- setting up -------------------------------------------------------------------------------------
 
-    @initialize()
-    def fresh_world(self) -> None:
+    @initialize(spelling=look_alikes(REQUESTER))
+    def fresh_world(self, spelling: str) -> None:
+        """A flushed database and backends as seeded. Its people: the requester, with an agent key and OAuth
+        tokens; two approvers with admin keys; and an admin key the operator made for the requester's second
+        account under `spelling` (one person however spelled), unless the gateway refuses that subject."""
         w = self.w
         w.clock.offset = 0.0
         for backend in w.backends.values():
@@ -288,9 +302,9 @@ class Promises(RuleBasedStateMachine):
         orders.restore_business_state({"refunds": []})
         orders.idempotency.restore([])
         self.cursor = orders.received
-        w.portal.call(self._reset_store)
+        w.portal.call(self._reset_store, spelling)
 
-    async def _reset_store(self) -> None:
+    async def _reset_store(self, spelling: str) -> None:
         r = self.w.redis
         await r.config_set("appendonly", "yes")
         await r.config_set("appendfsync", "everysec")
@@ -304,6 +318,11 @@ class Promises(RuleBasedStateMachine):
         for person in APPROVERS:
             token, admin = await keys.create(kind=KeyKind.ADMIN, subject=person, org=ORG, roles=("approver",))
             self.admin_keys.append((token, person, admin.key_id))
+        try:
+            token, second = await keys.create(kind=KeyKind.ADMIN, subject=spelling, org=ORG, roles=("approver",))
+        except Exception:  # a refused subject is what the promise wants: nothing to approve with
+            return
+        self.admin_keys.append((token, REQUESTER, second.key_id))
 
     # -- agents -----------------------------------------------------------------------------------------
 
@@ -314,21 +333,35 @@ class Promises(RuleBasedStateMachine):
             f"{self.w.base}/mcp", sub=REQUESTER, org=ORG, roles=["staff", "support"], exp=int(time.time()) + 3600
         )
 
-    def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        async def run() -> list[Any]:
-            async with agent(f"{self.w.base}/mcp", self._credential(via)) as client:
-                return [await client.call_tool(name, args) for name, args in calls]
+    def _session(self, via: str) -> Any:
+        """The agent's MCP session for `via`, opened on first use and kept for the sequence (a real client keeps
+        one), or None when the gateway refuses to open one."""
+        if via not in self.sessions:
+            opened = self.w.portal.wrap_async_context_manager(agent(f"{self.w.base}/mcp", self._credential(via)))
+            try:
+                self.sessions[via] = (opened, opened.__enter__())
+            except* MCPError:
+                pass  # refused at the door: a revoked key, or a revoked person's token where the gateway checks it
+        return self.sessions[via][1] if via in self.sessions else None
 
+    def _close(self, via: str) -> None:
+        opened, _client = self.sessions.pop(via)
+        try:
+            opened.__exit__(None, None, None)
+        except* (MCPError, httpx.HTTPError, anyio.ClosedResourceError):
+            pass  # a session the gateway stopped answering ends as it can
+
+    def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
         if via == "key" and self.revoked_mark is not None:
             return []  # a revoked key is refused at the door (tests/auth); trying would spend the address's budget
-        try:
-            results = self.w.portal.call(run)
-        except BaseExceptionGroup as group:
-            if group.subgroup(MCPError) is None:
-                raise
-            return []  # refused at the door: a revoked person's token, where the gateway checks it
-        except MCPError:
-            return []
+        client = self._session(via)
+        results = []
+        for name, args in calls if client is not None else ():
+            try:
+                results.append(self.w.portal.call(client.call_tool, name, args))
+            except MCPError:
+                self._close(via)  # refused mid-session: revoked since it opened
+                break
         for result in results:
             seen = everything_the_model_sees(result)
             for text in STRANGER_TEXT:
@@ -345,26 +378,25 @@ class Promises(RuleBasedStateMachine):
     def _tainted(self) -> bool:
         return self.tainted_at is not None and self.w.clock.wall() < self.tainted_at + TAINT_SECONDS
 
-    @rule(via=st.sampled_from(["key", "token"]))
-    def agent_reads_planted_note(self, via: str) -> None:
-        """The agent reads the order whose customer note a stranger wrote."""
-        self._calls(via, [("orders_get", {"order_id": PLANTED_ORDER})])
-
-    @rule(via=st.sampled_from(["key", "token"]), times=st.integers(1, 25))
-    def agent_reads_harmless(self, via: str, times: int) -> None:
-        """The agent reads something no stranger wrote, `times` times."""
-        self._calls(via, [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times)
-
     @rule(
         via=st.sampled_from(["key", "token"]),
-        amount=st.sampled_from([150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000]),
+        read=st.sampled_from([PLANTED_ORDER, CLEAN_ORDER, None]),
+        times=st.sampled_from([0, 4, 21]),
+        amount=st.sampled_from([None, 150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000]),
         order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
     )
-    def agent_proposes_refund(self, via: str, amount: int, order: str) -> None:
-        """The agent proposes a refund; a receipt with a card id is an acknowledged card."""
-        args = {"order_id": order, "amount_cents": amount, "reason": "damaged in transit"}
-        results = self._calls(via, [("orders_refund_create", args)])
-        card_id = payload(results[0]).get("card_id") if results and not results[0].is_error else None
+    def agent_works(self, via: str, read: str | None, times: int, amount: int | None, order: str) -> None:
+        """The agent reads an order (ord-1002's customer note was written by a stranger), then something nobody
+        wrote (a refund eligibility) `times` times, then proposes a refund of `amount` on `order`. A receipt
+        with a card id is an acknowledged card."""
+        calls = [("orders_get", {"order_id": read})] if read is not None else []
+        calls += [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times
+        if amount is not None:
+            calls.append(("orders_refund_create", {"order_id": order, "amount_cents": amount, "reason": "damaged"}))
+        results = self._calls(via, calls)
+        if amount is None or len(results) < len(calls) or results[-1].is_error:
+            return
+        card_id = payload(results[-1]).get("card_id")
         if card_id is None:
             return
         if not self.durable:
@@ -373,72 +405,43 @@ class Promises(RuleBasedStateMachine):
 
     # -- admins -----------------------------------------------------------------------------------------
 
-    def _pick(self, pick: int) -> str:
-        """The card `pick` names, counting back from the newest (the draw does not depend on what exists)."""
-        ids = list(self.cards)
-        return ids[-1 - pick % len(ids)]
+    def _has_pending(self) -> bool:
+        return any(seen.card and seen.card.state is CardState.PENDING for seen in self.cards.values())
 
     def _admin(self, method: str, path: str, token: str, body: Any = None) -> httpx.Response:
         with httpx.Client(base_url=f"{self.w.base}/admin/api", timeout=10) as http:
             return http.request(method, path, json=body, headers={"authorization": f"Bearer {token}"})
 
-    @rule(pick=st.integers(0, 15), admin=st.integers(0, 7))
-    def admin_approves(self, pick: int, admin: int) -> None:
-        """An admin (any key made, look-alikes included) approves an open card as reviewed."""
-        if not self.cards or not self.admin_keys:
-            return
-        card_id = self._pick(pick)
+    @precondition(lambda self: self._has_pending())
+    @rule(how=st.sampled_from(["approve", "approve all", "reject"]), pick=st.integers(0, 15), admin=st.integers(0, 7))
+    def admin_decides(self, how: str, pick: int, admin: int) -> None:
+        """An admin (any key made, look-alikes included) approves or rejects an open card as reviewed, or
+        approves every open card in one batch."""
         token, person, _ = self.admin_keys[admin % len(self.admin_keys)]
-        card = self._card(card_id)
-        if card is None or card.state is not CardState.PENDING:
-            return
-        answer = self._admin(
-            "POST",
-            f"/cards/{card_id}/approve",
-            token,
-            {"version": card.version, "args_hash": card.args_hash, "comment": "reviewed"},
-        )
-        if answer.status_code == 200:
+        pending = [seen.card for seen in self.cards.values() if seen.card and seen.card.state is CardState.PENDING]
+        chosen = [pending[-1 - pick % len(pending)]] if how != "approve all" else pending
+        decisions = [
+            {"card_id": card.card_id, "version": card.version, "args_hash": card.args_hash, "decision": "approve"}
+            for card in chosen
+        ]
+        if how == "approve all":
+            answer = self._admin("POST", "/cards/decisions", token, {"decisions": decisions})
+            done = [r["card_id"] for r in answer.json().get("results", ()) if r["code"] == "OK"]
+        else:
+            [decision] = decisions
+            del decision["card_id"], decision["decision"]
+            decision["comment" if how == "approve" else "reason"] = "reviewed"
+            answer = self._admin("POST", f"/cards/{chosen[0].card_id}/{how}", token, decision)
+            done = [chosen[0].card_id] if answer.status_code == 200 else []
+        for card_id in done if how != "reject" else ():
             if not self.durable:
                 self.violations.append(f"promise 5: approval of {card_id} acknowledged after durability was lost")
             self.cards[card_id].approvers.append(person)
 
-    @rule(pick=st.integers(0, 15))
-    def admin_rejects(self, pick: int) -> None:
-        if not self.cards:
-            return
-        card_id = self._pick(pick)
-        token, _person, _ = self.admin_keys[0]
-        card = self._card(card_id)
-        if card is None or card.state is not CardState.PENDING:
-            return
-        self._admin(
-            "POST", f"/cards/{card_id}/reject", token, {"version": card.version, "args_hash": card.args_hash,
-                                                        "reason": "not due"}
-        )  # fmt: skip
-
-    @rule(spelling=look_alikes(REQUESTER))
-    def operator_makes_admin_key_for_requester(self, spelling: str) -> None:
-        """An admin key for the requester, spelled another way (the requester's own second account)."""
-
-        async def make() -> tuple[str, str] | None:
-            try:
-                token, record = await KeyStore(self.w.redis).create(
-                    kind=KeyKind.ADMIN, subject=spelling, org=ORG, roles=("approver",)
-                )
-            except Exception:  # a refused subject is what the promise wants; nothing to approve with
-                return None
-            return token, record.key_id
-
-        made = self.w.portal.call(make)
-        if made is not None:
-            self.admin_keys.append((made[0], REQUESTER, made[1]))
-
+    @precondition(lambda self: self.revoked_mark is None)
     @rule()
     def operator_revokes_requester(self) -> None:
         """The requester leaves: every key of theirs is revoked (and the subject, where the gateway can)."""
-        if self.revoked_mark is not None:
-            return
 
         async def revoke() -> None:
             keys = KeyStore(self.w.redis)
@@ -455,9 +458,13 @@ class Promises(RuleBasedStateMachine):
 
     # -- the worker and time ----------------------------------------------------------------------------
 
-    @rule(rounds=st.integers(1, 3))
-    def worker_runs(self, rounds: int) -> None:
-        """The (otherwise paused) worker handles what is in the outbox and sweeps due timers, `rounds` times."""
+    @rule(seconds=st.sampled_from([0.0, 5.0, 60.0, 16 * 60.0, TAINT_SECONDS + 3600.0]), rounds=st.integers(1, 3))
+    def time_passes(self, seconds: float, rounds: int) -> None:
+        """Time passes on the fake clock (the Redis clock does not move), and the worker, unless paused, handles
+        what is in the outbox and sweeps due timers, `rounds` times."""
+        self.w.clock.offset += seconds
+        if self.worker_paused:
+            return
         worker = Worker(self.w.worker_side.executor.writes, self.w.worker_side.cards, name="promises", block_ms=1)
 
         async def run() -> None:
@@ -468,16 +475,17 @@ class Promises(RuleBasedStateMachine):
 
         self.w.portal.call(run)
 
-    @rule(seconds=st.sampled_from([1.0, 5.0, 60.0, 16 * 60.0, 2 * 3600.0]))
-    def wait(self, seconds: float) -> None:
-        """Time passes (the fake clock; the Redis clock does not move)."""
-        self.w.clock.offset += seconds
+    @rule(paused=st.booleans())
+    def operator_pauses_worker(self, paused: bool) -> None:
+        """The worker stops (killed, or paused by an operator) or starts again."""
+        self.worker_paused = paused
 
     # -- faults -----------------------------------------------------------------------------------------
 
     @rule(
         fault=st.sampled_from(
             [
+                None,  # the backend answers as it should
                 {"status": 503, "paths": REFUNDS},  # refunds answer 503: nothing applied, outcome unknown
                 {"status": 409, "paths": REFUNDS},  # a definitive refusal
                 {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
@@ -485,29 +493,37 @@ class Promises(RuleBasedStateMachine):
             ]
         )
     )
-    def backend_fault(self, fault: dict[str, Any]) -> None:
-        self.w.backends["orders"].set_faults(**fault)
+    def backend_behaves(self, fault: dict[str, Any] | None) -> None:
+        """The orders backend starts (or stops) failing in one way."""
+        if fault is None:
+            self.w.backends["orders"].clear_faults()
+        else:
+            self.w.backends["orders"].set_faults(**fault)
 
-    @rule()
-    def backend_recovers(self) -> None:
-        self.w.backends["orders"].clear_faults()
+    @rule(durable=st.booleans())
+    def operator_sets_durability(self, durable: bool) -> None:
+        """Someone sets ``appendfsync no`` on the server, or an operator puts ``everysec`` back."""
 
-    @rule()
-    def operator_loses_durability(self) -> None:
-        """Someone sets ``appendfsync no`` on the server."""
-        self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
-        self.durable = False
-        self.lost_durability_mark = self._orders.received
-
-    @rule()
-    def operator_restores_durability(self) -> None:
         async def restore() -> None:
             await self.w.redis.config_set("appendfsync", "everysec")
             await _until_durable(self.w.redis)
 
-        self.w.portal.call(restore)
-        self.durable = True
-        self.lost_durability_mark = None
+        if durable:
+            self.w.portal.call(restore)
+            self.durable, self.lost_durability_mark = True, None
+        else:
+            self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
+            self.durable = False
+            if self.lost_durability_mark is None:
+                self.lost_durability_mark = self._orders.received
+
+    def teardown(self) -> None:
+        for via in list(self.sessions):
+            self._close(via)
+        if os.environ.get("PROMISES_TRACE"):
+            with open(os.environ["PROMISES_TRACE"], "a") as trace:
+                states = [seen.card.state.value if seen.card else "?" for seen in self.cards.values()]
+                print(f"{time.monotonic() - self.started:.2f}s", states, self.posts, file=trace)
 
     # -- the promises -----------------------------------------------------------------------------------
 
@@ -632,6 +648,9 @@ def test_the_promises_hold_across_generated_sequences(world: World) -> None:
         stateful_step_count=STEPS,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        verbosity=__import__("hypothesis").Verbosity.debug
+        if os.environ.get("PROMISES_TRACE")
+        else __import__("hypothesis").Verbosity.normal,
         derandomize=os.environ.get("PROMISES_SEED") is None and os.environ.get("CI") is not None,
     )
     run_state_machine_as_test(Promises, settings=budget)
