@@ -79,8 +79,6 @@ from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings,
 from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
 from tests.support.token_issuer import TokenIssuer, serve_issuer
 
-pytestmark = pytest.mark.slow
-
 RESEND_CAP = 3
 """Keyed resends of one card, at most (the contract-level default)."""
 TAINT_SECONDS = 24 * 3600.0
@@ -278,11 +276,12 @@ class Promises(RuleBasedStateMachine):
         self.durable = True
         self.lost_durability_mark: int | None = None
         self.violations: list[str] = []
+        self.only = ONLY
+        """The promises the verdict is by (`ONLY`; None: all)."""
         self.cursor = 0
         self.sessions: dict[str, tuple[Any, Any]] = {}
         """The agent's open MCP sessions, by how it authenticates (``key``, ``token``)."""
         self.worker_paused = False
-        self.started = time.monotonic()
         """The orders backend's request count up to which requests were checked."""
         self.posts: dict[str, int] = {}
         """Refund requests the backend received, per idempotency key."""
@@ -520,10 +519,6 @@ class Promises(RuleBasedStateMachine):
     def teardown(self) -> None:
         for via in list(self.sessions):
             self._close(via)
-        if os.environ.get("PROMISES_TRACE"):
-            with open(os.environ["PROMISES_TRACE"], "a") as trace:
-                states = [seen.card.state.value if seen.card else "?" for seen in self.cards.values()]
-                print(f"{time.monotonic() - self.started:.2f}s", states, self.posts, file=trace)
 
     # -- the promises -----------------------------------------------------------------------------------
 
@@ -567,7 +562,7 @@ class Promises(RuleBasedStateMachine):
                 if self.tainted_at is None or not self._tainted():
                     self.tainted_at = seen.card.created_ms / 1000 + self.w.clock.offset
         self.w.portal.call(self._check_audit)
-        broken = [v for v in dict.fromkeys(self.violations) if ONLY is None or v.split(":")[0] in ONLY]
+        broken = [v for v in dict.fromkeys(self.violations) if self.only is None or v.split(":")[0] in self.only]
         assert not broken, "\n".join(broken)
 
     def _check_write(self, seen: Seen, at: int) -> None:
@@ -640,6 +635,7 @@ async def _until_durable(r: Redis) -> None:
             await anyio.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_the_promises_hold_across_generated_sequences(world: World) -> None:
     """Every sequence of agents', admins', operators' and faults' steps keeps every promise."""
     Promises.world = world
@@ -648,9 +644,80 @@ def test_the_promises_hold_across_generated_sequences(world: World) -> None:
         stateful_step_count=STEPS,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        verbosity=__import__("hypothesis").Verbosity.debug
-        if os.environ.get("PROMISES_TRACE")
-        else __import__("hypothesis").Verbosity.normal,
-        derandomize=os.environ.get("PROMISES_SEED") is None and os.environ.get("CI") is not None,
+        # In CI the same sequences every run, so a red run is the tree's doing; elsewhere new ones each time.
+        derandomize=os.environ.get("CI") is not None and EXAMPLES is None,
     )
     run_state_machine_as_test(Promises, settings=budget)
+
+
+# -- the sequences it found, kept as regression tests ----------------------------------------------------------------
+# Each replays the shrunk sequence the machine found (``state.<rule>(...)``, in order) and is judged by the promise
+# that sequence broke. Every one of them failed on the tree the machine was written against.
+
+Step = tuple[str, dict[str, Any]]
+
+
+def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> None:
+    """Run `steps` from a fresh world (the requester's second admin key spelled `spelling`), checking after each
+    step the promise numbered `promise` alone."""
+    Promises.world = world
+    machine = Promises()
+    machine.only = {f"promise {promise}"}
+    try:
+        machine.fresh_world(spelling=spelling)
+        machine.promises_hold()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.promises_hold()
+    finally:
+        machine.teardown()
+
+
+SAME = REQUESTER.upper()
+"""A spelling of the requester every gateway folds to the requester (case): no look-alike in the sequence."""
+NOW = {"seconds": 0.0, "rounds": 1}
+"""The worker runs once, no time passing."""
+
+
+def _propose(amount: int, *, via: str = "key", read: str | None = None, times: int = 0) -> Step:
+    return ("agent_works", {"via": via, "read": read, "times": times, "amount": amount, "order": CLEAN_ORDER})
+
+
+def test_taint_is_not_shed_by_later_reads(world: World) -> None:
+    """Found: a card proposed after reading the stranger's note is tainted; 21 reads later (the history keeps
+    20) the next refund is untainted, approved by policy, and runs with no person involved."""
+    steps = [_propose(POLICY_MAX_CENTS, via="token", read=PLANTED_ORDER), _propose(150, via="token", times=21)]
+    replay(world, 1, SAME, [*steps, ("time_passes", NOW)])
+
+
+def test_taint_is_not_shed_by_waiting_a_quarter_of_an_hour(world: World) -> None:
+    """Found the same way: 16 minutes after the tainted card (the history's window is 15), a policy refund runs."""
+    steps = [_propose(9_000, read=PLANTED_ORDER), ("time_passes", {"seconds": 16 * 60.0, "rounds": 1})]
+    replay(world, 1, SAME, [*steps, _propose(150), ("time_passes", NOW)])
+
+
+def test_a_look_alike_of_the_requester_does_not_approve_their_card(world: World) -> None:
+    """Found: an admin key whose subject swaps one letter of the requester's for a Cyrillic look-alike approves
+    the requester's own card, and the refund runs."""
+    approve = ("admin_decides", {"how": "approve", "pick": 0, "admin": len(APPROVERS)})
+    replay(world, 1, "\u0430" + REQUESTER[1:], [_propose(9_000), approve, ("time_passes", NOW)])
+
+
+def test_a_card_proposed_with_a_token_does_not_run_after_its_requester_is_revoked(world: World) -> None:
+    """Found: a refund proposed with an OAuth token and approved (here by policy) still runs after the
+    requester's keys were all revoked."""
+    replay(world, 3, SAME, [_propose(150, via="token"), ("operator_revokes_requester", {}), ("time_passes", NOW)])
+
+
+def test_an_unsettled_write_is_not_resent_past_the_cap(world: World) -> None:
+    """Found: a refund the backend answers 503 (nothing applied) and whose lookup finds nothing is resent with its
+    key at every sweep after the settle period, until execute_by."""
+    unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
+    later = ("time_passes", {"seconds": 5.0, "rounds": 1})
+    replay(world, 6, SAME, [_propose(150), unknown, ("time_passes", NOW), *[later] * (RESEND_CAP + 2)])
+
+
+def test_removing_the_last_audit_entries_is_detected(world: World) -> None:
+    """Found: with the last entry deleted and the unkeyed chain head set to the entry before it (all of it
+    readable in Redis), ``audit verify`` passes."""
+    replay(world, 7, SAME, [_propose(9_000)])
