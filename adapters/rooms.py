@@ -73,9 +73,20 @@ class CancelArgs(_Closed):
     booking_id: str = Field(pattern=r"^bk-[0-9]{1,8}$", description="Id of one of your bookings, e.g. bk-0001.")
 
 
+# Output strings are third-party text unless declared trusted by a pattern (`gateway.untrusted`).
+_ID = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+_BOOKING_ID = Field(pattern=r"^bk-[0-9]{1,8}$")
+_TIME = Field(pattern=_HHMM)
+_DAY = Field(pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_NAME = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 .-]{0,39}$")
+"""A room's name as the building's own directory gives it: one short line of letters and digits."""
+_OWN_TITLE = Field(pattern=r"^[^\x00-\x1f\x7f]{1,120}$")
+"""The caller's own booking title: its own words, one line as `rooms_book` accepted them, not a third party's."""
+
+
 class Room(BaseModel):
-    id: str
-    name: str
+    id: str = _ID
+    name: str = _NAME
     floor: int
     capacity: int
 
@@ -85,19 +96,19 @@ class RoomList(BaseModel):
 
 
 class Slot(BaseModel):
-    booking_id: str
-    start: str
-    end: str
+    booking_id: str = _BOOKING_ID
+    start: str = _TIME
+    end: str = _TIME
     title: Untrusted
     booked_by: Untrusted
-    org: str
+    org: str = _ID
 
 
 class Availability(BaseModel):
-    room_id: str
-    date: str
-    open: str
-    close: str
+    room_id: str = _ID
+    date: str = _DAY
+    open: str = _TIME
+    close: str = _TIME
     bookings: list[Slot]
     today: dt.date | None = None
     """The building's calendar day, when the backend names it: earlier days are over."""
@@ -120,13 +131,13 @@ class AvailabilityForModel(BaseModel):
 
 
 class MyBooking(BaseModel):
-    booking_id: str
-    room_id: str
-    date: str
-    start: str
-    end: str
-    title: str
-    status: str
+    booking_id: str = _BOOKING_ID
+    room_id: str = _ID
+    date: str = _DAY
+    start: str = _TIME
+    end: str = _TIME
+    title: str = _OWN_TITLE
+    status: str = Field(pattern=r"^[a-z_]{1,32}$")
 
 
 class MyBookings(BaseModel):
@@ -134,8 +145,8 @@ class MyBookings(BaseModel):
 
 
 class Cancelled(BaseModel):
-    booking_id: str
-    status: str
+    booking_id: str = _BOOKING_ID
+    status: str = Field(pattern=r"^[a-z_]{1,32}$")
 
 
 async def _list_rooms(args: NoArguments, ctx: ToolContext) -> Any:

@@ -253,8 +253,8 @@ _CURRENCY = {"type": "string", "enum": list(get_args(Currency))}
 _REPORT: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "report_id": _TEXT,
-        "org": _TEXT,
+        "report_id": _REPORT_ID,
+        "org": {"type": "string", "pattern": "^[a-z][a-z0-9-]{0,31}$"},
         "mine": {"type": "boolean", "description": "Whether you submitted this report; if not, a colleague did."},
         "title": _TEXT,
         "amount_cents": {"type": "integer"},
@@ -349,7 +349,7 @@ EXPENSES_MANIFEST_TEMPLATE: Mapping[str, Any] = {
             "input_schema": _closed({"report_id": _REPORT_ID}, ["report_id"]),
             "output_schema": {
                 "type": "object",
-                "properties": {"report_id": _TEXT, "status": _STATUS},
+                "properties": {"report_id": _REPORT_ID, "status": _STATUS},
                 "required": ["report_id", "status"],
             },
             "access": _STAFF,

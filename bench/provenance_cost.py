@@ -1,8 +1,10 @@
 """What remembering reads for card provenance adds to a read, beside the Redis writes a read already makes.
 
 Every answered read appends one record to its principal's history (`gateway.store.call_history`:
-``LPUSH``, ``LTRIM`` and ``PEXPIRE``, in the read's audit append on a single node); a proposal
-reads it back once (`recent`, one ``LRANGE``). This compares, on one throwaway Redis (AOF on,
+``LPUSH``, ``LTRIM`` and ``PEXPIRE``, and for a read that showed third-party text ``PTTL`` and the
+taint's ``SET PX``, in the read's audit append on a single node); a proposal reads it back once
+(`recent`, one ``LRANGE``, beside the taint's ``GET``). The record here showed text, so every append
+measured writes the taint too: the dearer case. This compares, on one throwaway Redis (AOF on,
 ``appendfsync everysec``) and one client connection pool, in the same run:
 
 * ``set``: one ``SET``, the floor of a round trip;

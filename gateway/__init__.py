@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     )
     from gateway.tools.preview import Preview, PreviewRead
     from gateway.tools.upstream import UpstreamClient, UpstreamResponse
-    from gateway.untrusted import WITHHELD, Untrusted
+    from gateway.untrusted import WITHHELD, ShownUntrusted, Untrusted
 
 __all__ = [
     "Access",
@@ -70,6 +70,7 @@ __all__ = [
     "Preview",
     "PreviewRead",
     "Principal",
+    "ShownUntrusted",
     "StatusLookup",
     "StoreUnavailableError",
     "Tool",
@@ -119,6 +120,7 @@ _HOMES: dict[str, str] = {
     "Tool": "gateway.tools.declarations",
     "ToolContext": "gateway.tools.context",
     "ToolDeclarationError": "gateway.errors",
+    "ShownUntrusted": "gateway.untrusted",
     "Untrusted": "gateway.untrusted",
     "UpstreamClient": "gateway.tools.upstream",
     "UpstreamError": "gateway.errors",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.codes import Code
+from gateway.untrusted import shows_fenced
 
 __all__ = ["Envelope"]
 
@@ -60,13 +61,19 @@ class Envelope:
     _human: str | None = field(default=None, compare=False)
     card_id: str | None = None
     """The approval card a write proposal filed (or found open); None for every other result."""
+    fenced: bool = False
+    """Whether the model's projection carries third-party text, fenced (`gateway.untrusted.shows_fenced`):
+    what the envelope let through, which taints its reader."""
 
     @classmethod
     def ok(
         cls, model: Mapping[str, Any], *, human: str | None = None, untrusted: bool = False, card_id: str | None = None
     ) -> Envelope:
         """A successful result. `model` must already be safe for the model (see `untrusted`)."""
-        return cls(code=None, untrusted=untrusted, _model=dict(model), _human=human, card_id=card_id)
+        shown = shows_fenced(model)
+        return cls(
+            code=None, untrusted=untrusted or shown, _model=dict(model), _human=human, card_id=card_id, fenced=shown
+        )
 
     @classmethod
     def refused(
@@ -95,7 +102,8 @@ class Envelope:
         return self.code is not None
 
     def for_model(self) -> dict[str, Any]:
-        """The projection the model receives: safe by construction, no third-party text."""
+        """The projection the model receives: safe by construction, no third-party text but what a tool
+        declares shown, fenced (then `fenced`)."""
         return dict(self._model)
 
     def for_human(self) -> str:
@@ -108,4 +116,4 @@ class Envelope:
 
     def __repr__(self) -> str:
         keys = ",".join(sorted(self._model))
-        return f"Envelope(code={self.code}, untrusted={self.untrusted}, keys=[{keys}])"
+        return f"Envelope(code={self.code}, untrusted={self.untrusted}, fenced={self.fenced}, keys=[{keys}])"

@@ -9,9 +9,19 @@ proposal's audit event, notifications):
 ``{"tainted": bool, "data_flow": bool, "reads": [{"tool", "at", "untrusted_text", "private"}],
 "flags": [{"code", "where", "detail"}]}``
 
-A history belongs to one MCP session (2025-11-25 era, ``Mcp-Session-Id``) or, for a client that
-sends none (2026-07-28, stateless), to one principal; either way it keeps the last `HistoryRules.max_reads`
-reads and forgets a read once it is older than `HistoryRules.window_seconds`.
+A history belongs to one principal (org and subject), whatever MCP session or protocol era its calls
+came in; it keeps the last `HistoryRules.max_reads` reads and forgets a read once it is older than
+`HistoryRules.window_seconds`. The reads are what an approver is shown; they decide nothing.
+
+Taint is apart from the reads, and sticky. A read taints its principal only when third-party text
+actually reached the model-visible result (a `gateway.untrusted.ShownUntrusted` field, fenced; text
+withheld from the model does not count). From then on the principal is tainted for
+`HistoryRules.taint_seconds` (24 h by default): its model may still hold the text, and no number of
+later reads, and no new session, shortens that. A later tainting read may lengthen it, never shorten
+it. A 2025-11-25 session that was shown the text stays tainted past the period, for as long as it
+lives (the gateway process that serves it remembers it until it closes). Every card the principal
+proposes meanwhile is tainted, and no rule approves it in a person's stead
+unless the rule says so explicitly (`policies.policy_approval`, `gateway.cedar.engine`).
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ __all__ = [
     "Provenance",
     "ProvenanceFlag",
     "ProvenanceRead",
+    "ProvenanceTaint",
+    "Taint",
     "history_owner",
 ]
 
@@ -45,7 +57,8 @@ class CallRecord:
     at_ms: int
     """Wall-clock time of the answer, in milliseconds since the epoch."""
     untrusted_text: bool
-    """The tool declares third-party text in its output (`gateway.tools.declarations.Tool.emits_untrusted_text`)."""
+    """Third-party text reached the model in this read's result, fenced (`gateway.untrusted.shows_fenced`): the
+    read taints its principal."""
     private: bool
     """The tool declares its output private (`gateway.tools.declarations.Tool.returns_private_data`)."""
 
@@ -63,11 +76,42 @@ class HistoryRules:
     """How much of a requester's history a card looks back on, and who must countersign a tainted card."""
 
     window_seconds: float = 900.0
-    """A read older than this does not count (and the stored history expires after it)."""
+    """A read older than this is not shown on a card (and the stored history expires after it)."""
     max_reads: int = 20
     """The history keeps this many of the latest reads."""
+    taint_seconds: float = 86400.0
+    """How long a read that showed the model third-party text taints its principal; no later read shortens it."""
     tainted_approvals: Mapping[str, int] = field(default_factory=dict)
     """Per org, the distinct approvers a tainted card needs (absent: the tool's own number)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Taint:
+    """A principal's standing taint: the read that showed its model third-party text, and until when it holds."""
+
+    tool: str
+    at_ms: int
+    """Wall-clock time of that read, in milliseconds since the epoch."""
+    until_ms: int
+    """The taint holds until then (the store forgets it at about the same time, by its own clock)."""
+
+    @classmethod
+    def of(cls, record: CallRecord, rules: HistoryRules) -> Taint:
+        """The taint `record` (a read that showed third-party text) leaves under `rules`."""
+        return cls(tool=record.tool, at_ms=record.at_ms, until_ms=record.at_ms + taint_ms(rules))
+
+    def to_json(self) -> str:
+        return json.dumps([self.tool, self.at_ms, self.until_ms], separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Taint:
+        tool, at_ms, until_ms = json.loads(raw)
+        return cls(tool=str(tool), at_ms=int(at_ms), until_ms=int(until_ms))
+
+
+def taint_ms(rules: HistoryRules) -> int:
+    """The taint period of `rules`, in whole milliseconds (at least one)."""
+    return max(1, int(rules.taint_seconds * 1000))
 
 
 def history_owner(org: str, subject: str) -> str:
@@ -82,11 +126,17 @@ class CallHistory(Protocol):
     """Where reads are remembered between calls. Methods raise `StoreUnavailableError` when the store fails."""
 
     async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
-        """Remember `record` for `owner`: one round trip, bounded to `rules.max_reads`, expiring after the window."""
+        """Remember `record` for `owner`: one round trip, bounded to `rules.max_reads`, expiring after the window.
+        A record that showed third-party text (``untrusted_text``) taints `owner` for `rules.taint_seconds`
+        in the same step, unless a taint that lasts longer is already there."""
         ...
 
     async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
         """`owner`'s remembered reads, oldest first (not yet filtered by the window)."""
+        ...
+
+    async def taint(self, owner: str) -> Taint | None:
+        """`owner`'s standing taint; None when it has none (never tainted, or its period is over)."""
         ...
 
 
@@ -109,12 +159,21 @@ class InMemoryCallHistory:
 
     def __init__(self) -> None:
         self._calls: dict[str, list[CallRecord]] = {}
+        self._taints: dict[str, Taint] = {}
 
     async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
         self._calls[owner] = [*self._calls.get(owner, []), record][-rules.max_reads :]
+        if record.untrusted_text:
+            taint, held = Taint.of(record, rules), self._taints.get(owner)
+            if held is None or held.until_ms < taint.until_ms:
+                self._taints[owner] = taint
 
     async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
         return tuple(self._calls.get(owner, ()))
+
+    async def taint(self, owner: str) -> Taint | None:
+        """The taint as remembered; whether it still holds is the policy's to say, by the caller's clock."""
+        return self._taints.get(owner)
 
 
 class _Shape(BaseModel):
@@ -133,6 +192,19 @@ class ProvenanceRead(_Shape):
     """It returned private data."""
 
 
+class ProvenanceTaint(_Shape):
+    """The read that tainted the requester: it showed the requester's model third-party text."""
+
+    tool: str
+    at: str
+    """ISO 8601 with its offset (UTC)."""
+    until: str
+    """The requester stays tainted until then, whatever it reads meanwhile."""
+    until_session_ends: bool = False
+    """The period is over, but the 2025-11-25 session that was shown the text (and proposed this card) is
+    still open: its model may still hold the text, so it stays tainted for as long as it lives."""
+
+
 class ProvenanceFlag(_Shape):
     """Something in the agent's argument values an approver should look at (`policies.text_safety`)."""
 
@@ -148,12 +220,14 @@ class Provenance(_Shape):
     """What the requester did before proposing a card, and what an approver should make of it."""
 
     tainted: bool
-    """A read that returned untrusted text precedes the proposal in the window."""
+    """The requester's model may hold third-party text: a read showed it some within the taint period."""
     data_flow: bool
     """Argument values go where other people will see them, after a read of private data."""
     reads: list[ProvenanceRead] = Field(default_factory=list)
     """Oldest first."""
     flags: list[ProvenanceFlag] = Field(default_factory=list)
+    taint: ProvenanceTaint | None = None
+    """The read that tainted the requester, when `tainted` (None on cards stored before it was recorded)."""
 
     def to_stored(self) -> str:
         """The JSON a card stores, and an audit event or a notification carries."""
@@ -171,6 +245,8 @@ class Provenance(_Shape):
         fields = {"provenance.tainted": _word(self.tainted), "provenance.data_flow": _word(self.data_flow)}
         fields |= {f"provenance.reads[{i}]": read.model_dump_json() for i, read in enumerate(self.reads)}
         fields |= {f"provenance.flags[{i}]": flag.model_dump_json() for i, flag in enumerate(self.flags)}
+        if self.taint is not None:
+            fields["provenance.taint"] = self.taint.model_dump_json()
         return fields
 
     @classmethod
@@ -183,11 +259,13 @@ class Provenance(_Shape):
             count = sum(1 for key in extra if key.startswith(f"provenance.{name}["))
             return [extra[f"provenance.{name}[{i}]"] for i in range(count)]
 
+        taint = extra.get("provenance.taint")
         return cls(
             tainted=extra["provenance.tainted"] == "true",
             data_flow=extra.get("provenance.data_flow") == "true",
             reads=[ProvenanceRead.model_validate_json(raw) for raw in parts("reads")],
             flags=[ProvenanceFlag.model_validate_json(raw) for raw in parts("flags")],
+            taint=None if taint is None else ProvenanceTaint.model_validate_json(taint),
         )
 
 

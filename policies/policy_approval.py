@@ -3,8 +3,10 @@
 A rule (`gateway.config.approvals.PolicyRule`) is an operator's standing decision about one tool:
 "refunds of at most 20.00 by support staff, during office hours, need nobody". It approves as
 ``policy:<rule>``, and only ever as one approver of a quorum: a card that needs two approvals still
-needs a person. It never approves a tainted card (one that followed a read of untrusted text):
-what the agent read may have steered the write, so a person looks at it. The daily budget is
+needs a person. It never approves a tainted card (its requester's model was shown third-party text
+within the taint period, `gateway.provenance`): what the agent read may have steered the write, so a
+person looks at it. Only a Cedar policy whose condition reads ``context.tainted`` can say otherwise
+(`gateway.cedar.engine`), explicitly. The daily budget is
 counted by the ledger, in the same transition as the approval.
 """
 
@@ -44,8 +46,8 @@ def is_policy_approver(subject: str) -> bool:
 
 
 def is_tainted(card: Card) -> bool:
-    """Whether the card followed a read of untrusted text (its ``provenance.tainted``): the one place that
-    reads it. A card without a provenance record (made before it was recorded) is not tainted."""
+    """Whether the card's requester was tainted when it proposed it (its ``provenance.tainted``): the one place
+    that reads it. A card without a provenance record (made before it was recorded) is not tainted."""
     return card.provenance is not None and card.provenance.tainted
 
 
@@ -60,7 +62,7 @@ def policy_approval(card: Card, rules: Mapping[str, PolicyRule], *, now: datetim
     if any(is_policy_approver(approver) for approver in card.approvers):
         return PolicyVerdict(decision=Decision.deny(Code.APPROVAL_REQUIRED, "a policy approved it once already"))
     if is_tainted(card):
-        why = "tainted: it followed a read of untrusted text, so a person must approve it"
+        why = "tainted: its requester was shown third-party text, so a person must approve it"
         return PolicyVerdict(decision=Decision.deny(Code.APPROVAL_REQUIRED, why))
     for name in sorted(rules):
         if rule_admits(rules[name], card, now=now):

@@ -5,8 +5,10 @@ remembered reads (`gateway.provenance.CallHistory`), the tool, the canonical arg
 It decides nothing about the card's fate: it returns the `Provenance` the card carries, and the
 approval policy (`policies.approval.approvals_required`) may ask for more approvers when it is tainted.
 
-* tainted: a read that returned untrusted text (the tool declares `Untrusted` output) precedes the
-  proposal within the window. The model may have been steered by a stranger's words.
+* tainted: the requester's model may hold a stranger's words, so they may have steered the write. A
+  read that showed third-party text (fenced, `gateway.untrusted.ShownUntrusted`) leaves a standing
+  `Taint` that holds for `HistoryRules.taint_seconds` after it, whatever else was read since; text
+  withheld from the model does not taint. The window of reads shown on the card has no say in it.
 * data_flow: an argument the tool declares visible to other people (`Tool.visible_fields`: a booking
   title, an expense note) holds text, after a read of private data (`Tool.returns_private_data`). The
   agent may be carrying private data into a place others read.
@@ -21,7 +23,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gateway.canonical import iso_from_ms
-from gateway.provenance import CallRecord, HistoryRules, Provenance, ProvenanceFlag, ProvenanceRead
+from gateway.provenance import (
+    CallRecord,
+    HistoryRules,
+    Provenance,
+    ProvenanceFlag,
+    ProvenanceRead,
+    ProvenanceTaint,
+    Taint,
+)
 from gateway.tools.declarations import Tool
 from policies.text_safety import review_texts
 
@@ -32,12 +42,23 @@ DATA_FLOW = "data_flow"
 
 
 def assess(
-    tool: Tool, arguments: Mapping[str, Any], history: Sequence[CallRecord], *, now_ms: int, rules: HistoryRules
+    tool: Tool,
+    arguments: Mapping[str, Any],
+    history: Sequence[CallRecord],
+    *,
+    now_ms: int,
+    rules: HistoryRules,
+    taint: Taint | None = None,
+    session_taint: Taint | None = None,
 ) -> Provenance:
-    """The provenance of a proposal of `tool` with canonical `arguments`, made at `now_ms`.
+    """The provenance of a proposal of `tool` with canonical `arguments`, made at `now_ms`, by a requester
+    whose standing taint is `taint` (None: it has none).
 
-    Reads older than ``rules.window_seconds`` are left out, and so are reads stamped after `now_ms`
-    (a clock that moved back cannot date a read after the proposal it preceded).
+    Tainted while `taint` holds (until its ``until_ms``; one dated after `now_ms` by a clock that moved
+    back holds too), when a read in the window showed third-party text, or when the proposal comes from a
+    2025-11-25 session that was shown some (`session_taint`, which holds as long as that session lives).
+    The reads shown leave out those older than ``rules.window_seconds`` and those stamped after `now_ms` (a
+    clock that moved back cannot date a read after the proposal it preceded).
     """
     since = now_ms - int(rules.window_seconds * 1000)
     reads = sorted((r for r in history if since <= r.at_ms <= now_ms), key=lambda r: r.at_ms)
@@ -52,8 +73,24 @@ def assess(
         visible = [where for where, text in texts if text.strip() and _field_of(where) in tool.visible_fields]
         detail = f"shown to other people, after private data from {', '.join(sorted(set(private)))}"
         flags += [ProvenanceFlag(code=DATA_FLOW, where=where, detail=detail) for where in visible]
+    standing = taint if taint is not None and now_ms < taint.until_ms else None
+    shown = [r for r in reads if r.untrusted_text]
+    if standing is None and shown:  # the read's own record, where the store lost the taint beside it
+        latest = Taint.of(shown[-1], rules)
+        standing = latest if now_ms < latest.until_ms else None
+    by_session = standing is None and session_taint is not None
+    if by_session:
+        standing = session_taint
     return Provenance(
-        tainted=any(r.untrusted_text for r in reads),
+        tainted=standing is not None,
+        taint=None
+        if standing is None
+        else ProvenanceTaint(
+            tool=standing.tool,
+            at=iso_from_ms(standing.at_ms),
+            until=iso_from_ms(standing.until_ms),
+            until_session_ends=by_session,
+        ),
         data_flow=bool(visible),
         reads=[
             ProvenanceRead(tool=r.tool, at=iso_from_ms(r.at_ms), untrusted_text=r.untrusted_text, private=r.private)

@@ -83,6 +83,10 @@ async def run(
                     print(f"  {key}: {', '.join(diff[key])}")
             for name, text in (diff.get("changed") or {}).items():
                 print(f"  changed {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines()))
+            for tool, fields in row["model_sees"].items():
+                print(
+                    f"  {tool} shows the model: " + ("; ".join(f"{f} {how}" for f, how in fields.items()) or "no text")
+                )
         return 0
     actions: dict[str, Callable[[], Awaitable[RegistryResult]]] = {
         "accept": lambda: service.accept(admin, args.name, expected_hash=args.hash),

@@ -244,7 +244,11 @@ def _provenance_text(view: AdminCard) -> list[str]:
         return ["provenance  (not recorded for this card)"]
     lines = []
     if provenance.tainted:
-        lines.append("TAINTED     proposed after a read of untrusted text: a stranger's words may have steered it")
+        lines.append("TAINTED     its requester was shown third-party text: a stranger's words may have steered it")
+        if provenance.taint is not None:
+            taint = provenance.taint
+            until = "its MCP session ends" if taint.until_session_ends else _safe(taint.until)
+            lines.append(f"  by {_safe(taint.tool)} at {_safe(taint.at)}; tainted until {until}")
     if provenance.data_flow:
         lines.append("DATA FLOW   text goes where other people see it, after a read of private data")
     lines.append(f"reads       {len(provenance.reads)} before the proposal, oldest first")

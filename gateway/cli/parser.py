@@ -185,7 +185,7 @@ def _policy(commands: Any) -> None:
     explain.add_argument("--key", required=True, help="the agent key's id (key_...), as `keys list` shows it")
     explain.add_argument("--tool", required=True)
     explain.add_argument("--args", default="{}", help="the call's arguments, a JSON object")
-    explain.add_argument("--tainted", action="store_true", help="a write proposed after a read of untrusted text")
+    explain.add_argument("--tainted", action="store_true", help="a write proposed by a tainted requester")
     explain.add_argument("--policies", type=Path, help="a policy file or directory (default: the configured set)")
 
 

@@ -15,7 +15,7 @@ name = "refunds over 500.00 are refused"
 principal = { subject = "sam@acme.example", org = "acme", roles = ["support"] }  # also key_id, scopes
 tool = "orders_refund_create"
 arguments = { order_id = "ord-1001", amount_cents = 60000, reason = "damaged" }
-tainted = false     # for a write: whether the proposal followed a read of untrusted text
+tainted = false     # for a write: whether its requester was tainted (shown third-party text)
 expect = "deny"     # deny | allow | auto | 1 | 2 | 3 (a write's approvals); "allow" for a write: the tool's own
 listed = true       # optional: whether the catalog lists the tool for this principal
 approver_role = "finance"  # optional

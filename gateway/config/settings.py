@@ -299,6 +299,7 @@ class Settings:
         """How far a card's provenance looks back, and each org's quorum for tainted cards."""
         return HistoryRules(
             window_seconds=self.limits.provenance_window_seconds,
+            taint_seconds=self.limits.taint_seconds,
             max_reads=self.limits.provenance_reads,
             tainted_approvals={org.name: org.tainted_approvals for org in self.orgs},
         )

@@ -9,7 +9,8 @@ catalog lists with) -> rate budgets -> refuse agent-chosen keys -> validate the 
 approval gate (a write only ever becomes a card, after its preview
 found it feasible, with its provenance, or it repeats a write that succeeded lately: then that card
 answers; a configured rule may approve a new card as one approver: `gateway.executor.policy_approvals`)
--> backend health -> invoke -> withhold untrusted text -> remember the read -> seal.
+-> backend health -> invoke -> withhold untrusted text (fence what is shown) -> remember the read
+(tainting its principal when the result showed third-party text) -> seal.
 
 Provenance (`gateway.provenance`): every answered read is remembered for its MCP session, or for
 its principal when the client holds none, in its audit append's round trip (two on a Cluster); a
@@ -85,7 +86,7 @@ from gateway.telemetry.tracing import annotate
 from gateway.tools.declarations import Mode, Tool, is_key_field
 from gateway.tools.preview import Preview
 from gateway.tools.toolbox import ToolSource
-from gateway.untrusted import withhold_untrusted
+from gateway.untrusted import holds_third_party_text, withhold_untrusted
 from policies.access import decide_access, decide_call
 from policies.approval import approvals_required
 from policies.charges import budget_owner, charges_for
@@ -96,6 +97,8 @@ __all__ = ["AgentPath", "HeldRefusal", "with_acting_client"]
 logger = logging.getLogger(__name__)
 
 _UNKNOWN_TOOL = Decision.deny(Code.PERMISSION_DENIED, "unknown tool")
+_SHOWN = {"shown_untrusted": "true"}
+"""The audit field of a read whose result showed the model third-party text (fenced): the read that taints."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,25 +147,34 @@ class AgentPath:
         self._audited = True
         """Whether the last audit append landed in the trail: while it did not, reads are refused up front."""
 
-    async def execute(self, principal: Principal, name: str, arguments: Mapping[str, Any] | None) -> Envelope:
-        """Run tool `name` for `principal`. Every outcome is an envelope and one audit event; an answered
-        read joins the principal's history of reads (`gateway.provenance.history_owner`).
+    async def execute(
+        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, *, session: str | None = None
+    ) -> Envelope:
+        """Run tool `name` for `principal`, in 2025-11-25 session `session` if any. Every outcome is an envelope
+        and one audit event; an answered read joins the principal's history of reads
+        (`gateway.provenance.history_owner`), and one that showed third-party text taints the principal (and
+        `session` for as long as it lives).
 
         A bug in an adapter (or here) is logged with its traceback, audited as INTERNAL_ERROR, and
         answered with that code: the caller never sees a stack trace.
         """
         started = self._clock()
         try:
-            return await self._execute(
-                principal, name, arguments, started, history_owner(principal.org, principal.subject)
-            )
+            owner = history_owner(principal.org, principal.subject)
+            return await self._execute(principal, name, arguments, started, owner, session)
         except Exception:
             logger.exception("tool %s failed unexpectedly", escape_unprintable(name))
             failure = Decision.deny(Code.INTERNAL_ERROR, "unexpected error; see the gateway log")
             return await self._refuse(principal, name, failure, started, ran=True)
 
     async def _execute(
-        self, principal: Principal, name: str, arguments: Mapping[str, Any] | None, started: float, owner: str
+        self,
+        principal: Principal,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        started: float,
+        owner: str,
+        session: str | None,
     ) -> Envelope:
         toolbox = self._tools.current()
         tool = toolbox.get(name)
@@ -194,7 +206,7 @@ class AgentPath:
         #    create a card bound to the ledger, which a person must approve. Its policy verdict needs
         #    the proposal's provenance, so the write path asks it once that is known.
         if tool.mode is Mode.WRITE:
-            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner)
+            return await self._propose(tool, toolbox.version(tool.name), args, principal, started, owner, session)
 
         # The operator's policies again, now with the validated arguments (the built-in rules read none).
         verdict = decide_call(
@@ -224,8 +236,17 @@ class AgentPath:
         safe = withhold_untrusted(output)
         model = tool.model_view(safe) if tool.model_view is not None else safe.model_dump(mode="json")
         human = tool.human_view(output) if tool.human_view is not None else None
-        try:  # remembered and audited, in one round trip where the store can
-            audited = await self._record(principal, name, "ok", started, reason=decision.reason, read=(tool, owner))
+        envelope = Envelope.ok(model, human=human, untrusted=_people_read_third_party_text(tool))
+        try:  # remembered and audited, in one round trip where the store can; what it showed may taint
+            audited = await self._record(
+                principal,
+                name,
+                "ok",
+                started,
+                reason=decision.reason,
+                extra=_SHOWN if envelope.fenced else None,
+                read=(tool, owner, envelope.fenced),
+            )
         except StoreUnavailableError:
             self._guard.invalidate()  # the same store keeps the ledger: let the next write check it again
             down = Decision.deny(Code.LEDGER_UNAVAILABLE, "the read could not be remembered for provenance")
@@ -233,7 +254,13 @@ class AgentPath:
         if not audited:
             self._guard.invalidate()
             return Envelope.refused(Code.LEDGER_UNAVAILABLE)  # the result is withheld: it was not audited
-        return Envelope.ok(model, human=human, untrusted=tool.emits_untrusted_text)
+        if envelope.fenced and session is not None:
+            self._memory.hold_session(session, tool)
+        return envelope
+
+    def forget_session(self, session: str) -> None:
+        """2025-11-25 session `session` closed: its taint, if any, is no longer held (the principal's stays)."""
+        self._memory.forget_session(session)
 
     def held_refusal(self, principal: Principal, name: str) -> HeldRefusal | None:
         """The answer `execute` would give a call of `name` by `principal` that a rate budget certainly
@@ -254,7 +281,14 @@ class AgentPath:
         return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
 
     async def _propose(
-        self, tool: Tool, version: str, args: BaseModel, principal: Principal, started: float, owner: str
+        self,
+        tool: Tool,
+        version: str,
+        args: BaseModel,
+        principal: Principal,
+        started: float,
+        owner: str,
+        session: str | None,
     ) -> Envelope:
         """Create (or find the open) card for a write proposal. Nothing is sent to any backend."""
         if not await self._guard.writable():
@@ -292,7 +326,7 @@ class AgentPath:
             return await self._refuse(principal, tool.name, down, started)
         if isinstance(reads, Exception):
             raise reads
-        provenance = self._memory.assess(tool, canonical, reads)
+        provenance = self._memory.assess(tool, canonical, reads, session=session)
         verdict = decide_call(tool, principal, self._org_adapters, self._policy, canonical, tainted=provenance.tainted)
         if not verdict.decision.allowed:
             return await self._refuse(principal, tool.name, verdict.decision, started)
@@ -427,12 +461,12 @@ class AgentPath:
         reason: str = "",
         action: str = "tool.call",
         extra: Mapping[str, str] | None = None,
-        read: tuple[Tool, str] | None = None,
+        read: tuple[Tool, str, bool] | None = None,
     ) -> bool:
         """Audit one call. Returns whether the event landed in the trail (and remembers it).
 
-        With `read` (the tool and the history owner of an answered read), the read is remembered
-        first or in the same step (`ReadMemory.remember_audited`).
+        With `read` (the tool, the history owner of an answered read, and whether its result showed the
+        model third-party text), the read is remembered first or in the same step (`ReadMemory.remember_audited`).
 
         Raises:
             StoreUnavailableError: (`read` only) the read could not be remembered; nothing was audited
@@ -454,7 +488,7 @@ class AgentPath:
         if read is None:
             self._audited = await self._audit.record(event)
         else:
-            self._audited = await self._memory.remember_audited(read[0], read[1], event)
+            self._audited = await self._memory.remember_audited(read[0], read[1], event, shown=read[2])
         # The one count per call, beside its one audit event. A name the catalog does not serve is
         # any string an agent sent: it is counted as unknown, never as a label of its own.
         count_tool_call(name if name in self._tools.current() else UNKNOWN_TOOL, code, seconds)
@@ -518,6 +552,12 @@ def _proposal(
         awaits_policy=awaits_policy,
         provenance=provenance,
     )
+
+
+def _people_read_third_party_text(tool: Tool) -> bool:
+    """Whether a render of `tool`'s output for people may carry third-party text (marked, or any string the
+    output does not declare trusted; the answer is cached per output model)."""
+    return tool.emits_untrusted_text or holds_third_party_text(tool.output)
 
 
 def with_acting_client(principal: Principal, extra: Mapping[str, str]) -> Mapping[str, str]:

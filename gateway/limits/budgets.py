@@ -18,11 +18,15 @@ open-card cap. The defaults, and why they are what they are:
 - ``session_idle_seconds``: 600. A session unused for ten minutes is closed.
 - ``unauthenticated``: 600 requests per minute per client address, burst 60, counted before any
   key lookup, so a flood of bad or missing keys never reaches the key store.
-- ``provenance_window_seconds``: 900. A card's provenance looks back this far on the requester's
-  reads (its MCP session's, or its principal's for a stateless client): long enough for an agent's
-  plan from reading to proposing, short enough that yesterday's read does not taint today's card.
+- ``provenance_window_seconds``: 900. A card shows approvers the requester's reads this far back
+  (its principal's, whatever session or era): long enough for an agent's plan from reading to
+  proposing. The window decides nothing: taint has a period of its own.
 - ``provenance_reads``: 20. The latest reads kept per principal; one agent turn reads a
   handful.
+- ``taint_seconds``: 86,400. Once a read shows a principal's model third-party text, the principal
+  is tainted for a day: an agent's context (a long conversation, its notes) holds text that long,
+  and no later read shortens it. A 2025-11-25 session that was shown the text stays tainted for as
+  long as it lives, even past the period.
 
 Overrides: ``[limits.orgs.<org>]`` replaces any of ``reads``, ``proposals`` and
 ``open_cards_per_requester`` for that org's principals; ``[limits.tools.<tool>]`` adds a budget
@@ -72,6 +76,7 @@ class Limits(BaseModel):
     session_idle_seconds: float = Field(default=600.0, gt=0)
     unauthenticated: Budget = Budget(per_minute=600, burst=60)
     provenance_window_seconds: float = Field(default=900.0, gt=0)
+    taint_seconds: float = Field(default=86_400.0, gt=0)
     provenance_reads: int = Field(default=20, ge=1, le=1000)
     orgs: dict[str, OrgLimits] = Field(default_factory=dict)
     tools: dict[str, Budget] = Field(default_factory=dict)

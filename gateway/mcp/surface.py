@@ -131,7 +131,7 @@ class McpSurface:
             self.server,
             sessions_per_key=sessions_per_key,
             on_refused=self._session_refused,
-            on_closed=lambda session_id: self._sessions.pop(session_id, None),
+            on_closed=self._session_closed,
             stateless=stateless,
             security_settings=security,
             session_idle_timeout=session_idle_seconds,
@@ -212,12 +212,28 @@ class McpSurface:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | dict[str, Any]:
-        envelope = await self._executor.execute(request_principal(ctx), params.name, params.arguments)
+        envelope = await self._executor.execute(
+            request_principal(ctx), params.name, params.arguments, session=_session_id(ctx)
+        )
         if envelope.card_id is not None and self._write_tasks == "optional":
             task = await self._tasks.proposal(ctx, envelope.card_id)
             if task is not None:
                 return task
         return tool_result(envelope)
+
+    def _session_closed(self, session_id: str) -> None:
+        """Drop what this process holds of a closed session: its notification channel and its taint."""
+        self._sessions.pop(session_id, None)
+        self._executor.forget_session(session_id)
+
+
+def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The 2025-11-25 session a request came in (the SDK checked the id is one it opened); None for the 2026-era
+    envelope and a stateless gateway, which hold no session."""
+    if ctx.session is None or ctx.request is None or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return None
+    session_id: str | None = ctx.request.headers.get(MCP_SESSION_ID_HEADER)
+    return session_id
 
 
 class _Server(Server[Any]):

@@ -207,7 +207,7 @@ def _slack(card: Card, event: NotificationEvent, url: str) -> dict[str, Any]:
     headline = f"{_HEADLINES[event]}: {_mrkdwn(card.tool)} for {who}"
     provenance = card.provenance
     if provenance is not None and provenance.tainted:
-        headline = f"TAINTED (proposed after a read of untrusted text). {headline}"
+        headline = f"TAINTED (its requester was shown third-party text). {headline}"
     if provenance is not None and provenance.data_flow:
         headline += ". Possible data flow: private data may go where others see it"
     lines = [_mrkdwn(card.summary), *(f"{_mrkdwn(k)}: {_mrkdwn(v)}" for k, v in sorted(card.agent_text.items()))]

@@ -6,6 +6,12 @@ an admin accepts (pins) it; see `gateway.store.registrations`.
 
 Input schemas must be closed JSON Schema objects of a small, explicit subset (see
 `gateway.registry.schema`), so the gateway can build the same validator the catalog advertises.
+
+Output strings are third-party text unless the output schema declares them trusted: a ``pattern``
+(an id, a code), an ``enum``, or ``format: date``. The model gets every other string withheld; a
+field the agent must read is declared in ``shown_untrusted_fields`` and reaches the model fenced as
+untrusted (and taints its reader). The review lists what the model is shown of each tool's output
+(`gateway.registry.views.AdapterRegistration.model_sees`).
 """
 
 from __future__ import annotations
@@ -104,7 +110,12 @@ class ToolSpec(_Strict):
     """For writes: a one-line preview with ``{arg}`` placeholders; agent text fields may not appear."""
     agent_text_fields: tuple[str, ...] = ()
     untrusted_output_fields: tuple[str, ...] = ()
-    """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model."""
+    """Output fields written by third parties (``notes``, ``items[].comment``): withheld from the model. Every
+    string field is withheld unless declared trusted (a ``pattern``, an ``enum``, ``format: date``); naming one
+    here says so explicitly, and a person reading the review sees it."""
+    shown_untrusted_fields: tuple[str, ...] = ()
+    """Output string fields written by third parties that the agent must read (a document or a message body):
+    shown to the model fenced as untrusted, and a result that shows one taints its reader (`gateway.provenance`)."""
     visible_fields: tuple[str, ...] = ()
     """For writes: input fields other people will see (an expense note); see `Tool.visible_fields`."""
     returns_private_data: bool = True
@@ -149,6 +160,9 @@ class ToolSpec(_Strict):
             problems.append("preview_fields need a preview_path")
         if placeholders & set(self.agent_text_fields):
             problems.append("summary_template may not quote agent text fields")
+        both = sorted(set(self.untrusted_output_fields) & set(self.shown_untrusted_fields))
+        if both:
+            problems.append(f"fields both withheld and shown to the model: {both}")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -5,8 +5,11 @@ Input schemas must be closed objects: ``{"type": "object", "properties": {...}, 
 "additionalProperties": false}`` whose properties are strings (``minLength``, ``maxLength``,
 ``pattern``, ``enum``, ``format: date``), integers and numbers (``minimum``, ``maximum``,
 ``exclusiveMinimum``, ``exclusiveMaximum``) or booleans. Output schemas may nest objects and
-arrays; string fields named in ``untrusted`` (``note``, ``reports[].note``, ``notes[].tags[]`` for the
-strings of a list, ``grid[][]`` for a list of lists) become `Untrusted`, withheld from the model at any depth.
+arrays. An output string is third-party text, withheld from the model at any depth, unless its schema
+declares it trusted (``pattern``, ``enum``, ``format: date``: `gateway.untrusted`); string fields named in
+``untrusted`` (``note``, ``reports[].note``, ``notes[].tags[]`` for the strings of a list, ``grid[][]`` for
+a list of lists) become `Untrusted` explicitly, and those named in ``shown`` become `ShownUntrusted`:
+fenced, the one third-party text the model reads.
 Anything outside the subset is refused with a problem naming where it is.
 """
 
@@ -22,7 +25,7 @@ from pydantic_core import SchemaError as PydanticSchemaError
 from pydantic_core import SchemaValidator, core_schema
 
 from gateway.errors import SchemaError
-from gateway.untrusted import Untrusted
+from gateway.untrusted import ShownUntrusted, Untrusted
 
 __all__ = ["SchemaError", "input_model", "output_model"]
 
@@ -60,25 +63,29 @@ def input_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
     return _model(f"{_camel(name)}Args", ConfigDict(extra="forbid", strict=False), fields)
 
 
-def output_model(name: str, schema: Mapping[str, Any], *, untrusted: tuple[str, ...] = ()) -> type[BaseModel]:
-    """A pydantic model for a tool's output; fields at `untrusted` paths become `Untrusted`.
+def output_model(
+    name: str, schema: Mapping[str, Any], *, untrusted: tuple[str, ...] = (), shown: tuple[str, ...] = ()
+) -> type[BaseModel]:
+    """A pydantic model for a tool's output; fields at `untrusted` paths become `Untrusted`, at `shown`
+    paths `ShownUntrusted`.
 
     Raises:
-        SchemaError: the schema is not an object, or an untrusted path names no string field.
+        SchemaError: the schema is not an object, or a marked path names no string field.
     """
     problems: list[str] = []
-    marked = {path for path in untrusted}
+    marked = {path: Untrusted for path in untrusted} | {path: ShownUntrusted for path in shown}
     found: set[str] = set()
     model = _object(f"{_camel(name)}Out", schema, "", marked, found, problems)
-    for path in sorted(marked - found):
-        problems.append(f"untrusted_output_fields: {path!r} is not a string field of the output schema")
+    for path in sorted(set(marked) - found):
+        which = "shown_untrusted_fields" if path in shown else "untrusted_output_fields"
+        problems.append(f"{which}: {path!r} is not a string field of the output schema")
     if problems:
         raise SchemaError(problems)
     return model
 
 
 def _object(
-    name: str, schema: Mapping[str, Any], prefix: str, marked: set[str], found: set[str], problems: list[str]
+    name: str, schema: Mapping[str, Any], prefix: str, marked: Mapping[str, Any], found: set[str], problems: list[str]
 ) -> type[BaseModel]:
     if schema.get("type") != "object":
         problems.append(f"output_schema{'.' + prefix if prefix else ''}: type must be object")
@@ -104,7 +111,9 @@ def _model(name: str, config: ConfigDict, fields: Mapping[str, Any]) -> type[Bas
     return model
 
 
-def _output_type(name: str, spec: Any, path: str, marked: set[str], found: set[str], problems: list[str]) -> Any:
+def _output_type(
+    name: str, spec: Any, path: str, marked: Mapping[str, Any], found: set[str], problems: list[str]
+) -> Any:
     if not isinstance(spec, Mapping):
         problems.append(f"output_schema.{path}: must be a schema object")
         return Any
@@ -119,7 +128,7 @@ def _output_type(name: str, spec: Any, path: str, marked: set[str], found: set[s
         if kind != "string":
             problems.append(f"untrusted_output_fields: {path!r} is not a string")
         found.add(path)
-        return Untrusted
+        return marked[path]
     return _scalar(f"output_schema.{path}", spec, problems)
 
 

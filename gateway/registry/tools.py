@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, create_model, field_validator
+from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
 from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec
@@ -23,8 +23,9 @@ from gateway.tools.backend_http import fill_path, path_segment_problem, request_
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Escalation, Execute, Mode, Preflight, Tool, WriteContract
 from gateway.tools.preview import Preview, PreviewRead
+from gateway.untrusted import model_visibility
 
-__all__ = ["ManifestError", "tools_from_manifest"]
+__all__ = ["ManifestError", "model_sees", "tools_from_manifest"]
 
 _PLACEHOLDER = PLACEHOLDER
 
@@ -52,8 +53,33 @@ def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, 
     return tuple(tools)
 
 
+def model_sees(manifest: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """For a person reviewing `manifest`: per tool, each string field of its output and what the model is
+    shown of it (`gateway.untrusted.model_visibility`: ``trusted: pattern``, ``trusted: enum``, ``shown fenced
+    as untrusted``, ``withheld``). Empty for a manifest that does not validate (its problems say why)."""
+    try:
+        parsed = AdapterManifest.model_validate(manifest)
+        return {
+            spec.name: dict(
+                model_visibility(
+                    output_model(
+                        spec.name,
+                        spec.output_schema,
+                        untrusted=spec.untrusted_output_fields,
+                        shown=spec.shown_untrusted_fields,
+                    )
+                )
+            )
+            for spec in parsed.tools
+        }
+    except (ValidationError, SchemaError):
+        return {}
+
+
 def _tool(adapter: str, spec: ToolSpec) -> Tool:
-    output = output_model(spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields)
+    output = output_model(
+        spec.name, spec.output_schema, untrusted=spec.untrusted_output_fields, shown=spec.shown_untrusted_fields
+    )
     placeholders = _PLACEHOLDER.findall(spec.path)
     target = _PLACEHOLDER.findall(spec.target_path or spec.preview_path or "")
     required = set(spec.input_schema.get("required", ()))
@@ -73,7 +99,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         output=output,
         access=Access.public() if spec.access.public else Access.roles(*spec.access.roles),
         execute=_http_call(spec, placeholders),
-        emits_untrusted_text=bool(spec.untrusted_output_fields),
+        emits_untrusted_text=bool(spec.untrusted_output_fields or spec.shown_untrusted_fields),
         destructive=spec.destructive,
         open_world=spec.open_world,
         write_contract=None

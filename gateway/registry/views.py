@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from gateway.registry.tools import model_sees
 from gateway.store.registrations import Registration, RegistrationState
 from policies.text_safety import FlagCode
 
@@ -75,6 +76,10 @@ class AdapterRegistration(_View):
     """None when nothing is proposed."""
     proposed: dict[str, Any] | None
     """The proposed manifest, as registered."""
+    model_sees: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Per proposed tool, each string field of its output and what the model is shown of it: ``trusted:
+    pattern``, ``trusted: enum``, ``shown fenced as untrusted`` (third-party text the agent reads, which
+    taints it) or ``withheld`` (third-party text, the default for a string not declared trusted)."""
 
     @classmethod
     def from_registration(cls, registration: Registration) -> AdapterRegistration:
@@ -89,6 +94,7 @@ class AdapterRegistration(_View):
             flags=[AdapterFlag.model_validate(dict(flag)) for flag in registration.flags],
             diff=AdapterDiff.model_validate(registration.diff()) if proposed is not None else None,
             proposed=dict(proposed) if proposed is not None else None,
+            model_sees=model_sees(proposed) if proposed is not None else {},
         )
 
 

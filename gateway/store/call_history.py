@@ -1,20 +1,28 @@
-"""The requester's recent reads in Redis: a bounded list per session or principal, for card provenance.
+"""The requester's recent reads and standing taint in Redis, for card provenance.
 
 Who calls it: the executor's agent path, through the `gateway.provenance.CallHistory` Protocol: one
-`append` per answered read (on the read path, so it is one command: ``EVALSHA`` of a three-line
-script doing ``LPUSH``, ``LTRIM`` and ``PEXPIRE``) and one `recent` per write proposal (``LRANGE``).
+`append` per answered read (on the read path, so it is one command: ``EVALSHA`` of a short script
+doing ``LPUSH``, ``LTRIM`` and ``PEXPIRE``, and for a read that showed third-party text a ``SET PX``
+of the taint) and one `recent` and one `taint` per write proposal (``LRANGE``, ``GET``).
 One script call costs the client about what one ``SET`` does; the same three commands as a redis-py
 pipeline cost half as much again (``bench/provenance_cost.py``).
 
-Redis layout: ``countersign:calls:{<owner hash>}`` -> a list of compact JSON records, newest first,
-at most `HistoryRules.max_reads` long, expiring one window after the latest read, so an idle owner
-leaves nothing behind. The owner (org, subject and the MCP session id, if any) is hashed into the
-key's hash tag: one key per owner, so each command touches one Cluster slot, and no caller-chosen
-text (a subject, a session id) ever reaches a key name.
+Redis layout, per owner (org and subject), both keys under one hash tag (one Cluster slot):
 
-A read is also remembered together with its audit event (`append_audited`): the same three commands
-run inside the audit append's script (`gateway.store.audit_stream.Along`), one round trip for both. The
-history key is in its own slot, so only a sink on a single node (Sentinel included) is given one;
+- ``countersign:calls:{<owner hash>}`` -> a list of compact JSON records, newest first, at most
+  `HistoryRules.max_reads` long, expiring one window after the latest read, so an idle owner leaves
+  nothing behind.
+- ``countersign:taint:{<owner hash>}`` -> the standing taint (`gateway.provenance.Taint`, compact
+  JSON), expiring `HistoryRules.taint_seconds` after the read that set it, by Redis's clock. The
+  script sets it only when no taint that lasts longer is there: a later read never shortens it,
+  and the history's bound and window do not touch it.
+
+The owner is hashed into the keys' hash tag, so no caller-chosen text (a subject) ever reaches a key
+name.
+
+A read is also remembered together with its audit event (`append_audited`): the same commands run
+inside the audit append's script (`gateway.store.audit_stream.Along`), one round trip for both. The
+owner's keys are in their own slot, so only a sink on a single node (Sentinel included) is given one;
 on a Cluster the two are separate round trips.
 
 Records older than the window (a list refreshed by a later read keeps them) are left for the
@@ -30,32 +38,47 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 
 from gateway.audit.events import AuditEvent
-from gateway.provenance import CallRecord, HistoryRules
+from gateway.provenance import CallRecord, HistoryRules, Taint, taint_ms
 from gateway.store.audit_stream import Along, RedisStreamAuditSink
 from gateway.store.client import is_cluster, store_boundary
 
-__all__ = ["APPEND_SCRIPT", "RedisCallHistory", "history_key"]
+__all__ = ["APPEND_SCRIPT", "RedisCallHistory", "history_key", "taint_key"]
 
-APPEND_SCRIPT = """
--- KEYS[1]: the owner's history. ARGV: the record, the bound, the window in milliseconds.
-redis.call('LPUSH', KEYS[1], ARGV[1])
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-return redis.call('PEXPIRE', KEYS[1], ARGV[3])
-"""
-
-_ALONG_AUDIT = """
+_REMEMBER = """
 redis.call('LPUSH', K[1], A[1])
 redis.call('LTRIM', K[1], 0, tonumber(A[2]) - 1)
 redis.call('PEXPIRE', K[1], A[3])
+local taint_ms = tonumber(A[5])
+if taint_ms > 0 then
+  local left = redis.call('PTTL', K[2])
+  if left ~= -1 and left < taint_ms then
+    redis.call('SET', K[2], A[4], 'PX', taint_ms)
+  end
+end
 """
-"""`APPEND_SCRIPT` inside the audit append (`Along`): its key and arguments come after the append's."""
+"""KEYS: the owner's history and taint. ARGV: the record, the bound, the window in milliseconds, the taint
+and its period in milliseconds (0: this read does not taint). A taint with a longer time left is kept."""
+
+APPEND_SCRIPT = f"local K, A = KEYS, ARGV\n{_REMEMBER}\nreturn 1\n"
+
+_ALONG_AUDIT = _REMEMBER
+"""The same commands inside the audit append (`Along`): its keys and arguments come after the append's."""
 
 
 @functools.lru_cache(maxsize=4096)
 def history_key(owner: str) -> str:
     """The Redis key of `owner`'s history (`gateway.provenance.history_owner`); the recent owners' are cached."""
-    tag = hashlib.sha256(owner.encode()).hexdigest()[:32]
-    return f"countersign:calls:{{{tag}}}"
+    return f"countersign:calls:{{{_tag(owner)}}}"
+
+
+@functools.lru_cache(maxsize=4096)
+def taint_key(owner: str) -> str:
+    """The Redis key of `owner`'s standing taint, in the slot of its history."""
+    return f"countersign:taint:{{{_tag(owner)}}}"
+
+
+def _tag(owner: str) -> str:
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]
 
 
 @store_boundary
@@ -71,26 +94,38 @@ class RedisCallHistory:
         """Whether the history and the stream can be written by one script (not across Cluster slots)."""
 
     async def append(self, owner: str, record: CallRecord, *, rules: HistoryRules) -> None:
-        await self._append(keys=[history_key(owner)], args=[record.to_json(), rules.max_reads, _window_ms(rules)])
+        await self._append(keys=_keys(owner), args=list(_args(record, rules)))
 
     async def append_audited(self, owner: str, record: CallRecord, *, rules: HistoryRules, event: AuditEvent) -> bool:
-        """Remember `record`, then append `event` to the audit trail. On a single node both go in one
-        script: True when both landed, False when neither did (the sink logs the event). On a Cluster,
-        two round trips, the history's first.
+        """Remember `record` (and the taint it leaves), then append `event` to the audit trail. On a single
+        node all go in one script: True when all landed, False when none did (the sink logs the event). On a
+        Cluster, two round trips, the history's first.
 
         Raises:
             StoreUnavailableError: (Cluster) the history could not take it; nothing was audited.
         """
-        args = (record.to_json(), rules.max_reads, _window_ms(rules))
+        args = _args(record, rules)
         if not self._together:
-            await self._append(keys=[history_key(owner)], args=list(args))
+            await self._append(keys=_keys(owner), args=list(args))
             return await self._audit.record(event)
-        return await self._audit.record(event, along=Along(_ALONG_AUDIT, (history_key(owner),), args))
+        return await self._audit.record(event, along=Along(_ALONG_AUDIT, tuple(_keys(owner)), args))
 
     async def recent(self, owner: str, *, rules: HistoryRules) -> Sequence[CallRecord]:
         raw = await self._client.lrange(history_key(owner), 0, rules.max_reads - 1)
         return tuple(CallRecord.from_json(item) for item in reversed(raw))
 
+    async def taint(self, owner: str) -> Taint | None:
+        raw = await self._client.get(taint_key(owner))
+        return None if raw is None else Taint.from_json(raw)
 
-def _window_ms(rules: HistoryRules) -> int:
-    return max(1, int(rules.window_seconds * 1000))
+
+def _keys(owner: str) -> list[str]:
+    return [history_key(owner), taint_key(owner)]
+
+
+def _args(record: CallRecord, rules: HistoryRules) -> tuple[str | int, ...]:
+    """The script's arguments: the record, the bound, the window, and the taint with its period (or none)."""
+    window = max(1, int(rules.window_seconds * 1000))
+    if not record.untrusted_text:
+        return (record.to_json(), rules.max_reads, window, "", 0)
+    return (record.to_json(), rules.max_reads, window, Taint.of(record, rules).to_json(), taint_ms(rules))

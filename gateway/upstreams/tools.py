@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError as JsonSchemaError
@@ -29,7 +29,7 @@ from gateway.errors import ToolDeclarationError, UpstreamRefusedError
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Execute, Mode, StatusLookup, Tool, WriteContract, WriteStatus
 from gateway.tools.preview import Preview, PreviewRead
-from gateway.untrusted import Untrusted
+from gateway.untrusted import TrustedText, Untrusted
 from gateway.upstreams.connection import NOT_APPLIED_STATUS, UpstreamConnection
 from gateway.upstreams.review import Quarantined, definition_hash, sort_listing
 
@@ -45,9 +45,9 @@ class UpstreamReadText(BaseModel):
 
 
 class UpstreamTrustedText(BaseModel):
-    """A read's text content, declared trusted at review."""
+    """A read's text content, declared trusted at review (``trusted_output``): a person vouched for who wrote it."""
 
-    text: str
+    text: Annotated[str, TrustedText("declared trusted at review (trusted_output)")]
 
 
 class UpstreamWriteResult(BaseModel):

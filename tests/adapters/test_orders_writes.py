@@ -74,7 +74,7 @@ def refund(order_id: str = "ord-1001", amount_cents: int = 100, **extra: Any) ->
 def test_orders_declares_its_read_tools_and_the_refund_write_with_unique_names() -> None:
     """The module imports, so every declaration was accepted; the refund write sits beside the reads."""
     names = [tool.name for tool in orders.TOOLS]
-    assert names == ["orders_get", "orders_refund_eligibility", "orders_refund_create"]
+    assert names == ["orders_get", "orders_customer_note", "orders_refund_eligibility", "orders_refund_create"]
     assert len(set(names)) == len(names)
 
 

@@ -51,6 +51,7 @@ ARGUMENTS: dict[str, Callable[[Ids], dict[str, Any]]] = {
     "rooms_book": lambda ids: {"room_id": "room-eos", "date": DAY, "start": "15:00", "end": "16:00", "title": "x"},
     "rooms_cancel_booking": lambda ids: {"booking_id": ids["own_booking"]},
     "orders_get": lambda ids: {"order_id": "ord-1001"},
+    "orders_customer_note": lambda ids: {"order_id": "ord-1001"},
     "orders_refund_eligibility": lambda ids: {"order_id": "ord-1001"},
     "orders_refund_create": lambda ids: {"order_id": "ord-1001", "amount_cents": 100, "reason": "damaged"},
     "expenses_list": lambda ids: {},

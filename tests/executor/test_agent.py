@@ -34,10 +34,11 @@ def _executor(*tools: Tool) -> tuple[AgentPath, ListAuditSink]:
 
 
 async def test_allowed_call_returns_result_and_is_audited_once() -> None:
-    """An allowed read runs and leaves exactly one `ok` audit event with its latency."""
+    """An allowed read runs and leaves exactly one `ok` audit event with its latency. Its answer is a plain
+    string, which no pattern declares trusted: the model gets it withheld."""
     executor, audit = _executor(read_tool())
     envelope = await executor.execute(STAFF, "demo_echo", {"text": "hi", "times": 2})
-    assert envelope.for_model() == {"echoed": "hihi"}
+    assert envelope.for_model() == {"echoed": WITHHELD}
     assert not envelope.is_error
     [event] = audit.events
     assert (event.action, event.outcome, event.tool, event.subject) == ("tool.call", "ok", "demo_echo", STAFF.subject)

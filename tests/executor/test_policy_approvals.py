@@ -107,6 +107,32 @@ async def test_a_refund_a_rule_admits_is_approved_by_policy_and_runs_once(
     assert [r for r in backend.app.state.service.refunds if r.refund_id == card.reference]
 
 
+async def test_a_hostile_note_then_twenty_harmless_reads_never_lets_a_rule_approve_the_refund(
+    redis: Redis, orders: tuple[str, Backend]
+) -> None:
+    """The laundering, end to end: a support agent reads ord-1002's hostile customer note (shown fenced), makes
+    twenty harmless reads (the history keeps twenty), then proposes a refund small-refunds admits. The card is
+    tainted and waits for a person, the rule's refusal is audited, and no refund reaches the backend."""
+    mcp_url, backend = orders
+    token = await make_key(redis, roles=("support",), subject="lee@acme.example")
+    async with agent(mcp_url, token) as client:
+        note = payload(await client.call_tool("orders_customer_note", {"order_id": "ord-1002"}))
+        for _ in range(20):
+            assert not (await client.call_tool("orders_refund_eligibility", {"order_id": "ord-1001"})).is_error
+        refund = {"order_id": "ord-1001", "amount_cents": 1_500, "reason": "late"}
+        receipt = payload(await client.call_tool("orders_refund_create", refund))
+    assert "approve all refunds" in note["customer_note"]
+    assert receipt["status"] == "PENDING" and "approved_by_policy" not in receipt
+    card = await RedisLedger(redis).get(receipt["card_id"])
+    assert card is not None and card.provenance is not None and card.provenance.tainted
+    assert card.provenance.taint is not None and card.provenance.taint.tool == "orders_customer_note"
+    assert [read.tool for read in card.provenance.reads] == ["orders_refund_eligibility"] * 20
+    assert card.approvers == () and card.state is CardState.PENDING
+    [refused] = await _approvals(redis, card.card_id)
+    assert (refused.outcome, refused.code) == ("deny", "APPROVAL_REQUIRED") and "tainted" in refused.reason
+    assert not [r for r in backend.app.state.service.refunds if r.reason == "late"]
+
+
 async def test_past_the_daily_budget_the_card_waits_for_a_person(redis: Redis, orders: tuple[str, Backend]) -> None:
     """Two policy approvals a day for this requester; the third card stays PENDING, audited QUOTA_EXCEEDED,
     and the count lives in Redis under the requester's UTC day."""

@@ -152,7 +152,7 @@ def test_a_rule_is_for_its_tool_and_its_orgs_only(changes: dict[str, Any], rule_
     ],
 )  # fmt: skip
 def test_a_tainted_card_is_never_approved_by_policy(provenance: Provenance) -> None:
-    """A card whose provenance says it followed a read of untrusted text waits for a person, whatever the rules."""
+    """A card whose provenance says its requester was tainted waits for a person, whatever the rules."""
     card = _card(provenance=provenance)
     assert is_tainted(card)
     verdict = policy_approval(card, {"small-refunds": SMALL}, now=NOON)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from gateway.provenance import CallRecord, HistoryRules
+from gateway.provenance import CallRecord, HistoryRules, Taint
 from gateway.tools.declarations import Tool
 from policies.provenance import assess
 from tests.support.tools import write_tool
@@ -31,11 +33,42 @@ def _read(tool: str, *, ago_s: float, untrusted: bool = False, private: bool = F
         ([_read("orders_get", ago_s=30, untrusted=True), _read("rooms_list", ago_s=1)], True),
     ],
 )
-def test_a_proposal_is_tainted_exactly_when_an_untrusted_read_precedes_it_in_the_window(
+def test_without_a_standing_taint_a_read_that_showed_text_in_the_window_taints(
     history: list[CallRecord], tainted: bool
 ) -> None:
-    """Only reads within the window and before the proposal count."""
+    """Where the store holds no taint, only reads within the window and before the proposal count."""
     assert assess(SHARED, {"text": "Sync", "times": 1}, history, now_ms=NOW, rules=RULES).tainted is tainted
+
+
+DAY_MS = 86_400_000
+LETTER = Taint(tool="demo_letter", at_ms=NOW - DAY_MS // 2, until_ms=NOW + DAY_MS // 2)
+
+
+@pytest.mark.parametrize(
+    ("taint", "session_taint", "tainted", "until_session_ends"),
+    [
+        (None, None, False, False),
+        (LETTER, None, True, False),  # half a day on, whatever was read since
+        (dataclasses.replace(LETTER, until_ms=NOW + 1), None, True, False),  # the last millisecond
+        (dataclasses.replace(LETTER, until_ms=NOW), None, False, False),  # the period is over
+        (dataclasses.replace(LETTER, at_ms=NOW + 5_000), None, True, False),  # a clock that moved back
+        (dataclasses.replace(LETTER, until_ms=NOW), LETTER, True, True),  # over, but its session is open
+        (None, dataclasses.replace(LETTER, until_ms=NOW - DAY_MS), True, True),  # a session lives past any period
+    ],
+)
+def test_a_standing_taint_holds_for_its_period_and_a_session_taint_while_the_session_lives(
+    taint: Taint | None, session_taint: Taint | None, tainted: bool, until_session_ends: bool
+) -> None:
+    """Twenty harmless reads in the window change nothing: the standing taint decides, and names its read."""
+    harmless = [_read("rooms_list", ago_s=i) for i in range(20)]
+    provenance = assess(
+        SHARED, {"text": "Sync", "times": 1}, harmless, now_ms=NOW, rules=RULES, taint=taint,
+        session_taint=session_taint,
+    )  # fmt: skip
+    assert provenance.tainted is tainted
+    assert (provenance.taint is not None) is tainted
+    if provenance.taint is not None:
+        assert provenance.taint.tool == "demo_letter" and provenance.taint.until_session_ends is until_session_ends
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Output schemas of registered tools: every string a manifest marks untrusted is withheld, at any depth."""
+"""Output schemas of registered tools: every string is withheld from the model at any depth, marked or not,
+unless the manifest shows it as untrusted (then it is fenced)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from gateway.principal import Principal
 from gateway.registry.manifest import AdapterManifest
 from gateway.registry.schema import input_model, output_model
 from gateway.registry.tools import tools_from_manifest
-from gateway.untrusted import withhold_untrusted
-from tests.support.canaries import CANARY, TRUSTED_TEXT, planted
+from gateway.untrusted import FENCE_OPEN, WITHHELD, withhold_untrusted
+from tests.support.canaries import CANARY, planted
 from tests.support.examples import examples
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend
@@ -63,7 +64,7 @@ def _marked_paths(node: tuple[Any, ...], path: str = "") -> Iterator[str]:
 
 def _answer(draw: st.DrawFn, node: tuple[Any, ...]) -> Any:
     if node[0] == "string":
-        return draw(planted() if node[1] else TRUSTED_TEXT)
+        return draw(planted())  # marked or not: a plain string is a stranger's
     if node[0] == "integer":
         return draw(st.integers(0, 9))
     if node[0] == "array":
@@ -86,12 +87,27 @@ def schemas_and_answers(draw: st.DrawFn) -> tuple[dict[str, Any], tuple[str, ...
 
 @settings(database=None, deadline=None, max_examples=examples(300))
 @given(schemas_and_answers())
-def test_every_marked_string_of_a_generated_output_schema_is_withheld(generated: Any) -> None:
+def test_every_string_of_a_generated_output_schema_is_withheld_or_fenced(generated: Any) -> None:
     """Strings in objects, in lists of strings, in lists of lists and in objects inside lists, required or
-    optional: whatever the manifest marks, none of its canaries survives `withhold_untrusted`."""
+    optional: whatever the manifest marks untrusted, none of its canaries survives `withhold_untrusted`; the
+    same paths marked shown instead reach the model only inside a fence."""
     schema, marked, answer = generated
     model = output_model("notes_read", schema, untrusted=marked)
     assert CANARY not in withhold_untrusted(model.model_validate(answer)).model_dump_json()
+    shown = output_model("notes_read", schema, shown=marked)
+    strings = list(_strings(withhold_untrusted(shown.model_validate(answer)).model_dump(mode="json")))
+    assert all(text in (WITHHELD, "") or (text.startswith(FENCE_OPEN) and CANARY in text) for text in strings)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _read_tool(schema: dict[str, Any], marked: tuple[str, ...], base_url: str) -> Any:
@@ -123,8 +139,8 @@ def _read_tool(schema: dict[str, Any], marked: tuple[str, ...], base_url: str) -
 async def test_a_registered_tool_never_shows_the_model_a_marked_string(
     planted_backend: tuple[str, PlantedBackend], generated: Any
 ) -> None:
-    """A tool built from a generated manifest, called against a real service answering with canaries:
-    the envelope the model receives holds none, and neither does the audit."""
+    """A tool built from a generated manifest, called against a real service answering with canaries in every
+    string, marked or not: the envelope the model receives holds none, and neither does the audit."""
     schema, marked, answer = generated
     url, backend = planted_backend
     backend.plant(answer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,11 +14,11 @@ from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.provenance import CallHistory, CallRecord, HistoryRules, InMemoryCallHistory, history_owner
 from gateway.store.audit_stream import RedisStreamAuditSink
-from gateway.store.call_history import RedisCallHistory, history_key
+from gateway.store.call_history import RedisCallHistory, history_key, taint_key
 from gateway.store.client import connect
 from gateway.tools.preview import Preview
 from tests.support.executors import agent_path
-from tests.support.tools import note_tool, read_tool, write_tool
+from tests.support.tools import letter_tool, note_tool, read_tool, write_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -62,24 +63,65 @@ async def test_the_redis_history_is_one_hash_tagged_key_that_expires_with_the_wi
     assert history_key(history_owner("acme", "bob@acme.example")) != key
 
 
-async def test_reads_are_remembered_with_the_tools_declarations() -> None:
-    """An answered read joins the caller's history: untrusted text and privacy as the tool declares them."""
+async def test_reads_are_remembered_with_what_they_showed_the_model() -> None:
+    """An answered read joins the caller's history, private as the tool declares it, and with untrusted text
+    only when its result showed the model some: the letter's body (fenced) does, the note's withheld text,
+    the letter's blank body and an echo do not. Only the first letter taints its reader."""
     history = InMemoryCallHistory()
     executor, _ = agent_path(
-        note_tool(), read_tool(returns_private_data=False), clients={}, history=history, history_rules=RULES
-    )
-    assert not (await executor.execute(ALICE, "demo_note", {"text": "hi"})).is_error
-    assert not (await executor.execute(ALICE, "demo_echo", {"text": "hi"})).is_error
-    mine = await history.recent(history_owner("acme", ALICE.subject), rules=RULES)
-    assert sorted((r.tool, r.untrusted_text, r.private) for r in mine) == [
+        note_tool(), letter_tool(), read_tool(returns_private_data=False), clients={}, history=history,
+        history_rules=RULES,
+    )  # fmt: skip
+    for tool, text in (("demo_note", "hi"), ("demo_letter", "hi"), ("demo_letter", " "), ("demo_echo", "hi")):
+        assert not (await executor.execute(ALICE, tool, {"text": text})).is_error
+    owner = history_owner("acme", ALICE.subject)
+    mine = await history.recent(owner, rules=RULES)
+    assert [(r.tool, r.untrusted_text, r.private) for r in mine] == [
+        ("demo_note", False, True),
+        ("demo_letter", True, True),
+        ("demo_letter", False, True),
         ("demo_echo", False, False),
-        ("demo_note", True, True),
     ]
+    taint = await history.taint(owner)
+    assert taint is not None and taint.tool == "demo_letter" and taint.at_ms == mine[1].at_ms
+
+
+async def test_a_taint_is_kept_apart_from_the_bounded_history_and_never_shortened(history: CallHistory) -> None:
+    """Past the history's bound, the tainting read is gone from the reads but the taint stays; a later
+    tainting read under a shorter period does not shorten it, one under a longer period lengthens it."""
+    owner = history_owner("acme", "alice@acme.example")
+    shown = CallRecord(tool="letter", at_ms=1_000, untrusted_text=True, private=True)
+    await history.append(owner, shown, rules=RULES)
+    for index in range(RULES.max_reads):
+        await history.append(owner, _record(2 * index + 1), rules=RULES)
+    assert [r.tool for r in await history.recent(owner, rules=RULES)] == [f"t{2 * i + 1}" for i in range(5)]
+    first = await history.taint(owner)
+    assert first is not None and (first.tool, first.at_ms) == ("letter", 1_000)
+    shorter = dataclasses.replace(RULES, taint_seconds=RULES.taint_seconds / 10)
+    await history.append(owner, dataclasses.replace(shown, tool="brief", at_ms=2_000), rules=shorter)
+    assert await history.taint(owner) == first
+    longer = dataclasses.replace(RULES, taint_seconds=RULES.taint_seconds * 10)
+    await history.append(owner, dataclasses.replace(shown, tool="long", at_ms=3_000), rules=longer)
+    last = await history.taint(owner)
+    assert last is not None and last.tool == "long" and last.until_ms > first.until_ms
+    assert await history.taint(history_owner("acme", "bob@acme.example")) is None
+
+
+async def test_the_redis_taint_expires_by_its_period_in_the_historys_slot(redis: Redis) -> None:
+    """The taint key shares its history's hash tag and expires one taint period after the read that set it."""
+    owner = history_owner("acme", "alice@acme.example")
+    shown = CallRecord(tool="letter", at_ms=1_000, untrusted_text=True, private=True)
+    await _redis_history(redis).append(owner, shown, rules=RULES)
+    key = taint_key(owner)
+    assert key.startswith("countersign:taint:{") and key.split("{")[1] == history_key(owner).split("{")[1]
+    assert RULES.taint_seconds * 1000 - 5_000 < await redis.pttl(key) <= RULES.taint_seconds * 1000
+    await _redis_history(redis).append(owner, _record(1), rules=RULES)  # a read that does not taint
+    assert RULES.taint_seconds * 1000 - 5_000 < await redis.pttl(key)
 
 
 async def test_a_read_that_cannot_be_remembered_is_not_answered_and_the_refusal_is_audited() -> None:
     """With the history's store unreachable, the read's result is withheld (LEDGER_UNAVAILABLE): a later card
-    can never look untainted because the read of untrusted text before it went unrecorded."""
+    can never look untainted because a read that showed third-party text before it went unrecorded."""
     executor, audit = agent_path(note_tool(), clients={}, history=_unreachable(), history_rules=RULES)
     envelope = await executor.execute(ALICE, "demo_note", {"text": "secret words"})
     assert envelope.is_error and envelope.code is Code.LEDGER_UNAVAILABLE

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 from redis.asyncio import Redis
 
@@ -37,12 +38,15 @@ def agent_path(
     history: CallHistory | None = None,
     history_rules: HistoryRules | None = None,
     ledger_client: Redis | None = None,
+    approvals: ApprovalSettings | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> tuple[AgentPath, ListAuditSink]:
     """Reads run against `clients`, signed for with `TEST_SIGNING_KEY`; the ledger is unreachable (and so not
     durable): no card can be made, unless a `ledger_client` is given (the ledger is then on it). Rate budgets
     (`limits`, the defaults unless given) are kept in process unless a `limiter` is given. Reads are
     remembered for provenance (under `history_rules`, the defaults unless given) in process unless a `history`
-    is given, and audited after they are remembered (`AuditAfter`)."""
+    is given, and audited after they are remembered (`AuditAfter`), stamped by `wall_clock`. Policy approval
+    rules are `approvals`' (none unless given)."""
     audit = ListAuditSink()
     reads = history if history is not None else InMemoryCallHistory()
     nowhere = ledger_client if ledger_client is not None else connect("redis://127.0.0.1:9/0").client
@@ -60,12 +64,16 @@ def agent_path(
         healthy=lambda adapter: True,
         limiter=limiter if limiter is not None else InMemoryRateLimiter(),
         limits=limits if limits is not None else Limits(),
-        policies=PolicyApprovals(ledger=ledger, audit=audit, settings=ApprovalSettings(), announce=_unheard),
-        memory=ReadMemory(reads, history_rules or HistoryRules(), audited=AuditAfter(reads, audit)),
+        policies=PolicyApprovals(
+            ledger=ledger, audit=audit, settings=approvals or ApprovalSettings(), announce=_unheard
+        ),
+        memory=ReadMemory(
+            reads, history_rules or HistoryRules(), audited=AuditAfter(reads, audit), wall_clock=wall_clock
+        ),
     )
     return executor, audit
 
 
 async def _unheard(result: Transition) -> Transition:
-    """No one to tell: these paths have no rules, so nothing is ever announced through here."""
+    """No one to tell: a card left to a person is not announced through here."""
     return result

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway.tools.context import ToolContext
 from gateway.tools.declarations import Access, Approval, Mode, Tool, WriteContract, WriteStatus
-from gateway.untrusted import Untrusted
+from gateway.untrusted import ShownUntrusted, Untrusted
 
 
 class EchoArgs(BaseModel):
@@ -25,6 +25,12 @@ class EchoOut(BaseModel):
 class NoteOut(BaseModel):
     author: Untrusted
     body: Untrusted
+    length: int
+
+
+class LetterOut(BaseModel):
+    author: Untrusted
+    body: ShownUntrusted
     length: int
 
 
@@ -60,16 +66,22 @@ def read_tool(name: str = "demo_echo", access: Access | None = None, **overrides
     return Tool(**fields)
 
 
-def note_tool() -> Tool:
+def note_tool(name: str = "demo_note", output: type[BaseModel] = NoteOut) -> Tool:
+    """A read whose answer holds a third party's words (`NoteOut`: withheld; `LetterOut`: shown, fenced)."""
     return read_tool(
-        "demo_note",
-        output=NoteOut,
+        name,
+        output=output,
         execute=note,
         emits_untrusted_text=True,
         model_view=lambda out: out.model_dump(),
-        model_view_output=NoteOut,
+        model_view_output=output,
         human_view=lambda out: f"{out.author}: {out.body}",
     )
+
+
+def letter_tool() -> Tool:
+    """A read that shows the model a third party's words (its body, fenced): it taints its reader."""
+    return note_tool("demo_letter", LetterOut)
 
 
 def write_tool(name: str = "demo_write", **overrides: Any) -> Tool:

@@ -36,6 +36,7 @@ CALLS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "rooms_cancel_booking": ({"booking_id": OWN_BOOKING}, {"booking_id": "bk-0002"}),
     "orders_get": ({"order_id": "ord-1001"}, {"order_id": "ord-9999"}),
+    "orders_customer_note": ({"order_id": "ord-1002"}, {"order_id": "ord-9999"}),
     "orders_refund_eligibility": ({"order_id": "ord-1001"}, {"order_id": "ord-9999"}),
     "orders_refund_create": (
         {"order_id": "ord-1001", "amount_cents": 100, "reason": "Schema check"},
@@ -66,6 +67,7 @@ ANNOTATIONS: dict[str, dict[str, Any]] = {
         "openWorldHint": False,
     },
     "orders_get": {"title": "Get an order", "readOnlyHint": True, "openWorldHint": False},
+    "orders_customer_note": {"title": "Read an order's customer note", "readOnlyHint": True, "openWorldHint": False},
     "orders_refund_eligibility": {"title": "Refund eligibility", "readOnlyHint": True, "openWorldHint": False},
     "orders_refund_create": {
         "title": "Refund an order",

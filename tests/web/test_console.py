@@ -25,7 +25,7 @@ from gateway.cards.card import CardState
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
-from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead
+from gateway.provenance import Provenance, ProvenanceFlag, ProvenanceRead, ProvenanceTaint
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
@@ -477,6 +477,8 @@ async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
                            private=True),
         ],
         flags=[ProvenanceFlag(code="instruction_to_model", where="arguments.title", detail=HOSTILE)],
+        taint=ProvenanceTaint(tool="rooms_availability", at="2026-12-01T08:00:00.000+00:00",
+                              until="2026-12-02T08:00:00.000+00:00"),
     )  # fmt: skip
     created = [
         await RedisLedger(redis).propose(replace(PROPOSAL, provenance=p, dedupe_key=secrets.token_hex(8)))
@@ -504,6 +506,7 @@ async def test_in_a_browser_a_tainted_card_shows_its_provenance_first(
         await page.until("document.querySelector('#card-provenance') !== null")
         seen = json.loads(await page.evaluate(seen_js))
         assert seen["tainted"] == "true" and seen["banner"].startswith("Tainted:") and seen["flow"]
+        assert "(rooms_availability at 2026-12-01T08:00:00.000+00:00; tainted until 2026-12-02T08" in seen["banner"]
         assert [r.split(" · ")[0] for r in seen["reads"]] == ["rooms_availability", "rooms_my_bookings"]
         assert "untrusted text" in seen["reads"][0] and "private data" in seen["reads"][1]
         assert seen["flags"] == [f"instruction_to_model in arguments.title: {HOSTILE}"] and seen["images"] == 0

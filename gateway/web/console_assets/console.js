@@ -395,7 +395,7 @@
     return el("tr", { "data-card-id": card.card_id, "data-version": String(card.version), "data-state": card.state },
       el("td", null,
         // A tainted card says so in the list already: an approver opens it knowing.
-        card.tainted ? el("span", { class: "badge tainted-badge", title: "proposed after a read of untrusted text" },
+        card.tainted ? el("span", { class: "badge tainted-badge", title: "its requester was shown third-party text" },
           "tainted") : null,
         el("a", { href: "#/cards/" + encodeURIComponent(card.card_id) }, card.summary || card.card_id)),
       el("td", null, mono(card.tool)),
@@ -515,6 +515,15 @@
       historySection(card));
   }
 
+  // Which read tainted the requester, and until when the taint holds (absent on older cards).
+  function taintSource(taint) {
+    if (!taint || typeof taint !== "object") {
+      return null;
+    }
+    const until = taint.until_session_ends ? "its MCP session ends" : String(taint.until);
+    return el("span", { class: "taint-source" }, ` (${String(taint.tool)} at ${String(taint.at)}; tainted until ${until})`);
+  }
+
   // What the requester read before proposing: shown first, in its own slot (#card-provenance).
   function provenanceSection(card) {
     const provenance = card.provenance;
@@ -534,9 +543,9 @@
     },
       provenance.tainted
         ? el("p", { class: "banner", id: "tainted-banner" },
-          "Tainted: the agent proposed this after reading text written by someone else. ",
-          "Its words may have steered the agent.")
-        : el("p", { class: "hint" }, "Not tainted: no read of untrusted text came before this proposal."),
+          "Tainted: the agent was shown text written by someone else before it proposed this. ",
+          "Its words may have steered the agent.", taintSource(provenance.taint))
+        : el("p", { class: "hint" }, "Not tainted: the agent was shown no third-party text in the taint period."),
       provenance.data_flow
         ? el("p", { class: "banner", id: "data-flow-banner" },
           "Possible data flow: text goes where other people will see it, after a read of private data.")
