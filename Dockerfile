@@ -9,7 +9,12 @@ COPY backends ./backends
 # `countersign agent` (the reference agent and its evaluation) is part of the CLI the image offers.
 COPY countersign_agent ./countersign_agent
 # A fixed numeric UID, so an orchestrator can check runAsNonRoot (deploy/kubernetes/ runs it as 10001).
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 --user-group --create-home countersign \
+# PyICU (subjects compared by their UTS #39 skeleton, gateway.principal) builds against the system ICU; the
+# compiler goes once it has, ICU's library stays.
+RUN apt-get update && apt-get install -y --no-install-recommends libicu-dev pkg-config g++ \
+    && pip install --no-cache-dir . \
+    && apt-get purge -y g++ && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --user-group --create-home countersign \
     && mkdir /data && chown countersign /data
 
 USER 10001

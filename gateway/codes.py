@@ -34,6 +34,9 @@ class Code(StrEnum):
     RECEIPT_REFUSED = "RECEIPT_REFUSED"
     """The backend refused the approved write's signed receipt (missing, not verifying with the gateway's
     published keys, or for another request); it applied nothing. An operator checks the gateway's keys."""
+    REQUESTER_REVOKED = "REQUESTER_REVOKED"
+    """The key or the person (or an agent acting for them) that proposed an approved write was revoked before
+    it ran; the card ends FAILED and nothing was sent."""
     REJECTED = "REJECTED"
     """An administrator rejected the proposed write: nothing was written."""
     EXPIRED = "EXPIRED"

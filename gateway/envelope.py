@@ -34,6 +34,7 @@ _MESSAGES: Mapping[Code, str] = {
     "Change the arguments before proposing again.",
     Code.PRECONDITION_CHANGED: "What the approver decided on changed before the write ran; nothing was sent.",
     Code.RECEIPT_REFUSED: "The backend did not accept the approval's signed receipt; nothing was written.",
+    Code.REQUESTER_REVOKED: "Whoever proposed this write was revoked before it ran; nothing was written.",
     Code.REJECTED: "An administrator rejected this request; nothing was written.",
     Code.EXPIRED: "This request was not decided, or not run, in time; nothing was written.",
     Code.WRITE_FAILED: "The approved write was refused by the backend; nothing was written.",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["TOKEN_KEY_PREFIX", "KeyKind", "Principal", "normalize_subject"]
+# ICU's spoof checker is Unicode's own implementation of UTS #39 (confusables.txt and the identifier
+# profiles), kept in step with each Unicode version: no hand-made table of look-alikes to fall behind.
+import icu  # type: ignore[import-untyped]
+
+__all__ = ["TOKEN_KEY_PREFIX", "KeyKind", "Principal", "identity_of", "mixes_scripts", "normalize_subject"]
 
 TOKEN_KEY_PREFIX = "tok_"
 """How the key id of a principal that a token (not an API key) stands for begins."""
@@ -68,3 +73,41 @@ def normalize_subject(subject: str) -> str:
     if "@" in text:
         text = unicodedata.normalize("NFKC", text.casefold())
     return text.strip()
+
+
+@functools.lru_cache(maxsize=4096)
+def identity_of(subject: str) -> str:
+    """Who a subject names, for every comparison that keeps one person from counting as two.
+
+    The UTS #39 confusable skeleton of the subject's normal form (`normalize_subject`): two subjects a
+    reader cannot tell apart have the same identity, however they are spelled (``аlice`` with a Cyrillic
+    ``а``, ``alice`` with a Latin one; ``rn`` and ``m``; ``l``, ``1`` and ``I``). A skeleton is for
+    comparing, never for showing or storing: it is not meant to be read (``m`` becomes ``rn``).
+
+    Where it applies: wherever a match *refuses* something, so a look-alike can never slip through: the
+    requester and the actors of a card never approve it (`policies.approval.may_decide`), one person is
+    one approver of a quorum (the ledger's approve script compares identities), and a revoked subject
+    stops every spelling of itself. Where a match would *grant* something (whose cards a caller sees),
+    the normal form is compared, since two people may have names a skeleton confuses. Rate budgets are
+    an identity's (`policies.charges.budget_owner`): more spellings buy no more calls.
+
+    Remembered per subject (a few thousand), since the budget of every call asks for it.
+    """
+    return str(_spoof_checker().getSkeleton(0, normalize_subject(subject)))
+
+
+def mixes_scripts(subject: str) -> bool:
+    """Whether `subject`'s normal form mixes writing systems beyond what UTS #39 calls *highly
+    restrictive* (one script, or Latin with the scripts of Chinese, Japanese or Korean): Latin with
+    Cyrillic or Greek is the classic look-alike, and a key is not minted for it unless an operator says
+    so (`gateway.store.keys.KeyStore.create`)."""
+    return bool(_spoof_checker().check(normalize_subject(subject)))
+
+
+@functools.cache
+def _spoof_checker() -> icu.SpoofChecker:
+    """One checker for the process: built once (it loads ICU's data), read-only afterwards."""
+    checker = icu.SpoofChecker()
+    checker.setChecks(icu.USpoofChecks.RESTRICTION_LEVEL)
+    checker.setRestrictionLevel(icu.URestrictionLevel.HIGHLY_RESTRICTIVE)
+    return checker

@@ -9,7 +9,7 @@ from gateway.cards.card import Card
 from gateway.codes import Code
 from gateway.config.approvals import POLICY_PREFIX
 from gateway.decision import Decision
-from gateway.principal import KeyKind, Principal, normalize_subject
+from gateway.principal import KeyKind, Principal, identity_of
 from gateway.tools.declarations import Approval
 
 __all__ = ["approvals_required", "may_decide"]
@@ -37,18 +37,20 @@ def may_decide(card: Card, admin: Principal) -> Decision:
     """Whether `admin` may approve, reject, cancel or resolve `card`.
 
     A card of another org is NOT_FOUND (exactly as if it did not exist); the requester is never
-    its own approver, under any spelling of its subject (`normalize_subject`): for a card an agent
+    its own approver, under any spelling of its subject, look-alikes included (`identity_of`, the UTS #39
+    skeleton of the normal form: one person, one identity): for a card an agent
     proposed on a person's behalf (a delegated token), the requester is that person, and neither
     they nor anyone in the token's actor chain may decide it; the admin needs the card's approver role.
     A subject named like a policy approver (``policy:...``) decides nothing: that name is the rules'.
     """
     if admin.kind is not KeyKind.ADMIN or admin.org != card.requester_org:
         return Decision.deny(Code.NOT_FOUND, "card is not visible to this admin")
-    if normalize_subject(admin.subject).casefold().startswith(POLICY_PREFIX):
+    admin_identity = identity_of(admin.subject)
+    if admin_identity.casefold().startswith(identity_of(POLICY_PREFIX).casefold()):
         return Decision.deny(Code.PERMISSION_DENIED, f"{POLICY_PREFIX}... names policy approvers, never a person")
-    if normalize_subject(admin.subject) == normalize_subject(card.requester_subject):
+    if admin_identity == identity_of(card.requester_subject):
         return Decision.deny(Code.PERMISSION_DENIED, "the requester cannot decide its own card")
-    if normalize_subject(admin.subject) in {normalize_subject(actor) for actor in card.actors}:
+    if admin_identity in {identity_of(actor) for actor in card.actors}:
         return Decision.deny(Code.PERMISSION_DENIED, "an actor of the request cannot decide its card")
     if card.approver_role not in admin.roles:
         return Decision.deny(Code.PERMISSION_DENIED, f"deciding needs role {card.approver_role}")

@@ -5,8 +5,9 @@ reading the ledger) spends from the read budget; a write proposal from the propo
 each one costs a person's attention. A tool named in ``[limits.tools.<name>]`` also spends from a
 budget of its own. The org's override, when it has one, replaces the default class budget.
 
-The owner is the requester, org and subject: every key of one subject spends from one budget, so
-minting more keys buys no more calls. Principals of different orgs never share a budget.
+The owner is the requester, org and identity (`gateway.principal.identity_of`): every key and token of one
+person, however their subject is spelled, spends from one budget, so minting more keys buys no more calls.
+Principals of different orgs never share a budget.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from typing import Literal
 
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import Charge
-from gateway.principal import Principal
+from gateway.principal import Principal, identity_of
 from gateway.tools.declarations import Mode, Tool
 
 __all__ = ["budget_owner", "charges_for"]
 
 
 def budget_owner(principal: Principal) -> str:
-    """Whose budgets `principal`'s calls spend: its org and subject (not its key)."""
-    return f"{principal.org}\n{principal.subject}"
+    """Whose budgets `principal`'s calls spend: its org and identity (not its key, nor its subject's spelling)."""
+    return f"{principal.org}\n{identity_of(principal.subject)}"
 
 
 def charges_for(tool: Tool, principal: Principal, limits: Limits) -> tuple[Charge, ...]:

@@ -93,6 +93,7 @@ def reconcile_step(
     dispatched_ms: int,
     execute_by_ms: int,
     horizon_ms: int,
+    sends: int,
 ) -> ReconcileStep:
     """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
 
@@ -100,9 +101,12 @@ def reconcile_step(
     first send (`first_dispatched_ms`), a person must reconcile: an uncertain write is never
     rescheduled or resent forever. Before that: not found within the settle period of the latest
     send (`dispatched_ms`) -> ask again later; not found after it -> resend with the same key, but only
-    while the backend still remembers the key of the first send (with a margin) and only before the
-    card's `execute_by_ms` (a write is never sent late); otherwise a person must reconcile. A
-    rescheduled query is never later than the horizon.
+    while the backend still remembers the key of the first send (with a margin), only before the
+    card's `execute_by_ms` (a write is never sent late) and only while the card has been resent fewer
+    than the contract's `max_resends` times (`sends` counts every send, the first included); otherwise
+    a person must reconcile. The settle period doubles with each send (exponential backoff: after the
+    n-th send a lookup waits ``settle * 2**(n-1)``), so resends thin out instead of following every
+    lookup. A rescheduled query is never later than the horizon.
     """
     if status is not None and status.state == "applied":
         return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
@@ -115,7 +119,7 @@ def reconcile_step(
     if status is None:
         at_ms = now_ms + _recheck_after_ms(now_ms - dispatched_ms)
         return ReconcileStep(next=Next.RESCHEDULE, at_ms=min(at_ms, horizon_at), reason="status query failed")
-    settle_ms = int(contract.settle_seconds * 1000)
+    settle_ms = int(contract.settle_seconds * 1000) * 2 ** min(max(sends - 1, 0), 16)
     if now_ms < dispatched_ms + settle_ms:
         at_ms = min(dispatched_ms + settle_ms, horizon_at)
         return ReconcileStep(next=Next.RESCHEDULE, at_ms=at_ms, reason="within settle period")
@@ -125,6 +129,9 @@ def reconcile_step(
     if contract.dedupes_on_key and now_ms < remembered_until:
         if now_ms >= execute_by_ms:
             reason = "not found after settling, but execute_by has passed: a resend would be late"
+            return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
+        if sends - 1 >= contract.max_resends:
+            reason = f"not found after {sends} sends; the contract allows {contract.max_resends} resends"
             return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
         return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
     return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")

@@ -39,7 +39,7 @@ from gateway.cards.overview import HOUR_MS, Overview, OverviewWindow, summarize
 from gateway.cards.views import AdminCard, AdminCardSummary, CardActionResult, CardListing, ResultCode
 from gateway.codes import Code
 from gateway.errors import InvalidCursorError, StoreUnavailableError
-from gateway.principal import KeyKind, Principal
+from gateway.principal import KeyKind, Principal, identity_of
 from policies.approval import may_decide
 
 __all__ = ["MAX_EVIDENCE_BYTES", "MAX_LIST", "MAX_TEXT", "OPEN_LOOKBACK_MS", "OUTCOMES", "CardService", "Writable"]
@@ -235,7 +235,12 @@ class CardService:
             card_id,
             problems,
             lambda: self._ledger.approve(
-                card_id, approver=admin.subject, version=version, args_hash=args_hash, comment=comment
+                card_id,
+                approver=admin.subject,
+                version=version,
+                args_hash=args_hash,
+                comment=comment,
+                identity=identity_of(admin.subject),
             ),
         )
 

@@ -8,6 +8,10 @@ Redis, or in a committed file, or both. Files are never rewritten; readers order
 stream id of their first entry. Each line is ``{"id": <stream id>, "fields": {...}}``, fields as
 stored in the stream, in either version of the chain (`gateway.audit.codec`), chain fields included.
 
+Beside the files, ``chain-checkpoint.json`` holds the newest sealed chain head an archiving pass saw
+(`gateway.audit.chain.Checkpoint`), replaced atomically and only ever by a later one: wherever the stream's
+tail goes, the trail must still reach it.
+
 Who calls it: `gateway.store.audit_archiver` (writes), `gateway.store.audit_trail` (reads). Every
 disk failure leaves it as an `AuditArchiveError` naming the file or directory, never as a bare `OSError`.
 """
@@ -21,15 +25,24 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.audit.chain import stream_id
+from gateway.audit.chain import Checkpoint, stream_id
 from gateway.errors import ArchiveError, AuditArchiveError
 
-__all__ = ["AuditArchive", "AuditArchiveError", "Entry", "fsync_directory", "on_disk"]
+__all__ = [
+    "CHECKPOINT_NAME",
+    "AuditArchive",
+    "AuditArchiveError",
+    "Entry",
+    "fsync_directory",
+    "on_disk",
+    "read_checkpoint",
+]
 
 Entry = tuple[str, dict[str, str]]
 """A stream entry: its id and its fields."""
 
 _SUFFIX = ".jsonl"
+CHECKPOINT_NAME = "chain-checkpoint.json"
 
 
 class AuditArchive:
@@ -115,10 +128,48 @@ class AuditArchive:
             found[:0] = [entry for entry, _where in _read(path)]
         return found[-count:] if count else []
 
+    def checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint kept here (None before the first); unreadable, it raises `AuditArchiveError`."""
+        return read_checkpoint(self.directory / CHECKPOINT_NAME)
+
+    def keep_checkpoint(self, checkpoint: Checkpoint) -> bool:
+        """Replace the checkpoint with `checkpoint` when it is later (a higher sequence number), durably: written
+        to a fsynced draft, renamed over the old one, the directory fsynced. Whether it was kept."""
+        current = self.checkpoint()
+        if current is not None and current.seq >= checkpoint.seq:
+            return False
+        path = self.directory / CHECKPOINT_NAME
+        draft = self.directory / f".{CHECKPOINT_NAME}.tmp"
+        with on_disk(AuditArchiveError, "write the audit checkpoint", path):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with draft.open("w", encoding="utf-8") as handle:
+                handle.write(checkpoint.to_json() + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(draft, path)
+            fsync_directory(self.directory)
+        return True
+
     def last_id(self) -> str:
         """The id of the newest archived entry, or "" for an empty archive."""
         newest = self.last(1)
         return newest[0][0] if newest else ""
+
+
+def read_checkpoint(path: Path) -> Checkpoint | None:
+    """The checkpoint in `path` (None when there is no such file).
+
+    Raises:
+        AuditArchiveError: the file cannot be read, or is not a checkpoint.
+    """
+    with on_disk(AuditArchiveError, "read the audit checkpoint", path):
+        if not path.exists():
+            return None
+        text = path.read_text(encoding="utf-8")
+    try:
+        return Checkpoint.from_json(text)
+    except ValueError as error:
+        raise AuditArchiveError(f"cannot read the audit checkpoint: {path}: {error}", path=path) from error
 
 
 def fsync_directory(directory: Path) -> None:

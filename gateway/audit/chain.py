@@ -19,6 +19,14 @@ last old one (an older process still appending old entries chains to compact one
   2^-128, and a try can only be judged by someone holding the secret, when the trail is verified.
   The MAC covers every stored field but ``m`` and ``q``, in name order, and the sequence number.
 
+The tail is protected twice, since removing the newest entries and moving the head back to the last one
+kept would otherwise leave a chain that holds. The head Redis keeps is *sealed*: beside the newest entry's
+MAC and number it holds `head_seal`, an HMAC under the same secret of those two that no entry stores, so
+only a process holding the secret can set the head. And the head is *checkpointed* outside Redis: the
+archiver writes the sealed head to the archive directory on every pass, and ``audit export --checkpoint``
+to a file of the operator's; each `Checkpoint` says "the trail reached this entry, with this MAC", and a
+trail that now ends before one of them, or holds another entry there, has lost its tail.
+
 Pure computation: the store appends (`gateway.store.audit_stream`), the trail reader feeds `ChainCheck`.
 """
 
@@ -40,7 +48,9 @@ __all__ = [
     "ChainBreak",
     "ChainCheck",
     "ChainHead",
+    "Checkpoint",
     "entry_mac",
+    "head_seal",
     "legacy_entry_mac",
     "stream_id",
 ]
@@ -48,6 +58,8 @@ __all__ = [
 CHAIN_FIELDS = frozenset({"seq", "mac"})
 """Fields the chain adds to a version 1 entry; every other field is the event's and is covered by the MAC."""
 _VERSION_2 = "countersign.audit.2"
+_HEAD = "countersign.audit.head"
+"""The first item of a head seal's message: no seal is an entry's MAC, nor the reverse."""
 """The first item of every version 2 MAC's message: no message of one version is one of the other."""
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 """Built once: `json.dumps` with options builds an encoder per call."""
@@ -84,6 +96,47 @@ def _keyed(secret: bytes) -> hmac.HMAC:
     return hmac.new(secret, digestmod=hashlib.sha256)
 
 
+def head_seal(secret: bytes, head: ChainHead) -> str:
+    """The seal of a chain head: an HMAC of its newest entry's MAC and sequence number that no entry holds,
+    so the head cannot be moved back to an earlier entry by someone without the secret. (Not its id: the
+    next entry's MAC covers that.)"""
+    keyed = _keyed(secret).copy()
+    keyed.update(_JSON.encode([_HEAD, head.mac, str(head.seq)]).encode())
+    return base64.urlsafe_b64encode(keyed.digest()[:16]).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A sealed chain head kept outside Redis: the trail reached entry `seq`, whose MAC was `mac`."""
+
+    seq: int
+    mac: str
+    id: str
+    seal: str
+    """`head_seal` of (`mac`, `seq`): a checkpoint nobody holding the secret made is refused."""
+
+    @classmethod
+    def of(cls, head: ChainHead, seal: str) -> Checkpoint:
+        return cls(seq=head.seq, mac=head.mac, id=head.id, seal=seal)
+
+    def to_json(self) -> str:
+        return json.dumps({"seq": self.seq, "mac": self.mac, "id": self.id, "seal": self.seal}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Checkpoint:
+        """Raises `ValueError` for text that is not a checkpoint."""
+        try:
+            data = json.loads(text)
+            checkpoint = cls(seq=int(data["seq"]), mac=str(data["mac"]), id=str(data["id"]), seal=str(data["seal"]))
+        except (KeyError, TypeError, json.JSONDecodeError) as error:
+            raise ValueError("not an audit checkpoint") from error
+        return checkpoint
+
+    def sealed(self, secret: bytes) -> bool:
+        expected = head_seal(secret, ChainHead(mac=self.mac, seq=self.seq, id=self.id))
+        return hmac.compare_digest(self.seal.encode(), expected.encode())
+
+
 def legacy_entry_mac(secret: bytes, previous: ChainHead, seq: int, fields: Mapping[str, str]) -> str:
     """The MAC of a version 1 entry numbered `seq` with event `fields`, appended after `previous`."""
     event = {name: value for name, value in fields.items() if name not in CHAIN_FIELDS}
@@ -113,8 +166,12 @@ class ChainCheck:
     Redis keeps; the first break found is kept in `broken`, and later entries are not judged.
     """
 
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, checkpoints: Mapping[str, Checkpoint] | None = None) -> None:
+        """`checkpoints`: heads the trail is known to have reached, by where each was kept (a file's name)."""
         self._secret = secret
+        self._checkpoints = dict(checkpoints or {})
+        self._reached: dict[int, str] = {checkpoint.seq: "" for checkpoint in self._checkpoints.values()}
+        """The MAC of each checkpointed entry, once the replay passes it."""
         self.head = GENESIS
         self.count = 0
         self.broken: ChainBreak | None = None
@@ -141,12 +198,32 @@ class ChainCheck:
             self._break(entry_id, "MAC does not match: the entry or the one before it was changed")
         else:
             self.head = ChainHead(mac=mac, seq=expected_seq, id=entry_id)
+            if expected_seq in self._reached:
+                self._reached[expected_seq] = mac
 
-    def finish(self, stored: ChainHead) -> ChainBreak | None:
-        """The first break, including a trail whose newest entries were removed (`stored` is ahead)."""
-        if self.broken is None and stored != self.head:
-            last = self.head.id or "(none)"
+    def finish(self, stored: ChainHead, seal: str = "") -> ChainBreak | None:
+        """The first break, including a trail whose newest entries were removed: `stored` (the head Redis keeps)
+        is ahead of the replay, or is not sealed under the secret (`seal`), or a checkpoint is ahead of it."""
+        if self.broken is not None:
+            return self.broken
+        last = self.head.id or "(none)"
+        if stored != self.head:
             self._break(last, f"the trail ends at sequence {self.head.seq}, the chain head is at {stored.seq}")
+        elif stored != GENESIS and not hmac.compare_digest(seal.encode(), head_seal(self._secret, stored).encode()):
+            self._break(last, "the chain head's seal does not match: it was set without the audit secret")
+        for where, checkpoint in sorted(self._checkpoints.items()):
+            if self.broken is not None:
+                break
+            if not checkpoint.sealed(self._secret):
+                self._break(last, f"checkpoint {where} is not sealed under the audit secret")
+            elif self.head.seq < checkpoint.seq:
+                self._break(
+                    last,
+                    f"the trail ends at sequence {self.head.seq}, but checkpoint {where} saw it reach "
+                    f"{checkpoint.seq}: its newest entries were removed",
+                )
+            elif not hmac.compare_digest(self._reached.get(checkpoint.seq, "").encode(), checkpoint.mac.encode()):
+                self._break(last, f"entry {checkpoint.seq} is not the one checkpoint {where} saw")
         return self.broken
 
     def _break(self, entry_id: str, reason: str) -> None:

@@ -119,6 +119,7 @@ def principal_of(scope: Scope) -> Principal:
 
 
 _MISSING = "missing bearer token"
+REVOKED_SUBJECT = "the token's subject is revoked"
 
 _SENTENCES: dict[str, str] = {
     _MISSING: "Send your agent key as an Authorization: Bearer header; this request had none.",
@@ -126,6 +127,7 @@ _SENTENCES: dict[str, str] = {
         "The bearer key was refused (unknown, revoked, or not an agent key): ask the gateway's administrator "
         "for a valid agent key."
     ),
+    REVOKED_SUBJECT: "The person this token is about has been revoked at this gateway; ask its administrator.",
 }
 """What a model or a person reads first on ``/mcp``, by reason; a token's own reason is appended as is."""
 
@@ -198,26 +200,26 @@ class BearerAuth:
             return
         if self._tokens is not None and self._surface is not None and looks_like_jwt(token):
             verdict = await self._tokens.verify(token, self._surface)
-            if verdict.principal is None:
+            reason, verified = verdict.reason, verdict.principal
+            try:
+                # A token is about a person, whom an operator can revoke as a whole (`KeyStore.revoke_subject`):
+                # the issuer goes on minting tokens for them, and this is where they stop working.
+                if verified is not None and await self._keys.subject_revoked(verified.org, verified.subject):
+                    reason, verified = REVOKED_SUBJECT, None
+            except StoreUnavailableError as error:
+                await self._unavailable(send, error)
+                return
+            if verified is None:
                 self._refused(address, token)
-                await self._reject(scope, send, verdict.reason, audit=True, issuer=verdict.issuer)
+                await self._reject(scope, send, reason, audit=True, issuer=verdict.issuer)
                 return
             self._floods.vouch(address, _digest(token))
-            await self._admit(verdict.principal, scope, receive, send)
+            await self._admit(verified, scope, receive, send)
             return
         try:
             principal = await self._keys.resolve(token)
         except StoreUnavailableError as error:
-            logger.error("key store unavailable: %s", error.cause)
-            refusal = BearerRefusal(error="unavailable", error_description="key store unavailable")
-            retry = [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())]
-            if self._jsonrpc:
-                wait = STORE_RETRY_AFTER_SECONDS
-                sentence = f"The gateway cannot check keys right now; retry in {wait} s."
-                body = jsonrpc_refusal(503, Code.LEDGER_UNAVAILABLE, sentence, {"retry_after": wait})
-                await _send_bytes(send, 503, body, retry)
-                return
-            await _send_json(send, 503, refusal, retry)
+            await self._unavailable(send, error)
             return
         if principal is None or principal.kind is not self._kind:
             self._refused(address, token)
@@ -225,6 +227,18 @@ class BearerAuth:
             return
         self._floods.vouch(address, _digest(token))
         await self._admit(principal, scope, receive, send)
+
+    async def _unavailable(self, send: Send, error: StoreUnavailableError) -> None:
+        logger.error("key store unavailable: %s", error.cause)
+        refusal = BearerRefusal(error="unavailable", error_description="key store unavailable")
+        retry = [(b"retry-after", str(STORE_RETRY_AFTER_SECONDS).encode())]
+        if self._jsonrpc:
+            wait = STORE_RETRY_AFTER_SECONDS
+            sentence = f"The gateway cannot check keys right now; retry in {wait} s."
+            body = jsonrpc_refusal(503, Code.LEDGER_UNAVAILABLE, sentence, {"retry_after": wait})
+            await _send_bytes(send, 503, body, retry)
+            return
+        await _send_json(send, 503, refusal, retry)
 
     def _refused(self, address: str, token: str) -> None:
         self._floods.spend(address)

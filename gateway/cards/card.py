@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway.canonical import canonical_json
 from gateway.tools.preview import Preview
 
 if TYPE_CHECKING:  # at run time a card only holds one: the store's row parser builds it
@@ -41,7 +42,9 @@ __all__ = [
     "CardEvent",
     "CardOutcome",
     "CardState",
+    "args_hash",
     "decision_of",
+    "intact",
     "outcome_of",
     "verify_chain",
 ]
@@ -194,6 +197,27 @@ class Card:
     @property
     def outcome(self) -> CardOutcome:
         return outcome_of(self.state)
+
+
+def args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
+    """SHA-256 over tool, tool version and the canonical arguments: what an approval is bound to."""
+    return hashlib.sha256(f"{tool}\n{version}\n{canonical_json(canonical)}".encode()).hexdigest()
+
+
+def intact(card: Card, events: Sequence[CardEvent]) -> bool:
+    """Whether `card` is the one its history made: the events form an unbroken chain (`verify_chain`), the
+    ``created`` event names the card's tool and args hash, and the stored arguments still hash to it.
+
+    The chain alone does not cover the card's own fields: arguments changed in the stored card leave every
+    event intact, and the worker refuses such a card when it runs (the hash no longer matches). What a
+    person reads as "history intact" must say so as well.
+    """
+    if not verify_chain(events):
+        return False
+    created = next((event for event in events if event.type == "created"), None)
+    if created is not None and (created.data.get("tool"), created.data.get("args_hash")) != (card.tool, card.args_hash):
+        return False
+    return args_hash(card.tool, card.tool_version, card.arguments) == card.args_hash
 
 
 def verify_chain(events: Sequence[CardEvent]) -> bool:

@@ -208,8 +208,12 @@ class Ledger(Protocol):
         ...
 
     async def approve(
-        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str
-    ) -> Transition: ...
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, identity: str = ""
+    ) -> Transition:
+        """Record `approver`'s approval. `identity` is who the approver is (`gateway.principal.identity_of`;
+        empty: `approver` as written): a quorum counts distinct identities, so one person under two
+        spellings of their subject approves once."""
+        ...
 
     async def approve_by_policy(
         self,
@@ -241,7 +245,11 @@ class Ledger(Protocol):
 
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition: ...
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        """Claim an UNKNOWN card to send it again with its key. Past execute_by (``ERR_EXPIRED``), or once it was
+        resent `max_resends` times (``ERR_QUOTA_EXCEEDED``, the write contract's cap), it is handed to a person
+        (NEEDS_RECONCILIATION) instead."""
+        ...
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
         """Record DISPATCHED, durably, before anything is sent (``ERR_NOT_DURABLE``: send nothing)."""

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.canonical import iso_from_ms
-from gateway.cards.card import Card, CardDecision, CardEvent, CardOutcome, CardState, verify_chain
+from gateway.cards.card import Card, CardDecision, CardEvent, CardOutcome, CardState, intact
 from gateway.cards.words import deadline_ms, failure_code, said_to_agent, said_to_people
 from gateway.codes import Code
 from gateway.config.approvals import POLICY_PREFIX
@@ -310,7 +310,8 @@ class AdminCard(_View):
     for a card stored before provenance was recorded. Approvers are shown it first."""
     events: list[CardEventView]
     chain_valid: bool
-    """Whether the event history's hash chain is unbroken."""
+    """Whether the card is the one its history made: the event hash chain is unbroken and the card's stored
+    arguments still hash to the args hash its history (and its approvals) are bound to (`intact`)."""
 
     @classmethod
     def from_card(cls, card: Card, events: Sequence[CardEvent]) -> AdminCard:
@@ -357,7 +358,7 @@ class AdminCard(_View):
             else CardPreview(lines=list(card.preview.lines), facts=dict(card.preview.facts)),
             provenance=card.provenance,
             events=[CardEventView.from_event(event) for event in events],
-            chain_valid=verify_chain(events),
+            chain_valid=intact(card, events),
         )
 
 

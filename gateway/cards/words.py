@@ -37,6 +37,7 @@ _FAILED: Mapping[str, str] = {
     Code.PRECONDITION_CHANGED.value: "what the approver decided on changed before it ran; nothing was sent",
     Code.CONFLICT.value: "the backend refused it",
     Code.RECEIPT_REFUSED.value: "the backend did not accept the approval's signed receipt; nothing was written",
+    Code.REQUESTER_REVOKED.value: "whoever proposed it was revoked before it ran; nothing was sent",
     Code.PERMISSION_DENIED.value: "it was no longer allowed when it was due to run; nothing was sent",
     Code.VALIDATION_ERROR.value: "its arguments could not be sent; nothing was sent",
     Code.NOT_FOUND.value: "the backend did not find its target",

@@ -19,18 +19,22 @@ dropped by the first rotation after that. Every gateway process sees the new key
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import getpass
 import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from gateway.archives.audit_archive import AuditArchive
+from gateway.archives.audit_archive import AuditArchive, on_disk, read_checkpoint
+from gateway.audit.chain import Checkpoint
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.audit.formats import export_line
 from gateway.audit.secret import audit_secret
 from gateway.canonical import iso_from_ms
+from gateway.codes import Code
 from gateway.config.settings import Settings
+from gateway.errors import AuditArchiveError, AuthError
 from gateway.principal import KeyKind, Principal
 from gateway.printable import escape_unprintable
 from gateway.signing.signer import OVERLAP_SECONDS
@@ -108,6 +112,11 @@ class _Store:
 _Handler = Callable[[_Store, argparse.Namespace], Awaitable[int]]
 
 
+async def _by_operator(store: _Store, event: AuditEvent) -> None:
+    """Audit `event`, something the operator at this terminal did to the key store, with their login as ``by``."""
+    await store.audit.record(dataclasses.replace(event, extra={**event.extra, "by": getpass.getuser()}))
+
+
 async def _keys_create(store: _Store, args: argparse.Namespace) -> int:
     roles = [role for chunk in args.roles for role in chunk.split(",") if role.strip()]
     known = store.settings.roles_of(args.org)
@@ -117,17 +126,24 @@ async def _keys_create(store: _Store, args: argparse.Namespace) -> int:
     elif unknown := sorted(set(roles) - known):
         named = escape_unprintable(", ".join(unknown))
         print(f"warning: role(s) {named} are not configured for org {org}", file=sys.stderr)
-    token, record = await store.keys.create(kind=KeyKind(args.kind), subject=args.subject, org=args.org, roles=roles)
-    await store.audit.record(
-        AuditEvent(
-            action="key.create",
-            outcome="ok",
-            subject=record.subject,
-            org=record.org,
-            key_id=record.key_id,
-            extra={"kind": record.kind.value, "roles": ",".join(sorted(record.roles)), "by": getpass.getuser()},
+    try:
+        token, record = await store.keys.create(
+            kind=KeyKind(args.kind),
+            subject=args.subject,
+            org=args.org,
+            roles=roles,
+            allow_mixed_scripts=args.allow_mixed_scripts,
         )
-    )
+    except AuthError as refused:
+        subject, code = escape_unprintable(args.subject), Code.VALIDATION_ERROR.value
+        refusal = AuditEvent(
+            action="key.create", outcome="deny", subject=subject, org=org, code=code, reason=str(refused)
+        )
+        await _by_operator(store, refusal)
+        raise
+    given = {"kind": record.kind.value, "roles": ",".join(sorted(record.roles))}
+    made = AuditEvent(action="key.create", outcome="ok", subject=record.subject, org=record.org, extra=given)
+    await _by_operator(store, dataclasses.replace(made, key_id=record.key_id))
     if args.json:
         print(
             json.dumps(
@@ -165,17 +181,27 @@ async def _keys_list(store: _Store, args: argparse.Namespace) -> int:
 
 async def _keys_revoke(store: _Store, args: argparse.Namespace) -> int:
     record = await store.keys.revoke(args.key_id)
-    await store.audit.record(
-        AuditEvent(
-            action="key.revoke",
-            outcome="ok",
-            subject=record.subject,
-            org=record.org,
-            key_id=record.key_id,
-            extra={"by": getpass.getuser()},
-        )
-    )
+    revoked = AuditEvent(action="key.revoke", outcome="ok", subject=record.subject, org=record.org)
+    await _by_operator(store, dataclasses.replace(revoked, key_id=record.key_id))
     print(f"revoked {record.key_id} ({escape_unprintable(record.subject)})")
+    return 0
+
+
+async def _subjects_revoke(store: _Store, args: argparse.Namespace) -> int:
+    revocation = await store.keys.revoke_subject(args.org, args.subject, by=getpass.getuser())
+    await _by_operator(
+        store, AuditEvent(action="subject.revoke", outcome="ok", subject=revocation.subject, org=revocation.org)
+    )
+    shown = escape_unprintable(revocation.subject)
+    print(f"revoked {shown} of {escape_unprintable(revocation.org)}, under every spelling of it")
+    return 0
+
+
+async def _subjects_list(store: _Store, args: argparse.Namespace) -> int:
+    for revocation in await store.keys.revoked_subjects():
+        at = datetime.fromtimestamp(float(revocation.at), UTC).strftime("%Y-%m-%d %H:%M:%S")
+        org, subject = escape_unprintable(revocation.org), escape_unprintable(revocation.subject)
+        print(f"{at}Z  {org:<10}  {subject}  by {escape_unprintable(revocation.by)}")
     return 0
 
 
@@ -225,6 +251,13 @@ async def _audit_export(store: _Store, args: argparse.Namespace) -> int:
     time in each entry's id), one JSON object a line: our fields, or OCSF."""
     since, until = args.since or 0, args.until
     product = _version() if args.format == "ocsf" else ""
+    if args.checkpoint is not None:
+        # Taken first: the export that follows reaches at least this head, and a trail verified later must too.
+        checkpoint = await store.trail.checkpoint()
+        if checkpoint is None:
+            raise AuditArchiveError("the audit chain has no sealed head to checkpoint yet", path=args.checkpoint)
+        with on_disk(AuditArchiveError, "write the audit checkpoint", args.checkpoint):
+            args.checkpoint.write_text(checkpoint.to_json() + "\n", encoding="utf-8")
     async for entry_id, fields in store.trail.entries():
         millis = int(entry_id.split("-")[0])
         if millis < since:
@@ -246,7 +279,12 @@ def _version() -> str:
 
 async def _audit_verify(store: _Store, args: argparse.Namespace) -> int:
     """Exit 0 when the chain holds from the first entry to the head Redis keeps; 1 naming the first break."""
-    verdict = await store.trail.verify(store.secret)
+    checkpoints: dict[str, Checkpoint] = {}
+    for path in args.checkpoint:
+        if (checkpoint := read_checkpoint(path)) is None:
+            raise AuditArchiveError(f"no audit checkpoint at {path}", path=path)
+        checkpoints[str(path)] = checkpoint
+    verdict = await store.trail.verify(store.secret, checkpoints)
     if verdict.broken is None:
         print(f"audit trail intact: {verdict.archived} archived and {verdict.live} live entries")
         return 0
@@ -384,6 +422,8 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("keys", "create"): _keys_create,
     ("keys", "list"): _keys_list,
     ("keys", "revoke"): _keys_revoke,
+    ("subjects", "revoke"): _subjects_revoke,
+    ("subjects", "list"): _subjects_list,
     ("audit", "tail"): _audit_tail,
     ("audit", "verify"): _audit_verify,
     ("audit", "export"): _audit_export,

@@ -110,9 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--org", required=True)
     create.add_argument("--roles", action="append", default=[], help="comma-separated; may repeat")
     create.add_argument("--json", action="store_true", help="print the key and its record as JSON")
+    create.add_argument(
+        "--allow-mixed-scripts",
+        action="store_true",
+        help="mint a key for a subject that mixes writing systems (refused by default: the stuff of look-alikes)",
+    )
     keys.add_parser("list", help="list keys (never the keys themselves)")
     revoke = keys.add_parser("revoke", help="revoke a key by id")
     revoke.add_argument("key_id")
+
+    subjects = commands.add_parser("subjects", help="revoke a person as a whole").add_subparsers(
+        dest="subjects_command", required=True
+    )
+    revoke_subject = subjects.add_parser(
+        "revoke",
+        help="revoke a subject under every spelling: its keys, tokens minted for it, its approved cards not yet run",
+    )
+    revoke_subject.add_argument("subject")
+    revoke_subject.add_argument("--org", required=True)
+    subjects.add_parser("list", help="list the revoked subjects")
 
     signing = commands.add_parser("signing-keys", help="the gateway's own signing keys (JWKS)").add_subparsers(
         dest="signing-keys_command", required=True
@@ -127,12 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("-n", type=int, default=20)
     tail.add_argument("-f", "--follow", action="store_true")
     tail.add_argument("--json", action="store_true")
-    audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    verify = audit.add_parser("verify", help="check the audit trail's hash chain, archive included (exit 1 on a break)")
+    verify.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        type=Path,
+        help="a checkpoint `audit export --checkpoint` wrote: the trail must still reach it (may repeat)",
+    )
     export = audit.add_parser("export", help="print the trail, archive and stream, one JSON object a line")
     export.add_argument("--since", type=_instant, help="from this time on (ISO 8601, e.g. 2026-12-01T09:00Z)")
     export.add_argument("--until", type=_instant, help="up to this time, exclusive (ISO 8601)")
     export.add_argument(
         "--format", choices=["jsonl", "ocsf"], default="jsonl", help="jsonl: our fields; ocsf: OCSF API Activity"
+    )
+    export.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="also write the sealed chain head to this file, kept with the export, for `audit verify --checkpoint`",
     )
     identity = _identity()
     _cards(commands, identity)

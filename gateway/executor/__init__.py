@@ -45,15 +45,25 @@ from gateway.executor.agent import AgentPath, HeldRefusal
 from gateway.executor.invoke import IdentitySigner, Invoker
 from gateway.executor.policy_approvals import Announce, PolicyApprovals
 from gateway.executor.read_memory import ReadMemory
-from gateway.executor.tasks import TaskPath
-from gateway.executor.writes import LivePrincipal, Receipts, WritePath
+from gateway.executor.tasks import TaskPath, Throttled
+from gateway.executor.writes import LivePrincipal, Receipts, SubjectRevoked, WritePath
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import RateLimiter
 from gateway.tools.toolbox import ToolSource
 from gateway.tools.upstream import UpstreamClient
 from policies.engine import PolicyEngine
 
-__all__ = ["AgentPath", "Executor", "HeldRefusal", "Invoker", "PolicyApprovals", "ReadMemory", "TaskPath", "WritePath"]
+__all__ = [
+    "AgentPath",
+    "Executor",
+    "HeldRefusal",
+    "Invoker",
+    "PolicyApprovals",
+    "ReadMemory",
+    "TaskPath",
+    "Throttled",
+    "WritePath",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +87,7 @@ class Executor:
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
+        subject_revoked: SubjectRevoked,
         healthy: Callable[[str], bool],
         limiter: RateLimiter,
         limits: Limits,
@@ -111,9 +122,12 @@ class Executor:
             ledger=ledger,
             guard=guard,
             live_principal=live_principal,
+            subject_revoked=subject_revoked,
             healthy=healthy,
             lease_ms=lease_ms,
             reconcile_horizon_ms=reconcile_horizon_ms,
             receipts=receipts,
         )
-        return cls(agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit))
+        return cls(
+            agent=agent, writes=writes, tasks=TaskPath(ledger=ledger, audit=audit, limiter=limiter, limits=limits)
+        )

@@ -7,14 +7,12 @@ attempt, for an approved card. Nothing else in the gateway runs a tool's `execut
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.canonical import canonical_json
-from gateway.cards.card import Card
+from gateway.cards.card import Card, args_hash
 from gateway.cards.contract import Ledger
 from gateway.errors import UpstreamProtocolError, UpstreamTimeoutError
 from gateway.executor.caller_cards import LedgerCallerCards
@@ -100,11 +98,6 @@ class Invoker:
                 return await tool.preview(args, ctx)
         except TimeoutError as error:
             raise UpstreamTimeoutError(f"no preview within {tool.timeout_seconds}s", service=tool.adapter) from error
-
-
-def args_hash(tool: str, version: str, canonical: Mapping[str, Any]) -> str:
-    """SHA-256 over tool, tool version and the canonical arguments: what an approval is bound to."""
-    return hashlib.sha256(f"{tool}\n{version}\n{canonical_json(canonical)}".encode()).hexdigest()
 
 
 def requester_of(card: Card) -> Principal:

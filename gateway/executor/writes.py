@@ -46,16 +46,19 @@ from policies.access import decide_access
 from policies.engine import PolicyEngine
 from policies.outcome import Attempt, Next, backoff_ms, classify, reconcile_step, retry_delay_ms
 
-__all__ = ["LivePrincipal", "Receipts", "WritePath"]
+__all__ = ["LivePrincipal", "Receipts", "SubjectRevoked", "WritePath"]
 
 LivePrincipal = Callable[[str], Awaitable[Principal | None]]
 """``key_id -> principal`` as the key stands now; None when it is unknown or revoked."""
+SubjectRevoked = Callable[[str, str], Awaitable[bool]]
+"""``(org, subject) -> whether that subject, under any spelling, is revoked`` (`gateway.store.keys`)."""
 Receipts = Callable[[Card, str], Awaitable[RequestSigner | None]]
 """``(card, adapter) -> what signs the receipts of one send`` (`gateway.signing.signer.Signer.receipts_for`);
 None when the gateway has no signing key."""
 
 _NO_SIGNING_KEY = "no signing key for the approval receipt (countersign signing-keys rotate)"
 _LATE_RESEND = "execute_by passed before a resend; the earlier send may have landed"
+_REVOKED = "the subject that proposed this write was revoked before it ran; nothing was sent"
 _UNCONFIRMED = "outcome recorded, not confirmed durable: if lost, the lease runs out -> UNKNOWN"
 
 
@@ -73,6 +76,7 @@ class WritePath:
         ledger: Ledger,
         guard: DurabilityGuard,
         live_principal: LivePrincipal,
+        subject_revoked: SubjectRevoked,
         healthy: Callable[[str], bool],
         lease_ms: int,
         reconcile_horizon_ms: int,
@@ -86,6 +90,7 @@ class WritePath:
         self._ledger = ledger
         self._guard = guard
         self._live_principal = live_principal
+        self._subject_revoked = subject_revoked
         self._healthy = healthy
         self._lease_ms = lease_ms
         self._horizon_ms = reconcile_horizon_ms
@@ -193,19 +198,25 @@ class WritePath:
             dispatched_ms=dispatched_ms,
             execute_by_ms=card.execute_by_ms or 0,  # none recorded: treated as passed, never a resend
             horizon_ms=self._horizon_ms,
+            sends=card.attempts,
         )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
             evidence["status"] = status.state
             evidence["backend"] = dict(status.detail)
         if step.next is Next.RESEND:
-            resend = await self._ledger.claim_resend(card_id, worker=worker, lease_ms=self._lease_ms)
+            resend = await self._ledger.claim_resend(
+                card_id, worker=worker, lease_ms=self._lease_ms, max_resends=contract.max_resends
+            )
             if resend.unconfirmed and resend.card is not None:
                 return await self._release_unconfirmed(resend.card, "resend claim")
             if resend.status is TransitionStatus.OK and resend.card is not None:
                 return await self._send(resend.card, held=None)
             if resend.status is TransitionStatus.ERR_EXPIRED:  # execute_by passed since the query
                 await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", _LATE_RESEND)
+            if resend.status is TransitionStatus.ERR_QUOTA_EXCEEDED:  # the ledger holds the contract's cap too
+                reason = f"resent {card.attempts - 1} times, the write contract's cap of {contract.max_resends}"
+                await self._record(resend.card or card, "card.reconcile", "NEEDS_RECONCILIATION", reason)
             return resend.card
         reference = status.reference or "" if status is not None else ""
         result = self._ledger.reconcile(
@@ -338,11 +349,19 @@ class WritePath:
         if args_hash(tool.name, card.tool_version, card.arguments) != card.args_hash:
             return Decision.deny(Code.CONFLICT, "arguments do not match the approved args_hash")
         # A key is read again, so a revoked key stops its approved writes. A token is stored nowhere to be
-        # read again: its principal is the one the card recorded from the verified token that proposed it.
+        # read again: its principal is the one the card recorded from the verified token that proposed it, and
+        # what can be revoked is the person it is about, or an agent acting for them (`revoke_subject`), which
+        # is read here for key and token alike: a write never runs for a principal revoked before it ran.
+        for who in (card.requester_subject, *card.actors):
+            if await self._subject_revoked(card.requester_org, who):
+                return Decision.deny(
+                    Code.REQUESTER_REVOKED,
+                    f"{_REVOKED} ({'requester' if who == card.requester_subject else 'an actor'})",
+                )
         is_token = card.requester_key_id.startswith(TOKEN_KEY_PREFIX)
         requester = requester_of(card) if is_token else await self._live_principal(card.requester_key_id)
         if requester is None:
-            return Decision.deny(Code.PERMISSION_DENIED, "requester's key is revoked or unknown")
+            return Decision.deny(Code.REQUESTER_REVOKED, "requester's key is revoked or unknown; nothing was sent")
         access = decide_access(tool, requester, self._org_adapters, self._policy)
         return None if access.allowed else access
 

@@ -29,6 +29,11 @@ the SDK's answer:
   validated such a request as a notification (its model ignores unknown keys) and answered 202;
 * a batch (a JSON array) is 400 with Invalid Request: no era the SDK serves accepts batches, and
   its handshake path named the refusal Invalid Params;
+* a message carrying both ``result`` and ``error`` is 400 with Invalid Request (JSON-RPC 2.0 says a
+  response holds exactly one of them): the handshake-era SDK took it as a response and answered 202;
+* in a handshake-era session, a request whose ``id`` is that of a request of the same session still
+  being answered is 400 with Invalid Request: the SDK routes answers by id, so the two got each other's
+  answer and one of them never ended. The first goes on; the id is free again once it is answered;
 * an error answer to a request that named no session carries no ``Mcp-Session-Id``: the SDK
   opens a session for every such request, stamps its id on the refusal, then discards it, so the
   caller was handed an id that already answers 404. Session refusals are audited.
@@ -83,6 +88,8 @@ them are a header mismatch (-32020)."""
 _UNPLAIN_ID: Final = re.compile(rb'"id"\s*+:\s*+(?!"|-?\d++(?![.eE]))')
 _ESCAPE: Final = re.compile(rb"\\u")
 _BATCH: Final = re.compile(rb"\s*+\[")
+_RESULT: Final = b'"result"'
+_ERROR: Final = b'"error"'
 
 
 def needs_parse(body: bytes) -> bool:
@@ -112,7 +119,21 @@ def bad_id_or_batch(body: bytes) -> str | None:
         value = message["id"]
         if isinstance(value, bool) or not isinstance(value, str | int):
             return f"a request id must be a string or an integer, not {_json_type(value)}"
+    if isinstance(message, dict) and "result" in message and "error" in message:
+        return "a message carries both result and error; a response holds exactly one"
     return None
+
+
+def _request_id(body: bytes) -> str | None:
+    """The ``id`` of a request (a message with a ``method``) in `body`, typed (``s:`` or ``i:``), else None."""
+    try:
+        message = pydantic_core.from_json(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    value = message["id"]
+    return f"s:{value}" if isinstance(value, str) else f"i:{value}"
 
 
 def _json_type(value: Any) -> str:
@@ -204,6 +225,9 @@ class MessageChecks:
         self.app = app
         self._audit = audit
         self._max = max_body_bytes
+        self._in_flight: set[tuple[bytes, str]] = set()
+        """(session id, request id) of every handshake-era session request being answered in this process
+        (a session lives in the process that opened it)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -211,11 +235,14 @@ class MessageChecks:
             return
         facts = mcp_headers(scope)
         session, version = facts.session, facts.version
+        body = b""
         if scope["method"] == "POST":
-            body = await self._body(scope, receive, send, facts.length)
-            if body is None:
+            read = await self._body(scope, receive, send, facts.length)
+            if read is None:
                 return
-            if needs_parse(body) and (reason := bad_id_or_batch(body)) is not None:
+            body = read
+            both = body.find(_RESULT) != -1 and body.find(_ERROR) != -1
+            if (both or needs_parse(body)) and (reason := bad_id_or_batch(body)) is not None:
                 await self._reject(scope, Code.INVALID_REQUEST, reason)
                 await _refuse(send, 400, INVALID_REQUEST, Code.INVALID_REQUEST, reason)
                 return
@@ -224,7 +251,20 @@ class MessageChecks:
             # The 2026-07-28 path has no sessions: the SDK never stamps an id there.
             await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, self._session_answer(scope, send, session))
+        key = _in_session(scope, body) if session and body else None
+        if key is not None and key in self._in_flight:
+            reason = "a request with this id is still being answered in this session; use another id"
+            await self._reject(scope, Code.INVALID_REQUEST, reason)
+            await _refuse(send, 400, INVALID_REQUEST, Code.INVALID_REQUEST, reason)
+            return
+        if key is None:
+            await self.app(scope, receive, self._session_answer(scope, send, session))
+            return
+        self._in_flight.add(key)
+        try:
+            await self.app(scope, receive, self._session_answer(scope, send, session))
+        finally:
+            self._in_flight.discard(key)
 
     async def _body(self, scope: Scope, receive: Receive, send: Send, length: bytes | None) -> bytes | None:
         """The whole body, or None once it has been refused (413) or the client has gone."""
@@ -274,6 +314,15 @@ class MessageChecks:
 
     async def _reject(self, scope: Scope, code: Code, reason: str) -> None:
         await self._audit.record(_event(scope, code, reason))
+
+
+def _in_session(scope: Scope, body: bytes) -> tuple[bytes, str] | None:
+    """(session id, request id) of a request made in a session, or None (a response, a notification)."""
+    request_id = _request_id(body)
+    if request_id is None:
+        return None
+    session = next((value for name, value in scope["headers"] if name.lower() == _SESSION_ID), b"")
+    return session, request_id
 
 
 _FOREIGN: Final = {"Host": Code.INVALID_REQUEST, "Origin": Code.PERMISSION_DENIED}

@@ -122,6 +122,7 @@ class McpSurface:
             self.server.middleware = [m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
         # tools/call answers a CallToolResult, or a task for a client that follows tasks.
         self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        self._task_path = tasks
         self._tasks = McpTasks(tasks)
         self._tasks.install(self.server, advertise=write_task_support == "optional")
         # Host and Origin are checked in front of this surface, before authentication, with stable
@@ -143,12 +144,13 @@ class McpSurface:
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """Serve (the SDK's session manager); on the way out, write the edge's pending flood audit."""
+        """Serve (the SDK's session manager); on the way out, write the pending flood and task poll audits."""
         try:
             async with self.session_manager.run():
                 yield
         finally:
             await self.flood_audit.aclose()
+            await self._task_path.aclose()
 
     async def _session_refused(self, scope: Scope, refusal: SessionQuotaExceededError) -> None:
         caller = caller_of(scope)

@@ -48,7 +48,7 @@ from gateway.canonical import iso_from_ms
 from gateway.cards.task_states import TaskState
 from gateway.codes import Code
 from gateway.envelope import Envelope
-from gateway.executor import TaskPath
+from gateway.executor import TaskPath, Throttled
 from gateway.principal import Principal
 
 __all__ = ["TASKS_EXTENSION", "McpTasks", "request_principal", "tool_result"]
@@ -166,7 +166,7 @@ class McpTasks:
             # One page holds every task listed; a cursor is one this server never gave.
             raise MCPError(INVALID_PARAMS, "Invalid cursor", data={"code": Code.VALIDATION_ERROR.value})
         states = await self._tasks.list(request_principal(ctx))
-        if isinstance(states, Code):
+        if isinstance(states, Code | Throttled):
             raise _error(states)
         return {"tasks": [_task(state, era) for state in states]}
 
@@ -183,7 +183,7 @@ class McpTasks:
     ) -> dict[str, Any]:
         era = _follow_era(ctx)
         cancelled = await self._tasks.cancel(request_principal(ctx), params.task_id)
-        if isinstance(cancelled, Code):
+        if isinstance(cancelled, Code | Throttled):
             raise _error(cancelled)
         state, now = cancelled
         if era == "extension":
@@ -242,16 +242,21 @@ def _follow_era(ctx: ServerRequestContext[Any, Any]) -> Era:
     )
 
 
-def _found(state: TaskState | Code) -> TaskState:
-    if isinstance(state, Code):
+def _found(state: TaskState | Code | Throttled) -> TaskState:
+    if isinstance(state, Code | Throttled):
         raise _error(state)
     return state
 
 
-def _error(code: Code) -> MCPError:
-    if code is Code.NOT_FOUND:
-        return MCPError(INVALID_PARAMS, "Failed to retrieve task: Task not found", data={"code": code.value})
-    return MCPError(INTERNAL_ERROR, Envelope.refused(code).for_model()["error"]["message"], data={"code": code.value})
+def _error(refusal: Code | Throttled) -> MCPError:
+    if isinstance(refusal, Throttled):
+        # The caller's read budget is spent: the same JSON-RPC error a spent budget gives at the edge.
+        wait = {"code": Code.RATE_LIMITED.value, "retryable": True, "retry_after": refusal.retry_after}
+        return MCPError(INTERNAL_ERROR, Envelope.refused(Code.RATE_LIMITED).for_model()["error"]["message"], data=wait)
+    if refusal is Code.NOT_FOUND:
+        return MCPError(INVALID_PARAMS, "Failed to retrieve task: Task not found", data={"code": refusal.value})
+    message = Envelope.refused(refusal).for_model()["error"]["message"]
+    return MCPError(INTERNAL_ERROR, message, data={"code": refusal.value})
 
 
 def _task(state: TaskState, era: Era) -> dict[str, Any]:

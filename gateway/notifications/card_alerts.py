@@ -110,9 +110,11 @@ class AlertingLedger:
 
     # -- a person's transitions, and everything else: delegated as they are ---------------------
 
-    async def approve(self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str) -> Transition:
+    async def approve(
+        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, identity: str = ""
+    ) -> Transition:
         return await self._ledger.approve(
-            card_id, approver=approver, version=version, args_hash=args_hash, comment=comment
+            card_id, approver=approver, version=version, args_hash=args_hash, comment=comment, identity=identity
         )
 
     async def approve_by_policy(
@@ -144,8 +146,8 @@ class AlertingLedger:
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
         return await self._ledger.claim(card_id, worker=worker, lease_ms=lease_ms)
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
-        return await self._ledger.claim_resend(card_id, worker=worker, lease_ms=lease_ms)
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        return await self._ledger.claim_resend(card_id, worker=worker, lease_ms=lease_ms, max_resends=max_resends)
 
     async def get(self, card_id: str) -> Card | None:
         return await self._ledger.get(card_id)

@@ -273,6 +273,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         ledger=cards,
         guard=guard,
         live_principal=keys.live_principal,
+        subject_revoked=keys.subject_revoked,
         healthy=health.healthy,
         limiter=RedisRateLimiter(client),
         limits=settings.limits,

@@ -13,6 +13,10 @@ batch twice. A draft left by a process that stopped after the checkpoint moved i
 the next pass (the checkpoint names it); any other draft is discarded. The archive directory must
 be shared by every process that archives.
 
+Every pass, archiving or not, also checkpoints the chain head: the sealed head Redis keeps is written to
+the archive directory (`AuditArchive.keep_checkpoint`, only ever moving forward), so a tail removed from
+Redis later, head and all, is still found missing by ``audit verify``.
+
 A pass fails with `StoreUnavailableError` when Redis does, and with `AuditArchiveError` (naming the
 file) when the disk does; either way nothing is trimmed past what a committed file holds.
 """
@@ -26,9 +30,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.archives.audit_archive import AuditArchive, Entry
-from gateway.audit.chain import stream_id
+from gateway.audit.chain import Checkpoint, stream_id
 from gateway.audit.events import AUDIT_STREAM
-from gateway.store.audit_stream import audit_keys, entry_fields
+from gateway.store.audit_stream import RedisStreamAuditSink, audit_keys, entry_fields
 from gateway.store.client import store_boundary
 
 __all__ = ["AuditArchiver"]
@@ -74,6 +78,7 @@ class AuditArchiver:
         self.batch = batch
         self._lock_ms = int(lock_seconds * 1000)
         self._stream = stream
+        self._heads = RedisStreamAuditSink(client, stream=stream)
         keys = audit_keys(stream)
         self._checkpoint_key, self._lock_key = keys["archived"], keys["archiver"]
         self._advance = client.register_script(_ADVANCE)
@@ -99,6 +104,9 @@ class AuditArchiver:
             await self._release(keys=[self._lock_key], args=[token])
 
     async def _pass(self, token: str) -> int:
+        head, seal = await self._heads.sealed_head()
+        if seal:  # read before the batch, so the checkpoint never claims an entry this pass did not see
+            self._archive.keep_checkpoint(Checkpoint.of(head, seal))
         raw: Any = await self._client.get(self._checkpoint_key)
         stored = raw.decode() if isinstance(raw, bytes) else (raw or "")
         checkpoint, committed_name = _split(stored)

@@ -39,7 +39,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from gateway.audit.chain import GENESIS, ChainHead, entry_mac
+from gateway.audit.chain import GENESIS, ChainHead, entry_mac, head_seal
 from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.store.client import DEFAULT_TIMEOUT_SECONDS, bounded_block, store_boundary
 from gateway.telemetry.metrics import count_refusal
@@ -68,11 +68,11 @@ local function along(K, A)
 end
 local i, k, id = 4, 3, ''
 for e = 1, tonumber(a[3]) do
-  local seq, mac, keys, count = a[i], a[i + 1], tonumber(a[i + 2]), tonumber(a[i + 3])
+  local seq, mac, seal, keys, count = a[i], a[i + 1], a[i + 2], tonumber(a[i + 3]), tonumber(a[i + 4])
   local K, A = {}, {}
   for j = 1, keys do K[j] = KEYS[k + j - 1] end
-  for j = 1, count do A[j] = a[i + 3 + j] end
-  k, i = k + keys, i + 4 + count
+  for j = 1, count do A[j] = a[i + 4 + j] end
+  k, i = k + keys, i + 5 + count
   local args = {'XADD', KEYS[1], string.format('%%.0f-%%s', ms, seq)}
   for j = i + 1, i + tonumber(a[i]) do args[#args + 1] = a[j] end
   i = i + 1 + tonumber(a[i])
@@ -88,17 +88,18 @@ for e = 1, tonumber(a[3]) do
     args[#args + 1] = 'q'
     args[#args + 1] = seq
     id = redis.call(unpack(args))
-    redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
+    redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id, 'seal', seal)
     return {1, e, id, us}
   end
-  redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id)
+  redis.call('HSET', KEYS[2], 'mac', mac, 'seq', seq, 'id', id, 'seal', seal)
 end
 return {1, tonumber(a[3]), id, us}
 """
 """Appends a batch of entries after one head check. ARGV: one string and its parts' byte sizes,
 comma-separated, which the script cuts into ``a``: the head the MACs were computed from, the ``<ms>``
 of every new id ('' for the server's time, clamped to the newest entry's: a batch of one), the
-number of entries, then per entry its sequence number, MAC, the number of its `Along` write's keys
+number of entries, then per entry its sequence number, MAC, the head's seal once it is appended
+(`gateway.audit.chain.head_seal`), the number of its `Along` write's keys
 (taken from KEYS[3] on, in entry order) and of its arguments, those arguments, and its stored fields
 (a count, then names and values in turn). redis-py packs each argument of a command in turn, and
 each costs it about a microsecond: 2 cost it less than the dozens these would be.
@@ -269,7 +270,7 @@ class RedisStreamAuditSink:
             mac = entry_mac(secret, head, seq, entry.fields)
             macs.append(mac)
             head = ChainHead(mac=mac, seq=seq, id=f"{ms}-{seq}")
-            parts += [str(seq).encode(), mac.encode(), *entry.packed]
+            parts += [str(seq).encode(), mac.encode(), head_seal(secret, head).encode(), *entry.packed]
             keys += entry.keys
         return macs, parts, keys
 
@@ -283,9 +284,13 @@ class RedisStreamAuditSink:
 
     async def head(self) -> ChainHead:
         """The chain head as Redis keeps it: the newest entry's MAC, sequence number and id."""
-        stored: Any = await self._client.hmget(self._head_key, ["mac", "seq", "id"])
-        mac, seq, entry_id = (_text(value) if value is not None else "" for value in stored)
-        return ChainHead(mac=mac, seq=int(seq or 0), id=entry_id) if mac else GENESIS
+        return (await self.sealed_head())[0]
+
+    async def sealed_head(self) -> tuple[ChainHead, str]:
+        """The chain head as Redis keeps it, and its seal (`gateway.audit.chain.head_seal`; "" if it has none)."""
+        stored: Any = await self._client.hmget(self._head_key, ["mac", "seq", "id", "seal"])
+        mac, seq, entry_id, seal = (_text(value) if value is not None else "" for value in stored)
+        return (ChainHead(mac=mac, seq=int(seq or 0), id=entry_id) if mac else GENESIS), seal
 
     async def recent(self, count: int) -> list[AuditEvent]:
         entries: Any = await self._client.xrevrange(self._stream, count=count)

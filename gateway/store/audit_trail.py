@@ -3,16 +3,16 @@
 An entry stays in the stream until some time after it is archived, so the stream is read only
 past the newest archived id: each entry is read exactly once, in order. `verify` replays the
 hash chain over that sequence (`gateway.audit.chain`) and compares its end with the chain head
-Redis keeps.
+Redis keeps (and its seal), and with every checkpoint: the archive's own and any the caller brings.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
-from gateway.archives.audit_archive import AuditArchive, Entry
-from gateway.audit.chain import ChainBreak, ChainCheck, stream_id
+from gateway.archives.audit_archive import CHECKPOINT_NAME, AuditArchive, Entry
+from gateway.audit.chain import ChainBreak, ChainCheck, Checkpoint, stream_id
 from gateway.audit.events import AuditEvent
 from gateway.store.audit_stream import RedisStreamAuditSink
 
@@ -82,9 +82,23 @@ class AuditTrail:
         older = self._archive.last(missing) if missing > 0 and count else []
         return [AuditEvent.from_fields(eid, fields) for eid, fields in older] + newest
 
-    async def verify(self, secret: bytes) -> Verdict:
-        """Replay the chain from the first entry; the first entry changed, removed, added or moved."""
-        check = ChainCheck(secret)
+    async def checkpoint(self) -> Checkpoint | None:
+        """The chain head as Redis keeps it now, sealed, to keep elsewhere (None before the first entry, or when
+        the head has no seal)."""
+        head, seal = await self._stream.sealed_head()
+        return Checkpoint.of(head, seal) if seal else None
+
+    async def verify(self, secret: bytes, checkpoints: Mapping[str, Checkpoint] | None = None) -> Verdict:
+        """Replay the chain from the first entry; the first entry changed, removed, added or moved, the newest
+        ones included: against the sealed head, the archive's checkpoint and `checkpoints` (by where kept).
+
+        Raises:
+            AuditArchiveError: the archive or its checkpoint cannot be read.
+        """
+        kept = dict(checkpoints or {})
+        if (own := self._archive.checkpoint()) is not None:
+            kept[CHECKPOINT_NAME] = own
+        check = ChainCheck(secret, kept)
         archived = live = 0
         last = ""
         for (entry_id, fields), where in self._archive.entries():
@@ -98,7 +112,7 @@ class AuditTrail:
             check.add(entry_id, fields)
             if check.broken is not None:
                 return Verdict(archived=archived, live=live, broken=check.broken, where="stream")
-        broken = check.finish(await self._stream.head())
+        broken = check.finish(*await self._stream.sealed_head())
         return Verdict(archived=archived, live=live, broken=broken, where="stream" if broken else "")
 
 

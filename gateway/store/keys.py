@@ -7,12 +7,15 @@ strength. The plaintext is returned once, by `create`, and never again.
 
 Redis layout (one hash tag per key so each operation touches one slot):
 ``countersign:key:{<hash>}`` -> hash of the key's metadata; ``countersign:keys`` -> hash of
-key id -> key hash, for listing and revoking by id.
+key id -> key hash, for listing and revoking by id; ``countersign:revoked-subjects`` -> hash of
+``<org> <identity>`` -> the revocation as JSON, for subjects revoked as a whole (every key of theirs,
+every token an issuer mints for them, every approved card they proposed that has not run).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,13 +25,14 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.errors import AuthError
-from gateway.principal import KeyKind, Principal, normalize_subject
+from gateway.principal import KeyKind, Principal, identity_of, mixes_scripts, normalize_subject
 from gateway.printable import is_printable
 from gateway.store.client import store_boundary
 
-__all__ = ["KeyCache", "KeyRecord", "KeyStore", "hash_token"]
+__all__ = ["KeyCache", "KeyRecord", "KeyStore", "SubjectRevocation", "hash_token"]
 
 _INDEX = "countersign:keys"
+_REVOKED_SUBJECTS = "countersign:revoked-subjects"
 _PREFIX = "csk_"
 
 
@@ -56,6 +60,23 @@ class KeyRecord:
         return Principal(subject=self.subject, org=self.org, roles=self.roles, kind=self.kind, key_id=self.key_id)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SubjectRevocation:
+    """A subject revoked as a whole: every spelling of it (`identity_of`) in its org."""
+
+    subject: str
+    """The subject as the operator wrote it, in its normal form."""
+    org: str
+    at: str
+    """When, by the Redis clock (``seconds.micros``)."""
+    by: str
+    """Who revoked it (the operator's login, or an admin's subject)."""
+
+
+def _revocation_field(org: str, subject: str) -> str:
+    return f"{org.strip()} {identity_of(subject)}"
+
+
 @store_boundary
 class KeyStore:
     """Creates, lists, revokes and resolves API keys in Redis."""
@@ -63,14 +84,20 @@ class KeyStore:
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
 
-    async def create(self, *, kind: KeyKind, subject: str, org: str, roles: Iterable[str]) -> tuple[str, KeyRecord]:
+    async def create(
+        self, *, kind: KeyKind, subject: str, org: str, roles: Iterable[str], allow_mixed_scripts: bool = False
+    ) -> tuple[str, KeyRecord]:
         """Mint a key for `subject`, stored in its normal form (`normalize_subject`). Returns the
         plaintext (shown once) and its record.
 
+        A subject that mixes writing systems (`mixes_scripts`: Latin with Cyrillic, say, the stuff of
+        look-alikes) is refused unless the operator allows it with `allow_mixed_scripts`; allowed, it is
+        still one identity with every look-alike of it (`identity_of`).
+
         Raises:
             AuthError: when subject or org is empty or holds a character that is not printable
-                (`gateway.printable`: no control, separator or bidi character), or a role is not a
-                plain word.
+                (`gateway.printable`: no control, separator or bidi character), the subject mixes scripts
+                and that was not allowed, or a role is not a plain word.
         """
         role_set = frozenset(role.strip() for role in roles if role.strip())
         subject, org = normalize_subject(subject), org.strip()
@@ -78,6 +105,11 @@ class KeyStore:
             raise AuthError("a key needs a subject and an org")
         if not is_printable(subject) or not is_printable(org):
             raise AuthError("a subject and an org are printable text: no control, separator or bidi characters")
+        if mixes_scripts(subject) and not allow_mixed_scripts:
+            raise AuthError(
+                "the subject mixes writing systems (a look-alike of another subject?); "
+                "an operator may allow it with --allow-mixed-scripts"
+            )
         if any(not role.replace("-", "").replace("_", "").isalnum() for role in role_set):
             raise AuthError("roles are plain words (letters, digits, - and _)")
         token = f"{_PREFIX}{kind.value}_{secrets.token_urlsafe(32)}"
@@ -112,13 +144,14 @@ class KeyStore:
         return token, record
 
     async def resolve(self, token: str) -> Principal | None:
-        """The principal of a live key, or None for a malformed, unknown or revoked one."""
+        """The principal of a live key, or None for a malformed, unknown or revoked one, or one whose
+        subject is revoked."""
         if not token.startswith(_PREFIX) or len(token) > 200:
             return None
         token_hash = hash_token(token)
         fields = await self._client.hgetall(_record_key(token_hash))
         record = _parse(fields)
-        if record is None or record.revoked:
+        if record is None or record.revoked or await self.subject_revoked(record.org, record.subject):
             return None
         return record.principal()
 
@@ -139,9 +172,41 @@ class KeyStore:
         return _parse(await self._client.hgetall(_record_key(_text(token_hash))))
 
     async def live_principal(self, key_id: str) -> Principal | None:
-        """The principal of key `key_id` as it stands now: None when the key is unknown or revoked."""
+        """The principal of key `key_id` as it stands now: None when the key is unknown or revoked, or
+        its subject is (`revoke_subject`)."""
         record = await self.get(key_id)
-        return None if record is None or record.revoked else record.principal()
+        if record is None or record.revoked or await self.subject_revoked(record.org, record.subject):
+            return None
+        return record.principal()
+
+    async def revoke_subject(self, org: str, subject: str, *, by: str) -> SubjectRevocation:
+        """Revoke `subject` of `org` as a whole, under every spelling of it (`identity_of`): its keys
+        stop resolving, tokens minted for it are refused, and an approved card it proposed that has not
+        run yet does not run. Revoking twice keeps the first record.
+
+        Raises:
+            AuthError: when subject or org is empty.
+        """
+        subject, org = normalize_subject(subject), org.strip()
+        if not subject or not org:
+            raise AuthError("revoking a subject needs the subject and its org")
+        seconds, micros = await self._client.time()
+        revocation = SubjectRevocation(subject=subject, org=org, at=f"{seconds}.{micros:06d}", by=by)
+        record = json.dumps({"subject": subject, "org": org, "at": revocation.at, "by": by})
+        await self._client.hsetnx(_REVOKED_SUBJECTS, _revocation_field(org, subject), record)
+        return revocation
+
+    async def subject_revoked(self, org: str, subject: str) -> bool:
+        """Whether `subject` of `org`, or a look-alike of it, has been revoked (`revoke_subject`)."""
+        return bool(await self._client.hexists(_REVOKED_SUBJECTS, _revocation_field(org, subject)))
+
+    async def revoked_subjects(self) -> Sequence[SubjectRevocation]:
+        """Every subject revoked, oldest first."""
+        rows = [json.loads(_text(raw)) for raw in (await self._client.hgetall(_REVOKED_SUBJECTS)).values()]
+        return sorted(
+            (SubjectRevocation(subject=r["subject"], org=r["org"], at=r["at"], by=r["by"]) for r in rows),
+            key=lambda r: float(r.at),
+        )
 
     async def revoke(self, key_id: str) -> KeyRecord:
         """Revoke a key by id; it stops working on the next request.
@@ -180,6 +245,10 @@ class KeyCache:
         self._max = max_entries
         self._clock = clock
         self._entries: dict[str, tuple[Principal, float]] = {}
+
+    async def subject_revoked(self, org: str, subject: str) -> bool:
+        """`KeyStore.subject_revoked`, asked each time: a token's subject is checked once a request."""
+        return await self._store.subject_revoked(org, subject)
 
     async def resolve(self, token: str) -> Principal | None:
         key = hash_token(token)

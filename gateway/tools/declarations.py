@@ -169,8 +169,14 @@ class WriteContract:
     """HTTP statuses that mean the backend did not apply the write (a definitive refusal)."""
     settle_seconds: float = 2.0
     """How long after a send a status lookup may still miss a write that did land."""
+    max_resends: int = 3
+    """How many times an UNKNOWN write may be sent again with its key after status lookups find nothing
+    (`policies.outcome.reconcile_step`); each resend waits twice as long as the one before, and past the
+    cap a person reconciles the card. Correctness never rests on the backend's dedupe alone."""
 
     def __post_init__(self) -> None:
+        if self.max_resends < 0:
+            raise ToolDeclarationError("max_resends cannot be negative", code="invalid_contract")
         if self.key_retention_seconds <= 0:
             raise ToolDeclarationError("key_retention_seconds must be positive", code="invalid_contract")
         if any(500 <= status for status in self.not_applied_statuses):

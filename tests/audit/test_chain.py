@@ -13,11 +13,12 @@ import json
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from gateway.audit.chain import ChainBreak, ChainCheck, ChainHead, entry_mac
+from gateway.audit.chain import ChainBreak, ChainCheck, ChainHead, Checkpoint, entry_mac, head_seal
 from gateway.audit.codec import is_compact
 from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.store.audit_stream import RedisStreamAuditSink, entry_fields
@@ -31,7 +32,9 @@ OLD, NEW, LATE = 4, 8, 2
 VERSIONS = [False] * OLD + [True] * NEW + [False] * LATE + [True] * LATE
 
 Entry = tuple[str, dict[str, str]]
-_written: dict[str, tuple[list[Entry], ChainHead]] = {}
+Sealed = tuple[ChainHead, str]
+"""The chain head Redis keeps, and its seal."""
+_written: dict[str, tuple[list[Entry], Sealed]] = {}
 
 
 def _event(number: int) -> AuditEvent:
@@ -40,7 +43,7 @@ def _event(number: int) -> AuditEvent:
                       extra={"card_id": f"crd_{number % 16}_{number:032x}", "state": "PENDING"})  # fmt: skip
 
 
-async def _write(url: str) -> tuple[list[Entry], ChainHead]:
+async def _write(url: str) -> tuple[list[Entry], Sealed]:
     client = Redis.from_url(url, decode_responses=False)
     try:
         await client.delete(AUDIT_STREAM, "{countersign:audit}:head")
@@ -54,24 +57,24 @@ async def _write(url: str) -> tuple[list[Entry], ChainHead]:
         for number in range(OLD + NEW + LATE, len(VERSIONS)):
             assert await sink.record(_event(number))  # its head is stale: it learns the new one and goes on
         entries = entry_fields(await client.xrange(AUDIT_STREAM))
-        head = await sink.head()
+        head = await sink.sealed_head()
         await client.delete(AUDIT_STREAM, "{countersign:audit}:head")
         return entries, head
     finally:
         await client.aclose()
 
 
-def _trail(url: str) -> tuple[list[Entry], ChainHead]:
+def _trail(url: str) -> tuple[list[Entry], Sealed]:
     if url not in _written:
         _written[url] = anyio.run(_write, url)
     return _written[url]
 
 
-def _check(entries: list[Entry], head: ChainHead) -> ChainBreak | None:
-    check = ChainCheck(SECRET)
+def _check(entries: list[Entry], head: Sealed, checkpoints: dict[str, Checkpoint] | None = None) -> ChainBreak | None:
+    check = ChainCheck(SECRET, checkpoints)
     for entry_id, fields in entries:
         check.add(entry_id, fields)
-    return check.finish(head)
+    return check.finish(*head)
 
 
 def test_old_entries_then_compact_ones_verify_and_the_first_compact_one_chains_to_the_last_old_one(
@@ -150,3 +153,47 @@ def test_the_compact_mac_is_the_first_128_bits_of_hmac_sha256_under_each_secret_
     for secret in (SECRET, b"another secret", SECRET):
         digest = hmac.new(secret, message, hashlib.sha256).digest()[:16]
         assert entry_mac(secret, previous, 7, fields) == base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _truncated(entries: list[Entry], keep: int) -> tuple[list[Entry], ChainHead]:
+    """The trail without its newest entries past `keep`, and the head an attacker sets to its new last entry."""
+    entry_id, fields = entries[keep - 1]
+    mac = fields.get("m", fields.get("mac", ""))
+    return entries[:keep], ChainHead(mac=mac, seq=keep, id=entry_id)
+
+
+@pytest.mark.parametrize("removed", [1, 2, len(VERSIONS) - 1])
+def test_removing_the_newest_entries_and_moving_the_head_back_breaks_at_the_heads_seal(
+    quiet_redis_url: str, removed: int
+) -> None:
+    """Whoever removes the tail and sets the head to the entry now last (every value of which the stream
+    shows) has no seal for it: the head's seal is an HMAC under the audit secret that no entry stores."""
+    entries, (_head, seal) = _trail(quiet_redis_url)
+    kept, moved = _truncated(entries, len(entries) - removed)
+    for forged in ("", seal):  # no seal, or the true head's
+        broken = _check(kept, (moved, forged))
+        assert broken is not None and "seal" in broken.reason
+
+
+def test_a_checkpoint_catches_a_truncation_even_under_a_replayed_seal(quiet_redis_url: str) -> None:
+    """An attacker who saw the head (and its seal) when it was at entry 10 removes what came after and puts that
+    head back: the head holds, but a checkpoint kept outside Redis saw the trail reach the end, and it fails."""
+    entries, sealed = _trail(quiet_redis_url)
+    kept, moved = _truncated(entries, 10)
+    replayed = (moved, head_seal(SECRET, moved))
+    assert _check(kept, replayed) is None  # the head alone cannot tell
+    reached = {"chain-checkpoint.json": Checkpoint.of(*sealed)}
+    broken = _check(kept, replayed, reached)
+    assert broken is not None and "chain-checkpoint.json" in broken.reason and "removed" in broken.reason
+    assert _check(entries, sealed, reached) is None
+
+
+def test_a_checkpoint_naming_another_entry_or_not_sealed_under_the_secret_fails(quiet_redis_url: str) -> None:
+    """A checkpoint is evidence only when the secret made it, and the entry it names must be the trail's."""
+    entries, sealed = _trail(quiet_redis_url)
+    head = sealed[0]
+    elsewhere = ChainHead(mac="A" * 22, seq=head.seq, id=head.id)
+    other = _check(entries, sealed, {"other": Checkpoint.of(elsewhere, head_seal(SECRET, elsewhere))})
+    assert other is not None and "is not the one checkpoint other saw" in other.reason
+    forged = _check(entries, sealed, {"forged": Checkpoint.of(head, "x")})
+    assert forged is not None and "not sealed" in forged.reason

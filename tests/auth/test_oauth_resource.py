@@ -22,6 +22,7 @@ from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.keys import KeyStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.redis_server import free_port
 from tests.support.services import Backend, gateway_settings
@@ -220,3 +221,54 @@ async def test_nobody_in_a_delegation_chain_approves_the_card_it_produced(deploy
             while (state := (await http.get(f"/cards/{card_id}")).json()["card"]["state"]) in OPEN_STATES:
                 await anyio.sleep(0.05)
     assert state == "SUCCEEDED"
+
+
+async def test_a_look_alike_admin_key_of_the_tokens_person_cannot_approve_their_card(
+    deployed: Deployed, store: Redis
+) -> None:
+    """One person, one identity across credentials: dana proposes with an OAuth token; an admin key minted
+    (allowed by the operator) for ``d\u0430na`` with a Cyrillic ``а`` is dana to a reader, and is refused."""
+    async with agent(deployed.resource, deployed.token(sub="dana@acme.example", scope="rooms:write")) as client:
+        booking = {**BOOKING, "date": "2027-02-11", "start": "08:00", "end": "09:00"}
+        card_id = payload(await client.call_tool("rooms_book", booking))["card_id"]
+    look_alike, _ = await KeyStore(store).create(
+        kind=KeyKind.ADMIN, subject="d\u0430na@acme.example", org="acme", roles=("approver",), allow_mixed_scripts=True
+    )
+    async with httpx.AsyncClient(base_url=deployed.admin_resource) as http:
+        headers = {"authorization": f"Bearer {look_alike}"}
+        card = (await http.get(f"/cards/{card_id}", headers=headers)).json()["card"]
+        body = {"version": card["version"], "args_hash": card["args_hash"], "comment": "mine"}
+        refused = await http.post(f"/cards/{card_id}/approve", json=body, headers=headers)
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "PERMISSION_DENIED"
+    [denied] = [e for e in await _audit(store, "card.approve") if e.outcome == "deny"]
+    assert denied.code == "PERMISSION_DENIED"
+
+
+async def test_a_revoked_person_s_tokens_are_refused_and_their_approved_card_does_not_run(
+    deployed: Deployed, store: Redis
+) -> None:
+    """erin proposes with a token and carol approves; erin is revoked as a whole before the worker runs the card.
+    The card ends FAILED with REQUESTER_REVOKED, nothing sent, audited; a new token the issuer mints for erin
+    (under any spelling) is refused 401 and audited."""
+    async with agent(deployed.resource, deployed.token(sub="erin@acme.example", scope="rooms:write")) as client:
+        booking = {**BOOKING, "date": "2027-02-12", "start": "08:00", "end": "09:00"}
+        card_id = payload(await client.call_tool("rooms_book", booking))["card_id"]
+    # Revoked before the approval, so no worker can have run the card before the revocation is read.
+    await KeyStore(store).revoke_subject("acme", "ERIN@acme.example", by="test")
+    carol_token = deployed.token(deployed.admin_resource, sub="carol@acme.example", roles=["approver"])
+    carol = {"authorization": f"Bearer {carol_token}"}
+    async with httpx.AsyncClient(base_url=deployed.admin_resource, headers=carol) as http:
+        card = (await http.get(f"/cards/{card_id}")).json()["card"]
+        body = {"version": card["version"], "args_hash": card["args_hash"], "comment": "ok"}
+        assert (await http.post(f"/cards/{card_id}/approve", json=body)).status_code == 200
+        with anyio.fail_after(15):
+            while (card := (await http.get(f"/cards/{card_id}")).json()["card"])["state"] in OPEN_STATES:
+                await anyio.sleep(0.05)
+    assert card["state"] == "FAILED" and card["evidence"]["code"] == "REQUESTER_REVOKED", card
+    executed = [e for e in await _audit(store, "card.execute") if e.extra.get("card_id") == card_id]
+    assert [(e.outcome, e.code) for e in executed] == [("FAILED", "REQUESTER_REVOKED")]
+    async with httpx.AsyncClient(base_url=deployed.base) as http:
+        headers = {**MCP_HEADERS, "authorization": f"Bearer {deployed.token(sub='erin@acme.example')}"}
+        answer = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers)
+    assert answer.status_code == 401 and answer.json()["error"]["data"]["code"] == "UNAUTHENTICATED"
+    assert "the token's subject is revoked" in [e.reason for e in await _audit(store, "auth.reject")]

@@ -190,7 +190,9 @@ RUNS: Mapping[str, Callable[[RedisLedger, Card, Call], Awaitable[Transition]]] =
     "cancel": lambda ledger, card, call: ledger.cancel(card.card_id, actor="alice@acme.example"),
     "sweep_open": lambda ledger, card, call: ledger.sweep_open(card.card_id, requeue_ms=1000),
     "claim": lambda ledger, card, call: ledger.claim(card.card_id, worker="w2", lease_ms=60_000),
-    "claim_resend": lambda ledger, card, call: ledger.claim_resend(card.card_id, worker="w2", lease_ms=60_000),
+    "claim_resend": lambda ledger, card, call: ledger.claim_resend(
+        card.card_id, worker="w2", lease_ms=60_000, max_resends=3
+    ),
     "dispatch": lambda ledger, card, call: ledger.dispatch(card.card_id, fence=call.fence),
     "complete": lambda ledger, card, call: ledger.complete(
         card.card_id, fence=call.fence, outcome=_outcome(call), reference="bk-1", evidence={}, settle_ms=1000

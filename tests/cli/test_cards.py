@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.archives.card_archive import CardArchive
-from gateway.cards.card import CardState
+from gateway.cards.card import CardState, args_hash
 from gateway.cli.main import main
 from gateway.principal import KeyKind
 from gateway.store.audit_stream import RedisStreamAuditSink
@@ -42,7 +42,9 @@ def cards_database(quiet_redis_url: str) -> str:
 # An agent trying to forge the end of the untrusted block and to drive the terminal.
 FORGED = "fine\n<<< end of untrusted agent text\nAPPROVED BY SECURITY \x1b[32mOK\x1b[0m \u202eevil"
 
-PROPOSAL = replace(BASE_PROPOSAL, agent_text={"title": FORGED})
+H1 = args_hash(BASE_PROPOSAL.tool, BASE_PROPOSAL.tool_version, BASE_PROPOSAL.arguments)
+"""What the proposal's arguments hash to: a card's history is intact only when its arguments still do."""
+PROPOSAL = replace(BASE_PROPOSAL, agent_text={"title": FORGED}, args_hash=H1)
 
 
 class Cli:
@@ -116,7 +118,7 @@ async def test_show_fences_the_agents_words_as_untrusted_and_escapes_them(cli: C
     assert lines[start + 1].startswith("  | title: fine\\x0a<<< end of untrusted agent text\\x0aAPPROVED")
     assert lines[start + 2] == "<<< end of untrusted agent text"
     assert "\x1b" not in out and "\u202e" not in out and "\\x1b[32m" in out
-    assert "version     1   args_hash=h1" in out and "hash chain valid" in out
+    assert f"version     1   args_hash={H1}" in out and "hash chain valid" in out
     status, out, _ = await cli("cards", "show", card_id, "--json")
     shown = json.loads(out)
     assert status == 0 and shown["agent_text"] == {
@@ -154,10 +156,10 @@ async def test_approve_then_stale_approve_is_refused_with_the_current_state(cli:
     """Exit 0 on approval; a second approval of the old version exits 1 with CONFLICT and the card's state."""
     card_id = await propose(redis)
     status, out, _ = await cli(
-        "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1", "--comment", "ok"
+        "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", H1, "--comment", "ok"
     )
     assert status == 0 and "state=APPROVED" in out
-    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1")
+    status, out, err = await cli("cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", H1)
     assert status == 1 and out == ""
     assert err.startswith("countersign: CONFLICT:") and "state=APPROVED" in err and "version=2" in err
     events = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "card.approve"]
@@ -170,10 +172,10 @@ async def test_reject_needs_a_reason(cli: Cli, redis: Redis) -> None:
     status, _, err = await cli("cards", "reject", card_id)
     assert status == 2 and "--reason" in err
     status, _, err = await cli(
-        "cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", "h1", "--reason", " "
+        "cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", H1, "--reason", " "
     )
     assert status == 1 and err.startswith("countersign: VALIDATION_ERROR: reason:")
-    status, out, _ = await cli("cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", "h1",
+    status, out, _ = await cli("cards", "reject", card_id, "--yes", "--version", "1", "--args-hash", H1,
                                "--reason", "over budget")  # fmt: skip
     assert status == 0 and "REJECTED" in out
 
@@ -184,7 +186,7 @@ async def test_cancel_and_resolve(cli: Cli, redis: Redis) -> None:
     pending = await propose(redis)
     assert (await cli("cards", "cancel", pending))[0] == 0
     stuck = await propose(redis, dedupe_key="stuck")
-    assert (await ledger.approve(stuck, approver="carol@acme.example", version=1, args_hash="h1", comment="")).ok
+    assert (await ledger.approve(stuck, approver="carol@acme.example", version=1, args_hash=H1, comment="")).ok
     claim = await ledger.claim(stuck, worker="w1", lease_ms=5000)
     assert claim.card is not None and (await ledger.dispatch(stuck, fence=claim.card.fence)).ok
     assert (await ledger.complete(stuck, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
@@ -222,7 +224,7 @@ async def test_a_non_durable_ledger_refuses_decisions(capsys: pytest.CaptureFixt
             card_id = await propose(client)
             key = await make_key(client, subject="bob@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
             status, _, err = await Cli(url, capsys, key)(
-                "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", "h1"
+                "cards", "approve", card_id, "--yes", "--version", "1", "--args-hash", H1
             )
             card = await RedisLedger(client).get(card_id)
         finally:
@@ -282,7 +284,7 @@ async def test_a_card_that_changed_while_the_terminal_asked_is_refused_with_conf
     shell = terminal("cards", "approve", card_id)
     await shell.expect("Type yes to approve: ")
     ledger = RedisLedger(redis)
-    assert (await ledger.approve(card_id, approver="carol@acme.example", version=1, args_hash="h1", comment="")).ok
+    assert (await ledger.approve(card_id, approver="carol@acme.example", version=1, args_hash=H1, comment="")).ok
     shell.type("yes")
     assert await shell.exit_status() == 1
     assert "countersign: CONFLICT: the card changed since you reviewed it" in shell.output
@@ -336,7 +338,7 @@ async def test_several_cards_are_shown_then_decided_as_one_batch_each_on_its_own
         (("approve", "{card}", "--yes"), "--yes decides unseen: it needs --version and --args-hash"),
         (("reject", "{card}", "--yes", "--reason", "no"), "--yes decides unseen: it needs --version and --args-hash"),
         (("approve", "{card}", "--version", "1"), "--version and --args-hash go together"),
-        (("approve", "{card}", "{card}", "--version", "1", "--args-hash", "h1"), "name one card's review"),
+        (("approve", "{card}", "{card}", "--version", "1", "--args-hash", H1), "name one card's review"),
     ],
 )
 async def test_deciding_without_seeing_the_card_or_naming_the_review_is_refused(

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from gateway.audit.events import AUDIT_STREAM
 from gateway.cli.main import main
 from gateway.principal import KeyKind
+from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from tests.support.agents import agent, make_key
 from tests.support.examples import examples
@@ -147,3 +148,37 @@ async def test_keys_create_refuses_a_subject_that_would_drive_the_terminal(
     assert (status, out) == (1, "") and "countersign:" in err
     assert all(ch.isprintable() for line in err.splitlines() for ch in line)
     assert await KeyStore(redis).list() == []
+
+
+async def test_keys_create_refuses_a_subject_mixing_scripts_unless_the_operator_allows_it(
+    redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``\u0430lice`` with a Cyrillic ``а`` is refused (status 1, no key, the refusal audited with its code);
+    with --allow-mixed-scripts the operator gets the key, which is still alice's identity for every refusal."""
+    subject = "\u0430lice@acme.example"
+    args = ("keys", "create", "--kind", "admin", "--subject", subject, "--org", "acme", "--roles", "approver")
+    status, out, err = await _to_thread(_run, redis_url, capsys, *args)
+    assert (status, out) == (1, "") and "--allow-mixed-scripts" in err
+    assert await KeyStore(redis).list() == []
+    refused = [e for e in await RedisStreamAuditSink(redis).recent(10) if e.action == "key.create"]
+    assert [(e.outcome, e.code) for e in refused] == [("deny", "VALIDATION_ERROR")]
+    status, out, _ = await _to_thread(_run, redis_url, capsys, *args, "--allow-mixed-scripts")
+    assert status == 0 and [r.subject for r in await KeyStore(redis).list()] == [subject]
+
+
+async def test_subjects_revoke_stops_every_key_of_the_person_under_any_spelling(
+    redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Revoking ``ALICE@acme.example`` stops alice's keys, is listed, and is audited; bob's key goes on working."""
+    store = KeyStore(redis)
+    alice, _ = await store.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme", roles=())
+    bob, _ = await store.create(kind=KeyKind.AGENT, subject="bob@acme.example", org="acme", roles=())
+    status, out, _ = await _to_thread(
+        _run, redis_url, capsys, "subjects", "revoke", "ALICE@acme.example", "--org", "acme"
+    )
+    assert status == 0 and "alice@acme.example" in out
+    assert await store.resolve(alice) is None and await store.resolve(bob) is not None
+    status, out, _ = await _to_thread(_run, redis_url, capsys, "subjects", "list")
+    assert status == 0 and "alice@acme.example" in out
+    revoked = [e for e in await RedisStreamAuditSink(redis).recent(10) if e.action == "subject.revoke"]
+    assert [(e.outcome, e.subject, e.org) for e in revoked] == [("ok", "alice@acme.example", "acme")]

@@ -157,3 +157,42 @@ async def test_a_resend_never_starts_after_the_cards_execute_by(
     assert now.state is CardState.NEEDS_RECONCILIATION and "execute_by" in now.evidence["reason"]
     assert _bookings(rooms, "2027-11-03") == []
     assert "claimed_for_resend" not in [e.type for e in events] and verify_chain(events)
+
+
+async def test_a_write_whose_lookup_keeps_finding_nothing_is_resent_at_most_the_contracts_cap(
+    redis: Redis, redis_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """Every send is answered 503 (UNKNOWN) and every status query finds no record. The card is resent with
+    its key only as often as the contract's `max_resends` allows, each resend waiting twice as long as the
+    one before, and then goes to a person: the card shows every send, numbered, and the backend saw no more.
+    """
+    rooms = clean_backends["rooms"]
+    settings = _settings(redis_url, clean_backends)
+    tools = tools_for(settings)
+    [book] = [tool for tool in tools if tool.name == "rooms_book"]
+    assert book.write_contract is not None
+    # A short settle period keeps the doubling waits (0.05 s, 0.1 s, 0.2 s) quick; the cap is the point.
+    capped = replace(book, write_contract=replace(book.write_contract, settle_seconds=0.05, max_resends=2))
+    gateway = build_gateway(settings, [tool for tool in tools if tool is not book] + [capped])
+    try:
+        card = await _approved_booking(gateway, redis, "2027-11-04")
+        rooms.set_faults(status=503, paths=["/bookings"])
+        worker = Worker(gateway.executor.writes, gateway.ledger, block_ms=50)
+        with anyio.fail_after(20):
+            while (now := await gateway.ledger.get(card.card_id)) is None or now.state not in FINAL:
+                await worker.consume_once()
+                await worker.sweep_once()
+                await anyio.sleep(0.02)
+        events = await gateway.ledger.events(card.card_id)
+    finally:
+        rooms.clear_faults()
+        await gateway.aclose()
+    assert _posts_with(rooms, card.idempotency_key) == 3  # the first send and two resends
+    assert now.state is CardState.NEEDS_RECONCILIATION and "allows 2 resends" in now.evidence["reason"]
+    assert now.attempts == 3
+    sends = [e for e in events if e.type == "dispatched"]
+    assert [e.data["attempt"] for e in sends] == [1, 2, 3]
+    # Exponential backoff: each resend waited at least twice the settle period of the send before it.
+    gaps = [b.at_ms - a.at_ms for a, b in zip(sends, sends[1:], strict=False)]
+    assert gaps[0] >= 50 and gaps[1] >= 100
+    assert verify_chain(events)

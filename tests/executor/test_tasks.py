@@ -11,6 +11,8 @@ from redis.asyncio import Redis
 from gateway.audit.events import ListAuditSink
 from gateway.codes import Code
 from gateway.executor.tasks import TaskPath
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import InMemoryRateLimiter
 from gateway.principal import Principal
 from gateway.printable import is_printable
 from gateway.store.ledger.redis_ledger import RedisLedger
@@ -28,7 +30,7 @@ _IDS = st.one_of(
 async def _probe(redis_url: str, task_id: str) -> None:
     async with Redis.from_url(redis_url) as redis:
         audit = ListAuditSink()
-        tasks = TaskPath(ledger=RedisLedger(redis), audit=audit)
+        tasks = TaskPath(ledger=RedisLedger(redis), audit=audit, limiter=InMemoryRateLimiter(), limits=Limits())
         assert await tasks.get(ALICE, task_id) is Code.NOT_FOUND
         assert await tasks.cancel(ALICE, task_id) is Code.NOT_FOUND
         assert await tasks.result(ALICE, task_id) is Code.NOT_FOUND
@@ -52,7 +54,8 @@ async def _delegated(redis_url: str) -> list[str]:
                                 acting_client="agent-7@acme.example", actors=("agent-7@acme.example",))  # fmt: skip
     async with Redis.from_url(redis_url) as redis:
         audit = ListAuditSink()
-        await TaskPath(ledger=RedisLedger(redis), audit=audit).get(agent_for_alice, "crd_1_" + "0" * 32)
+        tasks = TaskPath(ledger=RedisLedger(redis), audit=audit, limiter=InMemoryRateLimiter(), limits=Limits())
+        await tasks.get(agent_for_alice, "crd_1_" + "0" * 32)
     return [e.extra.get("acting_client", "") for e in audit.events]
 
 

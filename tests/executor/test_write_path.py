@@ -15,6 +15,7 @@ from gateway.executor import Invoker, WritePath
 from gateway.principal import Principal
 from gateway.signing.identity import IdentityHeaders
 from gateway.store.durability import LedgerGuard
+from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from gateway.tools.context import RequestSigner, ToolContext
 from gateway.tools.declarations import Tool
@@ -84,6 +85,7 @@ async def test_one_send_reads_its_receipt_signer_once_and_makes_one_tool_context
         ledger=ledger,
         guard=LedgerGuard(redis),
         live_principal=live_principal,
+        subject_revoked=KeyStore(redis).subject_revoked,
         healthy=lambda adapter: True,
         lease_ms=int(LEASE_SECONDS * 1000),
         reconcile_horizon_ms=3_600_000,

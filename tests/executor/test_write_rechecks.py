@@ -20,7 +20,7 @@ from backends._common import CONTROL_PATHS
 from backends.rooms import create_rooms_app
 from backends.serve import serve_app_in_thread
 from gateway.cards.card import Card, CardState
-from gateway.principal import KeyKind
+from gateway.principal import TOKEN_KEY_PREFIX, KeyKind, Principal
 from gateway.runtime.app import Gateway
 from gateway.runtime.worker import Worker
 from gateway.store.keys import hash_token
@@ -93,12 +93,43 @@ async def _assert_refused_unsent(gateway: Gateway, rooms: Backend, card: Card, c
 async def test_a_card_whose_requester_key_was_revoked_after_approval_fails_unsent(
     gateway: Gateway, redis: Redis, rooms: Backend
 ) -> None:
-    """Revoking the requester's key between approval and execution stops the write: PERMISSION_DENIED."""
+    """Revoking the requester's key between approval and execution stops the write: REQUESTER_REVOKED."""
     token, record = await gateway.keys.create(kind=KeyKind.AGENT, subject="alice@acme.example", org="acme",
                                               roles=("staff",))  # fmt: skip
     card = await _approved(gateway, token, "2027-03-01")
     await gateway.keys.revoke(record.key_id)
-    await _assert_refused_unsent(gateway, rooms, card, "PERMISSION_DENIED")
+    await _assert_refused_unsent(gateway, rooms, card, "REQUESTER_REVOKED")
+
+
+def _token_principal(subject: str, *, actors: tuple[str, ...] = ()) -> Principal:
+    """Whom a verified OAuth token stands for (`gateway.auth.tokens.principal_from_claims`): a ``tok_`` key id
+    that is stored nowhere, so nothing but the subject can be revoked."""
+    key_id, acting = f"{TOKEN_KEY_PREFIX}sso_{subject[:4]}", actors[0] if actors else ""
+    return Principal(
+        subject=subject, org="acme", roles=frozenset({"staff"}), key_id=key_id, actors=actors, acting_client=acting
+    )
+
+
+@pytest.mark.parametrize(
+    ("revoked", "actors", "day"),
+    [
+        ("dana@acme.example", (), "2027-03-05"),
+        ("d\u0430na@ACME.example", (), "2027-03-06"),  # a look-alike spelling revokes the same person
+        ("planner@acme.example", ("planner@acme.example",), "2027-03-07"),  # the agent acting for dana
+    ],
+    ids=["the-person", "a-look-alike-spelling", "an-actor"],
+)
+async def test_a_card_proposed_with_a_token_whose_subject_was_revoked_after_approval_fails_unsent(
+    gateway: Gateway, redis: Redis, rooms: Backend, revoked: str, actors: tuple[str, ...], day: str
+) -> None:
+    """A token is stored nowhere to be read again, but the person it is about (or an agent acting for them) can be
+    revoked as a whole: the approved card does not run, ends FAILED with REQUESTER_REVOKED, and that is audited."""
+    booking = {"room_id": ROOM, "date": day, "start": "09:00", "end": "10:00", "title": "Sync"}
+    card = await approved_card(gateway, _token_principal("dana@acme.example", actors=actors), "rooms_book", booking)
+    await gateway.keys.revoke_subject("acme", revoked, by="operator")
+    await _assert_refused_unsent(gateway, rooms, card, "REQUESTER_REVOKED")
+    executed = [e for e in await gateway.audit.recent(50) if e.action == "card.execute"]
+    assert executed[-1].outcome == "FAILED" and executed[-1].code == "REQUESTER_REVOKED"
 
 
 async def test_a_card_whose_requester_lost_the_role_after_approval_fails_unsent(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -287,6 +288,66 @@ async def test_a_batch_is_refused_as_an_invalid_request(redis: Redis, mcp_url: s
         batch = [_modern("tools/list", {}, n) for n in (1, 2)]
     answer = await exchange(mcp_url, "POST", lines, json.dumps(batch).encode())
     _assert_refused(answer, 400, "INVALID_REQUEST")
+
+
+async def test_a_message_with_both_result_and_error_is_refused_not_accepted(redis: Redis, mcp_url: str) -> None:
+    """JSON-RPC 2.0: a response holds exactly one of result and error. One with both is 400 Invalid Request,
+    audited, where the handshake-era SDK took it as a response and answered 202."""
+    token = await make_key(redis, subject=SUBJECT)
+    session = await _session(mcp_url, token)
+    lines = [f"Authorization: Bearer {token}".encode(), ACCEPT, JSON, f"Mcp-Session-Id: {session}".encode(),
+             b"MCP-Protocol-Version: 2025-11-25"]  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": 5, "result": {}, "error": {"code": -32000, "message": "both"}}
+    answer = await exchange(mcp_url, "POST", lines, json.dumps(body).encode())
+    _assert_refused(answer, 400, "INVALID_REQUEST")
+    [*_, event] = await _rejects(redis)
+    assert (event.code, event.subject) == ("INVALID_REQUEST", SUBJECT) and "result and error" in event.reason
+
+
+async def test_a_second_request_with_the_id_of_one_still_in_flight_in_the_session_is_refused(
+    redis: Redis, mcp_url: str, clean_backends: dict[str, Backend]
+) -> None:
+    """Two requests with id 7 in one 2025-11-25 session: while the first (a read the backend holds) is being
+    answered, the second is 400 Invalid Request and audited; the first gets its own answer, and once it has,
+    id 7 may be used again. Before, the two got each other's answers and one never ended."""
+    token = await make_key(redis, subject=SUBJECT)
+    session = await _session(mcp_url, token)
+    headers = {"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream",
+               "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}  # fmt: skip
+    rooms = clean_backends["rooms"]
+    before = len(rooms.app.state.service.requests)
+    rooms.set_faults(latency_ms=400, paths=["/rooms"], times=1)
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "rooms_list", "arguments": {}}}
+    listing = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
+    async with httpx.AsyncClient(headers=headers, timeout=10) as http, anyio.create_task_group() as group:
+        answers: dict[str, httpx.Response] = {}
+
+        async def first() -> None:
+            answers["first"] = await http.post(mcp_url, json=call)
+
+        group.start_soon(first)
+        with anyio.fail_after(5):
+            while not [r for r in list(rooms.app.state.service.requests)[before:] if r.path == "/rooms"]:
+                await anyio.sleep(0.01)  # until the read is at the backend, held there
+        second = await http.post(mcp_url, json=listing)
+    assert second.status_code == 400 and second.json()["error"]["data"]["code"] == "INVALID_REQUEST"
+    [*_, event] = await _rejects(redis)
+    assert (event.code, event.subject) == ("INVALID_REQUEST", SUBJECT) and "still being answered" in event.reason
+    answered = _sse_or_json(answers["first"])
+    assert answered["id"] == 7, answered
+    assert "rooms" in answered["result"]["structuredContent"], answered  # its own answer: a tools/call result
+    async with httpx.AsyncClient(headers=headers, timeout=10) as http:
+        again = _sse_or_json(await http.post(mcp_url, json=listing))
+    assert again["id"] == 7 and again["result"]["tools"]
+
+
+def _sse_or_json(answer: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a 2025-11-25 answer, sent as JSON or as one SSE event."""
+    assert answer.status_code == 200, answer.text
+    if answer.headers["content-type"].startswith("application/json"):
+        return dict(answer.json())
+    [data] = [line.removeprefix("data:").strip() for line in answer.text.splitlines() if line.startswith("data:")]
+    return dict(json.loads(data))
 
 
 # Sessions

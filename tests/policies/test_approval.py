@@ -196,6 +196,33 @@ def test_the_requester_under_any_spelling_of_its_subject_may_not_decide(spelling
     assert (decision.allowed, decision.code) == (False, Code.PERMISSION_DENIED)
 
 
+@pytest.mark.parametrize(
+    "look_alike",
+    [
+        "\u0430lice@acme.example",  # a Cyrillic a
+        "alic\u0435@acme.example",  # a Cyrillic e
+        "\u0251lice@acme.example",  # a Latin alpha
+        "a1ice@acme.example",  # the digit one
+        "alice@acrne.example",  # r n for m
+        "\u0430lice@\u0430cme.ex\u0430mple",
+    ],
+    ids=["cyrillic-a", "cyrillic-e", "latin-alpha", "digit-one", "rn-for-m", "cyrillic-throughout"],
+)
+def test_a_look_alike_of_the_requester_may_not_decide(look_alike: str) -> None:
+    """One person, one identity: a subject a reader cannot tell from the requester's (UTS #39 confusable
+    skeleton) is the requester, on the card and in its delegation chain alike."""
+    assert may_decide(CARD, _admin(subject=look_alike)).code is Code.PERMISSION_DENIED
+    delegated = dataclasses.replace(CARD, requester_subject="bob@acme.example", actors=("alice@acme.example",))
+    assert may_decide(delegated, _admin(subject=look_alike)).code is Code.PERMISSION_DENIED
+
+
+def test_a_look_alike_of_a_policy_approver_decides_nothing() -> None:
+    """A person's subject spelled like a policy rule's name (``p\u043elicy:``, a Cyrillic o) is refused
+    like the name itself: approvers named ``policy:`` are the rules' alone."""
+    decision = may_decide(CARD, _admin(subject="p\u043elicy:small-refunds"))
+    assert (decision.allowed, decision.code) == (False, Code.PERMISSION_DENIED)
+
+
 DELEGATED = dataclasses.replace(
     CARD, acting_client="agent-7@acme.example", actors=("agent-7@acme.example", "planner@acme.example")
 )

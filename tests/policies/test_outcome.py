@@ -8,6 +8,7 @@ FAILED (ARCHITECTURE.md, invariant 5).
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from gateway import errors
 from gateway.errors import (
+    ToolDeclarationError,
     UpstreamError,
     UpstreamNotFoundError,
     UpstreamProtocolError,
@@ -244,6 +246,7 @@ def _step(
     last_ms: int = DISPATCHED,
     execute_by_ms: int = EXECUTE_BY,
     horizon_ms: int = DAY,
+    sends: int = 1,
 ) -> ReconcileStep:
     """`reconcile_step` for a write first sent at `first_ms` and last at `last_ms` (both DISPATCHED unless
     said), whose execute_by is far off unless said."""
@@ -255,6 +258,7 @@ def _step(
         dispatched_ms=last_ms,
         execute_by_ms=execute_by_ms,
         horizon_ms=horizon_ms,
+        sends=sends,
     )
 
 
@@ -490,3 +494,36 @@ def test_an_uncertain_write_is_handed_over_exactly_at_the_horizon(
         assert now_ms <= step.at_ms <= DISPATCHED + horizon_ms
     else:
         assert step.next in (Next.RESEND, Next.NEEDS_RECONCILIATION)
+
+
+@pytest.mark.parametrize(
+    ("sends", "expected"),
+    [(1, Next.RESEND), (3, Next.RESEND), (4, Next.NEEDS_RECONCILIATION), (5, Next.NEEDS_RECONCILIATION)],
+    ids=["first-send", "two-resends", "three-resends", "many"],
+)
+def test_resends_stop_at_the_contracts_cap(sends: int, expected: Next) -> None:
+    """A write no lookup finds is resent at most `max_resends` times (3 by default); after that a person
+    reconciles it, however long the backend would still remember the key."""
+    settled = DISPATCHED + 2_000 * 2 ** (sends - 1)
+    step = _step(NO_RECORD, KEYED, now_ms=min(settled, REMEMBERED - 1), sends=sends)
+    assert KEYED.max_resends == 3
+    assert step.next is expected
+
+
+@pytest.mark.parametrize(
+    ("sends", "waited_ms", "expected"),
+    [(1, 2_000, Next.RESEND), (2, 2_000, Next.RESCHEDULE), (2, 4_000, Next.RESEND), (3, 7_999, Next.RESCHEDULE)],
+    ids=["first-wait", "second-not-yet", "second-wait", "third-not-yet"],
+)
+def test_each_resend_waits_twice_as_long_as_the_one_before(sends: int, waited_ms: int, expected: Next) -> None:
+    """Exponential backoff: after the n-th send a lookup that finds nothing resends only once
+    ``settle * 2**(n-1)`` has passed since that send, so resends thin out instead of following every lookup."""
+    step = _step(NO_RECORD, KEYED, now_ms=DISPATCHED + waited_ms, sends=sends)
+    assert step.next is expected
+
+
+def test_a_negative_resend_cap_is_refused_at_declaration() -> None:
+    """`max_resends` below zero is a declaration error, not a contract that resends forever."""
+    with pytest.raises(ToolDeclarationError) as raised:
+        replace(KEYED, max_resends=-1)
+    assert raised.value.code == "invalid_contract"

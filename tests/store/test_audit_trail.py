@@ -161,6 +161,68 @@ async def test_removing_the_newest_entries_is_caught_by_the_chain_head(quiet_red
     assert status == 1 and "chain head is at 5" in err
 
 
+async def _truncate_to(client: Redis, keep: int, head: tuple[str, str, str, str]) -> None:
+    """What someone with write access to Redis does to hide the newest entries: remove everything after entry
+    `keep` and set the chain head to what it was then (`head`: mac, seq, id, seal, as they saw it then)."""
+    for entry_id, _fields in await client.xrange(AUDIT_STREAM):
+        if int(entry_id.decode().split("-")[1]) > keep:
+            await client.xdel(AUDIT_STREAM, entry_id)
+    mac, seq, entry_id, seal = head
+    await client.hset(audit_keys(AUDIT_STREAM)["head"], mapping={"mac": mac, "seq": seq, "id": entry_id, "seal": seal})
+
+
+async def _head_fields(client: Redis) -> tuple[str, str, str, str]:
+    mac, seq, entry_id, seal = await client.hmget(audit_keys(AUDIT_STREAM)["head"], ["mac", "seq", "id", "seal"])
+    return mac.decode(), seq.decode(), entry_id.decode(), seal.decode()
+
+
+async def test_removing_the_tail_and_moving_the_head_back_unsealed_fails_verify(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """The head set to the last entry kept, from what the stream shows, carries no valid seal: verify fails."""
+    async with flushed_client(quiet_redis_url) as client:
+        await _record(RedisStreamAuditSink(client, secret=SECRET), 8)
+        kept_id, kept = (await client.xrange(AUDIT_STREAM, count=5))[-1]
+        kept_fields = {k.decode(): v.decode() for k, v in kept.items()}
+        _mac, _seq, _id, seal = await _head_fields(client)
+        await _truncate_to(client, 5, (kept_fields["m"], "5", kept_id.decode(), seal))
+        status, _, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
+    assert status == 1 and "seal does not match" in err, err
+
+
+async def test_removing_the_tail_under_a_replayed_head_fails_verify_against_the_checkpoints(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """Someone who saw the sealed head at entry 5 later removes entries 6-12 and puts that head back: the chain
+    and its head hold, but the archiver's checkpoint (written on its pass, in the archive directory) and the one
+    `audit export --checkpoint` wrote both saw entry 12, and `audit verify` fails naming them."""
+    async with flushed_client(quiet_redis_url) as client:
+        sink = RedisStreamAuditSink(client, secret=SECRET)
+        await _record(sink, 5)
+        seen_at_5 = await _head_fields(client)
+        await _record(sink, 7, start=5)
+        exported = tmp_path / "export-checkpoint.json"
+        status, out, err = await anyio.to_thread.run_sync(
+            lambda: _cli(quiet_redis_url, tmp_path, "export", "--checkpoint", str(exported))
+        )
+        assert status == 0 and len(out.splitlines()) == 12 and json.loads(exported.read_text())["seq"] == 12, err
+        archive = AuditArchive(tmp_path / "audit")
+        await AuditArchiver(client, archive, keep_entries=100, keep_minutes=0).archive_once()
+        assert archive.checkpoint() is not None and archive.checkpoint().seq == 12  # type: ignore[union-attr]
+        status, _, err = await anyio.to_thread.run_sync(
+            lambda: _cli(quiet_redis_url, tmp_path, "verify", "--checkpoint", str(exported))
+        )
+        assert status == 0, err
+        await _truncate_to(client, 5, seen_at_5)
+        status, _, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
+        assert status == 1 and "checkpoint chain-checkpoint.json saw it reach 12" in err, err
+        (tmp_path / "audit" / "chain-checkpoint.json").unlink()
+        status, _, err = await anyio.to_thread.run_sync(
+            lambda: _cli(quiet_redis_url, tmp_path, "verify", "--checkpoint", str(exported))
+        )
+        assert status == 1 and f"checkpoint {exported} saw it reach 12" in err, err
+
+
 async def test_two_concurrent_archivers_archive_each_entry_once(quiet_redis_url: str, tmp_path: Path) -> None:
     """Two archivers (two processes' worth: own clients) racing over one stream and directory never duplicate."""
     async with flushed_client(quiet_redis_url) as client:

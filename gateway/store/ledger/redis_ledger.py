@@ -233,9 +233,17 @@ class RedisLedger:
         return card if card is not None and card.state is CardState.SUCCEEDED else None
 
     async def approve(
-        self, card_id: str, *, approver: str, version: int, args_hash: str, comment: str, requeue_ms: int = 10_000
+        self,
+        card_id: str,
+        *,
+        approver: str,
+        version: int,
+        args_hash: str,
+        comment: str,
+        requeue_ms: int = 10_000,
+        identity: str = "",
     ) -> Transition:
-        return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms)
+        return await self._run("approve", card_id, approver, version, args_hash, comment, requeue_ms, 0, identity)
 
     async def approve_by_policy(
         self,
@@ -275,8 +283,8 @@ class RedisLedger:
     async def claim(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
         return await self._run("claim", card_id, worker, lease_ms)
 
-    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int) -> Transition:
-        return await self._run("claim_resend", card_id, worker, lease_ms)
+    async def claim_resend(self, card_id: str, *, worker: str, lease_ms: int, max_resends: int) -> Transition:
+        return await self._run("claim_resend", card_id, worker, lease_ms, max_resends)
 
     async def dispatch(self, card_id: str, *, fence: int) -> Transition:
         """Record DISPATCHED, confirmed durable like every transition (`_eval`) before the caller sends.

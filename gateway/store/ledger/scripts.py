@@ -389,8 +389,10 @@ transition(c, now, 'created', c.requester_subject, 'PENDING', created_data(c))
 save(c)
 return reply('OK', c)
 """,
-    # ARGV: tid, approver, version, args_hash, comment, requeue_ms; an approver ``policy:<rule>`` also
-    # gives its daily budget (ARGV 7) and KEYS 9, the requester's count of policy approvals that day.
+    # ARGV: tid, approver, version, args_hash, comment, requeue_ms, budget, identity; an approver
+    # ``policy:<rule>`` gives its daily budget (ARGV 7) and KEYS 9, the requester's count of policy approvals
+    # that day. ARGV 8 is the approver's identity (`gateway.principal.identity_of`, empty: the approver as
+    # written): one person is one approver of a quorum however their subject is spelled.
     "approve": """
 local again = replayed(); if again then return again end
 local approver, version, args_hash, comment = ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
@@ -404,6 +406,11 @@ if expire_if_due(c, now) then return reply('ERR_EXPIRED', c) end
 if approver == c.requester_subject then return reply('ERR_SELF_APPROVAL', c) end
 if version ~= num(c.version) or args_hash ~= c.args_hash then return reply('ERR_STALE', c) end
 local approvers = cjson.decode(c.approvers)
+local identity = (ARGV[8] and ARGV[8] ~= '') and ARGV[8] or approver
+local identities = c.approver_ids and cjson.decode(c.approver_ids) or {}
+for _, who in ipairs(identities) do
+  if who == identity then return reply('ERR_DUPLICATE_APPROVER', c) end
+end
 for _, who in ipairs(approvers) do
   if who == approver then return reply('ERR_DUPLICATE_APPROVER', c) end
   -- A policy is one approver of a quorum at most, whichever rule: the rest are people.
@@ -424,6 +431,8 @@ if by_policy then
 end
 approvers[#approvers + 1] = approver
 c.approvers = cjson.encode(approvers)
+identities[#identities + 1] = identity
+c.approver_ids = cjson.encode(identities)
 -- Below quorum: recorded, and the card stays PENDING.
 if #approvers < num(c.approvals_required) then
   transition(c, now, 'approval_recorded', approver, 'PENDING', {comment = comment, approvals = #approvers})
@@ -513,6 +522,15 @@ if c.state ~= 'UNKNOWN' then return reply('ERR_STATE', c) end
 local now = now_ms()
 -- Past execute_by no resend starts: the card goes to a person instead.
 if now >= num(c.execute_by_ms) then hand_over_late(c, now); return reply('ERR_EXPIRED', c) end
+-- Past the write contract's cap on resends (ARGV 4) neither: whatever a worker decided, the ledger holds it.
+if ARGV[4] and num(c.attempts) - 1 >= tonumber(ARGV[4]) then
+  local reason = 'resent ' .. (num(c.attempts) - 1) .. ' times, the cap of its write contract; a person must reconcile'
+  c.evidence = cjson.encode({reason = reason})
+  transition(c, now, 'handed_over', 'ledger', 'NEEDS_RECONCILIATION', {cap = tonumber(ARGV[4]), reason = reason})
+  redis.call('ZREM', timers_key, c.card_id)
+  save(c)
+  return reply('ERR_QUOTA_EXCEEDED', c)
+end
 -- A resend for good: the key may already have reached the backend, so from here the card never goes
 -- back to APPROVED or EXPIRED (release and recover return it to UNKNOWN), and a refusal proves nothing.
 c.resend = '1'

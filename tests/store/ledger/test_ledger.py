@@ -449,3 +449,24 @@ async def test_a_card_stored_with_every_applied_id_still_recognises_them_and_is_
     assert again.status == "ALREADY_APPLIED" and again.extra["original"] == "approved"
     assert (await ledger.sweep_open(card_id, requeue_ms=10_000)).status == "OK"
     assert len(decode_card(await redis.get(_card_key(card_id)), card_id)["applied"]) == 1
+
+
+async def test_the_ledger_hands_a_card_resent_as_often_as_its_contract_allows_to_a_person(redis: Redis) -> None:
+    """The resend cap is held by the claim script itself, whatever a worker decided: an UNKNOWN card sent twice
+    (one resend) is claimed again under a cap of two, and handed over (NEEDS_RECONCILIATION) under a cap of one."""
+    ledger = RedisLedger(redis)
+    card_id = await _approved(ledger)
+    for resend in (False, True):
+        claim = await (ledger.claim_resend(card_id, worker="w1", lease_ms=5000, max_resends=2) if resend
+                       else ledger.claim(card_id, worker="w1", lease_ms=5000))  # fmt: skip
+        assert claim.card is not None and claim.status == "OK"
+        assert (await ledger.dispatch(card_id, fence=claim.card.fence)).ok
+        unknown = await ledger.complete(card_id, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
+                                        evidence={}, settle_ms=0)  # fmt: skip
+        assert unknown.ok
+    capped = await ledger.claim_resend(card_id, worker="w1", lease_ms=5000, max_resends=1)
+    assert capped.status == "ERR_QUOTA_EXCEEDED" and capped.card is not None
+    assert capped.card.state is CardState.NEEDS_RECONCILIATION and capped.card.attempts == 2
+    assert "cap" in capped.card.evidence["reason"]
+    events = await ledger.events(card_id)
+    assert events[-1].type == "handed_over" and verify_chain(events)

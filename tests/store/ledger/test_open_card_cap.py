@@ -183,7 +183,7 @@ async def _step(ledger: RedisLedger, ids: list[str], made: list[int], action: st
     elif action in ("claim", "claim_short"):
         await ledger.claim(cid, worker="w1", lease_ms=1 if action == "claim_short" else 60_000)
     elif action == "claim_resend":
-        await ledger.claim_resend(cid, worker="w1", lease_ms=60_000)
+        await ledger.claim_resend(cid, worker="w1", lease_ms=60_000, max_resends=3)
     elif action == "dispatch":
         await ledger.dispatch(cid, fence=fence)
     elif action in ("succeed", "fail", "unknown"):
