@@ -73,6 +73,7 @@ from gateway.runtime.worker import Worker
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.keys import KeyStore
+from gateway.untrusted import FENCE_CLOSE, FENCE_OPEN
 from tests.support.agents import agent, everything_the_model_sees, payload
 from tests.support.redis_server import free_port, start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings, in_process_gateway, serve_backends
@@ -98,6 +99,9 @@ ONLY = (
 """``PROMISES_ONLY=1,3`` judges sequences by those promises alone: to hunt for one hole while another is open."""
 STEPS = int(os.environ.get("PROMISES_STEPS", "40"))
 """At most this many steps per sequence."""
+
+MAX_SWEEPS = 8
+"""The most worker rounds one step of time runs (a second's worth of sweeps and more: enough for any storm)."""
 
 ORG = "acme"
 REQUESTER = "alice@acme.example"
@@ -271,8 +275,9 @@ class Promises(RuleBasedStateMachine):
         self.agent_key_id = ""
         self.tainted_at: float | None = None
         """Clock time from which the requester is tainted (see the module docstring)."""
-        self.revoked_mark: int | None = None
-        """The orders backend's request count when the requester was revoked."""
+        self.revoked: dict[str, int] = {}
+        """The orders backend's request count when the requester's agent key (``key``) or the requester as a
+        person (``person``) was revoked."""
         self.durable = True
         self.lost_durability_mark: int | None = None
         self.violations: list[str] = []
@@ -351,7 +356,7 @@ class Promises(RuleBasedStateMachine):
             pass  # a session the gateway stopped answering ends as it can
 
     def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        if via == "key" and self.revoked_mark is not None:
+        if via == "key" and self.revoked:
             return []  # a revoked key is refused at the door (tests/auth); trying would spend the address's budget
         client = self._session(via)
         results = []
@@ -364,9 +369,11 @@ class Promises(RuleBasedStateMachine):
         for result in results:
             seen = everything_the_model_sees(result)
             for text in STRANGER_TEXT:
-                if text in seen:
-                    self.violations.append(f"promise 4: a stranger's text reached the model: {text!r}")
-                    self._taint()
+                if text not in seen:
+                    continue
+                self._taint()
+                if not _fenced(seen, text):
+                    self.violations.append(f"promise 4: a stranger's text reached the model unfenced: {text!r}")
         return results
 
     def _taint(self) -> None:
@@ -379,16 +386,16 @@ class Promises(RuleBasedStateMachine):
 
     @rule(
         via=st.sampled_from(["key", "token"]),
-        read=st.sampled_from([PLANTED_ORDER, CLEAN_ORDER, None]),
+        read=st.sampled_from([("orders_get", PLANTED_ORDER), ("orders_customer_note", PLANTED_ORDER), None]),
         times=st.sampled_from([0, 4, 21]),
         amount=st.sampled_from([None, 150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000]),
         order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
     )
-    def agent_works(self, via: str, read: str | None, times: int, amount: int | None, order: str) -> None:
-        """The agent reads an order (ord-1002's customer note was written by a stranger), then something nobody
-        wrote (a refund eligibility) `times` times, then proposes a refund of `amount` on `order`. A receipt
-        with a card id is an acknowledged card."""
-        calls = [("orders_get", {"order_id": read})] if read is not None else []
+    def agent_works(self, via: str, read: tuple[str, str] | None, times: int, amount: int | None, order: str) -> None:
+        """The agent reads an order, or its customer note (ord-1002's was written by a stranger), then something
+        nobody wrote (a refund eligibility) `times` times, then proposes a refund of `amount` on `order`. A
+        receipt with a card id is an acknowledged card."""
+        calls = [(read[0], {"order_id": read[1]})] if read is not None else []
         calls += [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times
         if amount is not None:
             calls.append(("orders_refund_create", {"order_id": order, "amount_cents": amount, "reason": "damaged"}))
@@ -437,30 +444,29 @@ class Promises(RuleBasedStateMachine):
                 self.violations.append(f"promise 5: approval of {card_id} acknowledged after durability was lost")
             self.cards[card_id].approvers.append(person)
 
-    @precondition(lambda self: self.revoked_mark is None)
-    @rule()
-    def operator_revokes_requester(self) -> None:
-        """The requester leaves: every key of theirs is revoked (and the subject, where the gateway can)."""
+    @rule(whom=st.sampled_from(["key", "person"]))
+    def operator_revokes(self, whom: str) -> None:
+        """The operator revokes the requester's agent key, or the requester as a person (every spelling of the
+        subject, every key, every token: `KeyStore.revoke_subject`)."""
 
         async def revoke() -> None:
             keys = KeyStore(self.w.redis)
-            for record in await keys.list():
-                if _person(record.subject) == REQUESTER and not record.revoked:
-                    await keys.revoke(record.key_id)
-            subject_revoke = getattr(keys, "revoke_subject", None)
-            if subject_revoke is not None:
-                await subject_revoke(REQUESTER, org=ORG)
+            if whom == "key":
+                await keys.revoke(self.agent_key_id)
+            else:
+                await keys.revoke_subject(ORG, REQUESTER, by="ops@acme.example")
 
-        self.w.portal.call(revoke)
-        self.admin_keys = [k for k in self.admin_keys if k[1] != REQUESTER]
-        self.revoked_mark = self._orders.received
+        if self.revoked.get(whom) is None:
+            self.w.portal.call(revoke)
+            self.revoked[whom] = self._orders.received
 
     # -- the worker and time ----------------------------------------------------------------------------
 
-    @rule(seconds=st.sampled_from([0.0, 5.0, 60.0, 16 * 60.0, TAINT_SECONDS + 3600.0]), rounds=st.integers(1, 3))
-    def time_passes(self, seconds: float, rounds: int) -> None:
-        """Time passes on the fake clock (the Redis clock does not move), and the worker, unless paused, handles
-        what is in the outbox and sweeps due timers, `rounds` times."""
+    @rule(seconds=st.sampled_from([0.0, 1.0, 5.0, 60.0, 16 * 60.0, TAINT_SECONDS + 3600.0]))
+    def time_passes(self, seconds: float) -> None:
+        """Time passes on the fake clock (the Redis clock does not move), and the worker, unless paused, does
+        what it does meanwhile: handles what is in the outbox and sweeps due timers, once per sweep period
+        (`Worker` sweeps every 0.25 s), at most `MAX_SWEEPS` times."""
         self.w.clock.offset += seconds
         if self.worker_paused:
             return
@@ -468,7 +474,7 @@ class Promises(RuleBasedStateMachine):
 
         async def run() -> None:
             await self.w.worker_side.cards.ensure_outbox_group()
-            for _ in range(rounds):
+            for _ in range(1 + min(int(seconds / 0.25), MAX_SWEEPS - 1)):
                 await worker.consume_once()
                 await worker.sweep_once()
 
@@ -582,8 +588,9 @@ class Promises(RuleBasedStateMachine):
             self.violations.append(
                 f"promise 1: card {seen.card_id} ran with {sorted(people)} and policy={by_policy}, needing {needed}"
             )
-        if self.revoked_mark is not None and at >= self.revoked_mark:
-            self.violations.append(f"promise 3: card {seen.card_id} ran after its requester was revoked")
+        for whom, mark in self.revoked.items():
+            if at >= mark and (whom == "person" or seen.via == "key"):
+                self.violations.append(f"promise 3: card {seen.card_id} ran after its requester's {whom} was revoked")
         if self.lost_durability_mark is not None and at >= self.lost_durability_mark:
             self.violations.append(f"promise 5: card {seen.card_id} was sent after durability was lost")
 
@@ -615,6 +622,16 @@ class Promises(RuleBasedStateMachine):
             truncated = AuditTrail(RedisStreamAuditSink(copy, secret=secret), AuditArchive(self.w.archive_dir))
             if (await truncated.verify(secret)).broken is None:
                 self.violations.append("promise 7: audit verify passes with the last entry removed")
+
+
+def _fenced(seen: str, text: str) -> bool:
+    """Whether every occurrence of `text` in `seen` lies inside an untrusted fence (`gateway.untrusted.fence`)."""
+    at = seen.find(text)
+    while at >= 0:
+        if seen.rfind(FENCE_OPEN, 0, at) <= seen.rfind(FENCE_CLOSE, 0, at):
+            return False
+        at = seen.find(text, at + 1)
+    return True
 
 
 def _person(subject: str) -> str:
@@ -673,26 +690,28 @@ def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> None
         machine.teardown()
 
 
+NOTE = ("orders_customer_note", PLANTED_ORDER)
+"""Reading the stranger's note itself: shown to the model fenced as untrusted."""
 SAME = REQUESTER.upper()
 """A spelling of the requester every gateway folds to the requester (case): no look-alike in the sequence."""
-NOW = {"seconds": 0.0, "rounds": 1}
+NOW = {"seconds": 0.0}
 """The worker runs once, no time passing."""
 
 
-def _propose(amount: int, *, via: str = "key", read: str | None = None, times: int = 0) -> Step:
+def _propose(amount: int, *, via: str = "key", read: tuple[str, str] | None = None, times: int = 0) -> Step:
     return ("agent_works", {"via": via, "read": read, "times": times, "amount": amount, "order": CLEAN_ORDER})
 
 
 def test_taint_is_not_shed_by_later_reads(world: World) -> None:
     """Found: a card proposed after reading the stranger's note is tainted; 21 reads later (the history keeps
     20) the next refund is untainted, approved by policy, and runs with no person involved."""
-    steps = [_propose(POLICY_MAX_CENTS, via="token", read=PLANTED_ORDER), _propose(150, via="token", times=21)]
+    steps = [_propose(POLICY_MAX_CENTS, via="token", read=NOTE), _propose(150, via="token", times=21)]
     replay(world, 1, SAME, [*steps, ("time_passes", NOW)])
 
 
 def test_taint_is_not_shed_by_waiting_a_quarter_of_an_hour(world: World) -> None:
     """Found the same way: 16 minutes after the tainted card (the history's window is 15), a policy refund runs."""
-    steps = [_propose(9_000, read=PLANTED_ORDER), ("time_passes", {"seconds": 16 * 60.0, "rounds": 1})]
+    steps = [_propose(9_000, read=NOTE), ("time_passes", {"seconds": 16 * 60.0})]
     replay(world, 1, SAME, [*steps, _propose(150), ("time_passes", NOW)])
 
 
@@ -706,14 +725,14 @@ def test_a_look_alike_of_the_requester_does_not_approve_their_card(world: World)
 def test_a_card_proposed_with_a_token_does_not_run_after_its_requester_is_revoked(world: World) -> None:
     """Found: a refund proposed with an OAuth token and approved (here by policy) still runs after the
     requester's keys were all revoked."""
-    replay(world, 3, SAME, [_propose(150, via="token"), ("operator_revokes_requester", {}), ("time_passes", NOW)])
+    replay(world, 3, SAME, [_propose(150, via="token"), ("operator_revokes", {"whom": "person"}), ("time_passes", NOW)])
 
 
 def test_an_unsettled_write_is_not_resent_past_the_cap(world: World) -> None:
     """Found: a refund the backend answers 503 (nothing applied) and whose lookup finds nothing is resent with its
     key at every sweep after the settle period, until execute_by."""
     unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
-    later = ("time_passes", {"seconds": 5.0, "rounds": 1})
+    later = ("time_passes", {"seconds": 5.0})
     replay(world, 6, SAME, [_propose(150), unknown, ("time_passes", NOW), *[later] * (RESEND_CAP + 2)])
 
 
