@@ -13,7 +13,7 @@ The promises, checked after every step (README "What Countersign promises" state
    (one person = one identity, however spelled), or by a policy rule on a card that was never tainted.
 2. Each approved card causes at most one applied write, and no approved card is lost.
 3. A write never runs for a principal revoked before it ran.
-4. No stranger's text reaches a model-visible result.
+4. No stranger's text reaches a model-visible result, except fenced as untrusted (and then its reader is tainted).
 5. Nothing is acknowledged or sent after durability is lost.
 6. Resends per card never exceed the contract's cap (`RESEND_CAP`).
 7. ``audit verify`` passes, and removing any entry, including the last ones, makes it fail.
@@ -150,10 +150,17 @@ def look_alikes(subject: str) -> st.SearchStrategy[str]:
 
 
 class Clock:
-    """The fake clock: real time plus an offset the machine moves forward (`wait`)."""
+    """The fake clocks: the provenance clock, real time plus an `offset` that only grows (`time_passes`), and the
+    worker's "now", the Redis server's time plus `sweep_ahead` while a step of time passes.
+
+    The worker's clock cannot keep the offset: cards carry the Redis server's time (created, decide_by,
+    execute_by), which no test can move, so a card made after a day had passed would look a day old. Instead each
+    step of time is lived through by the cards that exist then: the worker sweeps as if that much time had
+    passed since each card's last timer, then its clock is the server's again."""
 
     def __init__(self) -> None:
         self.offset = 0.0
+        self.sweep_ahead = 0.0
 
     def wall(self) -> float:
         return time.time() + self.offset
@@ -234,7 +241,7 @@ def _world(tmp: Path) -> Iterator[World]:
         real_time = worker_side.ledger.server_time_ms
 
         async def server_time_ms() -> int:
-            return await real_time() + int(clock.offset * 1000)
+            return await real_time() + int(clock.sweep_ahead * 1000)
 
         # The worker's "now" (due timers, settle periods) is read here; the ledger's Lua guards keep Redis time.
         worker_side.ledger.server_time_ms = server_time_ms  # type: ignore[method-assign]
@@ -302,7 +309,7 @@ class Promises(RuleBasedStateMachine):
         tokens; two approvers with admin keys; and an admin key the operator made for the requester's second
         account under `spelling` (one person however spelled), unless the gateway refuses that subject."""
         w = self.w
-        w.clock.offset = 0.0
+        w.clock.offset = w.clock.sweep_ahead = 0.0
         for backend in w.backends.values():
             backend.clear_faults()
         shutil.rmtree(w.archive_dir, ignore_errors=True)
@@ -390,9 +397,9 @@ class Promises(RuleBasedStateMachine):
 
     @rule(
         via=st.sampled_from(["key", "token"]),
-        read=st.sampled_from([("orders_get", PLANTED_ORDER), ("orders_customer_note", PLANTED_ORDER), None]),
+        read=st.sampled_from([None, ("orders_customer_note", PLANTED_ORDER), ("orders_get", PLANTED_ORDER)]),
         times=st.sampled_from([0, 4, 21]),
-        amount=st.sampled_from([None, 150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000]),
+        amount=st.sampled_from([150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000, None]),
         order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
     )
     def agent_works(self, via: str, read: tuple[str, str] | None, times: int, amount: int | None, order: str) -> None:
@@ -476,9 +483,13 @@ class Promises(RuleBasedStateMachine):
 
         async def run() -> None:
             await self.w.worker_side.cards.ensure_outbox_group()
-            for _ in range(1 + min(int(seconds / 0.25), MAX_SWEEPS - 1)):
-                await worker.consume_once()
-                await worker.sweep_once()
+            self.w.clock.sweep_ahead = seconds
+            try:
+                for _ in range(1 + min(int(seconds / 0.25), MAX_SWEEPS - 1)):
+                    await worker.consume_once()
+                    await worker.sweep_once()
+            finally:
+                self.w.clock.sweep_ahead = 0.0
 
         self.w.portal.call(run)
 
@@ -489,14 +500,15 @@ class Promises(RuleBasedStateMachine):
 
     # -- faults -----------------------------------------------------------------------------------------
 
+    # Hypothesis leans towards the first value of each list, and shrinks towards it: attacks first.
     @rule(
         fault=st.sampled_from(
             [
-                None,  # the backend answers as it should
                 {"status": 503, "paths": REFUNDS},  # refunds answer 503: nothing applied, outcome unknown
                 {"status": 409, "paths": REFUNDS},  # a definitive refusal
                 {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
                 {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
+                None,  # the backend answers as it should
             ]
         )
     )
