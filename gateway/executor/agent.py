@@ -77,7 +77,7 @@ from gateway.executor.invoke import Invoker, args_hash
 from gateway.executor.policy_approvals import PolicyApprovals
 from gateway.executor.read_memory import ReadMemory, audit_fields
 from gateway.limits.budgets import Limits
-from gateway.limits.rate_limiter import RateLimiter, RateVerdict
+from gateway.limits.rate_limiter import Charge, RateLimiter, RateVerdict
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.provenance import Provenance, history_owner
@@ -279,6 +279,33 @@ class AgentPath:
             return None
         envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
         return HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
+
+    async def listing_refusal(self, principal: Principal) -> HeldRefusal | None:
+        """Spend one listing of `principal`'s tools (``tools/list``) from its budget: every door that does work for a
+        caller is under a limit. Listings have a bucket of their own at the read budget's rate, so a client that
+        lists before it calls does not halve its reads. The refusal (audited as ``tools.list``) when the budget is
+        spent or cannot be read; None to go on."""
+        charge = Charge(bucket="listings", budget=self._limits.budget("reads", principal.org))
+        try:
+            verdict = await self._limiter.spend(budget_owner(principal), (charge,))
+        except StoreUnavailableError as error:
+            refusal = HeldRefusal(
+                decision=Decision.deny(Code.LEDGER_UNAVAILABLE, f"rate limiter error: {error.cause}"),
+                envelope=Envelope.refused(Code.LEDGER_UNAVAILABLE),
+                retry_after=1.0,
+            )
+        else:
+            if verdict.allowed:
+                return None
+            envelope = Envelope.refused(Code.RATE_LIMITED, details=_retry(verdict))
+            refusal = HeldRefusal(decision=_spent(verdict), envelope=envelope, retry_after=verdict.retry_after)
+        code = refusal.decision.code.value if refusal.decision.code is not None else ""
+        await self._audit.record(
+            AuditEvent.refusal(
+                principal, "tools.list", code, refusal.decision.reason, with_acting_client(principal, {})
+            )
+        )
+        return refusal
 
     async def _propose(
         self,

@@ -5,8 +5,9 @@ hands the principal, the name and the raw arguments to the executor's `AgentPath
 model projection. Both protocol eras the SDK speaks are served by one session manager: the
 2025-11-25 initialize handshake (stateful sessions, bound to the key that opened them, at most
 `sessions_per_key` of them per key, closed after `session_idle_seconds` unused:
-`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. The layers in front of the SDK,
-the budget front among them (a ``tools/call`` the caller's spent budget certainly refuses is answered
+`gateway.mcp.sessions`) and the per-request 2026-07-28 envelope. A listing spends from the caller's
+listing budget (`AgentPath.listing_refusal`), as tools/call and tasks/* spend from theirs. The layers in
+front of the SDK, the budget front among them (a ``tools/call`` the caller's spent budget certainly refuses is answered
 without the SDK, so a flood costs little more than its HTTP), are assembled in `gateway.mcp.stack`
 from what this surface exposes: `session_manager`, `server`, `held_refusal`, `listed_schema` and
 `flood_audit`.
@@ -40,6 +41,8 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
@@ -192,6 +195,17 @@ class McpSurface:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         principal = request_principal(ctx)
+        refused = await self._executor.listing_refusal(principal)
+        if refused is not None:
+            # A listing is under a budget like any other door that works for the caller; past it, the JSON-RPC
+            # error a spent budget gives a task request, with the wait.
+            error = refused.envelope.for_model()["error"]
+            data = {
+                "code": error["code"],
+                "retryable": error.get("retryable", False),
+                "retry_after": refused.retry_after,
+            }
+            raise MCPError(INTERNAL_ERROR, error["message"], data=data)
         if ctx.session is not None and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             # Only handshake-era sessions have a standing channel; 2026-era requests stand alone.
             connection = getattr(ctx.session, "_connection", ctx.session)

@@ -80,3 +80,25 @@ async def test_task_polls_spend_the_read_budget_shared_with_read_tools_and_are_a
     ]
     assert [(e.outcome, e.code) for e in polls] == [("ok", ""), ("deny", "RATE_LIMITED")]
     assert polls[0].extra["status"] == "working"
+
+
+async def test_listing_tools_is_under_a_budget_of_the_callers(small_budget_url: tuple[str, str], store: Redis) -> None:
+    """tools/list does work for its caller too: past its budget (the read budget's rate, a bucket of its own) it is
+    a JSON-RPC error with RATE_LIMITED and the wait, audited as tools.list; another person's listing is not affected."""
+    mcp_url, _ = small_budget_url
+    token = await make_key(store, roles=("staff",), subject="lister@acme.example")
+    refused = None
+    async with agent(mcp_url, token, LEGACY) as client:  # a session: the 2026 client caches a listing
+        for _listing in range(3 * BURST):
+            try:
+                await client.list_tools()
+            except MCPError as error:
+                refused = error
+                break
+    assert refused is not None and refused.error.data["code"] == "RATE_LIMITED"
+    assert refused.error.data["retry_after"] > 0
+    [event] = [e for e in await RedisStreamAuditSink(store).recent(100) if e.action == "tools.list"]
+    assert (event.outcome, event.code, event.subject) == ("deny", "RATE_LIMITED", "lister@acme.example")
+    other = await make_key(store, roles=("staff",), subject="someone-else@acme.example")
+    async with agent(mcp_url, other) as client:
+        assert (await client.list_tools()).tools

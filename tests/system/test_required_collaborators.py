@@ -42,7 +42,7 @@ SERVICES: dict[str, tuple[Callable[..., object], Callable[[], dict[str, Any]]]] 
         PolicyApprovals,
         lambda: {"ledger": _GIVEN, "audit": _GIVEN, "settings": ApprovalSettings(), "announce": _GIVEN},
     ),
-    "TaskPath": (TaskPath, lambda: {"ledger": _GIVEN, "audit": _GIVEN}),
+    "TaskPath": (TaskPath, lambda: {"ledger": _GIVEN, "audit": _GIVEN, "limiter": _GIVEN, "limits": _GIVEN}),
     "AgentPath": (
         AgentPath,
         lambda: {**_both_paths(), **dict.fromkeys(("limiter", "limits", "policies", "memory"), _GIVEN)},
@@ -51,7 +51,7 @@ SERVICES: dict[str, tuple[Callable[..., object], Callable[[], dict[str, Any]]]] 
         WritePath,
         lambda: {
             **_both_paths(),
-            **dict.fromkeys(("live_principal", "receipts"), _GIVEN),
+            **dict.fromkeys(("live_principal", "subject_revoked", "receipts"), _GIVEN),
             "lease_ms": 30_000,
             "reconcile_horizon_ms": 3_600_000,
         },
@@ -74,6 +74,8 @@ REQUIRED = [
     ("PolicyApprovals", "announce"),
     ("TaskPath", "audit"),
     ("TaskPath", "ledger"),
+    ("TaskPath", "limiter"),
+    ("TaskPath", "limits"),
     ("AgentPath", "audit"),
     ("AgentPath", "ledger"),
     ("AgentPath", "guard"),
@@ -85,6 +87,7 @@ REQUIRED = [
     ("WritePath", "ledger"),
     ("WritePath", "guard"),
     ("WritePath", "live_principal"),
+    ("WritePath", "subject_revoked"),
     ("WritePath", "receipts"),
     ("WritePath", "policy"),
 ]
