@@ -285,9 +285,10 @@ class Promises(RuleBasedStateMachine):
         self.agent_key_id = ""
         self.tainted_at: float | None = None
         """Clock time from which the requester is tainted (see the module docstring)."""
-        self.revoked: dict[str, int] = {}
-        """The orders backend's request count when the requester's agent key (``key``) or the requester as a
-        person (``person``) was revoked."""
+        self.revoked_keys: dict[str, int] = {}
+        """The orders backend's request count when each revoked agent key (by id) was revoked."""
+        self.person_revoked: int | None = None
+        """The orders backend's request count when the requester was revoked as a person."""
         self.durable = True
         self.lost_durability_mark: int | None = None
         self.violations: list[str] = []
@@ -367,7 +368,7 @@ class Promises(RuleBasedStateMachine):
             pass  # a session the gateway stopped answering ends as it can
 
     def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-        if via == "key" and self.revoked:
+        if via == "key" and self.person_revoked is not None:
             return []  # a revoked key is refused at the door (tests/auth); trying would spend the address's budget
         client = self._session(via)
         results = []
@@ -455,19 +456,28 @@ class Promises(RuleBasedStateMachine):
 
     @rule(whom=st.sampled_from(["key", "person"]))
     def operator_revokes(self, whom: str) -> None:
-        """The operator revokes the requester's agent key, or the requester as a person (every spelling of the
-        subject, every key, every token: `KeyStore.revoke_subject`)."""
+        """The operator revokes the requester's agent key (and gives them a new one), or the requester as a person
+        (every spelling of the subject, every key, every token: `KeyStore.revoke_subject`)."""
+        if whom == "person" and self.person_revoked is not None:
+            return
 
         async def revoke() -> None:
             keys = KeyStore(self.w.redis)
-            if whom == "key":
-                await keys.revoke(self.agent_key_id)
-            else:
+            if whom == "person":
                 await keys.revoke_subject(ORG, REQUESTER, by="ops@acme.example")
+                return
+            await keys.revoke(self.agent_key_id)
+            self.revoked_keys[self.agent_key_id] = self._orders.received
+            self.agent_key, record = await keys.create(
+                kind=KeyKind.AGENT, subject=REQUESTER, org=ORG, roles=("staff", "support")
+            )
+            self.agent_key_id = record.key_id
 
-        if self.revoked.get(whom) is None:
-            self.w.portal.call(revoke)
-            self.revoked[whom] = self._orders.received
+        self.w.portal.call(revoke)
+        if whom == "person":
+            self.person_revoked = self._orders.received
+        if "key" in self.sessions:
+            self._close("key")
 
     # -- the worker and time ----------------------------------------------------------------------------
 
@@ -519,22 +529,25 @@ class Promises(RuleBasedStateMachine):
         else:
             self.w.backends["orders"].set_faults(**fault)
 
-    @rule(durable=st.booleans())
-    def operator_sets_durability(self, durable: bool) -> None:
-        """Someone sets ``appendfsync no`` on the server, or an operator puts ``everysec`` back."""
+    @rule(via=st.sampled_from(["key", "token"]))
+    def durability_is_lost_for_a_while(self, via: str) -> None:
+        """Someone sets ``appendfsync no`` on the server; meanwhile the agent proposes, an admin approves the
+        newest open card and the worker runs; then an operator puts ``everysec`` back."""
+        self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
+        self.durable, self.lost_durability_mark = False, self._orders.received
+        try:
+            self.agent_works(via=via, read=None, times=0, amount=150, order=CLEAN_ORDER)
+            self.admin_decides(how="approve", pick=0, admin=0)
+            self.time_passes(seconds=0.0)
+            self.promises_hold()
+        finally:
 
-        async def restore() -> None:
-            await self.w.redis.config_set("appendfsync", "everysec")
-            await _until_durable(self.w.redis)
+            async def restore() -> None:
+                await self.w.redis.config_set("appendfsync", "everysec")
+                await _until_durable(self.w.redis)
 
-        if durable:
             self.w.portal.call(restore)
             self.durable, self.lost_durability_mark = True, None
-        else:
-            self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
-            self.durable = False
-            if self.lost_durability_mark is None:
-                self.lost_durability_mark = self._orders.received
 
     def teardown(self) -> None:
         for via in list(self.sessions):
@@ -602,9 +615,11 @@ class Promises(RuleBasedStateMachine):
             self.violations.append(
                 f"promise 1: card {seen.card_id} ran with {sorted(people)} and policy={by_policy}, needing {needed}"
             )
-        for whom, mark in self.revoked.items():
-            if at >= mark and (whom == "person" or seen.via == "key"):
-                self.violations.append(f"promise 3: card {seen.card_id} ran after its requester's {whom} was revoked")
+        if self.person_revoked is not None and at >= self.person_revoked:
+            self.violations.append(f"promise 3: card {seen.card_id} ran after its requester was revoked")
+        key_revoked = self.revoked_keys.get(card.requester_key_id)
+        if key_revoked is not None and at >= key_revoked:
+            self.violations.append(f"promise 3: card {seen.card_id} ran after the key that proposed it was revoked")
         if self.lost_durability_mark is not None and at >= self.lost_durability_mark:
             self.violations.append(f"promise 5: card {seen.card_id} was sent after durability was lost")
 
