@@ -545,9 +545,21 @@ class Promises(RuleBasedStateMachine):
             async def restore() -> None:
                 await self.w.redis.config_set("appendfsync", "everysec")
                 await _until_durable(self.w.redis)
+                await self.w.worker_side.guard.check()
 
             self.w.portal.call(restore)
+            self._until_ready()
             self.durable, self.lost_durability_mark = True, None
+
+    def _until_ready(self) -> None:
+        """Wait (bounded) until the served gateway says its ledger is durable again: ``/readyz`` checks it afresh
+        (a guard otherwise looks again only every half second while it refuses, and every step would be refused)."""
+        with httpx.Client(base_url=self.w.base, timeout=5) as http:
+            for _attempt in range(250):
+                if http.get("/readyz").json().get("checks", {}).get("ledger", {}).get("ok"):
+                    return
+                time.sleep(0.02)
+        raise AssertionError("the gateway did not see the ledger durable again within 5 s")
 
     def teardown(self) -> None:
         for via in list(self.sessions):
