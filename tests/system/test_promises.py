@@ -190,6 +190,10 @@ class Seen:
     """``key`` or ``token``: how the requester proposed it."""
     amount: int
     tainted_when_proposed: bool
+    proposed_at: float
+    """The provenance clock's time when it was proposed."""
+    taint_counted: bool = False
+    """Whether its reported taint was counted (`Promises.tainted_at`)."""
     approvers: list[str] = field(default_factory=list)
     """People (not spellings) whose approval the admin API accepted."""
     card: Card | None = None
@@ -419,7 +423,13 @@ class Promises(RuleBasedStateMachine):
             return
         if not self.durable:
             self.violations.append(f"promise 5: card {card_id} acknowledged after durability was lost")
-        self.cards[card_id] = Seen(card_id=card_id, via=via, amount=amount, tainted_when_proposed=self._tainted())
+        self.cards[card_id] = Seen(
+            card_id=card_id,
+            via=via,
+            amount=amount,
+            tainted_when_proposed=self._tainted(),
+            proposed_at=self.w.clock.wall(),
+        )
 
     # -- admins -----------------------------------------------------------------------------------------
 
@@ -603,9 +613,10 @@ class Promises(RuleBasedStateMachine):
         if len(self._orders.refunds) > applied:
             self.violations.append(f"promise 2: {len(self._orders.refunds)} refunds applied for {applied} cards")
         for seen in self.cards.values():
-            if seen.card is not None and seen.card.provenance is not None and seen.card.provenance.tainted:
-                if self.tainted_at is None or not self._tainted():
-                    self.tainted_at = seen.card.created_ms / 1000 + self.w.clock.offset
+            reported = seen.card is not None and seen.card.provenance is not None and seen.card.provenance.tainted
+            if reported and not seen.taint_counted:  # once: the taint runs from the proposal, not from this look
+                seen.taint_counted = True
+                self.tainted_at = max(self.tainted_at or 0.0, seen.proposed_at)
         self.w.portal.call(self._check_audit)
         broken = [v for v in dict.fromkeys(self.violations) if self.only is None or v.split(":")[0] in self.only]
         assert not broken, "\n".join(broken)
@@ -781,3 +792,12 @@ def test_removing_the_last_audit_entries_is_detected(world: World) -> None:
     """Found: with the last entry deleted and the unkeyed chain head set to the entry before it (all of it
     readable in Redis), ``audit verify`` passes."""
     replay(world, 7, SAME, [_propose(9_000)])
+
+
+def test_taint_ends_after_the_taint_period_and_the_check_knows_it(world: World) -> None:
+    """Found in the ten-fold run on the fixed tree, a fault of the check's own: a day and an hour after the tainted
+    card, a policy refund is fine, and the old card's taint must not be counted again from the moment it is looked
+    at."""
+    unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
+    later = ("time_passes", {"seconds": TAINT_SECONDS + 3600.0})
+    replay(world, 1, SAME, [_propose(150, read=NOTE), unknown, later, _propose(150), ("time_passes", NOW)])
