@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.chain import ChainHead
 from gateway.audit.codec import OUTCOMES
 from gateway.audit.events import AUDIT_STREAM, AuditEvent
 from gateway.cli.main import main
@@ -159,6 +160,29 @@ async def test_removing_the_newest_entries_is_caught_by_the_chain_head(quiet_red
         await client.xdel(AUDIT_STREAM, newest)
         status, _, err = await anyio.to_thread.run_sync(lambda: _cli(quiet_redis_url, tmp_path, "verify"))
     assert status == 1 and "chain head is at 5" in err
+
+
+class _AppendsAsHeadIsRead(RedisStreamAuditSink):
+    """A sink another process appends to just as `audit verify` reads the head, once (the live trail's race)."""
+
+    appended = False
+
+    async def sealed_head(self) -> tuple[ChainHead, str]:
+        if not self.appended:
+            self.appended = True
+            await self.record(AuditEvent(action="tool.call", outcome="allow", subject="late@acme.example"))
+        return await super().sealed_head()
+
+
+async def test_entries_appended_while_the_trail_is_read_are_not_taken_for_truncation(
+    quiet_redis_url: str, tmp_path: Path
+) -> None:
+    """An entry appended after the stream was read but before the head was is read too: the trail verifies, with it."""
+    async with flushed_client(quiet_redis_url) as client:
+        sink = _AppendsAsHeadIsRead(client, secret=SECRET)
+        await _record(sink, 3)
+        verdict = await AuditTrail(sink, AuditArchive(tmp_path)).verify(SECRET)
+    assert verdict.broken is None and verdict.live == 4 and sink.appended
 
 
 async def _truncate_to(client: Redis, keep: int, head: tuple[str, str, str, str]) -> None:

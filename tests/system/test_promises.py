@@ -1,0 +1,803 @@
+"""The promises hold across features: a stateful adversarial test of the whole gateway.
+
+Each feature is tested on its own elsewhere; here generated sequences of what agents, admins, services,
+operators and faults can do run against one real gateway (under uvicorn, reached over MCP with the SDK
+client and over the admin HTTP API), a real Redis-compatible server of this module's own, real backends we
+own with switchable faults, a real OAuth issuer, and a worker this test steps (so it can be paused). Time
+moves on a fake clock where the product reads time in process (the provenance clock, the worker's "now"),
+and on the Redis server's clock where it must (Lua guards).
+
+The promises, checked after every step (README "What Countersign promises" states them in these words):
+
+1. No backend write happens except for a card approved by enough principals none of whom is the requester
+   (one person = one identity, however spelled), or by a policy rule on a card that was never tainted.
+2. Each approved card causes at most one applied write, and no approved card is lost.
+3. A write never runs for a principal revoked before it ran.
+4. No stranger's text reaches a model-visible result, except fenced as untrusted (and then its reader is tainted).
+5. Nothing is acknowledged or sent after durability is lost.
+6. Resends per card never exceed the contract's cap (`RESEND_CAP`).
+7. ``audit verify`` passes, and removing any entry, including the last ones, makes it fail.
+
+"Tainted", as promise 1 uses it: a person is tainted from the moment the gateway itself reports that their
+model may hold third-party text (any card of theirs shows ``provenance.tainted``), or a model-visible result
+of theirs carries a stranger's text, until `TAINT_SECONDS` have passed on the clock; no number of other
+reads shortens it. "Enough" principals: the tool's own number for the amount, and at least the org's
+``tainted_approvals`` for a tainted card.
+
+Budget: ``PROMISES_EXAMPLES`` examples (default `CI_EXAMPLES` under the ``ci`` profile, a fifth otherwise) of
+at most ``PROMISES_STEPS`` steps; ``PROMISES_EXAMPLES=300 pytest -n 0 tests/system/test_promises.py`` runs it
+longer. The sequences it found on the way are kept as explicit regression tests below the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from mcp.shared.exceptions import MCPError
+from redis.asyncio import Redis
+
+from backends.demo_data import HOSTILE_NOTE
+from backends.serve import serve_app_in_thread
+from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.codec import entry_seq, is_compact
+from gateway.cards.card import Card, CardState
+from gateway.config.approvals import ApprovalSettings, Bound, PolicyRule
+from gateway.config.oauth import IssuerSection, OAuthSection
+from gateway.config.settings import DEMO_ORGS, Settings
+from gateway.principal import KeyKind, normalize_subject
+from gateway.runtime.app import Gateway, create_app
+from gateway.runtime.worker import Worker
+from gateway.store.audit_stream import RedisStreamAuditSink
+from gateway.store.audit_trail import AuditTrail
+from gateway.store.keys import KeyStore
+from gateway.untrusted import FENCE_CLOSE, FENCE_OPEN
+from tests.support.agents import agent, everything_the_model_sees, payload
+from tests.support.redis_server import free_port, start_redis_server
+from tests.support.services import TEST_AUDIT_SECRET, Backend, gateway_settings, in_process_gateway, serve_backends
+from tests.support.signing import flush_keeping_signing_key, signing_key_before_start
+from tests.support.token_issuer import TokenIssuer, serve_issuer
+
+RESEND_CAP = 3
+"""Keyed resends of one card, at most (the contract-level default)."""
+TAINT_SECONDS = 24 * 3600.0
+"""How long a person stays tainted, at least (the default taint period)."""
+TAINTED_APPROVALS = 2
+"""Distinct people a tainted card of acme needs (``[orgs.acme] tainted_approvals``)."""
+POLICY_MAX_CENTS = 2_000
+"""``policy:small-refunds`` approves a support agent's refund up to this amount, when nothing else stops it."""
+ESCALATED_ABOVE = 50_000
+"""A refund above this needs two approvers (`adapters.orders`)."""
+
+EXAMPLES = int(os.environ.get("PROMISES_EXAMPLES", "0")) or None
+"""Set ``PROMISES_EXAMPLES`` to run that many sequences (default: the profile's share of `CI_EXAMPLES`)."""
+ONLY = (
+    {f"promise {n.strip()}" for n in os.environ["PROMISES_ONLY"].split(",")} if "PROMISES_ONLY" in os.environ else None
+)
+"""``PROMISES_ONLY=1,3`` judges sequences by those promises alone: to hunt for one hole while another is open."""
+STEPS = int(os.environ.get("PROMISES_STEPS", "40"))
+"""At most this many steps per sequence."""
+
+MAX_SWEEPS = 8
+"""The most worker rounds one step of time runs (a second's worth of sweeps and more: enough for any storm)."""
+
+ORG = "acme"
+REQUESTER = "alice@acme.example"
+"""The person whose agent reads and proposes, with an agent key and OAuth tokens."""
+APPROVERS = ("bob@acme.example", "carol@acme.example")
+"""People with admin keys and the approver role."""
+CLEAN_ORDER, PLANTED_ORDER = "ord-1001", "ord-1002"
+"""ord-1002 carries a stranger's hostile customer note (`HOSTILE_NOTE`); ord-1001 a harmless one."""
+REFUNDS = [f"/orders/{order}/refunds" for order in (CLEAN_ORDER, PLANTED_ORDER)]
+"""Where refunds are sent (and listed): the paths a refund fault applies to."""
+STRANGER_TEXT = (HOSTILE_NOTE,)
+"""Text written by strangers that the machine plants or knows is planted, none of which may reach a model."""
+
+RULES = ApprovalSettings(
+    policy_daily_budget=1_000,
+    policies={
+        "small-refunds": PolicyRule(
+            tool="orders_refund_create",
+            requester_roles=["support"],
+            arguments={"amount_cents": Bound(min=1, max=POLICY_MAX_CENTS)},
+        )
+    },
+)
+
+_CONFUSABLE = {"a": "\u0430", "c": "\u0441", "e": "\u0435", "o": "\u043e", "p": "\u0440", "i": "\u0456"}
+"""Latin letters and the Cyrillic letters that look the same."""
+
+
+def look_alikes(subject: str) -> st.SearchStrategy[str]:
+    """Spellings of `subject` a person reads as the same identity: one letter swapped for a Cyrillic look-alike,
+    fullwidth letters, other case, or a mix of these."""
+    swappable = [i for i, ch in enumerate(subject) if ch in _CONFUSABLE]
+
+    def swap(i: int) -> str:
+        return subject[:i] + _CONFUSABLE[subject[i]] + subject[i + 1 :]
+
+    def fullwidth(s: str) -> str:
+        return "".join(chr(ord(ch) + 0xFEE0) if "!" <= ch <= "~" and ch != "@" else ch for ch in s)
+
+    return st.one_of(
+        st.sampled_from(swappable).map(swap),
+        st.just(fullwidth(subject)),
+        st.just(subject.upper()),
+        st.sampled_from(swappable).map(lambda i: fullwidth(swap(i)).upper()),
+    )
+
+
+class Clock:
+    """The fake clocks: the provenance clock, real time plus an `offset` that only grows (`time_passes`), and the
+    worker's "now", the Redis server's time plus `sweep_ahead` while a step of time passes.
+
+    The worker's clock cannot keep the offset: cards carry the Redis server's time (created, decide_by,
+    execute_by), which no test can move, so a card made after a day had passed would look a day old. Instead each
+    step of time is lived through by the cards that exist then: the worker sweeps as if that much time had
+    passed since each card's last timer, then its clock is the server's again."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+        self.sweep_ahead = 0.0
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
+class World:
+    """What lives for the whole module: servers, the gateway, the worker's own wiring, the portal."""
+
+    base: str
+    redis_url: str
+    backends: dict[str, Backend]
+    issuer: TokenIssuer
+    portal: BlockingPortal
+    worker_side: Gateway
+    clock: Clock
+    archive_dir: Path
+    redis: Redis
+
+
+@dataclass
+class Seen:
+    """What the machine knows about one card it caused."""
+
+    card_id: str
+    via: str
+    """``key`` or ``token``: how the requester proposed it."""
+    amount: int
+    tainted_when_proposed: bool
+    proposed_at: float
+    """The provenance clock's time when it was proposed."""
+    taint_counted: bool = False
+    """Whether its reported taint was counted (`Promises.tainted_at`)."""
+    approvers: list[str] = field(default_factory=list)
+    """People (not spellings) whose approval the admin API accepted."""
+    card: Card | None = None
+
+
+def _find_memory(gateway: Gateway) -> Any:
+    memory = getattr(gateway.executor.agent, "_memory", None)
+    if memory is None or not hasattr(memory, "_wall_clock"):
+        raise AssertionError("the provenance clock seam moved: ReadMemory(wall_clock=...) is where reads are timed")
+    return memory
+
+
+@contextmanager
+def _world(tmp: Path) -> Iterator[World]:
+    clock = Clock()
+    with ExitStack() as stack:
+        redis_url = stack.enter_context(start_redis_server(appendonly=True))
+        backends = stack.enter_context(serve_backends())
+        issuer = stack.enter_context(serve_issuer())
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        orgs = tuple(
+            dataclasses.replace(org, tainted_approvals=TAINTED_APPROVALS) if org.name == ORG else org
+            for org in DEMO_ORGS
+        )
+        oauth = OAuthSection(
+            resource=f"{base}/mcp",
+            admin_resource=f"{base}/admin/api",
+            issuers={"corp": IssuerSection(issuer=issuer.url, surfaces=["mcp"], min_refresh_seconds=0)},
+        )
+        settings_: Settings = dataclasses.replace(
+            gateway_settings(redis_url, backends),
+            approvals=RULES,
+            orgs=orgs,
+            oauth=oauth,
+            run_worker=False,
+            audit_archive_dir=tmp / "audit",
+            # Archived once at start, never during a sequence: each sequence starts a trail of its own (a flushed
+            # database, an empty archive), which a checkpoint of the one before would rightly call truncated.
+            audit_archive_seconds=7 * 24 * 3600.0,
+            card_archive_dir=tmp / "cards",
+        )
+        signing_key_before_start(redis_url)
+        app = create_app(settings_)
+        _find_memory(app.state.gateway)._wall_clock = clock.wall
+        stack.enter_context(serve_app_in_thread(app, port=port, lifespan=True))
+        portal = stack.enter_context(start_blocking_portal())
+        worker_side = stack.enter_context(portal.wrap_async_context_manager(in_process_gateway(settings_)))
+        real_time = worker_side.ledger.server_time_ms
+
+        async def server_time_ms() -> int:
+            return await real_time() + int(clock.sweep_ahead * 1000)
+
+        # The worker's "now" (due timers, settle periods) is read here; the ledger's Lua guards keep Redis time.
+        worker_side.ledger.server_time_ms = server_time_ms  # type: ignore[method-assign]
+        redis = portal.call(lambda: _client(redis_url))
+        yield World(
+            base=base,
+            redis_url=redis_url,
+            backends=backends,
+            issuer=issuer,
+            portal=portal,
+            worker_side=worker_side,
+            clock=clock,
+            archive_dir=tmp / "audit",
+            redis=redis,
+        )
+        portal.call(redis.aclose)
+
+
+async def _client(url: str) -> Redis:
+    return Redis.from_url(url, decode_responses=False)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with _world(tmp_path_factory.mktemp("promises")) as made:
+        yield made
+
+
+class Promises(RuleBasedStateMachine):
+    """Agents, admins, operators and faults against one gateway; the promises after every step."""
+
+    world: World
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = self.world
+        self.cards: dict[str, Seen] = {}
+        self.admin_keys: list[tuple[str, str, str]] = []
+        """(token, person, key id) of every admin key made."""
+        self.agent_key = ""
+        self.agent_key_id = ""
+        self.tainted_at: float | None = None
+        """Clock time from which the requester is tainted (see the module docstring)."""
+        self.revoked_keys: dict[str, int] = {}
+        """The orders backend's request count when each revoked agent key (by id) was revoked."""
+        self.person_revoked: int | None = None
+        """The orders backend's request count when the requester was revoked as a person."""
+        self.durable = True
+        self.lost_durability_mark: int | None = None
+        self.violations: list[str] = []
+        self.only = ONLY
+        """The promises the verdict is by (`ONLY`; None: all)."""
+        self.cursor = 0
+        self.sessions: dict[str, tuple[Any, Any]] = {}
+        """The agent's open MCP sessions, by how it authenticates (``key``, ``token``)."""
+        self.worker_paused = False
+        """The orders backend's request count up to which requests were checked."""
+        self.posts: dict[str, int] = {}
+        """Refund requests the backend received, per idempotency key."""
+
+    # -- setting up -------------------------------------------------------------------------------------
+
+    @initialize(spelling=look_alikes(REQUESTER))
+    def fresh_world(self, spelling: str) -> None:
+        """A flushed database and backends as seeded. Its people: the requester, with an agent key and OAuth
+        tokens; two approvers with admin keys; and an admin key the operator made for the requester's second
+        account under `spelling` (one person however spelled), unless the gateway refuses that subject."""
+        w = self.w
+        w.clock.offset = w.clock.sweep_ahead = 0.0
+        for backend in w.backends.values():
+            backend.clear_faults()
+        shutil.rmtree(w.archive_dir, ignore_errors=True)
+        orders = w.backends["orders"].app.state.service
+        orders.restore_business_state({"refunds": []})
+        orders.idempotency.restore([])
+        self.cursor = orders.received
+        w.portal.call(self._reset_store, spelling)
+
+    async def _reset_store(self, spelling: str) -> None:
+        r = self.w.redis
+        await r.config_set("appendonly", "yes")
+        await r.config_set("appendfsync", "everysec")
+        await _until_durable(r)
+        await flush_keeping_signing_key(r)
+        keys = KeyStore(r)
+        self.agent_key, record = await keys.create(
+            kind=KeyKind.AGENT, subject=REQUESTER, org=ORG, roles=("staff", "support")
+        )
+        self.agent_key_id = record.key_id
+        for person in APPROVERS:
+            token, admin = await keys.create(kind=KeyKind.ADMIN, subject=person, org=ORG, roles=("approver",))
+            self.admin_keys.append((token, person, admin.key_id))
+        try:
+            token, second = await keys.create(kind=KeyKind.ADMIN, subject=spelling, org=ORG, roles=("approver",))
+        except Exception:  # a refused subject is what the promise wants: nothing to approve with
+            return
+        self.admin_keys.append((token, REQUESTER, second.key_id))
+
+    # -- agents -----------------------------------------------------------------------------------------
+
+    def _credential(self, via: str) -> str:
+        if via == "key":
+            return self.agent_key
+        return self.w.issuer.mint(
+            f"{self.w.base}/mcp", sub=REQUESTER, org=ORG, roles=["staff", "support"], exp=int(time.time()) + 3600
+        )
+
+    def _session(self, via: str) -> Any:
+        """The agent's MCP session for `via`, opened on first use and kept for the sequence (a real client keeps
+        one), or None when the gateway refuses to open one."""
+        if via not in self.sessions:
+            opened = self.w.portal.wrap_async_context_manager(agent(f"{self.w.base}/mcp", self._credential(via)))
+            try:
+                self.sessions[via] = (opened, opened.__enter__())
+            except* MCPError:
+                pass  # refused at the door: a revoked key, or a revoked person's token where the gateway checks it
+        return self.sessions[via][1] if via in self.sessions else None
+
+    def _close(self, via: str) -> None:
+        opened, _client = self.sessions.pop(via)
+        try:
+            opened.__exit__(None, None, None)
+        except* (MCPError, httpx.HTTPError, anyio.ClosedResourceError):
+            pass  # a session the gateway stopped answering ends as it can
+
+    def _calls(self, via: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        if via == "key" and self.person_revoked is not None:
+            return []  # a revoked key is refused at the door (tests/auth); trying would spend the address's budget
+        client = self._session(via)
+        results = []
+        for name, args in calls if client is not None else ():
+            try:
+                results.append(self.w.portal.call(client.call_tool, name, args))
+            except MCPError:
+                self._close(via)  # refused mid-session: revoked since it opened
+                break
+        for result in results:
+            seen = everything_the_model_sees(result)
+            for text in STRANGER_TEXT:
+                if text not in seen:
+                    continue
+                self._taint()
+                if not _fenced(seen, text):
+                    self.violations.append(f"promise 4: a stranger's text reached the model unfenced: {text!r}")
+        return results
+
+    def _taint(self) -> None:
+        now = self.w.clock.wall()
+        if self.tainted_at is None or not self._tainted():
+            self.tainted_at = now
+
+    def _tainted(self) -> bool:
+        return self.tainted_at is not None and self.w.clock.wall() < self.tainted_at + TAINT_SECONDS
+
+    @rule(
+        via=st.sampled_from(["key", "token"]),
+        read=st.sampled_from([None, ("orders_customer_note", PLANTED_ORDER), ("orders_get", PLANTED_ORDER)]),
+        times=st.sampled_from([0, 4, 21]),
+        amount=st.sampled_from([150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000, None]),
+        order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
+    )
+    def agent_works(self, via: str, read: tuple[str, str] | None, times: int, amount: int | None, order: str) -> None:
+        """The agent reads an order, or its customer note (ord-1002's was written by a stranger), then something
+        nobody wrote (a refund eligibility) `times` times, then proposes a refund of `amount` on `order`. A
+        receipt with a card id is an acknowledged card."""
+        calls = [(read[0], {"order_id": read[1]})] if read is not None else []
+        calls += [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times
+        if amount is not None:
+            calls.append(("orders_refund_create", {"order_id": order, "amount_cents": amount, "reason": "damaged"}))
+        results = self._calls(via, calls)
+        if amount is None or len(results) < len(calls) or results[-1].is_error:
+            return
+        card_id = payload(results[-1]).get("card_id")
+        if card_id is None:
+            return
+        if not self.durable:
+            self.violations.append(f"promise 5: card {card_id} acknowledged after durability was lost")
+        self.cards[card_id] = Seen(
+            card_id=card_id,
+            via=via,
+            amount=amount,
+            tainted_when_proposed=self._tainted(),
+            proposed_at=self.w.clock.wall(),
+        )
+
+    # -- admins -----------------------------------------------------------------------------------------
+
+    def _admin(self, method: str, path: str, token: str, body: Any = None) -> httpx.Response:
+        with httpx.Client(base_url=f"{self.w.base}/admin/api", timeout=10) as http:
+            return http.request(method, path, json=body, headers={"authorization": f"Bearer {token}"})
+
+    @rule(how=st.sampled_from(["approve", "approve all", "reject"]), pick=st.integers(0, 15), admin=st.integers(0, 7))
+    def admin_decides(self, how: str, pick: int, admin: int) -> None:
+        """An admin (any key made, look-alikes included) approves or rejects an open card as reviewed, or
+        approves every open card in one batch."""
+        token, person, _ = self.admin_keys[admin % len(self.admin_keys)]
+        pending = [seen.card for seen in self.cards.values() if seen.card and seen.card.state is CardState.PENDING]
+        if not pending:  # not a precondition: which cards are open depends on the servers, not on the draws
+            return
+        chosen = [pending[-1 - pick % len(pending)]] if how != "approve all" else pending
+        decisions = [
+            {"card_id": card.card_id, "version": card.version, "args_hash": card.args_hash, "decision": "approve"}
+            for card in chosen
+        ]
+        if how == "approve all":
+            answer = self._admin("POST", "/cards/decisions", token, {"decisions": decisions})
+            done = [r["card_id"] for r in answer.json().get("results", ()) if r["code"] == "OK"]
+        else:
+            [decision] = decisions
+            del decision["card_id"], decision["decision"]
+            decision["comment" if how == "approve" else "reason"] = "reviewed"
+            answer = self._admin("POST", f"/cards/{chosen[0].card_id}/{how}", token, decision)
+            done = [chosen[0].card_id] if answer.status_code == 200 else []
+        for card_id in done if how != "reject" else ():
+            if not self.durable:
+                self.violations.append(f"promise 5: approval of {card_id} acknowledged after durability was lost")
+            self.cards[card_id].approvers.append(person)
+
+    @rule(whom=st.sampled_from(["key", "person"]))
+    def operator_revokes(self, whom: str) -> None:
+        """The operator revokes the requester's agent key (and gives them a new one), or the requester as a person
+        (every spelling of the subject, every key, every token: `KeyStore.revoke_subject`)."""
+        if whom == "person" and self.person_revoked is not None:
+            return
+
+        async def revoke() -> None:
+            keys = KeyStore(self.w.redis)
+            if whom == "person":
+                await keys.revoke_subject(ORG, REQUESTER, by="ops@acme.example")
+                return
+            await keys.revoke(self.agent_key_id)
+            self.revoked_keys[self.agent_key_id] = self._orders.received
+            self.agent_key, record = await keys.create(
+                kind=KeyKind.AGENT, subject=REQUESTER, org=ORG, roles=("staff", "support")
+            )
+            self.agent_key_id = record.key_id
+
+        self.w.portal.call(revoke)
+        if whom == "person":
+            self.person_revoked = self._orders.received
+        if "key" in self.sessions:
+            self._close("key")
+
+    # -- the worker and time ----------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from([0.0, 1.0, 5.0, 60.0, 16 * 60.0, TAINT_SECONDS + 3600.0]))
+    def time_passes(self, seconds: float) -> None:
+        """Time passes on the fake clock (the Redis clock does not move), and the worker, unless paused, does
+        what it does meanwhile: handles what is in the outbox and sweeps due timers, once per sweep period
+        (`Worker` sweeps every 0.25 s), at most `MAX_SWEEPS` times."""
+        self.w.clock.offset += seconds
+        if self.worker_paused:
+            return
+        worker = Worker(self.w.worker_side.executor.writes, self.w.worker_side.cards, name="promises", block_ms=1)
+
+        async def run() -> None:
+            await self.w.worker_side.cards.ensure_outbox_group()
+            self.w.clock.sweep_ahead = seconds
+            try:
+                for _ in range(1 + min(int(seconds / 0.25), MAX_SWEEPS - 1)):
+                    await worker.consume_once()
+                    await worker.sweep_once()
+            finally:
+                self.w.clock.sweep_ahead = 0.0
+
+        self.w.portal.call(run)
+
+    @rule(paused=st.booleans())
+    def operator_pauses_worker(self, paused: bool) -> None:
+        """The worker stops (killed, or paused by an operator) or starts again."""
+        self.worker_paused = paused
+
+    # -- faults -----------------------------------------------------------------------------------------
+
+    # Hypothesis leans towards the first value of each list, and shrinks towards it: attacks first.
+    @rule(
+        fault=st.sampled_from(
+            [
+                {"status": 503, "paths": REFUNDS},  # refunds answer 503: nothing applied, outcome unknown
+                {"status": 409, "paths": REFUNDS},  # a definitive refusal
+                {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
+                {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
+                None,  # the backend answers as it should
+            ]
+        )
+    )
+    def backend_behaves(self, fault: dict[str, Any] | None) -> None:
+        """The orders backend starts (or stops) failing in one way."""
+        if fault is None:
+            self.w.backends["orders"].clear_faults()
+        else:
+            self.w.backends["orders"].set_faults(**fault)
+
+    @rule(via=st.sampled_from(["key", "token"]))
+    def durability_is_lost_for_a_while(self, via: str) -> None:
+        """Someone sets ``appendfsync no`` on the server; meanwhile the agent proposes, an admin approves the
+        newest open card and the worker runs; then an operator puts ``everysec`` back."""
+        self.w.portal.call(self.w.redis.config_set, "appendfsync", "no")
+        self.durable, self.lost_durability_mark = False, self._orders.received
+        try:
+            self.agent_works(via=via, read=None, times=0, amount=150, order=CLEAN_ORDER)
+            self.admin_decides(how="approve", pick=0, admin=0)
+            self.time_passes(seconds=0.0)
+            self.promises_hold()
+        finally:
+
+            async def restore() -> None:
+                await self.w.redis.config_set("appendfsync", "everysec")
+                await _until_durable(self.w.redis)
+                await self.w.worker_side.guard.check()
+
+            self.w.portal.call(restore)
+            self._until_ready()
+            self.durable, self.lost_durability_mark = True, None
+
+    def _until_ready(self) -> None:
+        """Wait (bounded) until the served gateway says its ledger is durable again: ``/readyz`` checks it afresh
+        (a guard otherwise looks again only every half second while it refuses, and every step would be refused)."""
+        with httpx.Client(base_url=self.w.base, timeout=5) as http:
+            for _attempt in range(250):
+                if http.get("/readyz").json().get("checks", {}).get("ledger", {}).get("ok"):
+                    return
+                time.sleep(0.02)
+        raise AssertionError("the gateway did not see the ledger durable again within 5 s")
+
+    def teardown(self) -> None:
+        for via in list(self.sessions):
+            self._close(via)
+
+    # -- the promises -----------------------------------------------------------------------------------
+
+    @property
+    def _orders(self) -> Any:
+        return self.w.backends["orders"].app.state.service
+
+    def _card(self, card_id: str) -> Card | None:
+        card: Card | None = self.w.portal.call(self.w.worker_side.ledger.get, card_id)
+        if card_id in self.cards and card is not None:
+            self.cards[card_id].card = card
+        return card
+
+    @invariant()
+    def promises_hold(self) -> None:
+        for card_id in self.cards:
+            if self._card(card_id) is None:
+                self.violations.append(f"promise 2: card {card_id} is lost")
+        by_key = {seen.card.idempotency_key: seen for seen in self.cards.values() if seen.card is not None}
+        arrived = self._orders.since(self.cursor)
+        for offset, request in enumerate(arrived):
+            if request.method != "POST" or not request.path.endswith("/refunds"):
+                continue
+            key = request.headers.get("idempotency-key", "")
+            self.posts[key] = self.posts.get(key, 0) + 1
+            seen = by_key.get(key)
+            if seen is None:
+                self.violations.append(f"promise 1: a refund was sent with no card of ours (key {key!r})")
+                continue
+            self._check_write(seen, self.cursor + offset)
+            if self.posts[key] > 1 + RESEND_CAP:
+                self.violations.append(f"promise 6: card {seen.card_id} was sent {self.posts[key]} times")
+        self.cursor += len(arrived)
+        applied = sum(
+            1 for key in by_key if (record := self._orders.idempotency.get(ORG, key)) and record.state == "applied"
+        )
+        if len(self._orders.refunds) > applied:
+            self.violations.append(f"promise 2: {len(self._orders.refunds)} refunds applied for {applied} cards")
+        for seen in self.cards.values():
+            reported = seen.card is not None and seen.card.provenance is not None and seen.card.provenance.tainted
+            if reported and not seen.taint_counted:  # once: the taint runs from the proposal, not from this look
+                seen.taint_counted = True
+                self.tainted_at = max(self.tainted_at or 0.0, seen.proposed_at)
+        self.w.portal.call(self._check_audit)
+        broken = [v for v in dict.fromkeys(self.violations) if self.only is None or v.split(":")[0] in self.only]
+        assert not broken, "\n".join(broken)
+
+    def _check_write(self, seen: Seen, at: int) -> None:
+        card = seen.card
+        assert card is not None
+        people = set(seen.approvers)
+        by_policy = any(a.startswith("policy:") for a in card.approvers)
+        tainted = seen.tainted_when_proposed or bool(card.provenance and card.provenance.tainted)
+        needed = 2 if seen.amount > ESCALATED_ABOVE else 1
+        if tainted:
+            needed = max(needed, TAINTED_APPROVALS)
+        if REQUESTER in people:
+            self.violations.append(f"promise 1: card {seen.card_id} ran with its requester among its approvers")
+        if by_policy and tainted:
+            self.violations.append(f"promise 1: card {seen.card_id} of a tainted requester ran approved by policy")
+        if len(people - {REQUESTER}) + (0 if tainted else int(by_policy)) < needed:
+            self.violations.append(
+                f"promise 1: card {seen.card_id} ran with {sorted(people)} and policy={by_policy}, needing {needed}"
+            )
+        if self.person_revoked is not None and at >= self.person_revoked:
+            self.violations.append(f"promise 3: card {seen.card_id} ran after its requester was revoked")
+        key_revoked = self.revoked_keys.get(card.requester_key_id)
+        if key_revoked is not None and at >= key_revoked:
+            self.violations.append(f"promise 3: card {seen.card_id} ran after the key that proposed it was revoked")
+        if self.lost_durability_mark is not None and at >= self.lost_durability_mark:
+            self.violations.append(f"promise 5: card {seen.card_id} was sent after durability was lost")
+
+    async def _check_audit(self) -> None:
+        """The trail verifies; on a copy, removing the last entry (as someone with Redis access but not the
+        audit secret would, setting the head to what the stream shows) must make it fail."""
+        r = self.w.redis
+        secret = TEST_AUDIT_SECRET.encode()
+        trail = AuditTrail(RedisStreamAuditSink(r, secret=secret), AuditArchive(self.w.archive_dir))
+        verdict = await trail.verify(secret)
+        if verdict.broken is not None:
+            self.violations.append(f"promise 7: audit verify fails on the untouched trail: {verdict.broken}")
+            return
+        copy_db = 9
+        async with Redis.from_url(urlunsplit(urlsplit(self.w.redis_url)._replace(path=f"/{copy_db}"))) as copy:
+            await copy.flushdb()
+            async for key in r.scan_iter(match="*countersign:audit*"):
+                await r.copy(key, key, destination_db=copy_db, replace=True)
+            entries = await copy.xrevrange("countersign:audit", count=2)
+            if len(entries) < 2:
+                return
+            (last_id, _), (kept_id, kept) = entries
+            await copy.xdel("countersign:audit", last_id)
+            fields = {k.decode(): v.decode() for k, v in kept.items()}
+            kept_id = kept_id.decode()
+            mac = fields.get("m" if is_compact(fields) else "mac", "")
+            head = "{countersign:audit}:head"
+            await copy.hset(head, mapping={"mac": mac, "seq": entry_seq(kept_id, fields), "id": kept_id})
+            truncated = AuditTrail(RedisStreamAuditSink(copy, secret=secret), AuditArchive(self.w.archive_dir))
+            if (await truncated.verify(secret)).broken is None:
+                self.violations.append("promise 7: audit verify passes with the last entry removed")
+
+
+def _fenced(seen: str, text: str) -> bool:
+    """Whether every occurrence of `text` in `seen` lies inside an untrusted fence (`gateway.untrusted.fence`)."""
+    at = seen.find(text)
+    while at >= 0:
+        if seen.rfind(FENCE_OPEN, 0, at) <= seen.rfind(FENCE_CLOSE, 0, at):
+            return False
+        at = seen.find(text, at + 1)
+    return True
+
+
+def _person(subject: str) -> str:
+    """Whose identity `subject` is, the way a person reading it would say (the test's oracle, not the product's)."""
+    folded = unicodedata.normalize("NFKC", subject).casefold()
+    for latin, cyrillic in _CONFUSABLE.items():
+        folded = folded.replace(cyrillic, latin)
+    return normalize_subject(folded)
+
+
+async def _until_durable(r: Redis) -> None:
+    """Wait (bounded) until the server's AOF is on and not rewriting, as the durability check wants it."""
+    with anyio.fail_after(10):
+        while True:
+            info = await r.info("persistence")
+            if info.get("aof_enabled") == 1 and not info.get("aof_rewrite_in_progress"):
+                return
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_the_promises_hold_across_generated_sequences(world: World) -> None:
+    """Every sequence of agents', admins', operators' and faults' steps keeps every promise."""
+    Promises.world = world
+    budget = settings(
+        max_examples=EXAMPLES or max(5, settings.default.max_examples // 4),
+        stateful_step_count=STEPS,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # In CI the same sequences every run, so a red run is the tree's doing; elsewhere new ones each time.
+        derandomize=os.environ.get("CI") is not None and EXAMPLES is None,
+    )
+    run_state_machine_as_test(Promises, settings=budget)
+
+
+# -- the sequences it found, kept as regression tests ----------------------------------------------------------------
+# Each replays the shrunk sequence the machine found (``state.<rule>(...)``, in order) and is judged by the promise
+# that sequence broke. Every one of them failed on the tree the machine was written against.
+
+Step = tuple[str, dict[str, Any]]
+
+
+def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> None:
+    """Run `steps` from a fresh world (the requester's second admin key spelled `spelling`), checking after each
+    step the promise numbered `promise` alone."""
+    Promises.world = world
+    machine = Promises()
+    machine.only = {f"promise {promise}"}
+    try:
+        machine.fresh_world(spelling=spelling)
+        machine.promises_hold()
+        for name, arguments in steps:
+            getattr(machine, name)(**arguments)
+            machine.promises_hold()
+    finally:
+        machine.teardown()
+
+
+NOTE = ("orders_customer_note", PLANTED_ORDER)
+"""Reading the stranger's note itself: shown to the model fenced as untrusted."""
+SAME = REQUESTER.upper()
+"""A spelling of the requester every gateway folds to the requester (case): no look-alike in the sequence."""
+NOW = {"seconds": 0.0}
+"""The worker runs once, no time passing."""
+
+
+def _propose(amount: int, *, via: str = "key", read: tuple[str, str] | None = None, times: int = 0) -> Step:
+    return ("agent_works", {"via": via, "read": read, "times": times, "amount": amount, "order": CLEAN_ORDER})
+
+
+def test_taint_is_not_shed_by_later_reads(world: World) -> None:
+    """Found: a card proposed after reading the stranger's note is tainted; 21 reads later (the history keeps
+    20) the next refund is untainted, approved by policy, and runs with no person involved."""
+    steps = [_propose(POLICY_MAX_CENTS, via="token", read=NOTE), _propose(150, via="token", times=21)]
+    replay(world, 1, SAME, [*steps, ("time_passes", NOW)])
+
+
+def test_taint_is_not_shed_by_waiting_a_quarter_of_an_hour(world: World) -> None:
+    """Found the same way: 16 minutes after the tainted card (the history's window is 15), a policy refund runs."""
+    steps = [_propose(9_000, read=NOTE), ("time_passes", {"seconds": 16 * 60.0})]
+    replay(world, 1, SAME, [*steps, _propose(150), ("time_passes", NOW)])
+
+
+def test_a_look_alike_of_the_requester_does_not_approve_their_card(world: World) -> None:
+    """Found: an admin key whose subject swaps one letter of the requester's for a Cyrillic look-alike approves
+    the requester's own card, and the refund runs."""
+    approve = ("admin_decides", {"how": "approve", "pick": 0, "admin": len(APPROVERS)})
+    replay(world, 1, "\u0430" + REQUESTER[1:], [_propose(9_000), approve, ("time_passes", NOW)])
+
+
+def test_a_card_proposed_with_a_token_does_not_run_after_its_requester_is_revoked(world: World) -> None:
+    """Found: a refund proposed with an OAuth token and approved (here by policy) still runs after the
+    requester's keys were all revoked."""
+    replay(world, 3, SAME, [_propose(150, via="token"), ("operator_revokes", {"whom": "person"}), ("time_passes", NOW)])
+
+
+def test_an_unsettled_write_is_not_resent_past_the_cap(world: World) -> None:
+    """Found: a refund the backend answers 503 (nothing applied) and whose lookup finds nothing is resent with its
+    key at every sweep after the settle period, until execute_by."""
+    unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
+    later = ("time_passes", {"seconds": 5.0})
+    replay(world, 6, SAME, [_propose(150), unknown, ("time_passes", NOW), *[later] * (RESEND_CAP + 2)])
+
+
+def test_removing_the_last_audit_entries_is_detected(world: World) -> None:
+    """Found: with the last entry deleted and the unkeyed chain head set to the entry before it (all of it
+    readable in Redis), ``audit verify`` passes."""
+    replay(world, 7, SAME, [_propose(9_000)])
+
+
+def test_taint_ends_after_the_taint_period_and_the_check_knows_it(world: World) -> None:
+    """Found in the ten-fold run on the fixed tree, a fault of the check's own: a day and an hour after the tainted
+    card, a policy refund is fine, and the old card's taint must not be counted again from the moment it is looked
+    at."""
+    unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
+    later = ("time_passes", {"seconds": TAINT_SECONDS + 3600.0})
+    replay(world, 1, SAME, [_propose(150, read=NOTE), unknown, later, _propose(150), ("time_passes", NOW)])
