@@ -130,10 +130,12 @@ class OrgSection(BaseModel):
 
 
 class RegistrySection(BaseModel):
-    """``[registry]``: what registered adapters may point at."""
+    """``[registry]``: what registered adapters may point at. Unset (None), it is any loopback port in demo
+    mode and nothing in production: a production gateway sends its backend credentials, signed identities
+    and approval receipts only where an operator named."""
 
     model_config = _CLOSED
-    allowed_base_urls: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:*"])
+    allowed_base_urls: list[str] | None = None
 
 
 EventName = Literal["pending", "expiring", "failed", "unknown", "needs_reconciliation"]

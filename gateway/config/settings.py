@@ -396,7 +396,7 @@ class Settings:
                 demo=is_demo,
                 key_cache_seconds=gateway.key_cache_seconds,
                 secrets=dict(environ),
-                registry_allowed_base_urls=tuple(document.registry.allowed_base_urls),
+                registry_allowed_base_urls=_registry_allowlist(document.registry.allowed_base_urls, demo=is_demo),
                 lease_seconds=gateway.lease_seconds,
                 reconcile_horizon_seconds=gateway.reconcile_horizon_seconds,
                 audit_secret=Secret(environ[secret_env]) if environ.get(secret_env) else None,
@@ -528,3 +528,14 @@ def _patterns(from_env: str | None, from_file: list[str] | None) -> tuple[str, .
     if from_env is not None:
         return tuple(item.strip() for item in from_env.split(",") if item.strip())
     return tuple(from_file) if from_file is not None else None
+
+
+_DEMO_REGISTRY_ALLOWLIST = ("http://127.0.0.1:*",)
+"""Where registered adapters may point when ``[registry] allowed_base_urls`` is unset in demo mode."""
+
+
+def _registry_allowlist(configured: list[str] | None, *, demo: bool) -> tuple[str, ...]:
+    """The operator's allowlist as written; unset, any loopback port in demo mode and nothing in production."""
+    if configured is not None:
+        return tuple(configured)
+    return _DEMO_REGISTRY_ALLOWLIST if demo else ()

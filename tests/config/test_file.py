@@ -175,7 +175,7 @@ def test_the_models_defaults_are_the_settings_defaults() -> None:
         value = getattr(gateway, name)
         assert (tuple(value) if isinstance(value, list) else value) == expected, name
     assert GatewaySection().data_dir == str(Settings().data_dir)
-    assert tuple(RegistrySection().allowed_base_urls) == Settings().registry_allowed_base_urls
+    assert RegistrySection().allowed_base_urls is None  # unset: decided by the mode (tests/config/test_settings.py)
     adapter, declared = AdapterSection(), AdapterSettings(name="x")
     assert (adapter.timeout_seconds, adapter.health_path) == (declared.timeout_seconds, declared.health_path)
     assert ConfigFile().limits == Settings().limits

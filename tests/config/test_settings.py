@@ -53,6 +53,25 @@ def test_without_a_config_file_it_is_the_demo(tmp_path: Path) -> None:
     settings = Settings.load({})
     assert settings.demo and {org.name for org in settings.orgs} == {"acme", "globex"}
     assert (settings.lease_seconds, settings.reconcile_horizon_seconds) == (30.0, 24 * 3600.0)
+    assert settings.registry_allowed_base_urls == ("http://127.0.0.1:*",)  # the demo's own loopback backends
+
+
+def test_production_allows_registered_adapters_nowhere_until_the_operator_names_where(tmp_path: Path) -> None:
+    """A config without ``[registry] allowed_base_urls`` admits no base URL at all, loopback included: the
+    gateway's backend credentials, identities and receipts go only where an operator said."""
+    config = tmp_path / "countersign.toml"
+    config.write_text("[gateway]\nport = 9000\n")
+    settings = Settings.load(
+        {"COUNTERSIGN_AUDIT_SECRET": "x" * 32, "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, config
+    )
+    assert settings.demo is False and settings.registry_allowed_base_urls == ()
+    config.write_text("[gateway]\nport = 9000\n[registry]\nallowed_base_urls = []\n")
+    assert (
+        Settings.load(
+            {"COUNTERSIGN_AUDIT_SECRET": "x" * 32, "COUNTERSIGN_REDIS_URL": "redis://r:6379/0"}, config
+        ).registry_allowed_base_urls
+        == ()
+    )
 
 
 @pytest.mark.parametrize(
