@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "ArgumentMap",
-    "ClientCredentials",
+    "OAuthClientSection",
     "EditRule",
     "LookupRule",
     "PreviewRule",
@@ -140,7 +140,7 @@ class ToolReview(BaseModel):
         return self
 
 
-class ClientCredentials(BaseModel):
+class OAuthClientSection(BaseModel):
     """The gateway's own OAuth client for an HTTP upstream: the client credentials grant (RFC 6749, section 4.4).
 
     The gateway fetches an access token from `token_url` with its client id and secret (HTTP Basic), caches it
@@ -158,7 +158,7 @@ class ClientCredentials(BaseModel):
     """RFC 8707 resource indicator, for an authorization server that binds tokens to the server they are for."""
 
     @model_validator(mode="after")
-    def _url(self) -> ClientCredentials:
+    def _url(self) -> OAuthClientSection:
         if not self.token_url.startswith(("http://", "https://")):
             raise ValueError("token_url must be an http:// or https:// URL")
         return self
@@ -179,7 +179,7 @@ class UpstreamSection(BaseModel):
     """http: the server's Streamable HTTP endpoint."""
     token_env: str | None = None
     """http: the variable holding the gateway's own bearer token for this server."""
-    oauth: ClientCredentials | None = None
+    oauth: OAuthClientSection | None = None
     """http: the gateway's own OAuth client for this server, instead of a fixed token."""
     protocol: Literal["auto", "legacy"] = "auto"
     """``auto`` negotiates (2026-07-28 stateless when offered, else the 2025-11-25 handshake); ``legacy``

@@ -2,7 +2,7 @@
 
 Who uses it: `gateway.upstreams.connection`, for the HTTP client of each session. `gateway_auth` answers the
 `httpx2.Auth` that signs every request to the upstream; nothing of the agent's request ever reaches it, so the
-agent's token cannot be forwarded. With ``oauth`` (`ClientCredentials`), the token is fetched from the token
+agent's token cannot be forwarded. With ``oauth`` (`OAuthClientSection`), the token is fetched from the token
 endpoint with the client credentials grant (client id and secret as HTTP Basic), cached for the connection's life
 until `_EARLY_SECONDS` before it expires, and fetched again once when the upstream answers 401 (revoked or rotated).
 One fetch at a time: concurrent requests wait for it rather than each asking the authorization server.
@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Generator, Mapping
 import anyio
 import httpx2
 
-from gateway.config.upstreams import ClientCredentials, UpstreamSection
+from gateway.config.upstreams import OAuthClientSection, UpstreamSection
 from gateway.errors import ConfigError, UpstreamUnavailableError
 
 __all__ = ["OAuthClientCredentials", "gateway_auth"]
@@ -59,7 +59,7 @@ class _Bearer(httpx2.Auth):
 class OAuthClientCredentials(httpx2.Auth):
     """A cached access token from the client credentials grant, sent as the bearer token."""
 
-    def __init__(self, name: str, client: ClientCredentials, secret: str) -> None:
+    def __init__(self, name: str, client: OAuthClientSection, secret: str) -> None:
         self._name = name
         self._client = client
         self._secret = secret

@@ -12,6 +12,7 @@ machine and fails in CI (`CI` set), where ``.ci/run`` installs it first.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import subprocess
 import time
@@ -144,23 +145,40 @@ def signin_gateway(
 ) -> Iterator[str]:
     """A production gateway (no pasted keys) whose console signs approvers in through a running oidc-provider;
     its origin, ``http://<host>:<port>`` (``localhost`` for WebAuthn, which takes no IP address as its RP id)."""
-    port = free_port()
-    origin = f"http://{host}:{port}"
-    with running_provider(origin, log) as provider:
-        base = gateway_settings(redis_url, backends)
-        oidc = OidcSection(issuer=provider.issuer, client_id=CLIENT_ID, scopes=["openid", "email", "countersign"])
-        approvals = base.approvals.model_copy(update={"require_passkey": require_passkey or PasskeyRequirement()})
-        settings = dataclasses.replace(
-            base,
-            demo=False,
-            approvals=approvals,
-            console=ConsoleSection(oidc=oidc),
-            console_client_secret=Secret(CLIENT_SECRET),
-            notifications=dataclasses.replace(base.notifications, console_url=origin),
-        )
-        signing_key_before_start(redis_url)
-        with serve_app_in_thread(create_app(settings), port=port, lifespan=True):
-            yield origin
+    # The origin is in the provider's client registration, so the port is chosen before the gateway binds it;
+    # another process may take it in between (EADDRINUSE): then the pair starts again on a new port.
+    for attempt in range(_PORT_ATTEMPTS):
+        port = free_port()
+        origin = f"http://{host}:{port}"
+        serving = False
+        try:
+            with running_provider(origin, log) as provider:
+                base = gateway_settings(redis_url, backends)
+                oidc = OidcSection(
+                    issuer=provider.issuer, client_id=CLIENT_ID, scopes=["openid", "email", "countersign"]
+                )
+                approvals = base.approvals.model_copy(
+                    update={"require_passkey": require_passkey or PasskeyRequirement()}
+                )
+                settings = dataclasses.replace(
+                    base,
+                    demo=False,
+                    approvals=approvals,
+                    console=ConsoleSection(oidc=oidc),
+                    console_client_secret=Secret(CLIENT_SECRET),
+                    notifications=dataclasses.replace(base.notifications, console_url=origin),
+                )
+                signing_key_before_start(redis_url)
+                with serve_app_in_thread(create_app(settings), port=port, lifespan=True):
+                    serving = True
+                    yield origin
+                    return
+        except OSError as error:
+            if serving or error.errno != errno.EADDRINUSE or attempt == _PORT_ATTEMPTS - 1:
+                raise
+
+
+_PORT_ATTEMPTS = 3
 
 
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where

@@ -19,7 +19,7 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.config.settings import OrgSettings, Settings
-from gateway.config.upstreams import ClientCredentials, ToolReview, UpstreamSection
+from gateway.config.upstreams import OAuthClientSection, ToolReview, UpstreamSection
 from gateway.runtime.app import create_app
 from gateway.runtime.upstreams import fronting
 from gateway.store.keys import KeyStore
@@ -151,7 +151,7 @@ async def test_an_oauth_access_token_is_fetched_once_and_sent_instead_of_the_age
     headers = tmp_path / "authorization.log"
     with serve_issuer() as issuer:
         issuer.clients["countersign-gateway"] = "client-secret-of-the-gateway"
-        oauth = ClientCredentials(
+        oauth = OAuthClientSection(
             token_url=f"{issuer.url}/token",
             client_id="countersign-gateway",
             client_secret_env="GIT_UPSTREAM_CLIENT_SECRET",
