@@ -447,7 +447,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
     )
     # The service of the admin API and the console: they follow every card's changes on the ledger's channel.
     # Approvers as people: console sessions through the OpenID provider, and passkeys (gateway.runtime.approvers).
-    people = approvers(settings, gateway.redis, gateway.audit)
+    people = approvers(settings, gateway.redis, gateway.audit, floods)
     cards = CardService(
         gateway.ledger,
         gateway.audit,

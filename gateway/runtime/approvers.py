@@ -26,6 +26,7 @@ from gateway.audit.events import AuditSink
 from gateway.config.console import console_origin
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.passkeys.service import PasskeyService, Relying
 from gateway.signin.cookies import CookiePolicy, SessionAuth
 from gateway.signin.oidc import OidcClient
@@ -63,7 +64,7 @@ def passkey_service(settings: Settings, redis: Connection, audit: AuditSink) -> 
     )
 
 
-def approvers(settings: Settings, redis: Connection, audit: AuditSink) -> Approvers:
+def approvers(settings: Settings, redis: Connection, audit: AuditSink, floods: AddressBudgets) -> Approvers:
     """Everything the console's sign-in and the passkeys need, from the settings.
 
     Raises:
@@ -97,6 +98,7 @@ def approvers(settings: Settings, redis: Connection, audit: AuditSink) -> Approv
         absolute_ms=console.absolute_ms,
         audit=audit,
         demo=settings.demo,
+        floods=floods,
     )
     return Approvers(
         passkeys=passkeys,

@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.codes import Code
 from gateway.errors import StoreUnavailableError
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.signin.cookies import CSRF_HEADER, CookiePolicy, session_cookie_of
 from gateway.signin.oidc import OidcClient, pkce_pair
 from gateway.store.console_sessions import SIGNIN_TTL_SECONDS, SessionStore, SignIn
@@ -56,6 +57,7 @@ class _SignIn:
         absolute_ms: int,
         audit: AuditSink,
         demo: bool,
+        floods: AddressBudgets,
     ) -> None:
         self.client = client
         self.sessions = sessions
@@ -64,10 +66,28 @@ class _SignIn:
         self.absolute_ms = absolute_ms
         self.audit = audit
         self.demo = demo
+        self.floods = floods
 
     async def start(self, request: Request) -> Response:
         if self.client is None:
             return PlainTextResponse("Sign-in with a provider is not configured.", status_code=404, headers=_NO_STORE)
+        # Anyone may start a sign-in, and each start keeps state in Redis until it ends or expires: starts are
+        # spent from the address's budget of unauthenticated requests, the one the auth edge spends failures from.
+        address = request.client.host if request.client else "unknown"
+        if not self.floods.spend(address):
+            wait, first = self.floods.blocked(address)
+            if first:
+                await self.audit.record(
+                    AuditEvent(
+                        action="session.open",
+                        outcome="deny",
+                        code=Code.RATE_LIMITED.value,
+                        reason=f"too many sign-ins started from {address}",
+                    )
+                )
+            text = f"Too many sign-ins were started from your address; try again in {max(1, round(wait))} s."
+            headers = {**_NO_STORE, "retry-after": str(max(1, round(wait)))}
+            return PlainTextResponse(text, status_code=429, headers=headers)
         state, nonce = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
         verifier, challenge = pkce_pair()
         try:
@@ -219,6 +239,7 @@ def signin_routes(
     absolute_ms: int,
     audit: AuditSink,
     demo: bool,
+    floods: AddressBudgets,
 ) -> list[BaseRoute]:
     """``/admin/signin``, its callback, ``/admin/session`` and ``/admin/signout`` (see the module docstring)."""
     signin = _SignIn(
@@ -229,6 +250,7 @@ def signin_routes(
         absolute_ms=absolute_ms,
         audit=audit,
         demo=demo,
+        floods=floods,
     )
     return [
         Route("/admin/signin", signin.start, methods=["GET"]),

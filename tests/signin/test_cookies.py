@@ -10,6 +10,8 @@ from gateway.audit.events import ListAuditSink
 from gateway.config.console import ConsoleSection, OidcSection
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.runtime.approvers import approvers
 from gateway.signin.cookies import CookiePolicy
 from gateway.store.client import connect
@@ -44,5 +46,5 @@ def test_a_sign_in_over_plain_http_beyond_loopback_is_refused_at_start() -> None
     )
     connection = connect("redis://127.0.0.1:1", connect_timeout=0.1, timeout=0.1)  # never reached
     with pytest.raises(ConfigError) as refused:
-        approvers(settings, connection, ListAuditSink())
+        approvers(settings, connection, ListAuditSink(), AddressBudgets(Limits().unauthenticated))
     assert "console_url http://countersign.example.com" in str(refused.value)

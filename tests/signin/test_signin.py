@@ -223,3 +223,23 @@ async def test_with_a_key_alone_a_passkey_card_is_refused_through_rest_and_a_bat
     card = await RedisLedger(redis).get(card_id)
     assert card is not None and (card.state, card.version) == (CardState.PENDING, 1)
     assert [r for r in rooms.since(mark) if r.headers.get("idempotency-key") == card.idempotency_key] == []
+
+
+async def test_sign_ins_started_past_the_address_budget_are_refused_audited_and_keep_no_state(
+    signin_gateway: str, redis: Redis
+) -> None:
+    """Anyone may start a sign-in, and each start keeps state in Redis: past the address's budget of
+    unauthenticated requests (burst 60) a start is 429 with Retry-After, audited, and stores nothing."""
+    async with httpx.AsyncClient(base_url=signin_gateway, timeout=10) as http:
+        answers = [await http.get("/admin/signin") for _ in range(90)]
+        kept = [key async for key in redis.scan_iter(match="countersign:signin:*")]
+        with anyio.fail_after(15):  # the budget refills (10 per second): later sign-ins of this module start again
+            while (await http.get("/admin/signin")).status_code != 302:
+                await anyio.sleep(0.2)
+    started = [answer for answer in answers if answer.status_code == 302]
+    refused = [answer for answer in answers if answer.status_code == 429]
+    assert refused and len(started) + len(refused) == len(answers)
+    assert int(refused[0].headers["retry-after"]) >= 1 and "try again in" in refused[0].text
+    assert len(kept) == len(started)  # a refused start made no state
+    denials = [e for e in await RedisStreamAuditSink(redis).recent(200) if e.code == "RATE_LIMITED"]
+    assert denials and all(e.action == "session.open" and e.outcome == "deny" for e in denials)

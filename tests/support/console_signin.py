@@ -11,6 +11,8 @@ from redis.asyncio import Redis
 from starlette.routing import BaseRoute
 
 from gateway.audit.events import AuditSink
+from gateway.limits.budgets import Limits
+from gateway.limits.rate_limiter import AddressBudgets
 from gateway.signin.cookies import CookiePolicy
 from gateway.signin.routes import signin_routes
 from gateway.store.console_sessions import SessionStore
@@ -27,4 +29,5 @@ def demo_signin_routes(client: Redis, audit: AuditSink) -> list[BaseRoute]:
         absolute_ms=28_800_000,
         audit=audit,
         demo=True,
+        floods=AddressBudgets(Limits().unauthenticated),
     )
