@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.tools.declarations import NOT_APPLIED_STATUSES
 from policies.text_safety import Flag, review_texts
 
 __all__ = [
@@ -110,7 +111,12 @@ class WriteContractSpec(_Strict):
     or 404 ``{"state": "unknown"}``."""
     reference_field: str
     """Output field holding the service's id for the effect."""
-    not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = (400, 404, 409, 422)
+    not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = tuple(sorted(NOT_APPLIED_STATUSES))
+    """Statuses by which the API says it did not apply the write: FAILED, never resent. Left out, the documented
+    table (README, "Refusals"): 400, 401, 403, 404, 405, 409, 410, 412, 422."""
+    applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = ()
+    """Statuses by which the API says the write is already applied (a 409 "already exists" for a key it stores):
+    SUCCEEDED. Take such a status out of `not_applied_statuses` when naming it here."""
     key_in: Literal["header", "body_field", "marker"] = "header"
     key_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
     """The input the key is written into (``body_field``) or appended to (``marker``)."""
