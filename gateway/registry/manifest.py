@@ -149,6 +149,10 @@ _FORBIDDEN_HEADERS = frozenset(
 class ArgumentPlace(_Strict):
     """Where one argument travels, when not where the method puts it (see `ToolSpec.send_as`)."""
 
+    # Stored as registered (``in``), so the registry reads back what it stored; a registration stored before
+    # this (``into``) is read too.
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, validate_by_name=True)
+
     into: Literal["path", "query", "header", "body"] = Field(alias="in")
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-\[\]]+$")]
     """The name on the wire (``labels`` for an argument listed as ``body_labels``)."""

@@ -55,6 +55,9 @@ async def test_review_accept_and_remove_from_the_cli(
 
     status, out, _ = await _cli(redis_url, admin, capsys, "adapters", "review")
     assert status == 0 and "expenses  new" in out and "added: expenses_get" in out
+    # Every proposed tool as a reviewer reads it, not only its name.
+    assert "  tool expenses_get (read): GET /reports/{report_id}" in out, out
+    assert "  input report_id: string required, in path" in out
     status, _, err = await _cli(redis_url, admin, capsys, "adapters", "accept", "expenses", "--hash", "sha256:x")
     assert status == 1 and "CONFLICT" in err
     proposed = proposal.registration.proposed_hash or ""
