@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from gateway.principal import KeyKind
 from tests.support.agents import agent, make_key
 from tests.support.planted import PlantedBackend
-from tests.support.registration import register, register_and_accept, remove, review
+from tests.support.registration import issues_manifest, register, register_and_accept, remove, review
 
 pytestmark = pytest.mark.anyio
 
@@ -103,70 +103,6 @@ async def test_an_update_changing_where_secrets_go_is_called_out_and_needs_ackno
         await remove(notes_mcp_url, admin, "notes")
 
 
-def _issues_manifest(base_url: str, **contract: Any) -> dict[str, Any]:
-    """A read of a list (free text, a trusted address, a number) and a create whose key rides as a marker."""
-    issue = {
-        "type": "object",
-        "properties": {
-            "number": {"type": "integer"},
-            "title": {"type": "string"},
-            "html_url": {"type": "string", "pattern": "^https://example\\.com/[0-9]+$"},
-            "labels": {"type": "array", "items": {"type": "string"}},
-        },
-    }
-    listing = {
-        "name": "notes_list_issues",
-        "description": "List the issues of a repository.",
-        "mode": "read",
-        "method": "GET",
-        "path": "/repos/{repo}/issues",
-        "input_schema": {
-            "type": "object",
-            "properties": {"repo": {"type": "string"}, "state": {"type": "string", "enum": ["open", "closed"]}},
-            "required": ["repo"],
-            "additionalProperties": False,
-        },
-        "output_schema": {"type": "array", "items": issue},
-        "access": {"roles": ["staff"]},
-    }
-    create = {
-        "name": "notes_create_issue",
-        "description": "Open an issue.",
-        "mode": "write",
-        "method": "POST",
-        "path": "/repos/{repo}/issues",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "repo": {"type": "string"},
-                "title": {"type": "string"},
-                "body": {"type": "string"},
-                "api_version": {"type": "string"},
-            },
-            "required": ["repo", "title"],
-            "additionalProperties": False,
-        },
-        "output_schema": {"type": "object", "properties": {"number": {"type": "integer"}}},
-        "access": {"roles": ["staff"]},
-        "approval": {"approver_role": "approver", "required": 2},
-        "summary_template": "Open an issue in {repo}",
-        "agent_text_fields": ["title", "body"],
-        "send_as": {"api_version": {"in": "header", "name": "X-Api-Version"}},
-        "write_contract": {
-            "dedupes_on_key": False,
-            "key_retention_seconds": 86400,
-            "reference_field": "number",
-            "key_in": "marker",
-            "key_field": "body",
-            "search_path": "/repos/{repo}/issues",
-            "search_query": {"state": "all"},
-            "match_field": "body",
-        }
-        | contract,
-    }
-    return {"base_url": base_url, "tools": [listing, create]}
-
-
 async def test_a_new_adapters_review_shows_every_tool_with_its_inputs_outputs_and_write_contract(
     notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
 ) -> None:
@@ -174,7 +110,7 @@ async def test_a_new_adapters_review_shows_every_tool_with_its_inputs_outputs_an
     fields with what the model sees of each, the inputs the agent writes freely, and the write contract in
     words (key, lookup, resends, which answers mean "not applied")."""
     url, _backend = planted_backend
-    _proposal, admin = await register(notes_mcp_url, notes_redis, _issues_manifest(url), "notes")
+    _proposal, admin = await register(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
     try:
         entry = await review(notes_mcp_url, admin, "notes")
     finally:
@@ -211,7 +147,7 @@ async def test_an_updates_review_diffs_what_each_changed_tool_does_in_words(
     """An update that makes 409 mean "already applied" and moves the lookup is shown as a diff of the tool's
     review: the lines that changed, pinned to proposed, beside the raw JSON diff."""
     url, _backend = planted_backend
-    proposal, admin = await register(notes_mcp_url, notes_redis, _issues_manifest(url), "notes")
+    proposal, admin = await register(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
     base = notes_mcp_url.removesuffix("/mcp")
     try:
         async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {admin}"}) as http:
@@ -221,7 +157,7 @@ async def test_an_updates_review_diffs_what_each_changed_tool_does_in_words(
             change = {"applied_statuses": [409], "not_applied_statuses": [404, 422], "search_query": {"state": "open"}}
             updated = await http.put(
                 "/registry/api/adapters/notes",
-                json=_issues_manifest(url, **change),
+                json=issues_manifest(url, **change),
                 headers={"authorization": f"Bearer {service}"},
             )
             assert updated.status_code == 202, updated.text
@@ -243,7 +179,7 @@ async def test_an_accepted_manifest_whose_arguments_travel_by_send_as_is_served(
     """The registry stores a manifest as registered (``send_as`` places keep their ``in``), so what an admin
     accepted is what gateways build and serve: both tools reach the agent."""
     url, _backend = planted_backend
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _issues_manifest(url), "notes")
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
     try:
         async with agent(notes_mcp_url, agent_key) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
