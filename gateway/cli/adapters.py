@@ -131,6 +131,8 @@ def _print_draft(draft: ImportResult, *, dry_run: bool) -> None:
     for problem in draft.problems:
         if not problem.startswith("limit "):
             print(f"  problem: {problem}", file=sys.stderr)
+    for where, variable in draft.secrets:
+        print(f"  secret: set {variable} on the gateway host ({where})", file=sys.stderr)
     for note in draft.notes:
         print(f"  note: {note}", file=sys.stderr)
     for skipped in draft.skipped:

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_TOOLS",
     "MAX_TOOL_NAME_CHARS",
     "PLACEHOLDER",
+    "SECRET_PARTS",
     "ArgumentPlace",
     "AccessSpec",
     "AdapterManifest",
@@ -42,6 +43,8 @@ __all__ = [
     "WriteContractSpec",
     "model_facing_texts",
     "review_manifest",
+    "secret_namespace",
+    "secret_references",
 ]
 
 _NAME = r"^[a-z][a-z0-9]{1,30}$"
@@ -295,8 +298,12 @@ class CredentialSpec(_Strict):
 
     def references(self) -> dict[str, str]:
         """``{where: variable}`` of every secret this credential names."""
-        named = {"secret_env": self.secret_env, "username_env": self.username_env, "client_id_env": self.client_id_env}
+        named = {part: getattr(self, part) for part in SECRET_PARTS}
         return {f"credential.{where}": variable for where, variable in named.items() if variable is not None}
+
+
+SECRET_PARTS = ("secret_env", "username_env", "client_id_env")
+"""The fields of a `CredentialSpec` that name a secret (an environment variable on the gateway host)."""
 
 
 class AdapterManifest(_Strict):
@@ -330,6 +337,21 @@ class AdapterManifest(_Strict):
 
 
 NAME_PATTERN = re.compile(_NAME)
+
+
+def secret_namespace(adapter: str) -> str:
+    """The prefix every secret an adapter names must start with (``GITHUBISSUES_`` for ``githubissues``): a
+    service can have the gateway send it only secrets named for its own adapter, never any other of the
+    gateway's environment."""
+    return f"{adapter.upper()}_"
+
+
+def secret_references(manifest: AdapterManifest) -> dict[str, str]:
+    """``{where: variable}`` of every secret `manifest` names (credential parts, the signing secret)."""
+    found = manifest.credential.references() if manifest.credential is not None else {}
+    if manifest.signing_secret_env is not None:
+        found["signing_secret_env"] = manifest.signing_secret_env
+    return found
 
 
 def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:
