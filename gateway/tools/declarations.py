@@ -34,11 +34,16 @@ __all__ = [
     "Mode",
     "NOT_APPLIED_STATUSES",
     "Preflight",
+    "RESERVED_TOOL_PREFIX",
     "StatusLookup",
     "Tool",
     "WriteContract",
     "WriteStatus",
 ]
+
+RESERVED_TOOL_PREFIX = "countersign_view_"
+"""Names of the app-only tools a view of the gateway's MCP Apps calls (`gateway.executor.views.APP_TOOLS`): no
+declared tool may take one, in any case, or it could stand in for a view's call."""
 
 # SEP-986 allows these characters; we refuse what the SDK only warns about.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -321,6 +326,12 @@ class Tool:
             raise ToolDeclarationError(
                 f"tool {self.name!r} must be prefixed with its adapter name {self.adapter!r}",
                 code="invalid_name",
+                tool=self.name,
+            )
+        if self.name.lower().startswith(RESERVED_TOOL_PREFIX):
+            raise ToolDeclarationError(
+                f"tool names starting with {RESERVED_TOOL_PREFIX} are reserved for the gateway's MCP Apps views",
+                code="reserved_name",
                 tool=self.name,
             )
         if self.arguments.model_config.get("extra") != "forbid":
