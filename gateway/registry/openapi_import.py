@@ -32,15 +32,14 @@ fields of the output (no enum, format or pattern) are third-party text: they are
 which it marked. Idempotency keys (the header, or inputs named like one) are dropped: the gateway mints
 them.
 
-**x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract``
-merged key by key): ``access``, ``approval``, ``write_contract``, ``summary_template``,
-``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``, ``timeout_seconds``,
-``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only for a backend
-that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path`` and
-``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the
-root keys, and ``operations`` by operation id), so a service owner never has to patch the API's own
-document. With no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors
-become problems.
+**x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract`` merged
+key by key, as they are between the document and the overlay): ``access``, ``approval``, ``write_contract``,
+``summary_template``, ``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``,
+``timeout_seconds``, ``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only
+for a backend that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path``
+and ``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the root
+keys, and ``operations`` by operation id), so a service owner never has to patch the API's own document. With
+no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors become problems.
 """
 
 from __future__ import annotations
@@ -268,8 +267,10 @@ class _Importer:
         if not NAME_PATTERN.fullmatch(name):
             self.problems.append(f"adapter name {name!r} must match {NAME_PATTERN.pattern}")
         allowed = {*_DEFAULT_KEYS, *_ROOT_ONLY_KEYS, *_IMPORT_KEYS}
-        root = self._extension("x-countersign (root)", self.document, allowed)
-        root |= self._extension("overlay", {"x-countersign": self._overlay_root()}, allowed)
+        root = _layered(
+            self._extension("x-countersign (root)", self.document, allowed),
+            self._extension("overlay", {"x-countersign": self._overlay_root()}, allowed),
+        )
         self.budget = int(root.get("output_schema_budget", OUTPUT_SCHEMA_BUDGET))
         manifest: dict[str, Any] = {"base_url": self._base_url(base_url)}
         manifest |= {key: root[key] for key in _ROOT_ONLY_KEYS if key in root}
@@ -429,15 +430,14 @@ class _Importer:
     ) -> dict[str, Any]:
         operation_id = str(op.get("operationId") or "")
         overlay_op = (self.overlay.get("operations") or {}).get(operation_id, {})
-        own = self._extension(where, op, _OP_KEYS) | self._extension(where, {"x-countersign": overlay_op}, _OP_KEYS)
+        own = _layered(
+            self._extension(where, op, _OP_KEYS), self._extension(where, {"x-countersign": overlay_op}, _OP_KEYS)
+        )
         name = f"{self.name}_{_snake(str(own.get('name') or _tool_part(operation_id, tag) or f'{method} {path}'))}"
         if not operation_id:
             self.notes.append(f"{where}: no operationId; named {name}")
         op = self._inline(name, op)
-        ext = defaults | own
-        for key in ("approval", "write_contract"):
-            if isinstance(defaults.get(key), Mapping) and isinstance(own.get(key), Mapping):
-                ext[key] = defaults[key] | own[key]
+        ext = _layered(defaults, own)
         texts = [str(op[key]).strip() for key in ("summary", "description") if str(op.get(key) or "").strip()]
         if not texts:
             self.problems.append(f"{name}: no summary or description to tell the model what it does")
@@ -735,6 +735,16 @@ class _Importer:
             self.problems.append(f"{name}: {ref} {why}")
             return {}
         return self._inline(name, target, (*seen, ref)) | siblings
+
+
+def _layered(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over`'s x-countersign keys on top of `under`'s: ``approval`` and ``write_contract`` merged key by key (an
+    overlay's ``{"applied_statuses": [409]}`` keeps the document's ``dedupes_on_key``), every other key replaced."""
+    layered = dict(under) | dict(over)
+    for key in ("approval", "write_contract"):
+        if isinstance(under.get(key), Mapping) and isinstance(over.get(key), Mapping):
+            layered[key] = dict(under[key]) | dict(over[key])
+    return layered
 
 
 def _described(schema: Mapping[str, Any]) -> dict[str, Any]:
