@@ -27,9 +27,9 @@ __all__ = [
     "AdapterFlag",
     "AdapterList",
     "AdapterRegistration",
-    "InputReview",
-    "OutputReview",
-    "ToolReview",
+    "AdapterToolInput",
+    "AdapterToolOutput",
+    "AdapterToolReview",
 ]
 
 ERROR_STATUS: dict[str, int] = {"VALIDATION_ERROR": 422, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "CONFLICT": 409}
@@ -69,11 +69,11 @@ class AdapterDiff(_View):
     """``base_url``, ``credential`` or ``signing_secret_env`` when the update changes them: where the gateway's
     credential, signed identities and receipts go. Accepting needs each acknowledged by name."""
     reviewed: dict[str, str] = Field(default_factory=dict)
-    """A unified diff, pinned to proposed, of each changed tool's review (`ToolReview`, as text): its method,
+    """A unified diff, pinned to proposed, of each changed tool's review (`AdapterToolReview`, as text): its method,
     path, inputs, output fields and what the model sees of them, approval and write contract, in words."""
 
 
-class InputReview(_View):
+class AdapterToolInput(_View):
     name: str
     type: str
     required: bool
@@ -81,7 +81,7 @@ class InputReview(_View):
     """``path``, ``query``, ``body``, ``header``, or ``<place> as <name on the wire>``."""
 
 
-class OutputReview(_View):
+class AdapterToolOutput(_View):
     field: str
     """A field that holds a value, at any depth (``items[].title``)."""
     type: str
@@ -90,7 +90,7 @@ class OutputReview(_View):
     fenced as untrusted`` (third-party text the agent reads, which taints it) or ``withheld``."""
 
 
-class ToolReview(_View):
+class AdapterToolReview(_View):
     """One proposed tool as a reviewer reads it (`gateway.registry.review`)."""
 
     name: str
@@ -99,8 +99,8 @@ class ToolReview(_View):
     path: str
     description: str
     access: str
-    inputs: list[InputReview]
-    outputs: list[OutputReview]
+    inputs: list[AdapterToolInput]
+    outputs: list[AdapterToolOutput]
     agent_text: list[str]
     """Inputs the agent writes freely: shown to approvers as untrusted."""
     approval: str | None
@@ -129,7 +129,7 @@ class AdapterRegistration(_View):
     """Per proposed tool, each string field of its output and what the model is shown of it: ``trusted:
     pattern``, ``trusted: enum``, ``shown fenced as untrusted`` (third-party text the agent reads, which
     taints it) or ``withheld`` (third-party text, the default for a string not declared trusted)."""
-    tools: list[ToolReview] = Field(default_factory=list)
+    tools: list[AdapterToolReview] = Field(default_factory=list)
     """Every proposed tool as a reviewer reads it: method, path, inputs, outputs, write contract."""
 
     @classmethod
@@ -149,7 +149,7 @@ class AdapterRegistration(_View):
             proposed=dict(proposed) if proposed is not None else None,
             model_sees=model_sees(proposed) if proposed is not None else {},
             tools=[
-                ToolReview.model_validate({"name": name, **review})
+                AdapterToolReview.model_validate({"name": name, **review})
                 for name, review in (tool_reviews(proposed) if proposed is not None else {}).items()
             ],
         )
