@@ -195,6 +195,12 @@ async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
         shown = (await http.get("/admin/api/adapters/github")).json()
         accepted = await http.post("/admin/api/adapters/github/accept", json={"hash": shown["proposed_hash"]})
     assert accepted.status_code == 200, accepted.text
+    # The review shows each imported tool as a reviewer needs it, not only its name.
+    listing = next(tool for tool in shown["tools"] if tool["name"] == "github_issues_list_for_repo")
+    assert (listing["method"], listing["path"]) == ("GET", "/repos/{owner}/{repo}/issues")
+    assert {"name": "owner", "type": "string", "required": True, "travels": "path"} in listing["inputs"]
+    sees = {item["field"]: item["model_sees"] for item in listing["outputs"]}
+    assert sees["items[].html_url"] == "trusted: pattern" and sees["items[].title"] == "withheld"
     agent_key = await make_key(github_redis, roles=("staff",))
     results: dict[str, Any] = {}
     with anyio.fail_after(30):
