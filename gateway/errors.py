@@ -153,12 +153,17 @@ class UpstreamError(GatewayError):
 
     code = "UPSTREAM_ERROR"
 
-    def __init__(self, message: str, *, service: str, status: int | None = None, sent: bool = True) -> None:
+    def __init__(
+        self, message: str, *, service: str, status: int | None = None, sent: bool = True, answer: str = ""
+    ) -> None:
         super().__init__(message)
         self.service = service
         self.status = status
         self.sent = sent
         """False only when the request certainly never left the gateway (e.g. connect refused)."""
+        self.answer = answer
+        """The backend's own error body, as text and cut short (`gateway.tools.backend_http.MAX_ANSWER_CHARS`),
+        or empty. Backend text: the card keeps it for approvers (its evidence), never the model or the audit."""
 
 
 class UpstreamTimeoutError(UpstreamError):
@@ -190,8 +195,10 @@ class UpstreamRefusedError(UpstreamError):
 
     code = "CONFLICT"
 
-    def __init__(self, message: str, *, service: str, status: int | None = None, reason: str = "") -> None:
-        super().__init__(message, service=service, status=status, sent=True)
+    def __init__(
+        self, message: str, *, service: str, status: int | None = None, reason: str = "", answer: str = ""
+    ) -> None:
+        super().__init__(message, service=service, status=status, sent=True, answer=answer)
         self.reason = reason
         """The backend's machine code for the refusal (``slot_taken``), or empty. Backend text: it goes to
         people (the audit event's reason, the card's evidence), never to the model."""
@@ -206,8 +213,8 @@ class UpstreamRateLimitedError(UpstreamError):
 
     code = "RATE_LIMITED"
 
-    def __init__(self, message: str, *, service: str, retry_after: float) -> None:
-        super().__init__(message, service=service, status=429, sent=True)
+    def __init__(self, message: str, *, service: str, retry_after: float, answer: str = "") -> None:
+        super().__init__(message, service=service, status=429, sent=True, answer=answer)
         self.retry_after = retry_after
         """Seconds the backend asked for (its ``Retry-After``), bounded; a default when it gave none."""
 

@@ -1,11 +1,11 @@
 """What an attempt at a write means, and what to do about an uncertain one. Pure functions.
 
 Every attempt is classified: nothing sent, or a 429 (the backend refused to process it) -> safe
-to retry with the same key, after the backend's Retry-After; a definitive
-refusal of the first send -> FAILED; anything that may have reached the backend, and a resend's
-refusal -> UNKNOWN, which leads to a status query and never to a blind resend. An UNKNOWN write
-that no status query settles within the reconciliation horizon goes to a person
-(NEEDS_RECONCILIATION): nothing is asked about forever.
+to retry with the same key, after the backend's Retry-After; a status the contract says means
+"already applied" -> SUCCEEDED; a definitive refusal of the first send -> FAILED; anything that
+may have reached the backend, and a resend's refusal -> UNKNOWN, which leads to a status query and
+never to a blind resend. An UNKNOWN write that no status query settles within the reconciliation
+horizon goes to a person (NEEDS_RECONCILIATION): nothing is asked about forever.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ def classify(error: UpstreamError | None, contract: WriteContract, *, resend: bo
         # is released with its key: a first send goes back to APPROVED, to be sent after the wait; a
         # resend goes back to UNKNOWN, since the earlier send may still have landed.
         return Attempt.NOT_SENT
+    if error.status is not None and error.status in contract.applied_statuses:
+        # The API's own answer that the write is there already (its duplicate check on a stored key): for a
+        # first send or a resend alike, the write is applied.
+        return Attempt.SUCCEEDED
     if error.status is not None and error.status in contract.not_applied_statuses and not resend:
         return Attempt.FAILED
     # A timeout after sending, a 5xx, a dropped connection, a 2xx we cannot parse, a status the
@@ -94,6 +98,7 @@ def reconcile_step(
     execute_by_ms: int,
     horizon_ms: int,
     sends: int,
+    wait_ms: int = 0,
 ) -> ReconcileStep:
     """What to do with an UNKNOWN write after a status query (`status` None: the query failed).
 
@@ -106,7 +111,8 @@ def reconcile_step(
     than the contract's `max_resends` times (`sends` counts every send, the first included); otherwise
     a person must reconcile. The settle period doubles with each send (exponential backoff: after the
     n-th send a lookup waits ``settle * 2**(n-1)``), so resends thin out instead of following every
-    lookup. A rescheduled query is never later than the horizon.
+    lookup. A rescheduled query is never later than the horizon. `wait_ms`: the backend refused the status
+    query with a 429 and asked for this wait (its ``Retry-After``); the next query is no sooner.
     """
     if status is not None and status.state == "applied":
         return ReconcileStep(next=Next.SUCCEEDED, reason="backend has the write")
@@ -117,7 +123,7 @@ def reconcile_step(
         reason = f"not settled within {horizon_ms / 1000:g} s of the first send; a person must reconcile"
         return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
     if status is None:
-        at_ms = now_ms + _recheck_after_ms(now_ms - dispatched_ms)
+        at_ms = now_ms + max(_recheck_after_ms(now_ms - dispatched_ms), wait_ms)
         return ReconcileStep(next=Next.RESCHEDULE, at_ms=min(at_ms, horizon_at), reason="status query failed")
     settle_ms = int(contract.settle_seconds * 1000) * 2 ** min(max(sends - 1, 0), 16)
     if now_ms < dispatched_ms + settle_ms:

@@ -55,7 +55,7 @@ def failure_code(card: Card) -> str | None:
     status = evidence.get("status")
     if status == "refused":  # settled by a status query: the backend says it refused the write
         return Code.CONFLICT.value
-    if status == 404:
+    if status in (404, 410):
         return Code.NOT_FOUND.value
     return Code.CONFLICT.value if isinstance(status, int) and status < 500 else Code.UPSTREAM_ERROR.value
 

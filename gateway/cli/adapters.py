@@ -1,10 +1,12 @@
 """`countersign adapters ...`: review and pin registered adapters, draft manifests from OpenAPI.
 
 ``review`` lists the registrations the admin may manage (those of adapters the admin's org serves,
-or every one for ``registry-operator``) with their state, safety flags and the diff a decision would
-apply; ``accept NAME --hash H`` pins the proposal with hash H (the one reviewed); ``remove NAME``
-stops serving it. ``import-openapi FILE --name N`` prints a draft manifest for a person to check,
-and what it could not decide; it registers nothing.
+or every one for ``registry-operator``) with their state, a change of base URL or credential first, safety
+flags, the diff a decision would apply, and every proposed tool as a reviewer reads it
+(`gateway.registry.review`: method, path, inputs, outputs and what the model sees, write contract);
+``accept NAME --hash H`` pins the proposal with hash H (the one reviewed); ``remove NAME`` stops serving it.
+``import-openapi FILE --name N`` prints a draft manifest for a person to check, and what it could not decide;
+it registers nothing.
 
 ``import SPEC --name N`` is the service owner's path from an OpenAPI document (JSON or YAML, a file or
 an http(s) URL) to registered adapters: it selects operations (``--tags``, ``--paths``, ``--operations``),
@@ -34,7 +36,9 @@ from gateway.config.org_adapters import OrgAdapters
 from gateway.config.settings import Settings
 from gateway.errors import ManifestError
 from gateway.principal import Principal
+from gateway.printable import escape_unprintable
 from gateway.registry.openapi_import import ImportResult, Selection, draft_adapters, draft_manifest, manifest_bytes
+from gateway.registry.review import review_lines
 from gateway.registry.service import RegistryResult, RegistryService
 from gateway.registry.views import AdapterRegistration
 from gateway.store.registrations import RegistryStore
@@ -127,6 +131,8 @@ def _print_draft(draft: ImportResult, *, dry_run: bool) -> None:
     for problem in draft.problems:
         if not problem.startswith("limit "):
             print(f"  problem: {problem}", file=sys.stderr)
+    for where, variable in draft.secrets:
+        print(f"  secret: set {variable} on the gateway host ({where})", file=sys.stderr)
     for note in draft.notes:
         print(f"  note: {note}", file=sys.stderr)
     for skipped in draft.skipped:
@@ -217,22 +223,24 @@ async def run(
                 print(json.dumps(row, sort_keys=True))
                 continue
             print(f"{row['name']}  {row['state']}  owner={row['owner']}  proposed={row['proposed_hash']}")
-            for flag in row["flags"]:
-                print(f"  FLAG {flag['code']} at {flag['field']}: {flag['excerpt']}")
             diff = row["diff"] or {}
+            # First: a change of where the gateway's credential, identities and receipts go.
             for key in diff.get("attention", []):
                 print(f"  ATTENTION {key} changes: accept with --acknowledge {key} if intended")
+            for flag in row["flags"]:
+                print(f"  FLAG {flag['code']} at {flag['field']}: {flag['excerpt']}")
             if diff.get("settings"):
                 print("  settings:\n" + "\n".join(f"    {line}" for line in diff["settings"].splitlines()))
             for key in ("added", "removed"):
                 if diff.get(key):
                     print(f"  {key}: {', '.join(diff[key])}")
-            for name, text in (diff.get("changed") or {}).items():
+            for name, text in (diff.get("reviewed") or {}).items():
                 print(f"  changed {name}:\n" + "\n".join(f"    {line}" for line in text.splitlines()))
-            for tool, fields in row["model_sees"].items():
-                print(
-                    f"  {tool} shows the model: " + ("; ".join(f"{f} {how}" for f, how in fields.items()) or "no text")
-                )
+            for name, text in (diff.get("changed") or {}).items():
+                print(f"  changed {name} (manifest):\n" + "\n".join(f"    {line}" for line in text.splitlines()))
+            for tool in row["tools"]:
+                # A service wrote every word of it: nothing in it may act on the reviewer's terminal.
+                print("\n".join(f"  {escape_unprintable(line)}" for line in review_lines(tool["name"], tool)))
         return 0
     actions: dict[str, Callable[[], Awaitable[RegistryResult]]] = {
         "accept": lambda: service.accept(

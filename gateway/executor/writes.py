@@ -34,7 +34,13 @@ from gateway.cards.contract import DurabilityGuard, Ledger, Transition, Transiti
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
-from gateway.errors import PathArgumentError, UpstreamError, UpstreamNotFoundError, UpstreamRefusedError
+from gateway.errors import (
+    PathArgumentError,
+    UpstreamError,
+    UpstreamNotFoundError,
+    UpstreamRateLimitedError,
+    UpstreamRefusedError,
+)
 from gateway.executor.deferrals import DeferralLog
 from gateway.executor.invoke import Invoker, args_hash, requester_of
 from gateway.principal import TOKEN_KEY_PREFIX, Principal
@@ -184,10 +190,13 @@ class WritePath:
             self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key),
             approved_arguments=card.arguments,
         )
+        wait_ms = 0
         try:
             status = await contract.status_lookup(card.idempotency_key, ctx)
-        except UpstreamError:
+        except UpstreamError as error:
             status = None
+            # A 429 asks for a wait: the next query is no sooner (a write's resend waits the same way).
+            wait_ms = int(error.retry_after * 1000) if isinstance(error, UpstreamRateLimitedError) else 0
         now_ms = await self._ledger.server_time_ms()
         dispatched_ms = card.dispatched_ms or card.created_ms
         step = reconcile_step(
@@ -199,6 +208,7 @@ class WritePath:
             execute_by_ms=card.execute_by_ms or 0,  # none recorded: treated as passed, never a resend
             horizon_ms=self._horizon_ms,
             sends=card.attempts,
+            wait_ms=wait_ms,
         )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
@@ -382,11 +392,17 @@ class WritePath:
 
 
 def _evidence(error: UpstreamError | None, tool: Tool) -> dict[str, Any]:
-    """What the card keeps of a failed attempt: for people, the error, the status and the backend's
-    refusal code; for the requester, the tool's own words for that code, when it declares some."""
+    """What the card keeps of a failed attempt: for people, the error, the status, the backend's refusal code
+    and its own error body (``answer``); for the requester, the tool's own words for that code, when it
+    declares some. Only `gateway.cards.words.said_to_agent` and the failure code reach the model."""
     if error is None:
         return {}
     evidence: dict[str, Any] = {"error": type(error).__name__, "status": error.status}
+    if error.answer:
+        evidence["answer"] = error.answer
+    contract = tool.write_contract
+    if contract is not None and error.status in contract.applied_statuses:
+        evidence["settled"] = f"the backend answered {error.status}, which its write contract says means applied"
     if isinstance(error, UpstreamRefusedError) and error.reason:
         evidence["reason"] = error.reason
         if error.reason in RECEIPT_REFUSALS:

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.tools.declarations import NOT_APPLIED_STATUSES
 from policies.text_safety import Flag, review_texts
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_TOOLS",
     "MAX_TOOL_NAME_CHARS",
     "PLACEHOLDER",
+    "SECRET_PARTS",
     "ArgumentPlace",
     "AccessSpec",
     "AdapterManifest",
@@ -41,6 +43,8 @@ __all__ = [
     "WriteContractSpec",
     "model_facing_texts",
     "review_manifest",
+    "secret_namespace",
+    "secret_references",
 ]
 
 _NAME = r"^[a-z][a-z0-9]{1,30}$"
@@ -110,7 +114,12 @@ class WriteContractSpec(_Strict):
     or 404 ``{"state": "unknown"}``."""
     reference_field: str
     """Output field holding the service's id for the effect."""
-    not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = (400, 404, 409, 422)
+    not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = tuple(sorted(NOT_APPLIED_STATUSES))
+    """Statuses by which the API says it did not apply the write: FAILED, never resent. Left out, the documented
+    table (README, "Refusals"): 400, 401, 403, 404, 405, 409, 410, 412, 422."""
+    applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = ()
+    """Statuses by which the API says the write is already applied (a 409 "already exists" for a key it stores):
+    SUCCEEDED. Take such a status out of `not_applied_statuses` when naming it here."""
     key_in: Literal["header", "body_field", "marker"] = "header"
     key_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
     """The input the key is written into (``body_field``) or appended to (``marker``)."""
@@ -142,6 +151,10 @@ _FORBIDDEN_HEADERS = frozenset(
 
 class ArgumentPlace(_Strict):
     """Where one argument travels, when not where the method puts it (see `ToolSpec.send_as`)."""
+
+    # Stored as registered (``in``), so the registry reads back what it stored; a registration stored before
+    # this (``into``) is read too.
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True, validate_by_name=True)
 
     into: Literal["path", "query", "header", "body"] = Field(alias="in")
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-\[\]]+$")]
@@ -285,8 +298,12 @@ class CredentialSpec(_Strict):
 
     def references(self) -> dict[str, str]:
         """``{where: variable}`` of every secret this credential names."""
-        named = {"secret_env": self.secret_env, "username_env": self.username_env, "client_id_env": self.client_id_env}
+        named = {part: getattr(self, part) for part in SECRET_PARTS}
         return {f"credential.{where}": variable for where, variable in named.items() if variable is not None}
+
+
+SECRET_PARTS = ("secret_env", "username_env", "client_id_env")
+"""The fields of a `CredentialSpec` that name a secret (an environment variable on the gateway host)."""
 
 
 class AdapterManifest(_Strict):
@@ -320,6 +337,21 @@ class AdapterManifest(_Strict):
 
 
 NAME_PATTERN = re.compile(_NAME)
+
+
+def secret_namespace(adapter: str) -> str:
+    """The prefix every secret an adapter names must start with (``GITHUBISSUES_`` for ``githubissues``): a
+    service can have the gateway send it only secrets named for its own adapter, never any other of the
+    gateway's environment."""
+    return f"{adapter.upper()}_"
+
+
+def secret_references(manifest: AdapterManifest) -> dict[str, str]:
+    """``{where: variable}`` of every secret `manifest` names (credential parts, the signing secret)."""
+    found = manifest.credential.references() if manifest.credential is not None else {}
+    if manifest.signing_secret_env is not None:
+        found["signing_secret_env"] = manifest.signing_secret_env
+    return found
 
 
 def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:

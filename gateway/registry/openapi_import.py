@@ -6,7 +6,10 @@ document does not decide is left out of the draft and listed in ``problems``, ne
 **Which operations.** A `Selection` keeps the operations with one of its tags, under one of its path
 prefixes, or with one of its operation ids (none given: all). `draft_adapters` drafts one adapter, or with
 ``split`` one per first tag (``github`` + ``issues`` = ``githubissues``), so that a large selection fits
-the per-adapter limits. Every limit (`MAX_TOOLS` tools per adapter, `MAX_MANIFEST_BYTES` of manifest,
+the per-adapter limits. Every secret a draft names is in its adapter's own namespace, as the registry
+requires: a split adapter's references, written for the name before the split, are renamed into its own
+(``GITHUB_TOKEN`` -> ``GITHUBISSUES_TOKEN``, with a note), and `ImportResult.secrets` lists what to set.
+Every limit (`MAX_TOOLS` tools per adapter, `MAX_MANIFEST_BYTES` of manifest,
 `MAX_DESCRIPTION_CHARS` per description, `MAX_TOOL_NAME_CHARS` per tool name) that an operation or the
 whole draft hits is a `LimitHit`, named with its numbers and the operations that hit it, and a problem:
 the draft is refused before anything is sent. A description over the limit is shortened at a paragraph
@@ -29,15 +32,14 @@ fields of the output (no enum, format or pattern) are third-party text: they are
 which it marked. Idempotency keys (the header, or inputs named like one) are dropped: the gateway mints
 them.
 
-**x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract``
-merged key by key): ``access``, ``approval``, ``write_contract``, ``summary_template``,
-``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``, ``timeout_seconds``,
-``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only for a backend
-that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path`` and
-``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the
-root keys, and ``operations`` by operation id), so a service owner never has to patch the API's own
-document. With no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors
-become problems.
+**x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract`` merged
+key by key, as they are between the document and the overlay): ``access``, ``approval``, ``write_contract``,
+``summary_template``, ``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``,
+``timeout_seconds``, ``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only
+for a backend that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path``
+and ``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the root
+keys, and ``operations`` by operation id), so a service owner never has to patch the API's own document. With
+no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors become problems.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ from gateway.registry.manifest import (
     MAX_TOOL_NAME_CHARS,
     MAX_TOOLS,
     NAME_PATTERN,
+    SECRET_PARTS,
     AdapterManifest,
+    secret_namespace,
 )
 from gateway.registry.schema import wrapped_field
 
@@ -177,6 +181,8 @@ class ImportResult:
     limits: tuple[LimitHit, ...] = ()
     """Every limit hit, blocking or resolved; each blocking one is also among `problems`."""
     operations: tuple[OperationDraft, ...] = ()
+    secrets: tuple[tuple[str, str], ...] = ()
+    """``(where, variable)`` of each secret the draft names: what the operator sets on the gateway host."""
 
 
 def manifest_bytes(manifest: Mapping[str, Any]) -> int:
@@ -220,7 +226,8 @@ def draft_adapters(
     results = []
     for tag, entries in groups.items():
         suffix = re.sub(r"[^a-z0-9]", "", tag.lower())
-        results.append(_Importer(document, overlay or {}).draft(f"{name}{suffix}"[:31], base_url, entries, tag))
+        importer = _Importer(document, overlay or {})
+        results.append(importer.draft(f"{name}{suffix}"[:31], base_url, entries, tag, secrets_of=name))
     return tuple(results)
 
 
@@ -244,19 +251,30 @@ class _Importer:
         self.budget = OUTPUT_SCHEMA_BUDGET
 
     def draft(
-        self, name: str, base_url: str | None, chosen: Sequence[tuple[str, str, Mapping[str, Any]]], tag: str
+        self,
+        name: str,
+        base_url: str | None,
+        chosen: Sequence[tuple[str, str, Mapping[str, Any]]],
+        tag: str,
+        *,
+        secrets_of: str | None = None,
     ) -> ImportResult:
+        """`secrets_of`: the adapter the document's and overlay's secret references were written for (the name
+        before a split; `_own_secrets`)."""
         self.name = name
         if not str(self.document.get("openapi", "")).startswith("3."):
             self.problems.append(f"not an OpenAPI 3 document (openapi: {str(self.document.get('openapi', ''))!r})")
         if not NAME_PATTERN.fullmatch(name):
             self.problems.append(f"adapter name {name!r} must match {NAME_PATTERN.pattern}")
         allowed = {*_DEFAULT_KEYS, *_ROOT_ONLY_KEYS, *_IMPORT_KEYS}
-        root = self._extension("x-countersign (root)", self.document, allowed)
-        root |= self._extension("overlay", {"x-countersign": self._overlay_root()}, allowed)
+        root = _layered(
+            self._extension("x-countersign (root)", self.document, allowed),
+            self._extension("overlay", {"x-countersign": self._overlay_root()}, allowed),
+        )
         self.budget = int(root.get("output_schema_budget", OUTPUT_SCHEMA_BUDGET))
         manifest: dict[str, Any] = {"base_url": self._base_url(base_url)}
         manifest |= {key: root[key] for key in _ROOT_ONLY_KEYS if key in root}
+        secrets = self._own_secrets(manifest, secrets_of or name)
         defaults = {key: root[key] for key in _DEFAULT_KEYS if key in root}
         tools: dict[str, dict[str, Any]] = {}
         long_names: list[str] = []
@@ -293,7 +311,37 @@ class _Importer:
             notes=tuple(self.notes),
             limits=tuple(self.limits),
             operations=tuple(self.operations),
+            secrets=tuple(secrets),
         )
+
+    def _own_secrets(self, manifest: dict[str, Any], written_for: str) -> list[tuple[str, str]]:
+        """Every secret the draft names, in this adapter's own namespace (`secret_namespace`), which the registry
+        holds every adapter to. A split adapter's references, written for the adapter before the split
+        (``GITHUB_TOKEN``), are renamed into its own (``GITHUBISSUES_TOKEN``), with a note: one secret per
+        adapter, which the operator sets (the same token, or one scoped to that adapter's operations), rather than
+        a namespace rule that would let one registration name another adapter's secrets. A reference outside
+        the namespace is a problem."""
+        mine, theirs = secret_namespace(self.name), secret_namespace(written_for)
+        places: list[tuple[dict[str, Any], str, str]] = [(manifest, "signing_secret_env", "signing_secret_env")]
+        if isinstance(manifest.get("credential"), Mapping):
+            credential = manifest["credential"] = dict(manifest["credential"])  # the overlay's own stays as written
+            places += [(credential, part, f"credential.{part}") for part in SECRET_PARTS]
+        found = []
+        for holder, key, where in places:
+            variable = holder.get(key)
+            if not isinstance(variable, str):
+                continue
+            if mine != theirs and variable.startswith(theirs):
+                renamed = mine + variable[len(theirs) :]
+                self.notes.append(
+                    f"{where}: {variable} becomes {renamed}, in adapter {self.name}'s own namespace: set it on the"
+                    " gateway host (the same value, or a credential scoped to this adapter's operations)"
+                )
+                holder[key] = variable = renamed
+            if not variable.startswith(mine):
+                self.problems.append(f"{where}: {variable} is not in adapter {self.name}'s namespace ({mine}...)")
+            found.append((where, variable))
+        return found
 
     def _limits(
         self,
@@ -382,15 +430,14 @@ class _Importer:
     ) -> dict[str, Any]:
         operation_id = str(op.get("operationId") or "")
         overlay_op = (self.overlay.get("operations") or {}).get(operation_id, {})
-        own = self._extension(where, op, _OP_KEYS) | self._extension(where, {"x-countersign": overlay_op}, _OP_KEYS)
+        own = _layered(
+            self._extension(where, op, _OP_KEYS), self._extension(where, {"x-countersign": overlay_op}, _OP_KEYS)
+        )
         name = f"{self.name}_{_snake(str(own.get('name') or _tool_part(operation_id, tag) or f'{method} {path}'))}"
         if not operation_id:
             self.notes.append(f"{where}: no operationId; named {name}")
         op = self._inline(name, op)
-        ext = defaults | own
-        for key in ("approval", "write_contract"):
-            if isinstance(defaults.get(key), Mapping) and isinstance(own.get(key), Mapping):
-                ext[key] = defaults[key] | own[key]
+        ext = _layered(defaults, own)
         texts = [str(op[key]).strip() for key in ("summary", "description") if str(op.get(key) or "").strip()]
         if not texts:
             self.problems.append(f"{name}: no summary or description to tell the model what it does")
@@ -688,6 +735,16 @@ class _Importer:
             self.problems.append(f"{name}: {ref} {why}")
             return {}
         return self._inline(name, target, (*seen, ref)) | siblings
+
+
+def _layered(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """`over`'s x-countersign keys on top of `under`'s: ``approval`` and ``write_contract`` merged key by key (an
+    overlay's ``{"applied_statuses": [409]}`` keeps the document's ``dedupes_on_key``), every other key replaced."""
+    layered = dict(under) | dict(over)
+    for key in ("approval", "write_contract"):
+        if isinstance(under.get(key), Mapping) and isinstance(over.get(key), Mapping):
+            layered[key] = dict(under[key]) | dict(over[key])
+    return layered
 
 
 def _described(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from gateway.config.org_adapters import OrgAdapters
 from gateway.decision import Decision
 from gateway.errors import ToolDeclarationError
 from gateway.principal import KeyKind, Principal
-from gateway.registry.manifest import AdapterManifest, review_manifest
+from gateway.registry.manifest import AdapterManifest, review_manifest, secret_namespace, secret_references
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.store.registrations import Registration, RegistryStore
 from gateway.tools.toolbox import Toolbox
@@ -123,13 +123,9 @@ class RegistryService:
                 problems.append(f"tools[{index}].name: must start with {name}_")
         # A manifest names secrets by reference only, and only in its own namespace: otherwise a
         # service could have the gateway send it any secret of the gateway's environment.
-        namespace = f"{name.upper()}_"
-        references: dict[str, str | None] = {
-            **(manifest.credential.references() if manifest.credential else {}),
-            "signing_secret_env": manifest.signing_secret_env,
-        }
-        for where, reference in references.items():
-            if reference is not None and not reference.startswith(namespace):
+        namespace = secret_namespace(name)
+        for where, reference in secret_references(manifest).items():
+            if not reference.startswith(namespace):
                 problems.append(f"{where}: secret references of adapter {name} must start with {namespace}")
         problems.extend(f"base_url: {problem}" for problem in check_base_url(manifest.base_url, allowed=self._allowed))
         if manifest.credential is not None and manifest.credential.token_url is not None:

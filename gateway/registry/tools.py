@@ -129,6 +129,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
             status_lookup=_lookup(spec, contract),
             reference_field=contract.reference_field,
             not_applied_statuses=frozenset(contract.not_applied_statuses),
+            applied_statuses=frozenset(contract.applied_statuses),
         ),
         approval=None
         if approval is None

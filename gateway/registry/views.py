@@ -7,11 +7,13 @@ them. Each is built from the store's `Registration` by a classmethod; nothing he
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from gateway.registry.review import review_lines, tool_reviews
 from gateway.registry.tools import model_sees
 from gateway.store.registrations import Registration, RegistrationState
 from policies.text_safety import FlagCode
@@ -25,6 +27,9 @@ __all__ = [
     "AdapterFlag",
     "AdapterList",
     "AdapterRegistration",
+    "AdapterToolInput",
+    "AdapterToolOutput",
+    "AdapterToolReview",
 ]
 
 ERROR_STATUS: dict[str, int] = {"VALIDATION_ERROR": 422, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "CONFLICT": 409}
@@ -63,6 +68,45 @@ class AdapterDiff(_View):
     attention: list[str] = Field(default_factory=list)
     """``base_url``, ``credential`` or ``signing_secret_env`` when the update changes them: where the gateway's
     credential, signed identities and receipts go. Accepting needs each acknowledged by name."""
+    reviewed: dict[str, str] = Field(default_factory=dict)
+    """A unified diff, pinned to proposed, of each changed tool's review (`AdapterToolReview`, as text): its method,
+    path, inputs, output fields and what the model sees of them, approval and write contract, in words."""
+
+
+class AdapterToolInput(_View):
+    name: str
+    type: str
+    required: bool
+    travels: str
+    """``path``, ``query``, ``body``, ``header``, or ``<place> as <name on the wire>``."""
+
+
+class AdapterToolOutput(_View):
+    field: str
+    """A field that holds a value, at any depth (``items[].title``)."""
+    type: str
+    model_sees: str
+    """``shown`` (a number, a boolean), ``trusted: pattern``, ``trusted: enum``, ``trusted: date``, ``shown
+    fenced as untrusted`` (third-party text the agent reads, which taints it) or ``withheld``."""
+
+
+class AdapterToolReview(_View):
+    """One proposed tool as a reviewer reads it (`gateway.registry.review`)."""
+
+    name: str
+    mode: str
+    method: str
+    path: str
+    description: str
+    access: str
+    inputs: list[AdapterToolInput]
+    outputs: list[AdapterToolOutput]
+    agent_text: list[str]
+    """Inputs the agent writes freely: shown to approvers as untrusted."""
+    approval: str | None
+    write_contract: dict[str, str] | None
+    """For a write: where the key travels, how a lost answer is looked up, whether it is resent, the reference
+    field, and which answers mean "not applied" and "applied"."""
 
 
 class AdapterRegistration(_View):
@@ -85,6 +129,8 @@ class AdapterRegistration(_View):
     """Per proposed tool, each string field of its output and what the model is shown of it: ``trusted:
     pattern``, ``trusted: enum``, ``shown fenced as untrusted`` (third-party text the agent reads, which
     taints it) or ``withheld`` (third-party text, the default for a string not declared trusted)."""
+    tools: list[AdapterToolReview] = Field(default_factory=list)
+    """Every proposed tool as a reviewer reads it: method, path, inputs, outputs, write contract."""
 
     @classmethod
     def from_registration(cls, registration: Registration) -> AdapterRegistration:
@@ -97,10 +143,29 @@ class AdapterRegistration(_View):
             proposed_hash=registration.proposed_hash,
             accepted_by=registration.accepted_by,
             flags=[AdapterFlag.model_validate(dict(flag)) for flag in registration.flags],
-            diff=AdapterDiff.model_validate(registration.diff()) if proposed is not None else None,
+            diff=AdapterDiff.model_validate(registration.diff() | {"reviewed": _reviewed(registration)})
+            if proposed is not None
+            else None,
             proposed=dict(proposed) if proposed is not None else None,
             model_sees=model_sees(proposed) if proposed is not None else {},
+            tools=[
+                AdapterToolReview.model_validate({"name": name, **review})
+                for name, review in (tool_reviews(proposed) if proposed is not None else {}).items()
+            ],
         )
+
+
+def _reviewed(registration: Registration) -> dict[str, str]:
+    """The unified diff of each tool both pinned and proposed whose review differs."""
+    if registration.pinned is None or registration.proposed is None:
+        return {}
+    before, after = tool_reviews(registration.pinned), tool_reviews(registration.proposed)
+    changed = {}
+    for name in sorted(before.keys() & after.keys()):
+        old, new = review_lines(name, before[name]), review_lines(name, after[name])
+        if old != new:
+            changed[name] = "\n".join(difflib.unified_diff(old, new, "pinned", "proposed", lineterm=""))
+    return changed
 
 
 class AdapterList(_View):

@@ -119,12 +119,15 @@ async def request_json(
     are set after them and win.
 
     Raises:
-        UpstreamNotFoundError: 404 (a missing object and another org's object look the same).
-        UpstreamRefusedError: 409 or 422, a definitive business refusal; 403 with a `RECEIPT_REFUSALS` code.
+        UpstreamNotFoundError: 404 or 410 (a missing object and another org's object look the same).
+        UpstreamRefusedError: 403, 409 or 422, a definitive refusal (a 403 with a `RECEIPT_REFUSALS` code: the
+            approval's receipt was not accepted).
         UpstreamRateLimitedError: 429, with the seconds of its ``Retry-After`` (`retry_after_of`).
         UpstreamUnavailableError: connect failures, 502/503/504.
         UpstreamTimeoutError: no answer within the client's read timeout.
         UpstreamProtocolError: any other status, or a body that is not JSON.
+
+    Each error of a non-2xx answer carries the backend's body in `UpstreamError.answer`, for people.
     """
     response = await _send(ctx, method, url, params=params, json=json, headers=headers)
     status = response.status
@@ -224,19 +227,32 @@ def _json_object(response: UpstreamResponse) -> dict[str, Any]:
 
 
 def _status_error(service: str, response: UpstreamResponse) -> UpstreamError:
-    status = response.status
-    if status == 404:
-        return UpstreamNotFoundError("not found", service=service, status=status)
-    if status in (409, 422) or (status == 403 and _reason(response) in RECEIPT_REFUSALS):
-        return UpstreamRefusedError("refused", service=service, status=status, reason=_reason(response))
+    """The error of a non-2xx answer, by the default refusal table (README, "Refusals"): what the model is told
+    is its code; the backend's own body rides along as `UpstreamError.answer`, for people."""
+    status, answer = response.status, _answer(response)
+    if status in (404, 410):
+        return UpstreamNotFoundError("not found", service=service, status=status, answer=answer)
+    if status in (403, 409, 422):
+        reason = _reason(response)
+        return UpstreamRefusedError("refused", service=service, status=status, reason=reason, answer=answer)
     if status == 429:
         wait = retry_after_of(response.retry_after)
         return UpstreamRateLimitedError(
-            f"backend answered 429; retry after {wait:g} s", service=service, retry_after=wait
+            f"backend answered 429; retry after {wait:g} s", service=service, retry_after=wait, answer=answer
         )
     if status in (502, 503, 504):
-        return UpstreamUnavailableError(f"backend answered {status}", service=service, status=status)
-    return UpstreamProtocolError(f"backend answered {status}", service=service, status=status)
+        return UpstreamUnavailableError(f"backend answered {status}", service=service, status=status, answer=answer)
+    return UpstreamProtocolError(f"backend answered {status}", service=service, status=status, answer=answer)
+
+
+MAX_ANSWER_CHARS = 2000
+"""How much of a backend's error body a card keeps for approvers (GitHub's refusals are a few hundred bytes)."""
+
+
+def _answer(response: UpstreamResponse) -> str:
+    """The backend's error body as text, cut to `MAX_ANSWER_CHARS`: backend text, for people only."""
+    text = response.body[: MAX_ANSWER_CHARS * 4].decode("utf-8", errors="replace").strip()
+    return text if len(text) <= MAX_ANSWER_CHARS else text[:MAX_ANSWER_CHARS] + "…"
 
 
 DEFAULT_RETRY_AFTER_SECONDS = 1.0

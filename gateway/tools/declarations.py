@@ -32,12 +32,18 @@ __all__ = [
     "Escalation",
     "Execute",
     "Mode",
+    "NOT_APPLIED_STATUSES",
     "Preflight",
+    "RESERVED_TOOL_PREFIX",
     "StatusLookup",
     "Tool",
     "WriteContract",
     "WriteStatus",
 ]
+
+RESERVED_TOOL_PREFIX = "countersign_view_"
+"""Names of the app-only tools a view of the gateway's MCP Apps calls (`gateway.executor.views.APP_TOOLS`): no
+declared tool may take one, in any case, or it could stand in for a view's call."""
 
 # SEP-986 allows these characters; we refuse what the SDK only warns about.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -90,6 +96,8 @@ def definition_hash(tool: Tool) -> str:
             "key_retention_seconds": contract.key_retention_seconds,
             "reference_field": contract.reference_field,
             "not_applied": sorted(contract.not_applied_statuses),
+            # Only when declared, so the definitions of tools that declare none keep their hashes.
+            **({"applied": sorted(contract.applied_statuses)} if contract.applied_statuses else {}),
         },
     }
     return "sha256:" + hashlib.sha256(canonical_json(document).encode()).hexdigest()
@@ -148,6 +156,12 @@ class WriteStatus:
 StatusLookup = Callable[[str, "ToolContext"], Awaitable[WriteStatus]]
 """``async (idempotency_key, ctx) -> WriteStatus``."""
 
+NOT_APPLIED_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 412, 422})
+"""The default refusal table (README, "Refusals"): answers by which an HTTP API says it did not do what it was
+asked (malformed, unauthenticated, forbidden, not found, method not allowed, conflict, gone, precondition
+failed, unprocessable). A write that gets one on its first send is FAILED, never resent; a 429 is "not
+processed, send later" (`policies.outcome.classify`); anything else may have landed and is UNKNOWN."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WriteContract:
@@ -165,8 +179,12 @@ class WriteContract:
     """Looks the write up by its idempotency key."""
     reference_field: str
     """Output field holding the backend's identifier for the effect (``booking_id``, ``refund_id``)."""
-    not_applied_statuses: frozenset[int] = frozenset({400, 404, 409, 422})
-    """HTTP statuses that mean the backend did not apply the write (a definitive refusal)."""
+    not_applied_statuses: frozenset[int] = NOT_APPLIED_STATUSES
+    """HTTP statuses that mean the backend did not apply the write (a definitive refusal): the card ends FAILED
+    and is never sent again. The default is the documented table, `NOT_APPLIED_STATUSES`."""
+    applied_statuses: frozenset[int] = frozenset()
+    """HTTP statuses that mean the write is already applied (an API whose 409 says "this external id exists"):
+    the card ends SUCCEEDED, with the answer as its evidence. None by default."""
     settle_seconds: float = 2.0
     """How long after a send a status lookup may still miss a write that did land."""
     max_resends: int = 3
@@ -182,6 +200,11 @@ class WriteContract:
         if any(500 <= status for status in self.not_applied_statuses):
             # A 5xx may have been applied before the error; it can never prove "not applied".
             raise ToolDeclarationError("a 5xx status cannot mean 'not applied'", code="invalid_contract")
+        if any(not 400 <= status < 500 or status == 429 for status in self.applied_statuses):
+            # A 5xx says nothing of what happened, and a 429 says the request was not processed.
+            raise ToolDeclarationError("only a 4xx status other than 429 can mean 'applied'", code="invalid_contract")
+        if both := sorted(self.applied_statuses & self.not_applied_statuses):
+            raise ToolDeclarationError(f"statuses both applied and not applied: {both}", code="invalid_contract")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -303,6 +326,12 @@ class Tool:
             raise ToolDeclarationError(
                 f"tool {self.name!r} must be prefixed with its adapter name {self.adapter!r}",
                 code="invalid_name",
+                tool=self.name,
+            )
+        if self.name.lower().startswith(RESERVED_TOOL_PREFIX):
+            raise ToolDeclarationError(
+                f"tool names starting with {RESERVED_TOOL_PREFIX} are reserved for the gateway's MCP Apps views",
+                code="reserved_name",
                 tool=self.name,
             )
         if self.arguments.model_config.get("extra") != "forbid":

@@ -527,3 +527,52 @@ def test_a_negative_resend_cap_is_refused_at_declaration() -> None:
     with pytest.raises(ToolDeclarationError) as raised:
         replace(KEYED, max_resends=-1)
     assert raised.value.code == "invalid_contract"
+
+
+# -- what a contract says its API's answers mean --------------------------------------------------------
+
+
+@EITHER_SEND
+@pytest.mark.parametrize("cls", UPSTREAM_ERRORS, ids=lambda cls: cls.__name__)
+def test_a_status_the_contract_calls_applied_is_succeeded_on_any_send(cls: type[UpstreamError], resend: bool) -> None:
+    """An API whose 409 means "already applied": that answer is SUCCEEDED, for a first send or a resend, while
+    the statuses it still calls "not applied" stay FAILED on a first send."""
+    contract = replace(KEYED, not_applied_statuses=frozenset({404, 422}), applied_statuses=frozenset({409}))
+    assert classify(_sent(cls, 409), contract, resend=resend) is Attempt.SUCCEEDED
+    assert classify(_sent(cls, 404), contract, resend=resend) is (Attempt.UNKNOWN if resend else Attempt.FAILED)
+
+
+@pytest.mark.parametrize(
+    ("applied", "not_applied"),
+    [({503}, frozenset()), ({429}, frozenset()), ({204}, frozenset()), ({409}, frozenset({409}))],
+    ids=["5xx", "429", "2xx", "both"],
+)
+def test_a_contract_cannot_call_applied_what_proves_nothing(applied: set[int], not_applied: frozenset[int]) -> None:
+    """A 5xx says nothing of what happened, a 429 says it was not processed, and a status cannot mean both."""
+    with pytest.raises(ToolDeclarationError) as raised:
+        WriteContract(
+            dedupes_on_key=True,
+            key_retention_seconds=100.0,
+            status_lookup=_never_called,
+            reference_field="booking_id",
+            not_applied_statuses=not_applied,
+            applied_statuses=frozenset(applied),
+        )
+    assert raised.value.code == "invalid_contract"
+
+
+@CONTRACTS
+def test_a_status_query_refused_429_is_asked_again_no_sooner_than_its_retry_after(contract: WriteContract) -> None:
+    """A lookup the backend rate-limited waits its ``Retry-After`` (here 90 s, beyond the usual 0.5 s recheck),
+    as a write refused 429 does, and still never past the horizon."""
+    now = DISPATCHED + 1_000
+    step = reconcile_step(
+        None, contract, now_ms=now, first_dispatched_ms=DISPATCHED, dispatched_ms=DISPATCHED,
+        execute_by_ms=EXECUTE_BY, horizon_ms=DAY, sends=1, wait_ms=90_000,
+    )  # fmt: skip
+    assert (step.next, step.at_ms) == (Next.RESCHEDULE, now + 90_000)
+    late = reconcile_step(
+        None, contract, now_ms=DISPATCHED + DAY - 1_000, first_dispatched_ms=DISPATCHED, dispatched_ms=DISPATCHED,
+        execute_by_ms=EXECUTE_BY, horizon_ms=DAY, sends=1, wait_ms=90_000,
+    )  # fmt: skip
+    assert late.at_ms == DISPATCHED + DAY

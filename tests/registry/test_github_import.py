@@ -25,6 +25,7 @@ from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
 from gateway.cards.card import CardState
+from gateway.cards.views import card_for_agent
 from gateway.cli.main import main
 from gateway.config.settings import OrgSettings, Settings
 from gateway.principal import KeyKind
@@ -32,7 +33,7 @@ from gateway.runtime.app import create_app
 from gateway.store.registrations import RegistryStore
 from tests.support.agents import agent, make_key, payload
 from tests.support.cards import approve_as_admin, settled
-from tests.support.fault_proxy import FaultProxy, serve_fault_proxy
+from tests.support.fault_proxy import REFUSAL, FaultProxy, serve_fault_proxy
 from tests.support.github_spec import GitHubSpec
 from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.signing import signing_key_before_start
@@ -194,6 +195,12 @@ async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
         shown = (await http.get("/admin/api/adapters/github")).json()
         accepted = await http.post("/admin/api/adapters/github/accept", json={"hash": shown["proposed_hash"]})
     assert accepted.status_code == 200, accepted.text
+    # The review shows each imported tool as a reviewer needs it, not only its name.
+    listing = next(tool for tool in shown["tools"] if tool["name"] == "github_issues_list_for_repo")
+    assert (listing["method"], listing["path"]) == ("GET", "/repos/{owner}/{repo}/issues")
+    assert {"name": "owner", "type": "string", "required": True, "travels": "path"} in listing["inputs"]
+    sees = {item["field"]: item["model_sees"] for item in listing["outputs"]}
+    assert sees["items[].html_url"] == "trusted: pattern" and sees["items[].title"] == "withheld"
     agent_key = await make_key(github_redis, roles=("staff",))
     results: dict[str, Any] = {}
     with anyio.fail_after(30):
@@ -356,6 +363,28 @@ async def test_a_created_issue_is_settled_exactly_once_by_its_marker(
     if writes:
         assert sent[0][2]["body"].endswith(f"<!-- countersign:{card.idempotency_key} -->")
         assert card.reference == "1347"  # the number of the issue GitHub's example creates
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("status", [403, 410, 422])
+async def test_a_create_github_refuses_is_failed_with_its_words_for_the_approver_only(
+    github_writes: tuple[FaultProxy, str], github_gateway: str, github_redis: Redis, status: int
+) -> None:
+    """GitHub refusing the create (no rights, the repository gone, a field it will not take): "not applied" by
+    the default table, so the card is FAILED at once, not UNKNOWN and not looked up or resent; GitHub's body is
+    on the card for the approver, and the agent's view of the card has none of its words."""
+    proxy, agent_key = github_writes
+    card_id = await _propose(github_gateway, agent_key, "githubwrites_issues_create", ISSUE | {"title": f"r{status}"})
+    before = len(proxy.writes_to("POST", "/repos/octocat/Hello-World/issues"))
+    proxy.fault = f"{status}_before"
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=60)
+    assert card.state is CardState.FAILED and card.attempts == 1, card
+    assert len(proxy.writes_to("POST", "/repos/octocat/Hello-World/issues")) == before
+    assert json.loads(card.evidence["answer"]) == REFUSAL and card.evidence["status"] == status
+    shown = json.dumps(card_for_agent(card))
+    assert "admin rights" not in shown and "Ignore previous" not in shown
+    assert card_for_agent(card)["code"] == ("NOT_FOUND" if status == 410 else "CONFLICT")
 
 
 @pytest.mark.slow

@@ -455,3 +455,17 @@ def test_a_large_output_schema_is_trimmed_to_the_budget_keeping_fields_named_lik
     assert set(output["properties"]) == {"title", "description"}
     assert len(json.dumps(output, separators=(",", ":"))) <= 1024
     assert any("output schema trimmed from" in note for note in result.notes)
+
+
+def test_the_overlays_refusal_table_applies_to_every_write_of_the_adapter() -> None:
+    """An API whose 409 means "already applied", said once in the overlay's root ``write_contract``: every
+    write drafted carries it (merged with its own contract), and the draft builds into tools that classify so."""
+    override = {"not_applied_statuses": [400, 403, 404, 410, 422], "applied_statuses": [409]}
+    result = draft_manifest(BILLING, name="billing", overlay={"write_contract": override})
+    tool = _tool(result, "billing_create_credit_note")
+    assert tool["write_contract"]["applied_statuses"] == [409]
+    assert tool["write_contract"]["not_applied_statuses"] == [400, 403, 404, 410, 422]
+    assert tool["write_contract"]["reference_field"] == "credit_note_id"  # the operation's own keys kept
+    document = {"base_url": "http://127.0.0.1:9", "tools": [tool]}
+    [built] = tools_from_manifest("billing", AdapterManifest.model_validate(document))
+    assert built.write_contract is not None and built.write_contract.applied_statuses == {409}

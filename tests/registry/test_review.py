@@ -10,9 +10,9 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.principal import KeyKind
-from tests.support.agents import make_key
+from tests.support.agents import agent, make_key
 from tests.support.planted import PlantedBackend
-from tests.support.registration import register, remove, review
+from tests.support.registration import issues_manifest, register, register_and_accept, remove, review
 
 pytestmark = pytest.mark.anyio
 
@@ -101,3 +101,88 @@ async def test_an_update_changing_where_secrets_go_is_called_out_and_needs_ackno
                 assert (await http.post("/admin/api/adapters/notes/accept", json=seen)).status_code == 200
     finally:
         await remove(notes_mcp_url, admin, "notes")
+
+
+async def test_a_new_adapters_review_shows_every_tool_with_its_inputs_outputs_and_write_contract(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
+) -> None:
+    """Not only the tools' names: each tool's method and path, its inputs and where they travel, its output
+    fields with what the model sees of each, the inputs the agent writes freely, and the write contract in
+    words (key, lookup, resends, which answers mean "not applied")."""
+    url, _backend = planted_backend
+    _proposal, admin = await register(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
+    try:
+        entry = await review(notes_mcp_url, admin, "notes")
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    assert entry["diff"]["added"] == ["notes_create_issue", "notes_list_issues"]
+    tools = {tool["name"]: tool for tool in entry["tools"]}
+    listing, create = tools["notes_list_issues"], tools["notes_create_issue"]
+    assert (listing["mode"], listing["method"], listing["path"]) == ("read", "GET", "/repos/{repo}/issues")
+    assert listing["inputs"] == [
+        {"name": "repo", "type": "string", "required": True, "travels": "path"},
+        {"name": "state", "type": "string (one of open, closed)", "required": False, "travels": "query"},
+    ]
+    assert {item["field"]: item["model_sees"] for item in listing["outputs"]} == {
+        "items[].number": "shown",
+        "items[].title": "withheld",
+        "items[].html_url": "trusted: pattern",
+        "items[].labels[]": "withheld",
+    }
+    assert {item["name"]: item["travels"] for item in create["inputs"]} == {
+        "repo": "path", "title": "body", "body": "body", "api_version": "header as X-Api-Version",
+    }  # fmt: skip
+    assert create["agent_text"] == ["title", "body"]
+    assert create["approval"] == "2 approver(s) with role approver"
+    contract = create["write_contract"]
+    assert contract["key"] == "a marker appended to the input body, which the API stores"
+    assert contract["lookup"] == "GET /repos/{repo}/issues?state=all, an item whose body holds the marker"
+    assert contract["resends"].startswith("never")
+    assert contract["not applied"] == "400, 401, 403, 404, 405, 409, 410, 412, 422" and contract["applied"] == "-"
+
+
+async def test_an_updates_review_diffs_what_each_changed_tool_does_in_words(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
+) -> None:
+    """An update that makes 409 mean "already applied" and moves the lookup is shown as a diff of the tool's
+    review: the lines that changed, pinned to proposed, beside the raw JSON diff."""
+    url, _backend = planted_backend
+    proposal, admin = await register(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
+    base = notes_mcp_url.removesuffix("/mcp")
+    try:
+        async with httpx.AsyncClient(base_url=base, headers={"authorization": f"Bearer {admin}"}) as http:
+            accepted = await http.post("/admin/api/adapters/notes/accept", json={"hash": proposal["proposed_hash"]})
+            assert accepted.status_code == 200, accepted.text
+            service = await make_key(notes_redis, kind=KeyKind.SERVICE, subject="notes-svc", org="acme", roles=())
+            change = {"applied_statuses": [409], "not_applied_statuses": [404, 422], "search_query": {"state": "open"}}
+            updated = await http.put(
+                "/registry/api/adapters/notes",
+                json=issues_manifest(url, **change),
+                headers={"authorization": f"Bearer {service}"},
+            )
+            assert updated.status_code == 202, updated.text
+        entry = await review(notes_mcp_url, admin, "notes")
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    diff = entry["diff"]
+    assert list(diff["changed"]) == list(diff["reviewed"]) == ["notes_create_issue"]
+    lines = diff["reviewed"]["notes_create_issue"].splitlines()
+    assert "+  write contract applied: 409" in lines and "-  write contract applied: -" in lines
+    assert "+  write contract not applied: 404, 422" in lines
+    assert "+  write contract lookup: GET /repos/{repo}/issues?state=open, an item whose body holds the marker" in lines
+    assert not any(line.startswith(("+", "-")) and "input" in line for line in lines[2:])
+
+
+async def test_an_accepted_manifest_whose_arguments_travel_by_send_as_is_served(
+    notes_redis: Redis, notes_mcp_url: str, planted_backend: tuple[str, PlantedBackend]
+) -> None:
+    """The registry stores a manifest as registered (``send_as`` places keep their ``in``), so what an admin
+    accepted is what gateways build and serve: both tools reach the agent."""
+    url, _backend = planted_backend
+    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
+    try:
+        async with agent(notes_mcp_url, agent_key) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+    finally:
+        await remove(notes_mcp_url, admin, "notes")
+    assert {"notes_list_issues", "notes_create_issue"} <= names

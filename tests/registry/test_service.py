@@ -306,3 +306,23 @@ async def test_malformed_registrations_and_reviews_without_the_role_are_audited(
     assert (await _admin(mcp_url, approver, "GET", "/")).status_code == 403
     events = {(e.action, e.code) for e in await RedisStreamAuditSink(redis).recent(20) if e.outcome == "deny"}
     assert {("registry.register", "VALIDATION_ERROR"), ("registry.review", "PERMISSION_DENIED")} <= events
+
+
+@pytest.mark.parametrize("tool", ["countersign_view_read", "countersign_view_anything"])
+async def test_a_tool_named_like_a_views_app_only_tool_is_refused_422(
+    redis: Redis, mcp_url: str, expenses: Backend, tool: str
+) -> None:
+    """``countersign_view_`` names the app-only tools of the gateway's MCP Apps views: an adapter named
+    ``countersign`` may not register one (422, the reason named), and nothing is stored."""
+    service, admin, _agent = await _keys(redis)
+    manifest = copy.deepcopy(_manifest(expenses))
+    manifest["tools"] = [manifest["tools"][0] | {"name": tool}]
+    for secret in ("credential", "signing_secret_env"):  # named for expenses; this one is not
+        manifest.pop(secret, None)
+    response = await _register(mcp_url, service, manifest, name="countersign")
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+    assert response.json()["error"]["problems"] == [
+        f"tools[0] ({tool}): tool names starting with countersign_view_ are reserved for the gateway's MCP Apps views"
+    ]
+    assert (await _admin(mcp_url, admin, "GET", "/adapters/countersign")).status_code == 404

@@ -27,13 +27,16 @@ class PlantedBackend:
 
     def __init__(self) -> None:
         self.answer: tuple[int, bytes] = (200, b"{}")
+        self.headers: dict[str, str] = {}
+        """Headers of the planted answer besides its content type (a 429's ``Retry-After``)."""
         self._lock = threading.Lock()
         self._seen: list[tuple[bytes, dict[str, str]]] = []
         self._queries: list[bytes] = []
 
-    def plant(self, body: Any, status: int = 200) -> None:
-        """Answer the next requests with `body` (JSON-encoded unless it is bytes) and `status`."""
+    def plant(self, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+        """Answer the next requests with `body` (JSON-encoded unless it is bytes), `status` and `headers`."""
         self.answer = (status, body if isinstance(body, bytes) else json.dumps(body).encode())
+        self.headers = dict(headers or {})
 
     @property
     def raw_paths(self) -> list[bytes]:
@@ -63,6 +66,7 @@ class PlantedBackend:
         while (await receive()).get("more_body"):
             pass
         raw: bytes = scope["raw_path"]
+        extra: list[tuple[bytes, bytes]] = []
         if raw == b"/_health":
             status, body = 200, b"{}"
         else:
@@ -71,9 +75,9 @@ class PlantedBackend:
                 self._seen.append((raw, headers))
                 self._queries.append(scope.get("query_string", b""))
             status, body = self.answer
-        await send(
-            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
-        )
+            extra = [(name.lower().encode(), value.encode()) for name, value in self.headers.items()]
+        headers = [(b"content-type", b"application/json"), *extra]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -64,3 +64,69 @@ async def register_and_accept(mcp_url: str, redis: Redis, manifest: dict[str, An
 async def remove(mcp_url: str, admin: str, name: str) -> None:
     async with httpx.AsyncClient(base_url=_base(mcp_url), timeout=10) as http:
         await http.delete(f"/admin/api/adapters/{name}", headers={"authorization": f"Bearer {admin}"})
+
+
+def issues_manifest(base_url: str, **contract: Any) -> dict[str, Any]:
+    """Adapter ``notes`` as a reviewer would want to read it: a read of a list (free text, a trusted address, a
+    number) and a create whose key rides as a marker in the body, one input sent as a header; `contract`
+    changes the create's write contract."""
+    issue = {
+        "type": "object",
+        "properties": {
+            "number": {"type": "integer"},
+            "title": {"type": "string"},
+            "html_url": {"type": "string", "pattern": "^https://example\\.com/[0-9]+$"},
+            "labels": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    listing = {
+        "name": "notes_list_issues",
+        "description": "List the issues of a repository.",
+        "mode": "read",
+        "method": "GET",
+        "path": "/repos/{repo}/issues",
+        "input_schema": {
+            "type": "object",
+            "properties": {"repo": {"type": "string"}, "state": {"type": "string", "enum": ["open", "closed"]}},
+            "required": ["repo"],
+            "additionalProperties": False,
+        },
+        "output_schema": {"type": "array", "items": issue},
+        "access": {"roles": ["staff"]},
+    }
+    create = {
+        "name": "notes_create_issue",
+        "description": "Open an issue.",
+        "mode": "write",
+        "method": "POST",
+        "path": "/repos/{repo}/issues",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "repo": {"type": "string"},
+                "title": {"type": "string"},
+                "body": {"type": "string"},
+                "api_version": {"type": "string"},
+            },
+            "required": ["repo", "title"],
+            "additionalProperties": False,
+        },
+        "output_schema": {"type": "object", "properties": {"number": {"type": "integer"}}},
+        "access": {"roles": ["staff"]},
+        "approval": {"approver_role": "approver", "required": 2},
+        "summary_template": "Open an issue in {repo}",
+        "agent_text_fields": ["title", "body"],
+        "send_as": {"api_version": {"in": "header", "name": "X-Api-Version"}},
+        "write_contract": {
+            "dedupes_on_key": False,
+            "key_retention_seconds": 86400,
+            "reference_field": "number",
+            "key_in": "marker",
+            "key_field": "body",
+            "search_path": "/repos/{repo}/issues",
+            "search_query": {"state": "all"},
+            "match_field": "body",
+        }
+        | contract,
+    }
+    return {"base_url": base_url, "tools": [listing, create]}

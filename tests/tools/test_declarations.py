@@ -8,7 +8,8 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.errors import ToolDeclarationError
-from gateway.tools.declarations import Access, Mode, Tool
+from gateway.executor.views import APP_TOOLS
+from gateway.tools.declarations import RESERVED_TOOL_PREFIX, Access, Mode, Tool
 from gateway.tools.toolbox import Toolbox
 from tests.support.tools import CONTRACT, EchoArgs, EchoOut, NoteOut, echo, read_tool, write_tool
 
@@ -198,3 +199,16 @@ def test_a_read_is_private_unless_it_says_otherwise() -> None:
     """A forgotten privacy declaration over-reports a data flow rather than hiding one."""
     assert read_tool().returns_private_data is True
     assert read_tool(returns_private_data=False).returns_private_data is False
+
+
+@pytest.mark.parametrize("name", ["countersign_view_read", "countersign_view_other", "Countersign_View_read"])
+def test_a_name_reserved_for_the_views_app_only_tools_is_refused(name: str) -> None:
+    """No declared tool (built in, registered or fronted) may take a name of the views' app-only tools."""
+    with pytest.raises(ToolDeclarationError) as caught:
+        read_tool(name, adapter=name.split("_")[0])
+    assert caught.value.code == "reserved_name"
+
+
+def test_the_views_app_only_tools_are_under_the_reserved_prefix() -> None:
+    """What the prefix protects: every app-only tool a view calls."""
+    assert all(name.startswith(RESERVED_TOOL_PREFIX) for name in APP_TOOLS)

@@ -1234,12 +1234,28 @@
     body.replaceWith(el("div", { id: "adapter-list" }, adapters.map((adapter) => adapterCard(adapter, token))));
   }
 
+  // What each attention key means: where the gateway's credential, signed identities and receipts go.
+  const ATTENTION = {
+    base_url: "The base URL changes: the gateway's credential, signed identities and approval receipts go there.",
+    credential: "The credential reference changes: which of the gateway's secrets is sent to this service.",
+    signing_secret_env: "The signing secret changes: the key identities are signed with for this service.",
+  };
+
   function adapterCard(adapter, token) {
     const flags = Array.isArray(adapter.flags) ? adapter.flags : [];
     const diff = adapter.diff && typeof adapter.diff === "object" ? adapter.diff : null;
+    const attention = diff && Array.isArray(diff.attention) ? diff.attention.map(String) : [];
+    const tools = Array.isArray(adapter.tools) ? adapter.tools : [];
     const pending = adapter.proposed_hash && adapter.state !== "active";
     return el("article", { class: "adapter", "data-adapter": adapter.name },
       el("h3", null, mono(adapter.name), " ", el("span", { class: "state adapter-" + adapter.state }, adapter.state)),
+      // Called out first: an update that sends the gateway's secrets somewhere else.
+      attention.length
+        ? el("section", { class: "flags attention" },
+          el("h4", null, "⚠ Read first: this update changes where the gateway's secrets go"),
+          el("ul", null, attention.map((key) => el("li", { "data-attention": key },
+            mono(key), ": ", ATTENTION[key] || "changes."))))
+        : null,
       fields([
         ["Owner", adapter.owner],
         ["Pinned (served)", adapter.pinned_hash ? mono(adapter.pinned_hash) : "— (nothing served yet)"],
@@ -1254,16 +1270,58 @@
             el("pre", { class: "excerpt" }, String(flag.excerpt))))))
         : el("p", { class: "no-flags" }, "No safety flags."),
       diff ? diffView(diff) : null,
+      tools.length
+        ? el("section", { class: "tool-reviews" },
+          el("h4", null, `The proposed tools (${tools.length})`),
+          tools.map(toolReview))
+        : null,
       adapter.proposed
         ? el("details", null, el("summary", null, "Proposed manifest (JSON)"),
           el("pre", { class: "json" }, json(adapter.proposed)))
         : null,
-      pending ? acceptForm(adapter, flags, token) : null);
+      pending ? acceptForm(adapter, flags, attention, token) : null);
+  }
+
+  // One proposed tool as a reviewer reads it: what it calls, what it takes, what the model sees of its answer,
+  // and for a write how "exactly once" is kept. Every word is the service's: shown as text, never as markup.
+  function toolReview(tool) {
+    const list = (items) => (Array.isArray(items) ? items : []);
+    const contract = tool.write_contract && typeof tool.write_contract === "object" ? tool.write_contract : null;
+    return el("section", { class: "tool-review", "data-tool": String(tool.name) },
+      el("h5", null, mono(String(tool.name)), ` (${tool.mode}) `, mono(`${tool.method} ${tool.path}`)),
+      el("p", null, String(tool.description)),
+      fields([
+        ["Access", String(tool.access)],
+        tool.approval ? ["Approval", String(tool.approval)] : null,
+        list(tool.agent_text).length ? ["Agent writes freely", list(tool.agent_text).map((f) => [mono(String(f)), " "])]
+          : null,
+      ]),
+      el("table", { class: "inputs" },
+        el("thead", null, el("tr", null, ["Input", "Type", "Required", "Travels in"].map((h) => el("th", null, h)))),
+        el("tbody", null, list(tool.inputs).map((item) => el("tr", { "data-input": String(item.name) },
+          el("td", null, mono(String(item.name))), el("td", null, String(item.type)),
+          el("td", null, item.required ? "yes" : "no"), el("td", null, String(item.travels)))))),
+      el("table", { class: "outputs" },
+        el("thead", null, el("tr", null, ["Output field", "Type", "The model sees"].map((h) => el("th", null, h)))),
+        el("tbody", null, list(tool.outputs).map((item) => el("tr", { "data-output": String(item.field) },
+          el("td", null, mono(String(item.field))), el("td", null, String(item.type)),
+          el("td", { class: "sees" }, String(item.model_sees)))))),
+      contract
+        ? el("section", { class: "contract" }, el("h6", null, "Write contract"),
+          fields(Object.entries(contract).map(([key, value]) => [key, String(value)])))
+        : null);
+  }
+
+  function unified(text) {
+    return el("pre", { class: "unified" }, String(text).split("\n").map((line) => el("span", {
+      class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "ctx",
+    }, line)));
   }
 
   function diffView(diff) {
     const list = (items) => (Array.isArray(items) && items.length ? items.map((n) => [mono(String(n)), " "]) : "none");
-    const changed = diff.changed && typeof diff.changed === "object" ? Object.entries(diff.changed) : [];
+    const entries = (value) => (value && typeof value === "object" ? Object.entries(value) : []);
+    const reviewed = new Map(entries(diff.reviewed));
     return el("section", { class: "diff" },
       el("h4", null, "What accepting changes"),
       fields([
@@ -1271,15 +1329,18 @@
         ["Tools removed", list(diff.removed)],
         ["Settings changed", diff.settings_changed ? "yes (base URL, credentials or other settings)" : "no"],
       ]),
-      changed.map(([name, text]) => el("div", null,
+      diff.settings ? el("div", { class: "settings-diff" }, el("h5", null, "Settings"), unified(diff.settings)) : null,
+      entries(diff.changed).map(([name, text]) => el("div", { "data-changed": name },
         el("h5", null, "Changed: ", mono(name)),
-        el("pre", { class: "unified" }, String(text).split("\n").map((line) => el("span", {
-          class: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "ctx",
-        }, line))))));
+        reviewed.has(name) ? unified(reviewed.get(name)) : null,
+        el("details", null, el("summary", null, "The manifest's diff (JSON)"), unified(text)))));
   }
 
-  function acceptForm(adapter, flags, token) {
+  function acceptForm(adapter, flags, attention, token) {
     const hash = adapter.proposed_hash;
+    // Each called-out change is acknowledged by name, as the admin ticked it; the browser does not send the
+    // form until every one is ticked (required), and the server refuses an accept that leaves one out.
+    const boxes = attention.map((key) => [key, el("input", { type: "checkbox", required: true, "data-acknowledge": key })]);
     return el("form", {
       class: "action accept",
       onsubmit: guarded(async (event) => {
@@ -1289,7 +1350,8 @@
           : `Accept ${adapter.name}? Agents will be served it.`;
         if (!window.confirm(warning)) return;
         // The hash on screen: a proposal that changed since is refused (409).
-        const res = await api("POST", `adapters/${encodeURIComponent(adapter.name)}/accept`, { hash });
+        const acknowledge = boxes.filter(([, box]) => box.checked).map(([key]) => key);
+        const res = await api("POST", `adapters/${encodeURIComponent(adapter.name)}/accept`, { hash, acknowledge });
         if (token !== renderToken) return;
         if (res.status === 200) {
           await adaptersView(notice("ok", `Accepted ${adapter.name} at ${hash}.`));
@@ -1304,6 +1366,7 @@
       }),
     },
     el("p", null, "Accept exactly the proposal shown: ", mono(hash)),
+    boxes.map(([key, box]) => el("label", { class: "acknowledge" }, box, " I intend the change of ", mono(key))),
     el("button", { type: "submit", class: flags.length ? "danger" : "primary", "data-accept": adapter.name },
       flags.length ? "Accept despite flags" : "Accept"));
   }
