@@ -170,11 +170,15 @@ async def serving_over_http(server: NodeServer, port: int, log: Path) -> AsyncIt
 
 
 @asynccontextmanager
-async def git_over_http(git_server: Path, repository: Path, port: int, headers: Path) -> AsyncIterator[str]:
+async def git_over_http(
+    git_server: Path, repository: Path, port: int, headers: Path, sessions: Path | None = None
+) -> AsyncIterator[str]:
     """mcp-server-git over Streamable HTTP on `port` (`tests.support.git_over_http`, run by the git server's own
-    interpreter) while the block runs, each request's Authorization header appended to `headers`."""
+    interpreter) while the block runs, each request's Authorization header appended to `headers` (and its session
+    id to `sessions`, when given)."""
     launcher = Path(__file__).with_name("git_over_http.py")
     command = [str(git_server.parent / "python"), str(launcher), str(port), str(repository), str(headers)]
+    command += [str(sessions)] if sessions is not None else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     async with _listening(process, port) as url:
         yield url
