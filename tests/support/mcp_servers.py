@@ -30,6 +30,7 @@ from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError,
 __all__ = [
     "EVERYTHING_EARLIER_VERSION",
     "EVERYTHING_VERSION",
+    "changing_over_http",
     "FILESYSTEM_VERSION",
     "GIT_VERSION",
     "NodeServer",
@@ -182,6 +183,19 @@ async def git_over_http(
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     async with _listening(process, port) as url:
         yield url
+
+
+@asynccontextmanager
+async def changing_over_http(port: int, log: Path) -> AsyncIterator[str]:
+    """`tests.support.changing_server` (a tool redefined on ``POST /change``) over Streamable HTTP on `port` while the
+    block runs, run by this interpreter (its MCP SDK), its output appended to `log`."""
+    command = [sys.executable, "-m", "tests.support.changing_server", str(port)]
+    root = Path(__file__).parents[2]
+    with log.open("ab") as output:
+        process = subprocess.Popen(command, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=output,
+                                   stderr=output)  # fmt: skip
+        async with _listening(process, port) as url:
+            yield url
 
 
 @asynccontextmanager
