@@ -32,6 +32,15 @@ def own_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
 
 
+def _repository(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["-c", "user.name=T", "-c", "user.email=t@example", "commit", "-q", "--allow-empty",
+                                   "-m", "first commit"]):  # fmt: skip
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    return repo
+
+
 async def _call(base: str, key: str, method: str, path: str, body: Any = None) -> httpx.Response:
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         return await http.request(method, path, json=body, headers={"authorization": f"Bearer {key}"})
@@ -43,11 +52,7 @@ async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_regis
     """Registered over HTTP, the server is connected by the running gateway and listed for review, nothing served;
     accepted by a registry admin, git_log reads for an agent. A second service cannot take the name, and a
     program to run, reviews of its own, a URL outside the allowlist or a secret outside its namespace are refused."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for args in (["init", "-q"], ["-c", "user.name=T", "-c", "user.email=t@example", "commit", "-q", "--allow-empty",
-                                   "-m", "first commit"]):  # fmt: skip
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    repo = _repository(tmp_path)
     settings = Settings(
         redis_url=redis_url,
         adapters={},
@@ -113,3 +118,76 @@ async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_regis
     outcomes = [(e.subject, e.outcome) for e in events if e.action == "upstreams.register"]
     assert outcomes.count(("git-team", "deny")) == 4 and ("git-team", "ok") in outcomes
     assert ("someone-else", "deny") in outcomes
+
+
+async def test_a_service_that_registers_its_server_at_a_new_url_is_followed_without_a_restart(
+    git_server: Path, tmp_path: Path, redis: Redis, redis_url: str
+) -> None:
+    """gitsvc is registered at one server and git_log reviewed; the service registers it again at a second server.
+    The running gateway (its poll an hour away) sends the next reads to the second server only, the review still
+    holding (the same definition, pinned by hash), and the first server gets nothing more."""
+    repo = _repository(tmp_path)
+    settings = Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+        registry_poll_seconds=3600,
+        registry_allowed_base_urls=("http://127.0.0.1:*",),
+        secrets={"GITSVC_TOKEN": "the-gateways-token"},
+    )
+    service = await make_key(redis, kind=KeyKind.SERVICE, subject="git-team")
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    staff = await make_key(redis, roles=("staff",))
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    async with (
+        git_over_http(git_server, repo, free_port(), first_log) as first,
+        git_over_http(git_server, repo, free_port(), second_log) as second,
+    ):
+        with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+
+            async def register(url: str) -> None:
+                body = {"transport": "http", "url": url, "token_env": "GITSVC_TOKEN"}
+                answer = await _call(base, service, "PUT", "/registry/api/upstreams/gitsvc", body)
+                assert answer.status_code == 200, answer.text
+
+            async def read() -> Any:
+                async with agent(f"{base}/mcp", staff) as client:
+                    if "gitsvc_git_log" not in {t.name for t in (await client.list_tools()).tools}:
+                        return None
+                    return await client.call_tool("gitsvc_git_log", {"repo_path": str(repo)})
+
+            await register(first)
+            with anyio.fail_after(30):
+                while "git_log" not in (tools := await _listed(base, admin)):
+                    await anyio.sleep(0.1)
+            review = {"mode": "read", "definition": tools["git_log"]["listed_hash"], "roles": ["staff"]}
+            answer = await _call(base, admin, "PUT", "/admin/api/upstreams/gitsvc/tools/git_log", review)
+            assert answer.status_code == 200, answer.text
+            with anyio.fail_after(30):
+                while (before := await read()) is None:
+                    await anyio.sleep(0.1)
+            assert _lines(second_log) == 0
+            await register(second)
+            with anyio.fail_after(30):
+                while _lines(second_log) == 0:  # the new server is connected to
+                    await anyio.sleep(0.1)
+                while (after := await read()) is None:
+                    await anyio.sleep(0.1)
+            reached_first = _lines(first_log)
+            for _ in range(3):
+                again = await read()
+                assert again is not None and not again.is_error, again
+            assert _lines(first_log) == reached_first
+    assert not before.is_error and not after.is_error
+    assert set(second_log.read_text().splitlines()) == {"Bearer the-gateways-token"}
+
+
+async def _listed(base: str, admin: str) -> dict[str, Any]:
+    shown = await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")
+    return {tool["name"]: tool for tool in shown.json().get("tools", [])} if shown.status_code == 200 else {}
+
+
+def _lines(log: Path) -> int:
+    """How many requests reached the server logging to `log`."""
+    return len(log.read_text().splitlines()) if log.exists() else 0
