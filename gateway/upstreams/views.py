@@ -63,6 +63,16 @@ class FrontedServer(_View):
 
     name: str
     transport: str
+    url: str
+    """The Streamable HTTP endpoint fronted ("" over stdio)."""
+    proposed: dict[str, Any] | None = None
+    """The section its service registered again with another server or credential, not fronted until a registry
+    admin accepts it; None when there is none."""
+    proposed_hash: str | None = None
+    """Send it back, with `attention` acknowledged, to accept exactly this registration."""
+    attention: list[str] = []
+    """What the proposal changes of where the gateway connects and sends its credential (``url``, ``token_env``,
+    ``oauth``); each must be acknowledged by name."""
     protocol: str
     """The protocol version negotiated with it ("" until a gateway read its list)."""
     listed_at_ms: int | None

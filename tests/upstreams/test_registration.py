@@ -120,12 +120,13 @@ async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_regis
     assert ("someone-else", "deny") in outcomes
 
 
-async def test_a_service_that_registers_its_server_at_a_new_url_is_followed_without_a_restart(
+async def test_a_server_registered_again_at_a_new_url_is_followed_once_a_registry_admin_accepts_it(
     git_server: Path, tmp_path: Path, redis: Redis, redis_url: str
 ) -> None:
     """gitsvc is registered at one server and git_log reviewed; the service registers it again at a second server.
-    The running gateway (its poll an hour away) sends the next reads to the second server only, the review still
-    holding (the same definition, pinned by hash), and the first server gets nothing more."""
+    Until a registry admin accepts the new URL (naming the proposal's hash and acknowledging ``url``), reads go to
+    the first server; once accepted, the running gateway (its poll an hour away) sends them to the second only,
+    the review still holding (the same definition, pinned by hash)."""
     repo = _repository(tmp_path)
     settings = Settings(
         redis_url=redis_url,
@@ -146,16 +147,20 @@ async def test_a_service_that_registers_its_server_at_a_new_url_is_followed_with
     ):
         with serve_app_in_thread(create_app(settings), lifespan=True) as base:
 
-            async def register(url: str) -> None:
+            async def register(url: str) -> str:
                 body = {"transport": "http", "url": url, "token_env": "GITSVC_TOKEN"}
                 answer = await _call(base, service, "PUT", "/registry/api/upstreams/gitsvc", body)
                 assert answer.status_code == 200, answer.text
+                return str(answer.json()["message"])
 
             async def read() -> Any:
                 async with agent(f"{base}/mcp", staff) as client:
                     if "gitsvc_git_log" not in {t.name for t in (await client.list_tools()).tools}:
                         return None
                     return await client.call_tool("gitsvc_git_log", {"repo_path": str(repo)})
+
+            async def accept(body: Any) -> httpx.Response:
+                return await _call(base, admin, "PUT", "/admin/api/upstreams/gitsvc/registration", body)
 
             await register(first)
             with anyio.fail_after(30):
@@ -167,20 +172,32 @@ async def test_a_service_that_registers_its_server_at_a_new_url_is_followed_with
             with anyio.fail_after(30):
                 while (before := await read()) is None:
                     await anyio.sleep(0.1)
+            assert not before.is_error and _lines(second_log) == 0
+            assert "registry admin" in await register(second)
+            shown = (await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")).json()
+            assert (shown["url"], shown["proposed"]["url"], shown["attention"]) == (first, second, ["url"])
+            held = await read()
+            assert held is not None and not held.is_error and _lines(second_log) == 0
+            unseen = await accept({"hash": shown["proposed_hash"], "acknowledge": []})
+            assert (unseen.status_code, unseen.json()["error"]["code"]) == (422, "VALIDATION_ERROR")
+            stale = await accept({"hash": "sha256:" + "0" * 64, "acknowledge": ["url"]})
+            assert (stale.status_code, stale.json()["error"]["code"]) == (409, "CONFLICT")
             assert _lines(second_log) == 0
-            await register(second)
+            accepted = await accept({"hash": shown["proposed_hash"], "acknowledge": ["url"]})
+            assert accepted.status_code == 200, accepted.text
             with anyio.fail_after(30):
                 while _lines(second_log) == 0:  # the new server is connected to
-                    await anyio.sleep(0.1)
-                while (after := await read()) is None:
                     await anyio.sleep(0.1)
             reached_first = _lines(first_log)
             for _ in range(3):
                 again = await read()
                 assert again is not None and not again.is_error, again
             assert _lines(first_log) == reached_first
-    assert not before.is_error and not after.is_error
+            assert (await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")).json()["url"] == second
     assert set(second_log.read_text().splitlines()) == {"Bearer the-gateways-token"}
+    events = await RedisStreamAuditSink(redis, secret=TEST_AUDIT_SECRET.encode()).recent(300)
+    outcomes = [e.outcome for e in events if e.action == "upstreams.accept_registration"]
+    assert sorted(outcomes) == ["deny", "deny", "ok"]
 
 
 async def _listed(base: str, admin: str) -> dict[str, Any]:
