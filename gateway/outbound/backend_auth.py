@@ -20,9 +20,9 @@ import aiohttp
 
 from gateway.outbound.client_credentials import (
     TOKEN_TIMEOUT_SECONDS,
+    UNREACHED,
     PostForm,
     TokenCache,
-    TokenEndpointError,
     TokenRequest,
     basic_authorization,
 )
@@ -140,7 +140,7 @@ def _poster(session: aiohttp.ClientSession) -> PostForm:
                 allow_redirects=False,
             ) as response:
                 return response.status, await response.json(content_type=None) if response.status == 200 else None
-        except (aiohttp.ClientError, ValueError) as error:
-            raise TokenEndpointError(type(error).__name__) from error
+        except (aiohttp.ClientError, ValueError):
+            return UNREACHED, None
 
     return post

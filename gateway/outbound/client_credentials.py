@@ -13,7 +13,7 @@ and attach the token: `gateway.outbound.backend_auth.ClientCredentials` (aiohttp
   rotated before it expired. A token already replaced by a concurrent request is not fetched again.
 
 It knows no transport: the adapter passes a `PostForm` that sends the request and answers the status and the
-parsed body, raising `TokenEndpointError` when the endpoint could not be reached. Nothing here is shown to a model
+parsed body (`UNREACHED` when the endpoint could not be reached or answered no JSON). Nothing here is shown to a model
 or written to the audit; the secret is in no ``repr``.
 """
 
@@ -36,7 +36,7 @@ __all__ = [
     "TOKEN_TIMEOUT_SECONDS",
     "PostForm",
     "TokenCache",
-    "TokenEndpointError",
+    "UNREACHED",
     "TokenRequest",
     "basic_authorization",
 ]
@@ -51,8 +51,8 @@ TOKEN_TIMEOUT_SECONDS = 10.0
 """The deadline of one token request."""
 
 
-class TokenEndpointError(Exception):
-    """The adapter could not reach the token endpoint, or its answer could not be read."""
+UNREACHED = 0
+"""The status a `PostForm` answers when the endpoint could not be reached or its answer could not be read."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,7 +67,7 @@ class TokenRequest:
 
 PostForm = Callable[[TokenRequest], Awaitable[tuple[int, Any]]]
 """``(request) -> (status, body)``: the adapter's transport; `body` is the parsed JSON (None when the status is not
-200). Raises `TokenEndpointError` when the endpoint could not be reached or answered no JSON."""
+200), and the status `UNREACHED` when the endpoint could not be reached or answered no JSON. Raises nothing."""
 
 
 def basic_authorization(username: str, password: str) -> str:
@@ -120,13 +120,13 @@ class TokenCache:
             return token
 
     async def _fetch(self, post: PostForm, service: str) -> tuple[str, float]:
-        try:
-            with anyio.fail_after(TOKEN_TIMEOUT_SECONDS):
-                status, body = await post(self._request)
-        except (TokenEndpointError, TimeoutError) as error:
+        status, body = UNREACHED, None
+        with anyio.move_on_after(TOKEN_TIMEOUT_SECONDS):
+            status, body = await post(self._request)
+        if status == UNREACHED:
             raise UpstreamUnavailableError(
                 f"{service}: its token endpoint could not be reached", service=service, sent=False
-            ) from error
+            )
         body = body if status == 200 and isinstance(body, dict) else {}
         token, lifetime = body.get("access_token"), body.get("expires_in")
         if not isinstance(token, str) or not token or str(body.get("token_type", "")).lower() != "bearer":

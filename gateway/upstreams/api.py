@@ -26,10 +26,10 @@ from gateway.auth.bearer import BearerAuth, caller_of, principal_of
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
+from gateway.review_answers import REVIEW_STATUS
 from gateway.store.keys import KeyStore
 from gateway.upstreams.tool_reviews import RegistrationAcceptance, ToolReviewResult, UpstreamReviews
 from gateway.upstreams.views import (
-    REVIEW_ERROR_STATUS,
     FrontedServer,
     FrontedServerList,
     ToolReviewDone,
@@ -54,7 +54,7 @@ def _answer(result: ToolReviewResult) -> JSONResponse:
     detail = ToolReviewRefusalDetail(
         code=result.code, message=result.message or result.code.lower(), problems=list(result.problems)
     )
-    return _json(REVIEW_ERROR_STATUS[result.code], ToolReviewRefusal(error=detail))
+    return _json(REVIEW_STATUS[result.code], ToolReviewRefusal(error=detail))
 
 
 class _Endpoints:

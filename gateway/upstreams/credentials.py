@@ -17,7 +17,7 @@ import httpx2
 
 from gateway.config.upstreams import OAuthClientSection, UpstreamSection
 from gateway.errors import ConfigError
-from gateway.outbound.client_credentials import TOKEN_TIMEOUT_SECONDS, TokenCache, TokenEndpointError, TokenRequest
+from gateway.outbound.client_credentials import TOKEN_TIMEOUT_SECONDS, UNREACHED, TokenCache, TokenRequest
 
 __all__ = ["OAuthClientCredentials", "gateway_auth"]
 
@@ -76,5 +76,5 @@ async def _post(request: TokenRequest) -> tuple[int, Any]:
         async with httpx2.AsyncClient(timeout=TOKEN_TIMEOUT_SECONDS, follow_redirects=False) as http:
             answer = await http.post(request.url, data=dict(request.form), headers=dict(request.headers))
             return answer.status_code, answer.json() if answer.status_code == 200 else None
-    except (httpx2.HTTPError, ValueError) as error:
-        raise TokenEndpointError(type(error).__name__) from error
+    except (httpx2.HTTPError, ValueError):
+        return UNREACHED, None

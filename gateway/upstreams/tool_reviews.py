@@ -29,6 +29,7 @@ from gateway.canonical import canonical_json
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.upstreams import ToolReview, UpstreamSection, check_upstream_name
 from gateway.principal import KeyKind, Principal
+from gateway.review_answers import validation_problems
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.review import definition_diff, definition_hash
 from gateway.upstreams.views import FrontedServer, FrontedTool
@@ -113,7 +114,7 @@ class UpstreamReviews:
         try:
             section = UpstreamSection.model_validate(document)
         except ValidationError as error:
-            problems.extend(_problems(error, "upstream"))
+            problems.extend(validation_problems(error, "upstream"))
         if section is not None:
             # A service never makes the gateway start a program, and never reviews its own tools.
             if section.transport != "http":
@@ -171,7 +172,7 @@ class UpstreamReviews:
             acceptance = RegistrationAcceptance.model_validate(document)
         except ValidationError as error:
             refused = ToolReviewResult(
-                code="VALIDATION_ERROR", message="acceptance refused", problems=_problems(error, "body")
+                code="VALIDATION_ERROR", message="acceptance refused", problems=validation_problems(error, "body")
             )
             return await self._done(admin, action, upstream, "", refused)
         proposed = await self.store.proposed(upstream)
@@ -253,7 +254,7 @@ class UpstreamReviews:
         try:
             review = ToolReview.model_validate(document)
         except ValidationError as error:
-            problems = _problems(error, "review")
+            problems = validation_problems(error, "review")
             refused = ToolReviewResult(code="VALIDATION_ERROR", message="review refused", problems=problems)
             return await self._done(admin, action, upstream, tool, refused)
         listing = await self.store.listing(upstream)
@@ -376,11 +377,3 @@ class RegistrationAcceptance(BaseModel):
 
 def _refused(code: str, message: str) -> ToolReviewResult:
     return ToolReviewResult(code=code, message=message)
-
-
-def _problems(error: ValidationError, whole: str) -> tuple[str, ...]:
-    """Each problem of a refused body, by where it is (`whole` when it is the body itself)."""
-    return tuple(
-        f"{'.'.join(str(p) for p in item['loc']) or whole}: {item['msg']}"
-        for item in error.errors(include_url=False, include_input=False)
-    )

@@ -12,7 +12,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "REVIEW_ERROR_STATUS",
     "FrontedServer",
     "FrontedServerList",
     "FrontedTool",
@@ -20,14 +19,6 @@ __all__ = [
     "ToolReviewRefusal",
     "ToolReviewRefusalDetail",
 ]
-
-REVIEW_ERROR_STATUS: dict[str, int] = {
-    "VALIDATION_ERROR": 422,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "CONFLICT": 409,
-}
-"""Every refusal code of the review, with the status its routes answer it with."""
 
 
 class _View(BaseModel):
