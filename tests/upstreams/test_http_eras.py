@@ -6,7 +6,6 @@ reconnected to."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,20 +38,6 @@ GATEWAY_TOKEN = "gateway-own-token-for-git"
 @pytest.fixture(scope="module", name="redis_url")
 def own_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for args in (
-        ["init", "-q"],
-        ["config", "user.name", "Countersign Test"],
-        ["config", "user.email", "test@countersign.example"],
-        ["commit", "-q", "--allow-empty", "-m", "first commit"],
-    ):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-    return repo
 
 
 def _section(url: str, protocol: str, reviews: dict[str, ToolReview] | None = None) -> UpstreamSection:

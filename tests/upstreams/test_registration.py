@@ -4,7 +4,6 @@ The pinned mcp-server-git over Streamable HTTP, the gateway under uvicorn, an ag
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,16 @@ def own_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
 
 
-def _repository(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    for args in (["init", "-q"], ["-c", "user.name=T", "-c", "user.email=t@example", "commit", "-q", "--allow-empty",
-                                   "-m", "first commit"]):  # fmt: skip
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-    return repo
+def _settings(redis_url: str, *, poll_seconds: float) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+        registry_poll_seconds=poll_seconds,
+        registry_allowed_base_urls=("http://127.0.0.1:*",),
+        secrets={"GITSVC_TOKEN": "the-gateways-token"},
+    )
 
 
 async def _call(base: str, key: str, method: str, path: str, body: Any = None) -> httpx.Response:
@@ -47,21 +49,12 @@ async def _call(base: str, key: str, method: str, path: str, body: Any = None) -
 
 
 async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_registry_admin(
-    git_server: Path, tmp_path: Path, redis: Redis, redis_url: str
+    git_server: Path, repo: Path, tmp_path: Path, redis: Redis, redis_url: str
 ) -> None:
     """Registered over HTTP, the server is connected by the running gateway and listed for review, nothing served;
     accepted by a registry admin, git_log reads for an agent. A second service cannot take the name, and a
     program to run, reviews of its own, a URL outside the allowlist or a secret outside its namespace are refused."""
-    repo = _repository(tmp_path)
-    settings = Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-        registry_poll_seconds=0.2,
-        registry_allowed_base_urls=("http://127.0.0.1:*",),
-        secrets={"GITSVC_TOKEN": "the-gateways-token"},
-    )
+    settings = _settings(redis_url, poll_seconds=0.2)
     service = await make_key(redis, kind=KeyKind.SERVICE, subject="git-team")
     other = await make_key(redis, kind=KeyKind.SERVICE, subject="someone-else")
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
@@ -121,22 +114,13 @@ async def test_a_service_registers_its_mcp_server_and_its_tools_wait_for_a_regis
 
 
 async def test_a_server_registered_again_at_a_new_url_is_followed_once_a_registry_admin_accepts_it(
-    git_server: Path, tmp_path: Path, redis: Redis, redis_url: str
+    git_server: Path, repo: Path, tmp_path: Path, redis: Redis, redis_url: str
 ) -> None:
     """gitsvc is registered at one server and git_log reviewed; the service registers it again at a second server.
     Until a registry admin accepts the new URL (naming the proposal's hash and acknowledging ``url``), reads go to
     the first server; once accepted, the running gateway (its poll an hour away) sends them to the second only,
     the review still holding (the same definition, pinned by hash)."""
-    repo = _repository(tmp_path)
-    settings = Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-        registry_poll_seconds=3600,
-        registry_allowed_base_urls=("http://127.0.0.1:*",),
-        secrets={"GITSVC_TOKEN": "the-gateways-token"},
-    )
+    settings = _settings(redis_url, poll_seconds=3600)
     service = await make_key(redis, kind=KeyKind.SERVICE, subject="git-team")
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
     staff = await make_key(redis, roles=("staff",))
