@@ -49,6 +49,7 @@ from mcp.types import (
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.telemetry.metrics import count_upstream_call_made_again, upstream_session
 from gateway.upstreams.credentials import gateway_auth
 
 __all__ = ["NOT_APPLIED_STATUS", "UpstreamConnection", "child_environment"]
@@ -175,6 +176,8 @@ class UpstreamConnection:
                         errlog.close()  # the child holds its own copy; the relay ends when the child does
                     slot.broken = anyio.Event()
                     slot.client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
+                    upstream_session(self.name, opened=True)
+                    owned.callback(upstream_session, self.name, opened=False)
                     self._opened.set()
                     self._opened = anyio.Event()
                     self.list_changed.set()
@@ -263,6 +266,7 @@ class UpstreamConnection:
                     if error.sent or retries == 0:
                         raise
             retries -= 1
+            count_upstream_call_made_again(self.name)
             logger.info("upstream %s: %s did not go out; made again on another session", self.name, tool)
 
     async def _call_on(

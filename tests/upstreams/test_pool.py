@@ -12,6 +12,7 @@ import pytest
 from mcp.types import CallToolResult
 
 from gateway.config.upstreams import DEFAULT_SESSIONS, UpstreamSection
+from gateway.telemetry.metrics import REGISTRY
 from gateway.upstreams.connection import UpstreamConnection
 from tests.support.mcp_servers import git_over_http
 from tests.support.redis_server import free_port
@@ -23,6 +24,10 @@ async def _open(connection: UpstreamConnection, sessions: int) -> None:
     with anyio.fail_after(30):
         while connection.open_sessions < sessions:
             await anyio.sleep(0.05)
+
+
+def _metric(name: str) -> float:
+    return REGISTRY.get_sample_value(name, {"upstream": "git"}) or 0.0
 
 
 def _sessions(log: Path) -> set[str]:
@@ -82,9 +87,12 @@ async def test_a_session_the_server_ends_is_replaced_and_the_call_made_on_anothe
             headers = {"mcp-session-id": ended, "mcp-protocol-version": "2025-11-25"}
             async with httpx.AsyncClient(timeout=10) as http:
                 assert (await http.delete(url, headers=headers)).status_code == 200
+            again_before = _metric("countersign_upstream_calls_made_again_total")
             results = await _reads(connection, repo, 3)
             assert len(results) == 3 and not any(result.is_error for result in results)
             assert sum(connection.calls_by_session) == 4  # three reads, one of them made twice
+            assert _metric("countersign_upstream_calls_made_again_total") == again_before + 1
             with anyio.fail_after(30):
                 while connection.connects < 4 or connection.open_sessions < 3:
                     await anyio.sleep(0.05)
+            assert _metric("countersign_upstream_sessions_open") == 3
