@@ -2,9 +2,11 @@
 upstream tests: the way an upstream redefines a tool while the gateway is connected, announced only by
 ``notifications/tools/list_changed``.
 
-Run it as a process: ``python -m tests.support.changing_server PORT``. It lists one tool, ``describe``; a ``POST
-/change`` gives that tool a new description and tells every 2025-11-25 session that listed tools (over its standing
-stream) that the list changed, then answers how many sessions it told. Nothing else about the server is special.
+Run it as a process: ``python -m tests.support.changing_server PORT``. It lists ``describe``, and ``slow``, which
+counts its calls and answers after five seconds; a ``POST /change`` gives ``describe`` a new description and tells
+every 2025-11-25 session that listed tools (over its standing stream) that the list changed, then answers how many
+sessions it told; ``GET /calls`` answers how many times ``slow`` was called. Nothing else about the server is
+special.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import anyio
 import mcp_types as types
 import uvicorn
 from mcp.server.context import ServerRequestContext
@@ -25,7 +28,7 @@ __all__ = ["build_app"]
 
 def build_app() -> Any:
     """The server's ASGI app: MCP at ``/mcp``, the command at ``/change``."""
-    state: dict[str, Any] = {"version": 1, "sessions": {}}
+    state: dict[str, Any] = {"version": 1, "sessions": {}, "slow": 0}
 
     def describe() -> types.Tool:
         return types.Tool(
@@ -39,9 +42,14 @@ def build_app() -> Any:
     ) -> types.ListToolsResult:
         if ctx.session is not None:
             state["sessions"][id(getattr(ctx.session, "_connection", ctx.session))] = ctx.session
-        return types.ListToolsResult(tools=[describe()])
+        slow = types.Tool(name="slow", description="Answers after five seconds", input_schema={"type": "object"})
+        return types.ListToolsResult(tools=[describe(), slow])
 
     async def call_tool(ctx: ServerRequestContext[Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "slow":
+            state["slow"] += 1
+            await anyio.sleep(5)
+            return types.CallToolResult(content=[types.TextContent(type="text", text="done")])
         text = f"notes on {(params.arguments or {}).get('topic', 'everything')}, version {state['version']}"
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
@@ -58,7 +66,11 @@ def build_app() -> Any:
                 state["sessions"].pop(key, None)
         return JSONResponse({"version": state["version"], "told": told})
 
-    return server.streamable_http_app(custom_starlette_routes=[Route("/change", change, methods=["POST"])])
+    async def calls(request: Request) -> JSONResponse:
+        return JSONResponse({"slow": state["slow"]})
+
+    routes = [Route("/change", change, methods=["POST"]), Route("/calls", calls)]
+    return server.streamable_http_app(custom_starlette_routes=routes)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ async def test_a_definition_changed_upstream_is_quarantined_on_its_list_changed_
     async with changing_over_http(port, tmp_path / "server.log") as url:
         section = UpstreamSection(transport="http", url=url, protocol="legacy", sessions=2)
         async with UpstreamConnection("notes", section, secrets={}).running() as probe:
-            [listed] = await probe.list_tools()
+            listed = next(tool for tool in await probe.list_tools() if tool["name"] == "describe")
         review = ToolReview(mode="read", definition=definition_hash(listed), public=True)
         section = section.model_copy(update={"tools": {"describe": review}})
         settings = Settings(
@@ -70,7 +70,7 @@ async def test_a_definition_changed_upstream_is_quarantined_on_its_list_changed_
                 assert connection.connects == opened and connection.list_changes >= 1
                 shown = await gateway.upstream_reviews.show(admin, "notes")
                 assert shown.upstream is not None
-                [tool] = shown.upstream.tools
+                tool = next(tool for tool in shown.upstream.tools if tool.name == "describe")
                 assert (tool.state, tool.reason) == ("quarantined", "changed")
                 assert '-  "description": "Describes the notes, version 1",' in tool.diff
                 assert '+  "description": "Describes the notes, version 2",' in tool.diff

@@ -12,9 +12,10 @@ import pytest
 from mcp.types import CallToolResult
 
 from gateway.config.upstreams import DEFAULT_SESSIONS, UpstreamSection
+from gateway.errors import UpstreamTimeoutError
 from gateway.telemetry.metrics import REGISTRY
 from gateway.upstreams.connection import UpstreamConnection
-from tests.support.mcp_servers import git_over_http
+from tests.support.mcp_servers import changing_over_http, git_over_http
 from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +97,18 @@ async def test_a_session_the_server_ends_is_replaced_and_the_call_made_on_anothe
                 while connection.connects < 4 or connection.open_sessions < 3:
                     await anyio.sleep(0.05)
             assert _metric("countersign_upstream_sessions_open") == 3
+
+
+async def test_a_call_that_went_out_is_never_made_again_on_another_session(tmp_path: Path) -> None:
+    """A call the upstream received but did not answer in time is a timeout (it may have landed), raised as such:
+    the pool does not make it again on another session, so the server ran it once."""
+    async with changing_over_http(free_port(), tmp_path / "server.log") as url:
+        section = UpstreamSection(transport="http", url=url, protocol="legacy", sessions=2)
+        async with UpstreamConnection("notes", section, secrets={}).running() as connection:
+            await _open(connection, 2)
+            with pytest.raises(UpstreamTimeoutError) as raised:
+                await connection.call_tool("slow", {}, timeout=0.5)
+            assert raised.value.sent is True
+            async with httpx.AsyncClient(timeout=10) as http:
+                assert (await http.get(url.removesuffix("/mcp") + "/calls")).json() == {"slow": 1}
+            assert sum(connection.calls_by_session) == 1
