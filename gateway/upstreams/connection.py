@@ -94,9 +94,9 @@ class UpstreamConnection:
     """A pool of supervised sessions to one upstream (`UpstreamSection.pool_size`: several over HTTP, one over
     stdio); `call_tool` and `list_tools` take the open session carrying the fewest calls, waiting (bounded) for one.
 
-    A session that broke is closed and opened anew by its own supervisor while the others carry on. A call refused
-    before it went out (not connected, the session unknown to the server) is made again on another session; a
-    call that may have gone out is never made again here (the executor classifies it, and a write stays UNKNOWN).
+    A session that broke is closed and opened anew by its own supervisor while the others carry on. A call the
+    server refused before it ran (it no longer knew the session) is made again on another session; a call that may
+    have gone out is never made again here (the executor classifies it, and a write stays UNKNOWN).
     """
 
     def __init__(self, name: str, section: UpstreamSection, *, secrets: Mapping[str, str]) -> None:
