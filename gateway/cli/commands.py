@@ -459,6 +459,7 @@ _HANDLERS: dict[tuple[str, str], _Handler] = {
     ("adapters", "remove"): _adapters,
     ("upstreams", "review"): _upstreams,
     ("upstreams", "accept"): _upstreams,
+    ("upstreams", "accept-registration"): _upstreams,
     ("sessions", "list"): _sessions,
     ("sessions", "revoke"): _sessions,
     ("passkeys", "list"): _passkeys,

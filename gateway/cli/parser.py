@@ -352,6 +352,14 @@ def _upstreams(commands: Any, identity: argparse.ArgumentParser) -> None:
     accept.add_argument("--trusted-output", action="store_true", help="reads: the output is not third-party text")
     accept.add_argument("--preview", type=_json_object, help='writes: {"tool", "arguments", "compare"?} as JSON')
     accept.add_argument("--lookup", type=_json_object, help='writes: {"tool", "arguments", "equals"|"contains"}')
+    moved = upstreams.add_parser(
+        "accept-registration", parents=[identity], help="front a server its service registered again elsewhere"
+    )
+    moved.add_argument("name", help="the registered upstream")
+    moved.add_argument("--hash", required=True, help="the proposed hash shown by review (the registration you read)")
+    moved.add_argument(
+        "--acknowledge", action="append", default=[], help="each changed setting review shows (url, token_env, oauth)"
+    )
 
 
 def _agent(commands: Any) -> None:

@@ -4,7 +4,9 @@
 read it: served or quarantined and why, the hash to pin, the upstream's annotations (suggestions, never trusted)
 and, for a changed definition, the diff from the one reviewed. ``accept NAME TOOL --hash H --mode M`` stores the
 admin's review of one tool as listed with hash H, with its access (``--public`` or ``--role``); every gateway
-fronting the server serves it from its next reading. The same authority and audit as the admin API
+fronting the server serves it from its next reading. ``accept-registration NAME --hash H --acknowledge url`` fronts
+a server its service registered again at another URL (or with another credential) in place of the one fronted
+now, naming each change review shows. The same authority and audit as the admin API
 (`gateway.upstreams.tool_reviews`).
 """
 
@@ -44,6 +46,12 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
                 print(json.dumps(upstream.model_dump(mode="json"), sort_keys=True))
                 continue
             print(f"{upstream.name}  {upstream.transport}  protocol={upstream.protocol or '(not read yet)'}")
+            if upstream.proposed is not None:
+                # Where the service asks the gateway to connect now: shown as text, accepted only by name and hash.
+                url = escape_unprintable(str(upstream.proposed.get("url", "")))
+                fronted = escape_unprintable(upstream.url)
+                print(f"  registered again: url={url}  changes {', '.join(upstream.attention)}")
+                print(f"    proposed={upstream.proposed_hash}  (fronted until accepted: {fronted})")
             for tool in upstream.tools:
                 # The upstream's own text: escaped, so it cannot move the cursor or recolour the terminal.
                 state = tool.state if not tool.reason else f"{tool.state} ({escape_unprintable(tool.reason)})"
@@ -56,6 +64,9 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
                 for line in tool.diff:
                     print(f"    {escape_unprintable(line)}")
         return 0
+    if args.upstreams_command == "accept-registration":
+        acceptance = {"hash": args.hash, "acknowledge": args.acknowledge}
+        return _report(await reviews.accept_registration(admin, args.name, acceptance))
     review: dict[str, Any] = {
         "mode": args.mode,
         "definition": args.hash,

@@ -22,6 +22,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "DEFAULT_SESSIONS",
+    "MAX_SESSIONS",
     "ArgumentMap",
     "OAuthClientSection",
     "EditRule",
@@ -32,6 +34,11 @@ __all__ = [
     "UpstreamSection",
     "check_upstream_name",
 ]
+
+DEFAULT_SESSIONS = 4
+"""Sessions kept open to an HTTP upstream when ``sessions`` is unset: enough that a slow call does not hold up the
+others, few enough that a server counting sessions per client is not crowded."""
+MAX_SESSIONS = 32
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -181,6 +188,9 @@ class UpstreamSection(BaseModel):
     """http: the variable holding the gateway's own bearer token for this server."""
     oauth: OAuthClientSection | None = None
     """http: the gateway's own OAuth client for this server, instead of a fixed token."""
+    sessions: int | None = Field(default=None, ge=1, le=MAX_SESSIONS)
+    """http: how many sessions the gateway keeps open to the server, so concurrent calls do not queue on one
+    (`DEFAULT_SESSIONS` when unset). stdio: one, the only value allowed (a stdio server is one process)."""
     protocol: Literal["auto", "legacy"] = "auto"
     """``auto`` negotiates (2026-07-28 stateless when offered, else the 2025-11-25 handshake); ``legacy``
     keeps the handshake era."""
@@ -199,10 +209,20 @@ class UpstreamSection(BaseModel):
             raise ValueError("an http upstream names a url, and no command, args or env")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
+        if self.transport == "stdio" and self.sessions not in (None, 1):
+            raise ValueError("a stdio upstream is one process: one session")
         bad = [name for name in self.env if not _ENV_NAME.fullmatch(name)]
         if bad:
             raise ValueError(f"env names are variable names: {bad}")
         return self
+
+    @property
+    def pool_size(self) -> int:
+        """How many sessions are kept open to the server: `sessions`, else one over stdio, `DEFAULT_SESSIONS` over
+        HTTP."""
+        if self.sessions is not None:
+            return self.sessions
+        return 1 if self.transport == "stdio" else DEFAULT_SESSIONS
 
 
 def check_upstream_name(name: str) -> str:

@@ -3,23 +3,29 @@
 Who uses it: `gateway.registry.live` builds one per registered adapter from its manifest's ``credential``
 (the secret's value read from the gateway's own secrets, never from an agent), and the backend client
 (`gateway.outbound.backend_client.AiohttpUpstream`) asks it, before each request, for the headers and
-query parameters to add. A bearer token, an API key in a header or in the query, HTTP Basic, and OAuth 2.0
-client credentials, whose access token the gateway fetches from the token endpoint itself and reuses until
-shortly before it expires. Nothing here is shown to a model or written to the audit.
+query parameters to add, and after a 401 whether to try once more with others. A bearer token, an API key in a
+header or in the query, HTTP Basic, and OAuth 2.0 client credentials, whose access token the gateway fetches from
+the token endpoint itself (`gateway.outbound.client_credentials`, the cache the fronted MCP servers' OAuth client
+uses too), reuses until shortly before it expires, and replaces once when the backend answers 401. Nothing here
+is shown to a model or written to the audit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
-from gateway.errors import UpstreamUnavailableError
+from gateway.outbound.client_credentials import (
+    TOKEN_TIMEOUT_SECONDS,
+    UNREACHED,
+    PostForm,
+    TokenCache,
+    TokenRequest,
+    basic_authorization,
+)
 
 __all__ = ["ApiKeyHeader", "ApiKeyQuery", "BackendAuth", "BasicAuth", "BearerToken", "ClientCredentials"]
 
@@ -38,9 +44,31 @@ class BackendAuth(Protocol):
         """
         ...
 
+    async def renewed(
+        self, session: aiohttp.ClientSession, refused: Credentials, *, service: str
+    ) -> Credentials | None:
+        """Other credentials to try once after the backend answered 401 to `refused` (an OAuth token revoked or
+        rotated before it expired); None when there are none (a fixed key: the refusal stands).
+
+        Raises:
+            UpstreamUnavailableError: (``sent=False``) as `credentials`.
+        """
+        ...
+
+
+class _Fixed:
+    """A credential that is what it is: a 401 to it is not answered by another."""
+
+    __slots__ = ()
+
+    async def renewed(
+        self, session: aiohttp.ClientSession, refused: Credentials, *, service: str
+    ) -> Credentials | None:
+        return None
+
 
 @dataclass(frozen=True, slots=True)
-class BearerToken:
+class BearerToken(_Fixed):
     token: str = field(repr=False)
 
     async def credentials(self, session: aiohttp.ClientSession, *, service: str) -> Credentials:
@@ -48,7 +76,7 @@ class BearerToken:
 
 
 @dataclass(frozen=True, slots=True)
-class ApiKeyHeader:
+class ApiKeyHeader(_Fixed):
     header: str
     key: str = field(repr=False)
 
@@ -57,7 +85,7 @@ class ApiKeyHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class ApiKeyQuery:
+class ApiKeyQuery(_Fixed):
     parameter: str
     key: str = field(repr=False)
 
@@ -66,64 +94,53 @@ class ApiKeyQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class BasicAuth:
+class BasicAuth(_Fixed):
     username: str
     password: str = field(repr=False)
 
     async def credentials(self, session: aiohttp.ClientSession, *, service: str) -> Credentials:
-        return {"authorization": _basic(self.username, self.password)}, {}
+        return {"authorization": basic_authorization(self.username, self.password)}, {}
 
 
-def _basic(username: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+class ClientCredentials(_Fixed):
+    """OAuth 2.0 client credentials (RFC 6749 4.4) through the gateway's one client-credentials cache
+    (`gateway.outbound.client_credentials`): fetched over the backend client's own aiohttp session, reused until
+    shortly before it expires, and replaced once when the backend answers 401."""
 
-
-EARLY_REFRESH_SECONDS = 30.0
-"""A token is fetched again this long before the endpoint said it expires, so none is sent stale."""
-DEFAULT_TOKEN_SECONDS = 300.0
-"""How long a token is reused when the endpoint does not say (``expires_in`` missing)."""
-
-
-class ClientCredentials:
-    """OAuth 2.0 client credentials (RFC 6749 4.4): the token endpoint is asked with the client's id and
-    secret (HTTP Basic), once per token lifetime; concurrent requests wait for the same fetch."""
+    __slots__ = ("_tokens",)
 
     def __init__(self, token_url: str, client_id: str, client_secret: str, *, scope: str | None = None) -> None:
-        self._url = token_url
-        self._client_id = client_id
-        self._secret = client_secret
-        self._scope = scope
-        self._token: str | None = None
-        self._expires = 0.0
-        self._lock = asyncio.Lock()
+        self._tokens = TokenCache(token_url, client_id, client_secret, scope=scope)
 
     def __repr__(self) -> str:
-        return f"ClientCredentials(token_url={self._url!r}, client_id={self._client_id!r})"
+        return repr(self._tokens).replace("TokenCache", "ClientCredentials", 1)
 
     async def credentials(self, session: aiohttp.ClientSession, *, service: str) -> Credentials:
-        async with self._lock:
-            if self._token is None or time.monotonic() >= self._expires:
-                self._token, lifetime = await self._fetch(session, service)
-                self._expires = time.monotonic() + max(0.0, lifetime - EARLY_REFRESH_SECONDS)
-        return {"authorization": f"Bearer {self._token}"}, {}
+        return _bearer(await self._tokens.token(_poster(session), service=service))
 
-    async def _fetch(self, session: aiohttp.ClientSession, service: str) -> tuple[str, float]:
-        form = {"grant_type": "client_credentials"} | ({"scope": self._scope} if self._scope else {})
+    async def renewed(
+        self, session: aiohttp.ClientSession, refused: Credentials, *, service: str
+    ) -> Credentials | None:
+        stale = refused[0].get("authorization", "").removeprefix("Bearer ")
+        return _bearer(await self._tokens.token(_poster(session), service=service, stale=stale))
+
+
+def _bearer(token: str) -> Credentials:
+    return {"authorization": f"Bearer {token}"}, {}
+
+
+def _poster(session: aiohttp.ClientSession) -> PostForm:
+    async def post(request: TokenRequest) -> tuple[int, Any]:
         try:
             async with session.post(
-                self._url,
-                data=form,
-                headers={"accept": "application/json", "authorization": _basic(self._client_id, self._secret)},
-                timeout=aiohttp.ClientTimeout(total=10.0),
+                request.url,
+                data=dict(request.form),
+                headers=dict(request.headers),
+                timeout=aiohttp.ClientTimeout(total=TOKEN_TIMEOUT_SECONDS),
                 allow_redirects=False,
             ) as response:
-                body = await response.json(content_type=None) if response.status == 200 else {}
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            raise UpstreamUnavailableError(
-                "the backend's token endpoint failed", service=service, sent=False
-            ) from error
-        token = body.get("access_token") if isinstance(body, dict) else None
-        if not isinstance(token, str) or not token:
-            raise UpstreamUnavailableError("the backend's token endpoint gave no token", service=service, sent=False)
-        lifetime = body.get("expires_in")
-        return token, float(lifetime) if isinstance(lifetime, int | float) and lifetime > 0 else DEFAULT_TOKEN_SECONDS
+                return response.status, await response.json(content_type=None) if response.status == 200 else None
+        except (aiohttp.ClientError, ValueError):
+            return UNREACHED, None
+
+    return post

@@ -18,7 +18,7 @@ import aiohttp
 from opentelemetry.trace import SpanKind
 
 from gateway.errors import UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
-from gateway.outbound.backend_auth import BackendAuth, BearerToken
+from gateway.outbound.backend_auth import BackendAuth, BearerToken, Credentials
 from gateway.telemetry.metrics import count_backend_request
 from gateway.telemetry.tracing import inject, span
 from gateway.tools.upstream import UpstreamResponse
@@ -78,41 +78,49 @@ class AiohttpUpstream:
         # Traced inside a request or a worker step; a background poll (a health check) starts no trace.
         with span(method, kind=SpanKind.CLIENT, attributes=self._span_attributes(method, path), within=True) as current:
             sent = {**self._headers, **headers} if headers else dict(self._headers)
-            if self._auth is not None:
-                own_headers, own_query = await self._auth.credentials(self._client(), service=self._service)
-                sent.update(own_headers)
-                params = {**(params or {}), **own_query} if own_query else params
-            inject(sent)
-            try:
-                async with self._client().request(
-                    method,
-                    self._base + path,
-                    params=params,
-                    json=json,
-                    headers=sent,
-                    timeout=limit,
-                    allow_redirects=False,
-                ) as response:
-                    status = response.status
-                    current.set_attribute("http.response.status_code", status)
-                    if status >= 400:
-                        current.set_attribute("error.type", str(status))
-                    # Only a 429's Retry-After is read: copying headers on every answer costs the read path.
-                    wait = response.headers.get("retry-after") if status == 429 else None
-                    return UpstreamResponse(status=status, body=await response.read(), retry_after=wait)
-            except aiohttp.ConnectionTimeoutError as error:
-                raise UpstreamUnavailableError("connect timed out", service=self._service, sent=False) from error
-            except (TimeoutError, aiohttp.ServerTimeoutError) as error:
-                raise UpstreamTimeoutError("backend did not answer in time", service=self._service) from error
-            except aiohttp.ClientConnectorError as error:
-                raise UpstreamUnavailableError(
-                    "cannot connect to backend", service=self._service, sent=False
-                ) from error
-            except aiohttp.ClientError as error:
-                # The connection broke after the request may have been written: it may have landed.
-                raise _broken(self._service, error) from error
-            finally:
-                count_backend_request(self._service, status, time.perf_counter() - started)
+            own = await self._auth.credentials(self._client(), service=self._service) if self._auth else None
+            renewable = own is not None
+            while True:
+                signed, query = _signed(sent, params, own)
+                inject(signed)
+                try:
+                    async with self._client().request(
+                        method,
+                        self._base + path,
+                        params=query,
+                        json=json,
+                        headers=signed,
+                        timeout=limit,
+                        allow_redirects=False,
+                    ) as response:
+                        status = response.status
+                        if status == 401 and renewable and own is not None and self._auth is not None:
+                            # A token revoked or rotated before it expired: one more try with a new one, if the
+                            # credential has one (a 401 is a refusal before anything ran). Once: a second 401 stands.
+                            renewable = False
+                            renewed = await self._auth.renewed(self._client(), own, service=self._service)
+                            if renewed is not None:
+                                own = renewed
+                                continue
+                        current.set_attribute("http.response.status_code", status)
+                        if status >= 400:
+                            current.set_attribute("error.type", str(status))
+                        # Only a 429's Retry-After is read: copying headers on every answer costs the read path.
+                        wait = response.headers.get("retry-after") if status == 429 else None
+                        return UpstreamResponse(status=status, body=await response.read(), retry_after=wait)
+                except aiohttp.ConnectionTimeoutError as error:
+                    raise UpstreamUnavailableError("connect timed out", service=self._service, sent=False) from error
+                except (TimeoutError, aiohttp.ServerTimeoutError) as error:
+                    raise UpstreamTimeoutError("backend did not answer in time", service=self._service) from error
+                except aiohttp.ClientConnectorError as error:
+                    raise UpstreamUnavailableError(
+                        "cannot connect to backend", service=self._service, sent=False
+                    ) from error
+                except aiohttp.ClientError as error:
+                    # The connection broke after the request may have been written: it may have landed.
+                    raise _broken(self._service, error) from error
+                finally:
+                    count_backend_request(self._service, status, time.perf_counter() - started)
 
     def _span_attributes(self, method: str, path: str) -> dict[str, str | int]:
         return {
@@ -126,6 +134,16 @@ class AiohttpUpstream:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _signed(
+    headers: dict[str, str], params: Mapping[str, str] | None, own: Credentials | None
+) -> tuple[dict[str, str], Mapping[str, str] | None]:
+    """The call's headers and query with the gateway's credential added (it wins over the call's)."""
+    if own is None:
+        return headers, params
+    own_headers, own_query = own
+    return {**headers, **own_headers}, ({**(params or {}), **own_query} if own_query else params)
 
 
 def _limit(seconds: float) -> aiohttp.ClientTimeout:

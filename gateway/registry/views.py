@@ -15,6 +15,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from gateway.registry.review import review_lines, tool_reviews
 from gateway.registry.tools import model_sees
+from gateway.review_answers import REVIEW_STATUS
 from gateway.store.registrations import Registration, RegistrationState
 from policies.text_safety import FlagCode
 
@@ -32,8 +33,9 @@ __all__ = [
     "AdapterToolReview",
 ]
 
-ERROR_STATUS: dict[str, int] = {"VALIDATION_ERROR": 422, "PERMISSION_DENIED": 403, "NOT_FOUND": 404, "CONFLICT": 409}
-"""Every refusal code of a `RegistryResult`, with the status the registry's routes answer it with."""
+ERROR_STATUS = REVIEW_STATUS
+"""Every refusal code of a `RegistryResult`, with the status the registry's routes answer it with (the same as the
+review of fronted MCP servers: `gateway.review_answers`)."""
 
 
 def _no_default(schema: dict[str, Any]) -> None:

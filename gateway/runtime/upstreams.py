@@ -7,8 +7,11 @@ config file's and those admins accepted through the gateway (`gateway.upstreams.
 and which tools are held back with why, is recorded for the review; every tool held back is also logged, with
 the diff from the definition last served when it changed.
 
-Upstreams services register through the registry API (`UpstreamReviews.register`) are connected from the next poll
-on, their tools quarantined like every other upstream's until reviewed. The list is read again when the upstream
+Upstreams services register through the registry API (`UpstreamReviews.register`) are connected at once in the
+process that took the registration and from the next poll on in the others, their tools quarantined like every
+other upstream's until reviewed. One registered again differently (a new URL, say) is connected to as registered
+now, without a restart: the new sessions serve before the old ones are left, and the tools stay held to the
+hashes their reviews pin, whichever server lists them. The list is read again when the upstream
 says it changed (``notifications/tools/list_changed``), when a new session opens (a restarted server may be another
 version), when an admin accepts a review in this process, and every `poll_seconds` (reviews accepted through another
 process, servers that never notify). A tool whose definition changed upstream is quarantined from that reading on,
@@ -54,13 +57,13 @@ async def fronting(
     register later are connected within `poll_seconds`. Yields the connections by name (it grows)."""
     connections: dict[str, UpstreamConnection] = {}
     readers: dict[str, _Reader] = {}
+    fronted: dict[str, tuple[UpstreamSection, anyio.CancelScope]] = {}
     registered = anyio.Event()
 
     async def accepted(upstream: str) -> None:
         if upstream in readers:
             readers[upstream].wake.set()
-        else:
-            registered.set()
+        registered.set()  # a registration (perhaps of a new URL) is read by `discover` now, not at the next poll
 
     reviews.on_change(accepted)
 
@@ -69,12 +72,14 @@ async def fronting(
     ) -> None:
         connection = UpstreamConnection(name, section, secrets=secrets)
         reader = _Reader(name, connection, live, reviews)
-        # Entered and left by this task: the SDK's client holds cancel scopes of the task that opened it.
-        async with connection.running():
-            connections[name], readers[name] = connection, reader
-            await reader.serve()
-            task_status.started()
-            await reader.run(poll_seconds)
+        with anyio.CancelScope() as scope:
+            fronted[name] = section, scope
+            # Entered and left by this task: the SDK's client holds cancel scopes of the task that opened it.
+            async with connection.running():
+                await reader.serve()
+                connections[name], readers[name] = connection, reader
+                task_status.started()
+                await reader.run(poll_seconds)
 
     async def discover(group: anyio.abc.TaskGroup) -> None:
         nonlocal registered
@@ -85,13 +90,23 @@ async def fronting(
             try:
                 sections = await reviews.sections()
             except StoreUnavailableError as error:
-                logger.warning("registered upstreams not read (%s)", error)
+                logger.warning("registered upstreams not read (%s); fronting them as they were", error)
                 continue
             for name, section in sections.items():
-                if name not in connections and name not in upstreams:
+                if name in upstreams or fronted.get(name, (None,))[0] == section:
+                    continue
+                before = fronted.get(name)
+                if before is None:
                     logger.info("upstream %s registered by a service: connecting", name)
-                    connections[name] = UpstreamConnection(name, section, secrets=secrets)  # taken until it runs
+                    fronted[name] = section, anyio.CancelScope()  # taken until it runs
                     group.start_soon(front, name, section)
+                    continue
+                # Registered again, differently (another URL, credential, era or pool): the new server is connected
+                # and its list read (its tools held to their reviews' hashes) before the old sessions are left, so
+                # calls go to one server or the other, never to none while the new one connects.
+                logger.info("upstream %s registered again by its service: connecting to it as registered now", name)
+                await group.start(front, name, section)
+                before[1].cancel()
 
     async with anyio.create_task_group() as group:
         for name, section in upstreams.items():

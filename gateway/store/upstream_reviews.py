@@ -13,8 +13,10 @@ definition served as reviewed, for the diff of a change to a tool reviewed in th
 ``:listed`` (JSON record); ``countersign:upstreams:version`` (counter, its own slot, bumped after a review).
 
 Services may also register an HTTP upstream of their own through the registry API: ``countersign:upstreams:owners``
-(hash: name -> the service that claimed it first, set with HSETNX so exactly one owns it) and
-``countersign:upstreams:registered`` (hash: name -> the section as JSON, with no review in it).
+(hash: name -> the service that claimed it first, set with HSETNX so exactly one owns it),
+``countersign:upstreams:registered`` (hash: name -> the section as JSON, with no review in it: what is fronted) and
+``countersign:upstreams:proposed`` (hash: name -> a section registered again with another server or credential,
+held until a registry admin accepts it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ __all__ = ["Listing", "StoredReview", "UpstreamReviewStore"]
 _VERSION = "countersign:upstreams:version"
 _OWNERS = "countersign:upstreams:owners"
 _REGISTERED = "countersign:upstreams:registered"
+_PROPOSED = "countersign:upstreams:proposed"
+_DROP_IF_SAME = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+"""
 
 
 def _key(upstream: str, which: str) -> str:
@@ -73,6 +80,7 @@ class UpstreamReviewStore:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._client = client
+        self._drop_if_same = client.register_script(_DROP_IF_SAME)
 
     async def reviews(self, upstream: str) -> dict[str, StoredReview]:
         raw: Any = await self._client.hgetall(_key(upstream, "reviews"))
@@ -119,12 +127,18 @@ class UpstreamReviewStore:
         raw: Any = await self._client.hgetall(_key(upstream, "seen"))
         return {_text(tool): json.loads(definition) for tool, definition in raw.items()}
 
-    async def register(self, upstream: str, section: Mapping[str, Any], *, owner: str) -> str:
-        """Store `section` for `upstream` if `owner` owns the name (claiming it if nobody does); the owner."""
+    async def register(self, upstream: str, section: Mapping[str, Any], *, owner: str, hold: bool = False) -> str:
+        """Store `section` for `upstream` if `owner` owns the name (claiming it if nobody does); the owner. With
+        `hold`, the section is proposed (`proposed`) and the one registered before stays fronted; without, it is
+        fronted and any proposal is dropped."""
         await self._client.hsetnx(_OWNERS, upstream, owner)
         holder = _text(await self._client.hget(_OWNERS, upstream))
         if holder == owner:
-            await self._client.hset(_REGISTERED, upstream, canonical_json(section))
+            if hold:
+                await self._client.hset(_PROPOSED, upstream, canonical_json(section))
+            else:
+                await self._client.hset(_REGISTERED, upstream, canonical_json(section))
+                await self._client.hdel(_PROPOSED, upstream)
             await self._client.incr(_VERSION)
         return holder
 
@@ -132,3 +146,16 @@ class UpstreamReviewStore:
         """Every upstream services registered, by name: its section as stored."""
         raw: Any = await self._client.hgetall(_REGISTERED)
         return {_text(name): json.loads(section) for name, section in raw.items()}
+
+    async def proposed(self, upstream: str) -> Mapping[str, Any] | None:
+        """The section `upstream` was registered again with, held for a registry admin; None when none is."""
+        raw: Any = await self._client.hget(_PROPOSED, upstream)
+        return json.loads(raw) if raw else None
+
+    async def adopt(self, upstream: str, section: Mapping[str, Any]) -> None:
+        """Front `section` (the proposal a registry admin accepted) for `upstream`. The proposal is dropped only if
+        it is still that one: one the service made since stays proposed."""
+        text = canonical_json(section)
+        await self._client.hset(_REGISTERED, upstream, text)
+        await self._drop_if_same(keys=[_PROPOSED], args=[upstream, text])
+        await self._client.incr(_VERSION)

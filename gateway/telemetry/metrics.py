@@ -57,9 +57,11 @@ __all__ = [
     "count_refusal",
     "count_tool_call",
     "count_transition",
+    "count_upstream_call_made_again",
     "render",
     "serve_metrics",
     "set_audit_export_backlog",
+    "upstream_session",
     "worker_step",
 ]
 
@@ -129,6 +131,24 @@ _backend_seconds = Histogram(
     "Time a backend took to answer (or fail).",
     ["adapter"],
     buckets=_LATENCY,
+    registry=REGISTRY,
+)
+_upstream_sessions = Gauge(
+    "countersign_upstream_sessions_open",
+    "Sessions open now to each fronted MCP server (its pool: several over HTTP, one over stdio).",
+    ["upstream"],
+    registry=REGISTRY,
+)
+_upstream_opened = Counter(
+    "countersign_upstream_sessions_opened",
+    "Sessions opened to each fronted MCP server, reconnects included.",
+    ["upstream"],
+    registry=REGISTRY,
+)
+_upstream_again = Counter(
+    "countersign_upstream_calls_made_again",
+    "Calls to a fronted MCP server made again on another session: the first was refused before it ran.",
+    ["upstream"],
     registry=REGISTRY,
 )
 _refusals = Counter(
@@ -231,6 +251,20 @@ def count_backend_request(adapter: str, status: int | None, seconds: float) -> N
     """One backend request; `status` None means no HTTP answer (connect failure, timeout, broken connection)."""
     _child(_backend, adapter, f"{status // 100}xx" if status is not None else "error").inc()
     _child(_backend_seconds, adapter).observe(seconds)
+
+
+def upstream_session(upstream: str, *, opened: bool) -> None:
+    """A session to the fronted MCP server `upstream` opened (counted, and open) or ended (no longer open)."""
+    if opened:
+        _child(_upstream_opened, upstream).inc()
+        _child(_upstream_sessions, upstream).inc()
+    else:
+        _child(_upstream_sessions, upstream).dec()
+
+
+def count_upstream_call_made_again(upstream: str) -> None:
+    """A call to `upstream` made again on another session, the first having been refused before it ran."""
+    _child(_upstream_again, upstream).inc()
 
 
 def set_audit_export_backlog(seconds: float) -> None:

@@ -1,7 +1,7 @@
 """Upstream MCP servers as a third kind of backend, beside built-in adapters and registered HTTP adapters.
 
-* `connection` — one supervised client session to an upstream (a stdio child with an allowlisted
-  environment, or Streamable HTTP with the gateway's own token), reconnected with backoff;
+* `connection` — a pool of supervised client sessions to an upstream (one stdio child with an allowlisted
+  environment, or several Streamable HTTP sessions with the gateway's own token), each reconnected with backoff;
 * `review` — the hash a person pins when reviewing a tool, and which listed tools are served or
   quarantined (with the diff a reviewer reads);
 * `tool_reviews` — the reviews in force (the config file's, and those admins accept through the gateway, stored

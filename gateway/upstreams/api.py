@@ -4,8 +4,10 @@
 or quarantined, why, the upstream's annotations as suggestions, and for a changed definition the diff);
 ``GET /admin/api/upstreams/{name}`` shows one; ``PUT /admin/api/upstreams/{name}/tools/{tool}`` stores the admin's
 review of one tool, a `ToolReview` naming the ``listed_hash`` they read (409 when the upstream lists another
-definition since). The admin API mounts `upstream_review_table` behind the admin key and lists it in its
-openapi.json. It translates and decides nothing: `UpstreamReviews` does. Error bodies are `ToolReviewRefusal`.
+definition since); ``PUT /admin/api/upstreams/{name}/registration`` fronts a server its service registered again
+at another URL or with another credential, once an admin names it and acknowledges each change. The admin API
+mounts `upstream_review_table` behind the admin key and lists it in its openapi.json. It translates and decides
+nothing: `UpstreamReviews` does. Error bodies are `ToolReviewRefusal`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from gateway.auth.bearer import BearerAuth, caller_of, principal_of
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
+from gateway.review_answers import REVIEW_STATUS
 from gateway.store.keys import KeyStore
-from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
+from gateway.upstreams.tool_reviews import RegistrationAcceptance, ToolReviewResult, UpstreamReviews
 from gateway.upstreams.views import (
-    REVIEW_ERROR_STATUS,
     FrontedServer,
     FrontedServerList,
     ToolReviewDone,
@@ -52,7 +54,7 @@ def _answer(result: ToolReviewResult) -> JSONResponse:
     detail = ToolReviewRefusalDetail(
         code=result.code, message=result.message or result.code.lower(), problems=list(result.problems)
     )
-    return _json(REVIEW_ERROR_STATUS[result.code], ToolReviewRefusal(error=detail))
+    return _json(REVIEW_STATUS[result.code], ToolReviewRefusal(error=detail))
 
 
 class _Endpoints:
@@ -76,6 +78,11 @@ class _Endpoints:
         admin = principal_of(request.scope)
         name, tool = request.path_params["name"], request.path_params["tool"]
         return _answer(await self._reviews.accept(admin, name, tool, document))
+
+    async def accept_registration(self, request: Request) -> Response:
+        document = await _document(request)
+        admin = principal_of(request.scope)
+        return _answer(await self._reviews.accept_registration(admin, request.path_params["name"], document))
 
     async def register(self, request: Request) -> Response:
         document = await _document(request)
@@ -150,6 +157,25 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
                     422: Answer(description="the body is not a review (every problem listed)", model=ToolReviewRefusal),
                 },
             ),
+            Operation(
+                method="PUT",
+                path="/{name}/registration",
+                name="acceptUpstreamRegistration",
+                summary="Front the server a service registered again at another URL or with another credential,"
+                " naming its proposed_hash and acknowledging each changed setting",
+                endpoint=endpoints.accept_registration,
+                body=RegistrationAcceptance,
+                answers={
+                    200: Answer(description="fronted as registered now, from the next reading", model=ToolReviewDone),
+                    403: _NOT_THEIRS,
+                    404: Answer(description="no registration of that upstream waits", model=ToolReviewRefusal),
+                    409: Answer(description="registered again since the hash named", model=ToolReviewRefusal),
+                    422: Answer(
+                        description="not an acceptance, or the changed settings not all acknowledged",
+                        model=ToolReviewRefusal,
+                    ),  # fmt: skip
+                },
+            ),
         ),
     )
 
@@ -172,7 +198,11 @@ def upstream_registration_routes(
                 endpoint=endpoints.register,
                 body=UpstreamSection,
                 answers={
-                    200: Answer(description="stored; connected from the next poll", model=ToolReviewDone),
+                    200: Answer(
+                        description="stored; connected from the next poll (a new URL or credential of a registered"
+                        " server only once a registry admin accepts it)",
+                        model=ToolReviewDone,
+                    ),
                     403: Answer(description="another service or the operator owns the name", model=ToolReviewRefusal),
                     422: Answer(description="every problem of the registration", model=ToolReviewRefusal),
                 },

@@ -1,7 +1,9 @@
-"""One client session to an upstream MCP server, owned by a supervising task and reconnected on failure.
+"""A pool of client sessions to an upstream MCP server, each owned by a supervising task and reconnected on failure.
 
 Who calls it: the composition root starts one per ``[upstreams.<name>]`` (`UpstreamConnection.running`)
-and the upstream's tools call `call_tool` through it. The session lives in its own task (the SDK's
+and the upstream's tools call `call_tool` through it. Over Streamable HTTP the pool keeps several sessions
+(``sessions``, `UpstreamSection.pool_size`), so concurrent calls do not queue behind one slow call; over
+stdio it keeps one, since a stdio server is one process. Each session lives in its own task (the SDK's
 client holds cancel scopes that must be left by the task that entered them), which connects, serves
 until the session breaks or the gateway stops, and reconnects with backoff; a stdio child is stopped
 when its session is left, so it stops with the gateway.
@@ -12,10 +14,11 @@ friends itself). The HTTP session carries the gateway's own credentials for that
 OAuth access token it fetched: `gateway.upstreams.credentials`); an agent's token is never here to forward.
 
 Errors are translated here, so the tools see only `UpstreamError`s with `sent` telling whether the call
-may have reached the upstream: not connected, or the session unknown to the server (it restarted) -> not sent, and a
-new session is opened; a JSON-RPC error saying the request was refused before the tool ran (parse error, invalid
-request, unknown method, invalid params) -> refused; a broken
-session, a timeout or any other error after the request went out -> may have landed.
+may have reached the upstream: not connected, or the session unknown to the server (it restarted) -> not sent,
+that session is opened anew and the call made again on another one of the pool; a JSON-RPC error saying the
+request was refused before the tool ran (parse error, invalid request, unknown method, invalid params) ->
+refused; a broken session, a timeout or any other error after the request went out -> may have landed, and
+never made again here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from mcp.types import (
 
 from gateway.config.upstreams import UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.telemetry.metrics import count_upstream_call_made_again, upstream_session
 from gateway.upstreams.credentials import gateway_auth
 
 __all__ = ["NOT_APPLIED_STATUS", "UpstreamConnection", "child_environment"]
@@ -69,17 +73,39 @@ def child_environment(section: UpstreamSection, environ: Mapping[str, str]) -> d
     return {name: environ[name] for name in section.env if name in environ}
 
 
+class _Slot:
+    """One session of the pool: its client while open, and how many calls it carries now."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.client: Client | None = None
+        self.broken = anyio.Event()
+        self.busy = 0
+        self.calls = 0
+
+    def close(self, client: Client) -> None:
+        """Take no more calls on `client`'s session, if it is still this slot's; its supervisor opens another."""
+        if self.client is client:
+            self.client = None
+            self.broken.set()
+
+
 class UpstreamConnection:
-    """A supervised session to one upstream; `call_tool` and `list_tools` wait (bounded) for it."""
+    """A pool of supervised sessions to one upstream (`UpstreamSection.pool_size`: several over HTTP, one over
+    stdio); `call_tool` and `list_tools` take the open session carrying the fewest calls, waiting (bounded) for one.
+
+    A session that broke is closed and opened anew by its own supervisor while the others carry on. A call the
+    server refused before it ran (it no longer knew the session) is made again on another session; a call that may
+    have gone out is never made again here (the executor classifies it, and a write stays UNKNOWN).
+    """
 
     def __init__(self, name: str, section: UpstreamSection, *, secrets: Mapping[str, str]) -> None:
         self.name = name
         self._section = section
         self._secrets = secrets
-        self._client: Client | None = None
         self._auth: httpx2.Auth | None = None
-        self._ready = anyio.Event()
-        self._broken = anyio.Event()
+        self._slots = tuple(_Slot(index) for index in range(section.pool_size))
+        self._opened = anyio.Event()
         self.connects = 0
         """How many sessions were opened (a reconnect counts), for health and tests."""
         self.list_changed = anyio.Event()
@@ -87,6 +113,16 @@ class UpstreamConnection:
         a new session opened (a restarted server may be another version). Whoever reads the list replaces it."""
         self.list_changes = 0
         """How many ``notifications/tools/list_changed`` the upstream sent, for tests."""
+
+    @property
+    def open_sessions(self) -> int:
+        """How many sessions of the pool are open now."""
+        return sum(slot.client is not None for slot in self._slots)
+
+    @property
+    def calls_by_session(self) -> tuple[int, ...]:
+        """How many calls each session of the pool carried (across its reconnects), for metrics and tests."""
+        return tuple(slot.calls for slot in self._slots)
 
     def _target(self, errlog: TextIO | None, http: httpx2.AsyncClient | None) -> Any:
         section = self._section
@@ -104,22 +140,26 @@ class UpstreamConnection:
 
     def _http_client(self) -> httpx2.AsyncClient:
         """The HTTP client of one session, signing each request with the gateway's own credentials for this server
-        (`gateway.upstreams.credentials`; an OAuth token stays cached across sessions) and nothing else."""
+        (`gateway.upstreams.credentials`; an OAuth token is shared by the pool's sessions and outlives them) and
+        nothing else."""
         if self._auth is None:
             self._auth = gateway_auth(self.name, self._section, self._secrets)
         return httpx2.AsyncClient(auth=self._auth)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[UpstreamConnection]:
-        """Supervise the session while the block runs; leave it (and stop a child) on exit."""
+        """Supervise the pool's sessions while the block runs; leave them (and stop a child) on exit."""
         async with anyio.create_task_group() as group:
-            group.start_soon(self._supervise)
+            for slot in self._slots:
+                group.start_soon(self._supervise, slot)
             try:
                 yield self
             finally:
                 group.cancel_scope.cancel()
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, slot: _Slot) -> None:
+        """Open `slot`'s session, serve until it breaks or the gateway stops, and open it again with backoff. The
+        session is entered and left by this task: the SDK's client holds cancel scopes of the task that opened it."""
         delay = _BACKOFF_START
         while True:
             errlog = _child_log(self.name) if self._section.transport == "stdio" else None
@@ -134,22 +174,23 @@ class UpstreamConnection:
                     )
                     if errlog is not None:
                         errlog.close()  # the child holds its own copy; the relay ends when the child does
-                    self._client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
-                    self._broken = anyio.Event()
-                    self._ready.set()
+                    slot.broken = anyio.Event()
+                    slot.client, self.connects, delay = client, self.connects + 1, _BACKOFF_START
+                    upstream_session(self.name, opened=True)
+                    owned.callback(upstream_session, self.name, opened=False)
+                    self._opened.set()
+                    self._opened = anyio.Event()
                     self.list_changed.set()
-                    logger.info("upstream %s connected (%s)", self.name, self._section.transport)
-                    await self._broken.wait()
+                    logger.info("upstream %s session %d connected (%s)", self.name, slot.index, self._section.transport)
+                    await slot.broken.wait()
             except ConfigError:
                 raise
             except Exception as error:  # a session that cannot start or broke: log by name, retry with backoff
-                logger.warning("upstream %s session ended: %s", self.name, type(error).__name__)
+                logger.warning("upstream %s session %d ended: %s", self.name, slot.index, type(error).__name__)
             finally:
                 if errlog is not None and not errlog.closed:
                     errlog.close()
-            self._client = None
-            if self._ready.is_set():  # callers waiting on an unset one are woken by the next session
-                self._ready = anyio.Event()
+            slot.client = None
             await anyio.sleep(delay)
             delay = min(_BACKOFF_CAP, delay * 2)
 
@@ -160,55 +201,85 @@ class UpstreamConnection:
             self.list_changed.set()
         await anyio.lowlevel.checkpoint()
 
-    def reconnect(self) -> None:
-        """End the current session; the supervisor opens a new one, which the next call waits for."""
-        self._client = None
-        if self._ready.is_set():
-            self._ready = anyio.Event()
-        self._broken.set()
-
-    async def _session(self) -> Client:
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[tuple[_Slot, Client]]:
+        """The open session carrying the fewest calls, counted as carrying one more while the block runs; waits
+        (bounded) for one. Nothing awaits between choosing and counting, so calls that start together spread over
+        the sessions."""
+        chosen: tuple[_Slot, Client] | None = None
         with anyio.move_on_after(_CONNECT_SECONDS):
-            await self._ready.wait()
-        if self._client is None:
+            while chosen is None:
+                open_ = [(slot, slot.client) for slot in self._slots if slot.client is not None]
+                if open_:
+                    chosen = min(open_, key=lambda pair: pair[0].busy)
+                else:
+                    await self._opened.wait()
+        if chosen is None:
             raise UpstreamUnavailableError(f"upstream {self.name} is not connected", service=self.name, sent=False)
-        return self._client
+        slot = chosen[0]
+        slot.busy += 1
+        slot.calls += 1
+        try:
+            yield chosen
+        finally:
+            slot.busy -= 1
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """The upstream's tool definitions as JSON (every page)."""
-        client = await self._session()
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        try:
-            with anyio.fail_after(_CONNECT_SECONDS):
-                while True:
-                    # Never from the client's response cache: a review is of what the upstream lists now.
-                    page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-                    tools.extend(tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        return tools
-        except Exception as error:  # a read: nothing to classify, only a session to open again
-            self.reconnect()
-            raise UpstreamUnavailableError(f"upstream {self.name} did not list its tools", service=self.name) from error
+        async with self._session() as (slot, client):
+            tools: list[dict[str, Any]] = []
+            cursor: str | None = None
+            try:
+                with anyio.fail_after(_CONNECT_SECONDS):
+                    while True:
+                        # Never from the client's response cache: a review is of what the upstream lists now.
+                        page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                        tools.extend(
+                            tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in page.tools
+                        )
+                        cursor = page.next_cursor
+                        if not cursor:
+                            return tools
+            except Exception as error:  # a read: nothing to classify, only a session to open again
+                slot.close(client)
+                raise UpstreamUnavailableError(
+                    f"upstream {self.name} did not list its tools", service=self.name
+                ) from error
 
     @property
     def protocol_version(self) -> str | None:
-        """The protocol version negotiated with the upstream on the current session (None: not connected)."""
-        client = self._client
-        return None if client is None else str(client.protocol_version)
+        """The protocol version negotiated with the upstream on an open session (None: none is open)."""
+        for slot in self._slots:
+            if slot.client is not None:
+                return str(slot.client.protocol_version)
+        return None
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any], *, timeout: float) -> CallToolResult:
-        """Call `tool` once. Raises `UpstreamError`s only (see the module docstring)."""
-        client = await self._session()
+        """Call `tool` once: again on another session only when it certainly did not go out. Raises
+        `UpstreamError`s only (see the module docstring)."""
+        retries = len(self._slots)
+        while True:
+            async with self._session() as (slot, client):
+                try:
+                    return await self._call_on(slot, client, tool, arguments, timeout)
+                except UpstreamUnavailableError as error:
+                    if error.sent or retries == 0:
+                        raise
+            retries -= 1
+            count_upstream_call_made_again(self.name)
+            logger.info("upstream %s: %s did not go out; made again on another session", self.name, tool)
+
+    async def _call_on(
+        self, slot: _Slot, client: Client, tool: str, arguments: Mapping[str, Any], timeout: float
+    ) -> CallToolResult:
         try:
             with anyio.fail_after(timeout):
                 return await client.call_tool(tool, dict(arguments))
         except MCPError as error:
             if error.error.code == INVALID_REQUEST and "session" in error.error.message.lower():
-                # The server no longer knows this session (it restarted, or expired it): the request was refused
-                # before any tool ran. A new session is opened; the call may be made again.
-                self.reconnect()
+                # The server no longer knows this session (it restarted, or ended it): the request was refused
+                # before any tool ran. This session is opened anew; the call may be made on another.
+                slot.close(client)
                 raise UpstreamUnavailableError(
                     f"upstream {self.name} ended the session before {tool} ran", service=self.name, sent=False
                 ) from error
@@ -218,15 +289,15 @@ class UpstreamConnection:
                     f"upstream {self.name} refused {tool}", service=self.name, status=NOT_APPLIED_STATUS
                 ) from error
             # The connection closed, the SDK timed out, or the server failed while running it: may have landed.
-            self.reconnect()
+            slot.close(client)
             raise UpstreamUnavailableError(
                 f"upstream {self.name} lost {tool} ({error.error.code})", service=self.name, sent=True
             ) from error
         except TimeoutError as error:
-            self.reconnect()  # a late answer on this session would be misread; start afresh
+            slot.close(client)  # a late answer on this session would be misread; start afresh
             raise UpstreamTimeoutError(f"upstream {self.name} did not answer {tool}", service=self.name) from error
         except Exception as error:  # the session broke with the request out: it may have landed
-            self.reconnect()
+            slot.close(client)
             raise UpstreamUnavailableError(
                 f"upstream {self.name} session broke during {tool}", service=self.name, sent=True
             ) from error

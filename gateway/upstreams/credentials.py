@@ -3,29 +3,23 @@
 Who uses it: `gateway.upstreams.connection`, for the HTTP client of each session. `gateway_auth` answers the
 `httpx2.Auth` that signs every request to the upstream; nothing of the agent's request ever reaches it, so the
 agent's token cannot be forwarded. With ``oauth`` (`OAuthClientSection`), the token is fetched from the token
-endpoint with the client credentials grant (client id and secret as HTTP Basic), cached for the connection's life
-until `_EARLY_SECONDS` before it expires, and fetched again once when the upstream answers 401 (revoked or rotated).
-One fetch at a time: concurrent requests wait for it rather than each asking the authorization server.
+endpoint with the client credentials grant and cached for the connection's life by the gateway's one
+client-credentials cache (`gateway.outbound.client_credentials`: expiry with a margin, one fetch at a time, fetched
+again once when the upstream answers 401); this module only sends its token request and signs requests, on httpx2.
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import AsyncGenerator, Generator, Mapping
+from typing import Any
 
-import anyio
 import httpx2
 
 from gateway.config.upstreams import OAuthClientSection, UpstreamSection
-from gateway.errors import ConfigError, UpstreamUnavailableError
+from gateway.errors import ConfigError
+from gateway.outbound.client_credentials import TOKEN_TIMEOUT_SECONDS, UNREACHED, TokenCache, TokenRequest
 
 __all__ = ["OAuthClientCredentials", "gateway_auth"]
-
-logger = logging.getLogger(__name__)
-
-_EARLY_SECONDS = 30.0
-_TOKEN_TIMEOUT_SECONDS = 10.0
 
 
 def gateway_auth(name: str, section: UpstreamSection, secrets: Mapping[str, str]) -> httpx2.Auth | None:
@@ -57,57 +51,30 @@ class _Bearer(httpx2.Auth):
 
 
 class OAuthClientCredentials(httpx2.Auth):
-    """A cached access token from the client credentials grant, sent as the bearer token."""
+    """The client credentials grant's access token (`gateway.outbound.client_credentials`), sent as the bearer
+    token; fetched over httpx2, and replaced once when the upstream answers 401."""
 
     def __init__(self, name: str, client: OAuthClientSection, secret: str) -> None:
         self._name = name
-        self._client = client
-        self._secret = secret
-        self._token: str | None = None
-        self._expires_at = 0.0
-        self._lock = anyio.Lock()
-        self.fetches = 0
-        """How many tokens were fetched, for tests and the log."""
+        self.tokens = TokenCache(
+            client.token_url, client.client_id, secret, scope=client.scope, resource=client.resource
+        )
 
     async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        token = await self._current(stale=None)
+        token = await self.tokens.token(_post, service=self._name)
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
         if response.status_code == 401:
             # Revoked or rotated before it expired: one new token, one more try.
-            request.headers["Authorization"] = f"Bearer {await self._current(stale=token)}"
+            renewed = await self.tokens.token(_post, service=self._name, stale=token)
+            request.headers["Authorization"] = f"Bearer {renewed}"
             yield request
 
-    async def _current(self, *, stale: str | None) -> str:
-        async with self._lock:
-            token = self._token
-            if token is None or token == stale or time.monotonic() >= self._expires_at:
-                token, self._expires_at = await self._fetch()
-                self._token = token
-            return token
 
-    async def _fetch(self) -> tuple[str, float]:
-        client = self._client
-        form = {"grant_type": "client_credentials"}
-        if client.scope:
-            form["scope"] = client.scope
-        if client.resource:
-            form["resource"] = client.resource
-        try:
-            async with httpx2.AsyncClient(timeout=_TOKEN_TIMEOUT_SECONDS) as http:
-                answer = await http.post(client.token_url, data=form, auth=(client.client_id, self._secret))
-            body = answer.json() if answer.status_code == 200 else {}
-        except (httpx2.HTTPError, ValueError) as error:
-            raise UpstreamUnavailableError(
-                f"upstream {self._name}: no access token from its authorization server", service=self._name, sent=False
-            ) from error
-        token, lifetime = body.get("access_token"), body.get("expires_in", 300)
-        if not isinstance(token, str) or not token or str(body.get("token_type", "")).lower() != "bearer":
-            status = answer.status_code
-            logger.warning("upstream %s: token endpoint answered %s without a bearer token", self._name, status)
-            raise UpstreamUnavailableError(
-                f"upstream {self._name}: its authorization server gave no bearer token", service=self._name, sent=False
-            )
-        self.fetches += 1
-        seconds = float(lifetime) if isinstance(lifetime, int | float) and lifetime > 0 else 300.0
-        return token, time.monotonic() + max(0.0, seconds - _EARLY_SECONDS)
+async def _post(request: TokenRequest) -> tuple[int, Any]:
+    try:
+        async with httpx2.AsyncClient(timeout=TOKEN_TIMEOUT_SECONDS, follow_redirects=False) as http:
+            answer = await http.post(request.url, data=dict(request.form), headers=dict(request.headers))
+            return answer.status_code, answer.json() if answer.status_code == 200 else None
+    except (httpx2.HTTPError, ValueError):
+        return UNREACHED, None

@@ -16,24 +16,33 @@ refusal is audited.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.audit.events import AuditEvent, AuditSink
+from gateway.canonical import canonical_json
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.upstreams import ToolReview, UpstreamSection, check_upstream_name
 from gateway.principal import KeyKind, Principal
+from gateway.review_answers import validation_problems
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.review import definition_diff, definition_hash
 from gateway.upstreams.views import FrontedServer, FrontedTool
 from policies.adapter_authority import may_manage_adapter, may_review_adapters
 from policies.manifest_safety import check_base_url
 
-__all__ = ["ToolReviewResult", "UpstreamReviews"]
+__all__ = [
+    "RegistrationAcceptance",
+    "ToolReviewResult",
+    "UpstreamReviews",
+    "registration_attention",
+    "registration_hash",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +114,7 @@ class UpstreamReviews:
         try:
             section = UpstreamSection.model_validate(document)
         except ValidationError as error:
-            problems.extend(_problems(error, "upstream"))
+            problems.extend(validation_problems(error, "upstream"))
         if section is not None:
             # A service never makes the gateway start a program, and never reviews its own tools.
             if section.transport != "http":
@@ -128,16 +137,69 @@ class UpstreamReviews:
         if upstream in self._sections:
             taken = _refused("PERMISSION_DENIED", f"upstream {upstream} is configured by the operator")
             return await self._done(service, action, upstream, "", taken)
-        owner = await self.store.register(upstream, section.model_dump(mode="json"), owner=service.subject)
+        document = section.model_dump(mode="json")
+        before = (await self.store.registered()).get(upstream)
+        attention = registration_attention(before, document) if before is not None else ()
+        owner = await self.store.register(upstream, document, owner=service.subject, hold=bool(attention))
         if owner != service.subject:
             taken = _refused("PERMISSION_DENIED", f"upstream {upstream} belongs to another service")
             return await self._done(service, action, upstream, "", taken)
         for listener in self._listeners:
             await listener(upstream)
+        if attention:
+            # Another server, or the gateway's credential sent elsewhere: a registry admin says so first, as for a
+            # registered adapter's base URL. The server registered before stays fronted meanwhile.
+            held = ToolReviewResult(
+                code="OK",
+                message=f"the new {', '.join(attention)} is used once a registry admin accepts it; until then the"
+                " server registered before is fronted",
+                extra={"attention": ",".join(attention)},
+            )
+            return await self._done(service, action, upstream, "", held)
         done = ToolReviewResult(
             code="OK", message="registered; its tools are quarantined until a registry admin reviews them"
         )
         return await self._done(service, action, upstream, "", done)
+
+    async def accept_registration(self, admin: Principal, upstream: str, document: Any) -> ToolReviewResult:
+        """Front the section `upstream`'s service registered again (`document`: a `RegistrationAcceptance` naming
+        its hash and acknowledging each setting the change touches), in place of the one fronted now."""
+        action = "upstreams.accept_registration"
+        verdict = may_manage_adapter(admin, upstream, self._orgs)
+        if not verdict.allowed:
+            return await self._done(admin, action, upstream, "", _refused("PERMISSION_DENIED", verdict.reason))
+        try:
+            acceptance = RegistrationAcceptance.model_validate(document)
+        except ValidationError as error:
+            refused = ToolReviewResult(
+                code="VALIDATION_ERROR", message="acceptance refused", problems=validation_problems(error, "body")
+            )
+            return await self._done(admin, action, upstream, "", refused)
+        proposed = await self.store.proposed(upstream)
+        before = (await self.store.registered()).get(upstream)
+        if proposed is None or before is None:
+            missing = _refused("NOT_FOUND", f"{upstream} has no registration waiting for acceptance")
+            return await self._done(admin, action, upstream, "", missing)
+        if registration_hash(proposed) != acceptance.hash:
+            stale = _refused("CONFLICT", f"{upstream} was registered again since: read it again")
+            return await self._done(admin, action, upstream, "", stale)
+        attention = registration_attention(before, proposed)
+        if set(acceptance.acknowledge) != set(attention):
+            unseen = ToolReviewResult(
+                code="VALIDATION_ERROR",
+                message="acknowledge each changed setting by name",
+                problems=(f"acknowledge: name exactly {list(attention)}",),
+            )
+            return await self._done(admin, action, upstream, "", unseen)
+        await self.store.adopt(upstream, proposed)
+        for listener in self._listeners:
+            await listener(upstream)
+        done = ToolReviewResult(
+            code="OK",
+            message=f"{upstream} is fronted as registered now; its tools stay held to their reviews' hashes",
+            extra={"attention": ",".join(attention), "hash": acceptance.hash},
+        )
+        return await self._done(admin, action, upstream, "", done)
 
     async def in_force(self, upstream: str) -> tuple[dict[str, ToolReview], dict[str, str]]:
         """The reviews `upstream` is served by (the config file's, replaced tool by tool by those stored), and who
@@ -192,7 +254,7 @@ class UpstreamReviews:
         try:
             review = ToolReview.model_validate(document)
         except ValidationError as error:
-            problems = _problems(error, "review")
+            problems = validation_problems(error, "review")
             refused = ToolReviewResult(code="VALIDATION_ERROR", message="review refused", problems=problems)
             return await self._done(admin, action, upstream, tool, refused)
         listing = await self.store.listing(upstream)
@@ -257,9 +319,15 @@ class UpstreamReviews:
                     diff=diff,
                 )
             )
+        proposed = await self.store.proposed(upstream) if upstream not in self._sections else None
+        fronted = section.model_dump(mode="json")
         return FrontedServer(
             name=upstream,
             transport=section.transport,
+            url=section.url or "",
+            proposed=dict(proposed) if proposed is not None else None,
+            proposed_hash=registration_hash(proposed) if proposed is not None else None,
+            attention=list(registration_attention(fronted, proposed)) if proposed is not None else [],
             protocol=listing.protocol if listing is not None else "",
             listed_at_ms=listing.at_ms if listing is not None else None,
             tools=tools,
@@ -283,13 +351,29 @@ class UpstreamReviews:
         return result
 
 
+_ATTENTION = ("url", "token_env", "oauth")
+"""What a registration names that decides which server the gateway talks to and where its credential goes."""
+
+
+def registration_attention(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, ...]:
+    """The settings of `_ATTENTION` a registration changes from `before` to `after`."""
+    return tuple(key for key in _ATTENTION if before.get(key) != after.get(key))
+
+
+def registration_hash(section: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of a registered section, which an admin names to accept exactly the one they read."""
+    return "sha256:" + hashlib.sha256(canonical_json(section).encode()).hexdigest()
+
+
+class RegistrationAcceptance(BaseModel):
+    """A registry admin's acceptance of an upstream registered again with another server or credential."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    hash: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    """The ``proposed_hash`` read: a registration made since is not accepted unseen."""
+    acknowledge: list[str]
+    """Each setting the change touches (``attention``: ``url``, ``token_env``, ``oauth``), named to say it was seen."""
+
+
 def _refused(code: str, message: str) -> ToolReviewResult:
     return ToolReviewResult(code=code, message=message)
-
-
-def _problems(error: ValidationError, whole: str) -> tuple[str, ...]:
-    """Each problem of a refused body, by where it is (`whole` when it is the body itself)."""
-    return tuple(
-        f"{'.'.join(str(p) for p in item['loc']) or whole}: {item['msg']}"
-        for item in error.errors(include_url=False, include_input=False)
-    )

@@ -12,7 +12,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "REVIEW_ERROR_STATUS",
     "FrontedServer",
     "FrontedServerList",
     "FrontedTool",
@@ -20,14 +19,6 @@ __all__ = [
     "ToolReviewRefusal",
     "ToolReviewRefusalDetail",
 ]
-
-REVIEW_ERROR_STATUS: dict[str, int] = {
-    "VALIDATION_ERROR": 422,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "CONFLICT": 409,
-}
-"""Every refusal code of the review, with the status its routes answer it with."""
 
 
 class _View(BaseModel):
@@ -63,6 +54,16 @@ class FrontedServer(_View):
 
     name: str
     transport: str
+    url: str
+    """The Streamable HTTP endpoint fronted ("" over stdio)."""
+    proposed: dict[str, Any] | None = None
+    """The section its service registered again with another server or credential, not fronted until a registry
+    admin accepts it; None when there is none."""
+    proposed_hash: str | None = None
+    """Send it back, with `attention` acknowledged, to accept exactly this registration."""
+    attention: list[str] = []
+    """What the proposal changes of where the gateway connects and sends its credential (``url``, ``token_env``,
+    ``oauth``); each must be acknowledged by name."""
     protocol: str
     """The protocol version negotiated with it ("" until a gateway read its list)."""
     listed_at_ms: int | None

@@ -13,6 +13,7 @@ from gateway.cli.main import main
 from gateway.config.settings import Settings
 from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
+from gateway.store.upstream_reviews import UpstreamReviewStore
 from tests.support.agents import make_key
 from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
@@ -98,3 +99,35 @@ roles = ["staff", "approver"]
 def _hash(review: str, tool: str) -> str:
     [line] = [line for line in review.splitlines() if line.startswith(f"  {tool}  ")]
     return line.split("listed=")[1]
+
+
+async def test_a_server_registered_again_elsewhere_is_accepted_from_the_cli(
+    tmp_path: Path, redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A service registered its server, then registered it again at another URL: review shows the new URL and what
+    it changes; accept-registration refuses it unacknowledged and fronts it acknowledged."""
+    config = tmp_path / "countersign.toml"
+    config.write_text('[orgs.acme]\nadapters = ["gitsvc"]\nroles = ["staff"]\n')
+    environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    store = UpstreamReviewStore(redis)
+    before = {"transport": "http", "url": "http://127.0.0.1:8001/mcp"}
+    await store.register("gitsvc", before, owner="git-team")
+    await store.register("gitsvc", {**before, "url": "http://127.0.0.1:8002/mcp"}, owner="git-team", hold=True)
+
+    async def cli(*args: str) -> tuple[int, str, str]:
+        every = {**environ, "COUNTERSIGN_ADMIN_KEY": admin}
+        status = await anyio.to_thread.run_sync(lambda: main(["--config", str(config), *args], every))
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err
+
+    status, out, _ = await cli("upstreams", "review")
+    assert status == 0 and "  registered again: url=http://127.0.0.1:8002/mcp  changes url" in out
+    proposed = out.split("proposed=", 1)[1].split()[0]
+    status, _, err = await cli("upstreams", "accept-registration", "gitsvc", "--hash", proposed)
+    assert status == 1 and "VALIDATION_ERROR" in err
+    assert (await store.registered())["gitsvc"]["url"] == "http://127.0.0.1:8001/mcp"
+    status, out, _ = await cli("upstreams", "accept-registration", "gitsvc", "--hash", proposed, "--acknowledge", "url")
+    assert status == 0 and out.startswith("OK: gitsvc is fronted as registered now")
+    assert (await store.registered())["gitsvc"]["url"] == "http://127.0.0.1:8002/mcp"
+    assert await store.proposed("gitsvc") is None

@@ -30,6 +30,7 @@ from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError,
 __all__ = [
     "EVERYTHING_EARLIER_VERSION",
     "EVERYTHING_VERSION",
+    "changing_over_http",
     "FILESYSTEM_VERSION",
     "GIT_VERSION",
     "NodeServer",
@@ -170,14 +171,31 @@ async def serving_over_http(server: NodeServer, port: int, log: Path) -> AsyncIt
 
 
 @asynccontextmanager
-async def git_over_http(git_server: Path, repository: Path, port: int, headers: Path) -> AsyncIterator[str]:
+async def git_over_http(
+    git_server: Path, repository: Path, port: int, headers: Path, sessions: Path | None = None
+) -> AsyncIterator[str]:
     """mcp-server-git over Streamable HTTP on `port` (`tests.support.git_over_http`, run by the git server's own
-    interpreter) while the block runs, each request's Authorization header appended to `headers`."""
+    interpreter) while the block runs, each request's Authorization header appended to `headers` (and its session
+    id to `sessions`, when given)."""
     launcher = Path(__file__).with_name("git_over_http.py")
     command = [str(git_server.parent / "python"), str(launcher), str(port), str(repository), str(headers)]
+    command += [str(sessions)] if sessions is not None else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     async with _listening(process, port) as url:
         yield url
+
+
+@asynccontextmanager
+async def changing_over_http(port: int, log: Path) -> AsyncIterator[str]:
+    """`tests.support.changing_server` (a tool redefined on ``POST /change``) over Streamable HTTP on `port` while the
+    block runs, run by this interpreter (its MCP SDK), its output appended to `log`."""
+    command = [sys.executable, "-m", "tests.support.changing_server", str(port)]
+    root = Path(__file__).parents[2]
+    with log.open("ab") as output:
+        process = subprocess.Popen(command, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=output,
+                                   stderr=output)  # fmt: skip
+        async with _listening(process, port) as url:
+            yield url
 
 
 @asynccontextmanager

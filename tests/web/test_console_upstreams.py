@@ -19,6 +19,7 @@ from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import UpstreamSection
 from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
+from gateway.store.upstream_reviews import UpstreamReviewStore
 from tests.support.agents import agent, make_key
 from tests.support.browser import browser, screenshot, shots
 from tests.support.mcp_servers import (
@@ -139,3 +140,41 @@ async def test_in_a_browser_a_changed_upstream_tool_shows_its_diff_and_is_served
             with anyio.fail_after(20):
                 while await _served(base, staff) != {"every_echo"}:
                     await anyio.sleep(0.1)
+
+
+async def test_in_a_browser_a_server_registered_again_elsewhere_is_fronted_once_each_change_is_acknowledged(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """gitsvc's service registered it again at another URL: the page shows the new server and what it changes;
+    accepted with the change unacknowledged it is refused and nothing moves; with the box checked, the new server
+    is the one fronted."""
+    settings = Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(OrgSettings(name="acme", adapters=frozenset({"gitsvc"}), roles=frozenset({"staff"})),),
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+        registry_poll_seconds=0.2,
+        demo=True,
+    )
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    store = UpstreamReviewStore(redis)
+    before, after = f"http://127.0.0.1:{free_port()}/mcp", f"http://127.0.0.1:{free_port()}/mcp"
+    await store.register("gitsvc", {"transport": "http", "url": before}, owner="git-team")
+    await store.register("gitsvc", {"transport": "http", "url": after}, owner="git-team", hold=True)
+    with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+        async with browser(tmp_path / "profile") as page:
+            await page.send("Page.navigate", {"url": f"{base}/admin/#key={admin}&next=/upstreams"})
+            form = "document.querySelector('[data-registration=\"gitsvc\"]')"
+            await page.until(f"{form} !== null")
+            shown = await page.evaluate(f"{form}.querySelector('dl.fields dd code').textContent")
+            assert shown == after
+            await screenshot(page, shots(tmp_path) / "upstream-registration.png", full_page=True)
+            submit = f"window.confirm = () => true; {form}.querySelector('[data-accept-registration]').click()"
+            await page.evaluate(submit)
+            refused = await page.until("document.querySelector('.notice.error')?.textContent")
+            assert "acknowledge" in refused.lower()
+            assert (await store.registered())["gitsvc"]["url"] == before
+            await page.evaluate(f"{form}.querySelector('input[value=\"url\"]').checked = true; {submit}")
+            said = await page.until("document.querySelector('.notice.ok')?.textContent")
+            assert said == f"gitsvc is fronted at {after}."
+    assert (await store.registered())["gitsvc"]["url"] == after

@@ -1416,9 +1416,11 @@
           held.length ? `${held.length} quarantined` : "all served")),
       fields([
         ["Transport", String(upstream.transport)],
+        ["Server", upstream.url ? mono(String(upstream.url)) : "— (a program the gateway runs)"],
         ["Protocol", upstream.protocol ? String(upstream.protocol) : "— (not read yet)"],
         ["Tools listed", String(tools.length)],
       ]),
+      upstream.proposed && typeof upstream.proposed === "object" ? registrationForm(upstream, token) : null,
       tools.length === 0 ? el("p", { class: "empty" }, "No gateway has read this server's tool list yet.") : null,
       ordered.map((tool) => upstreamTool(upstream, tool, token)));
   }
@@ -1455,6 +1457,42 @@
         : el("details", { class: "classify", open: tool.reason === "changed" },
           el("summary", null, tool.reason === "changed" ? "Review the change" : "Classify this tool"),
           reviewForm(upstream, tool, token)));
+  }
+
+  // A service registered its server again at another URL or with another credential: the page shows what the
+  // gateway would connect to, and the admin names each change (a box per setting) before it is fronted.
+  function registrationForm(upstream, token) {
+    const attention = Array.isArray(upstream.attention) ? upstream.attention.map(String) : [];
+    const boxes = attention.map((name) => el("label", null,
+      el("input", { type: "checkbox", name: "acknowledge", value: name }), " I have checked the new ", mono(name)));
+    const proposed = upstream.proposed;
+    return el("section", { class: "registration", "data-registration": upstream.name },
+      el("h4", null, "Registered again by its service ",
+        el("span", { class: "state adapter-quarantined" }, "waiting for you")),
+      fields([
+        ["New server", mono(String(proposed.url || ""))],
+        ["Changes", attention.length ? attention.join(", ") : "—"],
+        ["Proposed", mono(String(upstream.proposed_hash))],
+      ]),
+      el("details", null, el("summary", null, "Registration (JSON)"), el("pre", { class: "json" }, json(proposed))),
+      el("form", {
+        class: "action accept-registration",
+        onsubmit: guarded(async (event) => {
+          event.preventDefault();
+          const acknowledge = boxes.map((label) => label.querySelector("input")).filter((box) => box.checked).map((box) => box.value);
+          if (!window.confirm(`Front ${upstream.name} at ${proposed.url} from now on?`)) return;
+          const path = `upstreams/${encodeURIComponent(upstream.name)}/registration`;
+          const res = await api("PUT", path, { hash: upstream.proposed_hash, acknowledge });
+          if (token !== renderToken) return;
+          if (res.status === 200) {
+            await upstreamsView(notice("ok", `${upstream.name} is fronted at ${proposed.url}.`));
+          } else if (res.status === 409) {
+            await upstreamsView(notice("warn", `Conflict: ${upstream.name} was registered again since you read it. Read it again.`));
+          } else {
+            showNotice("error", errorText(res, "MCP server"), problemsOf(res));
+          }
+        }),
+      }, boxes, el("button", { type: "submit", class: "primary", "data-accept-registration": upstream.name }, "Front the new server")));
   }
 
   function reviewForm(upstream, tool, token) {
