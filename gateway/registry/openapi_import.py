@@ -32,8 +32,9 @@ them.
 **x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract``
 merged key by key): ``access``, ``approval``, ``write_contract``, ``summary_template``,
 ``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``, ``timeout_seconds``,
-``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only for a backend
-that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path`` and
+``output_check``, ``name``, and for writes ``preview_path`` and ``preview_fields`` (the target read at
+proposal, which a state lookup compares with). The root may add ``credential``, ``signing_secret_env``
+(only for a backend that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path`` and
 ``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the
 root keys, and ``operations`` by operation id), so a service owner never has to patch the API's own
 document. With no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors
@@ -73,11 +74,13 @@ __all__ = [
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _OP_KEYS = {"access", "approval", "write_contract", "summary_template", "agent_text_fields", "untrusted_output_fields"}
-_OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name"}
+_OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name", "preview_path", "preview_fields"}
 _DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check")
+_WRITE_KEYS = ("approval", "write_contract", "preview_path", "preview_fields")
 _ROOT_ONLY_KEYS = ("credential", "signing_secret_env", "health_path")
 _IMPORT_KEYS = ("output_schema_budget",)
-_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds", "reference_field")
+_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds")
+_LOOKUPS = ("status_path", "search_path", "state_path")
 _SCALARS = {"string", "integer", "number", "boolean"}
 _SCALAR_KEYS = {"title", "description", "examples", "default", "format", "enum", "minLength", "maxLength", "pattern"}
 _SCALAR_KEYS |= {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -416,7 +419,7 @@ class _Importer:
             self.problems.append(f"{name}: no access rule (x-countersign.access)")
         if method != "GET":
             self._write_parts(name, tool, ext)
-        elif misplaced := [key for key in ("approval", "write_contract", "summary_template") if key in own]:
+        elif misplaced := [key for key in (*_WRITE_KEYS, "summary_template") if key in own]:
             self.problems.append(f"{name}: {misplaced} are for write tools; left out")
         tool |= {key: ext[key] for key in ("agent_text_fields", "timeout_seconds", "output_check") if key in ext}
         self._untrusted(name, tool, ext)
@@ -485,11 +488,12 @@ class _Importer:
                 tool[key] = ext[key]
             else:
                 self.problems.append(f"{name}: a write without {key} (x-countersign.{key})")
+        tool |= {key: ext[key] for key in ("preview_path", "preview_fields") if key in ext}
         contract = ext.get("write_contract")
-        if not isinstance(contract, Mapping) or ("status_path" not in contract and "search_path" not in contract):
+        if not isinstance(contract, Mapping) or not any(lookup in contract for lookup in _LOOKUPS):
             self.problems.append(
-                f"{name}: a write without a status lookup (x-countersign.write_contract.status_path"
-                " or search_path); write_contract left out"
+                f"{name}: a write without a lookup (x-countersign.write_contract.status_path, search_path"
+                " or state_path); write_contract left out"
             )
         elif missing := [key for key in _CONTRACT_KEYS if key not in contract]:
             self.problems.append(f"{name}: write_contract lacks {missing}; left out")

@@ -78,10 +78,10 @@ def test_each_operation_becomes_a_tool_with_a_closed_flat_input(
 
 
 def test_the_billing_spec_reports_exactly_what_it_leaves_undecided() -> None:
-    """A write without a status lookup, a write without approval (its 204 is a success), a read without access."""
+    """A write without a lookup, a write without approval (its 204 is a success), a read without access."""
     assert _billing().problems == (
-        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path or "
-        "search_path); write_contract left out",
+        "billing_void_invoice: a write without a lookup (x-countersign.write_contract.status_path, search_path or "
+        "state_path); write_contract left out",
         "billing_delete_attachment: a write without approval (x-countersign.approval)",
         "billing_get_customer_balance: no access rule (x-countersign.access)",
     )
@@ -304,8 +304,7 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
         (
             "post",
             WRITE | {"x-countersign": WRITE["x-countersign"] | {"write_contract": {"status_path": "/keys/{key}"}}},
-            "things_post_things_thing_id: write_contract lacks ['dedupes_on_key', 'key_retention_seconds', "
-            "'reference_field']; left out",
+            "things_post_things_thing_id: write_contract lacks ['dedupes_on_key', 'key_retention_seconds']; left out",
         ),
         (
             "post",
