@@ -100,7 +100,8 @@ class StateCondition(_Strict):
     `field` is a path into the answer (``state``, ``merged``, ``labels[].name``: ``[]`` takes every item of a
     list; a list answer is read as ``{"items": [...]}``), checked by exactly one of: ``equals`` (a constant:
     ``true``, ``"closed"``), ``equals_argument`` (the value the approved write set: ``state``) or
-    ``includes_argument`` (every item of an approved list argument is among the field's values: ``labels``).
+    ``includes_argument`` (every item of an approved list argument is among the field's values: ``labels``);
+    a field that is null matches nothing.
     A condition on an argument the write did not set is skipped; a lookup with every condition skipped
     settles nothing.
     """
@@ -112,7 +113,7 @@ class StateCondition(_Strict):
 
     @model_validator(mode="after")
     def _one_check(self) -> StateCondition:
-        checks = [key for key in ("equals", "equals_argument", "includes_argument") if key in self.model_fields_set]
+        checks = [key for key in ("equals", "equals_argument", "includes_argument") if getattr(self, key) is not None]
         if len(checks) != 1:
             raise ValueError("a state condition has one of equals, equals_argument, includes_argument")
         if ("[]" in self.field) != (checks[0] == "includes_argument"):

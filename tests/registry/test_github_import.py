@@ -65,10 +65,10 @@ def github_gateway(github_redis_url: str) -> Iterator[str]:
     """The base URL of a gateway whose org acme serves the registered adapters these tests import."""
     org = OrgSettings(
         name="acme",
-        adapters=frozenset({"github", "githubissues", "githubwrites", "gh"}),
+        adapters=frozenset({"github", "githubissues", "githubwrites", "githubstate", "githubresend", "gh"}),
         roles=frozenset({"staff", "approver", "registry"}),
     )
-    secrets = {"GITHUB_TOKEN": "ghp", "GITHUBWRITES_TOKEN": "ghp", "GH_TOKEN": "ghp"}
+    secrets = {f"{adapter.upper()}_TOKEN": "ghp" for adapter in org.adapters}
     settings = Settings(
         redis_url=github_redis_url, adapters={}, orgs=(org,), registry_poll_seconds=0.2, run_worker=True,
         audit_secret=Secret(TEST_AUDIT_SECRET), secrets=secrets,
@@ -263,25 +263,26 @@ def github_proxy(github_prism: str) -> Iterator[tuple[str, FaultProxy]]:
         yield served
 
 
-async def _registered_writes(
-    github_spec: GitHubSpec, proxy_url: str, gateway: str, redis: Redis, tmp_path: Path, capsys: Any
+async def _registered(
+    name: str, operations: str, overlay: dict[str, Any], rig: tuple[GitHubSpec, str, str, Redis, Path, Any]
 ) -> str:
-    """Import create-issue and create-comment with the marker contract as adapter ``githubwrites``, register and
-    accept it (once); the agent's key."""
-    overlay = tmp_path / "overlay.json"
-    overlay.write_text(json.dumps(WRITES_OVERLAY))
+    """Import `operations` with `overlay` as adapter `name` in front of the proxy, register and accept it (once);
+    an agent's key."""
+    github_spec, proxy_url, gateway, redis, tmp_path, capsys = rig
+    written = tmp_path / f"{name}.json"
+    written.write_text(json.dumps(overlay))
     service = await make_key(redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
-    if await RegistryStore(redis).get("githubwrites") is None:
+    if await RegistryStore(redis).get(name) is None:
         status, _, err = await _cli(
-            capsys, "adapters", "import", str(github_spec.spec), "--name", "githubwrites",
-            "--operations", "issues/create,issues/create-comment", "--overlay", str(overlay),
-            "--base-url", proxy_url, "--register", gateway, environ={"COUNTERSIGN_SERVICE_KEY": service},
+            capsys, "adapters", "import", str(github_spec.spec), "--name", name, "--operations", operations,
+            "--overlay", str(written), "--base-url", proxy_url, "--register", gateway,
+            environ={"COUNTERSIGN_SERVICE_KEY": service},
         )  # fmt: skip
         assert status == 0, err
         admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
         async with httpx.AsyncClient(base_url=gateway, headers={"authorization": f"Bearer {admin}"}) as http:
-            shown = (await http.get("/admin/api/adapters/githubwrites")).json()
-            accepted = await http.post("/admin/api/adapters/githubwrites/accept", json={"hash": shown["proposed_hash"]})
+            shown = (await http.get(f"/admin/api/adapters/{name}")).json()
+            accepted = await http.post(f"/admin/api/adapters/{name}/accept", json={"hash": shown["proposed_hash"]})
             assert accepted.is_success, accepted.text
     return await make_key(redis, roles=("staff",))
 
@@ -295,9 +296,11 @@ async def github_writes(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> tuple[FaultProxy, str]:
-    """The fault proxy in front of Prism, behind the accepted adapter ``githubwrites``, and an agent's key."""
+    """The fault proxy in front of Prism, behind the accepted adapter ``githubwrites`` (create-issue and
+    create-comment with the marker contract), and an agent's key."""
     proxy_url, proxy = github_proxy
-    return proxy, await _registered_writes(github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    return proxy, await _registered("githubwrites", "issues/create,issues/create-comment", WRITES_OVERLAY, rig)
 
 
 async def _settled(redis: Redis, card_id: str, timeout: float) -> Any:
@@ -373,6 +376,201 @@ async def test_a_comment_is_created_once_through_a_real_mcp_client(
     card = await _settled(github_redis, card_id, timeout=90)
     assert card.state is CardState.SUCCEEDED, (card.evidence, card.events if hasattr(card, "events") else None)
     assert len(proxy.writes_to("POST", "/issues/1347/comments")) == before + 1
+
+
+ISSUE_AT = "/repos/{owner}/{repo}/issues/{issue_number}"
+PULL_AT = "/repos/{owner}/{repo}/pulls/{pull_number}"
+
+
+def _state_contract(path: str, condition: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """Nowhere to carry a key: the write's target is read again and its state matched against what it asked for."""
+    return {
+        "dedupes_on_key": False, "key_retention_seconds": 86400, "state_path": path, "state_match": [condition],
+    } | more  # fmt: skip
+
+
+def _state_overlay(adapter: str, **contract: Any) -> dict[str, Any]:
+    """Add labels, close (update) an issue and merge a pull request, each with a preview of its target (what the
+    card compares a state lookup with) and a state contract (`contract` changes each)."""
+    return {
+        "access": {"roles": ["staff"]},
+        "approval": {"approver_role": "approver"},
+        "credential": {"secret_env": f"{adapter.upper()}_TOKEN"},
+        "health_path": "/rate_limit",
+        "operations": {
+            "issues/add-labels": {
+                "summary_template": "Add labels to {owner}/{repo}#{issue_number}",
+                "preview_path": ISSUE_AT, "preview_fields": ["labels"],
+                "write_contract": _state_contract(ISSUE_AT, {"field": "labels[].name", "includes_argument": "labels"})
+                | contract,
+            },
+            "issues/update": {
+                "summary_template": "Set {owner}/{repo}#{issue_number} {state}",
+                "agent_text_fields": ["title", "body"],
+                "preview_path": ISSUE_AT, "preview_fields": ["state"],
+                "write_contract": _state_contract(
+                    ISSUE_AT, {"field": "state", "equals_argument": "state"}, reference_field="number"
+                ) | contract,
+            },
+            "pulls/merge": {
+                "summary_template": "Merge {owner}/{repo}#{pull_number}",
+                "agent_text_fields": ["commit_title", "commit_message"],
+                "preview_path": PULL_AT, "preview_fields": ["state", "merged"],
+                "write_contract": _state_contract(PULL_AT, {"field": "merged", "equals": True}) | contract,
+            },
+        },
+    }  # fmt: skip
+
+
+STATE_WRITES = "issues/add-labels,issues/update,pulls/merge"
+
+
+@pytest.fixture
+async def github_state(
+    github_spec: GitHubSpec,
+    github_proxy: tuple[str, FaultProxy],
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[FaultProxy, str, str]:
+    """The fault proxy behind the accepted adapter ``githubstate`` (add labels, close, merge), an agent's key and
+    an approver's."""
+    proxy_url, proxy = github_proxy
+    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    agent_key = await _registered("githubstate", STATE_WRITES, _state_overlay("githubstate"), rig)
+    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="ann@acme.example", roles=("approver",))
+    return proxy, agent_key, admin
+
+
+async def _admin_card(gateway: str, admin: str, card_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+        answer = await http.get(f"/admin/api/cards/{card_id}")
+    assert answer.status_code == 200, answer.text
+    shown: dict[str, Any] = answer.json()["card"]
+    return shown
+
+
+def _state_write(tool: str, number: int) -> tuple[str, dict[str, Any], tuple[str, str]]:
+    """The tool, its arguments on issue or pull `number` of octocat/Hello-World, and the request it sends."""
+    repo = {"owner": "octocat", "repo": "Hello-World"}
+    return {
+        "labels": (
+            "githubstate_issues_add_labels", repo | {"issue_number": number, "labels": ["triage"]},
+            ("POST", f"/issues/{number}/labels"),
+        ),
+        "close": (
+            "githubstate_issues_update", repo | {"issue_number": number, "state": "closed"},
+            ("PATCH", f"/issues/{number}"),
+        ),
+        "merge": ("githubstate_pulls_merge", repo | {"pull_number": number}, ("PUT", f"/pulls/{number}/merge")),
+    }[tool]  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_labels_close_and_merge_each_succeed_with_one_request_through_a_real_mcp_client(
+    github_state: tuple[FaultProxy, str, str], github_gateway: str, github_redis: Redis
+) -> None:
+    """Add labels (an array in the body, an array in the answer), close an issue by PATCH and merge a pull request
+    by PUT, each proposed by an agent and approved by a person: SUCCEEDED, one request at the backend each, and
+    the card says the backend's answer settled it."""
+    proxy, agent_key, admin = github_state
+    for which, number in (("labels", 201), ("close", 202), ("merge", 203)):
+        tool, arguments, (method, path) = _state_write(which, number)
+        card_id = await _propose(github_gateway, agent_key, tool, arguments)
+        await approve_as_admin(github_redis, github_gateway, card_id)
+        card = await _settled(github_redis, card_id, timeout=60)
+        assert (which, card.state, proxy.attempts_at(method, path)) == (which, CardState.SUCCEEDED, 1), card
+        shown = await _admin_card(github_gateway, admin, card_id)
+        assert shown["settlement"]["by"] == "answer", shown["settlement"]
+    assert proxy.writes_to("POST", "/issues/201/labels")[0][2] == {"labels": ["triage"]}
+    assert proxy.writes_to("PATCH", "/issues/202")[0][2] == {"state": "closed"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("which", "fault", "number", "held"),
+    [
+        ("labels", "drop", 211, False),
+        ("close", "drop", 212, False),
+        ("merge", "drop", 213, False),
+        ("close", "500_after", 214, False),
+    ],
+    ids=["labels-answer-dropped", "close-answer-dropped", "merge-answer-dropped", "close-500-after-applying"],
+)
+async def test_a_write_whose_answer_was_lost_settles_by_its_targets_state_with_no_second_request(
+    github_state: tuple[FaultProxy, str, str], github_gateway: str, github_redis: Redis, which: str, fault: str,
+    number: int, held: bool,
+) -> None:  # fmt: skip
+    """GitHub applied the write and the answer was lost: the issue, read again, has the labels, is closed, the
+    pull is merged, so the card is SUCCEEDED by a state match, with no second request. The card shows what the
+    read saw and that it did not hold at proposal (the preview read then), so the write, or a change made since,
+    made it so; the agent's view carries none of it."""
+    proxy, agent_key, admin = github_state
+    tool, arguments, (method, path) = _state_write(which, number)
+    card_id = await _propose(github_gateway, agent_key, tool, arguments)
+    proxy.fault = fault
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=60)
+    assert (card.state, proxy.attempts_at(method, path), len(proxy.writes_to(method, path))) == (
+        CardState.SUCCEEDED, 1, 1
+    ), card  # fmt: skip
+    settlement = (await _admin_card(github_gateway, admin, card_id))["settlement"]
+    assert settlement["by"] == "state_match" and settlement["saw"]["held_at_proposal"] is held, settlement
+    assert "did not at proposal" in settlement["said"]
+    seen = {"labels": {"labels[].name": ["bug", "triage"]}, "close": {"state": "closed"}, "merge": {"merged": True}}
+    assert settlement["saw"]["saw"] == seen[which]
+    async with agent(f"{github_gateway}/mcp", agent_key) as client:
+        status = await client.call_tool("approvals_status", {"card_id": card_id})
+    assert payload(status)["status"] == "SUCCEEDED" and "state_match" not in json.dumps(payload(status))
+
+
+@pytest.mark.slow
+async def test_a_label_already_there_at_proposal_settles_without_claiming_the_write_added_it(
+    github_state: tuple[FaultProxy, str, str], github_gateway: str, github_redis: Redis
+) -> None:
+    """GitHub's example issue is labelled ``bug`` already: a lost answer to "add bug" finds the label, and the
+    card says it held at proposal, so the read cannot tell whether this write changed anything."""
+    proxy, agent_key, admin = github_state
+    tool, arguments, (method, path) = _state_write("labels", 221)
+    card_id = await _propose(github_gateway, agent_key, tool, arguments | {"labels": ["bug"]})
+    proxy.fault = "drop"
+    await approve_as_admin(github_redis, github_gateway, card_id)
+    card = await _settled(github_redis, card_id, timeout=60)
+    assert (card.state, proxy.attempts_at(method, path)) == (CardState.SUCCEEDED, 1), card
+    settlement = (await _admin_card(github_gateway, admin, card_id))["settlement"]
+    assert settlement["by"] == "state_match" and settlement["saw"]["held_at_proposal"] is True, settlement
+    assert "already did at proposal: the read cannot tell whether this write changed anything" in settlement["said"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("adapter", "sends"), [("githubstate", 1), ("githubresend", 2)], ids=["no-dedupe-no-resend", "resend-capped-at-1"]
+)
+async def test_no_state_contract_resends_more_than_its_cap(
+    github_spec: GitHubSpec, github_proxy: tuple[str, FaultProxy], github_gateway: str, github_redis: Redis,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], adapter: str, sends: int,
+) -> None:  # fmt: skip
+    """GitHub answers every close with a 500 before applying it, so no state read ever matches. A contract that
+    says GitHub does not dedupe sends once and hands the card to a person; one that allows resends (closing is
+    the same request again) sends at most its cap more, then hands it over: never more."""
+    proxy_url, proxy = github_proxy
+    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    contract = {"dedupes_on_key": True, "max_resends": 1} if adapter == "githubresend" else {}
+    agent_key = await _registered(adapter, STATE_WRITES, _state_overlay(adapter, **contract), rig)
+    number = 231 if adapter == "githubstate" else 232
+    repo = {"owner": "octocat", "repo": "Hello-World"}
+    card_id = await _propose(
+        github_gateway, agent_key, f"{adapter}_issues_update", repo | {"issue_number": number, "state": "closed"}
+    )
+    proxy.fault, proxy.fault_count = "500_before", 10
+    try:
+        await approve_as_admin(github_redis, github_gateway, card_id)
+        card = await _settled(github_redis, card_id, timeout=90)
+    finally:
+        proxy.fault, proxy.fault_count = None, 1
+    assert (card.state, proxy.attempts_at("PATCH", f"/issues/{number}")) == (CardState.NEEDS_RECONCILIATION, sends)
+    assert card.attempts == sends and not proxy.writes_to("PATCH", f"/issues/{number}")
 
 
 README = Path(__file__).parents[2] / "README.md"

@@ -80,6 +80,14 @@ def test_a_state_lookup_is_declared_whole_or_refused(contract: dict[str, Any]) -
         WriteContractSpec.model_validate({"dedupes_on_key": False, "key_retention_seconds": 60} | contract)
 
 
+def test_a_state_contract_reads_back_as_stored() -> None:
+    """A registration is stored as its model dumped, nulls and all, and served from that: it must validate again."""
+    contract = WriteContractSpec.model_validate(
+        {"dedupes_on_key": False, "key_retention_seconds": 60, "state_path": "/p/{n}", "state_match": [MERGED, CLOSED]}
+    )
+    assert WriteContractSpec.model_validate(contract.model_dump()) == contract
+
+
 def _close_tool(contract: dict[str, Any]) -> Any:
     spec = {
         "name": "notes_close",
@@ -131,9 +139,13 @@ async def _look_up(
     http = AiohttpUpstream(url, service="notes")
     try:
         ctx = ToolContext(
-            principal=ALICE, http=http, service="notes", idempotency_key="cs-k", identity={"x-countersign-identity": "i"},
-            approved_arguments=approved, preview_facts=before,
-        )  # fmt: skip
+            principal=ALICE,
+            http=http,
+            service="notes",
+            identity={"x-countersign-identity": "i"},
+            approved_arguments=approved,
+            preview_facts=before,
+        )
         status: WriteStatus = await tool.write_contract.status_lookup("cs-k", ctx)
     finally:
         await http.aclose()

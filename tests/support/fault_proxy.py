@@ -148,7 +148,8 @@ class FaultProxy:
         with self._lock:
             now = self.objects.get(target)
         if now is None:
-            read = await http.get(target, headers=headers)
+            # A read as a client would send it: the write's own headers (its body's type, its receipt) are not.
+            read = await http.get(target, headers={"accept": "application/json", **_auth(headers)})
             now = _as_github_answers(read.json()) if read.status_code == 200 else {}
         return target, change(now if isinstance(now, dict) else {})
 
@@ -157,10 +158,16 @@ _LABELS = re.compile(r"^/repos/[^/]+/[^/]+/issues/[0-9]+/labels$")
 _MERGE = re.compile(r"^/repos/[^/]+/[^/]+/pulls/[0-9]+/merge$")
 
 
+def _auth(headers: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in headers.items() if name.lower() == "authorization"}
+
+
 def _as_github_answers(answer: Any) -> Any:
-    """Prism's answer as GitHub would give it: an Example Object served as data (``{"value": {...}}``) unwrapped."""
-    if isinstance(answer, dict) and list(answer) == ["value"] and isinstance(answer["value"], dict):
-        return answer["value"]
+    """Prism's answer as GitHub would give it: an Example Object served as data (``{"value": {...}}``, with its
+    ``x-`` extensions) unwrapped."""
+    if isinstance(answer, dict) and isinstance(answer.get("value"), dict):
+        if all(key == "value" or key.startswith("x-") for key in answer):
+            return answer["value"]
     return answer
 
 
