@@ -39,6 +39,8 @@ from tests.support.signing import signing_key_before_start
 
 pytestmark = pytest.mark.anyio
 
+README = Path(__file__).parents[2] / "README.md"
+
 HTML_URL = r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/issues/[0-9]+$"
 READS = ("issues/list-for-repo", "issues/get", "issues/list-comments")
 OVERLAY = {
@@ -422,6 +424,13 @@ def _state_overlay(adapter: str, **contract: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def test_the_readme_shows_the_state_contracts_these_tests_run() -> None:
+    """The README's add labels, close and merge overlay is the one run against GitHub's description here."""
+    section = README.read_text().split("## Import your API\n", 1)[1].split("\n## ", 1)[0]
+    shown = yaml.safe_load(section.split("```yaml\n")[2].split("```", 1)[0])
+    assert shown["operations"] == _state_overlay("githubstate")["operations"]
+
+
 STATE_WRITES = "issues/add-labels,issues/update,pulls/merge"
 
 
@@ -571,9 +580,6 @@ async def test_no_state_contract_resends_more_than_its_cap(
         proxy.fault, proxy.fault_count = None, 1
     assert (card.state, proxy.attempts_at("PATCH", f"/issues/{number}")) == (CardState.NEEDS_RECONCILIATION, sends)
     assert card.attempts == sends and not proxy.writes_to("PATCH", f"/issues/{number}")
-
-
-README = Path(__file__).parents[2] / "README.md"
 
 
 def _readme_steps() -> tuple[list[list[str]], str]:
