@@ -199,6 +199,10 @@ async def test_cancel_and_resolve(cli: Cli, redis: Redis) -> None:
     assert status == 0 and "SUCCEEDED" in out
     card = await ledger.get(stuck)
     assert card is not None and card.state is CardState.SUCCEEDED and card.evidence == {"booking": "bk-9"}
+    status, out, _ = await cli("cards", "show", stuck)
+    settled = [line for line in out.splitlines() if line.startswith("settled     ")]
+    assert settled and settled[0].startswith("settled     by person: settled by a person (")
+    assert '  saw       {"booking": "bk-9"}' in out
 
 
 async def test_only_a_live_admin_key_may_act(redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
