@@ -142,7 +142,9 @@ class WriteContractSpec(_Strict):
       `search_query`) whose answer meets every `state_match` condition: the state the write asked for holds
       (a label present, an issue closed, a pull merged). For writes with nowhere to carry a key. A state
       proves less than a key: it may have held before the write, so the card compares it with the tool's
-      preview read at proposal and says which. A state that does not match is no record, never "refused".
+      preview read at proposal and says which. A state that does not match is no record, never "refused";
+    * none (`settle_by_person`): no read can settle the write, and an uncertain outcome goes to a person
+      after the settle period. Declared, never assumed: a write without a lookup is a problem until then.
     """
 
     dedupes_on_key: bool
@@ -170,12 +172,17 @@ class WriteContractSpec(_Strict):
     issues/{issue_number}``)."""
     state_match: tuple[StateCondition, ...] = ()
     """What the state read must show, every condition (see `StateCondition`)."""
+    settle_by_person: bool = False
+    """No read can settle this write: an uncertain outcome goes to a person (in place of the three lookups)."""
 
     @model_validator(mode="after")
     def _one_lookup_that_can_find_the_write(self) -> WriteContractSpec:
         lookups = [path for path in (self.status_path, self.search_path, self.state_path) if path is not None]
-        if len(lookups) != 1:
-            raise ValueError("a write contract looks writes up by status_path, search_path or state_path (one of them)")
+        if len(lookups) + self.settle_by_person != 1:
+            raise ValueError(
+                "a write contract looks writes up by status_path, search_path or state_path, or declares"
+                " settle_by_person (one of them)"
+            )
         if self.status_path is not None and "{key}" not in self.status_path:
             raise ValueError("status_path must contain {key}")
         if self.key_in != "header" and self.key_field is None:

@@ -30,15 +30,16 @@ which it marked. Idempotency keys (the header, or inputs named like one) are dro
 them.
 
 **x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract``
-merged key by key): ``access``, ``approval``, ``write_contract``, ``summary_template``,
+merged key by key, but an operation's own lookup replaces the root's whole; a root ``summary_template`` is
+every write's unless its own): ``access``, ``approval``, ``write_contract``, ``summary_template``,
 ``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``, ``timeout_seconds``,
 ``output_check``, ``name``, and for writes ``preview_path`` and ``preview_fields`` (the target read at
 proposal, which a state lookup compares with). The root may add ``credential``, ``signing_secret_env``
-(only for a backend that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path`` and
-``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the
-root keys, and ``operations`` by operation id), so a service owner never has to patch the API's own
-document. With no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors
-become problems.
+(only for a backend that still verifies identities with a shared key; absent, the gateway's JWKS),
+``health_path`` and ``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`'
+``overlay``: the root keys, and ``operations`` by operation id), so a service owner never has to patch the
+API's own document. With no problems, each draft is checked with ``AdapterManifest.model_validate`` and its
+errors become problems.
 """
 
 from __future__ import annotations
@@ -75,12 +76,13 @@ __all__ = [
 _METHODS = ("get", "post", "put", "patch", "delete")
 _OP_KEYS = {"access", "approval", "write_contract", "summary_template", "agent_text_fields", "untrusted_output_fields"}
 _OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name", "preview_path", "preview_fields"}
-_DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check")
+_DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check", "summary_template")
 _WRITE_KEYS = ("approval", "write_contract", "preview_path", "preview_fields")
 _ROOT_ONLY_KEYS = ("credential", "signing_secret_env", "health_path")
 _IMPORT_KEYS = ("output_schema_budget",)
 _CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds")
-_LOOKUPS = ("status_path", "search_path", "state_path")
+_LOOKUPS = ("status_path", "search_path", "state_path", "settle_by_person")
+_LOOKUP_PARTS = {*_LOOKUPS, "search_query", "match_field", "state_match"}
 _SCALARS = {"string", "integer", "number", "boolean"}
 _SCALAR_KEYS = {"title", "description", "examples", "default", "format", "enum", "minLength", "maxLength", "pattern"}
 _SCALAR_KEYS |= {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -393,7 +395,11 @@ class _Importer:
         ext = defaults | own
         for key in ("approval", "write_contract"):
             if isinstance(defaults.get(key), Mapping) and isinstance(own.get(key), Mapping):
-                ext[key] = defaults[key] | own[key]
+                base = defaults[key]
+                if key == "write_contract" and any(lookup in own[key] for lookup in _LOOKUPS):
+                    # An operation's own lookup replaces the default one (a person, say), parts and all.
+                    base = {part: value for part, value in base.items() if part not in _LOOKUP_PARTS}
+                ext[key] = base | own[key]
         texts = [str(op[key]).strip() for key in ("summary", "description") if str(op.get(key) or "").strip()]
         if not texts:
             self.problems.append(f"{name}: no summary or description to tell the model what it does")
@@ -492,8 +498,8 @@ class _Importer:
         contract = ext.get("write_contract")
         if not isinstance(contract, Mapping) or not any(lookup in contract for lookup in _LOOKUPS):
             self.problems.append(
-                f"{name}: a write without a lookup (x-countersign.write_contract.status_path, search_path"
-                " or state_path); write_contract left out"
+                f"{name}: a write without a lookup (x-countersign.write_contract.status_path, search_path,"
+                " state_path or settle_by_person); write_contract left out"
             )
         elif missing := [key for key in _CONTRACT_KEYS if key not in contract]:
             self.problems.append(f"{name}: write_contract lacks {missing}; left out")

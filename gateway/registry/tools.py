@@ -242,6 +242,8 @@ def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
     the write's target and a match on its state."""
     if contract.status_path is not None:
         return status_by_key(contract.reference_field or "", contract.status_path)
+    if contract.settle_by_person:
+        return _no_lookup
     template = contract.search_path or contract.state_path or ""
     placeholders = _PLACEHOLDER.findall(template)
     inputs = set(spec.input_schema.get("properties", {}))
@@ -287,6 +289,11 @@ def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
         return WriteStatus(state="unknown", detail={"lookup": url, "searched": len(_items(answer))}, via="search_match")
 
     return lookup
+
+
+async def _no_lookup(key: str, ctx: ToolContext) -> WriteStatus:
+    """A contract that declares no read can settle its write: nothing is asked, and a person settles it."""
+    return WriteStatus(state="unknown", detail={"lookup": "none: the write contract leaves it to a person"}, via="none")
 
 
 def _state_lookup(contract: WriteContractSpec, read_url: Callable[[ToolContext], str]) -> StatusLookup:

@@ -134,10 +134,11 @@ class Access:
         return cls(any_of_roles=frozenset(roles), is_public=False)
 
 
-Lookup = Literal["status_lookup", "search_match", "state_match"]
+Lookup = Literal["status_lookup", "search_match", "state_match", "none"]
 """How a lookup read the backend: a status read by the write's key (``status_lookup``), a search read and a
 match on the key the API stored (``search_match``), or a read of the write's target and a match of its state
-against what the write asked for (``state_match``: a label present, an issue closed, a pull merged)."""
+against what the write asked for (``state_match``: a label present, an issue closed, a pull merged); ``none``
+for a contract that declares no read can settle the write (a person does)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

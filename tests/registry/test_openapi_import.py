@@ -80,8 +80,8 @@ def test_each_operation_becomes_a_tool_with_a_closed_flat_input(
 def test_the_billing_spec_reports_exactly_what_it_leaves_undecided() -> None:
     """A write without a lookup, a write without approval (its 204 is a success), a read without access."""
     assert _billing().problems == (
-        "billing_void_invoice: a write without a lookup (x-countersign.write_contract.status_path, search_path or "
-        "state_path); write_contract left out",
+        "billing_void_invoice: a write without a lookup (x-countersign.write_contract.status_path, search_path, "
+        "state_path or settle_by_person); write_contract left out",
         "billing_delete_attachment: a write without approval (x-countersign.approval)",
         "billing_get_customer_balance: no access rule (x-countersign.access)",
     )
@@ -230,21 +230,22 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
         "openapi": "3.1.0",
         "servers": [{"url": "https://things.internal.example"}],
         "paths": {"/things/{thing_id}": {"parameters": [THING_ID], method: operation}},
-        "components": {
-            "responses": {
-                "Ok": {
-                    "description": "ok",
-                    "content": {
-                        "application/json": {
-                            "schema": {"type": "object", "properties": {"thing_id": {"type": "string"}}}
-                        }
-                    },
-                }
-            },
-            "schemas": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}}},
-        },
+        "components": COMPONENTS,
     }
     return draft_manifest(base | document, name="things")
+
+
+COMPONENTS = {
+    "responses": {
+        "Ok": {
+            "description": "ok",
+            "content": {
+                "application/json": {"schema": {"type": "object", "properties": {"thing_id": {"type": "string"}}}}
+            },
+        }
+    },
+    "schemas": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}}},
+}
 
 
 @pytest.mark.parametrize(
@@ -454,3 +455,37 @@ def test_a_large_output_schema_is_trimmed_to_the_budget_keeping_fields_named_lik
     assert set(output["properties"]) == {"title", "description"}
     assert len(json.dumps(output, separators=(",", ":"))) <= 1024
     assert any("output schema trimmed from" in note for note in result.notes)
+
+
+PERSON_BY_DEFAULT = {
+    "access": {"roles": ["staff"]},
+    "approval": {"approver_role": "approver"},
+    "summary_template": "Change things ({thing_id})",
+    "write_contract": {"dedupes_on_key": False, "key_retention_seconds": 3600, "settle_by_person": True},
+}
+
+
+def test_root_defaults_decide_every_write_and_an_operations_own_lookup_replaces_the_defaults() -> None:
+    """An overlay's root summary and a contract that leaves uncertain writes to a person decide every write of a
+    large selection; an operation that declares its own lookup (a state read) gets it whole, with the root's
+    other contract keys, and not the root's person."""
+    document = {
+        "openapi": "3.1.0",
+        "servers": [{"url": "https://things.internal.example"}],
+        "paths": {
+            "/things/{thing_id}": {
+                "parameters": [THING_ID],
+                "patch": {"summary": "Close it", "operationId": "close", "responses": WRITE["responses"]},
+                "delete": {"summary": "Drop it", "operationId": "drop", "responses": WRITE["responses"]},
+            }
+        },
+        "components": COMPONENTS,
+    }
+    state = {"state_path": "/things/{thing_id}", "state_match": [{"field": "state", "equals": "closed"}]}
+    overlay = PERSON_BY_DEFAULT | {"operations": {"close": {"write_contract": state}}}
+    result = draft_manifest(document, name="things", overlay=overlay)
+    assert result.problems == ()
+    close, drop = _tool(result, "things_close"), _tool(result, "things_drop")
+    assert close["summary_template"] == drop["summary_template"] == "Change things ({thing_id})"
+    assert close["write_contract"] == {"dedupes_on_key": False, "key_retention_seconds": 3600} | state
+    assert drop["write_contract"] == PERSON_BY_DEFAULT["write_contract"]

@@ -178,3 +178,18 @@ async def test_a_state_that_does_not_match_is_no_record_never_a_refusal(backend:
     status = await _look_up(backend, {"number": 7, "state": "open"}, approved=approved, before={"state": "open"})
     assert (status.state, status.via, status.reference) == ("unknown", "state_match", None)
     assert status.detail == {"lookup": "/repos/o/issues/7", "saw": {"state": "open"}, "matched": False}
+
+
+async def test_a_contract_that_leaves_writes_to_a_person_asks_the_backend_nothing(
+    backend: tuple[str, PlantedBackend],
+) -> None:
+    """``settle_by_person``: no read is sent and nothing is settled, so an uncertain write goes to a person."""
+    url, planted = backend
+    tool = _close_tool({"settle_by_person": True})
+    http = AiohttpUpstream(url, service="notes")
+    try:
+        ctx = ToolContext(principal=ALICE, http=http, service="notes", identity={"x-countersign-identity": "i"})
+        status = await tool.write_contract.status_lookup("cs-k", ctx)
+    finally:
+        await http.aclose()
+    assert (status.state, status.via) == ("unknown", "none") and planted.raw_paths == []
