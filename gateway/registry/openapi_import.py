@@ -52,6 +52,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.canonical import canonical_json
 from gateway.registry.manifest import (
     MAX_DESCRIPTION_CHARS,
     MAX_MANIFEST_BYTES,
@@ -629,6 +630,12 @@ class _Importer:
         """``schema`` in the manifest subset, or None when it cannot be expressed (a problem for an input; for
         an output field, left out of what the model is shown and listed in ``skipped``)."""
         schema = _merge_all_of(schema)
+        if output and "not" not in schema and (shared := _shared_object(schema)) is not None:
+            # An answer that is one of several objects (GitHub's issue events): what every form has alike is
+            # shown, the rest is withheld like any undescribed field.
+            forms = len(schema.get("oneOf") or schema.get("anyOf") or [])
+            self.notes.append(f"{name}: {where} is one of {forms} object forms; the fields they share are shown")
+            return self._clean(name, where, shared, output)
         if any(key in schema for key in ("oneOf", "anyOf", "not")):
             forms = [] if output or "not" in schema else list(schema.get("oneOf") or schema.get("anyOf") or [])
             for form in forms:
@@ -770,6 +777,24 @@ def _json_media(content: Mapping[str, Any]) -> str | None:
 
 def _key_like(name: str) -> bool:
     return bool(_KEY_LIKE.search(re.sub(r"[^a-z0-9]", "", name.lower())))
+
+
+def _shared_object(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For ``oneOf``/``anyOf`` of objects only: an object of the properties every form declares alike (the same
+    schema), required where every form requires them; None otherwise (a form that is no object, none shared)."""
+    forms = [_merge_all_of(form) for form in schema.get("oneOf") or schema.get("anyOf") or []]
+    if len(forms) < 2 or not all(form.get("type", "object") == "object" and "properties" in form for form in forms):
+        return None
+    first, *others = forms
+    shared = {
+        name: part
+        for name, part in first["properties"].items()
+        if all(canonical_json(other["properties"].get(name)) == canonical_json(part) for other in others)
+    }
+    if not shared:
+        return None
+    required = [name for name in shared if all(name in form.get("required", ()) for form in forms)]
+    return {"type": "object", "properties": shared, "required": required} | _described(schema)
 
 
 def _merge_all_of(schema: Any) -> dict[str, Any]:

@@ -93,7 +93,12 @@ class RegistryService:
             return await self._done(service, "registry.register", name, invalid)
         flags = review_manifest(manifest, other_tool_names=self._served())
         registration = await self._store.propose(
-            name, manifest.model_dump(mode="json"), owner=service.subject, flags=[asdict(flag) for flag in flags]
+            # By alias: the stored document is read back with `AdapterManifest.model_validate` when it is served
+            # (``send_as`` places are spelled ``in``, as the service wrote them).
+            name,
+            manifest.model_dump(mode="json", by_alias=True),
+            owner=service.subject,
+            flags=[asdict(flag) for flag in flags],
         )
         if registration is None:  # another service claimed the name since it was read above
             refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
