@@ -192,7 +192,8 @@ async def test_issue_reads_registered_from_the_spec_answer_an_agent_with_arrays(
     assert "github: new adapter quarantined until an admin accepts it" in out
     assert "free-text output field(s) marked untrusted" in err
     admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
-    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+    headers = {"authorization": f"Bearer {admin}"}  # accepting rebuilds every served tool (see `_registered`)
+    async with httpx.AsyncClient(base_url=github_gateway, headers=headers, timeout=60) as http:
         shown = (await http.get("/admin/api/adapters/github")).json()
         accepted = await http.post("/admin/api/adapters/github/accept", json={"hash": shown["proposed_hash"]})
     assert accepted.status_code == 200, accepted.text
@@ -661,7 +662,8 @@ async def test_the_readme_import_your_api_steps_register_tools_an_agent_can_call
     assert status == 0, err
     proposed = out.split("(proposed ", 1)[1].split(")", 1)[0]
     admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
-    async with httpx.AsyncClient(base_url=github_gateway, headers={"authorization": f"Bearer {admin}"}) as http:
+    headers = {"authorization": f"Bearer {admin}"}  # accepting rebuilds every served tool (see `_registered`)
+    async with httpx.AsyncClient(base_url=github_gateway, headers=headers, timeout=60) as http:
         assert (await http.post("/admin/api/adapters/gh/accept", json={"hash": proposed})).is_success
     agent_key = await make_key(github_redis, roles=("staff",))
     with anyio.fail_after(30):
