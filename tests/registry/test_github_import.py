@@ -266,15 +266,28 @@ def github_proxy(github_prism: str) -> Iterator[tuple[str, FaultProxy]]:
         yield served
 
 
-async def _registered(
-    name: str,
-    selection: str | tuple[str, ...],
-    overlay: dict[str, Any],
-    rig: tuple[GitHubSpec, str, str, Redis, Path, Any],
-) -> str:
+ProxiedRig = tuple[GitHubSpec, str, str, Redis, Path, pytest.CaptureFixture[str], FaultProxy]
+"""GitHub's description, the fault proxy's URL (in front of Prism), the gateway's, a client on its database, a
+scratch folder, captured output, and the proxy's state."""
+
+
+@pytest.fixture
+def proxied(
+    github_spec: GitHubSpec,
+    github_proxy: tuple[str, FaultProxy],
+    github_gateway: str,
+    github_redis: Redis,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> ProxiedRig:
+    proxy_url, proxy = github_proxy
+    return github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys, proxy
+
+
+async def _registered(name: str, selection: str | tuple[str, ...], overlay: dict[str, Any], rig: ProxiedRig) -> str:
     """Import `selection` (operation ids, or the command's selection options) with `overlay` as adapter `name` in
     front of the proxy, register and accept it (once); an agent's key."""
-    github_spec, proxy_url, gateway, redis, tmp_path, capsys = rig
+    github_spec, proxy_url, gateway, redis, tmp_path, capsys, _ = rig
     written = tmp_path / f"{name}.json"
     written.write_text(json.dumps(overlay))
     service = await make_key(redis, kind=KeyKind.SERVICE, subject="github-svc", roles=())
@@ -296,19 +309,11 @@ async def _registered(
 
 
 @pytest.fixture
-async def github_writes(
-    github_spec: GitHubSpec,
-    github_proxy: tuple[str, FaultProxy],
-    github_gateway: str,
-    github_redis: Redis,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> tuple[FaultProxy, str]:
+async def github_writes(proxied: ProxiedRig) -> tuple[FaultProxy, str]:
     """The fault proxy in front of Prism, behind the accepted adapter ``githubwrites`` (create-issue and
     create-comment with the marker contract), and an agent's key."""
-    proxy_url, proxy = github_proxy
-    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
-    return proxy, await _registered("githubwrites", "issues/create,issues/create-comment", WRITES_OVERLAY, rig)
+    agent_key = await _registered("githubwrites", "issues/create,issues/create-comment", WRITES_OVERLAY, proxied)
+    return proxied[-1], agent_key
 
 
 async def _settled(redis: Redis, card_id: str, timeout: float) -> Any:
@@ -441,21 +446,12 @@ STATE_WRITES = "issues/add-labels,issues/update,pulls/merge"
 
 
 @pytest.fixture
-async def github_state(
-    github_spec: GitHubSpec,
-    github_proxy: tuple[str, FaultProxy],
-    github_gateway: str,
-    github_redis: Redis,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> tuple[FaultProxy, str, str]:
+async def github_state(proxied: ProxiedRig) -> tuple[FaultProxy, str, str]:
     """The fault proxy behind the accepted adapter ``githubstate`` (add labels, close, merge), an agent's key and
     an approver's."""
-    proxy_url, proxy = github_proxy
-    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
-    agent_key = await _registered("githubstate", STATE_WRITES, _state_overlay("githubstate"), rig)
-    admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="ann@acme.example", roles=("approver",))
-    return proxy, agent_key, admin
+    agent_key = await _registered("githubstate", STATE_WRITES, _state_overlay("githubstate"), proxied)
+    admin = await make_key(proxied[3], kind=KeyKind.ADMIN, subject="ann@acme.example", roles=("approver",))
+    return proxied[-1], agent_key, admin
 
 
 async def _admin_card(gateway: str, admin: str, card_id: str) -> dict[str, Any]:
@@ -498,17 +494,15 @@ def _whole_tag_overlay() -> dict[str, Any]:
 
 @pytest.mark.slow
 async def test_the_issues_tag_registered_whole_serves_reads_and_five_writes_each_sent_once(
-    github_spec: GitHubSpec, github_proxy: tuple[str, FaultProxy], github_gateway: str, github_redis: Redis,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+    proxied: ProxiedRig, github_gateway: str, github_redis: Redis
+) -> None:
     """``--tags issues`` on GitHub's whole description, plus the pulls' merge, registered and accepted: an agent
     lists a repository's issues (an array), gets one and lists its comments; creating an issue, commenting, adding
     labels (an array in the body and in the answer), closing by PATCH and merging by PUT, each approved by a
     person, end SUCCEEDED with exactly one request at the backend, and each card says the answer settled it."""
-    proxy_url, proxy = github_proxy
-    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    proxy = proxied[-1]
     selection = ("--tags", "issues", "--operations", "pulls/merge")
-    agent_key = await _registered("ghissues", selection, _whole_tag_overlay(), rig)
+    agent_key = await _registered("ghissues", selection, _whole_tag_overlay(), proxied)
     admin = await make_key(github_redis, kind=KeyKind.ADMIN, subject="ann@acme.example", roles=("approver",))
     repo = {"owner": "octocat", "repo": "Hello-World"}
     async with agent(f"{github_gateway}/mcp", agent_key) as client:
@@ -603,16 +597,14 @@ async def test_a_label_already_there_at_proposal_settles_without_claiming_the_wr
     ("adapter", "sends"), [("githubstate", 1), ("githubresend", 2)], ids=["no-dedupe-no-resend", "resend-capped-at-1"]
 )
 async def test_no_state_contract_resends_more_than_its_cap(
-    github_spec: GitHubSpec, github_proxy: tuple[str, FaultProxy], github_gateway: str, github_redis: Redis,
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], adapter: str, sends: int,
-) -> None:  # fmt: skip
+    proxied: ProxiedRig, github_gateway: str, github_redis: Redis, adapter: str, sends: int
+) -> None:
     """GitHub answers every close with a 500 before applying it, so no state read ever matches. A contract that
     says GitHub does not dedupe sends once and hands the card to a person; one that allows resends (closing is
     the same request again) sends at most its cap more, then hands it over: never more."""
-    proxy_url, proxy = github_proxy
-    rig = (github_spec, proxy_url, github_gateway, github_redis, tmp_path, capsys)
+    proxy = proxied[-1]
     contract = {"dedupes_on_key": True, "max_resends": 1} if adapter == "githubresend" else {}
-    agent_key = await _registered(adapter, STATE_WRITES, _state_overlay(adapter, **contract), rig)
+    agent_key = await _registered(adapter, STATE_WRITES, _state_overlay(adapter, **contract), proxied)
     number = 231 if adapter == "githubstate" else 232
     repo = {"owner": "octocat", "repo": "Hello-World"}
     card_id = await _propose(

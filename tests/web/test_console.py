@@ -33,7 +33,7 @@ from gateway.tools.preview import Preview
 from gateway.web.console import console_routes
 from tests.support.agents import agent, make_key, payload
 from tests.support.browser import FOLD, browser, screenshot, shots
-from tests.support.cards import PROPOSAL, flood
+from tests.support.cards import PROPOSAL, flood, sent_and_unknown
 from tests.support.console_signin import demo_signin_routes
 from tests.support.guards import always_writable
 from tests.support.services import TEST_AUDIT_SECRET
@@ -381,12 +381,7 @@ async def test_in_a_browser_reject_and_resolve_record_what_the_admin_entered(
     vetoed = (await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card
     stuck = (await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card
     assert vetoed is not None and stuck is not None
-    assert (await ledger.approve(stuck.card_id, approver="carol@acme.example", version=1, args_hash="h1",
-                                 comment="")).ok  # fmt: skip
-    claim = await ledger.claim(stuck.card_id, worker="w1", lease_ms=5000)
-    assert claim.card is not None and (await ledger.dispatch(stuck.card_id, fence=claim.card.fence)).ok
-    assert (await ledger.complete(stuck.card_id, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
-                                  evidence={}, settle_ms=60_000)).ok  # fmt: skip
+    await sent_and_unknown(ledger, stuck.card_id)
     assert (await ledger.reconcile(stuck.card_id, result="NEEDS_RECONCILIATION", reference="", evidence={})).ok
     async with browser(tmp_path / "profile") as page:
         await page.send("Page.navigate", {"url": f"{quiet_console}/admin/#key={bob}&next=/cards/{vetoed.card_id}"})
@@ -420,12 +415,7 @@ async def test_in_a_browser_a_card_settled_by_its_targets_state_says_so_with_wha
     ledger = RedisLedger(quiet)
     card = (await ledger.propose(replace(PROPOSAL, dedupe_key=secrets.token_hex(8)))).card
     assert card is not None
-    assert (await ledger.approve(card.card_id, approver="carol@acme.example", version=1, args_hash="h1",
-                                 comment="")).ok  # fmt: skip
-    claim = await ledger.claim(card.card_id, worker="w1", lease_ms=5000)
-    assert claim.card is not None and (await ledger.dispatch(card.card_id, fence=claim.card.fence)).ok
-    assert (await ledger.complete(card.card_id, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
-                                  evidence={}, settle_ms=0)).ok  # fmt: skip
+    await sent_and_unknown(ledger, card.card_id)
     saw = {"lookup": "/repos/o/r/issues/7", "saw": {"labels[].name": ["bug", HOSTILE]}, "matched": True,
            "held_at_proposal": False}  # fmt: skip
     evidence = {"reason": "backend has the write", "status": "applied", "via": "state_match", "backend": saw}
