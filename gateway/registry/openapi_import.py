@@ -633,8 +633,8 @@ class _Importer:
         if output and "not" not in schema and (shared := _shared_object(schema)) is not None:
             # An answer that is one of several objects (GitHub's issue events): what every form has alike is
             # shown, the rest is withheld like any undescribed field.
-            forms = len(schema.get("oneOf") or schema.get("anyOf") or [])
-            self.notes.append(f"{name}: {where} is one of {forms} object forms; the fields they share are shown")
+            count = len(schema.get("oneOf") or schema.get("anyOf") or [])
+            self.notes.append(f"{name}: {where} is one of {count} object forms; the fields they share are shown")
             return self._clean(name, where, shared, output)
         if any(key in schema for key in ("oneOf", "anyOf", "not")):
             forms = [] if output or "not" in schema else list(schema.get("oneOf") or schema.get("anyOf") or [])

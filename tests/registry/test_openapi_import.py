@@ -489,3 +489,32 @@ def test_root_defaults_decide_every_write_and_an_operations_own_lookup_replaces_
     assert close["summary_template"] == drop["summary_template"] == "Change things ({thing_id})"
     assert close["write_contract"] == {"dedupes_on_key": False, "key_retention_seconds": 3600} | state
     assert drop["write_contract"] == PERSON_BY_DEFAULT["write_contract"]
+
+
+def test_an_answer_that_is_one_of_several_objects_shows_what_they_share() -> None:
+    """GitHub's issue events are one of 26 objects: the fields every form declares alike are the output, required
+    where every form requires them; a field the forms declare differently, or only some declare, is withheld. A
+    form that is no object leaves the answer unexpressed, as before."""
+    labeled = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "event": {"type": "string"},
+            "label": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+        "required": ["id", "event"],
+    }
+    renamed = {"type": "object", "properties": {"id": {"type": "integer"}, "event": {"type": "string"},
+               "label": {"type": "string"}}, "required": ["id"]}  # fmt: skip
+    events = {"type": "array", "items": {"anyOf": [labeled, renamed]}}
+    ok = {"description": "ok", "content": {"application/json": {"schema": events}}}
+    result = _draft("get", READ | {"summary": "Events", "responses": {"200": ok}})
+    assert result.problems == ()
+    [tool] = result.manifest["tools"]
+    item = tool["output_schema"]["items"]  # the array as GitHub answers it (wrapped under items when served)
+    assert set(item["properties"]) == {"id", "event"} and item["required"] == ["id"]
+    assert any("is one of 2 object forms; the fields they share are shown" in note for note in result.notes)
+    mixed = {"type": "array", "items": {"anyOf": [labeled, {"type": "string"}]}}
+    mixed_ok = ok | {"content": {"application/json": {"schema": mixed}}}
+    refused = _draft("get", READ | {"summary": "Events", "responses": {"200": mixed_ok}})
+    assert any("cannot be expressed" in problem for problem in refused.problems)
