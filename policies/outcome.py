@@ -140,4 +140,7 @@ def reconcile_step(
             reason = f"not found after {sends} sends; the contract allows {contract.max_resends} resends"
             return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
         return ReconcileStep(next=Next.RESEND, reason="not found after settling; key still remembered")
+    if not contract.dedupes_on_key:
+        reason = "not found, and the backend does not dedupe: a resend could apply it twice; a person must reconcile"
+        return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason=reason)
     return ReconcileStep(next=Next.NEEDS_RECONCILIATION, reason="not found and the key may be forgotten")

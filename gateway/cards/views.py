@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.canonical import iso_from_ms
 from gateway.cards.card import Card, CardDecision, CardEvent, CardOutcome, CardState, intact
+from gateway.cards.settlement import SettledBy, settlement_of
 from gateway.cards.words import deadline_ms, failure_code, said_to_agent, said_to_people
 from gateway.codes import Code
 from gateway.config.approvals import POLICY_PREFIX
@@ -45,6 +46,7 @@ __all__ = [
     "CardEventView",
     "CardListing",
     "CardPreview",
+    "CardSettlement",
     "Rejection",
     "Requester",
     "ResultCode",
@@ -270,6 +272,17 @@ class CardPreview(_View):
     facts: dict[str, Any]
 
 
+class CardSettlement(_View):
+    """How the card's outcome was settled (`gateway.cards.settlement`), with the evidence behind it."""
+
+    by: SettledBy
+    """``answer``, ``gateway``, ``status_lookup``, ``search_match``, ``state_match`` or ``person``."""
+    said: str
+    """What settled it and what that proves, and does not (a state that held already at proposal)."""
+    saw: dict[str, Any]
+    """What the answer, the lookup or the person recorded: the backend's text, for people only."""
+
+
 class AdminCard(_View):
     """Everything an admin needs to decide a card, as the ledger holds it now.
 
@@ -298,6 +311,8 @@ class AdminCard(_View):
     rejection: Rejection | None
     reference: str | None
     evidence: dict[str, Any]
+    settlement: CardSettlement | None
+    """How the outcome was settled; None while it is not, and for a card that never ran."""
     attempts: int
     idempotency_key: str
     created_at: IsoTime
@@ -357,6 +372,9 @@ class AdminCard(_View):
             rejection=Rejection(by=rejection.get("by", ""), reason=rejection.get("reason", "")) if rejection else None,
             reference=card.reference,
             evidence=dict(card.evidence),
+            settlement=None
+            if (settled := settlement_of(card, events)) is None
+            else CardSettlement(by=settled.by, said=settled.said, saw=dict(settled.saw)),
             attempts=card.attempts,
             idempotency_key=card.idempotency_key,
             created_at=iso_from_ms(card.created_ms),

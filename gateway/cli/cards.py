@@ -302,6 +302,11 @@ def _card_text(view: AdminCard, *, history: bool = True) -> list[str]:
         lines.append(
             f"result      reference={_safe(view.reference or '-')}  evidence={_safe(json.dumps(view.evidence))}"
         )
+    if view.settlement is not None:
+        settled = view.settlement
+        lines.append(f"settled     by {settled.by.value}: {_safe(settled.said)}")
+        if settled.saw:
+            lines.append(f"  saw       {_safe(json.dumps(settled.saw, sort_keys=True))}  (backend text, for people)")
     # Every argument value was written by the agent: they are shown inside an untrusted block too.
     lines.append(">>> UNTRUSTED arguments, as the requesting agent wrote them (canonical: what will run)")
     lines += [f"  | {_safe(line)}" for line in json.dumps(view.arguments, indent=2, sort_keys=True).splitlines()]

@@ -186,9 +186,12 @@ class WritePath:
             )
             return await self._settle(card, handed, "NEEDS_RECONCILIATION", reason, action="card.reconcile")
         contract = tool.write_contract
+        # A lookup matches on the approved arguments (no key travels with some writes), and a state lookup
+        # compares what it finds with what the card's preview read at proposal.
         ctx = dataclasses.replace(
             self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key),
             approved_arguments=card.arguments,
+            preview_facts=card.preview.facts if card.preview is not None else None,
         )
         wait_ms = 0
         try:
@@ -212,7 +215,9 @@ class WritePath:
         )
         evidence: dict[str, Any] = {"reason": step.reason}
         if status is not None:
+            # For people: which lookup answered, and what it saw (the backend's text: never the model's).
             evidence["status"] = status.state
+            evidence["via"] = status.via
             evidence["backend"] = dict(status.detail)
         if step.next is Next.RESEND:
             resend = await self._ledger.claim_resend(

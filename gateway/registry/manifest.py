@@ -39,6 +39,7 @@ __all__ = [
     "ApprovalSpec",
     "CredentialSpec",
     "EscalationSpec",
+    "StateCondition",
     "ToolSpec",
     "WriteContractSpec",
     "model_facing_texts",
@@ -93,17 +94,61 @@ class ApprovalSpec(_Strict):
     execute_within_seconds: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
 
 
+_FIELD_PATH = r"^[A-Za-z_][A-Za-z0-9_]{0,63}(?:\[\])?(?:\.[A-Za-z_][A-Za-z0-9_]{0,63}(?:\[\])?){0,3}$"
+_ARGUMENT = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
+
+
+class StateCondition(_Strict):
+    """One thing a state lookup checks in the read of the write's target (`WriteContractSpec.state_match`).
+
+    `field` is a path into the answer (``state``, ``merged``, ``labels[].name``: ``[]`` takes every item of a
+    list; a list answer is read as ``{"items": [...]}``), checked by exactly one of: ``equals`` (a constant:
+    ``true``, ``"closed"``), ``equals_argument`` (the value the approved write set: ``state``) or
+    ``includes_argument`` (every item of an approved list argument is among the field's values: ``labels``);
+    a field that is null matches nothing.
+    A condition on an argument the write did not set is skipped; a lookup with every condition skipped
+    settles nothing.
+    """
+
+    field: Annotated[str, Field(pattern=_FIELD_PATH)]
+    equals: str | int | float | bool | None = None
+    equals_argument: _ARGUMENT | None = None
+    includes_argument: _ARGUMENT | None = None
+
+    @model_validator(mode="after")
+    def _one_check(self) -> StateCondition:
+        checks = [key for key in ("equals", "equals_argument", "includes_argument") if getattr(self, key) is not None]
+        if len(checks) != 1:
+            raise ValueError("a state condition has one of equals, equals_argument, includes_argument")
+        if ("[]" in self.field) != (checks[0] == "includes_argument"):
+            raise ValueError("includes_argument reads a list field (with []), and equals a single one (without)")
+        return self
+
+    def argument(self) -> str | None:
+        """The approved argument the condition reads, if any."""
+        return self.equals_argument or self.includes_argument
+
+
 class WriteContractSpec(_Strict):
     """Where the gateway's key travels with a write, and how a write whose answer was lost is looked up.
 
     The key travels (``key_in``) as the ``Idempotency-Key`` header (``header``, the default, for an API that
     dedupes on it), as the body field `key_field` that the API stores (``body_field``: an ``external_id`` or
     ``client_reference_id``), or as a marker ``<!-- countersign:KEY -->`` appended to the free-text input
-    `key_field` that the API stores (``marker``: an issue's body). It is looked up either by a status read
-    (`status_path`, with ``{key}``) or by a search read (`search_path`, a GET path template filled from the
-    write's approved arguments, with `search_query`) whose answer, a list or an object holding one, has an
-    item whose `match_field` equals the key (``body_field``) or contains the marker (``marker``): that
-    item is the applied write, and its `reference_field` is the reference. No such item is "no record".
+    `key_field` that the API stores (``marker``: an issue's body). It is looked up by one of:
+
+    * a status read (`status_path`, with ``{key}``);
+    * a search read (`search_path`, a GET path template filled from the write's approved arguments, with
+      `search_query`) whose answer, a list or an object holding one, has an item whose `match_field` equals
+      the key (``body_field``) or contains the marker (``marker``): that item is the applied write, and its
+      `reference_field` is the reference. No such item is "no record";
+    * a state read (`state_path`, a GET path template filled from the approved arguments, with
+      `search_query`) whose answer meets every `state_match` condition: the state the write asked for holds
+      (a label present, an issue closed, a pull merged). For writes with nowhere to carry a key. A state
+      proves less than a key: it may have held before the write, so the card compares it with the tool's
+      preview read at proposal and says which. A state that does not match is no record, never "refused";
+    * none (`settle_by_person`): no read can settle the write, and an uncertain outcome goes to a person
+      after the settle period. Declared, never assumed: a write without a lookup is a problem until then.
     """
 
     dedupes_on_key: bool
@@ -112,27 +157,41 @@ class WriteContractSpec(_Strict):
     status_path: Annotated[str, Field(pattern=_PATH)] | None = None
     """Status lookup by key, e.g. ``/idempotency/{key}``: 200 ``{"state": "applied"|"refused", ...}``
     or 404 ``{"state": "unknown"}``."""
-    reference_field: str
-    """Output field holding the service's id for the effect."""
+    reference_field: str | None = None
+    """Output field holding the service's id for the effect; None when the effect has none of its own
+    (labels added)."""
     not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = tuple(sorted(NOT_APPLIED_STATUSES))
     """Statuses by which the API says it did not apply the write: FAILED, never resent. Left out, the documented
     table (README, "Refusals"): 400, 401, 403, 404, 405, 409, 410, 412, 422."""
     applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = ()
     """Statuses by which the API says the write is already applied (a 409 "already exists" for a key it stores):
     SUCCEEDED. Take such a status out of `not_applied_statuses` when naming it here."""
+    max_resends: Annotated[int, Field(ge=0, le=10)] = 3
+    """How many times an uncertain write may be sent again with its key (only where `dedupes_on_key`)."""
     key_in: Literal["header", "body_field", "marker"] = "header"
     key_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
     """The input the key is written into (``body_field``) or appended to (``marker``)."""
     search_path: Annotated[str, Field(pattern=_PATH)] | None = None
     search_query: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-\[\]]{1,64}$")], str] = Field(default_factory=dict)
-    """Fixed query parameters of the search read (``{"state": "all", "per_page": "100"}``)."""
+    """Fixed query parameters of the search or state read (``{"state": "all", "per_page": "100"}``)."""
     match_field: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")] | None = None
     """The field of each item of the search answer that holds the key or the marker."""
+    state_path: Annotated[str, Field(pattern=_PATH)] | None = None
+    """The GET path template of the write's target, read to settle it by its state (``/repos/{owner}/{repo}/
+    issues/{issue_number}``)."""
+    state_match: tuple[StateCondition, ...] = ()
+    """What the state read must show, every condition (see `StateCondition`)."""
+    settle_by_person: bool = False
+    """No read can settle this write: an uncertain outcome goes to a person (in place of the three lookups)."""
 
     @model_validator(mode="after")
-    def _one_lookup_that_can_find_the_key(self) -> WriteContractSpec:
-        if (self.status_path is None) == (self.search_path is None):
-            raise ValueError("a write contract looks writes up by status_path or by search_path (one of them)")
+    def _one_lookup_that_can_find_the_write(self) -> WriteContractSpec:
+        lookups = [path for path in (self.status_path, self.search_path, self.state_path) if path is not None]
+        if len(lookups) + self.settle_by_person != 1:
+            raise ValueError(
+                "a write contract looks writes up by status_path, search_path or state_path, or declares"
+                " settle_by_person (one of them)"
+            )
         if self.status_path is not None and "{key}" not in self.status_path:
             raise ValueError("status_path must contain {key}")
         if self.key_in != "header" and self.key_field is None:
@@ -141,6 +200,8 @@ class WriteContractSpec(_Strict):
             raise ValueError(
                 "a search lookup needs the key stored by the API (key_in body_field or marker) and a match_field"
             )
+        if (self.state_path is None) == bool(self.state_match):
+            raise ValueError("state_path and state_match go together")
         return self
 
 

@@ -33,13 +33,16 @@ which it marked. Idempotency keys (the header, or inputs named like one) are dro
 them.
 
 **x-countersign.** On an operation, with the root's as defaults (``approval`` and ``write_contract`` merged
-key by key, as they are between the document and the overlay): ``access``, ``approval``, ``write_contract``,
-``summary_template``, ``agent_text_fields``, ``untrusted_output_fields``, ``trusted_output_fields``,
-``timeout_seconds``, ``output_check``, ``name``. The root may add ``credential``, ``signing_secret_env`` (only
-for a backend that still verifies identities with a shared key; absent, the gateway's JWKS), ``health_path``
-and ``output_schema_budget``. The same keys may come from an overlay (`draft_adapters`' ``overlay``: the root
-keys, and ``operations`` by operation id), so a service owner never has to patch the API's own document. With
-no problems, each draft is checked with ``AdapterManifest.model_validate`` and its errors become problems.
+key by key, as they are between the document and the overlay, but an operation's own lookup replaces the
+root's whole; a root ``summary_template`` is every write's unless its own): ``access``, ``approval``,
+``write_contract``, ``summary_template``, ``agent_text_fields``, ``untrusted_output_fields``,
+``trusted_output_fields``, ``timeout_seconds``, ``output_check``, ``name``, and for writes ``preview_path``
+and ``preview_fields`` (the target read at proposal, which a state lookup compares with). The root may add
+``credential``, ``signing_secret_env`` (only for a backend that still verifies identities with a shared key;
+absent, the gateway's JWKS), ``health_path`` and ``output_schema_budget``. The same keys may come from an
+overlay (`draft_adapters`' ``overlay``: the root keys, and ``operations`` by operation id), so a service owner
+never has to patch the API's own document. With no problems, each draft is checked with
+``AdapterManifest.model_validate`` and its errors become problems.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gateway.canonical import canonical_json
 from gateway.registry.manifest import (
     MAX_DESCRIPTION_CHARS,
     MAX_MANIFEST_BYTES,
@@ -77,11 +81,14 @@ __all__ = [
 
 _METHODS = ("get", "post", "put", "patch", "delete")
 _OP_KEYS = {"access", "approval", "write_contract", "summary_template", "agent_text_fields", "untrusted_output_fields"}
-_OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name"}
-_DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check")
+_OP_KEYS |= {"timeout_seconds", "trusted_output_fields", "output_check", "name", "preview_path", "preview_fields"}
+_DEFAULT_KEYS = ("access", "approval", "write_contract", "timeout_seconds", "output_check", "summary_template")
+_WRITE_KEYS = ("approval", "write_contract", "preview_path", "preview_fields")
 _ROOT_ONLY_KEYS = ("credential", "signing_secret_env", "health_path")
 _IMPORT_KEYS = ("output_schema_budget",)
-_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds", "reference_field")
+_CONTRACT_KEYS = ("dedupes_on_key", "key_retention_seconds")
+_LOOKUPS = ("status_path", "search_path", "state_path", "settle_by_person")
+_LOOKUP_PARTS = {*_LOOKUPS, "search_query", "match_field", "state_match"}
 _SCALARS = {"string", "integer", "number", "boolean"}
 _SCALAR_KEYS = {"title", "description", "examples", "default", "format", "enum", "minLength", "maxLength", "pattern"}
 _SCALAR_KEYS |= {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}
@@ -463,7 +470,7 @@ class _Importer:
             self.problems.append(f"{name}: no access rule (x-countersign.access)")
         if method != "GET":
             self._write_parts(name, tool, ext)
-        elif misplaced := [key for key in ("approval", "write_contract", "summary_template") if key in own]:
+        elif misplaced := [key for key in (*_WRITE_KEYS, "summary_template") if key in own]:
             self.problems.append(f"{name}: {misplaced} are for write tools; left out")
         tool |= {key: ext[key] for key in ("agent_text_fields", "timeout_seconds", "output_check") if key in ext}
         self._untrusted(name, tool, ext)
@@ -532,11 +539,12 @@ class _Importer:
                 tool[key] = ext[key]
             else:
                 self.problems.append(f"{name}: a write without {key} (x-countersign.{key})")
+        tool |= {key: ext[key] for key in ("preview_path", "preview_fields") if key in ext}
         contract = ext.get("write_contract")
-        if not isinstance(contract, Mapping) or ("status_path" not in contract and "search_path" not in contract):
+        if not isinstance(contract, Mapping) or not any(lookup in contract for lookup in _LOOKUPS):
             self.problems.append(
-                f"{name}: a write without a status lookup (x-countersign.write_contract.status_path"
-                " or search_path); write_contract left out"
+                f"{name}: a write without a lookup (x-countersign.write_contract.status_path, search_path,"
+                " state_path or settle_by_person); write_contract left out"
             )
         elif missing := [key for key in _CONTRACT_KEYS if key not in contract]:
             self.problems.append(f"{name}: write_contract lacks {missing}; left out")
@@ -666,6 +674,12 @@ class _Importer:
         """``schema`` in the manifest subset, or None when it cannot be expressed (a problem for an input; for
         an output field, left out of what the model is shown and listed in ``skipped``)."""
         schema = _merge_all_of(schema)
+        if output and "not" not in schema and (shared := _shared_object(schema)) is not None:
+            # An answer that is one of several objects (GitHub's issue events): what every form has alike is
+            # shown, the rest is withheld like any undescribed field.
+            count = len(schema.get("oneOf") or schema.get("anyOf") or [])
+            self.notes.append(f"{name}: {where} is one of {count} object forms; the fields they share are shown")
+            return self._clean(name, where, shared, output)
         if any(key in schema for key in ("oneOf", "anyOf", "not")):
             forms = [] if output or "not" in schema else list(schema.get("oneOf") or schema.get("anyOf") or [])
             for form in forms:
@@ -739,11 +753,16 @@ class _Importer:
 
 def _layered(under: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """`over`'s x-countersign keys on top of `under`'s: ``approval`` and ``write_contract`` merged key by key (an
-    overlay's ``{"applied_statuses": [409]}`` keeps the document's ``dedupes_on_key``), every other key replaced."""
+    overlay's ``{"applied_statuses": [409]}`` keeps the document's ``dedupes_on_key``), except that a lookup in
+    `over`'s contract replaces `under`'s lookup whole; every other key replaced."""
     layered = dict(under) | dict(over)
     for key in ("approval", "write_contract"):
         if isinstance(under.get(key), Mapping) and isinstance(over.get(key), Mapping):
-            layered[key] = dict(under[key]) | dict(over[key])
+            base = dict(under[key])
+            if key == "write_contract" and any(lookup in over[key] for lookup in _LOOKUPS):
+                # A lookup named on top replaces the one beneath (a person, say), parts and all.
+                base = {part: value for part, value in base.items() if part not in _LOOKUP_PARTS}
+            layered[key] = base | dict(over[key])
     return layered
 
 
@@ -817,6 +836,24 @@ def _json_media(content: Mapping[str, Any]) -> str | None:
 
 def _key_like(name: str) -> bool:
     return bool(_KEY_LIKE.search(re.sub(r"[^a-z0-9]", "", name.lower())))
+
+
+def _shared_object(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """For ``oneOf``/``anyOf`` of objects only: an object of the properties every form declares alike (the same
+    schema), required where every form requires them; None otherwise (a form that is no object, none shared)."""
+    forms = [_merge_all_of(form) for form in schema.get("oneOf") or schema.get("anyOf") or []]
+    if len(forms) < 2 or not all(form.get("type", "object") == "object" and "properties" in form for form in forms):
+        return None
+    first, *others = forms
+    shared = {
+        name: part
+        for name, part in first["properties"].items()
+        if all(canonical_json(other["properties"].get(name)) == canonical_json(part) for other in others)
+    }
+    if not shared:
+        return None
+    required = [name for name in shared if all(name in form.get("required", ()) for form in forms)]
+    return {"type": "object", "properties": shared, "required": required} | _described(schema)
 
 
 def _merge_all_of(schema: Any) -> dict[str, Any]:

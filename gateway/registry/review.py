@@ -14,13 +14,14 @@ a manifest and decides nothing.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from gateway.errors import SchemaError
-from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec, WriteContractSpec
+from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, StateCondition, ToolSpec, WriteContractSpec
 from gateway.registry.schema import output_model, wrapped_field
 from gateway.untrusted import model_visibility
 
@@ -140,16 +141,23 @@ def _contract(contract: WriteContractSpec) -> dict[str, str]:
         "body_field": f"the body field {contract.key_field}, which the API stores",
         "marker": f"a marker appended to the input {contract.key_field}, which the API stores",
     }[contract.key_in]
+    query = "&".join(f"{k}={v}" for k, v in sorted(contract.search_query.items()))
     if contract.status_path is not None:
         lookup = f"GET {contract.status_path} (a status read by key)"
-    else:
-        query = "&".join(f"{k}={v}" for k, v in sorted(contract.search_query.items()))
+    elif contract.search_path is not None:
         held = "equals the key" if contract.key_in == "body_field" else "holds the marker"
         lookup = (
             f"GET {contract.search_path}{'?' + query if query else ''}, an item whose {contract.match_field} {held}"
         )
+    elif contract.state_path is not None:
+        lookup = f"GET {contract.state_path}{'?' + query if query else ''} (the target's state), where " + "; ".join(
+            _condition(condition) for condition in contract.state_match
+        )
+    else:
+        lookup = "none: an uncertain outcome goes to a person"
     resends = (
-        f"with the same key, while the API remembers it ({contract.key_retention_seconds:g} s)"
+        f"with the same key, at most {contract.max_resends} times, while the API remembers it"
+        f" ({contract.key_retention_seconds:g} s)"
         if contract.dedupes_on_key
         else "never (the API does not dedupe on the key): a write no lookup settles goes to a person"
     )
@@ -157,7 +165,15 @@ def _contract(contract: WriteContractSpec) -> dict[str, str]:
         "key": key,
         "lookup": lookup,
         "resends": resends,
-        "reference": contract.reference_field,
+        "reference": contract.reference_field or "-",
         "not applied": ", ".join(str(s) for s in contract.not_applied_statuses) or "-",
         "applied": ", ".join(str(s) for s in contract.applied_statuses) or "-",
     }
+
+
+def _condition(condition: StateCondition) -> str:
+    if condition.equals_argument is not None:
+        return f"{condition.field} equals the approved {condition.equals_argument}"
+    if condition.includes_argument is not None:
+        return f"{condition.field} includes every approved {condition.includes_argument}"
+    return f"{condition.field} equals {json.dumps(condition.equals)}"

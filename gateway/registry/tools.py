@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from pydantic import BaseModel, ValidationError, create_model, field_validator
 
 from gateway.errors import ManifestError, SchemaError, ToolDeclarationError
-from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, ToolSpec, WriteContractSpec
+from gateway.registry.manifest import PLACEHOLDER, AdapterManifest, StateCondition, ToolSpec, WriteContractSpec
 from gateway.registry.schema import input_model, output_model, wrapped_field
 from gateway.tools.backend_http import fill_path, path_segment_problem, request_json, status_by_key
 from gateway.tools.context import ToolContext
@@ -38,7 +38,7 @@ from gateway.tools.declarations import (
 from gateway.tools.preview import Preview, PreviewRead
 from gateway.untrusted import model_visibility
 
-__all__ = ["ManifestError", "model_sees", "pinned_tools", "tools_from_manifest"]
+__all__ = ["ManifestError", "model_sees", "pinned_tools", "state_matches", "tools_from_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +127,10 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
             dedupes_on_key=contract.dedupes_on_key,
             key_retention_seconds=contract.key_retention_seconds,
             status_lookup=_lookup(spec, contract),
-            reference_field=contract.reference_field,
+            reference_field=contract.reference_field or "",
             not_applied_statuses=frozenset(contract.not_applied_statuses),
             applied_statuses=frozenset(contract.applied_statuses),
+            max_resends=contract.max_resends,
         ),
         approval=None
         if approval is None
@@ -238,23 +239,37 @@ def _key_carrier(spec: ToolSpec) -> Any:
 
 
 def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
-    """The contract's lookup: a status read by key, or a search read and a match on the stored key."""
+    """The contract's lookup: a status read by key, a search read and a match on the stored key, or a read of
+    the write's target and a match on its state."""
     if contract.status_path is not None:
-        return status_by_key(contract.reference_field, contract.status_path)
-    template = contract.search_path or ""
+        return status_by_key(contract.reference_field or "", contract.status_path)
+    if contract.settle_by_person:
+        return _no_lookup
+    template = contract.search_path or contract.state_path or ""
     placeholders = _PLACEHOLDER.findall(template)
     inputs = set(spec.input_schema.get("properties", {}))
+    which = "search_path" if contract.search_path is not None else "state_path"
     if missing := sorted(set(placeholders) - inputs):
-        raise ValueError(f"write_contract.search_path placeholders {missing} are not inputs")
-    if contract.key_field not in inputs:
-        raise ValueError(f"write_contract.key_field {contract.key_field!r} is not an input")
-    match_field, reference_field = contract.match_field or "", contract.reference_field
+        raise ValueError(f"write_contract.{which} placeholders {missing} are not inputs")
     query = sorted(contract.search_query.items())
 
-    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+    def read_url(ctx: ToolContext) -> str:
         approved = ctx.approved_arguments or {}
         url = fill_path(template, **{name: _text(approved.get(name, "")) for name in placeholders})
-        answer = await request_json(ctx, "GET", url + (f"?{urlencode(query)}" if query else ""))
+        return url + (f"?{urlencode(query)}" if query else "")
+
+    if contract.state_path is not None:
+        read = {argument for c in contract.state_match if (argument := c.argument()) is not None}
+        if unknown := sorted(read - inputs):
+            raise ValueError(f"write_contract.state_match reads arguments {unknown} that are not inputs")
+        return _state_lookup(contract, read_url)
+    if contract.key_field not in inputs:
+        raise ValueError(f"write_contract.key_field {contract.key_field!r} is not an input")
+    match_field, reference_field = contract.match_field or "", contract.reference_field or ""
+
+    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+        url = read_url(ctx)
+        answer = await request_json(ctx, "GET", url)
         wanted = MARKER.format(key=key) if contract.key_in == "marker" else key
         for item in _items(answer):
             stored = item.get(match_field)
@@ -262,14 +277,92 @@ def _lookup(spec: ToolSpec, contract: WriteContractSpec) -> StatusLookup:
                 stored == wanted if contract.key_in == "body_field" else isinstance(stored, str) and wanted in stored
             )
             if found:
-                reference = item.get(reference_field)
-                detail = {"matched": match_field, reference_field: reference, "lookup": url}
+                reference = item.get(reference_field) if reference_field else None
+                detail: dict[str, Any] = {"lookup": url, "matched": match_field}
+                if reference_field:
+                    detail[reference_field] = reference
                 return WriteStatus(
-                    state="applied", reference=None if reference is None else str(reference), detail=detail
+                    state="applied",
+                    reference=None if reference is None else str(reference),
+                    detail=detail,
+                    via="search_match",
                 )
-        return WriteStatus(state="unknown", detail={"lookup": url, "searched": len(_items(answer))})
+        return WriteStatus(state="unknown", detail={"lookup": url, "searched": len(_items(answer))}, via="search_match")
 
     return lookup
+
+
+async def _no_lookup(key: str, ctx: ToolContext) -> WriteStatus:
+    """A contract that declares no read can settle its write: nothing is asked, and a person settles it."""
+    return WriteStatus(state="unknown", detail={"lookup": "none: the write contract leaves it to a person"}, via="none")
+
+
+def _state_lookup(contract: WriteContractSpec, read_url: Callable[[ToolContext], str]) -> StatusLookup:
+    """Read the write's target and check it shows what the approved write asked for (`state_match`).
+
+    A match is ``applied``, with what the read showed and, when the card's preview read the same fields at
+    proposal (`ToolContext.preview_facts`), whether they matched already then (``held_at_proposal``): a state
+    that held before the write cannot say this write made it. No match is ``unknown``, never ``refused``:
+    someone may have changed the target since the write landed.
+    """
+    conditions = contract.state_match
+    reference_field = contract.reference_field or ""
+
+    async def lookup(key: str, ctx: ToolContext) -> WriteStatus:
+        url = read_url(ctx)
+        answer = await request_json(ctx, "GET", url)
+        approved = ctx.approved_arguments or {}
+        matched, saw = state_matches(conditions, answer, approved)
+        detail: dict[str, Any] = {"lookup": url, "saw": saw, "matched": matched}
+        if not matched:
+            return WriteStatus(state="unknown", detail=detail, via="state_match")
+        before = ctx.preview_facts
+        tops = {c.field.split(".")[0].removesuffix("[]") for c in conditions}
+        held = state_matches(conditions, before, approved)[0] if before and tops <= set(before) else None
+        detail["held_at_proposal"] = held
+        reference = answer.get(reference_field) if reference_field and isinstance(answer, Mapping) else None
+        return WriteStatus(
+            state="applied", reference=None if reference is None else str(reference), detail=detail, via="state_match"
+        )
+
+    return lookup
+
+
+def state_matches(
+    conditions: tuple[StateCondition, ...], answer: Any, approved: Mapping[str, Any]
+) -> tuple[bool, dict[str, Any]]:
+    """Whether `answer` meets every condition on the `approved` arguments, and what it showed of each field read.
+
+    A condition on an argument the write did not set is skipped; with none left, nothing matched."""
+    document = answer if isinstance(answer, Mapping) else {"items": answer}
+    checked, saw = 0, {}
+    for condition in conditions:
+        argument = condition.argument()
+        if argument is not None and argument not in approved:
+            continue
+        values = _values(document, condition.field)
+        saw[condition.field] = values if "[]" in condition.field else (values[0] if values else None)
+        checked += 1
+        if condition.includes_argument is not None:
+            wanted = approved[condition.includes_argument]
+            if not all(item in values for item in (wanted if isinstance(wanted, list) else [wanted])):
+                return False, saw
+        else:
+            expected = condition.equals if condition.equals_argument is None else approved[condition.equals_argument]
+            if values != [expected]:
+                return False, saw
+    return checked > 0, saw
+
+
+def _values(document: Any, path: str) -> list[Any]:
+    """The values at `path` (``labels[].name``) in `document`: one for a plain path, one per item under ``[]``."""
+    found = [document]
+    for part in path.split("."):
+        name, each = part.removesuffix("[]"), part.endswith("[]")
+        found = [item[name] for item in found if isinstance(item, Mapping) and name in item]
+        if each:
+            found = [element for item in found if isinstance(item, list) for element in item]
+    return found
 
 
 def _items(answer: Any) -> list[Mapping[str, Any]]:

@@ -58,3 +58,6 @@ class ToolContext:
     approved_arguments: Mapping[str, Any] | None = None
     """Set only when settling an approved write whose outcome is unknown: the arguments approved, for a
     lookup that matches on them (an upstream MCP server has no key to look a write up by)."""
+    preview_facts: Mapping[str, Any] | None = None
+    """Set only when settling an approved write whose outcome is unknown, and its card has a preview: the
+    facts read at proposal, for a state lookup to say whether the state it finds held already then."""

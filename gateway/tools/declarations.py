@@ -31,6 +31,7 @@ __all__ = [
     "Approval",
     "Escalation",
     "Execute",
+    "Lookup",
     "Mode",
     "NOT_APPLIED_STATUSES",
     "Preflight",
@@ -141,16 +142,25 @@ class Access:
         return cls(any_of_roles=frozenset(roles), is_public=False)
 
 
+Lookup = Literal["status_lookup", "search_match", "state_match", "none"]
+"""How a lookup read the backend: a status read by the write's key (``status_lookup``), a search read and a
+match on the key the API stored (``search_match``), or a read of the write's target and a match of its state
+against what the write asked for (``state_match``: a label present, an issue closed, a pull merged); ``none``
+for a contract that declares no read can settle the write (a person does)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WriteStatus:
-    """What a backend says about a write, looked up by its idempotency key."""
+    """What a backend says about a write, looked up by its idempotency key or by the state it asked for."""
 
     state: Literal["applied", "refused", "unknown"]
     """``applied``: the write took effect; ``refused``: it definitively did not; ``unknown``: no record."""
     reference: str | None = None
     """The backend's identifier for the effect (booking id, refund id), when applied."""
     detail: Mapping[str, Any] = field(default_factory=dict)
-    """The backend's answer, kept as evidence."""
+    """The backend's answer, or what the lookup saw of it, kept as evidence for people (never the model)."""
+    via: Lookup = "status_lookup"
+    """Which kind of lookup answered: the card says how it was settled."""
 
 
 StatusLookup = Callable[[str, "ToolContext"], Awaitable[WriteStatus]]

@@ -287,13 +287,14 @@ def _lookup(connection: UpstreamConnection, rule: LookupRule | None, timeout: fl
     async def status(key: str, ctx: ToolContext) -> WriteStatus:
         approved = ctx.approved_arguments
         if rule is None or approved is None:
-            return WriteStatus(state="unknown", detail={"lookup": "none declared: a person settles it"})
+            return WriteStatus(state="unknown", detail={"lookup": "none declared: a person settles it"}, via="none")
         text = await _call(connection, rule.tool, _mapped(rule.arguments, approved), timeout)
         if rule.equals is not None:
             found = text == str(approved.get(rule.equals, ""))
         else:
             found = str(approved.get(rule.contains or "", "")) in text
         detail = {"lookup": rule.tool, "matched": found}
-        return WriteStatus(state="applied" if found else "unknown", detail=detail)
+        # No key travels to an MCP server: what settles it is the state its read shows (`gateway.cards.settlement`).
+        return WriteStatus(state="applied" if found else "unknown", detail=detail, via="state_match")
 
     return status

@@ -26,7 +26,7 @@ from gateway.store.passkeys import PasskeyStore, StoredPasskey
 from gateway.tools.preview import Preview
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
-from tests.support.cards import flood
+from tests.support.cards import flood, sent_and_unknown
 from tests.support.redis_server import start_redis_server
 from tests.support.services import TEST_AUDIT_SECRET
 from tests.support.terminal import Terminal
@@ -187,11 +187,7 @@ async def test_cancel_and_resolve(cli: Cli, redis: Redis) -> None:
     pending = await propose(redis)
     assert (await cli("cards", "cancel", pending))[0] == 0
     stuck = await propose(redis, dedupe_key="stuck")
-    assert (await ledger.approve(stuck, approver="carol@acme.example", version=1, args_hash=H1, comment="")).ok
-    claim = await ledger.claim(stuck, worker="w1", lease_ms=5000)
-    assert claim.card is not None and (await ledger.dispatch(stuck, fence=claim.card.fence)).ok
-    assert (await ledger.complete(stuck, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="",
-                                  evidence={}, settle_ms=60_000)).ok  # fmt: skip
+    await sent_and_unknown(ledger, stuck, args_hash=H1)
     assert (await ledger.reconcile(stuck, result="NEEDS_RECONCILIATION", reference="", evidence={})).ok
     status, _, err = await cli("cards", "resolve", stuck, "--outcome", "SUCCEEDED", "--evidence", "not json")
     assert status == 2 and "not valid JSON" in err
@@ -199,6 +195,10 @@ async def test_cancel_and_resolve(cli: Cli, redis: Redis) -> None:
     assert status == 0 and "SUCCEEDED" in out
     card = await ledger.get(stuck)
     assert card is not None and card.state is CardState.SUCCEEDED and card.evidence == {"booking": "bk-9"}
+    status, out, _ = await cli("cards", "show", stuck)
+    settled = [line for line in out.splitlines() if line.startswith("settled     ")]
+    assert settled and settled[0].startswith("settled     by person: settled by a person (")
+    assert '  saw       {"booking": "bk-9"}' in out
 
 
 async def test_only_a_live_admin_key_may_act(redis: Redis, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:

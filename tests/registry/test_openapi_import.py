@@ -78,10 +78,10 @@ def test_each_operation_becomes_a_tool_with_a_closed_flat_input(
 
 
 def test_the_billing_spec_reports_exactly_what_it_leaves_undecided() -> None:
-    """A write without a status lookup, a write without approval (its 204 is a success), a read without access."""
+    """A write without a lookup, a write without approval (its 204 is a success), a read without access."""
     assert _billing().problems == (
-        "billing_void_invoice: a write without a status lookup (x-countersign.write_contract.status_path or "
-        "search_path); write_contract left out",
+        "billing_void_invoice: a write without a lookup (x-countersign.write_contract.status_path, search_path, "
+        "state_path or settle_by_person); write_contract left out",
         "billing_delete_attachment: a write without approval (x-countersign.approval)",
         "billing_get_customer_balance: no access rule (x-countersign.access)",
     )
@@ -230,21 +230,22 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
         "openapi": "3.1.0",
         "servers": [{"url": "https://things.internal.example"}],
         "paths": {"/things/{thing_id}": {"parameters": [THING_ID], method: operation}},
-        "components": {
-            "responses": {
-                "Ok": {
-                    "description": "ok",
-                    "content": {
-                        "application/json": {
-                            "schema": {"type": "object", "properties": {"thing_id": {"type": "string"}}}
-                        }
-                    },
-                }
-            },
-            "schemas": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}}},
-        },
+        "components": COMPONENTS,
     }
     return draft_manifest(base | document, name="things")
+
+
+COMPONENTS = {
+    "responses": {
+        "Ok": {
+            "description": "ok",
+            "content": {
+                "application/json": {"schema": {"type": "object", "properties": {"thing_id": {"type": "string"}}}}
+            },
+        }
+    },
+    "schemas": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}}},
+}
 
 
 @pytest.mark.parametrize(
@@ -304,8 +305,7 @@ def _draft(method: str, operation: dict[str, Any], **document: Any) -> ImportRes
         (
             "post",
             WRITE | {"x-countersign": WRITE["x-countersign"] | {"write_contract": {"status_path": "/keys/{key}"}}},
-            "things_post_things_thing_id: write_contract lacks ['dedupes_on_key', 'key_retention_seconds', "
-            "'reference_field']; left out",
+            "things_post_things_thing_id: write_contract lacks ['dedupes_on_key', 'key_retention_seconds']; left out",
         ),
         (
             "post",
@@ -469,3 +469,66 @@ def test_the_overlays_refusal_table_applies_to_every_write_of_the_adapter() -> N
     document = {"base_url": "http://127.0.0.1:9", "tools": [tool]}
     [built] = tools_from_manifest("billing", AdapterManifest.model_validate(document))
     assert built.write_contract is not None and built.write_contract.applied_statuses == {409}
+
+
+PERSON_BY_DEFAULT = {
+    "access": {"roles": ["staff"]},
+    "approval": {"approver_role": "approver"},
+    "summary_template": "Change things ({thing_id})",
+    "write_contract": {"dedupes_on_key": False, "key_retention_seconds": 3600, "settle_by_person": True},
+}
+
+
+def test_root_defaults_decide_every_write_and_an_operations_own_lookup_replaces_the_defaults() -> None:
+    """An overlay's root summary and a contract that leaves uncertain writes to a person decide every write of a
+    large selection; an operation that declares its own lookup (a state read) gets it whole, with the root's
+    other contract keys, and not the root's person."""
+    document = {
+        "openapi": "3.1.0",
+        "servers": [{"url": "https://things.internal.example"}],
+        "paths": {
+            "/things/{thing_id}": {
+                "parameters": [THING_ID],
+                "patch": {"summary": "Close it", "operationId": "close", "responses": WRITE["responses"]},
+                "delete": {"summary": "Drop it", "operationId": "drop", "responses": WRITE["responses"]},
+            }
+        },
+        "components": COMPONENTS,
+    }
+    state = {"state_path": "/things/{thing_id}", "state_match": [{"field": "state", "equals": "closed"}]}
+    overlay = PERSON_BY_DEFAULT | {"operations": {"close": {"write_contract": state}}}
+    result = draft_manifest(document, name="things", overlay=overlay)
+    assert result.problems == ()
+    close, drop = _tool(result, "things_close"), _tool(result, "things_drop")
+    assert close["summary_template"] == drop["summary_template"] == "Change things ({thing_id})"
+    assert close["write_contract"] == {"dedupes_on_key": False, "key_retention_seconds": 3600} | state
+    assert drop["write_contract"] == PERSON_BY_DEFAULT["write_contract"]
+
+
+def test_an_answer_that_is_one_of_several_objects_shows_what_they_share() -> None:
+    """GitHub's issue events are one of 26 objects: the fields every form declares alike are the output, required
+    where every form requires them; a field the forms declare differently, or only some declare, is withheld. A
+    form that is no object leaves the answer unexpressed, as before."""
+    labeled = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "event": {"type": "string"},
+            "label": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+        "required": ["id", "event"],
+    }
+    renamed = {"type": "object", "properties": {"id": {"type": "integer"}, "event": {"type": "string"},
+               "label": {"type": "string"}}, "required": ["id"]}  # fmt: skip
+    events = {"type": "array", "items": {"anyOf": [labeled, renamed]}}
+    ok = {"description": "ok", "content": {"application/json": {"schema": events}}}
+    result = _draft("get", READ | {"summary": "Events", "responses": {"200": ok}})
+    assert result.problems == ()
+    [tool] = result.manifest["tools"]
+    item = tool["output_schema"]["items"]  # the array as GitHub answers it (wrapped under items when served)
+    assert set(item["properties"]) == {"id", "event"} and item["required"] == ["id"]
+    assert any("is one of 2 object forms; the fields they share are shown" in note for note in result.notes)
+    mixed = {"type": "array", "items": {"anyOf": [labeled, {"type": "string"}]}}
+    mixed_ok = ok | {"content": {"application/json": {"schema": mixed}}}
+    refused = _draft("get", READ | {"summary": "Events", "responses": {"200": mixed_ok}})
+    assert any("cannot be expressed" in problem for problem in refused.problems)

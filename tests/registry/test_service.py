@@ -326,3 +326,24 @@ async def test_a_tool_named_like_a_views_app_only_tool_is_refused_422(
         f"tools[0] ({tool}): tool names starting with countersign_view_ are reserved for the gateway's MCP Apps views"
     ]
     assert (await _admin(mcp_url, admin, "GET", "/adapters/countersign")).status_code == 404
+
+
+async def test_a_manifest_that_says_where_arguments_travel_is_served_once_accepted(
+    redis: Redis, mcp_url: str, expenses: Backend
+) -> None:
+    """``send_as`` places are spelled ``in`` by the service: the registration is stored as written, so the
+    gateway reading it back to serve it finds the same manifest, and the tool is listed and answers."""
+    service, admin, agent_key = await _keys(redis)
+    manifest = copy.deepcopy(_manifest(expenses))
+    manifest["tools"][0]["send_as"] = {"status": {"in": "query", "name": "status"}}
+    assert (await _register(mcp_url, service, manifest)).status_code == 202
+    shown = (await _admin(mcp_url, admin, "GET", "/expenses")).json()
+    accepted = await _admin(mcp_url, admin, "POST", "/expenses/accept", {"hash": shown["proposed_hash"]})
+    assert accepted.status_code == 200, accepted.text
+    try:
+        await _until_listed(mcp_url, agent_key, "expenses_list")
+        async with agent(mcp_url, agent_key) as client:
+            listed = await client.call_tool("expenses_list", {"status": "submitted"})
+        assert not listed.is_error, payload(listed)
+    finally:
+        await _admin(mcp_url, admin, "DELETE", "/expenses")

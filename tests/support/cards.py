@@ -87,6 +87,20 @@ async def approve(
     return result.card
 
 
+async def sent_and_unknown(ledger: RedisLedger, card_id: str, *, args_hash: str = "h1") -> Card:
+    """Take the PENDING card `card_id` (version 1) through approval, a claim and a send whose outcome was lost:
+    the card as it is then, UNKNOWN, for a test to settle by hand (`RedisLedger.reconcile`)."""
+    approved = await ledger.approve(card_id, approver="carol@acme.example", version=1, args_hash=args_hash, comment="")
+    assert approved.ok, approved.status
+    claim = await ledger.claim(card_id, worker="w1", lease_ms=5000)
+    assert claim.card is not None and (await ledger.dispatch(card_id, fence=claim.card.fence)).ok
+    done = await ledger.complete(
+        card_id, fence=claim.card.fence, outcome=CardState.UNKNOWN, reference="", evidence={}, settle_ms=0
+    )
+    assert done.ok and done.card is not None and done.card.state is CardState.UNKNOWN
+    return done.card
+
+
 async def approved_card(
     gateway: Gateway, principal: Principal, tool: str, arguments: dict[str, Any], **approval: Any
 ) -> Card:

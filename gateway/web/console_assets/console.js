@@ -502,6 +502,7 @@
       el("div", { class: "card-main" },
         previewSection(card),
         untrustedSection(card),
+        settlementSection(card),
         Object.keys(evidence).length
           ? el("section", null, el("h3", null, "Evidence"), el("pre", { class: "json" }, json(evidence)))
           : null),
@@ -633,6 +634,23 @@
       el("h3", null, "Preview"),
       el("p", { class: "hint" }, "Read from the backend when the write was proposed; checked again just before it runs."),
       el("ul", { class: "preview" }, preview.lines.map((line) => el("li", null, String(line)))));
+  }
+
+  // How the outcome was settled: the backend's answer, a lookup (by key, by search, by state) or a person,
+  // with what it saw. The sentence says what that proves and what it does not; the evidence is the backend's
+  // text, rendered as text, for people only.
+  function settlementSection(card) {
+    const settled = card.settlement;
+    if (!settled || typeof settled !== "object") return null;
+    const saw = settled.saw && typeof settled.saw === "object" ? settled.saw : {};
+    return el("section", { id: "card-settlement", "data-settled-by": String(settled.by) },
+      el("h3", null, "How it was settled"),
+      el("p", { class: "settled", id: "card-settled" }, String(settled.said)),
+      Object.keys(saw).length
+        ? el("div", null,
+          el("p", { class: "hint" }, "What it saw (the backend's words, not the gateway's):"),
+          el("pre", { class: "json", id: "card-settlement-saw" }, json(saw)))
+        : null);
   }
 
   function historySection(card) {
