@@ -103,7 +103,7 @@ def approvers(settings: Settings, redis: Connection, audit: AuditSink, floods: A
     return Approvers(
         passkeys=passkeys,
         sessions=sessions,
-        passkey_routes=passkey_table(passkeys, mount=PREFIX),
+        passkey_routes=passkey_table(passkeys, mount=PREFIX, audit=audit),
         guard=guard,
         routes=routes,
     )
