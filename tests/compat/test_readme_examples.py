@@ -8,10 +8,8 @@ runs with the pinned Inspector on Node 22, its URL and key file replaced by the 
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from redis.asyncio import Redis
 from gateway.cards.card import CardState
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import make_key
-from tests.support.compat_flow import DRIVERS, RUN_TIMEOUT_SECONDS, framework_python
+from tests.support.compat_flow import driver, framework_python
 from tests.support.inspector_cli import INSPECTOR_VERSION, Inspector, available_inspector
 
 pytestmark = pytest.mark.anyio
@@ -46,18 +44,8 @@ def test_the_readme_has_an_example_for_each_framework_of_the_compatibility_suite
 
 
 def _run(framework: str, spec: dict[str, Any]) -> dict[str, Any]:
-    python = framework_python(framework)
-    done = subprocess.run(
-        [str(python), str(DRIVERS / "readme_example.py"), json.dumps({"framework": framework, **spec})],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_SECONDS,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "unused"},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer
+    with driver(framework_python(framework), "readme_example.py") as run:
+        return run({"framework": framework, **spec})
 
 
 async def _pending(redis: Redis, card_id: str) -> None:
