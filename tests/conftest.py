@@ -7,12 +7,17 @@ the database before and after each test.
 
 Property tests run the ``ci`` Hypothesis profile when ``CI`` is set and ``dev`` otherwise
 (`tests.support.examples`); the header of every run names the one loaded.
+
+A run writes bytecode even on a machine that says not to (``PYTHONDONTWRITEBYTECODE``): otherwise every
+test process compiles every module and rewrites every test's asserts again (about seven seconds of CPU
+each, every run), and so does every Python process a test starts (the CLI, a second gateway).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,6 +33,13 @@ from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settin
 from tests.support.signing import client_keeping_signing_key, signing_key_before_start
 
 HYPOTHESIS_PROFILE = load_profile(os.environ)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before xdist starts its workers (which inherit the environment), and for the test modules this
+    # process imports from now on (pytest writes their rewritten asserts unless told not to).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 def pytest_report_header() -> str:

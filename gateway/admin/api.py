@@ -30,7 +30,7 @@ schema cannot drift from the bytes. Error bodies are `AdminError`:
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException
@@ -39,6 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
+from gateway.admin.answers import STATUS, answer, error, problems, refuse_invalid, store_guarded, with_body
 from gateway.admin.bodies import (
     AdminError,
     AdminErrorDetail,
@@ -58,16 +59,14 @@ from gateway.admin.bodies import (
 from gateway.admin.events import card_events
 from gateway.approvals.batch import BatchItem, decide_batch
 from gateway.approvals.service import CardService
-from gateway.audit.events import AuditEvent, AuditSink
-from gateway.auth.bearer import BEARER_ANSWERS, STORE_RETRY_AFTER_SECONDS, BearerAuth, caller_of, principal_of
+from gateway.audit.events import AuditSink
+from gateway.auth.bearer import BEARER_ANSWERS, BearerAuth, caller_of, principal_of
 from gateway.auth.tokens import TokenVerifier
 from gateway.cards.overview import Overview
 from gateway.cards.views import CardActionResult, ResultCode
-from gateway.errors import StoreUnavailableError
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind, Principal
 from gateway.store.keys import KeyStore
-from gateway.web.request_body import read_bounded
 from gateway.web.route_table import (
     Answer,
     Endpoint,
@@ -79,49 +78,19 @@ from gateway.web.route_table import (
     serve,
 )
 
-__all__ = ["PREFIX", "STATUS", "admin_routes"]
+__all__ = ["PREFIX", "admin_routes"]
 
 PREFIX = "/admin/api"
-MAX_BODY_BYTES = 65_536
-
-STATUS: dict[ResultCode, int] = {
-    ResultCode.OK: 200,
-    ResultCode.NOT_FOUND: 404,
-    ResultCode.PERMISSION_DENIED: 403,
-    ResultCode.CONFLICT: 409,
-    ResultCode.VALIDATION_ERROR: 422,
-    ResultCode.LEDGER_UNAVAILABLE: 503,
-    ResultCode.PASSKEY_REQUIRED: 403,
-    ResultCode.PASSKEY_INVALID: 403,
-}
-
-
-def _json(status: int, body: BaseModel | dict[str, Any]) -> JSONResponse:
-    content = body.model_dump(mode="json") if isinstance(body, BaseModel) else body
-    # Cards hold business data and approval state; no cache may keep a copy.
-    headers = {"cache-control": "no-store"}
-    if status == 503:  # the ledger could not answer, or not durably: a retry soon may succeed
-        headers["retry-after"] = str(STORE_RETRY_AFTER_SECONDS)
-    return JSONResponse(content, status_code=status, headers=headers)
-
-
-def _error(code: str, message: str, *, status: int, problems: Sequence[str] = ()) -> JSONResponse:
-    return _json(status, AdminError(error=AdminErrorDetail(code=code, message=message, problems=list(problems))))
-
-
-def _problems(error: ValidationError) -> list[str]:
-    # Location and message only: pydantic's "input" would echo the request back.
-    return [f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
 
 
 def _result(result: CardActionResult) -> JSONResponse:
     status = STATUS[result.code]
     if not result.ok:
         detail = AdminErrorDetail(code=result.code.value, message=result.message, problems=list(result.problems))
-        return _json(status, AdminError(error=detail, card=result.card_view))
+        return answer(status, AdminError(error=detail, card=result.card_view))
     if result.card_view is None:
         raise RuntimeError("the card service answered OK without the card")
-    return _json(status, CardActionDone(code="OK", message=result.message, card=result.card_view))
+    return answer(status, CardActionDone(code="OK", message=result.message, card=result.card_view))
 
 
 # -- endpoints ------------------------------------------------------------------------------------
@@ -130,7 +99,6 @@ BackendHealth = Callable[[], Mapping[str, bool]]
 """Each configured backend's health as the gateway's checks last found it (`AdapterHealth.report`)."""
 
 Action = Callable[[CardService, Principal, str, Any], Awaitable[CardActionResult]]
-BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
 
 class _Endpoints:
@@ -139,80 +107,45 @@ class _Endpoints:
         self._audit = audit
         self._backends = backends
 
-    async def _invalid(self, request: Request, problems: list[str], message: str) -> Response:
-        """A body or query refused before the card service saw it: audited like every refusal."""
-        refusal = AuditEvent.refusal(
-            principal_of(request.scope),
-            "admin.request",
-            ResultCode.VALIDATION_ERROR.value,
-            message,
-            {"path": request.url.path},
-        )
-        await self._audit.record(refusal)
-        return _error(ResultCode.VALIDATION_ERROR, message, status=422, problems=problems)
-
     async def list_cards(self, request: Request) -> Response:
         try:
             query = ListQuery.model_validate(dict(request.query_params))
-        except ValidationError as error:
-            return await self._invalid(request, _problems(error), "invalid query")
-        try:
-            listing = await self.service.page(
-                principal_of(request.scope),
-                state=query.state,
-                tool=query.tool,
-                requester=query.requester,
-                limit=query.limit,
-                cursor=query.cursor,
-            )
-        except StoreUnavailableError as error:
-            return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
+        except ValidationError as invalid:
+            return await refuse_invalid(self._audit, request, problems(invalid), "invalid query")
+        listing = await self.service.page(
+            principal_of(request.scope),
+            state=query.state,
+            tool=query.tool,
+            requester=query.requester,
+            limit=query.limit,
+            cursor=query.cursor,
+        )
         if not listing.ok:  # a cursor the ledger did not issue (the service audited it)
-            return _error(listing.code, "invalid cursor", status=STATUS[listing.code], problems=listing.problems)
-        return _json(200, CardList(cards=list(listing.cards), next_cursor=listing.next_cursor))
+            return error(listing.code, "invalid cursor", status=STATUS[listing.code], problems=listing.problems)
+        return answer(200, CardList(cards=list(listing.cards), next_cursor=listing.next_cursor))
 
     async def overview(self, request: Request) -> Response:
         try:
             query = OverviewQuery.model_validate(dict(request.query_params))
-        except ValidationError as error:
-            return await self._invalid(request, _problems(error), "invalid query")
+        except ValidationError as invalid:
+            return await refuse_invalid(self._audit, request, problems(invalid), "invalid query")
         backends = self._backends() if self._backends is not None else None
-        try:
-            overview = await self.service.overview(principal_of(request.scope), query.window, backends=backends)
-        except StoreUnavailableError as error:
-            return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
-        return _json(200, overview)
+        return answer(200, await self.service.overview(principal_of(request.scope), query.window, backends=backends))
 
     async def show_card(self, request: Request) -> Response:
-        try:
-            view = await self.service.show(principal_of(request.scope), request.path_params["card_id"])
-        except StoreUnavailableError as error:
-            return _error(ResultCode.LEDGER_UNAVAILABLE, str(error), status=503)
+        view = await self.service.show(principal_of(request.scope), request.path_params["card_id"])
         if view is None:
-            return _error(ResultCode.NOT_FOUND, "no such card", status=404)
-        return _json(200, CardShown(card=view))
+            return error(ResultCode.NOT_FOUND, "no such card", status=404)
+        return answer(200, CardShown(card=view))
 
-    async def _body(self, request: Request, model: type[BodyModel]) -> BodyModel | Response:
-        """The request's body as `model`, or the (audited) refusal of it."""
-        raw = await read_bounded(request, MAX_BODY_BYTES)
-        if raw is None:
-            return await self._invalid(request, [f"body: at most {MAX_BODY_BYTES} bytes"], "invalid body")
-        try:
-            return model.model_validate_json(raw or b"{}")
-        except ValidationError as error:
-            return await self._invalid(request, _problems(error), "invalid body")
-
-    async def decide_many(self, request: Request) -> Response:
-        body = await self._body(request, DecisionsBody)
-        if isinstance(body, Response):
-            return body
+    async def _decide_many(self, request: Request, body: DecisionsBody) -> Response:
         items = [
             BatchItem(card_id=d.card_id, decision=d.decision, version=d.version, args_hash=d.args_hash, reason=d.reason)
             for d in body.decisions
         ]
         outcome = await decide_batch(self.service, self._audit, principal_of(request.scope), items)
         if not outcome.ok:
-            return _error(outcome.code, outcome.message, status=STATUS[outcome.code], problems=outcome.problems)
+            return error(outcome.code, outcome.message, status=STATUS[outcome.code], problems=outcome.problems)
         results = [
             DecisionResult(
                 card_id=item.card_id,
@@ -224,17 +157,17 @@ class _Endpoints:
             )
             for item, result in zip(items, outcome.results, strict=True)
         ]
-        return _json(200, DecisionsDone(code="OK", message=outcome.message, results=results))
+        return answer(200, DecisionsDone(code="OK", message=outcome.message, results=results))
+
+    def decide_many(self) -> Endpoint:
+        return with_body(DecisionsBody, self._audit, self._decide_many)
 
     def action(self, model: type[BaseModel], call: Action) -> Endpoint:
-        async def endpoint(request: Request) -> Response:
-            body = await self._body(request, model)
-            if isinstance(body, Response):
-                return body
+        async def act(request: Request, body: BaseModel) -> Response:
             admin = principal_of(request.scope)
             return _result(await call(self.service, admin, request.path_params["card_id"], body))
 
-        return endpoint
+        return with_body(model, self._audit, act)
 
 
 async def _approve(service: CardService, admin: Principal, card_id: str, body: ApproveBody) -> CardActionResult:
@@ -311,7 +244,7 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 path="/cards",
                 name="listCards",
                 summary="Cards of the admin's org, newest first, one page at a time",
-                endpoint=endpoints.list_cards,
+                endpoint=store_guarded(endpoints.list_cards),
                 query=ListQuery,
                 answers={
                     200: Answer(description="a page of the matching cards, and the cursor of the next", model=CardList),
@@ -336,7 +269,7 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 name="overview",
                 summary="The org's cards at a glance: per hour by outcome, time to approval, open cards by age, "
                 "writes by outcome, worker lag, backend health (what the console's overview draws)",
-                endpoint=endpoints.overview,
+                endpoint=store_guarded(endpoints.overview),
                 query=OverviewQuery,
                 answers={
                     200: Answer(description="the numbers of every chart", model=Overview),
@@ -349,7 +282,7 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 path="/cards/decisions",
                 name="decideCards",
                 summary="Decide several reviewed cards, each bound to its version and args_hash, each on its own",
-                endpoint=endpoints.decide_many,
+                endpoint=endpoints.decide_many(),
                 body=DecisionsBody,
                 answers={
                     200: Answer(description="one result per decision, in order (OK or its code)", model=DecisionsDone),
@@ -361,7 +294,7 @@ def _card_table(endpoints: _Endpoints, openapi: Endpoint) -> RouteTable:
                 path="/cards/{card_id}",
                 name="showCard",
                 summary="One card with its full, hash-chained history",
-                endpoint=endpoints.show_card,
+                endpoint=store_guarded(endpoints.show_card),
                 answers={200: Answer(description="the card", model=CardShown), 404: _NOT_FOUND, 503: _UNAVAILABLE},
             ),
             _decision(endpoints, "approve", "Approve the card as reviewed (version, args_hash)", ApproveBody, _approve),
@@ -402,7 +335,7 @@ def admin_routes(
     document: dict[str, Any] = {}
 
     async def openapi(request: Request) -> Response:
-        return _json(200, document)
+        return answer(200, document)
 
     cards = _card_table(_Endpoints(service, audit, backends), openapi)
     every = [*tables, cards]
@@ -415,7 +348,7 @@ def admin_routes(
     def guarded(app: ASGIApp) -> BearerAuth:
         return BearerAuth(app, keys=keys, kind=KeyKind.ADMIN, audit=audit, realm="admin", floods=floods, tokens=tokens)
 
-    handle = error_handler(audit, lambda status, code, message: _error(code, message, status=status), caller=caller_of)
+    handle = error_handler(audit, lambda status, code, message: error(code, message, status=status), caller=caller_of)
     app = serve(every, mount=PREFIX, exception_handlers={HTTPException: handle, Exception: handle})
     bearer = guarded(app)
     return [mount(PREFIX, sessions(app, bearer) if sessions is not None else bearer)]

@@ -16,32 +16,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.admin.bodies import AdminError, AdminErrorDetail
+from gateway.admin.answers import STATUS, answer, error, store_guarded, with_body
+from gateway.admin.bodies import AdminError
+from gateway.audit.events import AuditSink
 from gateway.auth.bearer import principal_of
-from gateway.cards.views import ResultCode
-from gateway.errors import StoreUnavailableError
 from gateway.passkeys.service import MAX_NAME, PasskeyResult, PasskeyService
 from gateway.store.passkeys import StoredPasskey
-from gateway.web.request_body import read_bounded
-from gateway.web.route_table import Answer, Endpoint, Operation, RouteTable
+from gateway.web.route_table import Answer, Operation, RouteTable
 
 __all__ = ["PasskeyList", "passkey_table"]
-
-_MAX_BODY = 65_536
-_STATUS = {
-    ResultCode.OK: 200,
-    ResultCode.NOT_FOUND: 404,
-    ResultCode.PERMISSION_DENIED: 403,
-    ResultCode.CONFLICT: 409,
-    ResultCode.VALIDATION_ERROR: 422,
-    ResultCode.PASSKEY_REQUIRED: 403,
-    ResultCode.PASSKEY_INVALID: 403,
-    ResultCode.LEDGER_UNAVAILABLE: 503,
-}
 
 
 class PasskeyShown(BaseModel):
@@ -100,79 +87,32 @@ def _shown(passkey: StoredPasskey) -> PasskeyShown:
     )
 
 
-def _json(status: int, body: BaseModel) -> JSONResponse:
-    return JSONResponse(body.model_dump(mode="json"), status_code=status, headers={"cache-control": "no-store"})
-
-
 def _answer(result: PasskeyResult) -> JSONResponse:
     if not result.ok:
-        return _json(
-            _STATUS[result.code], AdminError(error=AdminErrorDetail(code=result.code.value, message=result.message))
-        )
+        return error(result.code, result.message, status=STATUS[result.code])
     if result.options is not None:
-        return _json(200, Options(code="OK", message=result.message, options=dict(result.options)))
-    return _json(200, Done(code="OK", message=result.message))
+        return answer(200, Options(code="OK", message=result.message, options=dict(result.options)))
+    return answer(200, Done(code="OK", message=result.message))
 
 
-def _invalid(error: ValidationError | str) -> JSONResponse:
-    problems = (
-        [error]
-        if isinstance(error, str)
-        else [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()]
-    )
-    detail = AdminErrorDetail(code=ResultCode.VALIDATION_ERROR.value, message="invalid body", problems=problems)
-    return _json(422, AdminError(error=detail))
-
-
-async def _body(request: Request, model: type[BaseModel]) -> Any:
-    raw = await read_bounded(request, _MAX_BODY)
-    if raw is None:
-        return _invalid(f"body: at most {_MAX_BODY} bytes")
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as error:
-        return _invalid(error)
-
-
-def _store_guarded(endpoint: Endpoint) -> Endpoint:
-    """`endpoint`, answering 503 LEDGER_UNAVAILABLE (retryable) when Redis does not."""
-
-    async def guarded(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except StoreUnavailableError as error:
-            detail = AdminErrorDetail(code=ResultCode.LEDGER_UNAVAILABLE.value, message=str(error))
-            return _json(503, AdminError(error=detail))
-
-    return guarded
-
-
-def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
-    """The passkey routes, to be mounted at `mount` (``/admin/api``); each answers 503 while Redis does not."""
+def passkey_table(service: PasskeyService, *, mount: str, audit: AuditSink) -> RouteTable:
+    """The passkey routes, to be mounted at `mount` (``/admin/api``); each answers 503 while Redis does not, and
+    a body refused before the service saw it is audited to `audit`."""
 
     async def listing(request: Request) -> Response:
         found = await service.list(principal_of(request.scope))
-        return _json(200, PasskeyList(passkeys=[_shown(p) for p in found]))
+        return answer(200, PasskeyList(passkeys=[_shown(p) for p in found]))
 
-    async def registration(request: Request) -> Response:
-        body = await _body(request, EmptyBody)
-        if isinstance(body, Response):
-            return body
+    async def registration(request: Request, body: EmptyBody) -> Response:
         return _answer(await service.registration_options(principal_of(request.scope)))
 
-    async def register(request: Request) -> Response:
-        body = await _body(request, RegisterBody)
-        if isinstance(body, Response):
-            return body
+    async def register(request: Request, body: RegisterBody) -> Response:
         return _answer(await service.register(principal_of(request.scope), body.credential, name=body.name))
 
     async def remove(request: Request) -> Response:
         return _answer(await service.remove(principal_of(request.scope), request.path_params["credential_id"]))
 
-    async def challenge(request: Request) -> Response:
-        body = await _body(request, ChallengeBody)
-        if isinstance(body, Response):
-            return body
+    async def challenge(request: Request, body: ChallengeBody) -> Response:
         result = await service.assertion_options(
             principal_of(request.scope),
             card_id=body.card_id,
@@ -191,7 +131,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys",
                 name="listPasskeys",
                 summary="Your passkeys",
-                endpoint=_store_guarded(listing),
+                endpoint=store_guarded(listing),
                 answers={200: Answer(description="your passkeys", model=PasskeyList)},
             ),
             Operation(
@@ -199,7 +139,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/registration",
                 name="passkeyRegistrationOptions",
                 summary="Start registering a passkey (signed in with the company sign-in; a key only in demo mode)",
-                endpoint=_store_guarded(registration),
+                endpoint=store_guarded(with_body(EmptyBody, audit, registration)),
                 body=EmptyBody,
                 body_required=False,
                 answers={
@@ -212,7 +152,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys",
                 name="registerPasskey",
                 summary="Finish registering a passkey: the authenticator's answer, verified (user verified)",
-                endpoint=_store_guarded(register),
+                endpoint=store_guarded(with_body(RegisterBody, audit, register)),
                 body=RegisterBody,
                 answers={
                     200: Answer(description="registered", model=Done),
@@ -226,7 +166,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/{credential_id}",
                 name="removePasskey",
                 summary="Forget one of your passkeys",
-                endpoint=_store_guarded(remove),
+                endpoint=store_guarded(remove),
                 answers={200: Answer(description="removed", model=Done), 404: refused},
             ),
             Operation(
@@ -234,7 +174,7 @@ def passkey_table(service: PasskeyService, *, mount: str) -> RouteTable:
                 path="/passkeys/challenge",
                 name="passkeyApprovalOptions",
                 summary="Options to sign the approval of a card as reviewed (id, version, args_hash) with a passkey",
-                endpoint=_store_guarded(challenge),
+                endpoint=store_guarded(with_body(ChallengeBody, audit, challenge)),
                 body=ChallengeBody,
                 answers={
                     200: Answer(description="options for navigator.credentials.get", model=Options),

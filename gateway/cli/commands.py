@@ -349,7 +349,7 @@ async def _sessions(store: _Store, args: argparse.Namespace) -> int:
 
 async def _passkeys(store: _Store, args: argparse.Namespace) -> int:
     from gateway.cli.approvers import passkeys_command
-    from gateway.runtime.approvers import passkey_service
+    from gateway.runtime.passkeys import passkey_service
 
     return await passkeys_command(passkey_service(store.settings, store.connection, store.audit), args)
 
@@ -363,7 +363,7 @@ async def _cards(store: _Store, args: argparse.Namespace) -> int:
         return 1
     from gateway.archives.card_archive import CardArchive
     from gateway.cli import cards as cli_cards  # here: each command imports only what it uses
-    from gateway.runtime.approvers import passkey_service
+    from gateway.runtime.passkeys import passkey_service
 
     return await cli_cards.run(
         store.redis,

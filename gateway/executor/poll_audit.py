@@ -21,14 +21,13 @@ cancelled without it; an aggregate that cannot be written goes to the process lo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gateway.audit.aggregate import FlushLoop, Tally
 from gateway.audit.events import AuditEvent, AuditSink
 
 __all__ = ["PollAudit"]
@@ -40,9 +39,7 @@ logger = logging.getLogger(__name__)
 class _Window:
     ends: float
     template: AuditEvent
-    polls: int = 0
-    first_ms: int = 0
-    last_ms: int = 0
+    polls: Tally = field(default_factory=Tally)
 
 
 class PollAudit:
@@ -61,8 +58,13 @@ class PollAudit:
         self._capacity = capacity
         self._clock = clock
         self._open: dict[tuple[str, ...], _Window] = {}
-        self._loop: asyncio.Task[None] | None = None
-        self._closing = False
+        self._loop = FlushLoop(
+            name="countersign-poll-audit",
+            period=window_seconds / 4,
+            pending=lambda: bool(self._open),
+            flush=self.flush,
+            unwritten=self._log_unwritten,
+        )
 
     async def poll(self, event: AuditEvent, *, status: str) -> bool:
         """Audit one poll, `event` (its ``extra`` gets ``status``). True when it is in the trail or counted for
@@ -72,10 +74,7 @@ class PollAudit:
                  event.outcome, event.code, status, event.extra.get("acting_client", ""))  # fmt: skip
         window = self._open.get(group)
         if window is not None and now < window.ends:
-            now_ms = int(now * 1000)
-            window.polls += 1
-            window.first_ms = window.first_ms or now_ms
-            window.last_ms = now_ms
+            window.polls.add(int(now * 1000))
             return True
         if window is not None:  # its window ended before the loop wrote it: write it first, in order
             del self._open[group]
@@ -84,8 +83,7 @@ class PollAudit:
             await self.flush(everything=True)
         first = dataclasses.replace(event, extra={**event.extra, "status": status})
         self._open[group] = _Window(ends=now + self._window, template=first)
-        if self._loop is None or self._loop.done():
-            self._loop = asyncio.get_running_loop().create_task(self._run(), name="countersign-poll-audit")
+        self._loop.start()
         return await self._audit.record(first)
 
     async def flush(self, *, everything: bool = False) -> int:
@@ -95,39 +93,23 @@ class PollAudit:
         polls = 0
         for group in ended:
             window = self._open.pop(group)
-            polls += window.polls
+            polls += window.polls.count
             await self._write(window)
         return polls
 
     async def _write(self, window: _Window) -> None:
-        if not window.polls:
+        if not window.polls.count:
             return
-        counted = {
-            "polls": str(window.polls),
-            "first_ms": str(window.first_ms),
-            "last_ms": str(window.last_ms),
-            "window_s": f"{self._window:g}",
-        }
-        reason = f"{window.polls} more poll(s) of this task in the window, answered alike"
-        extra = {**window.template.extra, **counted}
+        reason = f"{window.polls.count} more poll(s) of this task in the window, answered alike"
+        extra = {**window.template.extra, **window.polls.extra("polls"), "window_s": f"{self._window:g}"}
         await self._audit.record(dataclasses.replace(window.template, reason=reason, latency_ms=None, extra=extra))
 
-    async def _run(self) -> None:
-        try:
-            while self._open:
-                await asyncio.sleep(self._window / 4)
-                await self.flush()
-        except asyncio.CancelledError:
-            counted = sum(window.polls for window in self._open.values())
-            if counted and not self._closing:  # `aclose` writes what is pending
-                logger.warning("task polls not written to the audit trail at shutdown: %d", counted)
-            raise
+    def _log_unwritten(self) -> None:
+        counted = sum(window.polls.count for window in self._open.values())
+        if counted:
+            logger.warning("task polls not written to the audit trail at shutdown: %d", counted)
 
     async def aclose(self) -> None:
         """Write every pending aggregate and stop the loop (the app's shutdown)."""
-        self._closing = True
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await self._loop.stop()
         await self.flush(everything=True)

@@ -23,12 +23,12 @@ without it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gateway.audit.aggregate import FlushLoop, Tally
 from gateway.audit.events import AuditEvent, AuditSink
 from gateway.decision import Decision
 from gateway.principal import Principal
@@ -43,10 +43,8 @@ EDGE = "edge"
 
 @dataclass(slots=True)
 class _Count:
-    refusals: int
-    first_ms: int
-    last_ms: int
     reason: str
+    refusals: Tally = field(default_factory=Tally)
 
 
 _Group = tuple[Principal, str, str]
@@ -64,12 +62,16 @@ class FloodAudit:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._audit = audit
-        self._interval = interval_seconds
         self._capacity = capacity
         self._clock = clock
         self._pending: dict[_Group, _Count] = {}
-        self._loop: asyncio.Task[None] | None = None
-        self._closing = False
+        self._loop = FlushLoop(
+            name="countersign-flood-audit",
+            period=interval_seconds,
+            pending=lambda: bool(self._pending),
+            flush=self.flush,
+            unwritten=self._log_unwritten,
+        )
         self._flushes: set[asyncio.Task[int]] = set()
 
     def note(self, principal: Principal, tool: str, decision: Decision) -> None:
@@ -77,15 +79,11 @@ class FloodAudit:
         now_ms = int(self._clock() * 1000)
         code = decision.code.value if decision.code is not None else ""
         group = (principal, tool, code)
-        count = self._pending.get(group)
-        if count is None:
-            self._pending[group] = _Count(1, now_ms, now_ms, decision.reason)
-        else:
-            count.refusals += 1
-            count.last_ms = now_ms
-            count.reason = decision.reason
-        if self._loop is None or self._loop.done():
-            self._loop = asyncio.get_running_loop().create_task(self._run(), name="countersign-flood-audit")
+        count = self._pending.setdefault(group, _Count(decision.reason))
+        count.refusals.add(now_ms)
+        count.reason = decision.reason
+        if not self._loop.running:
+            self._loop.start()
         elif len(self._pending) >= self._capacity:  # many principals flooding at once: write now, stay bounded
             flush = asyncio.get_running_loop().create_task(self.flush())
             self._flushes.add(flush)  # the loop keeps only a weak reference to a task
@@ -95,15 +93,10 @@ class FloodAudit:
         """Write one event per pending group; returns how many refusals those events account for."""
         pending, self._pending = self._pending, {}
         for (principal, tool, code), count in pending.items():
-            extra = {
-                "refusals": str(count.refusals),
-                "first_ms": str(count.first_ms),
-                "last_ms": str(count.last_ms),
-                "answered": EDGE,
-            }
+            extra = {**count.refusals.extra("refusals"), "answered": EDGE}
             if principal.acting_client:
                 extra["acting_client"] = principal.acting_client
-            reason = f"{count.refusals} call(s) refused at the edge; last: {count.reason}"
+            reason = f"{count.refusals.count} call(s) refused at the edge; last: {count.reason}"
             event = AuditEvent(
                 action="tool.call",
                 outcome="deny",
@@ -116,31 +109,19 @@ class FloodAudit:
                 extra=extra,
             )
             await self._audit.record(event)
-        return sum(count.refusals for count in pending.values())
+        return sum(count.refusals.count for count in pending.values())
 
-    async def _run(self) -> None:
-        try:
-            while self._pending:
-                await asyncio.sleep(self._interval)
-                await self.flush()
-        except asyncio.CancelledError:
-            if self._closing:  # `aclose` writes what is pending
-                raise
-            for (principal, tool, code), count in self._pending.items():
-                logger.warning(
-                    "edge refusals not written to the audit trail at shutdown: %d of %s by key %s (%s)",
-                    count.refusals,
-                    tool,
-                    principal.key_id,
-                    code,
-                )
-            raise
+    def _log_unwritten(self) -> None:
+        for (principal, tool, code), count in self._pending.items():
+            logger.warning(
+                "edge refusals not written to the audit trail at shutdown: %d of %s by key %s (%s)",
+                count.refusals.count,
+                tool,
+                principal.key_id,
+                code,
+            )
 
     async def aclose(self) -> None:
         """Write what is pending and stop the loop (the app's shutdown)."""
-        self._closing = True
-        if self._loop is not None:
-            self._loop.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop
+        await self._loop.stop()
         await self.flush()

@@ -1,21 +1,19 @@
 """The parts that make an approver a signed-in person: console sessions, the OpenID client, passkeys.
 
 Who calls it: `create_app` (the console's sign-in routes, the session check in front of the admin
-API, the passkey routes and the card service's passkey check) and the CLI (the card service's
-passkey check, and the operator's passkey and session commands). Built from the settings only here.
+API, the passkey routes and the card service's passkey check). Built from the settings only here; the
+passkey service alone, which the CLI needs too, in `gateway.runtime.passkeys`.
 
-The console's address (``[notifications] console_url``) is the passkeys' relying party (its host is
-the RP id, its origin the only origin an assertion may come from) and the session cookie's origin.
+The console's address (``[notifications] console_url``) is the passkeys' relying party and the
+session cookie's origin.
 A sign-in configuration whose console address is plain HTTP beyond loopback is refused: the
 session cookie would travel in clear text.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
@@ -27,16 +25,16 @@ from gateway.config.console import console_origin
 from gateway.config.settings import Settings
 from gateway.errors import ConfigError
 from gateway.limits.rate_limiter import AddressBudgets
-from gateway.passkeys.service import PasskeyService, Relying
+from gateway.passkeys.service import PasskeyService
+from gateway.runtime.passkeys import passkey_service
 from gateway.signin.cookies import CookiePolicy, SessionAuth
 from gateway.signin.oidc import OidcClient
 from gateway.signin.routes import signin_routes
 from gateway.store.client import Connection
 from gateway.store.console_sessions import SessionStore
-from gateway.store.passkeys import PasskeyStore
 from gateway.web.route_table import RouteTable
 
-__all__ = ["Approvers", "approvers", "passkey_service"]
+__all__ = ["Approvers", "approvers"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,19 +47,6 @@ class Approvers:
     """Wraps the admin API (and its bearer check) in the session check (`SessionAuth`)."""
     routes: list[BaseRoute]
     """The console's sign-in routes (`gateway.signin.routes`)."""
-
-
-def passkey_service(settings: Settings, redis: Connection, audit: AuditSink) -> PasskeyService:
-    """The approvers' passkeys, for the console's address as relying party."""
-    origin = console_origin(settings.notifications.console_url)
-    host = urlsplit(origin).hostname or "localhost"
-    return PasskeyService(
-        PasskeyStore(redis.client),
-        audit,
-        relying=Relying(rp_id=host, origin=origin),
-        keys_may_register=settings.demo,
-        now_ms=lambda: int(time.time() * 1000),
-    )
 
 
 def approvers(settings: Settings, redis: Connection, audit: AuditSink, floods: AddressBudgets) -> Approvers:
@@ -103,7 +88,7 @@ def approvers(settings: Settings, redis: Connection, audit: AuditSink, floods: A
     return Approvers(
         passkeys=passkeys,
         sessions=sessions,
-        passkey_routes=passkey_table(passkeys, mount=PREFIX),
+        passkey_routes=passkey_table(passkeys, mount=PREFIX, audit=audit),
         guard=guard,
         routes=routes,
     )

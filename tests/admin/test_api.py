@@ -17,7 +17,8 @@ from starlette.datastructures import Secret
 from starlette.routing import BaseRoute, Mount, Route
 
 from backends.serve import serve_app_in_thread
-from gateway.admin.api import admin_routes
+from gateway.admin.api import PREFIX, admin_routes
+from gateway.admin.passkeys import passkey_table
 from gateway.approvals.service import CardService
 from gateway.audit.events import AuditEvent
 from gateway.cards.card import CardState
@@ -25,6 +26,7 @@ from gateway.config.org_adapters import OrgAdapters
 from gateway.config.settings import Settings
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import AddressBudgets
+from gateway.passkeys.service import PasskeyService, Relying
 from gateway.principal import KeyKind
 from gateway.registry.api import adapter_review_table
 from gateway.registry.service import RegistryService
@@ -33,6 +35,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.changes import RedisCardChanges
 from gateway.store.ledger.redis_ledger import RedisLedger
+from gateway.store.passkeys import PasskeyStore
 from gateway.store.registrations import RegistryStore
 from tests.support.agents import make_key
 from tests.support.cards import PROPOSAL as BASE_PROPOSAL
@@ -87,8 +90,11 @@ def served(redis_url: str) -> Iterator[Api]:
     registry = RegistryService(RegistryStore(client), audit, allowed_base_urls=(), served_tool_names=frozenset,
                                refresh=no_refresh, lease_seconds=30.0, org_adapters=orgs)  # fmt: skip
     review = adapter_review_table(registry, audit=audit)
+    relying = Relying(rp_id="127.0.0.1", origin="http://127.0.0.1:8765")
+    passkeys = PasskeyService(PasskeyStore(client), audit, relying=relying, keys_may_register=True, now_ms=lambda: 1)
+    tables = [review, passkey_table(passkeys, mount=PREFIX, audit=audit)]
     routes = admin_routes(
-        service, keys=KeyStore(client), audit=audit, tables=[review], floods=AddressBudgets(Limits().unauthenticated)
+        service, keys=KeyStore(client), audit=audit, tables=tables, floods=AddressBudgets(Limits().unauthenticated)
     )
     app = Starlette(routes=routes, lifespan=lifespan)
     with serve_app_in_thread(app, lifespan=True) as base:
@@ -376,6 +382,7 @@ async def test_openapi_document_describes_the_routes(api: Api, redis: Redis) -> 
         "/cards/{card_id}/reject",
         "/cards/{card_id}/cancel", "/cards/{card_id}/resolve", "/openapi.json",
         "/adapters/", "/adapters/{name}", "/adapters/{name}/accept", "/overview",
+        "/passkeys", "/passkeys/registration", "/passkeys/{credential_id}", "/passkeys/challenge",
     }  # fmt: skip
     assert spec["components"]["securitySchemes"]["adminKey"] == {
         "type": "http", "scheme": "bearer", "description": "an admin key (csk_admin_...)",
@@ -493,14 +500,18 @@ async def test_unknown_routes_and_methods_answer_json(api: Api, redis: Redis) ->
 
 
 async def test_malformed_requests_are_refused_and_audited(api: Api, redis: Redis) -> None:
-    """A body or query refused before the card service is still an audited refusal, and changes nothing."""
+    """A body or query refused before the card service (or the passkey service) is still an audited refusal,
+    and changes nothing."""
     card_id = await propose(redis)
     async with client(api, await admin_key(redis)) as http:
         bad_body = await http.post(f"/cards/{card_id}/approve", content=b"not json")
         bad_query = await http.get("/cards", params={"status": "PENDING"})
-    assert bad_body.status_code == bad_query.status_code == 422
+        bad_passkey = await http.post("/passkeys/challenge", json={"card_id": card_id, "version": 0})
+    assert bad_body.status_code == bad_query.status_code == bad_passkey.status_code == 422
+    assert bad_passkey.json()["error"]["code"] == "VALIDATION_ERROR" and bad_passkey.json()["error"]["problems"]
     refusals = [e for e in await RedisStreamAuditSink(redis).recent(20) if e.action == "admin.request"]
-    assert [(e.outcome, e.code) for e in refusals] == [("deny", "VALIDATION_ERROR")] * 2
+    assert [(e.outcome, e.code) for e in refusals] == [("deny", "VALIDATION_ERROR")] * 3
+    assert refusals[-1].extra["path"] == "/admin/api/passkeys/challenge"
     card = await RedisLedger(redis).get(card_id)
     assert card is not None and card.state.value == "PENDING"
 

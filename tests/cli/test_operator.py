@@ -39,6 +39,16 @@ def test_importing_the_cli_loads_no_server_store_or_validation_library() -> None
     assert out.stdout.strip() == "[]"
 
 
+def test_a_card_command_loads_no_admin_api_route_or_sign_in_code() -> None:
+    """`countersign cards approve` checks the approver's passkey without building the web side, so a person at a
+    terminal waits for Redis, not for hundreds of pydantic models."""
+    imports = "gateway.cli.commands, gateway.cli.cards, gateway.runtime.passkeys"
+    web = "('gateway.admin.', 'gateway.signin.', 'gateway.web.')"
+    code = f"import sys, {imports}; print(sorted(m for m in sys.modules if m.startswith({web})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"], {})

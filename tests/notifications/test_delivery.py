@@ -18,8 +18,9 @@ from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.audit.events import ListAuditSink
-from gateway.cards.contract import Proposal
-from gateway.notifications.card_alerts import AlertingLedger
+from gateway.cards.card import CardState
+from gateway.cards.contract import Ledger, Proposal
+from gateway.notifications.card_alerts import DELEGATED, AlertingLedger
 from gateway.notifications.delivery import Notifier
 from gateway.notifications.message import (
     ID_HEADER,
@@ -146,6 +147,21 @@ async def test_only_the_webhooks_of_the_cards_org_are_told_of_a_new_card(quiet: 
     [queued] = await outbox.all()
     assert queued.webhook == "acme"
     assert json.loads(queued.body)["card"]["card_id"] == created.card.card_id
+    card = created.card
+    approved = await ledger.approve(card.card_id, approver="carol", version=card.version, args_hash="h", comment="")
+    assert approved.ok and approved.card is not None and approved.card.state is CardState.APPROVED
+    assert len(await outbox.all()) == 1  # a person's decision notifies nobody: that person knows
+    with pytest.raises(AttributeError):
+        ledger.no_such_method  # noqa: B018
+
+
+def test_every_ledger_method_is_the_wrappers_own_or_delegated_by_name() -> None:
+    """Each method of the `Ledger` is either `AlertingLedger`'s own (it may announce) or named in `DELEGATED`, and
+    `DELEGATED` names nothing else: a method added to the ledger cannot pass the wrapper unannounced by accident."""
+    methods = {name for name, value in vars(Ledger).items() if callable(value) and not name.startswith("_")}
+    own = {name for name in vars(AlertingLedger) if not name.startswith("_")} - {"alert"}
+    assert own.isdisjoint(DELEGATED)
+    assert own | DELEGATED == methods
 
 
 async def test_a_held_receiver_does_not_slow_a_proposal_and_hears_of_it_when_it_answers(

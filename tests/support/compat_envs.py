@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from tests.support.cached_install import install_once, run_step
@@ -75,28 +72,6 @@ def install_framework(name: str) -> Path:
         lambda place: _python(place).is_file() and (place / ".complete").is_file(),
         error=CompatUnavailableError,
     )
-    return _python(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=venv.parent))
-    try:
-        # Only `bin/python` is used, which finds its environment from its own path, so a venv built
-        # in the scratch directory works once renamed into place.
-        steps = [
-            [sys.executable, "-m", "venv", "--clear", str(scratch)],
-            [str(_python(scratch)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *pins],
-        ]
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_SECONDS, check=False)
-            if done.returncode != 0:
-                raise CompatUnavailableError(f"{name}: {' '.join(step[:4])} failed: {done.stderr[-2000:]}")
-        (scratch / ".complete").write_text("\n".join(pins) + "\n")
-        try:
-            scratch.rename(venv)
-        except OSError:  # another run finished the same environment first; theirs is as good
-            if not (venv / ".complete").is_file():
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return _python(venv)
 
 

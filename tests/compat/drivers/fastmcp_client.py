@@ -1,7 +1,7 @@
 """The FastMCP 4 client, as an agent loop built on it calls tools (it has no model of its own).
 
-Run in the framework's own environment (`tests.support.compat_envs`) as
-``python fastmcp_client.py '{"url": ..., "token": ..., "calls": [[name, arguments], ...]}'``. It lists
+Run in the framework's own environment (`tests.support.compat_envs`) as ``python fastmcp_client.py``,
+one spec a line on stdin (``{"url": ..., "token": ..., "calls": [[name, arguments], ...]}``). It lists
 the tools, calls each in order with the client's defaults (``raise_on_error=True``: a refusal is a
 ``ToolError``), and prints ``{"tools": [...], "seen": [...], "era": ...}``: per call, the result's text,
 or the error's message, which is what a loop built on this client hands its model.
@@ -32,5 +32,6 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"tools": tools, "seen": seen}
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+if __name__ == "__main__":  # one spec a line, one answer a line: the framework is imported once for them all
+    for line in sys.stdin:
+        print(json.dumps(asyncio.run(main(json.loads(line)))), flush=True)

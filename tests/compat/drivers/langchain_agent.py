@@ -1,7 +1,7 @@
 """langchain-mcp-adapters with a LangGraph ReAct agent and langchain's scripted chat model.
 
-Run in the framework's own environment (`tests.support.compat_envs`) as
-``python langchain_agent.py '{"url": ..., "token": ..., "calls": [[name, arguments], ...]}'``. The model
+Run in the framework's own environment (`tests.support.compat_envs`) as ``python langchain_agent.py``,
+one spec a line on stdin (``{"url": ..., "token": ..., "calls": [[name, arguments], ...]}``). The model
 calls the tools in order, one per turn, and prints ``{"tools": [...], "seen": [...]}``: the tool names
 the model was offered and, per call, the ``ToolMessage`` content the framework gave the model.
 """
@@ -57,5 +57,6 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [tool.name for tool in tools], "seen": seen}
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+if __name__ == "__main__":  # one spec a line, one answer a line: the framework is imported once for them all
+    for line in sys.stdin:
+        print(json.dumps(asyncio.run(main(json.loads(line)))), flush=True)

@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK with a scripted `Model`, through `MCPServerStreamableHttp`.
 
-Run in the framework's own environment (`tests.support.compat_envs`) as
-``python openai_agents_agent.py '{"url": ..., "token": ..., "calls": [[name, arguments], ...]}'``. The
+Run in the framework's own environment (`tests.support.compat_envs`) as ``python openai_agents_agent.py``,
+one spec a line on stdin (``{"url": ..., "token": ..., "calls": [[name, arguments], ...]}``). The
 model calls the tools in order, one per turn, and prints ``{"tools": [...], "seen": [...]}``: the tool
 names the model was offered and, per call, the ``function_call_output`` the framework gave the model.
 """
@@ -63,5 +63,6 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"tools": model.offered, "seen": model.seen}
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+if __name__ == "__main__":  # one spec a line, one answer a line: the framework is imported once for them all
+    for line in sys.stdin:
+        print(json.dumps(asyncio.run(main(json.loads(line)))), flush=True)

@@ -1,7 +1,7 @@
 """pydantic-ai with its own scripted model (`FunctionModel`), through `MCPToolset` over Streamable HTTP.
 
-Run in the framework's own environment (`tests.support.compat_envs`) as
-``python pydantic_ai_agent.py '{"url": ..., "token": ..., "calls": [[name, arguments], ...]}'``. The model
+Run in the framework's own environment (`tests.support.compat_envs`) as ``python pydantic_ai_agent.py``,
+one spec a line on stdin (``{"url": ..., "token": ..., "calls": [[name, arguments], ...]}``). The model
 calls the tools in order, one per turn, and prints ``{"tools": [...], "seen": [...]}``: the tool names
 the model was offered and, per call, the text the framework put in front of the model.
 """
@@ -62,5 +62,6 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
     return {"tools": recorder.offered, "seen": recorder.seen}
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+if __name__ == "__main__":  # one spec a line, one answer a line: the framework is imported once for them all
+    for line in sys.stdin:
+        print(json.dumps(asyncio.run(main(json.loads(line)))), flush=True)

@@ -1,10 +1,10 @@
 """Run one of the README's "Connect your agent" examples, as written, with the framework's scripted model.
 
-Run in the framework's own environment (`tests.support.compat_envs`) as ``python readme_example.py
-'{"framework": ..., "code": ..., "url": ..., "token": ..., "calls": [...]}'``. The example's code runs as
-the body of an async function with ``url``, ``key`` and ``model`` bound (the README says what each is);
-``model`` is the framework's driver's scripted model (``<framework driver>.scripted(calls)``). It prints
-``{"tools": [...], "seen": [...], "printed": "..."}``.
+Run in the framework's own environment (`tests.support.compat_envs`) as ``python readme_example.py``,
+one spec a line on stdin (``{"framework": ..., "code": ..., "url": ..., "token": ..., "calls": [...]}``). The
+example's code runs as the body of an async function with ``url``, ``key`` and ``model`` bound (the README
+says what each is); ``model`` is the framework's driver's scripted model (``<framework driver>.scripted(calls)``).
+It prints ``{"tools": [...], "seen": [...], "printed": "..."}``.
 """
 
 from __future__ import annotations
@@ -39,5 +39,6 @@ async def main(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
+if __name__ == "__main__":  # one spec a line, one answer a line: the framework is imported once for them all
+    for line in sys.stdin:
+        print(json.dumps(asyncio.run(main(json.loads(line)))), flush=True)
