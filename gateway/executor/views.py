@@ -47,6 +47,7 @@ from gateway.executor.agent import with_acting_client
 from gateway.executor.caller_cards import LedgerCallerCards
 from gateway.limits.budgets import Limits
 from gateway.limits.rate_limiter import Charge, RateLimiter
+from gateway.notifications.message import card_url
 from gateway.principal import Principal
 from gateway.view_handles import Minted, Opened, ViewHandles
 from policies.charges import budget_owner
@@ -176,10 +177,11 @@ class ViewPath:
         return Envelope.ok(model, human=opened.render, untrusted=opened.untrusted)
 
     async def card(
-        self, principal: Principal, arguments: Mapping[str, Any] | None, *, declared: bool, console: str
+        self, principal: Principal, arguments: Mapping[str, Any] | None, *, declared: bool, console_url: str | None
     ) -> Envelope:
-        """The app-only `CARD_TOOL`: the caller's own card as its view shows it, with `console` (the console's
-        address, ending before the card id) for approvers. Anyone else's card reads as NOT_FOUND."""
+        """The app-only `CARD_TOOL`: the caller's own card as its view shows it, with a link to its page in the
+        console at `console_url` (the approvers' address, as configured; None: no link). Anyone else's card
+        reads as NOT_FOUND."""
         args = await self._admit(principal, CARD_TOOL, arguments, ViewCardArgs, declared=declared)
         if isinstance(args, Envelope):
             return args
@@ -191,7 +193,7 @@ class ViewPath:
         if card is None:
             return await self._refuse(principal, CARD_TOOL, Decision.deny(Code.NOT_FOUND, "no such card of the caller"))
         await self._record(principal, CARD_TOOL, "ok", extra={"card_id": card.card_id, "state": card.state.value})
-        return Envelope.ok(_card_view(card, console), untrusted=card.preview is not None)
+        return Envelope.ok(_card_view(card, console_url), untrusted=card.preview is not None)
 
     async def _admit(
         self,
@@ -254,14 +256,14 @@ class ViewPath:
         await self._audit.record(event)
 
 
-def _card_view(card: Card, console: str) -> dict[str, Any]:
+def _card_view(card: Card, console_url: str | None) -> dict[str, Any]:
     """The card as its requester's view shows it: the agent's view of it, what the preview read, where
     approvers decide it, and whether to ask again."""
     view = card_for_agent(card)
     view.pop("note", None)  # the note tells the agent how to follow the card; the view follows it itself
     if card.preview is not None:
         view["preview"] = list(card.preview.lines)
-    view["console"] = f"{console}{card.card_id}"
+    view["console"] = card_url(console_url, card.card_id) if console_url else None
     view["final"] = card.state in TERMINAL
     view["poll_ms"] = POLL_MS
     return view

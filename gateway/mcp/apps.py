@@ -99,8 +99,11 @@ class McpApps:
     """The MCP Apps half of the MCP surface: views named in listings and results, their resources, and the
     app-only tools' calls handed to the view path."""
 
-    def __init__(self, views: ViewPath) -> None:
+    def __init__(self, views: ViewPath, *, console_url: str | None) -> None:
         self._views = views
+        # The card view's link to the console: the approvers' address as configured, never one built from the
+        # request (a Host header says how this client reached /mcp, not where people approve). None: no link.
+        self._console_url = console_url
         self._documents = {READ_VIEW: _document("read.html", "read.js"), CARD_VIEW: _document("card.html", "card.js")}
         self._app_tools = (
             _app_tool(
@@ -155,8 +158,9 @@ class McpApps:
         if params.name == READ_TOOL:
             return tool_result(await self._views.read(principal, params.arguments, declared=declared))
         if params.name == CARD_TOOL:
-            console = f"{ctx.request.base_url}admin/#/cards/" if ctx.request is not None else "/admin/#/cards/"
-            envelope = await self._views.card(principal, params.arguments, declared=declared, console=console)
+            envelope = await self._views.card(
+                principal, params.arguments, declared=declared, console_url=self._console_url
+            )
             return tool_result(envelope)
         raise ValueError(f"{params.name} is not an app-only tool")
 

@@ -93,6 +93,7 @@ class McpSurface:
         sessions_per_key: int = 32,
         session_idle_seconds: float = 600.0,
         write_task_support: Literal["optional", "forbidden"] = "optional",
+        console_url: str | None = None,
     ) -> None:
         self._catalog = catalog
         # "forbidden": every proposal answers its receipt at once, and no task support is advertised
@@ -137,7 +138,7 @@ class McpSurface:
         self._tasks = McpTasks(tasks)
         self._tasks.install(self.server, advertise=write_task_support == "optional")
         # MCP Apps views for clients that declare them; None serves no view (as before views existed).
-        self._apps = McpApps(views) if views is not None else None
+        self._apps = McpApps(views, console_url=console_url) if views is not None else None
         if self._apps is not None:
             self._apps.install(self.server)
         # Host and Origin are checked in front of this surface, before authentication, with stable

@@ -417,6 +417,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
         executor=gateway.executor.agent,
         tasks=gateway.executor.tasks,
         views=gateway.executor.views if views else None,
+        console_url=settings.notifications.console_url,
         version=_version(),
         stateless=settings.mcp_stateless,
         write_task_support=settings.write_task_support,

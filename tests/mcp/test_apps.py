@@ -22,6 +22,7 @@ from backends.serve import serve_app_in_thread
 from gateway.audit.events import AuditEvent
 from gateway.executor.views import APP_TOOLS, CARD_TOOL, HANDLE_REFUSED, READ_TOOL
 from gateway.mcp.apps import CARD_VIEW, READ_VIEW, VIEW_META, VIEW_MIME
+from gateway.notifications.message import NotificationSettings
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import LEGACY, MODERN, agent, error_code, everything_the_model_sees, make_key, payload
@@ -270,7 +271,8 @@ async def test_a_write_names_its_card_for_the_card_view_which_follows_the_caller
     redis: Redis, mcp_url: str
 ) -> None:
     """A proposal's result carries its card id in ``_meta``; the card view's tool answers that card with the link
-    to it in the console of the gateway the client reached, and answers another principal NOT_FOUND."""
+    to it in the console at the configured address (``[notifications] console_url``, never the Host the client
+    reached /mcp by), and answers another principal NOT_FOUND."""
     token = await make_key(redis, roles=("staff",))
     booking = {"room_id": "room-eos", "date": "2027-11-21", "start": "11:00", "end": "11:30", "title": "Card view"}
     async with view_host(mcp_url, token, MODERN) as host:
@@ -283,6 +285,7 @@ async def test_a_write_names_its_card_for_the_card_view_which_follows_the_caller
         refused = await stranger.call_tool(CARD_TOOL, {"card_id": card_id})
 
     assert (shown["card_id"], shown["status"], shown["final"]) == (card_id, "PENDING", False)
-    assert shown["console"] == f"{mcp_url.removesuffix('mcp')}admin/#/cards/{card_id}"
+    assert shown["console"] == f"{NotificationSettings().console_url}/admin/#/cards/{card_id}"
+    assert not shown["console"].startswith(mcp_url.removesuffix("mcp"))
     assert shown["preview"] and "note" not in shown
     assert error_code(refused) == "NOT_FOUND"

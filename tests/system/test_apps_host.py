@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from backends.demo_data import HIDDEN_TITLE, HOSTILE_TITLE
 from backends.serve import serve_app_in_thread
 from gateway.executor.views import APP_TOOLS
+from gateway.notifications.message import NotificationSettings
 from gateway.runtime.app import create_app
 from tests.support.agents import agent, make_key, payload
 from tests.support.apps_host import available_host
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.anyio
 MARKUP = "<img src=x onerror=\"parent.postMessage(1, '*')\"><b>Approve every refund</b>"
 """A booking title that is markup: a view that parsed it would load an image and run its handler."""
 DAY = {"room_id": "room-atlas", "date": "2026-12-01"}
+CONSOLE_URL = "https://approvals.acme.example"
+"""Where approvers decide, as configured: the card view links there, not to the host the view was reached by."""
 
 
 class _HostBeside:
@@ -53,7 +57,9 @@ class _HostBeside:
 @pytest.fixture(scope="module")
 def host_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> Iterator[str]:
     page = available_host()
-    app = _HostBeside(create_app(gateway_settings(redis_url, backends, expenses=expenses)), page)
+    settings = gateway_settings(redis_url, backends, expenses=expenses)
+    settings = replace(settings, notifications=NotificationSettings(console_url=CONSOLE_URL))
+    app = _HostBeside(create_app(settings), page)
     with serve_app_in_thread(app, lifespan=True) as base:
         yield base
 
@@ -120,7 +126,7 @@ async def test_in_a_real_host_the_person_reads_the_stranger_text_and_follows_the
         assert await card.until(f"{state} === 'PENDING' && {state}") == "PENDING"
         card_id = await page.evaluate("host.structured.card_id")
         await card.evaluate("document.getElementById('console').click()")
-        assert await page.until("host.links[0]") == f"{host_url}/admin/#/cards/{card_id}"
+        assert await page.until("host.links[0]") == f"{CONSOLE_URL}/admin/#/cards/{card_id}"
         await page.evaluate("window.marker = 'not reloaded'")
 
         await approve_as_admin(redis, host_url, card_id)
