@@ -74,7 +74,8 @@ def _fingerprint(spec: CredentialSpec | None, secrets: Mapping[str, str]) -> str
 
 @dataclass(frozen=True, slots=True)
 class _Built:
-    """The tools of one pinned manifest, built once and kept while its content stays the same."""
+    """The tools of one pinned manifest, built once and kept while its content stays the same (the other input,
+    the lease they are checked against, is this source's own and never changes)."""
 
     content: str
     """`manifest_hash` of the document they were built from."""
@@ -130,7 +131,8 @@ class LiveToolSource:
         before = self._upstream.get(upstream, ())
         self._upstream[upstream] = tuple(tools)
         try:
-            box = Toolbox(self._served(), lease_seconds=self._lease_seconds)
+            # The other tools' schemas are taken as derived before: a large registered adapter's take a while.
+            box = Toolbox(self._served(), lease_seconds=self._lease_seconds, reuse=(self._box,))
         except ToolDeclarationError as error:
             self._upstream[upstream] = before
             logger.error("upstream %s tools refused, keeping the served tools: %s", upstream, error)
