@@ -73,10 +73,12 @@ def settlement_of(card: Card, events: Sequence[CardEvent]) -> Settlement | None:
     if any(event.type == "reconciled" for event in events):
         return _looked_up(card, evidence)
     sends = "one send" if card.attempts <= 1 else f"{card.attempts} sends"
+    status = evidence.get("status")
+    answered = f"answered by the backend with HTTP {status}" if isinstance(status, int) else "answered by the backend"
     if card.state is CardState.SUCCEEDED:
-        said = f"answered by the backend: it confirmed the write ({sends})"
+        said = f"{answered}: it confirmed the write ({sends})"
     else:
-        said = f"answered by the backend: it refused the write ({sends}), so it did not apply it"
+        said = f"{answered}: it refused the write ({sends}), so it did not apply it"
     return Settlement(
         by=SettledBy.ANSWER,
         said=said,

@@ -7,7 +7,7 @@ attempt, for an approved card. Nothing else in the gateway runs a tool's `execut
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from pydantic import BaseModel, ValidationError
@@ -48,11 +48,12 @@ class Invoker:
         *,
         idempotency_key: str | None = None,
         receipt: RequestSigner | None = None,
+        answered: Callable[[int], None] | None = None,
     ) -> ToolContext:
         """What `tool` receives for `principal`: its backend client, identity headers, the caller's cards.
 
-        `idempotency_key` and `receipt` are set only for an approved write: the key minted with its card,
-        and what signs the approval receipt of each of its requests.
+        `idempotency_key`, `receipt` and `answered` are set only for an approved write: the key minted with its
+        card, what signs the approval receipt of each of its requests, and what is told each answer's status.
         """
         return ToolContext(
             principal=principal,
@@ -62,6 +63,7 @@ class Invoker:
             cards=LedgerCallerCards(self._ledger, principal),
             identity=self._identity(principal, tool.adapter),
             receipt=receipt,
+            answered=answered,
         )
 
     async def invoke(self, tool: Tool, args: BaseModel, ctx: ToolContext) -> BaseModel:

@@ -271,11 +271,14 @@ class WritePath:
             return await self._settle(card, released, "NOT_SENT", f"{_NO_SIGNING_KEY}; will retry")
         # The one context of this send: the key minted when the card was created and a receipt signed for each
         # request. The precondition reads with it too, without either (a read carries no key and no receipt).
-        ctx = self._invoker.context(tool, requester_of(card), idempotency_key=card.idempotency_key, receipt=receipt)
+        answers: list[int] = []
+        ctx = self._invoker.context(
+            tool, requester_of(card), idempotency_key=card.idempotency_key, receipt=receipt, answered=answers.append
+        )
 
         # 1c. The precondition: what the approver decided on still holds, read again just before sending.
         changed = await self._precondition(
-            card, tool, args, dataclasses.replace(ctx, idempotency_key=None, receipt=None)
+            card, tool, args, dataclasses.replace(ctx, idempotency_key=None, receipt=None, answered=None)
         )
         if changed is not None:
             return changed
@@ -312,6 +315,8 @@ class WritePath:
         # 4. Classify the attempt by policy; nothing that may have landed is ever resent blindly.
         attempt = classify(error, contract, resend=card.resend)
         evidence = _evidence(error, tool)
+        if error is None and answers:
+            evidence["status"] = answers[-1]  # what the backend answered the write with (201, 200, 204...)
         if attempt is Attempt.NOT_SENT:
             delay_ms = retry_delay_ms(error, card.attempts)
             released = self._ledger.release(

@@ -2,8 +2,10 @@
 
 Who uses it: the composition root builds one and hands it to the executor and the catalog as
 their `ToolSource`. `refresh()` is cheap when nothing changed (one GET of the registry version);
-when an admin accepts or removes an adapter, it builds the new tools, opens a client for each new
-backend, and swaps in a new `Toolbox` in one assignment, so every call sees one consistent set.
+when an admin accepts or removes an adapter, it builds the tools of the adapters whose pinned manifest
+changed (the others' tools are kept: an adapter's tools follow from its name and its manifest alone,
+and building those of a large one takes a while), opens a client for each new backend, and swaps in a
+new `Toolbox` in one assignment, so every call sees one consistent set.
 A pinned adapter that names a shared signing key (``signing_secret_env``) is served only when that key
 is set in the gateway's secrets; one that names none gets identities signed with the gateway's own
 keys (its JWKS): no registered backend ever receives a call whose identity it cannot verify.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -32,7 +35,7 @@ from gateway.outbound.backend_auth import (
 from gateway.registry.manifest import AdapterManifest, CredentialSpec
 from gateway.registry.tools import ManifestError, tools_from_manifest
 from gateway.signing.identity import IdentityHeaders
-from gateway.store.registrations import RegistryStore
+from gateway.store.registrations import RegistryStore, manifest_hash
 from gateway.tools.declarations import Tool
 from gateway.tools.toolbox import Toolbox
 from gateway.tools.upstream import UpstreamClient
@@ -69,6 +72,17 @@ def _fingerprint(spec: CredentialSpec | None, secrets: Mapping[str, str]) -> str
     return hashlib.sha256(values.encode()).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """The tools of one pinned manifest, built once and kept while its content stays the same (the other input,
+    the lease they are checked against, is this source's own and never changes)."""
+
+    content: str
+    """`manifest_hash` of the document they were built from."""
+    manifest: AdapterManifest
+    tools: Toolbox
+
+
 class LiveToolSource:
     """A `ToolSource` whose tools follow the registry's pinned manifests."""
 
@@ -98,6 +112,7 @@ class LiveToolSource:
         self._version: int | None = None
         self._upstream: dict[str, tuple[Tool, ...]] = {}
         self._remote: tuple[Tool, ...] = ()
+        self._built: dict[str, _Built] = {}
         self._endpoints: dict[str, tuple[str, str, str]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
 
@@ -116,7 +131,8 @@ class LiveToolSource:
         before = self._upstream.get(upstream, ())
         self._upstream[upstream] = tuple(tools)
         try:
-            box = Toolbox(self._served(), lease_seconds=self._lease_seconds)
+            # The other tools' schemas are taken as derived before: a large registered adapter's take a while.
+            box = Toolbox(self._served(), lease_seconds=self._lease_seconds, reuse=(self._box,))
         except ToolDeclarationError as error:
             self._upstream[upstream] = before
             logger.error("upstream %s tools refused, keeping the served tools: %s", upstream, error)
@@ -142,9 +158,10 @@ class LiveToolSource:
             return False
         # Building tools is CPU-bound (schemas to models, a large adapter takes a while): off the event loop, so
         # calls and /healthz are served meanwhile. The swap below happens on the loop, in one assignment.
-        built = await anyio.to_thread.run_sync(self._build, dict(await self._store.pinned()))
+        built = await anyio.to_thread.run_sync(self._build, dict(await self._store.pinned()), self._built)
         remote: list[Tool] = []
-        for name, manifest, tools in built:
+        for name, adapter in built.items():
+            manifest = adapter.manifest
             # A named shared key must be set (its backend expects HS256); none named: the gateway's own keys.
             signing_key = self._secrets.get(manifest.signing_secret_env) if manifest.signing_secret_env else None
             if manifest.signing_secret_env and not signing_key:
@@ -157,25 +174,34 @@ class LiveToolSource:
                 )
                 continue
             self._connect(name, manifest, signing_key)
-            remote.extend(tools)
+            remote.extend(adapter.tools.values())
         served = self._served(remote)
+        # The schemas of every tool built before are taken from where they were derived, not derived again.
+        reuse = (self._box, *(adapter.tools for adapter in built.values()))
         try:
-            box = await anyio.to_thread.run_sync(lambda: Toolbox(served, lease_seconds=self._lease_seconds))
+            box = await anyio.to_thread.run_sync(
+                lambda: Toolbox(served, lease_seconds=self._lease_seconds, reuse=reuse)
+            )
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False
         changed = set(box) != set(self._box) or any(box.version(n) != self._box.version(n) for n in box)
-        self._box, self._version, self._remote = box, version, tuple(remote)
+        self._box, self._version, self._remote, self._built = box, version, tuple(remote), built
         if changed:
             logger.info("catalog now serves %d tools (registry version %d)", len(box), version)
             for listener in self._listeners:
                 await listener()
         return changed
 
-    def _build(self, pinned: Mapping[str, Any]) -> list[tuple[str, AdapterManifest, tuple[Tool, ...]]]:
-        """The tools of each pinned manifest that can be built (run in a worker thread)."""
-        built = []
+    def _build(self, pinned: Mapping[str, Any], before: Mapping[str, _Built]) -> dict[str, _Built]:
+        """The tools of each pinned manifest that can be built (run in a worker thread): those built `before`
+        from the same content are taken as they are, the others built now."""
+        built: dict[str, _Built] = {}
         for name, document in pinned.items():
+            content = manifest_hash(document)
+            if (kept := before.get(name)) is not None and kept.content == content:
+                built[name] = kept
+                continue
             try:
                 manifest = AdapterManifest.model_validate(document)
                 tools = Toolbox(tools_from_manifest(name, manifest), lease_seconds=self._lease_seconds)
@@ -185,7 +211,7 @@ class LiveToolSource:
                 # adapter stays out, loudly.
                 logger.error("pinned adapter %s cannot be served: %s", name, error)
                 continue
-            built.append((name, manifest, tuple(tools.values())))
+            built[name] = _Built(content, manifest, tools)
         return built
 
     def _connect(self, name: str, manifest: AdapterManifest, signing_key: str | None) -> None:

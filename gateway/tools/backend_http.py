@@ -215,7 +215,10 @@ async def _send(
         elif method.upper() not in _SAFE_METHODS:
             raise UpstreamUnavailableError("no signed receipt for this write", service=ctx.service, sent=False)
         headers["idempotency-key"] = ctx.idempotency_key
-    return await http.request(method, url, params=params, json=json, headers=headers)
+    response = await http.request(method, url, params=params, json=json, headers=headers)
+    if ctx.answered is not None and method.upper() not in _SAFE_METHODS:
+        ctx.answered(response.status)
+    return response
 
 
 def _json_object(response: UpstreamResponse) -> dict[str, Any]:

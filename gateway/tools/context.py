@@ -55,6 +55,9 @@ class ToolContext:
     """Headers that tell the backend who is asking (subject, org, and a signed claim when keyed)."""
     receipt: RequestSigner | None = None
     """Set only when running an approved write: signs the receipt each request of the send carries."""
+    answered: Callable[[int], None] | None = None
+    """Set only when running an approved write: told the HTTP status of each answer to a request of the send
+    that can change something (not GET, HEAD, OPTIONS), so the card can record what the backend answered."""
     approved_arguments: Mapping[str, Any] | None = None
     """Set only when settling an approved write whose outcome is unknown: the arguments approved, for a
     lookup that matches on them (an upstream MCP server has no key to look a write up by)."""

@@ -44,8 +44,16 @@ class Toolbox(Mapping[str, Tool]):
     """
 
     __slots__ = ("_outputs", "_schemas", "_tools", "_versions")
+    _tools: Mapping[str, Tool]
+    _versions: Mapping[str, str]
+    _schemas: Mapping[str, Mapping[str, Any]]
+    _outputs: Mapping[str, Mapping[str, Any]]
 
-    def __init__(self, tools: Iterable[Tool], *, lease_seconds: float) -> None:
+    def __init__(self, tools: Iterable[Tool], *, lease_seconds: float, reuse: Iterable[Toolbox] = ()) -> None:
+        """`reuse`: toolboxes built before, whose derived data (definition hash, input and output schema) is
+        taken for every tool that is the very same object there rather than computed again: a `Tool` is
+        frozen, so that data cannot differ, and deriving the schemas of a large registered adapter takes
+        a while. The checks below run on every tool all the same."""
         by_name: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in by_name:
@@ -59,10 +67,26 @@ class Toolbox(Mapping[str, Tool]):
                     tool=tool.name,
                 )
             by_name[tool.name] = tool
+        # By identity: each toolbox in `reuse` holds its tools, so no id is taken by another object meanwhile.
+        known = {id(box[name]): box for box in reuse for name in box}
+        versions: dict[str, str] = {}
+        schemas: dict[str, Mapping[str, Any]] = {}
+        outputs: dict[str, Mapping[str, Any]] = {}
+        for name, tool in by_name.items():
+            if (box := known.get(id(tool))) is not None:
+                versions[name], schemas[name], outputs[name] = (
+                    box._versions[name],
+                    box._schemas[name],
+                    box._outputs[name],
+                )
+            else:
+                versions[name] = definition_hash(tool)
+                schemas[name] = tool.arguments.model_json_schema()
+                outputs[name] = output_schema(tool)
         self._tools = MappingProxyType(by_name)
-        self._versions = MappingProxyType({name: definition_hash(tool) for name, tool in by_name.items()})
-        self._schemas = MappingProxyType({name: tool.arguments.model_json_schema() for name, tool in by_name.items()})
-        self._outputs = MappingProxyType({name: output_schema(tool) for name, tool in by_name.items()})
+        self._versions = MappingProxyType(versions)
+        self._schemas = MappingProxyType(schemas)
+        self._outputs = MappingProxyType(outputs)
 
     def current(self) -> Toolbox:
         """A fixed toolbox is its own `ToolSource`."""

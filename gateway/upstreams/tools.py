@@ -7,7 +7,9 @@ to people) unless the review says ``trusted_output``. A tool reviewed *write* is
 approval-card creator: its arguments are validated against the upstream's ``inputSchema`` when the
 card is proposed, its preview (a read of the same upstream) is shown on the card, and after approval
 the worker calls it once. MCP has no idempotency key, so the write contract never allows a resend: an
-unknown outcome is settled by the review's lookup (a read and a match rule), else by a person.
+unknown outcome is settled by the review's lookup (a read and a match rule), else by a person. When the
+preview makes the lookup's very read (same tool, same arguments), it also records whether the lookup's
+match held already at proposal, so the card can say whether the state the lookup finds was there before.
 
 Who calls it: the composition root, with the connection it supervises for the upstream.
 """
@@ -143,7 +145,7 @@ def _tool(
         approval=Approval(approver_role=review.approver_role),
         summary=lambda _args: f"call {name} on the MCP server {upstream} (never resent automatically)",
         agent_text_fields=frozenset(arguments.model_fields),
-        preview=_preview(connection, review.preview, review.timeout_seconds) if review.preview else None,
+        preview=_preview(connection, review.preview, review.lookup, review.timeout_seconds) if review.preview else None,
         destructive=True,
     )
 
@@ -239,10 +241,15 @@ def _mapped(rule: ArgumentMap, values: Mapping[str, Any]) -> dict[str, Any]:
     return {theirs: values.get(ours) for theirs, ours in rule.items()}
 
 
-def _preview(connection: UpstreamConnection, rule: PreviewRule, timeout: float) -> PreviewRead:
+def _preview(
+    connection: UpstreamConnection, rule: PreviewRule, lookup: LookupRule | None, timeout: float
+) -> PreviewRead:
     """Read the write's target now; with `compare`, a diff of what the write will change.
 
-    Upstream text: the lines go to approvers only, escaped by each surface."""
+    When `lookup` reads what this preview reads (same tool, same arguments for this write), the facts also
+    say whether its match held already (``lookup_matched``, with the read and rule it was checked by, as
+    ``lookup``): nothing there yet is no match. Upstream text: the lines go to approvers only, escaped by
+    each surface."""
 
     async def preview(args: BaseModel, ctx: ToolContext) -> Preview:
         values = _sent(args)
@@ -260,7 +267,10 @@ def _preview(connection: UpstreamConnection, rule: PreviewRule, timeout: float) 
             moved = (values.get(rule.renames.source), values.get(rule.renames.destination))
             lines += ["diff:", "  --- now", "  +++ after", f"  -{moved[0]}", f"  +{moved[1]}"]
         digest = hashlib.sha256((current or "").encode()).hexdigest() if current is not None else None
-        return Preview(lines=tuple(lines), facts={"read": rule.tool, "current_sha256": digest})
+        facts: dict[str, Any] = {"read": rule.tool, "current_sha256": digest}
+        if lookup is not None and _lookup_read(lookup, values)["read"] == {rule.tool: _mapped(rule.arguments, values)}:
+            facts |= {"lookup": _lookup_read(lookup, values), "lookup_matched": _matches(lookup, current, values)}
+        return Preview(lines=tuple(lines), facts=facts)
 
     return preview
 
@@ -289,12 +299,30 @@ def _lookup(connection: UpstreamConnection, rule: LookupRule | None, timeout: fl
         if rule is None or approved is None:
             return WriteStatus(state="unknown", detail={"lookup": "none declared: a person settles it"}, via="none")
         text = await _call(connection, rule.tool, _mapped(rule.arguments, approved), timeout)
-        if rule.equals is not None:
-            found = text == str(approved.get(rule.equals, ""))
-        else:
-            found = str(approved.get(rule.contains or "", "")) in text
-        detail = {"lookup": rule.tool, "matched": found}
+        found = _matches(rule, text, approved)
+        detail: dict[str, Any] = {"lookup": rule.tool, "matched": found}
+        if found:
+            # A state that held before the write cannot say this write made it: compared with the preview's read
+            # at proposal when it was this very read and rule (None: no such read, it may have held before).
+            before = ctx.preview_facts or {}
+            held = before.get("lookup_matched") if before.get("lookup") == _lookup_read(rule, approved) else None
+            detail["held_at_proposal"] = held if isinstance(held, bool) else None
         # No key travels to an MCP server: what settles it is the state its read shows (`gateway.cards.settlement`).
         return WriteStatus(state="applied" if found else "unknown", detail=detail, via="state_match")
 
     return status
+
+
+def _matches(rule: LookupRule, text: str | None, approved: Mapping[str, Any]) -> bool:
+    """Whether the read's `text` (None: nothing there) shows the write `approved` by `rule`."""
+    if text is None:
+        return False
+    if rule.equals is not None:
+        return text == str(approved.get(rule.equals, ""))
+    return str(approved.get(rule.contains or "", "")) in text
+
+
+def _lookup_read(rule: LookupRule, approved: Mapping[str, Any]) -> dict[str, Any]:
+    """The lookup's read and rule for the write `approved` (JSON, as a card's preview facts keep it)."""
+    match = {"equals": rule.equals} if rule.equals is not None else {"contains": rule.contains}
+    return {"read": {rule.tool: _mapped(rule.arguments, approved)}, **match}

@@ -24,6 +24,8 @@ STATE_SAW = {"lookup": "/repos/o/r/issues/7", "saw": {"state": "closed"}, "match
     ("state", "evidence", "events", "by", "said"),
     [
         (CardState.SUCCEEDED, {}, (_event("completed", "worker"),), SettledBy.ANSWER, "it confirmed the write"),
+        (CardState.SUCCEEDED, {"status": 204}, (_event("completed", "worker"),), SettledBy.ANSWER,
+         "answered by the backend with HTTP 204: it confirmed the write (one send)"),
         (CardState.FAILED, {"error": "UpstreamRefusedError", "status": 422}, (), SettledBy.ANSWER, "it refused"),
         (CardState.FAILED, {"code": "CONFLICT", "reason": "tool definition changed", "sent": False}, (),
          SettledBy.GATEWAY, "before anything was sent: tool definition changed"),
@@ -42,8 +44,8 @@ STATE_SAW = {"lookup": "/repos/o/r/issues/7", "saw": {"state": "closed"}, "match
         (CardState.SUCCEEDED, {"ticket": "T-1"}, (*LOOKED_UP[:2], _event("handed_over"), _event("resolved", "bob")),
          SettledBy.PERSON, "settled by a person (bob)"),
     ],
-    ids=["answered", "refused", "unsent", "status", "status-refused", "search", "state-changed", "state-held",
-         "state-unknown-before", "person"],
+    ids=["answered", "answered-with-status", "refused", "unsent", "status", "status-refused", "search",
+         "state-changed", "state-held", "state-unknown-before", "person"],
 )  # fmt: skip
 def test_a_settled_card_says_how_and_no_more_than_its_evidence(
     state: CardState, evidence: dict[str, Any], events: tuple[CardEvent, ...], by: SettledBy, said: str

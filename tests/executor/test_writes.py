@@ -6,6 +6,7 @@ import json
 import secrets
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
@@ -15,12 +16,13 @@ from backends.serve import serve_app_in_thread
 from gateway import Access, Approval, Mode, Tool, ToolContext, fill_path, keyed_contract, request_json
 from gateway.cards.card import CardState, verify_chain
 from gateway.config.settings import AdapterSettings, OrgSettings, Settings
+from gateway.principal import KeyKind
 from gateway.runtime.app import build_gateway, create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.keys import KeyStore
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code, make_key, payload
-from tests.support.cards import approve
+from tests.support.cards import approve, approve_as_admin
 from tests.support.cards import settled as _settled
 from tests.support.planted import serve_planted
 from tests.support.redis_server import start_redis_server
@@ -68,6 +70,27 @@ async def test_proposal_approved_by_a_person_runs_exactly_once(
     keys_seen = [r.headers.get("idempotency-key") for r in backends["rooms"].app.state.service.requests
                  if r.method == "POST" and r.path == "/bookings"]  # fmt: skip
     assert card.idempotency_key in keys_seen
+
+
+async def test_a_write_the_backend_answered_shows_its_http_status_in_the_admin_card_view(
+    redis: Redis, mcp_url: str
+) -> None:
+    """The card of a booking the rooms backend created says, for people, that its answer settled it and with
+    which HTTP status (201): what the card is worth as evidence is on it, not only in the backend's log."""
+    token = await make_key(redis, roles=("staff",))
+    async with agent(mcp_url, token) as client:
+        receipt = payload(await client.call_tool("rooms_book", _booking("2026-12-18")))
+    base_url = mcp_url.removesuffix("/mcp")
+    await approve_as_admin(redis, base_url, receipt["card_id"])
+    assert (await _settled(redis, receipt["card_id"])).state is CardState.SUCCEEDED
+    admin = await make_key(redis, subject="ann@acme.example", roles=("approver",), kind=KeyKind.ADMIN)
+    async with httpx.AsyncClient(base_url=base_url, headers={"authorization": f"Bearer {admin}"}) as http:
+        answer = await http.get(f"/admin/api/cards/{receipt['card_id']}")
+    assert answer.status_code == 200, answer.text
+    settlement = answer.json()["card"]["settlement"]
+    assert settlement["by"] == "answer"
+    assert settlement["said"] == "answered by the backend with HTTP 201: it confirmed the write (one send)"
+    assert settlement["saw"] == {"status": 201}
 
 
 async def test_same_open_proposal_returns_the_same_card(redis: Redis, mcp_url: str) -> None:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from backends.expenses import expenses_manifest
 from gateway.principal import Principal
+from gateway.registry import live
 from gateway.registry.live import LiveToolSource
+from gateway.registry.manifest import AdapterManifest
 from gateway.runtime.app import backend_client
 from gateway.signing.identity import IDENTITY_HEADER, IdentityHeaders, verify_identity
 from gateway.store.registrations import RegistryStore
+from gateway.tools.declarations import Tool
 from gateway.tools.upstream import UpstreamClient
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend
 from tests.support.tools import read_tool
@@ -92,3 +97,106 @@ async def test_a_served_adapter_is_signed_for_with_its_own_key(redis: Redis, exp
         "sub": "alice@acme.example",
         "org": "acme",
     }
+
+
+def _named(name: str, base_url: str) -> dict[str, Any]:
+    """The expenses manifest as adapter `name` offers it (its tools carry that name's prefix)."""
+    document: dict[str, Any] = json.loads(json.dumps(expenses_manifest(base_url)).replace("expenses_", f"{name}_"))
+    return document
+
+
+async def _pin(store: RegistryStore, name: str, document: Mapping[str, Any]) -> None:
+    proposal = await store.propose(name, document, owner=f"{name}-svc", flags=[])
+    assert proposal.proposed_hash is not None
+    assert await store.accept(name, expected_hash=proposal.proposed_hash, admin="root@acme.example")
+
+
+class _Counting:
+    """The source's `tools_from_manifest`, counting the builds by adapter name (the real builder runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.built: list[str] = []
+        real = live.tools_from_manifest
+
+        def counted(adapter: str, manifest: AdapterManifest) -> tuple[Tool, ...]:
+            self.built.append(adapter)
+            return real(adapter, manifest)
+
+        monkeypatch.setattr(live, "tools_from_manifest", counted)
+
+
+async def _source(redis: Redis) -> tuple[LiveToolSource, RegistryStore, dict[str, UpstreamClient]]:
+    store = RegistryStore(redis)
+    clients: dict[str, UpstreamClient] = {}
+    source = LiveToolSource(
+        static=[read_tool()],
+        store=store,
+        clients=clients,
+        make_client=backend_client,
+        secrets={"EXPENSES_SIGNING_KEY": EXPENSES_SIGNING_KEY},
+        identity=IdentityHeaders(),
+        health_paths={},
+        lease_seconds=30.0,
+    )
+    return source, store, clients
+
+
+async def test_accepting_one_adapter_builds_only_its_tools_and_keeps_the_others_served(
+    redis: Redis, expenses: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tools of a pinned manifest that did not change are kept, not built again, when another adapter is
+    accepted or removed; the new one's are built and served beside them, the removed one's dropped."""
+    counting = _Counting(monkeypatch)
+    source, store, clients = await _source(redis)
+    try:
+        await _pin(store, "ledger", _named("ledger", expenses.url))
+        await _pin(store, "travel", _named("travel", expenses.url))
+        assert await source.refresh()
+        assert sorted(counting.built) == ["ledger", "travel"]
+        kept = source.current()["ledger_submit"]
+
+        await _pin(store, "meals", _named("meals", expenses.url))
+        assert await source.refresh()
+        assert counting.built[2:] == ["meals"]
+        served = set(source.current())
+        assert {"ledger_submit", "travel_submit", "meals_submit", "demo_echo"} <= served
+        assert source.current()["ledger_submit"] is kept
+
+        assert await store.remove("travel")
+        assert await source.refresh()
+        assert counting.built[3:] == []
+        assert not {name for name in source.current() if name.startswith("travel_")}
+        assert {"ledger_submit", "meals_submit"} <= set(source.current())
+    finally:
+        for client in clients.values():
+            await client.aclose()
+
+
+async def test_a_changed_manifest_is_built_again_and_served_as_changed(
+    redis: Redis, expenses: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An accepted new version of an adapter's manifest replaces its tools: the new description and input
+    schema are what is served (and its definition hash moves), while the unchanged adapter is not rebuilt."""
+    counting = _Counting(monkeypatch)
+    source, store, clients = await _source(redis)
+    try:
+        await _pin(store, "ledger", _named("ledger", expenses.url))
+        await _pin(store, "travel", _named("travel", expenses.url))
+        await source.refresh()
+        before = source.current().version("ledger_submit")
+
+        changed = _named("ledger", expenses.url)
+        submit = next(tool for tool in changed["tools"] if tool["name"] == "ledger_submit")
+        submit["description"] = "Submit an expense report for the ledger. An approver must countersign it first."
+        submit["input_schema"]["properties"]["title"]["maxLength"] = 80
+        await _pin(store, "ledger", changed)
+        assert await source.refresh()
+
+        assert counting.built[2:] == ["ledger"]
+        box = source.current()
+        assert box["ledger_submit"].description == submit["description"]
+        assert box.input_schema("ledger_submit")["properties"]["title"]["maxLength"] == 80
+        assert box.version("ledger_submit") != before
+    finally:
+        for client in clients.values():
+            await client.aclose()

@@ -139,6 +139,26 @@ def test_a_write_whose_send_could_outlast_the_lease_is_refused(timeout_seconds: 
     assert (caught.value.code, caught.value.tool) == ("timeout_exceeds_lease", "demo_write")
 
 
+class _ShortArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(max_length=8)
+
+
+def test_a_toolbox_takes_derived_schemas_only_for_the_very_same_tool() -> None:
+    """`reuse` carries over what was derived for a tool object served before; another tool of the same name
+    (a changed manifest's) gets its own schema and definition hash, and the checks run on every tool."""
+    before = Toolbox([read_tool(), write_tool()], lease_seconds=30.0)
+    changed = read_tool(arguments=_ShortArgs, description="Echo short text.")
+    box = Toolbox([changed, before["demo_write"]], lease_seconds=30.0, reuse=[before])
+    assert box.input_schema("demo_echo") == _ShortArgs.model_json_schema()
+    assert box.version("demo_echo") != before.version("demo_echo")
+    assert box.input_schema("demo_write") is before.input_schema("demo_write")
+    assert box.version("demo_write") == before.version("demo_write")
+    with pytest.raises(ToolDeclarationError) as caught:
+        Toolbox([before["demo_write"]], lease_seconds=12.0, reuse=[before])
+    assert caught.value.code == "timeout_exceeds_lease"
+
+
 def test_a_read_tool_is_not_held_to_the_lease() -> None:
     """Reads run on the agent's call, never under a worker's lease: a long read timeout is fine."""
     assert list(Toolbox([read_tool(timeout_seconds=60.0)], lease_seconds=30.0)) == ["demo_echo"]

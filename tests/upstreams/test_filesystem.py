@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from starlette.datastructures import Secret
 
 from gateway.cards.card import CardState
+from gateway.cards.settlement import SettledBy, settlement_of
 from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import EditRule, LookupRule, PreviewRule, RenameRule, ToolReview, UpstreamSection
 from gateway.runtime.app import Gateway
@@ -221,7 +223,9 @@ async def test_edit_and_move_are_cards_and_a_rejected_card_changes_nothing(
 
 
 async def test_an_unknown_write_settles_by_its_lookup(fronted: tuple[Gateway, Path], redis: Redis) -> None:
-    """The lookup reads the file back: holding the approved content is "applied"; anything else stays unknown."""
+    """The lookup reads the file back: holding the approved content is "applied"; anything else stays unknown.
+    Compared with the card's preview (the same read, at proposal), a file that held that content already then
+    is said to have held before: the read cannot tell whether this write changed anything."""
     gateway, root = fronted
     tool = gateway.live.current()["files_write_file"]
     assert tool.write_contract is not None and not tool.write_contract.dedupes_on_key  # never a resend
@@ -230,11 +234,17 @@ async def test_an_unknown_write_settles_by_its_lookup(fronted: tuple[Gateway, Pa
     ctx = gateway.executor.writes._invoker.context(tool, staff)
     approved = {"path": str(root / "plan.txt"), "content": "step one\n"}
     lookup = tool.write_contract.status_lookup
-    from dataclasses import replace
 
-    assert (await lookup("key", replace(ctx, approved_arguments=approved))).state == "applied"
+    found = await lookup("key", replace(ctx, approved_arguments=approved))
+    assert (found.state, found.detail["held_at_proposal"]) == ("applied", None)  # no card, no read at proposal
     other = {**approved, "content": "something else"}
     assert (await lookup("key", replace(ctx, approved_arguments=other))).state == "unknown"
+
+    card_id = (await gateway.executor.agent.execute(staff, "files_write_file", approved)).for_model()["card_id"]
+    card = await gateway.ledger.get(card_id)
+    assert card is not None and card.preview is not None
+    held = await lookup("key", replace(ctx, approved_arguments=card.arguments, preview_facts=card.preview.facts))
+    assert (held.state, held.detail["held_at_proposal"]) == ("applied", True)
 
 
 async def test_the_stdio_child_receives_only_the_allowlisted_environment(
@@ -283,7 +293,13 @@ async def test_a_write_whose_answer_is_lost_settles_succeeded_by_its_lookup_with
         with anyio.fail_after(30):  # the lookup waits for the session the supervisor opens again
             settled = await gateway.executor.writes.reconcile(card_id, worker="test")
         assert settled is not None and settled.state is CardState.SUCCEEDED
-        assert [event.type for event in await gateway.ledger.events(card_id)].count("dispatched") == 1
+        events = await gateway.ledger.events(card_id)
+        assert [event.type for event in events].count("dispatched") == 1
+    # The file did not hold the new content when the card was proposed (its preview read it): the card says so.
+    settlement = settlement_of(settled, events)
+    assert settlement is not None and settlement.by is SettledBy.STATE_MATCH
+    assert settlement.saw["held_at_proposal"] is False
+    assert "did not at proposal: this write, or a change made since, made it so" in settlement.said
 
 
 async def test_the_stdio_childs_stderr_reaches_the_gateway_log_under_the_upstreams_name(
