@@ -115,6 +115,7 @@ class LiveToolSource:
         self._built: dict[str, _Built] = {}
         self._endpoints: dict[str, tuple[str, str, str]] = {}
         self._listeners: list[Callable[[], Awaitable[None]]] = []
+        self._refreshing = anyio.Lock()
 
     def current(self) -> Toolbox:
         return self._box
@@ -152,7 +153,14 @@ class LiveToolSource:
         return [*self._static, *upstream, *(self._remote if remote is None else remote)]
 
     async def refresh(self) -> bool:
-        """Rebuild from the pinned manifests if the registry changed. Returns whether tools changed."""
+        """Rebuild from the pinned manifests if the registry changed. Returns whether tools changed.
+
+        One refresh at a time: the poll and an accept's own refresh may overlap, and the one that read the
+        registry first could otherwise swap its older tools in after the newer ones."""
+        async with self._refreshing:
+            return await self._refresh()
+
+    async def _refresh(self) -> bool:
         version = await self._store.version()
         if version == self._version:
             return False

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import pytest
 from redis.asyncio import Redis
 
@@ -125,8 +126,10 @@ class _Counting:
         monkeypatch.setattr(live, "tools_from_manifest", counted)
 
 
-async def _source(redis: Redis) -> tuple[LiveToolSource, RegistryStore, dict[str, UpstreamClient]]:
-    store = RegistryStore(redis)
+async def _source(
+    redis: Redis, store: RegistryStore | None = None
+) -> tuple[LiveToolSource, RegistryStore, dict[str, UpstreamClient]]:
+    store = store or RegistryStore(redis)
     clients: dict[str, UpstreamClient] = {}
     source = LiveToolSource(
         static=[read_tool()],
@@ -197,6 +200,47 @@ async def test_a_changed_manifest_is_built_again_and_served_as_changed(
         assert box["ledger_submit"].description == submit["description"]
         assert box.input_schema("ledger_submit")["properties"]["title"]["maxLength"] == 80
         assert box.version("ledger_submit") != before
+    finally:
+        for client in clients.values():
+            await client.aclose()
+
+
+class _HeldStore(RegistryStore):
+    """A real registry store whose first read of the pinned manifests is held, once read, until `release`:
+    the refresh that made it finishes after anything started meanwhile, with what it read then."""
+
+    def __init__(self, redis: Redis) -> None:
+        super().__init__(redis)
+        self.read = anyio.Event()
+        self.release = anyio.Event()
+        self._held = False
+
+    async def pinned(self) -> dict[str, Mapping[str, Any]]:
+        pinned = await super().pinned()
+        if not self._held:
+            self._held = True
+            self.read.set()
+            await self.release.wait()
+        return pinned
+
+
+async def test_an_older_refresh_never_swaps_its_tools_in_after_a_newer_one(redis: Redis, expenses: Backend) -> None:
+    """A registry poll that read the pinned manifests before an accept, and an accept's own refresh after it,
+    overlap: the adapter accepted in between is served once both are done (they run one after the other, so
+    the older cannot put its tools back over the newer's)."""
+    store = _HeldStore(redis)
+    source, store, clients = await _source(redis, store)
+    try:
+        await _pin(store, "ledger", _named("ledger", expenses.url))
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(source.refresh)  # the poll: reads the registry as it was, then is held
+            await store.read.wait()
+            await _pin(store, "meals", _named("meals", expenses.url))
+            tasks.start_soon(source.refresh)  # the accept's own refresh
+            for _ in range(50):  # let it run as far as it can while the poll is held
+                await anyio.sleep(0.01)
+            store.release.set()
+        assert {"ledger_submit", "meals_submit"} <= set(source.current())
     finally:
         for client in clients.values():
             await client.aclose()
