@@ -14,7 +14,7 @@ The three outcomes, from a policy set:
   approval: ``@approval("1")``, ``@approval("2")`` (the most any deciding permit asks for wins),
   ``@approver_role("finance")``, or ``@approval("auto")`` when a deciding permit says auto and none
   asks for a number of people; a permit without ``@approval`` leaves the tool's own approval.
-  An auto approval never applies to a tainted proposal unless the auto policy's condition reads
+  An auto approval never applies to a tainted proposal unless the auto policy's condition reads the value of
   ``context.tainted`` (its author decided what a tainted proposal gets); such a card waits for a
   person instead.
 
@@ -66,7 +66,7 @@ class CompiledPolicies:
     annotations: Mapping[str, Mapping[str, str]]
     """Each policy's annotations, by its id."""
     reads_taint: frozenset[str]
-    """The ids of the policies whose condition reads ``context.tainted``."""
+    """The ids of the policies whose condition reads the value of ``context.tainted`` (`_reads_taint_value`)."""
     forbids: frozenset[str] = frozenset()
     """Cedar's ``policyN`` of every ``forbid``: one that cannot be evaluated denies (`CedarEngine.decide`)."""
     schema: str = ""
@@ -171,6 +171,26 @@ def _context_reads(node: Any, reads: set[str] | None) -> set[str] | None:
     return reads
 
 
+_TAINT_VALUE = {"left": {"Var": "context"}, "attr": "tainted"}
+"""``context.tainted`` in Cedar's JSON form, under ``"."`` (a read of the value) or ``"has"`` (a test it is there)."""
+
+
+def _reads_taint_value(node: Any) -> bool:
+    """Whether a policy's conditions (Cedar's JSON form) read the value of ``context.tainted``.
+
+    Only a read of the value can make a condition's outcome turn on the taint, which is what an auto approval of a
+    tainted proposal requires (the author decided what a tainted proposal gets). ``context has tainted`` does not
+    count: it only tests that the field is there, which says nothing about a tainted proposal (and the context
+    handed to a policy that names the taint always holds it)."""
+    if isinstance(node, list):
+        return any(_reads_taint_value(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get(".") == _TAINT_VALUE:
+        return True
+    return any(_reads_taint_value(value) for value in node.values())
+
+
 def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
     """`text` parsed and validated against the schema generated from `tools`.
 
@@ -198,7 +218,7 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
             raise ConfigError(f"policy {policy_id}: @approval must be one of {sorted(_APPROVALS)}")
         ids[cedar_id] = policy_id
         annotations[policy_id] = notes
-        if '"attr": "tainted"' in json.dumps(body.get("conditions", []), separators=(",", ": ")):
+        if _reads_taint_value(body.get("conditions", [])):
             reads_taint.add(policy_id)
     schema = cedar_schema(tools)
     result = cedarpy.validate_policies(text, schema)

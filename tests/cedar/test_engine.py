@@ -248,6 +248,29 @@ def test_an_auto_policy_approves_a_tainted_proposal_only_when_its_condition_read
 
 
 @pytest.mark.parametrize(
+    "condition",
+    [
+        "context has tainted && context.arguments.amount_cents <= 500",
+        "context has tainted || context.arguments.amount_cents <= 500",
+        'context has tainted && context.arguments has order_id && context.arguments.reason == "damaged"',
+    ],
+)
+def test_testing_that_the_taint_is_there_does_not_auto_approve_a_tainted_proposal(condition: str) -> None:
+    """``context has tainted`` names the taint but does not constrain it: a tainted proposal it matches is allowed
+    and waits for a person; the same proposal untainted is approved by the policy."""
+    engine = _engine(
+        '@id("names-the-taint") @approval("auto")\n'
+        'permit (principal in Role::"support", action == Action::"orders_refund_create", resource)\n'
+        f"when {{ {condition} }};"
+    )
+    tainted = decide_call(REFUND, _who("support"), ORGS, engine, _refund(400), tainted=True)
+    assert tainted.decision.allowed and tainted.policy_ids == ("names-the-taint",)
+    assert (tainted.approvals, tainted.auto_policy) == (None, None)
+    clean = decide_call(REFUND, _who("support"), ORGS, engine, _refund(400), tainted=False)
+    assert (clean.approvals, clean.auto_policy) == (AUTO, "names-the-taint")
+
+
+@pytest.mark.parametrize(
     ("condition", "refuses_tainted"),
     [
         ('context.arguments == {"order_id": "ord_1001", "amount_cents": 1500, "reason": "damaged"}', False),
