@@ -363,6 +363,12 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
+def _first(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
+    """The first configuration error of `group`, however deep the task groups nested it."""
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+
+
 def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
     async def reload() -> None:
         reloader.reload()
@@ -479,6 +485,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
 
     @contextlib.asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
+        started = False
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
@@ -498,7 +505,12 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
                 policy_reloads(gateway.policy),
                 _background(gateway, settings, workers),
             ):
+                started = True
                 yield
+        except* ConfigError as refused:  # (grouped when raised inside the fronted servers' task group)
+            if not started:
+                app.refuse_start(_first(refused))  # `serve` raises it as one message
+            raise
         finally:
             await gateway.aclose()
 
