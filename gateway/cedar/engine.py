@@ -101,13 +101,18 @@ class CompiledPolicies:
             }
             text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
             reads: set[str] | None = set()
+            comparisons = _Comparisons()
             for body in kept.values():
                 for condition in body.get("conditions", ()):
                     reads = _context_reads(condition.get("body"), reads)
+                    comparisons.walk(condition.get("body"))
+            arguments = frozenset(name for name in reads if name != _TAINTED) if reads is not None else None
             found = Slice(
                 policies=cedarpy.PolicySet.from_json_str(text),
-                arguments=frozenset(name for name in reads if name != _TAINTED) if reads is not None else None,
+                arguments=arguments,
                 tainted=reads is None or _TAINTED in reads,
+                names=tuple(sorted(arguments or ())),
+                classes=comparisons.classes(arguments or ()),
             )
             _remember(self.slices, key, found)
         return found
@@ -123,6 +128,19 @@ class Slice:
     context in another way, and get all of it."""
     tainted: bool
     """Whether they read ``context.tainted``."""
+    names: tuple[str, ...] = ()
+    """`arguments` in one order (`key`)."""
+    classes: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+    """For each argument the policies read only by comparing it with literals (`_Comparisons`): those comparisons.
+    Two values of it that answer every one alike are decided alike (`_argument_key`)."""
+
+    def key(self, context: Mapping[str, Any]) -> tuple[Any, ...] | str:
+        """What of a context (`context_of` over `arguments`) can tell two call answers apart: each argument's
+        answers to the comparisons the policies make of it (`classes`), else its value; the taint is keyed apart."""
+        if self.arguments is None:
+            return json.dumps(context, sort_keys=True)
+        record = context["arguments"]
+        return tuple(_argument_key(self.classes.get(name), record.get(name, _ABSENT)) for name in self.names)
 
 
 class Caller:
@@ -136,6 +154,107 @@ class Caller:
         self.entities = entities
         self.policies = policies
         self.listing: PolicyAnswer | None = None
+
+
+_ABSENT = object()
+"""An argument the context does not hold (`Slice.key`)."""
+
+_ORDERS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+"""The comparisons `_Comparisons` classes values by; flipped: the same one with its operands swapped."""
+_LONG = range(-(2**63), 2**63)
+"""Cedar's Long: a value outside it is not compared as Python compares it (Cedar refuses it)."""
+
+
+def _argument_key(comparisons: tuple[tuple[str, Any], ...] | None, value: Any) -> Any:
+    """An argument's part of a call answer's key: its answers to `comparisons`, or (None, or a value they do not
+    compare as Cedar does) its value itself."""
+    if value is _ABSENT:
+        return None
+    if comparisons is not None:
+        answers: list[bool] = []
+        for operator, literal in comparisons:
+            if operator in _ORDERS:
+                if type(value) is not int or value not in _LONG:
+                    break  # Cedar would not compare it (a type error or an overflow): decided by its value
+                answers.append(
+                    value < literal
+                    if operator == "<"
+                    else value <= literal
+                    if operator == "<="
+                    else value > literal
+                    if operator == ">"
+                    else value >= literal
+                )
+            else:  # == and !=: Cedar's equality is false across types (1 is not true, as it is in Python)
+                same = type(value) is type(literal) and value == literal
+                answers.append(same if operator == "==" else not same)
+        else:
+            return tuple(answers)
+    return json.dumps(value, sort_keys=True)
+
+
+class _Comparisons:
+    """Which arguments the policies read only by comparing them with a literal (``context.arguments.x < 2000``,
+    ``== "damaged"``, ``has x``), and those comparisons: two values of such an argument with the same answers to
+    all of them are decided alike, so Cedar's answer for one is the answer for the other. An argument read any
+    other way (an operand of ``like``, ``+``, a set, another argument) is decided by its value."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[tuple[str, Any]]] = {}
+        self._other: set[str] = set()
+
+    def classes(self, names: Iterable[str]) -> dict[str, tuple[tuple[str, Any], ...]]:
+        return {name: tuple(dict.fromkeys(self._found.get(name, ()))) for name in names if name not in self._other}
+
+    def walk(self, node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                self.walk(item)
+            return
+        if not isinstance(node, dict):
+            return
+        for operator, operands in node.items():
+            if operator in _FLIPPED and isinstance(operands, dict) and operands.keys() == {"left", "right"}:
+                left, right = operands["left"], operands["right"]
+                for name, literal, used in ((_argument(left), right, operator), (_argument(right), left, None)):
+                    used = used or _FLIPPED[operator]
+                    if name is not None and _literal(literal, ordered=used in _ORDERS):
+                        self._found.setdefault(name, []).append((used, literal["Value"]))
+                        break
+                else:
+                    self.walk(operands)
+                continue
+            if operator == "has" and isinstance(operands, dict) and operands.get("left") == _ARGUMENTS:
+                continue  # whether it is there: the key tells an absent argument apart
+            name = _argument(node)
+            if name is not None:
+                self._other.add(name)
+                return
+            self.walk(operands)
+
+
+_ARGUMENTS = {".": {"left": {"Var": "context"}, "attr": "arguments"}}
+
+
+def _argument(node: Any) -> str | None:
+    """The name `x` when `node` is ``context.arguments.x`` (Cedar's JSON form)."""
+    if isinstance(node, dict) and len(node) == 1:
+        access = node.get(".")
+        if isinstance(access, dict) and access.get("left") == _ARGUMENTS:
+            return str(access.get("attr"))
+    return None
+
+
+def _literal(node: Any, *, ordered: bool) -> bool:
+    """Whether `node` is a literal a comparison can be answered for in Python as in Cedar: a Long (in range) for
+    ``<`` and the like, a Long, a string or a boolean for ``==`` and ``!=``."""
+    if not isinstance(node, dict) or node.keys() != {"Value"}:
+        return False
+    value = node["Value"]
+    if ordered:
+        return type(value) is int and value in _LONG
+    return type(value) in (int, str, bool) and (type(value) is not int or value in _LONG)
 
 
 _TAINTED = "\0tainted"
@@ -292,15 +411,15 @@ class CedarEngine:
         policies = caller.policies
         # Only the part of the context the policies read is built and handed over: Cedar's cost grows with the
         # context it parses, and a policy cannot tell the parts it does not read.
-        context = json.dumps(
-            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
-        )
+        context = context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
         # A call answer is a pure function of the set, the entities and that context (no clock, no state):
-        # remembered, with the taint, which decides an auto approval whether or not a policy reads it.
-        remembered = (caller, tainted, context)
+        # remembered, with the taint, which decides an auto approval whether or not a policy reads it, by what of
+        # the context the policies can tell apart (an amount they only compare with 2000 and 50000: which side
+        # of each it is on).
+        remembered = (caller, tainted, policies.key(context))
         answer = compiled.decisions.get(remembered)
         if answer is None:
-            answer = self._call(compiled, tool, principal, caller, context, tainted=tainted)
+            answer = self._call(compiled, tool, principal, caller, json.dumps(context), tainted=tainted)
             _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
         return answer
 

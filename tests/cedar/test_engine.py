@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import anyio
@@ -215,6 +216,82 @@ def test_the_catalog_and_the_executor_agree_for_every_generated_policy_set(
     assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
     again = engine.decide(tool, principal, arguments, tainted=tainted)
     assert again == answer  # the remembered answer is the computed one
+
+
+@st.composite
+def _threshold_sets(draw: st.DrawFn) -> tuple[str, list[int]]:
+    """Up to six policies on the refund tool whose conditions compare the amount and the reason with literals, both
+    ways round, or read them otherwise (``like``, arithmetic, ``has``), and the amounts they compare with."""
+    cuts = draw(st.lists(st.integers(min_value=0, max_value=60_000), min_size=1, max_size=4))
+    forms = [
+        "context.arguments.amount_cents {op} {cut}",
+        "{cut} {op} context.arguments.amount_cents",
+        'context.arguments.reason {eq} "damaged"',
+        "context.arguments.amount_cents {eq} {cut}",
+        'context.arguments.reason like "*dam*"',
+        "context.arguments.amount_cents + 1 > {cut}",
+        "context.arguments has reason",
+        "context.tainted",
+    ]
+    lines = []
+    for index in range(draw(st.integers(min_value=1, max_value=6))):
+        effect = draw(st.sampled_from(("permit", "forbid")))
+        principal = draw(st.sampled_from(('principal in Role::"support"', "principal")))
+        clauses = [
+            draw(st.sampled_from(forms)).format(
+                op=draw(st.sampled_from(("<", "<=", ">", ">="))),
+                eq=draw(st.sampled_from(("==", "!="))),
+                cut=draw(st.sampled_from(cuts)),
+            )
+            for _ in range(draw(st.integers(min_value=0, max_value=2)))
+        ]
+        body = "".join(f" {draw(st.sampled_from(('when', 'unless')))} {{ {clause} }}" for clause in clauses)
+        notes = draw(st.sampled_from(_NOTES)) if effect == "permit" else ""
+        lines.append(
+            f'@id("p{index}") {notes}{effect} ({principal}, action == Action::"orders_refund_create", resource){body};'
+        )
+    return "\n".join(lines), cuts
+
+
+@settings(database=None, deadline=None, max_examples=examples(300))
+@given(
+    drawn=_threshold_sets(),
+    roles=st.frozensets(st.sampled_from(("support", "clerk")), max_size=2),
+    calls=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=3),
+            st.integers(min_value=-1, max_value=1),
+            st.sampled_from(("damaged", "damaged", "lost")),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=16,
+    ),
+)
+def test_answers_remembered_across_calls_are_cedars_over_the_whole_set(
+    drawn: tuple[str, list[int]], roles: frozenset[str], calls: list[tuple[int, int, str, bool]]
+) -> None:
+    """One engine answers a run of one caller's calls (amounts at, just under and just over the policies' own
+    literals, so answers remembered for one amount are found for others): each answer is the one Cedar gives over
+    the whole set, the whole context and the whole entities, and the one an engine that remembers nothing computes."""
+    text, cuts = drawn
+    compiled = compile_policies(text, TOOLS, source="generated")
+    engine = CedarEngine(compiled)
+    principal = _who(*roles)
+    for cut, step, reason, tainted in calls:
+        arguments = {"order_id": "ord_1001", "amount_cents": cuts[cut % len(cuts)] + step, "reason": reason}
+        answer = engine.decide(REFUND, principal, arguments, tainted=tainted)
+        request = {
+            "principal": {"type": "Principal", "id": principal.key_id},
+            "action": {"type": "Action", "id": REFUND.name},
+            "resource": {"type": "Tool", "id": REFUND.name},
+            "context": context_of(REFUND, arguments, tainted=tainted),
+        }
+        whole = cedarpy.is_authorized(request, compiled.policies, entities_of(REFUND, principal))
+        assert answer.decision.allowed is whole.allowed, (text, arguments, tainted)
+        assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+        forgetful = dataclasses.replace(compiled, callers={}, slices={}, outcomes={}, decisions={})
+        assert CedarEngine(forgetful).decide(REFUND, principal, arguments, tainted=tainted) == answer
 
 
 @pytest.mark.parametrize(
