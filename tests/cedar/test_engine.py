@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.orders import TOOLS
-from gateway.cedar.engine import CedarEngine, compile_policies
+from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies
 from gateway.cedar.schema import context_of, entities_of
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
@@ -146,6 +146,21 @@ _REFUND_ONLY = (
 _NOTES = ("", '@approval("auto") ', '@approval("1") ', '@approval("2") @approver_role("finance") ')
 
 
+def _whole(
+    compiled: CompiledPolicies, tool: Tool, principal: Principal, arguments: dict[str, Any], tainted: bool
+) -> tuple[bool, tuple[str, ...]]:
+    """Cedar's own answer over the whole set, the whole context and the whole entities: allowed, and the ids of
+    the policies that decided."""
+    request = {
+        "principal": {"type": "Principal", "id": principal.key_id},
+        "action": {"type": "Action", "id": tool.name},
+        "resource": {"type": "Tool", "id": tool.name},
+        "context": context_of(tool, arguments, tainted=tainted),
+    }
+    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
+    return whole.allowed, tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+
+
 @st.composite
 def _policy_sets(draw: st.DrawFn) -> str:
     """Up to six policies over the orders tools: permits and forbids, principal scopes by anyone, a role or the
@@ -205,15 +220,7 @@ def test_the_catalog_and_the_executor_agree_for_every_generated_policy_set(
         [event] = audit.events
         hiding = engine.decide(tool, principal, None, tainted=False)
         assert event.outcome == "deny" and all(policy in event.reason for policy in hiding.policy_ids)
-    request = {
-        "principal": {"type": "Principal", "id": principal.key_id},
-        "action": {"type": "Action", "id": tool.name},
-        "resource": {"type": "Tool", "id": tool.name},
-        "context": context_of(tool, arguments, tainted=tainted),
-    }
-    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
-    assert answer.decision.allowed is whole.allowed
-    assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+    assert (answer.decision.allowed, answer.policy_ids) == _whole(compiled, tool, principal, arguments, tainted)
     again = engine.decide(tool, principal, arguments, tainted=tainted)
     assert again == answer  # the remembered answer is the computed one
 
@@ -281,15 +288,8 @@ def test_answers_remembered_across_calls_are_cedars_over_the_whole_set(
     for cut, step, reason, tainted in calls:
         arguments = {"order_id": "ord_1001", "amount_cents": cuts[cut % len(cuts)] + step, "reason": reason}
         answer = engine.decide(REFUND, principal, arguments, tainted=tainted)
-        request = {
-            "principal": {"type": "Principal", "id": principal.key_id},
-            "action": {"type": "Action", "id": REFUND.name},
-            "resource": {"type": "Tool", "id": REFUND.name},
-            "context": context_of(REFUND, arguments, tainted=tainted),
-        }
-        whole = cedarpy.is_authorized(request, compiled.policies, entities_of(REFUND, principal))
-        assert answer.decision.allowed is whole.allowed, (text, arguments, tainted)
-        assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+        whole = _whole(compiled, REFUND, principal, arguments, tainted)
+        assert (answer.decision.allowed, answer.policy_ids) == whole, (text, arguments, tainted)
         forgetful = dataclasses.replace(compiled, callers={}, slices={}, outcomes={}, decisions={})
         assert CedarEngine(forgetful).decide(REFUND, principal, arguments, tainted=tainted) == answer
 

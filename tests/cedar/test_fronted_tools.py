@@ -16,7 +16,12 @@ from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
 from gateway.store.keys import KeyStore
 from tests.support.agents import make_key
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
+from tests.support.mcp_servers import (
+    NodeServer,
+    files_upstream_config,
+    install_filesystem_server,
+    installed_or_skipped,
+)
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -45,18 +50,7 @@ async def test_explain_decides_a_fronted_servers_reviewed_tool_by_the_policy_tha
     ``policy explain`` with a set naming ``files_read_text_file`` validates against that tool's real argument types
     and names the policy that allows a path it matches, and none for a path it does not."""
     config = tmp_path / "countersign.toml"
-    config.write_text(
-        f"""
-[upstreams.files]
-transport = "stdio"
-command = "{filesystem_server.node}"
-args = ["{filesystem_server.entry}", "{tmp_path}"]
-
-[orgs.acme]
-adapters = ["files"]
-roles = ["staff", "approver"]
-"""
-    )
+    config.write_text(files_upstream_config(filesystem_server, tmp_path, ("staff", "approver")))
     policies = tmp_path / "files.cedar"
     policies.write_text(FILES)
     environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.cedar.test_engine import EXAMPLE
-from tests.support.mcp_servers import install_filesystem_server, installed_or_skipped
+from tests.support.mcp_servers import files_upstream_config, install_filesystem_server, installed_or_skipped
 from tests.support.processes import READY, clean_environ, serve
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET
@@ -102,18 +102,7 @@ def test_a_policy_set_naming_a_fronted_servers_tool_it_cannot_serve_stops_serve_
         'when { context.arguments.path like "/srv/*" };'
     )
     config = tmp_path / "countersign.toml"
-    config.write_text(
-        f"""
-[upstreams.files]
-transport = "stdio"
-command = "{filesystem.node}"
-args = ["{filesystem.entry}", "{tmp_path}"]
-
-[orgs.acme]
-adapters = ["files"]
-roles = ["staff"]
-"""
-    )
+    config.write_text(files_upstream_config(filesystem, tmp_path, ("staff",)))
     environ = clean_environ(COUNTERSIGN_POLICIES=str(policies), COUNTERSIGN_AUDIT_SECRET=TEST_AUDIT_SECRET)
     with serve(tmp_path, "--config", str(config), "serve", "--port", str(free_port()), environ=environ) as process:
         status = process.process.wait(timeout=60)
