@@ -20,6 +20,12 @@ The three outcomes, from a policy set:
 
 Policies are named by their ``@id("...")`` annotation (Cedar's own ``policyN`` otherwise); those
 ids are what a decision reports, and what the audit entry records.
+
+Cost: a call is put to Cedar with only the policies whose scope can match it (`CompiledPolicies.for_call`) and
+only the part of the context they read; its answer is remembered by what of that context they can tell apart
+(`Slice.key`: an argument they only compare with literals, by its answers to those comparisons). A remembered
+answer is Cedar's own for that caller and context (tests/cedar/test_engine.py checks it against Cedar over the
+whole set).
 """
 
 from __future__ import annotations
