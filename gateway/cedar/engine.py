@@ -34,6 +34,7 @@ import hashlib
 import json
 import re
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,15 +137,15 @@ class Slice:
     """Whether they read ``context.tainted``."""
     names: tuple[str, ...] = ()
     """`arguments` in one order (`key`)."""
-    classes: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
-    """For each argument the policies read only by comparing it with literals (`_Comparisons`): those comparisons.
-    Two values of it that answer every one alike are decided alike (`_argument_key`)."""
+    classes: Mapping[str, _Literals] = field(default_factory=dict)
+    """For each argument the policies read only by comparing it with literals (`_Comparisons`): those literals.
+    Two values of it that answer every comparison alike are decided alike (`_argument_key`)."""
 
     def key(self, context: Mapping[str, Any]) -> tuple[Any, ...] | str:
         """What of a context (`context_of` over `arguments`) can tell two call answers apart: each argument's
         answers to the comparisons the policies make of it (`classes`), else its value; the taint is keyed apart."""
         if self.arguments is None:
-            return json.dumps(context, sort_keys=True)
+            return json.dumps(context)
         record = context["arguments"]
         return tuple(_argument_key(self.classes.get(name), record.get(name, _ABSENT)) for name in self.names)
 
@@ -165,39 +166,49 @@ class Caller:
 _ABSENT = object()
 """An argument the context does not hold (`Slice.key`)."""
 
-_ORDERS = {"<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_ORDERS = frozenset({"<", "<=", ">", ">="})
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 """The comparisons `_Comparisons` classes values by; flipped: the same one with its operands swapped."""
+_SCALARS = frozenset({str, int, bool, float})
+"""Values that are their own key (`_argument_key`), with their type."""
 _LONG = range(-(2**63), 2**63)
 """Cedar's Long: a value outside it is not compared as Python compares it (Cedar refuses it)."""
 
 
-def _argument_key(comparisons: tuple[tuple[str, Any], ...] | None, value: Any) -> Any:
-    """An argument's part of a call answer's key: its answers to `comparisons`, or (None, or a value they do not
-    compare as Cedar does) its value itself."""
+@dataclass(frozen=True, slots=True)
+class _Literals:
+    """The literals the policies compare one argument with (`_Comparisons`): what its key is made of."""
+
+    cuts: tuple[int, ...]
+    """The Long literals, sorted: a Long's answers to every comparison with them (``<``, ``<=``, ``>``, ``>=``,
+    ``==``, ``!=``) follow from where it falls among them."""
+    ordered: bool
+    """Whether any comparison is an ordering one (which Cedar refuses for a value that is not a Long)."""
+    others: frozenset[tuple[type, Any]]
+    """The string and boolean literals compared for equality, with their types (Cedar's ``1 == true`` is false)."""
+
+
+_EQUATED = frozenset({str, bool})
+"""The types of the non-Long literals `_Comparisons` takes (`_literal`)."""
+_OTHER = ("other",)
+"""The key of a string or boolean that equals none of the literals it is compared with."""
+
+
+def _argument_key(literals: _Literals | None, value: Any) -> Any:
+    """An argument's part of a call answer's key: where it falls among the literals it is compared with, or (None,
+    or a value Cedar would not compare) the value itself, typed."""
     if value is _ABSENT:
         return None
-    if comparisons is not None:
-        answers: list[bool] = []
-        for operator, literal in comparisons:
-            if operator in _ORDERS:
-                if type(value) is not int or value not in _LONG:
-                    break  # Cedar would not compare it (a type error or an overflow): decided by its value
-                answers.append(
-                    value < literal
-                    if operator == "<"
-                    else value <= literal
-                    if operator == "<="
-                    else value > literal
-                    if operator == ">"
-                    else value >= literal
-                )
-            else:  # == and !=: Cedar's equality is false across types (1 is not true, as it is in Python)
-                same = type(value) is type(literal) and value == literal
-                answers.append(same if operator == "==" else not same)
-        else:
-            return tuple(answers)
-    return json.dumps(value, sort_keys=True)
+    kind = type(value)
+    if literals is not None:
+        if kind is int:
+            if value in _LONG:
+                return (bisect_left(literals.cuts, value), bisect_right(literals.cuts, value))
+        elif not literals.ordered and kind in _EQUATED:
+            return (kind, value) if (kind, value) in literals.others else _OTHER
+    if kind in _SCALARS:
+        return (kind, value)  # typed: 1 and true are two values to Cedar
+    return json.dumps(value)  # a record or a set, its fields in the schema's order (`context_of`)
 
 
 class _Comparisons:
@@ -210,8 +221,21 @@ class _Comparisons:
         self._found: dict[str, list[tuple[str, Any]]] = {}
         self._other: set[str] = set()
 
-    def classes(self, names: Iterable[str]) -> dict[str, tuple[tuple[str, Any], ...]]:
-        return {name: tuple(dict.fromkeys(self._found.get(name, ()))) for name in names if name not in self._other}
+    def classes(self, names: Iterable[str]) -> dict[str, _Literals]:
+        """The literals each of `names` is compared with, for those read only so."""
+        found: dict[str, _Literals] = {}
+        for name in names:
+            if name in self._other:
+                continue
+            compared = self._found.get(name, [])
+            found[name] = _Literals(
+                cuts=tuple(sorted({literal for _operator, literal in compared if type(literal) is int})),
+                ordered=any(operator in _ORDERS for operator, _literal in compared),
+                others=frozenset(
+                    (type(literal), literal) for _operator, literal in compared if type(literal) is not int
+                ),
+            )
+        return found
 
     def walk(self, node: Any) -> None:
         if isinstance(node, list):
