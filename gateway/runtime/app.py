@@ -363,10 +363,14 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
-def _first(group: BaseExceptionGroup[ConfigError]) -> ConfigError:
-    """The first configuration error of `group`, however deep the task groups nested it."""
-    first = group.exceptions[0]
-    return _first(first) if isinstance(first, BaseExceptionGroup) else first
+def _config_error(error: BaseException) -> ConfigError | None:
+    """`error` if it is a configuration error, else the first one of an exception group, however deep the task
+    groups nested it; None when there is none."""
+    if isinstance(error, ConfigError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        return next((found for inner in error.exceptions if (found := _config_error(inner)) is not None), None)
+    return None
 
 
 def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
@@ -507,9 +511,10 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
             ):
                 started = True
                 yield
-        except* ConfigError as refused:  # (grouped when raised inside the fronted servers' task group)
-            if not started:
-                app.refuse_start(_first(refused))  # `serve` raises it as one message
+        except (ConfigError, BaseExceptionGroup) as error:  # grouped when raised inside the fronted servers' tasks
+            refused = _config_error(error)
+            if refused is not None and not started:
+                app.refuse_start(refused)  # `serve` raises it as one message
             raise
         finally:
             await gateway.aclose()
