@@ -14,12 +14,18 @@ The three outcomes, from a policy set:
   approval: ``@approval("1")``, ``@approval("2")`` (the most any deciding permit asks for wins),
   ``@approver_role("finance")``, or ``@approval("auto")`` when a deciding permit says auto and none
   asks for a number of people; a permit without ``@approval`` leaves the tool's own approval.
-  An auto approval never applies to a tainted proposal unless the auto policy's condition reads
+  An auto approval never applies to a tainted proposal unless the auto policy's condition reads the value of
   ``context.tainted`` (its author decided what a tainted proposal gets); such a card waits for a
   person instead.
 
 Policies are named by their ``@id("...")`` annotation (Cedar's own ``policyN`` otherwise); those
 ids are what a decision reports, and what the audit entry records.
+
+Cost: a call is put to Cedar with only the policies whose scope can match it (`CompiledPolicies.for_call`) and
+only the part of the context they read; its answer is remembered by what of that context they can tell apart
+(`Slice.key`: an argument they only compare with literals, by its answers to those comparisons). A remembered
+answer is Cedar's own for that caller and context (tests/cedar/test_engine.py checks it against Cedar over the
+whole set).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import hashlib
 import json
 import re
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +73,7 @@ class CompiledPolicies:
     annotations: Mapping[str, Mapping[str, str]]
     """Each policy's annotations, by its id."""
     reads_taint: frozenset[str]
-    """The ids of the policies whose condition reads ``context.tainted``."""
+    """The ids of the policies whose condition reads the value of ``context.tainted`` (`_reads_taint_value`)."""
     forbids: frozenset[str] = frozenset()
     """Cedar's ``policyN`` of every ``forbid``: one that cannot be evaluated denies (`CedarEngine.decide`)."""
     schema: str = ""
@@ -101,13 +108,18 @@ class CompiledPolicies:
             }
             text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
             reads: set[str] | None = set()
+            comparisons = _Comparisons()
             for body in kept.values():
                 for condition in body.get("conditions", ()):
                     reads = _context_reads(condition.get("body"), reads)
+                    comparisons.walk(condition.get("body"))
+            arguments = frozenset(name for name in reads if name != _TAINTED) if reads is not None else None
             found = Slice(
                 policies=cedarpy.PolicySet.from_json_str(text),
-                arguments=frozenset(name for name in reads if name != _TAINTED) if reads is not None else None,
+                arguments=arguments,
                 tainted=reads is None or _TAINTED in reads,
+                names=tuple(sorted(arguments or ())),
+                classes=comparisons.classes(arguments or ()),
             )
             _remember(self.slices, key, found)
         return found
@@ -123,6 +135,19 @@ class Slice:
     context in another way, and get all of it."""
     tainted: bool
     """Whether they read ``context.tainted``."""
+    names: tuple[str, ...] = ()
+    """`arguments` in one order (`key`)."""
+    classes: Mapping[str, _Literals] = field(default_factory=dict)
+    """For each argument the policies read only by comparing it with literals (`_Comparisons`): those literals.
+    Two values of it that answer every comparison alike are decided alike (`_argument_key`)."""
+
+    def key(self, context: Mapping[str, Any]) -> tuple[Any, ...] | str:
+        """What of a context (`context_of` over `arguments`) can tell two call answers apart: each argument's
+        answers to the comparisons the policies make of it (`classes`), else its value; the taint is keyed apart."""
+        if self.arguments is None:
+            return json.dumps(context)
+        record = context["arguments"]
+        return tuple(_argument_key(self.classes.get(name), record.get(name, _ABSENT)) for name in self.names)
 
 
 class Caller:
@@ -136,6 +161,130 @@ class Caller:
         self.entities = entities
         self.policies = policies
         self.listing: PolicyAnswer | None = None
+
+
+_ABSENT = object()
+"""An argument the context does not hold (`Slice.key`)."""
+
+_ORDERS = frozenset({"<", "<=", ">", ">="})
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+"""The comparisons `_Comparisons` classes values by; flipped: the same one with its operands swapped."""
+_SCALARS = frozenset({str, int, bool, float})
+"""Values that are their own key (`_argument_key`), with their type."""
+_LONG = range(-(2**63), 2**63)
+"""Cedar's Long: a value outside it is not compared as Python compares it (Cedar refuses it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Literals:
+    """The literals the policies compare one argument with (`_Comparisons`): what its key is made of."""
+
+    cuts: tuple[int, ...]
+    """The Long literals, sorted: a Long's answers to every comparison with them (``<``, ``<=``, ``>``, ``>=``,
+    ``==``, ``!=``) follow from where it falls among them."""
+    ordered: bool
+    """Whether any comparison is an ordering one (which Cedar refuses for a value that is not a Long)."""
+    others: frozenset[tuple[type, Any]]
+    """The string and boolean literals compared for equality, with their types (Cedar's ``1 == true`` is false)."""
+
+
+_EQUATED = frozenset({str, bool})
+"""The types of the non-Long literals `_Comparisons` takes (`_literal`)."""
+_OTHER = ("other",)
+"""The key of a string or boolean that equals none of the literals it is compared with."""
+
+
+def _argument_key(literals: _Literals | None, value: Any) -> Any:
+    """An argument's part of a call answer's key: where it falls among the literals it is compared with, or (None,
+    or a value Cedar would not compare) the value itself, typed."""
+    if value is _ABSENT:
+        return None
+    kind = type(value)
+    if literals is not None:
+        if kind is int:
+            if value in _LONG:
+                return (bisect_left(literals.cuts, value), bisect_right(literals.cuts, value))
+        elif not literals.ordered and kind in _EQUATED:
+            return (kind, value) if (kind, value) in literals.others else _OTHER
+    if kind in _SCALARS:
+        return (kind, value)  # typed: 1 and true are two values to Cedar
+    return json.dumps(value)  # a record or a set, its fields in the schema's order (`context_of`)
+
+
+class _Comparisons:
+    """Which arguments the policies read only by comparing them with a literal (``context.arguments.x < 2000``,
+    ``== "damaged"``, ``has x``), and those comparisons: two values of such an argument with the same answers to
+    all of them are decided alike, so Cedar's answer for one is the answer for the other. An argument read any
+    other way (an operand of ``like``, ``+``, a set, another argument) is decided by its value."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, list[tuple[str, Any]]] = {}
+        self._other: set[str] = set()
+
+    def classes(self, names: Iterable[str]) -> dict[str, _Literals]:
+        """The literals each of `names` is compared with, for those read only so."""
+        found: dict[str, _Literals] = {}
+        for name in names:
+            if name in self._other:
+                continue
+            compared = self._found.get(name, [])
+            found[name] = _Literals(
+                cuts=tuple(sorted({literal for _operator, literal in compared if type(literal) is int})),
+                ordered=any(operator in _ORDERS for operator, _literal in compared),
+                others=frozenset(
+                    (type(literal), literal) for _operator, literal in compared if type(literal) is not int
+                ),
+            )
+        return found
+
+    def walk(self, node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                self.walk(item)
+            return
+        if not isinstance(node, dict):
+            return
+        for operator, operands in node.items():
+            if operator in _FLIPPED and isinstance(operands, dict) and operands.keys() == {"left", "right"}:
+                left, right = operands["left"], operands["right"]
+                for name, literal, used in ((_argument(left), right, operator), (_argument(right), left, None)):
+                    used = used or _FLIPPED[operator]
+                    if name is not None and _literal(literal, ordered=used in _ORDERS):
+                        self._found.setdefault(name, []).append((used, literal["Value"]))
+                        break
+                else:
+                    self.walk(operands)
+                continue
+            if operator == "has" and isinstance(operands, dict) and operands.get("left") == _ARGUMENTS:
+                continue  # whether it is there: the key tells an absent argument apart
+            name = _argument(node)
+            if name is not None:
+                self._other.add(name)
+                return
+            self.walk(operands)
+
+
+_ARGUMENTS = {".": {"left": {"Var": "context"}, "attr": "arguments"}}
+
+
+def _argument(node: Any) -> str | None:
+    """The name `x` when `node` is ``context.arguments.x`` (Cedar's JSON form)."""
+    if isinstance(node, dict) and len(node) == 1:
+        access = node.get(".")
+        if isinstance(access, dict) and access.get("left") == _ARGUMENTS:
+            return str(access.get("attr"))
+    return None
+
+
+def _literal(node: Any, *, ordered: bool) -> bool:
+    """Whether `node` is a literal a comparison can be answered for in Python as in Cedar: a Long (in range) for
+    ``<`` and the like, a Long, a string or a boolean for ``==`` and ``!=``."""
+    if not isinstance(node, dict) or node.keys() != {"Value"}:
+        return False
+    value = node["Value"]
+    if ordered:
+        return type(value) is int and value in _LONG
+    return type(value) in (int, str, bool) and (type(value) is not int or value in _LONG)
 
 
 _TAINTED = "\0tainted"
@@ -171,6 +320,26 @@ def _context_reads(node: Any, reads: set[str] | None) -> set[str] | None:
     return reads
 
 
+_TAINT_VALUE = {"left": {"Var": "context"}, "attr": "tainted"}
+"""``context.tainted`` in Cedar's JSON form, under ``"."`` (a read of the value) or ``"has"`` (a test it is there)."""
+
+
+def _reads_taint_value(node: Any) -> bool:
+    """Whether a policy's conditions (Cedar's JSON form) read the value of ``context.tainted``.
+
+    Only a read of the value can make a condition's outcome turn on the taint, which is what an auto approval of a
+    tainted proposal requires (the author decided what a tainted proposal gets). ``context has tainted`` does not
+    count: it only tests that the field is there, which says nothing about a tainted proposal (and the context
+    handed to a policy that names the taint always holds it)."""
+    if isinstance(node, list):
+        return any(_reads_taint_value(item) for item in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get(".") == _TAINT_VALUE:
+        return True
+    return any(_reads_taint_value(value) for value in node.values())
+
+
 def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> CompiledPolicies:
     """`text` parsed and validated against the schema generated from `tools`.
 
@@ -198,7 +367,7 @@ def compile_policies(text: str, tools: Iterable[Tool], *, source: str) -> Compil
             raise ConfigError(f"policy {policy_id}: @approval must be one of {sorted(_APPROVALS)}")
         ids[cedar_id] = policy_id
         annotations[policy_id] = notes
-        if '"attr": "tainted"' in json.dumps(body.get("conditions", []), separators=(",", ": ")):
+        if _reads_taint_value(body.get("conditions", [])):
             reads_taint.add(policy_id)
     schema = cedar_schema(tools)
     result = cedarpy.validate_policies(text, schema)
@@ -272,15 +441,15 @@ class CedarEngine:
         policies = caller.policies
         # Only the part of the context the policies read is built and handed over: Cedar's cost grows with the
         # context it parses, and a policy cannot tell the parts it does not read.
-        context = json.dumps(
-            context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
-        )
+        context = context_of(tool, arguments, tainted=tainted, only=policies.arguments, with_taint=policies.tainted)
         # A call answer is a pure function of the set, the entities and that context (no clock, no state):
-        # remembered, with the taint, which decides an auto approval whether or not a policy reads it.
-        remembered = (caller, tainted, context)
+        # remembered, with the taint, which decides an auto approval whether or not a policy reads it, by what of
+        # the context the policies can tell apart (an amount they only compare with 2000 and 50000: which side
+        # of each it is on).
+        remembered = (caller, tainted, policies.key(context))
         answer = compiled.decisions.get(remembered)
         if answer is None:
-            answer = self._call(compiled, tool, principal, caller, context, tainted=tainted)
+            answer = self._call(compiled, tool, principal, caller, json.dumps(context), tainted=tainted)
             _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
         return answer
 

@@ -429,8 +429,10 @@ async def _upstreams(store: _Store, args: argparse.Namespace) -> int:
 
 async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
     from gateway.cli.policy import explain, parse_arguments
+    from gateway.cli.upstreams import upstream_reviews
     from gateway.registry.tools import pinned_tools
     from gateway.runtime.app import tools_for
+    from gateway.runtime.upstreams import last_served_tools
     from gateway.store.registrations import RegistryStore
 
     record = await store.keys.get(args.key)
@@ -438,7 +440,13 @@ async def _policy_explain(store: _Store, args: argparse.Namespace) -> int:
         print(f"countersign: no key {escape_unprintable(args.key)}", file=sys.stderr)
         return 1
     arguments = parse_arguments(args.args)
-    registered = pinned_tools(await RegistryStore(store.redis).pinned(), tools_for(store.settings))
+    # The catalog the gateway decides with: the configured adapters', the registered ones pinned, and the fronted
+    # servers' reviewed tools as a gateway last listed them.
+    served = tools_for(store.settings)
+    registered = pinned_tools(await RegistryStore(store.redis).pinned(), served)
+    reviews = upstream_reviews(store.redis, store.audit, store.settings)
+    taken = {tool.name for tool in [*served, *registered]}
+    registered += await last_served_tools(reviews, secrets=store.settings.secrets, taken=taken)
     return explain(
         store.settings,
         record.principal(),

@@ -95,8 +95,9 @@ def explain(
 ) -> int:
     """Print the decision on `principal` calling `tool_name` with `arguments`, and the policies that decided.
 
-    `registered`: the registered adapters' tools the store holds, served and validated against with the
-    configured adapters' (a fronted MCP server's tools are known only to a running gateway).
+    `registered`: the tools the store knows beyond the configured adapters' (registered adapters pinned, and the
+    fronted MCP servers' reviewed tools as a gateway last listed them), served and validated against with them:
+    the catalog the gateway decides with.
     """
     tools = _tools(settings)
     tools += registered or []

@@ -25,18 +25,23 @@ from gateway.printable import escape_unprintable
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
 
-__all__ = ["run"]
+__all__ = ["run", "upstream_reviews"]
 
 
-async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, settings: Settings) -> int:
-    """Run one `upstreams` command as `admin`."""
-    reviews = UpstreamReviews(
+def upstream_reviews(client: Any, audit: AuditSink, settings: Settings) -> UpstreamReviews:
+    """The fronted servers' reviews as a command reads them from the store (`client`), auditing to `audit`."""
+    return UpstreamReviews(
         settings.upstreams,
         UpstreamReviewStore(client),
         audit,
         org_adapters=settings.org_adapters,
         now_ms=lambda: int(time.time() * 1000),
     )
+
+
+async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Namespace, settings: Settings) -> int:
+    """Run one `upstreams` command as `admin`."""
+    reviews = upstream_reviews(client, audit, settings)
     if args.upstreams_command == "review":
         upstreams = await reviews.overview(admin)
         if upstreams is None:

@@ -363,6 +363,16 @@ async def _background(gateway: Gateway, settings: Settings, workers: list[asynci
                 await task
 
 
+def _config_error(error: BaseException) -> ConfigError | None:
+    """`error` if it is a configuration error, else the first one of an exception group, however deep the task
+    groups nested it; None when there is none."""
+    if isinstance(error, ConfigError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        return next((found for inner in error.exceptions if (found := _config_error(inner)) is not None), None)
+    return None
+
+
 def _reload_policies(reloader: PolicyReloader) -> Callable[[], Awaitable[None]]:
     async def reload() -> None:
         reloader.reload()
@@ -480,6 +490,7 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
 
     @contextlib.asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
+        started = False
         try:
             await gateway.guard.check()  # logs loudly at startup when writes will be refused
             await gateway.live.refresh()
@@ -499,7 +510,13 @@ def create_app(settings: Settings, *, tools: Iterable[Tool] | None = None, views
                 policy_reloads(gateway.policy),
                 _background(gateway, settings, workers),
             ):
+                started = True
                 yield
+        except (ConfigError, BaseExceptionGroup) as error:  # grouped when raised inside the fronted servers' tasks
+            refused = _config_error(error)
+            if refused is not None and not started:
+                app.refuse_start(refused)  # `serve` raises it as one message
+            raise
         finally:
             await gateway.aclose()
 

@@ -180,9 +180,10 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
             raise ConfigError("no Redis URL could be resolved")
         keys = await _demo_keys(ready, ready.redis_url) if ready.demo else None
         await _policies_valid(ready, ready.redis_url)
+        app = create_app(ready)
         server = QuietServer(
             uvicorn.Config(
-                create_app(ready),
+                app,
                 host=ready.host,
                 port=ready.port,
                 log_level="warning",
@@ -201,6 +202,12 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
         announcing = asyncio.create_task(_announce(server, registration))
         try:
             await server.serve(sockets=[sock])
+        except SystemExit:  # how uvicorn ends a start its app failed
+            if app.refused is None:
+                raise
+            # Failed on the configuration (a policy set that does not validate against the fronted servers'
+            # tools): refused as any other configuration error is, once everything started has stopped.
+            raise app.refused from None
         finally:
             announcing.cancel()
 
@@ -208,7 +215,8 @@ async def _serve(settings: Settings, sock: socket.socket, stopper: Stopper) -> N
 async def _policies_valid(ready: Settings, redis_url: str) -> None:
     """A policy file that does not validate against the tools the gateway will serve stops the start here, as one
     error, before anything listens. The tools of fronted MCP servers are known only once they are connected: with
-    any configured, the app's own start (`gateway.runtime.app.policy_reloads`) is where such a set is refused.
+    any configured, the app's own start (`gateway.runtime.app.policy_reloads`) is where such a set is refused, as
+    one configuration error too (`GatewayApp.refused`, raised by `_serve`).
 
     Raises:
         ConfigError: the set cannot be read or does not validate (Cedar's message).

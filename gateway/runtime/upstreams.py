@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -33,12 +33,13 @@ from gateway.config.upstreams import UpstreamSection
 from gateway.errors import StoreUnavailableError, UpstreamError
 from gateway.registry.live import LiveToolSource
 from gateway.store.upstream_reviews import Listing
+from gateway.tools.declarations import Tool
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_diff
 from gateway.upstreams.tool_reviews import UpstreamReviews
 from gateway.upstreams.tools import upstream_tools
 
-__all__ = ["fronting"]
+__all__ = ["fronting", "last_served_tools"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +117,29 @@ async def fronting(
             yield connections
         finally:
             group.cancel_scope.cancel()
+
+
+async def last_served_tools(
+    reviews: UpstreamReviews, *, secrets: Mapping[str, str], taken: Collection[str]
+) -> list[Tool]:
+    """The fronted servers' tools a gateway serves from the list it read last (recorded in the store) and the
+    reviews in force now, as `_Reader.serve` builds them: what a process that does not connect to the servers
+    (``countersign policy explain``) decides with. `taken`: the names served otherwise, which no tool shadows.
+
+    The tools' connections are made and never opened: such a process lists and decides, it does not call.
+    """
+    served: list[Tool] = []
+    names = set(taken)
+    for name, section in (await reviews.sections()).items():
+        listing = await reviews.store.listing(name)
+        if listing is None:
+            continue  # never read by a gateway: nothing of it is served
+        in_force, _by = await reviews.in_force(name)
+        connection = UpstreamConnection(name, section, secrets=secrets)
+        tools, _held = upstream_tools(name, listing.tools, in_force, connection, taken=names)
+        served += tools
+        names.update(tool.name for tool in tools)
+    return served
 
 
 class _Reader:

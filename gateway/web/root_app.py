@@ -15,6 +15,11 @@ as before, from the same route table, which still holds the route: another metho
 An exception escaping the endpoint is answered as ServerErrorMiddleware answers it without a handler
 and out of debug mode (which is why this app takes neither): a plain-text 500 when nothing was sent yet;
 then it is raised on to the server, which logs it.
+
+A start the lifespan refuses as a configuration error (`refuse_start`: a policy set that does not validate
+against the tools served once the fronted servers are listed) is told to the server as a failed start without
+the traceback Starlette would hand it to log; whoever runs the server raises `refused` as it raises any other
+configuration error (`gateway.runtime.serve`), one message and a non-zero exit.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from starlette.middleware import Middleware
 from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Lifespan, Message, Receive, Scope, Send
+
+from gateway.errors import ConfigError
 
 __all__ = ["GatewayApp"]
 
@@ -53,6 +60,13 @@ class GatewayApp(Starlette):
         self._fast_methods = frozenset(fast.methods or ())
         self._fast_endpoint = fast.app
         self._fast: ASGIApp = fast.app
+        self.refused: ConfigError | None = None
+        """The configuration error that stopped the start (`refuse_start`); None while none did."""
+
+    def refuse_start(self, error: ConfigError) -> None:
+        """Record that the lifespan's start failed for `error` (it raises it next): the server is told the start
+        failed, with no traceback to log, and `refused` holds the reason for whoever runs the server."""
+        self.refused = error
 
     def build_middleware_stack(self) -> ASGIApp:
         """Starlette's stack, and the direct route behind the same user middleware (both built on first use,
@@ -64,6 +78,9 @@ class GatewayApp(Starlette):
         return super().build_middleware_stack()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await super().__call__(scope, receive, self._lifespan_sender(send))
+            return
         if (
             scope["type"] != "http"
             or scope["method"] not in self._fast_methods
@@ -88,3 +105,11 @@ class GatewayApp(Starlette):
             if not started:
                 await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
+
+    def _lifespan_sender(self, send: Send) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and self.refused is not None:
+                message = {"type": "lifespan.startup.failed", "message": ""}  # the reason is `refused`, told once
+            await send(message)
+
+        return sending

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import anyio
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapters.orders import TOOLS
-from gateway.cedar.engine import CedarEngine, compile_policies
+from gateway.cedar.engine import CedarEngine, CompiledPolicies, compile_policies
 from gateway.cedar.schema import context_of, entities_of
 from gateway.codes import Code
 from gateway.config.org_adapters import OrgAdapters
@@ -145,6 +146,21 @@ _REFUND_ONLY = (
 _NOTES = ("", '@approval("auto") ', '@approval("1") ', '@approval("2") @approver_role("finance") ')
 
 
+def _whole(
+    compiled: CompiledPolicies, tool: Tool, principal: Principal, arguments: dict[str, Any], tainted: bool
+) -> tuple[bool, tuple[str, ...]]:
+    """Cedar's own answer over the whole set, the whole context and the whole entities: allowed, and the ids of
+    the policies that decided."""
+    request = {
+        "principal": {"type": "Principal", "id": principal.key_id},
+        "action": {"type": "Action", "id": tool.name},
+        "resource": {"type": "Tool", "id": tool.name},
+        "context": context_of(tool, arguments, tainted=tainted),
+    }
+    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
+    return whole.allowed, tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+
+
 @st.composite
 def _policy_sets(draw: st.DrawFn) -> str:
     """Up to six policies over the orders tools: permits and forbids, principal scopes by anyone, a role or the
@@ -204,17 +220,78 @@ def test_the_catalog_and_the_executor_agree_for_every_generated_policy_set(
         [event] = audit.events
         hiding = engine.decide(tool, principal, None, tainted=False)
         assert event.outcome == "deny" and all(policy in event.reason for policy in hiding.policy_ids)
-    request = {
-        "principal": {"type": "Principal", "id": principal.key_id},
-        "action": {"type": "Action", "id": tool.name},
-        "resource": {"type": "Tool", "id": tool.name},
-        "context": context_of(tool, arguments, tainted=tainted),
-    }
-    whole = cedarpy.is_authorized(request, compiled.policies, entities_of(tool, principal))
-    assert answer.decision.allowed is whole.allowed
-    assert answer.policy_ids == tuple(sorted(compiled.ids[reason] for reason in whole.diagnostics.reasons))
+    assert (answer.decision.allowed, answer.policy_ids) == _whole(compiled, tool, principal, arguments, tainted)
     again = engine.decide(tool, principal, arguments, tainted=tainted)
     assert again == answer  # the remembered answer is the computed one
+
+
+@st.composite
+def _threshold_sets(draw: st.DrawFn) -> tuple[str, list[int]]:
+    """Up to six policies on the refund tool whose conditions compare the amount and the reason with literals, both
+    ways round, or read them otherwise (``like``, arithmetic, ``has``), and the amounts they compare with."""
+    cuts = draw(st.lists(st.integers(min_value=0, max_value=60_000), min_size=1, max_size=4))
+    forms = [
+        "context.arguments.amount_cents {op} {cut}",
+        "{cut} {op} context.arguments.amount_cents",
+        'context.arguments.reason {eq} "damaged"',
+        "context.arguments.amount_cents {eq} {cut}",
+        'context.arguments.reason like "*dam*"',
+        "context.arguments.amount_cents + 1 > {cut}",
+        "context.arguments has reason",
+        "context.tainted",
+    ]
+    lines = []
+    for index in range(draw(st.integers(min_value=1, max_value=6))):
+        effect = draw(st.sampled_from(("permit", "forbid")))
+        principal = draw(st.sampled_from(('principal in Role::"support"', "principal")))
+        clauses = [
+            draw(st.sampled_from(forms)).format(
+                op=draw(st.sampled_from(("<", "<=", ">", ">="))),
+                eq=draw(st.sampled_from(("==", "!="))),
+                cut=draw(st.sampled_from(cuts)),
+            )
+            for _ in range(draw(st.integers(min_value=0, max_value=2)))
+        ]
+        body = "".join(f" {draw(st.sampled_from(('when', 'unless')))} {{ {clause} }}" for clause in clauses)
+        notes = draw(st.sampled_from(_NOTES)) if effect == "permit" else ""
+        lines.append(
+            f'@id("p{index}") {notes}{effect} ({principal}, action == Action::"orders_refund_create", resource){body};'
+        )
+    return "\n".join(lines), cuts
+
+
+@settings(database=None, deadline=None, max_examples=examples(300))
+@given(
+    drawn=_threshold_sets(),
+    roles=st.frozensets(st.sampled_from(("support", "clerk")), max_size=2),
+    calls=st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=3),
+            st.integers(min_value=-1, max_value=1),
+            st.sampled_from(("damaged", "damaged", "lost")),
+            st.booleans(),
+        ),
+        min_size=2,
+        max_size=16,
+    ),
+)
+def test_answers_remembered_across_calls_are_cedars_over_the_whole_set(
+    drawn: tuple[str, list[int]], roles: frozenset[str], calls: list[tuple[int, int, str, bool]]
+) -> None:
+    """One engine answers a run of one caller's calls (amounts at, just under and just over the policies' own
+    literals, so answers remembered for one amount are found for others): each answer is the one Cedar gives over
+    the whole set, the whole context and the whole entities, and the one an engine that remembers nothing computes."""
+    text, cuts = drawn
+    compiled = compile_policies(text, TOOLS, source="generated")
+    engine = CedarEngine(compiled)
+    principal = _who(*roles)
+    for cut, step, reason, tainted in calls:
+        arguments = {"order_id": "ord_1001", "amount_cents": cuts[cut % len(cuts)] + step, "reason": reason}
+        answer = engine.decide(REFUND, principal, arguments, tainted=tainted)
+        whole = _whole(compiled, REFUND, principal, arguments, tainted)
+        assert (answer.decision.allowed, answer.policy_ids) == whole, (text, arguments, tainted)
+        forgetful = dataclasses.replace(compiled, callers={}, slices={}, outcomes={}, decisions={})
+        assert CedarEngine(forgetful).decide(REFUND, principal, arguments, tainted=tainted) == answer
 
 
 @pytest.mark.parametrize(
@@ -245,6 +322,29 @@ def test_an_auto_policy_approves_a_tainted_proposal_only_when_its_condition_read
     assert (tiny.approvals, tiny.auto_policy) == (AUTO, "tiny-even-tainted")
     small = decide_call(REFUND, _who("support"), ORGS, engine, _refund(1500), tainted=True)
     assert small.approvals is None and small.decision.allowed
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "context has tainted && context.arguments.amount_cents <= 500",
+        "context has tainted || context.arguments.amount_cents <= 500",
+        'context has tainted && context.arguments has order_id && context.arguments.reason == "damaged"',
+    ],
+)
+def test_testing_that_the_taint_is_there_does_not_auto_approve_a_tainted_proposal(condition: str) -> None:
+    """``context has tainted`` names the taint but does not constrain it: a tainted proposal it matches is allowed
+    and waits for a person; the same proposal untainted is approved by the policy."""
+    engine = _engine(
+        '@id("names-the-taint") @approval("auto")\n'
+        'permit (principal in Role::"support", action == Action::"orders_refund_create", resource)\n'
+        f"when {{ {condition} }};"
+    )
+    tainted = decide_call(REFUND, _who("support"), ORGS, engine, _refund(400), tainted=True)
+    assert tainted.decision.allowed and tainted.policy_ids == ("names-the-taint",)
+    assert (tainted.approvals, tainted.auto_policy) == (None, None)
+    clean = decide_call(REFUND, _who("support"), ORGS, engine, _refund(400), tainted=False)
+    assert (clean.approvals, clean.auto_policy) == (AUTO, "names-the-taint")
 
 
 @pytest.mark.parametrize(

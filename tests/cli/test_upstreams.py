@@ -15,7 +15,12 @@ from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from tests.support.agents import make_key
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
+from tests.support.mcp_servers import (
+    NodeServer,
+    files_upstream_config,
+    install_filesystem_server,
+    installed_or_skipped,
+)
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
 pytestmark = pytest.mark.anyio
@@ -37,18 +42,7 @@ async def test_review_and_accept_an_upstream_tool_from_the_cli(
     """A gateway reads the server's list; the CLI shows each tool quarantined with its suggestion and hash, refuses
     a review naming another hash, and stores one naming the listed hash, which the gateway then serves."""
     config = tmp_path / "countersign.toml"
-    config.write_text(
-        f"""
-[upstreams.files]
-transport = "stdio"
-command = "{filesystem_server.node}"
-args = ["{filesystem_server.entry}", "{tmp_path}"]
-
-[orgs.acme]
-adapters = ["files"]
-roles = ["staff", "approver"]
-"""
-    )
+    config.write_text(files_upstream_config(filesystem_server, tmp_path, ("staff", "approver")))
     environ = {"COUNTERSIGN_REDIS_URL": redis_url, "COUNTERSIGN_AUDIT_SECRET": TEST_AUDIT_SECRET}
     settings = Settings.load(environ, config)
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))

@@ -10,8 +10,10 @@ import httpx
 import pytest
 
 from tests.cedar.test_engine import EXAMPLE
+from tests.support.mcp_servers import files_upstream_config, install_filesystem_server, installed_or_skipped
 from tests.support.processes import READY, clean_environ, serve
 from tests.support.redis_server import free_port
+from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.slow
 
@@ -85,3 +87,28 @@ def test_a_policy_set_that_does_not_validate_stops_serve_with_cedars_message(tmp
     assert status == 1 and len(errors) == 1, output
     assert "typo" in errors[0] and "expected Long" in errors[0]
     assert "Traceback" not in output and "serving" not in output
+
+
+def test_a_policy_set_naming_a_fronted_servers_tool_it_cannot_serve_stops_serve_with_cedars_message(
+    tmp_path: Path,
+) -> None:
+    """A fronted server's tools are known only once it is listed, inside the server's start: a set naming one that
+    is not served (unreviewed) leaves no set in force, so the start is refused as a configuration error, with one
+    ``countersign:`` line naming the policy and what Cedar said, exit 1, and no traceback."""
+    filesystem = installed_or_skipped("the filesystem MCP server", install_filesystem_server)
+    policies = tmp_path / "files.cedar"
+    policies.write_text(
+        '@id("staff-read-files") permit (principal, action == Action::"files_read_text_file", resource)\n'
+        'when { context.arguments.path like "/srv/*" };'
+    )
+    config = tmp_path / "countersign.toml"
+    config.write_text(files_upstream_config(filesystem, tmp_path, ("staff",)))
+    environ = clean_environ(COUNTERSIGN_POLICIES=str(policies), COUNTERSIGN_AUDIT_SECRET=TEST_AUDIT_SECRET)
+    with serve(tmp_path, "--config", str(config), "serve", "--port", str(free_port()), environ=environ) as process:
+        status = process.process.wait(timeout=60)
+    output = process.output()
+    errors = [line for line in output.splitlines() if line.startswith("countersign:")]
+    assert status == 1 and len(errors) == 1, output
+    assert "no policy set in force" in errors[0] and "staff-read-files" in errors[0], output
+    assert "files_read_text_file" in errors[0]
+    assert "Traceback" not in output and READY not in output

@@ -10,6 +10,7 @@ need them fail rather than skip when they cannot be installed.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -73,6 +74,21 @@ class NodeServer:
     """The Node 22 binary."""
     entry: Path
     """The server's entry script (run it with `node`)."""
+
+
+def files_upstream_config(server: NodeServer, root: Path, roles: tuple[str, ...]) -> str:
+    """A config file fronting the filesystem `server` over stdio as upstream ``files``, serving `root`, for org
+    ``acme`` with `roles`."""
+    return f"""
+[upstreams.files]
+transport = "stdio"
+command = "{server.node}"
+args = ["{server.entry}", "{root}"]
+
+[orgs.acme]
+adapters = ["files"]
+roles = {json.dumps(list(roles))}
+"""
 
 
 def _cache_root() -> Path:
