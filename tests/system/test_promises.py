@@ -132,6 +132,11 @@ READS: dict[str, tuple[str, dict[str, str]]] = {
 }
 """What the agent reads before it proposes: the stranger's note (shown fenced), the order that holds it (withheld),
 the shared calendar where a stranger may have planted a booking (`Promises.stranger_plants`)."""
+UNKNOWN_OUTCOME: dict[str, Any] = {"status": 503, "paths": REFUNDS}
+"""The orders backend's refunds answer 503 and apply nothing: an outcome the gateway cannot know until it looks."""
+SETTLE_CROSSING = 30.0
+"""Seconds a fault lasts, in 5 s steps, when it lasts: past the settle period of an unknown write (2 s, doubling with
+each send) more often than `RESEND_CAP` allows resends."""
 ACTOR = APPROVERS[1]
 """Who acts for the requester in a delegated token (``act``): a person who also approves, never for that card."""
 POLLER_ORG = "globex"
@@ -372,6 +377,7 @@ class Promises(RuleBasedStateMachine):
         w.clock.offset = w.clock.sweep_ahead = 0.0
         for name in w.backends:
             _fault(w, name, None)
+        self.fault = None
         shutil.rmtree(w.archive_dir, ignore_errors=True)
         orders = w.backends["orders"].app.state.service
         orders.restore_business_state({"refunds": []})
@@ -379,6 +385,7 @@ class Promises(RuleBasedStateMachine):
         w.backends["rooms"].app.state.service.restore_business_state(w.rooms_as_seeded)
         self.cursor = orders.received
         w.portal.call(self._reset_store, spelling, allow_mixed)
+        self._until_ready()  # the served gateway sees the ledger durable again (a rewrite of the AOF may have run)
 
     async def _reset_store(self, spelling: str, allow_mixed: bool) -> None:
         r = self.w.redis
@@ -479,13 +486,17 @@ class Promises(RuleBasedStateMachine):
         via=st.sampled_from(["key", "token", "delegated"]),
         read=st.sampled_from([None, "note", "order", "rooms"]),
         times=st.sampled_from([0, 2, LAUNDER]),
-        amount=st.sampled_from([150, POLICY_MAX_CENTS, 9_000, ESCALATED_ABOVE + 1_000, None]),
+        amount=st.sampled_from([9_000, 150, POLICY_MAX_CENTS, ESCALATED_ABOVE + 1_000, None]),
         order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
+        reviewer=st.sampled_from([-1, None, 0]),
     )
-    def agent_works(self, via: str, read: str | None, times: int, amount: int | None, order: str) -> None:
+    def agent_works(
+        self, via: str, read: str | None, times: int, amount: int | None, order: str, reviewer: int | None = None
+    ) -> None:
         """The agent reads (`READS`: an order, its customer note, ord-1002's written by a stranger, or the shared
         rooms calendar), then something nobody wrote (a refund eligibility) `times` times, then proposes a refund
-        of `amount` on `order`. A receipt with a card id is an acknowledged card."""
+        of `amount` on `order`. A receipt with a card id is an acknowledged card; a quick `reviewer` (an admin key,
+        -1 the newest: see `admin_decides`) approves it at once, if it waits for a person."""
         calls = [READS[read]] if read is not None else []
         calls += [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times
         if amount is not None:
@@ -498,6 +509,8 @@ class Promises(RuleBasedStateMachine):
             return
         if not self.durable:
             self.violations.append(f"promise 5: card {card_id} acknowledged after durability was lost")
+        if card_id in self.cards:
+            return  # the same proposal again: the gateway answers with the card it filed then, as filed then
         self.cards[card_id] = Seen(
             card_id=card_id,
             via=via,
@@ -506,6 +519,9 @@ class Promises(RuleBasedStateMachine):
             proposed_at=self.w.clock.wall(),
             actors=frozenset({_person(self.actor)} if via == "delegated" else ()),
         )
+        if reviewer is not None:
+            self.promises_hold()  # the reviewer sees the card as it is now
+            self.admin_decides(how="approve", pick=0, admin=reviewer)
 
     @rule(who=st.sampled_from(["stranger", "another credential", "owner, again", "owner"]))
     def view_opens(self, who: str) -> None:
@@ -590,10 +606,15 @@ class Promises(RuleBasedStateMachine):
         with httpx.Client(base_url=f"{self.w.base}/admin/api", timeout=10) as http:
             return http.request(method, path, json=body, headers={"authorization": f"Bearer {token}"})
 
-    @rule(how=st.sampled_from(["approve", "approve all", "reject"]), pick=st.integers(0, 15), admin=st.integers(0, 7))
+    # The newest admin key (the requester's second account, however spelled; else an approver) in half the draws.
+    @rule(
+        how=st.sampled_from(["approve", "approve all", "reject"]),
+        pick=st.integers(0, 15),
+        admin=st.sampled_from([-1, 0, -1, 1]),
+    )
     def admin_decides(self, how: str, pick: int, admin: int) -> None:
-        """An admin (any key made, look-alikes included) approves or rejects an open card as reviewed, or
-        approves every open card in one batch."""
+        """An admin (any key made, look-alikes included; -1 the newest) approves or rejects an open card as
+        reviewed, or approves every open card in one batch; the worker, unless paused, then runs what it can."""
         token, person, _ = self.admin_keys[admin % len(self.admin_keys)]
         pending = [seen.card for seen in self.cards.values() if seen.card and seen.card.state is CardState.PENDING]
         if not pending:  # not a precondition: which cards are open depends on the servers, not on the draws
@@ -616,6 +637,8 @@ class Promises(RuleBasedStateMachine):
             if not self.durable:
                 self.violations.append(f"promise 5: approval of {card_id} acknowledged after durability was lost")
             self.cards[card_id].approvers.append(person)
+        if done:
+            self.one_step_of_time(seconds=0.0)
 
     @rule(whom=st.sampled_from(["key", "person"]))
     def operator_revokes(self, whom: str) -> None:
@@ -717,19 +740,24 @@ class Promises(RuleBasedStateMachine):
     @rule(
         fault=st.sampled_from(
             [
-                {"status": 503, "paths": REFUNDS},  # refunds answer 503: nothing applied, outcome unknown
+                UNKNOWN_OUTCOME,  # refunds answer 503: nothing applied, outcome unknown
                 {"status": 504, "paths": REFUNDS},  # the same (a lookup finds nothing): the likeliest draw
                 {"status": 409, "paths": REFUNDS},  # a definitive refusal
                 {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
                 {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
                 None,  # the backend answers as it should
             ]
-        )
+        ),
+        lasting=st.sampled_from([SETTLE_CROSSING, 0.0]),
     )
-    def backend_behaves(self, fault: dict[str, Any] | None) -> None:
-        """The orders backend starts (or stops) failing in one way."""
+    def backend_behaves(self, fault: dict[str, Any] | None, lasting: float = 0.0) -> None:
+        """The orders backend starts (or stops) failing in one way, and time passes while it does (`lasting`
+        seconds, in steps of 5 s that each cross the settle period of an unknown write: a storm of resends, if
+        anything resends at every step)."""
         self.fault = fault
         _fault(self.w, "orders", fault)
+        if lasting:
+            self.time_passes(seconds=5.0, times=int(lasting // 5.0))
 
     @rule(
         where=st.sampled_from(["org", "title", "booked_by", "start"]),
