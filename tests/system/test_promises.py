@@ -9,14 +9,16 @@ and on the Redis server's clock where it must (Lua guards).
 
 The promises, checked after every step (README "What Countersign promises" states them in these words):
 
-1. No backend write happens except for a card approved by enough principals none of whom is the requester
-   (one person = one identity, however spelled), or by a policy rule on a card that was never tainted.
+1. No backend write happens except for a card approved by enough principals none of whom is the requester or an
+   actor of its delegation (one person = one identity, however spelled), or by a policy rule on a card that was
+   never tainted.
 2. Each approved card causes at most one applied write, and no approved card is lost.
 3. A write never runs for a principal revoked before it ran.
 4. No stranger's text reaches a model-visible result, except fenced as untrusted (and then its reader is tainted).
 5. Nothing is acknowledged or sent after durability is lost.
 6. Resends per card never exceed the contract's cap (`RESEND_CAP`).
 7. ``audit verify`` passes, and removing any entry, including the last ones, makes it fail.
+8. Every request class that does work for a caller is under a limit.
 
 "Tainted", as promise 1 uses it: a person is tainted from the moment the gateway itself reports that their
 model may hold third-party text (any card of theirs shows ``provenance.tainted``), or a model-visible result
