@@ -574,7 +574,9 @@ class Promises(RuleBasedStateMachine):
         if not refused:
             self.violations.append(f"promise 8: {3 * POLLER_BURST} calls of {door} in a row, none refused RATE_LIMITED")
         entries = self.w.portal.call(self.w.redis.xlen, "countersign:audit") - before
-        if door.startswith("tasks/") and entries > 2:
+        # One per poll would be at least `POLLER_BURST` + 1; the first poll, the first refusal and an aggregate of an
+        # earlier knock's refusals (written up to a second later, `gateway.mcp.flood_audit`) are fewer.
+        if door.startswith("tasks/") and entries > 3:
             self.violations.append(f"promise 8: {3 * POLLER_BURST} polls of {door} wrote {entries} audit entries")
 
     async def _knock(self, door: str, task_id: str) -> bool:
