@@ -10,6 +10,12 @@ Each batch is one POST of JSON lines (`gateway.audit.formats.export_line`), with
 ``aud_<first id>_<last id>``; the cursor moves past it only after a 2xx answer, so delivery is at
 least once and in order. Receivers dedupe on each line's entry id (``id``, or OCSF ``metadata.uid``).
 A refused or failed POST raises, and the loop (`gateway.runtime.background.run_forever`) tries again later.
+
+A batch that ends at the chain head carries the head's checkpoint (`gateway.audit.chain.Checkpoint`, sealed under
+the audit secret) as JSON in `CHECKPOINT_HEADER`, so the receiver holds, off the box, how far the trail reached:
+kept as a file, ``audit verify --checkpoint`` with it finds the newest entries removed, which the trail alone,
+its head put back by someone who kept an earlier sealed head, cannot show. A batch behind the head (the trail
+moved on while it was read) carries none; the batch that catches up does.
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ from gateway.store.audit_export import AuditExportCursor
 from gateway.store.audit_trail import AuditTrail
 from gateway.telemetry.metrics import set_audit_export_backlog
 
-__all__ = ["AuditForwarder"]
+__all__ = ["CHECKPOINT_HEADER", "AuditForwarder"]
+
+CHECKPOINT_HEADER = "X-Countersign-Audit-Checkpoint"
+"""The header of a batch ending at the chain head: that head's sealed checkpoint, as JSON."""
 
 
 class AuditForwarder:
@@ -81,6 +90,9 @@ class AuditForwarder:
             headers = signed_headers(
                 delivery, body, self._target.secret, int(self._clock()), content_type="application/x-ndjson"
             )
+            head = await self._trail.checkpoint()
+            if head is not None and head.id == entries[-1][0]:
+                headers[CHECKPOINT_HEADER] = head.to_json()
             status = await self._poster.post(self._target.url, body.encode(), headers)
             if not 200 <= status < 300:
                 raise UpstreamUnavailableError(

@@ -16,9 +16,10 @@ from redis.asyncio import Redis
 
 from backends.serve import serve_app_in_thread
 from gateway.archives.audit_archive import AuditArchive
+from gateway.audit.chain import Checkpoint
 from gateway.audit.events import AuditEvent
 from gateway.audit.formats import AuditExportTarget
-from gateway.audit.forwarder import AuditForwarder
+from gateway.audit.forwarder import CHECKPOINT_HEADER, AuditForwarder
 from gateway.errors import UpstreamError
 from gateway.notifications.message import ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 from gateway.outbound.webhook import WebhookPoster
@@ -105,3 +106,39 @@ async def test_only_the_lease_holder_exports(quiet: Redis, receiver: tuple[Recei
     finally:
         await poster.aclose()
     assert len(hook.received) == 2
+
+
+async def test_a_batch_ending_at_the_head_carries_its_sealed_checkpoint_which_finds_the_tail_removed(
+    quiet: Redis, receiver: tuple[Receiver, str], tmp_path: Path
+) -> None:
+    """The receiver gets the sealed head with the batch that reaches it. Someone with Redis access who kept an
+    earlier sealed head removes the newest entry and puts that head back: the trail alone verifies, and with the
+    forwarded checkpoint it does not (its newest entries were removed)."""
+    hook, url = receiver
+    secret = TEST_AUDIT_SECRET.encode()
+    sink = RedisStreamAuditSink(quiet, secret=secret)
+    for number in range(3):
+        await sink.record(AuditEvent(action="key.create", outcome="ok", subject=f"s{number}"))
+    head_key = "{countersign:audit}:head"
+    earlier_head = await quiet.hgetall(head_key)
+    await sink.record(AuditEvent(action="card.approve", outcome="ok", subject="last"))
+    trail = AuditTrail(sink, AuditArchive(tmp_path / "audit"))
+    poster = WebhookPoster(timeout_seconds=5)
+    forwarder = AuditForwarder(trail, AuditExportCursor(quiet), AuditExportTarget(url=url, secret=SECRET),
+                               poster, product_version="1")  # fmt: skip
+    try:
+        assert await forwarder.forward_due() == 4
+    finally:
+        await poster.aclose()
+    [batch] = hook.received
+    last_id = json.loads(batch.body.splitlines()[-1])["id"]
+    checkpoint = Checkpoint.from_json(batch.headers[CHECKPOINT_HEADER.lower()])
+    assert checkpoint.id == last_id and checkpoint.seq == 4 and checkpoint.sealed(secret)
+    assert (await trail.verify(secret, {"forwarded": checkpoint})).broken is None
+
+    await quiet.xdel("countersign:audit", last_id)
+    await quiet.delete(head_key)
+    await quiet.hset(head_key, mapping=earlier_head)
+    assert (await trail.verify(secret)).broken is None  # the gap the forwarded checkpoint closes
+    broken = (await trail.verify(secret, {"forwarded": checkpoint})).broken
+    assert broken is not None and "newest entries were removed" in broken.reason
