@@ -221,7 +221,9 @@ async def _succeeded(ledger: RedisLedger, card_ids: list[str]) -> list[Card]:
         done = [card for card in cards if card is not None and card.state is CardState.SUCCEEDED]
         if len(done) == len(card_ids):
             return done
-        assert not [c for c in cards if c is not None and c.state in (CardState.FAILED, CardState.UNKNOWN)]
+        failed = [c for c in cards if c is not None and c.state in (CardState.FAILED, CardState.UNKNOWN)]
+        # Said whole when it happens: which card, in which state, after how many sends, and with what evidence.
+        assert not failed, [(c.card_id, c.state.value, c.attempts, c.resend, dict(c.evidence)) for c in failed]
         await anyio.sleep(0.1)
 
 
