@@ -1,7 +1,8 @@
 """What an attempt at a write means, and what to do about an uncertain one. Pure functions.
 
-Every attempt is classified: nothing sent, or a 429 (the backend refused to process it) -> safe
-to retry with the same key, after the backend's Retry-After; a status the contract says means
+Every attempt is classified: nothing sent, a 429 (the backend refused to process it) or a 401 (it did not
+take the gateway's own credentials) -> safe to retry with the same key, after the backend's Retry-After or
+the backoff; a status the contract says means
 "already applied" -> SUCCEEDED; a definitive refusal of the first send -> FAILED; anything that
 may have reached the backend, and a resend's refusal -> UNKNOWN, which leads to a status query and
 never to a blind resend. An UNKNOWN write that no status query settles within the reconciliation
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gateway.errors import UpstreamError, UpstreamRateLimitedError
-from gateway.tools.declarations import WriteContract, WriteStatus
+from gateway.tools.declarations import UNAUTHENTICATED, WriteContract, WriteStatus
 
 __all__ = ["Attempt", "Next", "ReconcileStep", "backoff_ms", "classify", "reconcile_step", "retry_delay_ms"]
 
@@ -43,6 +44,11 @@ def classify(error: UpstreamError | None, contract: WriteContract, *, resend: bo
         # 429: the backend did not process this request (RFC 6585), so it did not apply it. The card
         # is released with its key: a first send goes back to APPROVED, to be sent after the wait; a
         # resend goes back to UNKNOWN, since the earlier send may still have landed.
+        return Attempt.NOT_SENT
+    if error.status == UNAUTHENTICATED and UNAUTHENTICATED not in contract.not_applied_statuses:
+        # 401: the backend did not authenticate the gateway, so it processed nothing; released with its key like a
+        # 429, and sent again after the backoff with what the gateway sends then (a renewed token, a fresh
+        # identity). A contract that lists 401 as "not applied" makes it FAILED instead.
         return Attempt.NOT_SENT
     if error.status is not None and error.status in contract.applied_statuses:
         # The API's own answer that the write is there already (its duplicate check on a stored key): for a

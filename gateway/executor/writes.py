@@ -322,7 +322,12 @@ class WritePath:
             released = self._ledger.release(
                 card.card_id, fence=card.fence, reason=type(error).__name__, requeue_ms=delay_ms
             )
-            why = "backend rate-limited (429)" if error is not None and error.sent else "nothing reached the backend"
+            if error is None or not error.sent:
+                why = "nothing reached the backend"
+            elif isinstance(error, UpstreamRateLimitedError):
+                why = "backend rate-limited (429)"
+            else:
+                why = f"backend did not take the gateway's credentials ({error.status})"
             return await self._settle(card, released, "NOT_SENT", f"{why}; will retry in {delay_ms / 1000:g} s")
         done = self._ledger.complete(
             card.card_id,

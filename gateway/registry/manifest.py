@@ -162,7 +162,7 @@ class WriteContractSpec(_Strict):
     (labels added)."""
     not_applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = tuple(sorted(NOT_APPLIED_STATUSES))
     """Statuses by which the API says it did not apply the write: FAILED, never resent. Left out, the documented
-    table (README, "Refusals"): 400, 401, 403, 404, 405, 409, 410, 412, 422."""
+    table (README, "Refusals"): 400, 403, 404, 405, 409, 410, 412, 422 (a 401 is sent again later, as a 429)."""
     applied_statuses: tuple[Annotated[int, Field(ge=400, le=499)], ...] = ()
     """Statuses by which the API says the write is already applied (a 409 "already exists" for a key it stores):
     SUCCEEDED. Take such a status out of `not_applied_statuses` when naming it here."""

@@ -166,11 +166,16 @@ class WriteStatus:
 StatusLookup = Callable[[str, "ToolContext"], Awaitable[WriteStatus]]
 """``async (idempotency_key, ctx) -> WriteStatus``."""
 
-NOT_APPLIED_STATUSES = frozenset({400, 401, 403, 404, 405, 409, 410, 412, 422})
+NOT_APPLIED_STATUSES = frozenset({400, 403, 404, 405, 409, 410, 412, 422})
 """The default refusal table (README, "Refusals"): answers by which an HTTP API says it did not do what it was
-asked (malformed, unauthenticated, forbidden, not found, method not allowed, conflict, gone, precondition
-failed, unprocessable). A write that gets one on its first send is FAILED, never resent; a 429 is "not
+asked (malformed, forbidden, not found, method not allowed, conflict, gone, precondition failed,
+unprocessable). A write that gets one on its first send is FAILED, never resent; a 429 and a 401 are "not
 processed, send later" (`policies.outcome.classify`); anything else may have landed and is UNKNOWN."""
+
+UNAUTHENTICATED = 401
+"""The backend did not take the gateway's own credentials (an expired token, a signed identity it could not
+verify yet): it processed nothing, and the gateway renews what it sends, so the write is sent again later
+rather than FAILED for a person's approval the backend never judged."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

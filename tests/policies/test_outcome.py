@@ -151,6 +151,18 @@ def test_a_429_is_not_applied_and_released_with_its_key(contract: WriteContract,
     assert classify(throttled, contract, resend=resend) is Attempt.NOT_SENT
 
 
+@CONTRACTS
+@EITHER_SEND
+def test_a_401_is_not_processed_and_released_with_its_key(contract: WriteContract, resend: bool) -> None:
+    """A 401 says the backend did not take the gateway's own credentials, so it processed nothing: released
+    with its key to be sent again with what the gateway sends then, never FAILED by default; a contract that
+    names 401 as "not applied" has a first send FAILED."""
+    unauthenticated = UpstreamRefusedError("backend answered 401", service="rooms", status=401)
+    assert classify(unauthenticated, contract, resend=resend) is Attempt.NOT_SENT
+    strict = replace(contract, not_applied_statuses=contract.not_applied_statuses | {401})
+    assert classify(unauthenticated, strict, resend=resend) is (Attempt.UNKNOWN if resend else Attempt.FAILED)
+
+
 @pytest.mark.parametrize(
     ("error", "attempts", "delay_ms"),
     [
@@ -194,12 +206,20 @@ def test_sent_error_outside_not_applied_is_always_unknown(
     cls: type[UpstreamError], contract: WriteContract, resend: bool
 ) -> None:
     """For every error class and every status (or none) the contract does not call "not applied", a
-    sent request is UNKNOWN; every status it does call so is FAILED for a first send and UNKNOWN for a
-    resend. Nothing sent is ever NOT_SENT."""
+    sent request is UNKNOWN, but a 401 (the gateway's credentials not taken: nothing processed), which is
+    NOT_SENT; every status it does call so is FAILED for a first send and UNKNOWN for a resend."""
     for status in STATUSES:
-        refused = status in contract.not_applied_statuses and not resend
-        expected = Attempt.FAILED if refused else Attempt.UNKNOWN
-        assert classify(_sent(cls, status), contract, resend=resend) is expected, (cls.__name__, status)
+        assert classify(_sent(cls, status), contract, resend=resend) is _expected(status, contract, resend), (
+            cls.__name__,
+            status,
+        )
+
+
+def _expected(status: int | None, contract: WriteContract, resend: bool) -> Attempt:
+    """The invariant of `classify` for a sent request that raised, as the two tests below state it."""
+    if status in contract.not_applied_statuses:
+        return Attempt.UNKNOWN if resend else Attempt.FAILED
+    return Attempt.NOT_SENT if status == 401 else Attempt.UNKNOWN
 
 
 @settings(database=None, deadline=None, max_examples=examples(300))
@@ -214,11 +234,10 @@ def test_sent_error_is_unknown_for_any_contract(
     cls: type[UpstreamError], status: int | None, not_applied: frozenset[int], dedupes: bool, resend: bool
 ) -> None:
     """Whatever statuses a contract declares, a sent request is FAILED exactly when it is a first send
-    and its status is one of them, and UNKNOWN otherwise: never NOT_SENT, never FAILED on a status the
-    contract omits, and a resend never FAILED at all."""
+    and its status is one of them, NOT_SENT when it is a 401 the contract does not list, and UNKNOWN
+    otherwise: never FAILED on a status the contract omits, and a resend never FAILED at all."""
     contract = _contract(dedupes=dedupes, not_applied=not_applied)
-    expected = Attempt.FAILED if status in not_applied and not resend else Attempt.UNKNOWN
-    assert classify(_sent(cls, status), contract, resend=resend) is expected
+    assert classify(_sent(cls, status), contract, resend=resend) is _expected(status, contract, resend)
 
 
 # -- reconcile_step ------------------------------------------------------------------------------------

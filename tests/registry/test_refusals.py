@@ -192,6 +192,20 @@ async def test_a_write_answered_429_waits_for_retry_after_and_keeps_its_key(
     assert [event.reason for event in released] == ["backend rate-limited (429); will retry in 120 s"]
 
 
+async def test_a_write_answered_401_is_sent_again_later_with_its_key(
+    quiet: Redis, backend: tuple[str, PlantedBackend]
+) -> None:
+    """A 401 says the backend did not take the gateway's own credentials (an expired token, an identity it could
+    not verify yet): nothing was processed, so the approved card goes back to APPROVED with its key, to be sent
+    again after the backoff, and is not FAILED for an approval the backend never judged."""
+    url, planted = backend
+    planted.plant(ERROR_BODY, status=401)
+    card, audit = await _run_write(quiet, url, _tools()[0])
+    assert card.state is CardState.APPROVED and card.attempts == 1
+    released = [event.reason for event in audit.events if event.outcome == "NOT_SENT"]
+    assert len(released) == 1 and released[0].startswith("backend did not take the gateway's credentials (401)")
+
+
 async def test_an_adapter_whose_409_means_already_applied_settles_succeeded(
     quiet: Redis, backend: tuple[str, PlantedBackend]
 ) -> None:
