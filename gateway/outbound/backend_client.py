@@ -56,7 +56,7 @@ class AiohttpUpstream:
     def _client(self) -> aiohttp.ClientSession:
         # Created on first use: an aiohttp session belongs to the running event loop.
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=30)
+            connector = aiohttp.TCPConnector(limit=200, keepalive_timeout=KEEPALIVE_SECONDS)
             self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return self._session
 
@@ -134,6 +134,14 @@ class AiohttpUpstream:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+KEEPALIVE_SECONDS = 4.0
+"""How long an idle connection to a backend is kept for reuse: shorter than the keep-alive of the servers backends
+commonly run on (uvicorn and Node close an idle connection after 5 s), so the gateway lets an idle connection go
+before the server does. Reused after the server closed it, a connection breaks with the request possibly written,
+and a write sent on it ends UNKNOWN, to be settled by its lookup (seen when the health poll, now every 30 s, no
+longer kept connections warm)."""
 
 
 def _signed(
