@@ -160,6 +160,10 @@ class LiveToolSource:
         async with self._refreshing:
             return await self._refresh()
 
+    def refresh_waiting(self) -> int:
+        """How many refreshes wait for the one running to end (for tests and diagnostics)."""
+        return self._refreshing.statistics().tasks_waiting
+
     async def _refresh(self) -> bool:
         version = await self._store.version()
         if version == self._version:

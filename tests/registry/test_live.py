@@ -236,9 +236,17 @@ async def test_an_older_refresh_never_swaps_its_tools_in_after_a_newer_one(redis
             tasks.start_soon(source.refresh)  # the poll: reads the registry as it was, then is held
             await store.read.wait()
             await _pin(store, "meals", _named("meals", expenses.url))
-            tasks.start_soon(source.refresh)  # the accept's own refresh
-            for _ in range(50):  # let it run as far as it can while the poll is held
-                await anyio.sleep(0.01)
+            accepted = anyio.Event()
+
+            async def accept_refresh() -> None:
+                await source.refresh()
+                accepted.set()
+
+            tasks.start_soon(accept_refresh)
+            # Let it run as far as it can while the poll is held: to its end, or to waiting for the poll's turn.
+            with anyio.fail_after(30):
+                while not accepted.is_set() and source.refresh_waiting() == 0:
+                    await anyio.sleep(0.01)
             store.release.set()
         assert {"ledger_submit", "meals_submit"} <= set(source.current())
     finally:
