@@ -118,8 +118,8 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
                 # The review shows the changed tool with the diff from the definition served, and the new tools
                 # as unreviewed; a registry admin accepts echo as listed now, and it is served again.
                 shown = await gateway.upstream_reviews.show(registry_admin, "every")
-                assert shown.upstream is not None
-                tools = {tool.name: tool for tool in shown.upstream.tools}
+                assert shown.entry is not None
+                tools = {tool.name: tool for tool in shown.entry.tools}
                 assert (tools["echo"].state, tools["echo"].reason) == ("quarantined", "changed")
                 assert '-  "description": "Echoes back the input",' in tools["echo"].diff
                 assert '+  "description": "Echoes back the input string",' in tools["echo"].diff

@@ -69,8 +69,8 @@ async def test_a_definition_changed_upstream_is_quarantined_on_its_list_changed_
                         await anyio.sleep(0.05)
                 assert connection.connects == opened and connection.list_changes >= 1
                 shown = await gateway.upstream_reviews.show(admin, "notes")
-                assert shown.upstream is not None
-                tool = next(tool for tool in shown.upstream.tools if tool.name == "describe")
+                assert shown.entry is not None
+                tool = next(tool for tool in shown.entry.tools if tool.name == "describe")
                 assert (tool.state, tool.reason) == ("quarantined", "changed")
                 assert '-  "description": "Describes the notes, version 1",' in tool.diff
                 assert '+  "description": "Describes the notes, version 2",' in tool.diff
