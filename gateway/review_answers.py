@@ -15,7 +15,9 @@ from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
+from gateway.audit.events import AuditEvent
 from gateway.codes import Code
+from gateway.principal import Principal
 
 __all__ = ["REVIEW_STATUS", "ReviewResult", "validation_problems"]
 
@@ -64,3 +66,17 @@ class ReviewResult(Generic[Entry]):
     def said(self) -> str:
         """What a refusal says: the message, or the code in lower case when there is none."""
         return self.message or self.code.lower()
+
+    def audit_event(self, who: Principal, action: str, about: Mapping[str, str]) -> AuditEvent:
+        """The audit event of this answer to `who`'s `action`: ``ok``, or ``deny`` with the code and the message.
+        Its extra fields are `about` (what the request concerns: the adapter, the upstream) and `extra`."""
+        return AuditEvent(
+            action=action,
+            outcome="ok" if self.ok else "deny",
+            subject=who.subject,
+            org=who.org,
+            key_id=who.key_id,
+            code="" if self.ok else self.code,
+            reason=self.message,
+            extra={**about, **self.extra},
+        )

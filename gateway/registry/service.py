@@ -197,23 +197,12 @@ class RegistryService:
         self, who: Principal, action: str, name: str, result: ReviewResult[Registration]
     ) -> ReviewResult[Registration]:
         registration = result.entry
-        extra = {"adapter": name}
+        about = {"adapter": name}
         if registration is not None and registration.proposed_hash:
-            extra["proposed_hash"] = registration.proposed_hash
+            about["proposed_hash"] = registration.proposed_hash
         if result.problems:
-            extra["problems"] = str(len(result.problems))
-        await self._audit.record(
-            AuditEvent(
-                action=action,
-                outcome="ok" if result.ok else "deny",
-                subject=who.subject,
-                org=who.org,
-                key_id=who.key_id,
-                code="" if result.ok else result.code,
-                reason=result.message,
-                extra=extra,
-            )
-        )
+            about["problems"] = str(len(result.problems))
+        await self._audit.record(result.audit_event(who, action, about))
         return result
 
 

@@ -314,18 +314,8 @@ class UpstreamReviews:
     async def _done(
         self, who: Principal, action: str, upstream: str, tool: str, result: ReviewResult[FrontedServer]
     ) -> ReviewResult[FrontedServer]:
-        await self._audit.record(
-            AuditEvent(
-                action=action,
-                outcome="ok" if result.ok else "deny",
-                subject=who.subject,
-                org=who.org,
-                key_id=who.key_id,
-                code="" if result.ok else result.code,
-                reason=result.message,
-                extra={"upstream": upstream, **({"upstream_tool": tool} if tool else {}), **result.extra},
-            )
-        )
+        about = {"upstream": upstream, **({"upstream_tool": tool} if tool else {})}
+        await self._audit.record(result.audit_event(who, action, about))
         return result
 
 
