@@ -25,7 +25,6 @@ from gateway.admin.bodies import AdminError
 from gateway.audit.events import AuditSink
 from gateway.auth.bearer import principal_of
 from gateway.passkeys.service import MAX_NAME, PasskeyResult, PasskeyService
-from gateway.store.passkeys import StoredPasskey
 from gateway.web.route_table import Answer, Operation, RouteTable
 
 __all__ = ["PasskeyList", "passkey_table"]
@@ -76,17 +75,6 @@ class EmptyBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def _shown(passkey: StoredPasskey) -> PasskeyShown:
-    return PasskeyShown(
-        credential_id=passkey.credential_id,
-        name=passkey.name,
-        public_key=passkey.public_key,
-        sign_count=passkey.sign_count,
-        created_ms=passkey.created_ms,
-        aaguid=passkey.aaguid,
-    )
-
-
 def _answer(result: PasskeyResult) -> JSONResponse:
     if not result.ok:
         return error(result.code, result.message, status=STATUS[result.code])
@@ -101,7 +89,9 @@ def passkey_table(service: PasskeyService, *, mount: str, audit: AuditSink) -> R
 
     async def listing(request: Request) -> Response:
         found = await service.list(principal_of(request.scope))
-        return answer(200, PasskeyList(passkeys=[_shown(p) for p in found]))
+        # Each field shown is the stored passkey's own field of that name.
+        shown = [PasskeyShown.model_validate(passkey, from_attributes=True) for passkey in found]
+        return answer(200, PasskeyList(passkeys=shown))
 
     async def registration(request: Request, body: EmptyBody) -> Response:
         return _answer(await service.registration_options(principal_of(request.scope)))

@@ -39,11 +39,12 @@ from gateway.principal import Principal
 from gateway.printable import escape_unprintable
 from gateway.registry.openapi_import import ImportResult, Selection, draft_adapters, draft_manifest, manifest_bytes
 from gateway.registry.review import review_lines
-from gateway.registry.service import RegistryResult, RegistryService
+from gateway.registry.service import RegistryService
 from gateway.registry.views import AdapterRegistration
-from gateway.store.registrations import RegistryStore
+from gateway.review_answers import ReviewResult
+from gateway.store.registrations import Registration, RegistryStore
 
-__all__ = ["import_adapters", "import_openapi", "load_document", "run"]
+__all__ = ["import_adapters", "import_openapi", "load_document", "report_review", "run"]
 
 MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 """The largest OpenAPI document read (GitHub's is 13 MB as JSON)."""
@@ -216,7 +217,7 @@ async def run(
         registrations = await service.review(admin)
         if registrations is None:
             refused = "reviewing needs the registry or registry-operator role"
-            return _report(RegistryResult(code="PERMISSION_DENIED", message=refused))
+            return report_review(ReviewResult(code="PERMISSION_DENIED", message=refused))
         for registration in registrations:
             row = AdapterRegistration.from_registration(registration).model_dump(mode="json")
             if args.json:
@@ -242,13 +243,13 @@ async def run(
                 # A service wrote every word of it: nothing in it may act on the reviewer's terminal.
                 print("\n".join(f"  {escape_unprintable(line)}" for line in review_lines(tool["name"], tool)))
         return 0
-    actions: dict[str, Callable[[], Awaitable[RegistryResult]]] = {
+    actions: dict[str, Callable[[], Awaitable[ReviewResult[Registration]]]] = {
         "accept": lambda: service.accept(
             admin, args.name, expected_hash=args.hash, acknowledged=frozenset(args.acknowledge)
         ),
         "remove": lambda: service.remove(admin, args.name),
     }
-    return _report(await actions[args.adapters_command]())
+    return report_review(await actions[args.adapters_command]())
 
 
 async def _no_refresh() -> bool:
@@ -256,11 +257,13 @@ async def _no_refresh() -> bool:
     return False
 
 
-def _report(result: RegistryResult) -> int:
+def report_review(result: ReviewResult[Any]) -> int:
+    """Say what a review answered (of an adapter here, of a fronted MCP server in `gateway.cli.upstreams`): on
+    stdout when it went through (exit 0), on stderr with every problem when it was refused (exit 1)."""
     if result.ok:
         print(f"{result.code}: {result.message or 'done'}")
         return 0
-    print(f"countersign: {result.code}: {result.message or result.code.lower()}", file=sys.stderr)
+    print(f"countersign: {result.code}: {result.said}", file=sys.stderr)
     for problem in result.problems:
         print(f"  {problem}", file=sys.stderr)
     return 1

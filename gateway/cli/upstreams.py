@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 from gateway.audit.events import AuditSink
+from gateway.cli.adapters import report_review
 from gateway.config.settings import Settings
 from gateway.principal import Principal
 from gateway.printable import escape_unprintable
+from gateway.review_answers import ReviewResult
 from gateway.store.upstream_reviews import UpstreamReviewStore
-from gateway.upstreams.tool_reviews import ToolReviewResult, UpstreamReviews
+from gateway.upstreams.tool_reviews import UpstreamReviews
 
 __all__ = ["run", "upstream_reviews"]
 
@@ -45,7 +46,7 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
     if args.upstreams_command == "review":
         upstreams = await reviews.overview(admin)
         if upstreams is None:
-            return _report(ToolReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
+            return report_review(ReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
         for upstream in upstreams:
             if args.json:
                 print(json.dumps(upstream.model_dump(mode="json"), sort_keys=True))
@@ -71,7 +72,7 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
         return 0
     if args.upstreams_command == "accept-registration":
         acceptance = {"hash": args.hash, "acknowledge": args.acknowledge}
-        return _report(await reviews.accept_registration(admin, args.name, acceptance))
+        return report_review(await reviews.accept_registration(admin, args.name, acceptance))
     review: dict[str, Any] = {
         "mode": args.mode,
         "definition": args.hash,
@@ -83,14 +84,4 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
     for rule in ("preview", "lookup"):
         if getattr(args, rule) is not None:
             review[rule] = getattr(args, rule)
-    return _report(await reviews.accept(admin, args.name, args.tool, review))
-
-
-def _report(result: ToolReviewResult) -> int:
-    if result.ok:
-        print(f"{result.code}: {result.message or 'done'}")
-        return 0
-    print(f"countersign: {result.code}: {result.message or result.code.lower()}", file=sys.stderr)
-    for problem in result.problems:
-        print(f"  {problem}", file=sys.stderr)
-    return 1
+    return report_review(await reviews.accept(admin, args.name, args.tool, review))

@@ -13,12 +13,15 @@ org serves, one with ``registry-operator`` for all (`policies.adapter_authority`
 mounts behind the admin key and lists in its openapi.json. It translates and decides nothing:
 `RegistryService` does. Bodies are the models of `gateway.registry.views`; every error, a path no
 route matches and a wrong method (405, with an Allow header) included, is JSON ``{"error": {"code", "message"}}``.
+The review of fronted MCP servers (`gateway.upstreams.api`) answers its results and serves services the same way:
+`review_answer` and `service_key_routes` serve both.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException
@@ -31,20 +34,23 @@ from gateway.auth.bearer import BearerAuth, caller_of, principal_of
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.principal import KeyKind
 from gateway.registry.manifest import MAX_MANIFEST_BYTES
-from gateway.registry.service import RegistryResult, RegistryService
+from gateway.registry.service import RegistryService
 from gateway.registry.views import (
-    ERROR_STATUS,
     AdapterActionDone,
     AdapterError,
     AdapterErrorDetail,
     AdapterList,
     AdapterRegistration,
 )
+from gateway.review_answers import REVIEW_STATUS, ReviewResult
 from gateway.store.keys import KeyStore
+from gateway.store.registrations import Registration
 from gateway.web.request_body import read_bounded
 from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
 
-__all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
+__all__ = ["AcceptBody", "adapter_review_table", "registry_routes", "review_answer", "service_key_routes"]
+
+Entry = TypeVar("Entry")
 
 
 class AcceptBody(BaseModel):
@@ -62,20 +68,26 @@ def _json(status: int, body: BaseModel) -> JSONResponse:
     return JSONResponse(body.model_dump(mode="json"), status_code=status)
 
 
-def _view(result: RegistryResult) -> AdapterRegistration | None:
-    return AdapterRegistration.from_registration(result.registration) if result.registration is not None else None
+def review_answer(
+    result: ReviewResult[Entry],
+    *,
+    done: Callable[[ReviewResult[Entry]], BaseModel],
+    refusal: Callable[[ReviewResult[Entry]], BaseModel],
+    done_status: int = 200,
+) -> JSONResponse:
+    """How a review's route answers `result`, for both reviews (of adapters here, of fronted MCP servers in
+    `gateway.upstreams.api`): `done(result)` with `done_status` when it went through, otherwise `refusal(result)`
+    with the status `REVIEW_STATUS` gives its code."""
+    if result.ok:
+        return _json(done_status, done(result))
+    return _json(REVIEW_STATUS[result.code], refusal(result))
 
 
-def _answer(result: RegistryResult, *, created: bool = False) -> JSONResponse:
-    if not result.ok:
-        message = result.message or result.code.lower()
-        detail = AdapterErrorDetail(code=result.code, message=message, problems=list(result.problems))
-        return _json(ERROR_STATUS[result.code], AdapterError(error=detail, adapter=_view(result)))
-    registration = result.registration
-    quarantined = registration is not None and registration.state != "active"
-    return _json(
-        202 if created and quarantined else 200, AdapterActionDone(message=result.message, adapter=_view(result))
-    )
+def _answer(result: ReviewResult[Registration], *, created: bool = False) -> JSONResponse:
+    # A registration stored and quarantined until an admin accepts it is 202; one identical to what is served, 200.
+    quarantined = result.entry is not None and result.entry.state != "active"
+    status = 202 if created and quarantined else 200
+    return review_answer(result, done=AdapterActionDone.of, refusal=AdapterError.of, done_status=status)
 
 
 async def _json_body(request: Request) -> tuple[Any, str]:
@@ -103,7 +115,7 @@ class _Endpoints:
         await self._audit.record(
             AuditEvent.refusal(who, action, "VALIDATION_ERROR", problem, {"path": request.url.path})
         )
-        return _answer(RegistryResult(code="VALIDATION_ERROR", problems=(problem,)))
+        return _answer(ReviewResult(code="VALIDATION_ERROR", problems=(problem,)))
 
     async def register(self, request: Request) -> Response:
         document, unreadable = await _json_body(request)
@@ -120,14 +132,14 @@ class _Endpoints:
     async def review(self, request: Request) -> Response:
         registrations = await self._service.review(principal_of(request.scope))
         if registrations is None:
-            return _answer(RegistryResult(code="PERMISSION_DENIED"))
+            return _answer(ReviewResult(code="PERMISSION_DENIED"))
         return _json(200, AdapterList(adapters=[AdapterRegistration.from_registration(r) for r in registrations]))
 
     async def show(self, request: Request) -> Response:
         result = await self._service.show(principal_of(request.scope), request.path_params["name"])
-        if not result.ok or result.registration is None:
+        if not result.ok or result.entry is None:
             return _answer(result)
-        return _json(200, AdapterRegistration.from_registration(result.registration))
+        return _json(200, AdapterRegistration.from_registration(result.entry))
 
     async def accept(self, request: Request) -> Response:
         document, unreadable = await _json_body(request)
@@ -259,13 +271,24 @@ def registry_routes(
             ),
         ),
     )
-    handle = error_handler(audit, _error_body, caller=caller_of)
+    return service_key_routes(table, _error_body, keys=keys, audit=audit, floods=floods)
+
+
+def service_key_routes(
+    table: RouteTable,
+    error_body: Callable[[int, str, str], Response],
+    *,
+    keys: KeyStore,
+    audit: AuditSink,
+    floods: AddressBudgets,
+) -> list[BaseRoute]:
+    """`table` mounted behind a service key (realm ``registry``), answering what no route answers with
+    `error_body(status, code, message)`: how the registry API serves services, for their adapters here and their
+    MCP servers (`gateway.upstreams.api`)."""
+    handle = error_handler(audit, error_body, caller=caller_of)
     app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
-    return [
-        mount(
-            table.mount, BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
-        )
-    ]
+    guarded = BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
+    return [mount(table.mount, guarded)]
 
 
 def _error_body(status: int, code: str, message: str) -> Response:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -111,6 +112,8 @@ class LiveToolSource:
         self._box = Toolbox(self._static, lease_seconds=lease_seconds)
         self._version: int | None = None
         self._upstream: dict[str, tuple[Tool, ...]] = {}
+        # How many upstream tool sets were served: a refresh whose build began at another count builds again.
+        self._upstream_changes = 0
         self._remote: tuple[Tool, ...] = ()
         self._built: dict[str, _Built] = {}
         self._endpoints: dict[str, tuple[str, str, str]] = {}
@@ -127,7 +130,8 @@ class LiveToolSource:
         """Serve `tools` as the reviewed tools of the MCP server `upstream` (replacing its earlier set).
 
         The caller has left out every name served already (`gateway.upstreams.tools`); a clash that slips
-        through is refused by the `Toolbox` here and keeps the tools served before.
+        through is refused by the `Toolbox` here and keeps the tools served before. It may land while a refresh
+        builds its toolbox: that refresh then builds again with these tools (`_compose`).
         """
         before = self._upstream.get(upstream, ())
         self._upstream[upstream] = tuple(tools)
@@ -139,6 +143,7 @@ class LiveToolSource:
             logger.error("upstream %s tools refused, keeping the served tools: %s", upstream, error)
             return
         self._box = box
+        self._upstream_changes += 1
         for listener in self._listeners:
             await listener()
 
@@ -187,13 +192,8 @@ class LiveToolSource:
                 continue
             self._connect(name, manifest, signing_key)
             remote.extend(adapter.tools.values())
-        served = self._served(remote)
-        # The schemas of every tool built before are taken from where they were derived, not derived again.
-        reuse = (self._box, *(adapter.tools for adapter in built.values()))
         try:
-            box = await anyio.to_thread.run_sync(
-                lambda: Toolbox(served, lease_seconds=self._lease_seconds, reuse=reuse)
-            )
+            box = await self._compose(remote, built.values())
         except ToolDeclarationError as error:
             logger.error("registry change refused, keeping the served tools: %s", error)
             return False
@@ -204,6 +204,28 @@ class LiveToolSource:
             for listener in self._listeners:
                 await listener()
         return changed
+
+    async def _compose(self, remote: Sequence[Tool], built: Iterable[_Built]) -> Toolbox:
+        """The toolbox of the in-process tools, `remote` and the upstreams' tools as served when it is returned.
+
+        It is built in a worker thread, and `serve_upstream` may serve an upstream's new tools meanwhile (it
+        does not wait for the refresh lock, under which listeners are called). A build that began before
+        such a change is done again with it, so the toolbox returned, put in place before the next await, never
+        leaves out an upstream's tools served in between.
+
+        Raises:
+            ToolDeclarationError: the tools cannot be served together (`Toolbox`).
+        """
+        built = tuple(built)
+        while True:
+            changes = self._upstream_changes
+            served = self._served(remote)
+            # The schemas of every tool built before are taken from where they were derived, not derived again.
+            reuse = (self._box, *(adapter.tools for adapter in built))
+            build = partial(Toolbox, served, lease_seconds=self._lease_seconds, reuse=reuse)
+            box = await anyio.to_thread.run_sync(build)
+            if changes == self._upstream_changes:
+                return box
 
     def _build(self, pinned: Mapping[str, Any], before: Mapping[str, _Built]) -> dict[str, _Built]:
         """The tools of each pinned manifest that can be built (run in a worker thread): those built `before`

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import anyio
@@ -30,28 +30,15 @@ from gateway.errors import ToolDeclarationError
 from gateway.principal import KeyKind, Principal
 from gateway.registry.manifest import AdapterManifest, review_manifest, secret_namespace, secret_references
 from gateway.registry.tools import ManifestError, tools_from_manifest
+from gateway.review_answers import ReviewResult, validation_problems
 from gateway.store.registrations import Registration, RegistryStore
 from gateway.tools.toolbox import Toolbox
 from policies.adapter_authority import OPERATOR_ROLE, REGISTRY_ROLE, may_manage_adapter, may_review_adapters
 from policies.manifest_safety import check_base_url
 
-__all__ = ["OPERATOR_ROLE", "REGISTRY_ROLE", "RegistryResult", "RegistryService"]
+__all__ = ["OPERATOR_ROLE", "REGISTRY_ROLE", "RegistryService"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9]{1,30}$")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RegistryResult:
-    code: str
-    """``OK``, ``VALIDATION_ERROR``, ``PERMISSION_DENIED``, ``NOT_FOUND`` or ``CONFLICT``."""
-    message: str = ""
-    problems: tuple[str, ...] = ()
-    registration: Registration | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.code == "OK"
 
 
 class RegistryService:
@@ -75,34 +62,37 @@ class RegistryService:
         self._refresh = refresh
         self._orgs = org_adapters
 
-    async def register(self, service: Principal, name: str, document: Mapping[str, Any]) -> RegistryResult:
+    async def register(self, service: Principal, name: str, document: Mapping[str, Any]) -> ReviewResult[Registration]:
         """Validate and store a proposal. Nothing is served until an admin accepts it."""
         if service.kind is not KeyKind.SERVICE:
-            return await self._done(service, "registry.register", name, RegistryResult(code="PERMISSION_DENIED"))
+            return await self._done(service, "registry.register", name, ReviewResult(code="PERMISSION_DENIED"))
         # Building a large adapter's tools takes a CPU-bound while: off the event loop, so the gateway's
         # other requests (and /healthz) are not held up behind it.
         problems, manifest = await anyio.to_thread.run_sync(self._validate, name, document)
         # Read first so a name owned by another service is refused before any word on the manifest;
         # the store's propose decides ownership atomically either way.
         existing = await self._store.get(name)
+        taken: ReviewResult[Registration] = ReviewResult(
+            code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service"
+        )
         if existing is not None and existing.owner != service.subject:
-            refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
-            return await self._done(service, "registry.register", name, refused)
+            return await self._done(service, "registry.register", name, taken)
         if problems or manifest is None:
-            invalid = RegistryResult(code="VALIDATION_ERROR", message="manifest refused", problems=tuple(problems))
+            invalid: ReviewResult[Registration] = ReviewResult(
+                code="VALIDATION_ERROR", message="manifest refused", problems=tuple(problems)
+            )
             return await self._done(service, "registry.register", name, invalid)
         flags = review_manifest(manifest, other_tool_names=self._served())
         registration = await self._store.propose(
             name, manifest.model_dump(mode="json"), owner=service.subject, flags=[asdict(flag) for flag in flags]
         )
         if registration is None:  # another service claimed the name since it was read above
-            refused = RegistryResult(code="PERMISSION_DENIED", message=f"adapter {name} belongs to another service")
-            return await self._done(service, "registry.register", name, refused)
+            return await self._done(service, "registry.register", name, taken)
         message = {"active": "unchanged; already served", "new": "new adapter quarantined until an admin accepts it"}
-        result = RegistryResult(
+        result = ReviewResult(
             code="OK",
             message=message.get(registration.state, "change quarantined until an admin accepts it"),
-            registration=registration,
+            entry=registration,
         )
         return await self._done(service, "registry.register", name, result)
 
@@ -113,10 +103,7 @@ class RegistryService:
         try:
             manifest = AdapterManifest.model_validate(document)
         except ValidationError as error:
-            problems.extend(
-                f"{'.'.join(str(p) for p in item['loc']) or 'manifest'}: {item['msg']}"
-                for item in error.errors(include_url=False, include_input=False)
-            )
+            problems.extend(validation_problems(error, "manifest"))
             return problems, None
         for index, tool in enumerate(manifest.tools):
             if not tool.name.startswith(f"{name}_"):
@@ -143,11 +130,11 @@ class RegistryService:
                 problems.append(f"{places[0] if places else 'tools'}: {error}")
         return problems, manifest
 
-    async def status(self, service: Principal, name: str) -> RegistryResult:
+    async def status(self, service: Principal, name: str) -> ReviewResult[Registration]:
         registration = await self._store.get(name)
         if registration is None or registration.owner != service.subject:
-            return RegistryResult(code="NOT_FOUND")
-        return RegistryResult(code="OK", registration=registration)
+            return ReviewResult(code="NOT_FOUND")
+        return ReviewResult(code="OK", entry=registration)
 
     async def review(self, admin: Principal) -> Sequence[Registration] | None:
         """The registrations `admin` may manage, with state, flags and diff; None when `admin` may not review."""
@@ -157,19 +144,19 @@ class RegistryService:
             return None
         return [r for r in await self._store.all() if may_manage_adapter(admin, r.name, self._orgs).allowed]
 
-    async def show(self, admin: Principal, name: str) -> RegistryResult:
+    async def show(self, admin: Principal, name: str) -> ReviewResult[Registration]:
         """One registration, if `admin` may manage it (refusals audited; a successful read is not)."""
         verdict = may_manage_adapter(admin, name, self._orgs)
         if not verdict.allowed:
             return await self._done(admin, "registry.show", name, _denied(verdict))
         registration = await self._store.get(name)
         if registration is None:
-            return await self._done(admin, "registry.show", name, RegistryResult(code="NOT_FOUND"))
-        return RegistryResult(code="OK", registration=registration)
+            return await self._done(admin, "registry.show", name, ReviewResult(code="NOT_FOUND"))
+        return ReviewResult(code="OK", entry=registration)
 
     async def accept(
         self, admin: Principal, name: str, *, expected_hash: str, acknowledged: frozenset[str] = frozenset()
-    ) -> RegistryResult:
+    ) -> ReviewResult[Registration]:
         """Pin the proposal the admin reviewed (by its hash); the live tool source serves it next.
 
         An update that changes where the gateway's credential, identities and receipts go (the review's
@@ -180,56 +167,45 @@ class RegistryService:
             return await self._done(admin, "registry.accept", name, _denied(verdict))
         current = await self._store.get(name)
         if current is None or current.proposed is None:
-            return await self._done(admin, "registry.accept", name, RegistryResult(code="NOT_FOUND"))
+            return await self._done(admin, "registry.accept", name, ReviewResult(code="NOT_FOUND"))
         if missing := [key for key in current.diff()["attention"] if key not in acknowledged]:
-            unseen = RegistryResult(
+            unseen = ReviewResult(
                 code="VALIDATION_ERROR",
                 message=f"this update changes {', '.join(missing)}; accept again acknowledging {missing} if intended",
                 problems=tuple(f"acknowledge: {key} changed and was not acknowledged" for key in missing),
-                registration=current,
+                entry=current,
             )
             return await self._done(admin, "registry.accept", name, unseen)
         pinned = await self._store.accept(name, expected_hash=expected_hash, admin=admin.subject)
         if pinned is None:
-            stale = RegistryResult(
-                code="CONFLICT", message="the proposal changed since it was reviewed", registration=current
-            )
+            stale = ReviewResult(code="CONFLICT", message="the proposal changed since it was reviewed", entry=current)
             return await self._done(admin, "registry.accept", name, stale)
         await self._refresh()
-        return await self._done(admin, "registry.accept", name, RegistryResult(code="OK", registration=pinned))
+        return await self._done(admin, "registry.accept", name, ReviewResult(code="OK", entry=pinned))
 
-    async def remove(self, admin: Principal, name: str) -> RegistryResult:
+    async def remove(self, admin: Principal, name: str) -> ReviewResult[Registration]:
         """Stop serving the adapter and free its name."""
         verdict = may_manage_adapter(admin, name, self._orgs)
         if not verdict.allowed:
             return await self._done(admin, "registry.remove", name, _denied(verdict))
         if not await self._store.remove(name):
-            return await self._done(admin, "registry.remove", name, RegistryResult(code="NOT_FOUND"))
+            return await self._done(admin, "registry.remove", name, ReviewResult(code="NOT_FOUND"))
         await self._refresh()
-        return await self._done(admin, "registry.remove", name, RegistryResult(code="OK"))
+        return await self._done(admin, "registry.remove", name, ReviewResult(code="OK"))
 
-    async def _done(self, who: Principal, action: str, name: str, result: RegistryResult) -> RegistryResult:
-        registration = result.registration
-        extra = {"adapter": name}
+    async def _done(
+        self, who: Principal, action: str, name: str, result: ReviewResult[Registration]
+    ) -> ReviewResult[Registration]:
+        registration = result.entry
+        about = {"adapter": name}
         if registration is not None and registration.proposed_hash:
-            extra["proposed_hash"] = registration.proposed_hash
+            about["proposed_hash"] = registration.proposed_hash
         if result.problems:
-            extra["problems"] = str(len(result.problems))
-        await self._audit.record(
-            AuditEvent(
-                action=action,
-                outcome="ok" if result.ok else "deny",
-                subject=who.subject,
-                org=who.org,
-                key_id=who.key_id,
-                code="" if result.ok else result.code,
-                reason=result.message,
-                extra=extra,
-            )
-        )
+            about["problems"] = str(len(result.problems))
+        await self._audit.record(result.audit_event(who, action, about))
         return result
 
 
-def _denied(verdict: Decision) -> RegistryResult:
+def _denied(verdict: Decision) -> ReviewResult[Registration]:
     # Decided from the key and the configuration alone: the same answer whether the adapter exists or not.
-    return RegistryResult(code="PERMISSION_DENIED", message=verdict.reason)
+    return ReviewResult(code="PERMISSION_DENIED", message=verdict.reason)

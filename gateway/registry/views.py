@@ -15,12 +15,11 @@ from pydantic.json_schema import SkipJsonSchema
 
 from gateway.registry.review import review_lines, tool_reviews
 from gateway.registry.tools import model_sees
-from gateway.review_answers import REVIEW_STATUS
+from gateway.review_answers import REVIEW_STATUS, ReviewResult
 from gateway.store.registrations import Registration, RegistrationState
 from policies.text_safety import FlagCode
 
 __all__ = [
-    "ERROR_STATUS",
     "AdapterActionDone",
     "AdapterDiff",
     "AdapterError",
@@ -32,10 +31,6 @@ __all__ = [
     "AdapterToolOutput",
     "AdapterToolReview",
 ]
-
-ERROR_STATUS = REVIEW_STATUS
-"""Every refusal code of a `RegistryResult`, with the status the registry's routes answer it with (the same as the
-review of fronted MCP servers: `gateway.review_answers`)."""
 
 
 def _no_default(schema: dict[str, Any]) -> None:
@@ -181,9 +176,13 @@ class AdapterActionDone(_View):
     adapter: AdapterRegistration | None
     """The registration as it is now; null after a removal."""
 
+    @classmethod
+    def of(cls, result: ReviewResult[Registration]) -> AdapterActionDone:
+        return cls(message=result.message, adapter=_registration_view(result))
+
 
 class AdapterErrorDetail(_View):
-    code: str = Field(json_schema_extra={"enum": list(ERROR_STATUS)})
+    code: str = Field(json_schema_extra={"enum": list(REVIEW_STATUS)})
     message: str
     problems: list[str] = Field(default_factory=list, exclude_if=lambda problems: not problems)
     """Everything wrong with the manifest or the body; absent when empty."""
@@ -195,3 +194,12 @@ class AdapterError(_View):
         default=None, exclude_if=lambda adapter: adapter is None, json_schema_extra=_no_default
     )
     """The registration as it is now, when the refusal concerns one (a stale accept)."""
+
+    @classmethod
+    def of(cls, result: ReviewResult[Registration]) -> AdapterError:
+        detail = AdapterErrorDetail(code=result.code, message=result.said, problems=list(result.problems))
+        return cls(error=detail, adapter=_registration_view(result))
+
+
+def _registration_view(result: ReviewResult[Registration]) -> AdapterRegistration | None:
+    return AdapterRegistration.from_registration(result.entry) if result.entry is not None else None

@@ -33,7 +33,7 @@ from gateway.errors import StoreUnavailableError
 from gateway.limits.rate_limiter import AddressBudgets
 from gateway.signin.cookies import CSRF_HEADER, CookiePolicy, session_cookie_of
 from gateway.signin.oidc import OidcClient, pkce_pair
-from gateway.store.console_sessions import SIGNIN_TTL_SECONDS, SessionStore, SignIn
+from gateway.store.console_sessions import SIGNIN_TTL_SECONDS, ConsoleSession, SessionStore, SignIn
 
 __all__ = ["SIGNIN_COOKIE", "signin_routes"]
 
@@ -44,6 +44,22 @@ _NO_STORE = {"cache-control": "no-store"}
 def _unavailable() -> Response:
     body = {"error": {"code": "LEDGER_UNAVAILABLE", "message": "The gateway cannot read sessions right now; retry."}}
     return JSONResponse(body, status_code=503, headers={**_NO_STORE, "retry-after": "1"})
+
+
+def _not_configured() -> Response:
+    return PlainTextResponse("Sign-in with a provider is not configured.", status_code=404, headers=_NO_STORE)
+
+
+def _cannot_sign_in() -> Response:
+    # The sign-in's own state, or the session it opens, could not be kept: nothing was half done.
+    return PlainTextResponse("The gateway cannot sign you in right now; try again.", 503, headers=_NO_STORE)
+
+
+def _signed_out(provider_logout: str | None, cookie: CookiePolicy) -> Response:
+    """The session cookie cleared, and where the browser continues to end the session at the provider, if anywhere."""
+    response = JSONResponse({"signed_out": True, "provider_logout": provider_logout}, headers=_NO_STORE)
+    response.headers.append("set-cookie", cookie.clear())
+    return response
 
 
 class _SignIn:
@@ -70,7 +86,7 @@ class _SignIn:
 
     async def start(self, request: Request) -> Response:
         if self.client is None:
-            return PlainTextResponse("Sign-in with a provider is not configured.", status_code=404, headers=_NO_STORE)
+            return _not_configured()
         # Anyone may start a sign-in, and each start keeps state in Redis until it ends or expires: starts are
         # spent from the address's budget of unauthenticated requests, the one the auth edge spends failures from.
         address = request.client.host if request.client else "unknown"
@@ -94,7 +110,7 @@ class _SignIn:
             await self.sessions.begin_signin(state=state, signin=SignIn(verifier=verifier, nonce=nonce))
             target = await self.client.authorization_url(state=state, nonce=nonce, challenge=challenge)
         except StoreUnavailableError:
-            return PlainTextResponse("The gateway cannot sign you in right now; try again.", 503, headers=_NO_STORE)
+            return _cannot_sign_in()
         except (OSError, ValueError) as error:
             return await self._refused(f"the identity provider cannot be reached: {str(error)[:200]}", status=502)
         response = RedirectResponse(target, status_code=302, headers=_NO_STORE)
@@ -112,7 +128,7 @@ class _SignIn:
 
     async def callback(self, request: Request) -> Response:
         if self.client is None:
-            return PlainTextResponse("Sign-in with a provider is not configured.", status_code=404, headers=_NO_STORE)
+            return _not_configured()
         state = request.query_params.get("state", "")
         if "error" in request.query_params:
             return await self._refused(f"the identity provider refused: {request.query_params['error'][:100]}")
@@ -122,7 +138,7 @@ class _SignIn:
         try:
             signin = await self.sessions.take_signin(state)
         except StoreUnavailableError:
-            return PlainTextResponse("The gateway cannot sign you in right now; try again.", 503, headers=_NO_STORE)
+            return _cannot_sign_in()
         if signin is None:
             return await self._refused("this sign-in expired or was already used")
         code = request.query_params.get("code", "")
@@ -142,7 +158,7 @@ class _SignIn:
                 id_token=done.id_token,
             )
         except StoreUnavailableError:
-            return PlainTextResponse("The gateway cannot sign you in right now; try again.", 503, headers=_NO_STORE)
+            return _cannot_sign_in()
         await self.audit.record(
             AuditEvent(
                 action="session.open",
@@ -161,9 +177,8 @@ class _SignIn:
         return response
 
     async def whoami(self, request: Request) -> Response:
-        token = session_cookie_of(request.scope, self.cookie.name)
         try:
-            session = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+            _token, session = await self._cookie_session(request)
         except StoreUnavailableError:
             return _unavailable()
         ways = {"provider": self.client is not None, "admin_key": self.demo}
@@ -184,15 +199,12 @@ class _SignIn:
         )
 
     async def signout(self, request: Request) -> Response:
-        token = session_cookie_of(request.scope, self.cookie.name)
         try:
-            live = await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None
+            token, live = await self._cookie_session(request)
         except StoreUnavailableError:
             return _unavailable()
         if token is None or live is None:
-            response: Response = JSONResponse({"signed_out": True, "provider_logout": None}, headers=_NO_STORE)
-            response.headers.append("set-cookie", self.cookie.clear())
-            return response
+            return _signed_out(None, self.cookie)
         origin = request.headers.get("origin")
         sent = request.headers.get(CSRF_HEADER, "")
         if (origin is not None and origin != self.cookie.origin) or not secrets.compare_digest(
@@ -218,9 +230,16 @@ class _SignIn:
                     )
                 except (OSError, ValueError):
                     provider = None
-        response = JSONResponse({"signed_out": True, "provider_logout": provider}, headers=_NO_STORE)
-        response.headers.append("set-cookie", self.cookie.clear())
-        return response
+        return _signed_out(provider, self.cookie)
+
+    async def _cookie_session(self, request: Request) -> tuple[str | None, ConsoleSession | None]:
+        """The session cookie's token, and the live session it names (None without a cookie, or when it names none).
+
+        Raises:
+            StoreUnavailableError: sessions cannot be read now.
+        """
+        token = session_cookie_of(request.scope, self.cookie.name)
+        return token, (await self.sessions.resolve(token, idle_ms=self.idle_ms) if token else None)
 
     async def _refused(self, reason: str, *, status: int = 400) -> Response:
         await self.audit.record(

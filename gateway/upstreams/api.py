@@ -16,19 +16,18 @@ import json
 from typing import Any
 
 from pydantic import BaseModel
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from gateway.audit.events import AuditSink
-from gateway.auth.bearer import BearerAuth, caller_of, principal_of
+from gateway.auth.bearer import principal_of
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.limits.rate_limiter import AddressBudgets
-from gateway.principal import KeyKind
-from gateway.review_answers import REVIEW_STATUS
+from gateway.registry.api import review_answer, service_key_routes
+from gateway.review_answers import ReviewResult
 from gateway.store.keys import KeyStore
-from gateway.upstreams.tool_reviews import RegistrationAcceptance, ToolReviewResult, UpstreamReviews
+from gateway.upstreams.tool_reviews import RegistrationAcceptance, UpstreamReviews
 from gateway.upstreams.views import (
     FrontedServer,
     FrontedServerList,
@@ -37,7 +36,7 @@ from gateway.upstreams.views import (
     ToolReviewRefusalDetail,
 )
 from gateway.web.request_body import read_bounded
-from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
+from gateway.web.route_table import Answer, Operation, RouteTable
 
 __all__ = ["upstream_registration_routes", "upstream_review_table"]
 
@@ -48,13 +47,8 @@ def _json(status: int, body: BaseModel) -> JSONResponse:
     return JSONResponse(body.model_dump(mode="json"), status_code=status)
 
 
-def _answer(result: ToolReviewResult) -> JSONResponse:
-    if result.ok:
-        return _json(200, ToolReviewDone(message=result.message, upstream=result.upstream))
-    detail = ToolReviewRefusalDetail(
-        code=result.code, message=result.message or result.code.lower(), problems=list(result.problems)
-    )
-    return _json(REVIEW_STATUS[result.code], ToolReviewRefusal(error=detail))
+def _answer(result: ReviewResult[FrontedServer]) -> JSONResponse:
+    return review_answer(result, done=ToolReviewDone.of, refusal=ToolReviewRefusal.of)
 
 
 class _Endpoints:
@@ -64,14 +58,14 @@ class _Endpoints:
     async def overview(self, request: Request) -> Response:
         upstreams = await self._reviews.overview(principal_of(request.scope))
         if upstreams is None:
-            return _answer(ToolReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
+            return _answer(ReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
         return _json(200, FrontedServerList(upstreams=upstreams))
 
     async def show(self, request: Request) -> Response:
         result = await self._reviews.show(principal_of(request.scope), request.path_params["name"])
-        if not result.ok or result.upstream is None:
+        if not result.ok or result.entry is None:
             return _answer(result)
-        return _json(200, result.upstream)
+        return _json(200, result.entry)
 
     async def review(self, request: Request) -> Response:
         document = await _document(request)
@@ -209,10 +203,7 @@ def upstream_registration_routes(
             ),
         ),
     )
-    handle = error_handler(audit, _error_body, caller=caller_of)
-    app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
-    guarded = BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
-    return [mount(table.mount, guarded)]
+    return service_key_routes(table, _error_body, keys=keys, audit=audit, floods=floods)
 
 
 def _error_body(status: int, code: str, message: str) -> Response:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,7 +28,7 @@ from gateway.canonical import canonical_json
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.upstreams import ToolReview, UpstreamSection, check_upstream_name
 from gateway.principal import KeyKind, Principal
-from gateway.review_answers import validation_problems
+from gateway.review_answers import ReviewResult, validation_problems
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.review import definition_diff, definition_hash
 from gateway.upstreams.views import FrontedServer, FrontedTool
@@ -38,27 +37,12 @@ from policies.manifest_safety import check_base_url
 
 __all__ = [
     "RegistrationAcceptance",
-    "ToolReviewResult",
     "UpstreamReviews",
     "registration_attention",
     "registration_hash",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolReviewResult:
-    code: str
-    """``OK``, ``VALIDATION_ERROR``, ``PERMISSION_DENIED``, ``NOT_FOUND`` or ``CONFLICT``."""
-    message: str = ""
-    problems: tuple[str, ...] = ()
-    upstream: FrontedServer | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.code == "OK"
 
 
 class UpstreamReviews:
@@ -99,7 +83,7 @@ class UpstreamReviews:
                 logger.error("registered upstream %s unreadable, not fronted: %s", name, error)
         return found
 
-    async def register(self, service: Principal, upstream: str, document: Any) -> ToolReviewResult:
+    async def register(self, service: Principal, upstream: str, document: Any) -> ReviewResult[FrontedServer]:
         """Store a service's HTTP upstream (`document`: an ``[upstreams.<name>]`` section without reviews). Its tools
         are quarantined like every upstream's until a registry admin reviews them."""
         action = "upstreams.register"
@@ -132,7 +116,7 @@ class UpstreamReviews:
                 if reference is not None and not reference.startswith(namespace):
                     problems.append(f"{where}: secret references of upstream {upstream} must start with {namespace}")
         if problems or section is None:
-            refused = ToolReviewResult(code="VALIDATION_ERROR", message="upstream refused", problems=tuple(problems))
+            refused = _refused("VALIDATION_ERROR", "upstream refused", tuple(problems))
             return await self._done(service, action, upstream, "", refused)
         if upstream in self._sections:
             taken = _refused("PERMISSION_DENIED", f"upstream {upstream} is configured by the operator")
@@ -149,19 +133,19 @@ class UpstreamReviews:
         if attention:
             # Another server, or the gateway's credential sent elsewhere: a registry admin says so first, as for a
             # registered adapter's base URL. The server registered before stays fronted meanwhile.
-            held = ToolReviewResult(
+            held: ReviewResult[FrontedServer] = ReviewResult(
                 code="OK",
                 message=f"the new {', '.join(attention)} is used once a registry admin accepts it; until then the"
                 " server registered before is fronted",
                 extra={"attention": ",".join(attention)},
             )
             return await self._done(service, action, upstream, "", held)
-        done = ToolReviewResult(
+        done: ReviewResult[FrontedServer] = ReviewResult(
             code="OK", message="registered; its tools are quarantined until a registry admin reviews them"
         )
         return await self._done(service, action, upstream, "", done)
 
-    async def accept_registration(self, admin: Principal, upstream: str, document: Any) -> ToolReviewResult:
+    async def accept_registration(self, admin: Principal, upstream: str, document: Any) -> ReviewResult[FrontedServer]:
         """Front the section `upstream`'s service registered again (`document`: a `RegistrationAcceptance` naming
         its hash and acknowledging each setting the change touches), in place of the one fronted now."""
         action = "upstreams.accept_registration"
@@ -171,9 +155,7 @@ class UpstreamReviews:
         try:
             acceptance = RegistrationAcceptance.model_validate(document)
         except ValidationError as error:
-            refused = ToolReviewResult(
-                code="VALIDATION_ERROR", message="acceptance refused", problems=validation_problems(error, "body")
-            )
+            refused = _refused("VALIDATION_ERROR", "acceptance refused", validation_problems(error, "body"))
             return await self._done(admin, action, upstream, "", refused)
         proposed = await self.store.proposed(upstream)
         before = (await self.store.registered()).get(upstream)
@@ -185,16 +167,13 @@ class UpstreamReviews:
             return await self._done(admin, action, upstream, "", stale)
         attention = registration_attention(before, proposed)
         if set(acceptance.acknowledge) != set(attention):
-            unseen = ToolReviewResult(
-                code="VALIDATION_ERROR",
-                message="acknowledge each changed setting by name",
-                problems=(f"acknowledge: name exactly {list(attention)}",),
-            )
+            named = (f"acknowledge: name exactly {list(attention)}",)
+            unseen = _refused("VALIDATION_ERROR", "acknowledge each changed setting by name", named)
             return await self._done(admin, action, upstream, "", unseen)
         await self.store.adopt(upstream, proposed)
         for listener in self._listeners:
             await listener(upstream)
-        done = ToolReviewResult(
+        done: ReviewResult[FrontedServer] = ReviewResult(
             code="OK",
             message=f"{upstream} is fronted as registered now; its tools stay held to their reviews' hashes",
             extra={"attention": ",".join(attention), "hash": acceptance.hash},
@@ -231,7 +210,7 @@ class UpstreamReviews:
             if may_manage_adapter(admin, name, self._orgs).allowed
         ]
 
-    async def show(self, admin: Principal, upstream: str) -> ToolReviewResult:
+    async def show(self, admin: Principal, upstream: str) -> ReviewResult[FrontedServer]:
         verdict = may_manage_adapter(admin, upstream, self._orgs)
         if not verdict.allowed:
             return await self._done(
@@ -240,9 +219,9 @@ class UpstreamReviews:
         section = (await self.sections()).get(upstream)
         if section is None:
             return await self._done(admin, "upstreams.show", upstream, "", _refused("NOT_FOUND", "no such upstream"))
-        return ToolReviewResult(code="OK", upstream=await self._view(upstream, section))
+        return ReviewResult(code="OK", entry=await self._view(upstream, section))
 
-    async def accept(self, admin: Principal, upstream: str, tool: str, document: Any) -> ToolReviewResult:
+    async def accept(self, admin: Principal, upstream: str, tool: str, document: Any) -> ReviewResult[FrontedServer]:
         """Store `admin`'s review of `tool` as listed now (`document`: a `ToolReview` naming the hash read)."""
         action = "upstreams.accept"
         verdict = may_manage_adapter(admin, upstream, self._orgs)
@@ -254,8 +233,7 @@ class UpstreamReviews:
         try:
             review = ToolReview.model_validate(document)
         except ValidationError as error:
-            problems = validation_problems(error, "review")
-            refused = ToolReviewResult(code="VALIDATION_ERROR", message="review refused", problems=problems)
+            refused = _refused("VALIDATION_ERROR", "review refused", validation_problems(error, "review"))
             return await self._done(admin, action, upstream, tool, refused)
         listing = await self.store.listing(upstream)
         listed = {str(d.get("name")): d for d in (listing.tools if listing is not None else ())}
@@ -264,10 +242,10 @@ class UpstreamReviews:
             missing = _refused("NOT_FOUND", f"{upstream} does not list {tool} now: nothing to review")
             return await self._done(admin, action, upstream, tool, missing)
         if definition_hash(definition) != review.definition:
-            stale = ToolReviewResult(
+            stale = ReviewResult(
                 code="CONFLICT",
                 message=f"{tool} is listed with another definition than the one reviewed: review it again",
-                upstream=await self._view(upstream, section),
+                entry=await self._view(upstream, section),
             )
             return await self._done(admin, action, upstream, tool, stale)
         await self.store.store_review(
@@ -280,10 +258,10 @@ class UpstreamReviews:
         )
         for listener in self._listeners:
             await listener(upstream)
-        done = ToolReviewResult(
+        done = ReviewResult(
             code="OK",
             message=f"{tool} reviewed {review.mode}; served as reviewed from the next reading",
-            upstream=await self._view(upstream, section),
+            entry=await self._view(upstream, section),
             extra={"mode": review.mode, "hash": review.definition},
         )
         return await self._done(admin, action, upstream, tool, done)
@@ -334,20 +312,10 @@ class UpstreamReviews:
         )
 
     async def _done(
-        self, who: Principal, action: str, upstream: str, tool: str, result: ToolReviewResult
-    ) -> ToolReviewResult:
-        await self._audit.record(
-            AuditEvent(
-                action=action,
-                outcome="ok" if result.ok else "deny",
-                subject=who.subject,
-                org=who.org,
-                key_id=who.key_id,
-                code="" if result.ok else result.code,
-                reason=result.message,
-                extra={"upstream": upstream, **({"upstream_tool": tool} if tool else {}), **result.extra},
-            )
-        )
+        self, who: Principal, action: str, upstream: str, tool: str, result: ReviewResult[FrontedServer]
+    ) -> ReviewResult[FrontedServer]:
+        about = {"upstream": upstream, **({"upstream_tool": tool} if tool else {})}
+        await self._audit.record(result.audit_event(who, action, about))
         return result
 
 
@@ -375,5 +343,5 @@ class RegistrationAcceptance(BaseModel):
     """Each setting the change touches (``attention``: ``url``, ``token_env``, ``oauth``), named to say it was seen."""
 
 
-def _refused(code: str, message: str) -> ToolReviewResult:
-    return ToolReviewResult(code=code, message=message)
+def _refused(code: str, message: str, problems: tuple[str, ...] = ()) -> ReviewResult[FrontedServer]:
+    return ReviewResult(code=code, message=message, problems=problems)

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from gateway.review_answers import ReviewResult
+
 __all__ = [
     "FrontedServer",
     "FrontedServerList",
@@ -78,6 +80,10 @@ class ToolReviewDone(_View):
     message: str
     upstream: FrontedServer | None = None
 
+    @classmethod
+    def of(cls, result: ReviewResult[FrontedServer]) -> ToolReviewDone:
+        return cls(message=result.message, upstream=result.entry)
+
 
 class ToolReviewRefusalDetail(_View):
     code: str
@@ -87,3 +93,7 @@ class ToolReviewRefusalDetail(_View):
 
 class ToolReviewRefusal(_View):
     error: ToolReviewRefusalDetail
+
+    @classmethod
+    def of(cls, result: ReviewResult[FrontedServer]) -> ToolReviewRefusal:
+        return cls(error=ToolReviewRefusalDetail(code=result.code, message=result.said, problems=list(result.problems)))

@@ -50,7 +50,7 @@ async def test_review_accept_and_remove_from_the_cli(
                                allowed_base_urls=("http://127.0.0.1:*",), served_tool_names=frozenset,
                                refresh=_nothing, lease_seconds=30.0, org_adapters=OrgAdapters())  # fmt: skip
     proposal = await registry.register(service, "expenses", expenses_manifest(expenses.url))
-    assert proposal.ok and proposal.registration is not None
+    assert proposal.ok and proposal.entry is not None
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
 
     status, out, _ = await _cli(redis_url, admin, capsys, "adapters", "review")
@@ -60,7 +60,7 @@ async def test_review_accept_and_remove_from_the_cli(
     assert "  input report_id: string required, in path" in out
     status, _, err = await _cli(redis_url, admin, capsys, "adapters", "accept", "expenses", "--hash", "sha256:x")
     assert status == 1 and "CONFLICT" in err
-    proposed = proposal.registration.proposed_hash or ""
+    proposed = proposal.entry.proposed_hash or ""
     status, out, _ = await _cli(redis_url, admin, capsys, "adapters", "accept", "expenses", "--hash", proposed)
     assert status == 0
     assert (await RegistryStore(redis).get("expenses")).state == "active"  # type: ignore[union-attr]

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from gateway.signing.identity import IDENTITY_HEADER, verify_identity
 from tests.support.agents import agent, error_code, make_key
 from tests.support.planted import PlantedBackend
-from tests.support.registration import register, register_and_accept, remove
+from tests.support.registration import register, remove, serving
 from tests.support.services import NOTES_SIGNING_KEY
 
 pytestmark = pytest.mark.anyio
@@ -48,14 +48,11 @@ async def test_every_request_a_registered_backend_receives_carries_an_identity_i
 ) -> None:
     url, backend = planted_backend
     backend.plant({"note_id": "n1"})
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
-    backend.forget()
-    try:
+    async with serving(notes_mcp_url, notes_redis, _manifest(url), "notes") as (_admin, agent_key):
+        backend.forget()
         async with agent(notes_mcp_url, agent_key) as client:
             assert not (await client.call_tool("notes_detail", {"note_id": "n1"})).is_error
             assert not (await client.call_tool("notes_recent", {})).is_error
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     received = backend.requests
     assert [path for path, _headers in received] == [b"/notes/n1/detail", b"/notes"]
     for _path, headers in received:
@@ -103,15 +100,12 @@ async def test_a_manifest_without_a_signing_secret_gets_identities_it_verifies_w
     backend.plant({"note_id": "n1"})
     manifest = _manifest(url)
     del manifest["signing_secret_env"]
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, manifest, "notes")
-    backend.forget()
-    try:
+    async with serving(notes_mcp_url, notes_redis, manifest, "notes") as (_admin, agent_key):
+        backend.forget()
         async with agent(notes_mcp_url, agent_key) as client:
             assert not (await client.call_tool("notes_detail", {"note_id": "n1"})).is_error
         async with httpx.AsyncClient(base_url=_base(notes_mcp_url), timeout=10) as http:
             jwks = (await http.get("/.well-known/jwks.json")).json()
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     [(_path, headers)] = backend.requests
     claims = verify_identity(headers[IDENTITY_HEADER], adapter="notes", jwks=jwks)
     assert claims == {"sub": "alice@acme.example", "org": "acme"}

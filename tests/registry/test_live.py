@@ -252,3 +252,60 @@ async def test_an_older_refresh_never_swaps_its_tools_in_after_a_newer_one(redis
     finally:
         for client in clients.values():
             await client.aclose()
+
+
+class _WorkerThreadGate:
+    """The event loop's worker threads, narrowed to one that the test holds, so a refresh waiting for a thread
+    stops there until the test hands the thread on (the real limiter `anyio.to_thread` takes its threads from)."""
+
+    def __init__(self) -> None:
+        self._limiter = anyio.to_thread.current_default_thread_limiter()
+        self._tokens = self._limiter.total_tokens
+
+    async def __aenter__(self) -> _WorkerThreadGate:
+        self._limiter.total_tokens = 1
+        await self._limiter.acquire()
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._limiter.statistics().borrowers:
+            self._limiter.release()
+        self._limiter.total_tokens = self._tokens
+
+    async def waited_for(self) -> None:
+        """Return once another task waits for the thread the test holds."""
+        with anyio.fail_after(30):
+            while self._limiter.statistics().tasks_waiting == 0:
+                await anyio.sleep(0)
+
+    async def let_one_through(self) -> None:
+        """Hand the thread to the task waiting for it, and hold it again once that task's work in it is done."""
+        self._limiter.release()
+        await self._limiter.acquire()
+
+    def release(self) -> None:
+        self._limiter.release()
+
+
+async def test_an_upstreams_tools_served_while_a_refresh_builds_are_served_after_it(
+    redis: Redis, expenses: Backend
+) -> None:
+    """A fronted MCP server's reviewed tools, served while a registry refresh is building its toolbox in a worker
+    thread, are in the toolbox the refresh puts in place: they are not dropped until the next change."""
+    source, store, clients = await _source(redis)
+    try:
+        await source.serve_upstream("files", [read_tool("files_read", adapter="files")])
+        await _pin(store, "ledger", _named("ledger", expenses.url))
+        async with _WorkerThreadGate() as gate, anyio.create_task_group() as tasks:
+            tasks.start_soon(source.refresh)
+            await gate.waited_for()  # to build the pinned manifests' tools
+            await gate.let_one_through()
+            await gate.waited_for()  # to build the toolbox it puts in place: what it serves is chosen by now
+            more = [read_tool("files_read", adapter="files"), read_tool("files_write", adapter="files")]
+            await source.serve_upstream("files", more)
+            assert "files_write" in source.current()
+            gate.release()
+        assert {"ledger_submit", "files_read", "files_write", "demo_echo"} <= set(source.current())
+    finally:
+        for client in clients.values():
+            await client.aclose()

@@ -12,7 +12,7 @@ from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code
 from tests.support.planted import PlantedBackend
-from tests.support.registration import register_and_accept, remove
+from tests.support.registration import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -58,14 +58,11 @@ async def test_a_dot_segment_is_an_audited_validation_error_and_nothing_is_sent_
     """The read is refused before it runs and the write before it becomes a card; both are audited."""
     url, backend = planted_backend
     backend.plant({"note_id": "n1"})
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
-    backend.forget()
-    try:
+    async with serving(notes_mcp_url, notes_redis, _manifest(url), "notes") as (_admin, agent_key):
+        backend.forget()
         async with agent(notes_mcp_url, agent_key) as client:
             read = await client.call_tool("notes_detail", {"note_id": value})
             write = await client.call_tool("notes_archive", {"note_id": value})
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     assert error_code(read) == error_code(write) == "VALIDATION_ERROR"
     assert backend.raw_paths == []
     assert await RedisLedger(notes_redis).recent() == []
@@ -79,11 +76,8 @@ async def test_an_ordinary_value_arrives_as_one_segment_of_the_templates_path(
     """A value with a slash and dots in it is one encoded segment on the wire, at the template's endpoint."""
     url, backend = planted_backend
     backend.plant({"note_id": "n1"})
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
-    backend.forget()
-    try:
+    async with serving(notes_mcp_url, notes_redis, _manifest(url), "notes") as (_admin, agent_key):
+        backend.forget()
         async with agent(notes_mcp_url, agent_key) as client:
             assert not (await client.call_tool("notes_detail", {"note_id": "a/..b"})).is_error
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     assert backend.raw_paths == [f"/notes/{quote('a/..b', safe='')}/detail".encode()]

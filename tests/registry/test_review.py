@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from gateway.principal import KeyKind
 from tests.support.agents import agent, make_key
 from tests.support.planted import PlantedBackend
-from tests.support.registration import issues_manifest, register, register_and_accept, remove, review
+from tests.support.registration import issues_manifest, register, remove, review, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -179,10 +179,7 @@ async def test_an_accepted_manifest_whose_arguments_travel_by_send_as_is_served(
     """The registry stores a manifest as registered (``send_as`` places keep their ``in``), so what an admin
     accepted is what gateways build and serve: both tools reach the agent."""
     url, _backend = planted_backend
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, issues_manifest(url), "notes")
-    try:
+    async with serving(notes_mcp_url, notes_redis, issues_manifest(url), "notes") as (_admin, agent_key):
         async with agent(notes_mcp_url, agent_key) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     assert {"notes_list_issues", "notes_create_issue"} <= names

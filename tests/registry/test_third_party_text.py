@@ -16,7 +16,7 @@ from gateway.untrusted import FENCE_OPEN, WITHHELD, fence
 from tests.support.agents import agent, error_code, everything_the_model_sees, payload
 from tests.support.canaries import CANARY, HOSTILE
 from tests.support.planted import PlantedBackend
-from tests.support.registration import register_and_accept, remove, review
+from tests.support.registration import review, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -116,12 +116,9 @@ async def test_marked_strings_in_every_shape_never_reach_the_model(
             ],
         }
     )
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
-    try:
+    async with serving(notes_mcp_url, notes_redis, _manifest(url), "notes") as (_admin, agent_key):
         async with agent(notes_mcp_url, agent_key) as client:
             result = await client.call_tool("notes_list", {})
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     assert not result.is_error
     assert CANARY not in everything_the_model_sees(result)
     assert [note["id"] for note in payload(result)["notes"]] == ["n1", "n2"]
@@ -134,12 +131,9 @@ async def test_a_refusal_reaches_the_model_as_a_code_and_the_backends_words_reac
     itself is on the human channel, the audit event's reason."""
     url, backend = planted_backend
     backend.plant({"error": f"taken_{CANARY}", "message": _hostile(8)}, status=409)
-    admin, agent_key = await register_and_accept(notes_mcp_url, notes_redis, _manifest(url), "notes")
-    try:
+    async with serving(notes_mcp_url, notes_redis, _manifest(url), "notes") as (_admin, agent_key):
         async with agent(notes_mcp_url, agent_key) as client:
             result = await client.call_tool("notes_list", {})
-    finally:
-        await remove(notes_mcp_url, admin, "notes")
     assert error_code(result) == "CONFLICT"
     assert CANARY not in everything_the_model_sees(result)
     calls = [e for e in await RedisStreamAuditSink(notes_redis).recent(50) if e.action == "tool.call"]
@@ -157,14 +151,11 @@ async def _review_read_and_propose(
             "notes": [{"id": "n1", "body": _hostile(11), "tags": [_hostile(12)], "author": {"name": _hostile(13)}}],
         }
     )
-    admin, agent_key = await register_and_accept(mcp_url, redis, manifest, "notes")
-    try:
+    async with serving(mcp_url, redis, manifest, "notes") as (admin, agent_key):
         seen = await review(mcp_url, admin, "notes")
         async with agent(mcp_url, agent_key) as client:
             result = await client.call_tool("notes_list", {})
             receipt = payload(await client.call_tool("notes_add", {"text": "a note"}))
-    finally:
-        await remove(mcp_url, admin, "notes")
     card = await RedisLedger(redis).get(receipt["card_id"])
     assert card is not None and card.provenance is not None
     return seen, result, card.provenance.tainted

@@ -225,6 +225,23 @@ async def test_with_a_key_alone_a_passkey_card_is_refused_through_rest_and_a_bat
     assert [r for r in rooms.since(mark) if r.headers.get("idempotency-key") == card.idempotency_key] == []
 
 
+async def test_an_approvers_passkeys_are_listed_as_stored_field_for_field(signin_gateway: str, redis: Redis) -> None:
+    """``GET /admin/api/passkeys`` shows each of the approver's own passkeys with what a backend verifies an
+    assertion with (its public key and counter), and another approver's not at all."""
+    token, _ = await KeyStore(redis).create(
+        kind=KeyKind.ADMIN, subject="carol@acme.example", org="acme", roles=["approver"]
+    )
+    mine = StoredPasskey(credential_id="c1", public_key="pk1", sign_count=3, name="laptop", created_ms=7, aaguid="a")
+    await PasskeyStore(redis).add("acme", "carol@acme.example", mine)
+    theirs = StoredPasskey(credential_id="c2", public_key="pk2", sign_count=0, name="phone", created_ms=9)
+    await PasskeyStore(redis).add("acme", "dave@acme.example", theirs)
+    async with httpx.AsyncClient(base_url=signin_gateway, headers={"authorization": f"Bearer {token}"}) as http:
+        listed = await http.get("/admin/api/passkeys")
+    assert listed.status_code == 200
+    shown = {"credential_id": "c1", "name": "laptop", "public_key": "pk1", "sign_count": 3, "created_ms": 7}
+    assert listed.json() == {"passkeys": [shown | {"aaguid": "a"}]}
+
+
 async def test_sign_ins_started_past_the_address_budget_are_refused_audited_and_keep_no_state(
     signin_gateway: str, redis: Redis
 ) -> None:

@@ -20,18 +20,23 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import pytest
+from starlette.datastructures import Secret
 
+from gateway.config.settings import OrgSettings, Settings
+from gateway.config.upstreams import UpstreamSection
 from tests.support.cached_install import install_once, npm_install, run_step
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
+from tests.support.services import TEST_AUDIT_SECRET
 
 __all__ = [
     "EVERYTHING_EARLIER_VERSION",
     "EVERYTHING_VERSION",
     "changing_over_http",
+    "fronting_settings",
     "FILESYSTEM_VERSION",
     "GIT_VERSION",
     "NodeServer",
@@ -89,6 +94,22 @@ args = ["{server.entry}", "{root}"]
 adapters = ["files"]
 roles = {json.dumps(list(roles))}
 """
+
+
+def fronting_settings(
+    redis_url: str, name: str, section: UpstreamSection, roles: tuple[str, ...] = ("staff",), **more: Any
+) -> Settings:
+    """The settings of a gateway that fronts `section` as upstream `name` for org ``acme`` (with `roles`) and serves
+    no other backend; `more` sets anything else."""
+    org = OrgSettings(name="acme", adapters=frozenset({name}), roles=frozenset(roles))
+    return Settings(
+        redis_url=redis_url,
+        adapters={},
+        orgs=(org,),
+        upstreams={name: section},
+        audit_secret=Secret(TEST_AUDIT_SECRET),
+        **more,
+    )
 
 
 def _cache_root() -> Path:

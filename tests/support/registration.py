@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -59,6 +61,17 @@ async def register_and_accept(mcp_url: str, redis: Redis, manifest: dict[str, An
                 if first in {tool.name for tool in (await client.list_tools()).tools}:
                     return admin, agent_key
             await anyio.sleep(0.1)
+
+
+@asynccontextmanager
+async def serving(mcp_url: str, redis: Redis, manifest: dict[str, Any], name: str) -> AsyncIterator[tuple[str, str]]:
+    """Adapter `name` registered from `manifest`, accepted and served for the block (`register_and_accept`), and
+    removed after it, however it ends. Yields ``(admin key, agent key)``."""
+    admin, agent_key = await register_and_accept(mcp_url, redis, manifest, name)
+    try:
+        yield admin, agent_key
+    finally:
+        await remove(mcp_url, admin, name)
 
 
 async def remove(mcp_url: str, admin: str, name: str) -> None:

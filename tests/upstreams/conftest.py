@@ -1,4 +1,5 @@
-"""The pinned MCP servers the upstream tests front, installed once per session (CI: fail, never skip)."""
+"""The pinned MCP servers the upstream tests front, installed once per session (CI: fail, never skip), and the
+database they run on."""
 
 from __future__ import annotations
 
@@ -7,12 +8,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mcp_servers import install_git_server, installed_or_skipped
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, install_git_server, installed_or_skipped
+
+
+@pytest.fixture(scope="module", name="redis_url")
+def upstreams_database(quiet_redis_url: str) -> str:
+    """A database no other gateway's worker drains: the cards these tests make are run by their own gateway's
+    worker, or by the test itself."""
+    return quiet_redis_url
 
 
 @pytest.fixture(scope="session")
 def git_server() -> Path:
     return installed_or_skipped("mcp-server-git", install_git_server)
+
+
+@pytest.fixture(scope="session")
+def filesystem_server() -> NodeServer:
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
-from gateway.config.settings import OrgSettings, Settings
+from gateway.config.settings import Settings
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
@@ -25,12 +24,13 @@ from tests.support.mcp_servers import (
     EVERYTHING_EARLIER_VERSION,
     EVERYTHING_VERSION,
     NodeServer,
+    fronting_settings,
     install_everything_servers,
     installed_or_skipped,
     serving_over_http,
 )
 from tests.support.redis_server import free_port
-from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.services import in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -41,13 +41,7 @@ def servers() -> dict[str, NodeServer]:
 
 
 def _settings(redis_url: str, section: UpstreamSection) -> Settings:
-    return Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"every"}), roles=frozenset({"staff"})),),
-        upstreams={"every": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-    )
+    return fronting_settings(redis_url, "every", section)
 
 
 async def _listed_echo(url: str, protocol: str) -> dict[str, object]:
@@ -118,8 +112,8 @@ async def test_an_upgrade_that_changes_a_reviewed_tool_quarantines_it_and_logs_t
                 # The review shows the changed tool with the diff from the definition served, and the new tools
                 # as unreviewed; a registry admin accepts echo as listed now, and it is served again.
                 shown = await gateway.upstream_reviews.show(registry_admin, "every")
-                assert shown.upstream is not None
-                tools = {tool.name: tool for tool in shown.upstream.tools}
+                assert shown.entry is not None
+                tools = {tool.name: tool for tool in shown.entry.tools}
                 assert (tools["echo"].state, tools["echo"].reason) == ("quarantined", "changed")
                 assert '-  "description": "Echoes back the input",' in tools["echo"].diff
                 assert '+  "description": "Echoes back the input string",' in tools["echo"].diff

@@ -15,11 +15,9 @@ from typing import Any
 import anyio
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
 from gateway.cards.card import CardState
 from gateway.cards.settlement import SettledBy, settlement_of
-from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import EditRule, LookupRule, PreviewRule, RenameRule, ToolReview, UpstreamSection
 from gateway.runtime.app import Gateway
 from gateway.runtime.worker import Worker
@@ -30,23 +28,12 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
-from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.mcp_servers import NodeServer, fronting_settings
+from tests.support.services import in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
 CANARY = "COUNTERSIGN_CANARY_SECRET"
-
-
-@pytest.fixture(scope="module", name="redis_url")
-def worker_database(quiet_redis_url: str) -> str:
-    """A database no background worker drains: the test drives the worker itself."""
-    return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def filesystem_server() -> NodeServer:
-    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _section(server: NodeServer, root: Path, reviews: Mapping[str, ToolReview], **stdio: Any) -> UpstreamSection:
@@ -99,13 +86,7 @@ async def _fronting(
     stdio = {"command": relay[0], "args": (*relay[1:], str(server.node), str(server.entry), str(root))} if relay else {}
     section = _section(server, root, _reviews(listing, root), **stdio)
     connection = UpstreamConnection("files", section, secrets={})
-    settings = Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"files"}), roles=frozenset({"staff", "approver"})),),
-        upstreams={"files": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-    )
+    settings = fronting_settings(redis_url, "files", section, roles=("staff", "approver"))
     async with connection.running():
         tools, held = upstream_tools("files", listing, section.tools, connection, taken=frozenset())
         assert {tool.name for tool in tools} == {

@@ -10,10 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
 from gateway.cards.card import CardState
-from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import LookupRule, ToolReview, UpstreamSection
 from gateway.runtime.app import Gateway
 from gateway.runtime.worker import Worker
@@ -23,15 +21,10 @@ from gateway.upstreams.review import definition_hash
 from gateway.upstreams.tools import upstream_tools
 from tests.support.agents import make_key
 from tests.support.cards import approve
-from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.mcp_servers import fronting_settings
+from tests.support.services import in_process_gateway
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module", name="redis_url")
-def worker_database(quiet_redis_url: str) -> str:
-    """A database no background worker drains: the test drives the worker itself."""
-    return quiet_redis_url
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -67,13 +60,7 @@ async def fronted(
     }
     section = stdio.model_copy(update={"tools": reviews})
     connection = UpstreamConnection("git", section, secrets={})
-    settings = Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"git"}), roles=frozenset({"staff", "approver"})),),
-        upstreams={"git": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-    )
+    settings = fronting_settings(redis_url, "git", section, roles=("staff", "approver"))
     async with connection.running():
         tools, _held = upstream_tools("git", list(listing.values()), reviews, connection, taken=frozenset())
         assert sorted(tool.name for tool in tools) == ["git_git_commit", "git_git_log"]

@@ -14,10 +14,9 @@ import anyio
 import jwt
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.config.settings import OrgSettings, Settings
+from gateway.config.settings import Settings
 from gateway.config.upstreams import DEFAULT_SESSIONS, OAuthClientSection, ToolReview, UpstreamSection
 from gateway.runtime.app import create_app
 from gateway.runtime.upstreams import fronting
@@ -25,19 +24,14 @@ from gateway.store.keys import KeyStore
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_hash
 from tests.support.agents import agent, make_key
-from tests.support.mcp_servers import git_over_http
+from tests.support.mcp_servers import fronting_settings, git_over_http
 from tests.support.redis_server import free_port
-from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.services import in_process_gateway
 from tests.support.token_issuer import serve_issuer
 
 pytestmark = pytest.mark.anyio
 
 GATEWAY_TOKEN = "gateway-own-token-for-git"
-
-
-@pytest.fixture(scope="module", name="redis_url")
-def own_database(quiet_redis_url: str) -> str:
-    return quiet_redis_url
 
 
 def _section(url: str, protocol: str, reviews: dict[str, ToolReview] | None = None) -> UpstreamSection:
@@ -51,15 +45,7 @@ def _section(url: str, protocol: str, reviews: dict[str, ToolReview] | None = No
 
 
 def _settings(redis_url: str, section: UpstreamSection, **more: Any) -> Settings:
-    return Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"git"}), roles=frozenset({"staff"})),),
-        upstreams={"git": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-        secrets={"GIT_UPSTREAM_TOKEN": GATEWAY_TOKEN},
-        **more,
-    )
+    return fronting_settings(redis_url, "git", section, secrets={"GIT_UPSTREAM_TOKEN": GATEWAY_TOKEN}, **more)
 
 
 async def _reviewed(url: str, protocol: str) -> tuple[dict[str, ToolReview], str | None]:

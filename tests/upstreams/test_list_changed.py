@@ -11,9 +11,7 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
-from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.principal import KeyKind
 from gateway.runtime.upstreams import fronting
@@ -21,9 +19,9 @@ from gateway.store.keys import KeyStore
 from gateway.upstreams.connection import UpstreamConnection
 from gateway.upstreams.review import definition_hash
 from tests.support.agents import make_key
-from tests.support.mcp_servers import changing_over_http
+from tests.support.mcp_servers import changing_over_http, fronting_settings
 from tests.support.redis_server import free_port
-from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
+from tests.support.services import in_process_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -40,13 +38,7 @@ async def test_a_definition_changed_upstream_is_quarantined_on_its_list_changed_
             listed = next(tool for tool in await probe.list_tools() if tool["name"] == "describe")
         review = ToolReview(mode="read", definition=definition_hash(listed), public=True)
         section = section.model_copy(update={"tools": {"describe": review}})
-        settings = Settings(
-            redis_url=redis_url,
-            adapters={},
-            orgs=(OrgSettings(name="acme", adapters=frozenset({"notes"}), roles=frozenset({"staff"})),),
-            upstreams={"notes": section},
-            audit_secret=Secret(TEST_AUDIT_SECRET),
-        )
+        settings = fronting_settings(redis_url, "notes", section)
         admin = await KeyStore(redis).resolve(
             await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
         )
@@ -69,8 +61,8 @@ async def test_a_definition_changed_upstream_is_quarantined_on_its_list_changed_
                         await anyio.sleep(0.05)
                 assert connection.connects == opened and connection.list_changes >= 1
                 shown = await gateway.upstream_reviews.show(admin, "notes")
-                assert shown.upstream is not None
-                tool = next(tool for tool in shown.upstream.tools if tool.name == "describe")
+                assert shown.entry is not None
+                tool = next(tool for tool in shown.entry.tools if tool.name == "describe")
                 assert (tool.state, tool.reason) == ("quarantined", "changed")
                 assert '-  "description": "Describes the notes, version 1",' in tool.diff
                 assert '+  "description": "Describes the notes, version 2",' in tool.diff

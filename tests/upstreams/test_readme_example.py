@@ -21,23 +21,12 @@ from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, make_key
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
+from tests.support.mcp_servers import NodeServer
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module", name="redis_url")
-def worker_database(quiet_redis_url: str) -> str:
-    """A database no other gateway's worker drains: this gateway's own worker runs the card."""
-    return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def filesystem_server() -> NodeServer:
-    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 def _readme_config() -> str:

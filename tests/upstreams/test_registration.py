@@ -26,11 +26,6 @@ from tests.support.services import TEST_AUDIT_SECRET
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", name="redis_url")
-def own_database(quiet_redis_url: str) -> str:
-    return quiet_redis_url
-
-
 def _settings(redis_url: str, *, poll_seconds: float) -> Settings:
     return Settings(
         redis_url=redis_url,

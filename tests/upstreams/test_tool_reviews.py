@@ -11,43 +11,24 @@ import anyio
 import httpx
 import pytest
 from redis.asyncio import Redis
-from starlette.datastructures import Secret
 
 from backends.serve import serve_app_in_thread
-from gateway.config.settings import OrgSettings, Settings
+from gateway.config.settings import Settings
 from gateway.config.upstreams import UpstreamSection
 from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, make_key
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
+from tests.support.mcp_servers import NodeServer, fronting_settings
 from tests.support.services import TEST_AUDIT_SECRET
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", name="redis_url")
-def own_database(quiet_redis_url: str) -> str:
-    """A database no other gateway's worker drains."""
-    return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def filesystem_server() -> NodeServer:
-    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
-
-
 def _settings(redis_url: str, server: NodeServer, folder: Path) -> Settings:
     """The filesystem server fronted with no review at all in the config file."""
     section = UpstreamSection(transport="stdio", command=str(server.node), args=[str(server.entry), str(folder)])
-    return Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"files"}), roles=frozenset({"staff", "approver"})),),
-        upstreams={"files": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-        registry_poll_seconds=0.2,
-    )
+    return fronting_settings(redis_url, "files", section, roles=("staff", "approver"), registry_poll_seconds=0.2)
 
 
 async def _api(base: str, key: str, method: str, path: str, body: Any = None) -> httpx.Response:

@@ -26,6 +26,7 @@ from tests.support.mcp_servers import (
     EVERYTHING_EARLIER_VERSION,
     EVERYTHING_VERSION,
     NodeServer,
+    fronting_settings,
     install_everything_servers,
     installed_or_skipped,
     serving_over_http,
@@ -76,15 +77,8 @@ async def test_in_a_browser_a_changed_upstream_tool_shows_its_diff_and_is_served
     a dismissed confirmation sends nothing; confirmed, the review is stored and agents get echo back."""
     port = free_port()
     section = UpstreamSection(transport="http", url=f"http://127.0.0.1:{port}/mcp", protocol="legacy")
-    settings = Settings(
-        redis_url=redis_url,
-        adapters={},
-        orgs=(OrgSettings(name="acme", adapters=frozenset({"every"}), roles=frozenset({"staff"})),),
-        upstreams={"every": section},
-        audit_secret=Secret(TEST_AUDIT_SECRET),
-        registry_poll_seconds=0.2,
-        demo=True,  # the console takes a pasted admin key (no identity provider here)
-    )
+    # demo: the console takes a pasted admin key (no identity provider here)
+    settings = fronting_settings(redis_url, "every", section, registry_poll_seconds=0.2, demo=True)
     admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
     staff = await make_key(redis, roles=("staff",))
     async with serving_over_http(servers[EVERYTHING_EARLIER_VERSION], port, tmp_path / "earlier.log"):
