@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cedarpy
+from cedarpy import _internal as extension
 
+from gateway.cedar.authorize import authorize, context_text, entities
 from gateway.cedar.schema import cedar_schema, context_of, entities_of
 from gateway.codes import Code
 from gateway.decision import Decision
@@ -155,10 +157,13 @@ class Caller:
     apply, and the listing answer once asked. Hashed by identity: a remembered call answer is keyed by this
     object, so it can never be found for another caller."""
 
-    __slots__ = ("entities", "listing", "policies")
+    __slots__ = ("entities", "listing", "parsed", "policies")
 
-    def __init__(self, entities: cedarpy.Entities, policies: Slice) -> None:
-        self.entities = entities
+    def __init__(self, parsed: extension.Entities, policies: Slice) -> None:
+        self.parsed = parsed
+        """The entities as `authorize` takes them."""
+        self.entities = cedarpy.Entities(parsed)
+        """The same, as ``cedarpy``'s partial evaluation takes them."""
         self.policies = policies
         self.listing: PolicyAnswer | None = None
 
@@ -428,7 +433,7 @@ class CedarEngine:
         if caller is None:
             principal_id = principal.key_id or principal.subject
             caller = Caller(
-                cedarpy.Entities.from_json_str(json.dumps(entities_of(tool, principal))),
+                entities(json.dumps(entities_of(tool, principal))),
                 compiled.for_call(tool.name, principal_id, principal.roles),
             )
             _remember(compiled.callers, key, caller, limit=_CALLERS)
@@ -449,7 +454,7 @@ class CedarEngine:
         remembered = (caller, tainted, policies.key(context))
         answer = compiled.decisions.get(remembered)
         if answer is None:
-            answer = self._call(compiled, tool, principal, caller, json.dumps(context), tainted=tainted)
+            answer = self._call(compiled, tool, principal, caller, context_text(context), tainted=tainted)
             _remember(compiled.decisions, remembered, answer, limit=_DECISIONS)
         return answer
 
@@ -462,16 +467,16 @@ class CedarEngine:
             "resource": {"type": "Tool", "id": tool.name},
             "context": context,
         }
-        result = cedarpy.is_authorized(request, caller.policies.policies, caller.entities)
-        if result.diagnostics.errors:
+        result = authorize(request, caller.policies.policies, caller.parsed)
+        if result.errors:
             # Cedar skips a policy it cannot evaluate; for a forbid that would open what it closes (a set kept in
             # force after the catalog changed under it, an overflow): the call is refused in its name instead.
-            broken = _ids(compiled, _erring(result.diagnostics.errors) & compiled.forbids)
+            broken = _ids(compiled, _erring(result.errors) & compiled.forbids)
             if broken:
                 reason = f"policy {', '.join(broken)} cannot be evaluated for this call"
                 return PolicyAnswer(decision=Decision.deny(Code.PERMISSION_DENIED, reason), policy_ids=broken)
         # The answer follows from Cedar's outcome and the deciding policies alone: remembered by them.
-        outcome = (result.allowed, tuple(result.diagnostics.reasons), tool.mode, tainted)
+        outcome = (result.allowed, result.reasons, tool.mode, tainted)
         answer = compiled.outcomes.get(outcome)
         if answer is None:
             answer = _answer(compiled, *outcome)
