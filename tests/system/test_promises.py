@@ -1386,3 +1386,10 @@ def test_taint_ends_after_the_taint_period_and_the_check_knows_it(world: World) 
     unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
     later = ("time_passes", {"seconds": TAINT_SECONDS + 3600.0})
     replay(world, 1, SAME, [_propose(150, read=NOTE), unknown, later, _propose(150), ("time_passes", NOW)])
+
+
+def test_an_update_pointing_the_adapter_elsewhere_is_not_served_unacknowledged(world: World) -> None:
+    """Found with the accept's acknowledgement check reverted for the base URL: the service points its manifest at
+    the rogue host, an admin accepts it without naming ``base_url``, and the agent's next read of expenses reaches
+    the rogue host carrying the backend credential and a signed identity."""
+    replay(world, 9, SAME, [("service_updates_manifest", {"change": "base_url", "then": "accepted"})])
