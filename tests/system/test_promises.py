@@ -1393,3 +1393,18 @@ def test_an_update_pointing_the_adapter_elsewhere_is_not_served_unacknowledged(w
     the rogue host, an admin accepts it without naming ``base_url``, and the agent's next read of expenses reaches
     the rogue host carrying the backend credential and a signed identity."""
     replay(world, 9, SAME, [("service_updates_manifest", {"change": "base_url", "then": "accepted"})])
+
+
+# -- sequences that break a promise when one of the product's checks is removed ----------------------------------------
+
+
+def test_a_token_endpoint_on_another_host_is_not_served_unacknowledged(world: World) -> None:
+    """With ``credential`` dropped from the settings an accept must name, the service's client-credentials grant at
+    the rogue host is served unacknowledged and its token request carries the backend token there."""
+    replay(world, 9, SAME, [("service_updates_manifest", {"change": "credential", "then": "accepted"})])
+
+
+def test_an_instruction_in_a_description_is_flagged_before_it_is_served(world: World) -> None:
+    """With the registry's text review removed, an identifier-shaped instruction in the write's description is
+    accepted and served to the model without a flag in the review the admin was shown."""
+    replay(world, 10, SAME, [("service_updates_manifest", {"change": "identifier", "then": "accepted"})])
