@@ -901,6 +901,14 @@ class Promises(RuleBasedStateMachine):
         self.proposals[answer.json()["adapter"]["proposed_hash"]] = manifest
         self.open_proposal = True
 
+    @rule()
+    def expenses_drops_an_answer(self) -> None:
+        """The expenses service (wherever the manifest in force points: the rogue host answers as it would) applies
+        the next report it is sent and drops its answer: an outcome the gateway must look up."""
+        drop = FAULT_SPEC.validate_python({"drop_after_commit": True, "paths": ["/reports"], "times": 1})
+        for host in (self.w.expenses, self.w.rogue):
+            host.app.state.service.faults.install(drop)
+
     @rule(acknowledging=st.booleans())
     def admin_accepts(self, acknowledging: bool) -> None:
         """The registry admin reviews the service's open proposal, if there is one, and accepts the hash reviewed,
@@ -1309,9 +1317,9 @@ def test_the_promises_hold_across_generated_sequences(world: World) -> None:
 Step = tuple[str, dict[str, Any]]
 
 
-def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> None:
+def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> Promises:
     """Run `steps` from a fresh world (the requester's second admin key spelled `spelling`, mixed scripts allowed),
-    checking after each step the promise numbered `promise` alone."""
+    checking after each step the promise numbered `promise` alone; the machine, for what it saw."""
     Promises.world = world
     machine = Promises()
     machine.only = {f"promise {promise}"}
@@ -1323,6 +1331,7 @@ def replay(world: World, promise: int, spelling: str, steps: list[Step]) -> None
             machine.promises_hold()
     finally:
         machine.teardown()
+    return machine
 
 
 NOTE = "note"
@@ -1408,3 +1417,19 @@ def test_an_instruction_in_a_description_is_flagged_before_it_is_served(world: W
     """With the registry's text review removed, an identifier-shaped instruction in the write's description is
     accepted and served to the model without a flag in the review the admin was shown."""
     replay(world, 10, SAME, [("service_updates_manifest", {"change": "identifier", "then": "accepted"})])
+
+
+def test_an_unknown_write_is_not_looked_up_or_resent_at_a_new_base_url(world: World) -> None:
+    """Found by replaying the rules by hand: an expense report applied at the expenses service whose answer was
+    lost is UNKNOWN; the service moves its manifest to another host and an admin acknowledges it; the lookup by key
+    then asks the new host, which has never seen the key, and the report is sent again there and applied twice.
+    The base URL is part of a registered tool's definition now, so the card goes to a person instead."""
+    file_and_approve = [
+        ("agent_files_expense", {"via": "key", "amount": 150}),
+        ("expenses_drops_an_answer", {}),
+        ("admin_decides", {"how": "approve", "pick": 0, "admin": 0}),
+    ]
+    moved = ("service_updates_manifest", {"change": "base_url", "then": "accepted, acknowledged"})
+    machine = replay(world, 2, SAME, [*file_and_approve, moved, ("time_passes", {"seconds": 5.0, "times": 6})])
+    [card] = [machine._card(card_id) for card_id in machine.cards]
+    assert card is not None and card.state is CardState.NEEDS_RECONCILIATION
