@@ -176,11 +176,14 @@ class WritePath:
     async def reconcile(self, card_id: str, *, worker: str) -> Card | None:
         """Resolve an UNKNOWN write by asking the backend, by its idempotency key, what happened."""
         card = await self._ledger.get(card_id)
-        tool = self._tools.current().get(card.tool) if card is not None else None
+        toolbox = self._tools.current()
+        tool = toolbox.get(card.tool) if card is not None else None
         if card is None or card.state is not CardState.UNKNOWN:
             return card
-        if tool is None or tool.write_contract is None:
-            reason = "tool no longer served"
+        # A changed definition may look up and resend elsewhere (a registered adapter's new base URL, where the
+        # key means nothing): what the earlier send did is for a person to find out.
+        if tool is None or tool.write_contract is None or toolbox.version(tool.name) != card.tool_version:
+            reason = "tool no longer served" if tool is None else "tool definition changed since it was sent"
             handed = self._ledger.reconcile(
                 card_id, result="NEEDS_RECONCILIATION", reference="", evidence={"reason": reason}
             )

@@ -56,7 +56,7 @@ def tools_from_manifest(adapter: str, manifest: AdapterManifest) -> tuple[Tool, 
     for index, spec in enumerate(manifest.tools):
         where = f"tools[{index}] ({spec.name})"
         try:
-            tools.append(_tool(adapter, spec))
+            tools.append(_tool(adapter, spec, endpoint=manifest.base_url))
         except SchemaError as error:
             problems.extend(f"{where}: {problem}" for problem in error.problems)
         except (ToolDeclarationError, ValueError) as error:
@@ -91,7 +91,7 @@ def model_sees(manifest: Mapping[str, Any]) -> dict[str, dict[str, str]]:
         return {}
 
 
-def _tool(adapter: str, spec: ToolSpec) -> Tool:
+def _tool(adapter: str, spec: ToolSpec, *, endpoint: str) -> Tool:
     output = output_model(
         spec.name,
         spec.output_schema,
@@ -150,6 +150,7 @@ def _tool(adapter: str, spec: ToolSpec) -> Tool:
         preflight=_target_check(spec.target_path, target) if spec.target_path else None,
         preview=_preview(spec.preview_path, target, spec.preview_fields) if spec.preview_path else None,
         timeout_seconds=spec.timeout_seconds,
+        endpoint=endpoint,
     )
 
 

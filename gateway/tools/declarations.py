@@ -66,7 +66,8 @@ def is_key_field(name: str) -> bool:
 
 
 def definition_hash(tool: Tool) -> str:
-    """Content hash of everything a tool promises: name, description, mode, schemas, access, contract.
+    """Content hash of everything a tool promises: name, description, mode, schemas, access, contract, and the
+    endpoint a registered tool's requests go to.
 
     A card is bound to the hash it was proposed under; executing it against a changed definition
     is refused. The provenance declarations (`Tool.visible_fields`, `Tool.returns_private_data`) are
@@ -100,6 +101,8 @@ def definition_hash(tool: Tool) -> str:
             # Only when declared, so the definitions of tools that declare none keep their hashes.
             **({"applied": sorted(contract.applied_statuses)} if contract.applied_statuses else {}),
         },
+        # Only when declared, so the definitions of tools whose backend the operator configures keep their hashes.
+        **({"endpoint": tool.endpoint} if tool.endpoint is not None else {}),
     }
     return "sha256:" + hashlib.sha256(canonical_json(document).encode()).hexdigest()
 
@@ -333,6 +336,11 @@ class Tool:
     """True when the backend is outside the company (a third party's service), False when it is the
     company's own system or the gateway itself. None means not declared: ``openWorldHint`` is left
     out, and clients assume the MCP default (open world)."""
+    endpoint: str | None = None
+    """Where the tool's requests go, when an admin reviews that with the tool: a registered adapter's base URL.
+    It is part of the definition (`definition_hash`), so a card is never sent, looked up or resent anywhere but
+    where it was approved to go: an idempotency key means nothing to another host. None for a tool whose backend
+    the operator configures."""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+from backends.expenses import expenses_manifest
 from gateway.outbound.backend_client import AiohttpUpstream
 from gateway.principal import Principal
 from gateway.registry.live import backend_auth
 from gateway.registry.manifest import AdapterManifest, CredentialSpec
 from gateway.registry.tools import tools_from_manifest
+from gateway.tools.declarations import definition_hash
 from tests.support.executors import agent_path
 from tests.support.planted import PlantedBackend
 from tests.support.token_issuer import TokenIssuer, serve_issuer
@@ -203,3 +205,16 @@ async def test_a_refused_client_secret_sends_nothing_to_the_backend(
     result, failed = await _call(backend, _tool({"type": "array", "items": ISSUE}), {"owner": "o"}, credential=auth)
     assert failed and result["error"]["code"] == "UPSTREAM_UNAVAILABLE"
     assert backend[1].requests == []
+
+
+def test_a_registered_tools_definition_includes_where_its_requests_go() -> None:
+    """A card is bound to its tool's definition hash; a registered tool's includes the manifest's base URL, so a
+    card approved (or sent) toward one host is never sent, looked up or resent at another."""
+
+    def versions(base_url: str) -> dict[str, str]:
+        manifest = AdapterManifest.model_validate(expenses_manifest(base_url))
+        return {tool.name: definition_hash(tool) for tool in tools_from_manifest("expenses", manifest)}
+
+    here, elsewhere = versions("http://127.0.0.1:9001"), versions("http://127.0.0.1:9002")
+    assert here == versions("http://127.0.0.1:9001")
+    assert all(here[name] != elsewhere[name] for name in here)
