@@ -28,7 +28,10 @@ The promises, checked after every step (README "What Countersign promises" state
 model may hold third-party text (any card of theirs shows ``provenance.tainted``), or a model-visible result
 of theirs carries a stranger's text, until `TAINT_SECONDS` have passed on the clock; no number of other
 reads shortens it. "Enough" principals: the tool's own number for the amount, and at least the org's
-``tainted_approvals`` for a tainted card.
+``tainted_approvals`` for a tainted card. "Resends", as promise 6 counts them: sends of a card's key after a send that
+may have landed; a send the backend refused unprocessed (`UNPROCESSED`: 429, 401) before that is none (the card goes
+back to APPROVED and is sent again after the Retry-After or the backoff, until its execute_by). The ledger counts
+every send against the cap, so such refusals leave a card fewer resends, never more.
 
 Promises 1, 2 and 6 count the writes that arrive at every backend: the orders service (configured by the operator),
 the expenses service (registered by manifest, `backends.expenses`, and accepted at the start of each sequence) and
@@ -60,7 +63,7 @@ import anyio
 import httpx
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, currently_in_test_context, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -156,9 +159,19 @@ READS: dict[str, tuple[str, dict[str, str]]] = {
 the shared calendar where a stranger may have planted a booking (`Promises.stranger_plants`)."""
 UNKNOWN_OUTCOME: dict[str, Any] = {"status": 503, "paths": REFUNDS}
 """The orders backend's refunds answer 503 and apply nothing: an outcome the gateway cannot know until it looks."""
-SETTLE_CROSSING = 30.0
-"""Seconds a fault lasts, in 5 s steps, when it lasts: past the settle period of an unknown write (2 s, doubling with
-each send) more often than `RESEND_CAP` allows resends."""
+SETTLE_SECONDS = 2.0
+"""The settle period of a refund's first send (the orders write contract's); each send doubles it for the next."""
+SETTLE_CROSSING = tuple(1.25 * SETTLE_SECONDS * 2**n for n in range(RESEND_CAP + 1))
+"""The steps of time a lasting fault runs through (2.5 s, 5 s, 10 s, 20 s): each a little longer than the settle period
+of the next send, so a write resent whenever its settle period runs out is resent at every step, once more than
+`RESEND_CAP` allows. A step is lived from the Redis clock (`Clock`), so it crosses no period longer than itself: six
+steps of 5 s cross the 4 s period, and the 8 s one only once three real seconds have gone by."""
+RETRY_AFTER = 30
+"""The ``Retry-After`` of a 429 the orders backend answers: longer than the short steps of time, shorter than a
+minute's."""
+UNPROCESSED = frozenset({429, 401})
+"""Answers that say the backend processed nothing (rate-limited; the gateway's own credentials not taken): the card is
+sent again with its key, and that send is no resend of a write that may have landed (README "Refusals")."""
 ACTOR = APPROVERS[1]
 """Who acts for the requester in a delegated token (``act``): a person who also approves, never for that card."""
 POLLER_ORG = "globex"
@@ -211,6 +224,10 @@ CARRIED = (
 """What a request the gateway sends may carry, by header."""
 Marks = dict[str, int]
 """A moment as each backend counts it (by name): the requests it had received by then."""
+REASONS = ("damaged", "arrived late", "wrong size", "charged twice")
+"""Why the agent asks for a refund. The same proposal again is answered with the card filed for it while that card is
+open or succeeded within the hour (on the Redis clock, which no step moves): without reasons to tell them apart, a
+sequence would make at most one card per amount and order."""
 
 RULES = ApprovalSettings(
     policy_daily_budget=1_000,
@@ -448,8 +465,11 @@ class Promises(RuleBasedStateMachine):
         self.sessions: dict[str, tuple[Any, Any]] = {}
         """The agent's open MCP sessions, by how it authenticates (``key``, ``token``)."""
         self.worker_paused = False
-        self.posts: dict[str, int] = {}
-        """Refund requests the backend received, per idempotency key."""
+        self.capped_sends: dict[str, int] = {}
+        """Refund requests the backend received per idempotency key, from the first it may have processed on (one
+        not refused `UNPROCESSED`): the first send that may have landed and the resends the cap bounds."""
+        self.faults_at: list[tuple[int, dict[str, Any] | None]] = []
+        """(the orders backend's request count when it was installed, the fault) of every fault the machine set."""
         self.actor = ACTOR
         """How the delegated token spells its actor (`fresh_world`)."""
         self.handles: list[tuple[str, str]] = []
@@ -492,6 +512,7 @@ class Promises(RuleBasedStateMachine):
         for name in w.backends:
             _fault(w, name, None)
         self.fault = None
+        self.faults_at = []
         shutil.rmtree(w.archive_dir, ignore_errors=True)
         orders = w.backends["orders"].app.state.service
         orders.restore_business_state({"refunds": []})
@@ -644,25 +665,35 @@ class Promises(RuleBasedStateMachine):
     def _tainted(self) -> bool:
         return self.tainted_at is not None and self.w.clock.wall() < self.tainted_at + TAINT_SECONDS
 
+    # Half the proposals read nothing first: a read of third-party text taints the requester for a day, and from then
+    # on no card of theirs runs by policy or with one approver, so little is ever sent in the rest of the sequence.
     @rule(
         via=st.sampled_from(["key", "token", "delegated"]),
-        read=st.sampled_from([None, "note", "order", "rooms"]),
+        read=st.one_of(st.none(), st.sampled_from(["note", "order", "rooms"])),
         times=st.sampled_from([0, 2, LAUNDER]),
         amount=st.sampled_from([9_000, 150, POLICY_MAX_CENTS, ESCALATED_ABOVE + 1_000, None]),
         order=st.sampled_from([CLEAN_ORDER, PLANTED_ORDER]),
         reviewer=st.sampled_from([-1, None, 0]),
+        reason=st.sampled_from(REASONS),
     )
     def agent_works(
-        self, via: str, read: str | None, times: int, amount: int | None, order: str, reviewer: int | None = None
+        self,
+        via: str,
+        read: str | None,
+        times: int,
+        amount: int | None,
+        order: str,
+        reviewer: int | None = None,
+        reason: str = REASONS[0],
     ) -> None:
         """The agent reads (`READS`: an order, its customer note, ord-1002's written by a stranger, or the shared
         rooms calendar), then something nobody wrote (a refund eligibility) `times` times, then proposes a refund
-        of `amount` on `order`. A receipt with a card id is an acknowledged card; a quick `reviewer` (an admin key,
-        -1 the newest: see `admin_decides`) approves it at once, if it waits for a person."""
+        of `amount` on `order` for `reason`. A receipt with a card id is an acknowledged card; a quick `reviewer`
+        (an admin key, -1 the newest: see `admin_decides`) approves it at once, if it waits for a person."""
         calls = [READS[read]] if read is not None else []
         calls += [("orders_refund_eligibility", {"order_id": CLEAN_ORDER})] * times
         if amount is not None:
-            calls.append(("orders_refund_create", {"order_id": order, "amount_cents": amount, "reason": "damaged"}))
+            calls.append(("orders_refund_create", {"order_id": order, "amount_cents": amount, "reason": reason}))
         self._proposes(via, calls, amount, reviewer)
 
     @rule(
@@ -944,10 +975,11 @@ class Promises(RuleBasedStateMachine):
 
     # -- the worker and time ----------------------------------------------------------------------------
 
-    # Waits that cross the settle period of an unknown write (2 s, doubling with each send) first, and often in a
-    # row (`times`): a storm of resends takes several of them, and Hypothesis rarely draws one rule five times.
+    # A minute first: it crosses the settle periods of an unknown write's first five sends (2 s, doubling with each
+    # send) in one step. Steps are lived from the Redis clock (`Clock`), so steps of 5 s in a row cross the 4 s
+    # period, and the 8 s one only once three real seconds have gone by.
     @rule(
-        seconds=st.sampled_from([5.0, 0.0, 1.0, 60.0, 16 * 60.0, TAINT_SECONDS + 3600.0]), times=st.sampled_from([6, 1])
+        seconds=st.sampled_from([60.0, 0.0, 5.0, 1.0, 16 * 60.0, TAINT_SECONDS + 3600.0]), times=st.sampled_from([1, 6])
     )
     def time_passes(self, seconds: float, times: int = 1) -> None:
         """`times` steps of `seconds` each pass (`one_step_of_time`)."""
@@ -988,7 +1020,7 @@ class Promises(RuleBasedStateMachine):
         if self.worker_paused:
             return
         mark = self._orders.received
-        _fault(self.w, "orders", {"reply_after_commit_ms": 3_000, "paths": REFUNDS, "times": 1})
+        self._orders_fault({"reply_after_commit_ms": 3_000, "paths": REFUNDS, "times": 1})
         worker = Worker(self.w.worker_side.executor.writes, self.w.worker_side.cards, name="promises", block_ms=1)
 
         async def run_until_sent() -> None:
@@ -1013,28 +1045,61 @@ class Promises(RuleBasedStateMachine):
 
     # -- faults -----------------------------------------------------------------------------------------
 
-    # Hypothesis leans towards the first value of each list, and shrinks towards it: attacks first.
+    # Hypothesis shrinks towards the first branch and the first value of each list: attacks first. An answer that
+    # may have landed (a storm of resends grows from it, and a refusal of the resends keeps it going) in half the
+    # draws, however many refusals and other answers there are to draw from.
     @rule(
-        fault=st.sampled_from(
-            [
-                UNKNOWN_OUTCOME,  # refunds answer 503: nothing applied, outcome unknown
-                {"status": 504, "paths": REFUNDS},  # the same (a lookup finds nothing): the likeliest draw
-                {"status": 409, "paths": REFUNDS},  # a definitive refusal
-                {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
-                {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
-                None,  # the backend answers as it should
-            ]
+        fault=st.one_of(
+            st.sampled_from(
+                [
+                    UNKNOWN_OUTCOME,  # refunds answer 503: nothing applied, outcome unknown
+                    {"status": 504, "paths": REFUNDS},  # the same (a lookup finds nothing)
+                ]
+            ),
+            st.sampled_from(
+                [
+                    # Refusals real APIs send (README "Refusals"). Not processed, sent again with the key: a 429 no
+                    # sooner than its Retry-After, a 401 after the backoff. Not applied by the orders contract (403,
+                    # 409): FAILED, never resent. A 410, which that contract does not name, and a resend's refusal
+                    # prove nothing: UNKNOWN, looked up, resent within the cap.
+                    {"status": 429, "retry_after": RETRY_AFTER, "paths": REFUNDS},
+                    {"status": 401, "paths": REFUNDS},
+                    {"status": 410, "paths": REFUNDS},
+                    {"status": 403, "paths": REFUNDS},
+                    {"status": 409, "paths": REFUNDS},
+                    {"drop_after_commit": True, "paths": REFUNDS, "times": 1},  # applied, answer lost
+                    {"status": 503, "paths": ["/idempotency/"]},  # status lookups cannot answer
+                    None,  # the backend answers as it should
+                ]
+            ),
         ),
-        lasting=st.sampled_from([SETTLE_CROSSING, 0.0]),
+        lasting=st.sampled_from([True, False]),
     )
-    def backend_behaves(self, fault: dict[str, Any] | None, lasting: float = 0.0) -> None:
-        """The orders backend starts (or stops) failing in one way, and time passes while it does (`lasting`
-        seconds, in steps of 5 s that each cross the settle period of an unknown write: a storm of resends, if
-        anything resends at every step)."""
+    def backend_behaves(self, fault: dict[str, Any] | None, lasting: bool = False) -> None:
+        """The orders backend starts (or stops) failing in one way, and, if it is `lasting`, time passes while it
+        does, in steps that each cross the settle period of the next send of an unknown write (`SETTLE_CROSSING`):
+        a storm of resends, if anything resends whenever a settle period has run out."""
         self.fault = fault
-        _fault(self.w, "orders", fault)
-        if lasting:
-            self.time_passes(seconds=5.0, times=int(lasting // 5.0))
+        self._orders_fault(fault)
+        for seconds in SETTLE_CROSSING if lasting else ():
+            self.one_step_of_time(seconds)
+
+    def _orders_fault(self, spec: dict[str, Any] | None) -> None:
+        """Install `spec` as the orders backend's one fault, noting from which request on it answers."""
+        self.faults_at.append((self._orders.received, spec))
+        _fault(self.w, "orders", spec)
+
+    def _refused_unprocessed(self, index: int, path: str) -> bool:
+        """Whether the orders backend's request number `index` (counted as ``received`` counts), to `path`, met a
+        fault that answers `UNPROCESSED`. Only a fault that lasts until replaced (no ``times``) is known to have
+        met it; any other answer counts as one the backend may have processed."""
+        spec = next((spec for mark, spec in reversed(self.faults_at) if mark <= index), None)
+        return (
+            spec is not None
+            and spec.get("status") in UNPROCESSED
+            and spec.get("times") is None
+            and FAULT_SPEC.validate_python(spec).matches(path)
+        )
 
     @rule(
         where=st.sampled_from(["org", "title", "booked_by", "start"]),
@@ -1093,6 +1158,10 @@ class Promises(RuleBasedStateMachine):
     def teardown(self) -> None:
         for via in list(self.sessions):
             self._close(via)
+        if currently_in_test_context():  # not in `replay`
+            # Half-way through its budget Hypothesis climbs from the sequences that scored highest here: towards
+            # more sends of one card, the number promise 6 bounds, which a storm of resends drives past the cap.
+            target(max(self.capped_sends.values(), default=0), label="sends of one card once it may have landed")
 
     # -- the promises -----------------------------------------------------------------------------------
 
@@ -1141,14 +1210,19 @@ class Promises(RuleBasedStateMachine):
                 if request.method != "POST" or not request.path.endswith(WRITE_PATHS[name]):
                     continue
                 key = request.headers.get("idempotency-key", "")
-                self.posts[key] = self.posts.get(key, 0) + 1
+                at = self.cursors[name] + offset
+                if key in self.capped_sends or not (name == "orders" and self._refused_unprocessed(at, request.path)):
+                    self.capped_sends[key] = self.capped_sends.get(key, 0) + 1
                 seen = by_key.get(key)
                 if seen is None:
                     self.violations.append(f"promise 1: a write reached {name} with no card of ours (key {key!r})")
                     continue
-                self._check_write(seen, name, self.cursors[name] + offset)
-                if self.posts[key] > 1 + RESEND_CAP:
-                    self.violations.append(f"promise 6: card {seen.card_id} was sent {self.posts[key]} times")
+                self._check_write(seen, name, at)
+                if self.capped_sends.get(key, 0) > 1 + RESEND_CAP:
+                    sends = self.capped_sends[key]
+                    self.violations.append(
+                        f"promise 6: card {seen.card_id} was sent {sends} times once it may have landed"
+                    )
             self.cursors[name] += len(arrived)
             applied = [key for key in by_key if (done := service.idempotency.get(ORG, key)) and done.state == "applied"]
             for key in applied:
@@ -1382,6 +1456,14 @@ def test_an_unsettled_write_is_not_resent_past_the_cap(world: World) -> None:
     unknown = ("backend_behaves", {"fault": {"status": 503, "paths": REFUNDS}})
     later = ("time_passes", {"seconds": 5.0})
     replay(world, 6, SAME, [_propose(150), unknown, ("time_passes", NOW), *[later] * (RESEND_CAP + 2)])
+
+
+def test_an_unsettled_write_is_not_resent_past_the_cap_however_long_the_fault_lasts(world: World) -> None:
+    """Found by the generated search with the cap removed (the settle period still doubling with each send): a refund
+    approved by policy, then the backend answers 503 while time passes across the doubling settle periods; the write
+    is resent whenever its period has run out, past the cap. (The replay above no longer reaches the cap once the
+    period doubles: its steps of 5 s cross the 4 s period and not the 8 s one.)"""
+    replay(world, 6, SAME, [_propose(150), ("backend_behaves", {"fault": UNKNOWN_OUTCOME, "lasting": True})])
 
 
 def test_removing_the_last_audit_entries_is_detected(world: World) -> None:
