@@ -11,6 +11,9 @@ Property tests run the ``ci`` Hypothesis profile when ``CI`` is set and ``dev`` 
 A run writes bytecode even on a machine that says not to (``PYTHONDONTWRITEBYTECODE``): otherwise every
 test process compiles every module and rewrites every test's asserts again (about seven seconds of CPU
 each, every run), and so does every Python process a test starts (the CLI, a second gateway).
+
+The test processes, and the processes they start, trust no TLS server (`tests.support.trust_store`): no test
+uses TLS, and loading the machine's trust store into every HTTP client a run builds cost about 45 s of CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from tests.support.examples import load_profile
 from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 from tests.support.signing import client_keeping_signing_key, signing_key_before_start
+from tests.support.trust_store import trust_nothing
 
 HYPOTHESIS_PROFILE = load_profile(os.environ)
 
@@ -40,6 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # process imports from now on (pytest writes their rewritten asserts unless told not to).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    trust_nothing(os.environ)
 
 
 def pytest_report_header() -> str:

@@ -20,11 +20,10 @@ from gateway.errors import ConfigError
 from gateway.principal import KeyKind, Principal
 from gateway.tools.catalog import Catalog
 from gateway.tools.declarations import Mode, Tool
-from gateway.tools.toolbox import Toolbox
 from policies.access import decide_access, decide_call
 from policies.engine import AUTO
 from tests.support.examples import examples
-from tests.support.executors import LEASE_SECONDS, agent_path
+from tests.support.executors import agent_path, toolbox
 
 REFUND = next(tool for tool in TOOLS if tool.name == "orders_refund_create")
 ORGS = OrgAdapters({"acme": frozenset({"orders"})})
@@ -209,7 +208,7 @@ def test_the_catalog_and_the_executor_agree_for_every_generated_policy_set(
     engine = CedarEngine(compiled)
     principal = _who(*roles)
     arguments: dict[str, Any] = {"order_id": "ord_1001", "amount_cents": cents, "reason": reason}
-    catalog = Catalog(Toolbox(TOOLS, lease_seconds=LEASE_SECONDS), ORGS, engine)
+    catalog = Catalog(toolbox(TOOLS), ORGS, engine)
     listed = tool in catalog.visible_to(principal)
     answer = engine.decide(tool, principal, arguments, tainted=tainted)
     if not listed:

@@ -8,11 +8,14 @@ thing at once both end with a complete copy.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from tests.support.trust_store import machine_environ
 
 __all__ = ["install_once", "npm_install", "run_step"]
 
@@ -57,11 +60,14 @@ def npm_install(into: Path, packages: Sequence[str], *, error: type[Exception], 
 
 
 def run_step(step: Sequence[str], *, error: type[Exception], timeout: float, what: str) -> None:
-    """Run one step of an install.
+    """Run one step of an install, with the machine's own TLS trust settings (the tests' trust none:
+    `tests.support.trust_store`).
 
     Raises:
         error: the step failed (with the end of its own message).
     """
-    done = subprocess.run(list(step), capture_output=True, text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        list(step), capture_output=True, text=True, timeout=timeout, check=False, env=machine_environ(os.environ)
+    )
     if done.returncode != 0:
         raise error(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")

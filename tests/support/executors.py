@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from redis.asyncio import Redis
 
@@ -28,6 +28,21 @@ from tests.support.services import TEST_SIGNING_KEY
 
 LEASE_SECONDS = 30.0
 """The default worker lease (`Settings.lease_seconds`): every test tool's timeout fits within it."""
+
+_TOOLBOXES: dict[tuple[int, ...], Toolbox] = {}
+
+
+def toolbox(tools: Sequence[Tool]) -> Toolbox:
+    """The `Toolbox` of exactly `tools` (these very objects, in this order) under `LEASE_SECONDS`, built once per
+    test process: deriving every tool's input and output schema takes tens of milliseconds, which a property test
+    building an agent path per example would otherwise pay per example. A `Toolbox` and its tools are frozen,
+    so sharing one cannot carry anything from one test to the next; the box keeps its tools alive, so no id in a
+    key is taken by another object. Raises what `Toolbox` raises, every time."""
+    key = tuple(map(id, tools))
+    box = _TOOLBOXES.get(key)
+    if box is None:
+        box = _TOOLBOXES[key] = Toolbox(tools, lease_seconds=LEASE_SECONDS)
+    return box
 
 
 def agent_path(
@@ -55,7 +70,7 @@ def agent_path(
     nowhere = ledger_client if ledger_client is not None else connect("redis://127.0.0.1:9/0").client
     ledger = RedisLedger(nowhere)
     executor = AgentPath(
-        tools=Toolbox(tools, lease_seconds=LEASE_SECONDS),
+        tools=toolbox(tools),
         org_adapters=OrgAdapters({org: frozenset(tool.adapter for tool in tools)}),
         policy=policy,
         audit=audit,
