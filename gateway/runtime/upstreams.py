@@ -77,6 +77,12 @@ async def fronting(
             fronted[name] = section, scope
             # Entered and left by this task: the SDK's client holds cancel scopes of the task that opened it.
             async with connection.running():
+                replaced = readers.get(name)
+                if replaced is not None:
+                    # Registered again: from here on only this reader serves the name. The one it replaces may be
+                    # reading its list right now (the acceptance woke it); served after this one, its tools would
+                    # be bound to a connection about to close, and answer UPSTREAM_UNAVAILABLE until the next poll.
+                    replaced.retired = True
                 await reader.serve()
                 connections[name], readers[name] = connection, reader
                 task_status.started()
@@ -155,6 +161,8 @@ class _Reader:
         self._reviews = reviews
         self._listing: Sequence[Mapping[str, Any]] | None = None
         self._version: int | None = None
+        self.retired = False
+        """Set when a reader of the server as registered again takes over the name: this one serves nothing more."""
 
     async def run(self, poll_seconds: float) -> None:
         while True:
@@ -212,6 +220,8 @@ class _Reader:
                 # What changed since the definition last served, for the reviewer (the upstream's text, as data).
                 diff = definition_diff(seen[quarantined.name], now[quarantined.name])
                 logger.warning("upstream %s: tool %s changed:\n%s", name, quarantined.name, "\n".join(diff))
+        if self.retired:  # checked with no await before the tools are put in place (`serve_upstream`)
+            return
         await self._live.serve_upstream(name, tools)
         self._listing, self._version = listing, version
         logger.info("upstream %s: serving %d reviewed tools, %d held back", name, len(tools), len(held))
