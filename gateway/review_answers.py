@@ -35,11 +35,11 @@ def validation_problems(error: ValidationError, whole: str) -> tuple[str, ...]:
     )
 
 
-Entry = TypeVar("Entry", covariant=True)
+Reviewed = TypeVar("Reviewed", covariant=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ReviewResult(Generic[Entry]):
+class ReviewResult(Generic[Reviewed]):
     """What a review service answers one request: it went through (``OK``), or it was refused with a code of
     `REVIEW_STATUS`; and the entry the answer concerns, as it is now.
 
@@ -53,7 +53,7 @@ class ReviewResult(Generic[Entry]):
     """One sentence for the person; "" when the code says it all (see `said`)."""
     problems: tuple[str, ...] = ()
     """Everything wrong with a refused body or manifest, one line each."""
-    entry: Entry | None = None
+    entry: Reviewed | None = None
     """What the answer concerns, as it is now; None when there is nothing to show (a removal, most refusals)."""
     extra: Mapping[str, str] = field(default_factory=dict)
     """Recorded in the answer's audit event, beside what the service records of every answer."""

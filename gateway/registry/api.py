@@ -50,7 +50,7 @@ from gateway.web.route_table import Answer, Operation, RouteTable, error_handler
 
 __all__ = ["AcceptBody", "adapter_review_table", "registry_routes", "review_answer", "service_key_routes"]
 
-Entry = TypeVar("Entry")
+Answered = TypeVar("Answered")
 
 
 class AcceptBody(BaseModel):
@@ -69,10 +69,10 @@ def _json(status: int, body: BaseModel) -> JSONResponse:
 
 
 def review_answer(
-    result: ReviewResult[Entry],
+    result: ReviewResult[Answered],
     *,
-    done: Callable[[ReviewResult[Entry]], BaseModel],
-    refusal: Callable[[ReviewResult[Entry]], BaseModel],
+    done: Callable[[ReviewResult[Answered]], BaseModel],
+    refusal: Callable[[ReviewResult[Answered]], BaseModel],
     done_status: int = 200,
 ) -> JSONResponse:
     """How a review's route answers `result`, for both reviews (of adapters here, of fronted MCP servers in
