@@ -31,6 +31,7 @@ from backends.expenses import create_expenses_app
 from backends.serve import serve_app_in_thread
 from gateway.runtime.app import create_app
 from tests.support.examples import load_profile
+from tests.support.mcp_servers import NodeServer, install_filesystem_server, installed_or_skipped
 from tests.support.redis_server import flushed_client, start_redis_server
 from tests.support.services import EXPENSES_SIGNING_KEY, Backend, gateway_settings, serve_backends
 from tests.support.signing import client_keeping_signing_key, signing_key_before_start
@@ -159,3 +160,10 @@ def mcp_url(redis_url: str, backends: dict[str, Backend], expenses: Backend) -> 
     app = create_app(gateway_settings(redis_url, backends, expenses=expenses))
     with serve_app_in_thread(app, lifespan=True) as base:
         yield f"{base}/mcp"
+
+
+@pytest.fixture(scope="session")
+def filesystem_server() -> NodeServer:
+    """The pinned reference filesystem MCP server (npm), installed into the cache once: the upstream tests, the
+    CLI's and ``policy explain``'s front it."""
+    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)

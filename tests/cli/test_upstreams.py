@@ -18,8 +18,6 @@ from tests.support.agents import make_key
 from tests.support.mcp_servers import (
     NodeServer,
     files_upstream_config,
-    install_filesystem_server,
-    installed_or_skipped,
 )
 from tests.support.services import TEST_AUDIT_SECRET, in_process_gateway
 
@@ -29,11 +27,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture(scope="module", name="redis_url")
 def own_database(quiet_redis_url: str) -> str:
     return quiet_redis_url
-
-
-@pytest.fixture(scope="module")
-def filesystem_server() -> NodeServer:
-    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 async def test_review_and_accept_an_upstream_tool_from_the_cli(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.mcp_servers import NodeServer, install_filesystem_server, install_git_server, installed_or_skipped
+from tests.support.mcp_servers import install_git_server, installed_or_skipped
 
 
 @pytest.fixture(scope="module", name="redis_url")
@@ -21,11 +21,6 @@ def upstreams_database(quiet_redis_url: str) -> str:
 @pytest.fixture(scope="session")
 def git_server() -> Path:
     return installed_or_skipped("mcp-server-git", install_git_server)
-
-
-@pytest.fixture(scope="session")
-def filesystem_server() -> NodeServer:
-    return installed_or_skipped("the filesystem MCP server", install_filesystem_server)
 
 
 @pytest.fixture
