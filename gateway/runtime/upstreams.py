@@ -112,7 +112,15 @@ async def fronting(
                 # and its list read (its tools held to their reviews' hashes) before the old sessions are left, so
                 # calls go to one server or the other, never to none while the new one connects.
                 logger.info("upstream %s registered again by its service: connecting to it as registered now", name)
+                replaced = connections.get(name)
                 await group.start(front, name, section)
+                # New calls take the new server's tools from here on; a call already made on the old server's is
+                # let finish (bounded by the longest call timeout its reviews allow) rather than cancelled with its
+                # session.
+                longest = max((review.timeout_seconds for review in before[0].tools.values()), default=10.0)
+                with anyio.move_on_after(longest):
+                    while replaced is not None and replaced.in_flight:
+                        await anyio.sleep(0.05)
                 before[1].cancel()
 
     async with anyio.create_task_group() as group:

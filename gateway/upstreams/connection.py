@@ -120,6 +120,11 @@ class UpstreamConnection:
         return sum(slot.client is not None for slot in self._slots)
 
     @property
+    def in_flight(self) -> int:
+        """How many calls the pool's sessions carry now (a switch to a new registration waits for none)."""
+        return sum(slot.busy for slot in self._slots)
+
+    @property
     def calls_by_session(self) -> tuple[int, ...]:
         """How many calls each session of the pool carried (across its reconnects), for metrics and tests."""
         return tuple(slot.calls for slot in self._slots)
