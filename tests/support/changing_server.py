@@ -74,4 +74,5 @@ def build_app() -> Any:
 
 
 if __name__ == "__main__":
-    uvicorn.run(build_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    # Open event streams get one second when the test stops the server (as in `tests.support.git_over_http`).
+    uvicorn.run(build_app(), host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", timeout_graceful_shutdown=1)

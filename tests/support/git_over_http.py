@@ -31,7 +31,9 @@ def main(port: str, repository: str, headers_file: str, sessions_file: str = "")
                     out.write(headers.get(b"mcp-session-id", b"-").decode("latin-1") + "\n")
         await app(scope, receive, send)
 
-    uvicorn.run(recording, host="127.0.0.1", port=int(port), log_level="warning")
+    # A client's open event stream (the 2025-11-25 era's GET) would hold a graceful shutdown for as long as the client
+    # keeps it: a test that stops the server means it gone, so open connections get one second.
+    uvicorn.run(recording, host="127.0.0.1", port=int(port), log_level="warning", timeout_graceful_shutdown=1)
 
 
 if __name__ == "__main__":

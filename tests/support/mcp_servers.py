@@ -237,7 +237,8 @@ async def changing_over_http(port: int, log: Path) -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def _listening(process: subprocess.Popen[bytes], port: int) -> AsyncIterator[str]:
-    """``/mcp`` on `port` once `process` accepts connections there (bounded); `process` is stopped on exit."""
+    """``/mcp`` on `port` once `process` accepts connections there (bounded); `process` is stopped on exit: asked
+    to (SIGTERM), then killed if it has not exited within 5 s (a server waiting on a client's open stream)."""
     try:
         with anyio.fail_after(30):
             while True:
@@ -251,4 +252,8 @@ async def _listening(process: subprocess.Popen[bytes], port: int) -> AsyncIterat
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
