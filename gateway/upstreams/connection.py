@@ -65,6 +65,13 @@ _NOT_RUN_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVA
 connection closed, a timeout, an internal error) may come after the tool changed something."""
 
 _CONNECT_SECONDS = 15.0
+_QUIET_STREAM_SECONDS = 300.0
+_HTTP_TIMEOUT = httpx2.Timeout(_CONNECT_SECONDS, read=_QUIET_STREAM_SECONDS)
+"""The bounds of a session's HTTP client. httpx2's default (5 s for every phase) would end a call its review gives
+longer (10 s by default) and a 2025-11-25 session's standing stream after five quiet seconds, and break the session
+with them. A call is bounded by its review's ``timeout_seconds`` (`UpstreamConnection.call_tool`); the read bound
+only ends a stream silent for five minutes (as the SDK's own client does), so a review may not usefully give a call
+longer than that."""
 _BACKOFF_START, _BACKOFF_CAP = 0.2, 30.0
 
 
@@ -149,7 +156,7 @@ class UpstreamConnection:
         nothing else."""
         if self._auth is None:
             self._auth = gateway_auth(self.name, self._section, self._secrets)
-        return httpx2.AsyncClient(auth=self._auth)
+        return httpx2.AsyncClient(auth=self._auth, timeout=_HTTP_TIMEOUT)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[UpstreamConnection]:

@@ -112,3 +112,20 @@ async def test_a_call_that_went_out_is_never_made_again_on_another_session(tmp_p
             async with httpx.AsyncClient(timeout=10) as http:
                 assert (await http.get(url.removesuffix("/mcp") + "/calls")).json() == {"slow": 1}
             assert sum(connection.calls_by_session) == 1
+
+
+@pytest.mark.slow  # a call of five seconds, and six quiet seconds on a session's standing stream
+async def test_a_call_longer_than_five_seconds_answers_and_a_quiet_stream_keeps_its_session(tmp_path: Path) -> None:
+    """A call its review gives ten seconds takes five and answers, on the same session; a 2025-11-25 session whose
+    standing stream has been quiet for six seconds is still the one that carries the next call. (The sessions'
+    HTTP client once kept httpx's default of five seconds for every read: the call broke its session as lost.)"""
+    async with changing_over_http(free_port(), tmp_path / "server.log") as url:
+        section = UpstreamSection(transport="http", url=url, protocol="legacy", sessions=1)
+        async with UpstreamConnection("notes", section, secrets={}).running() as connection:
+            await _open(connection, 1)
+            answered = await connection.call_tool("slow", {}, timeout=10)
+            assert [block.text for block in answered.content if block.type == "text"] == ["done"]
+            await anyio.sleep(6)
+            described = await connection.call_tool("describe", {"topic": "pools"}, timeout=10)
+            assert not described.is_error, described
+            assert (connection.connects, connection.open_sessions) == (1, 1)

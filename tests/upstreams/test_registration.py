@@ -4,6 +4,7 @@ The pinned mcp-server-git over Streamable HTTP, the gateway under uvicorn, an ag
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from gateway.principal import KeyKind
 from gateway.runtime.app import create_app
 from gateway.store.audit_stream import RedisStreamAuditSink
 from tests.support.agents import agent, make_key
-from tests.support.mcp_servers import git_over_http
+from tests.support.mcp_servers import changing_over_http, git_over_http
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -177,6 +178,71 @@ async def test_a_server_registered_again_at_a_new_url_is_followed_once_a_registr
     events = await RedisStreamAuditSink(redis, secret=TEST_AUDIT_SECRET.encode()).recent(300)
     outcomes = [e.outcome for e in events if e.action == "upstreams.accept_registration"]
     assert sorted(outcomes) == ["deny", "deny", "ok"]
+
+
+@pytest.mark.slow  # a call of five seconds outlives the switch
+async def test_a_call_made_on_the_server_registered_before_finishes_there_after_the_switch(
+    tmp_path: Path, redis: Redis, redis_url: str
+) -> None:
+    """A read is running on the server as first registered (``slow``: five seconds) when a registry admin accepts the
+    service's server at a new URL: the gateway switches to the new server, and lets the call already made finish on
+    the old one (it answers) rather than cancel it with the old sessions."""
+    settings = _settings(redis_url, poll_seconds=3600)
+    service = await make_key(redis, kind=KeyKind.SERVICE, subject="git-team")
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    staff = await make_key(redis, roles=("staff",))
+    async with (
+        changing_over_http(free_port(), tmp_path / "first.log") as first,
+        changing_over_http(free_port(), tmp_path / "second.log") as second,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+
+            async def register(url: str) -> None:
+                body = {"transport": "http", "url": url, "token_env": "GITSVC_TOKEN"}
+                answer = await _call(base, service, "PUT", "/registry/api/upstreams/gitsvc", body)
+                assert answer.status_code == 200, answer.text
+
+            async def slow_calls(url: str) -> int:
+                return int((await http.get(url.removesuffix("/mcp") + "/calls")).json()["slow"])
+
+            await register(first)
+            with anyio.fail_after(30):
+                while "slow" not in (tools := await _listed(base, admin)):
+                    await anyio.sleep(0.1)
+            review = {
+                "mode": "read",
+                "definition": tools["slow"]["listed_hash"],
+                "roles": ["staff"],
+                "trusted_output": True,
+            }
+            answer = await _call(base, admin, "PUT", "/admin/api/upstreams/gitsvc/tools/slow", review)
+            assert answer.status_code == 200, answer.text
+            answers: list[Any] = []
+            async with agent(f"{base}/mcp", staff) as client, anyio.create_task_group() as group:
+                with anyio.fail_after(30):
+                    # Asked afresh each time: the client's cache holds a list read before the review served it.
+                    while "gitsvc_slow" not in {t.name for t in (await client.list_tools(cache_mode="bypass")).tools}:
+                        await anyio.sleep(0.1)
+
+                async def call() -> None:
+                    answers.append(await client.call_tool("gitsvc_slow", {}))
+
+                group.start_soon(call)
+                with anyio.fail_after(10):
+                    while await slow_calls(first) == 0:  # the call is running on the first server
+                        await anyio.sleep(0.05)
+                await register(second)
+                shown = (await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")).json()
+                body = {"hash": shown["proposed_hash"], "acknowledge": ["url"]}
+                accepted = await _call(base, admin, "PUT", "/admin/api/upstreams/gitsvc/registration", body)
+                assert accepted.status_code == 200, accepted.text
+            [answered] = answers
+            assert not answered.is_error, answered
+            assert [json.loads(block.text) for block in answered.content] == [{"text": "done"}]
+            assert (await slow_calls(first), await slow_calls(second)) == (1, 0)
+            shown = (await _call(base, admin, "GET", "/admin/api/upstreams/gitsvc")).json()
+            assert shown["url"] == second
 
 
 async def _listed(base: str, admin: str) -> dict[str, Any]:
