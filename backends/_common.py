@@ -1,7 +1,9 @@
-"""What rooms and orders share: per-app state, the service shell in front of every route, the control routes.
+"""What rooms, orders and expenses share: per-app state, the service shell in front of every route, the
+control routes, and how a service's factory builds its app from the options all factories take.
 
-:func:`build_service_app` is the only way a service becomes a Starlette app. It puts
-:class:`ServiceShell` in front of the service's routes; the shell handles each request in this order:
+:func:`build_service_app` is the only way a service becomes a Starlette app: it makes the service's state
+from :class:`ServiceOptions` and puts :class:`ServiceShell` in front of the service's routes. The shell
+handles each request in this order:
 
 1. record method, path and headers in ``service.requests`` (even requests it then refuses);
 2. ``GET /_health`` answers without auth;
@@ -22,11 +24,14 @@ Unknown paths and methods answer in the same ``{"error": ...}`` shape, so an unk
 from __future__ import annotations
 
 import hmac
+import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol, Required, TypedDict, TypeVar, Unpack
 
+from pydantic import TypeAdapter
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -38,14 +43,49 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends._faults import FaultSwitch, faults_endpoint, inject
 from backends._gateway_keys import SAFE_METHODS, GatewayKeys, read_body
-from backends._http import CALLER_SCOPE_KEY, IDENTITY_HEADER, Caller, Endpoint, caller_from, error, verified_caller
-from backends._idempotency import Clock, IdempotencyStore, idempotency_lookup
+from backends._http import (
+    CALLER_SCOPE_KEY,
+    IDENTITY_HEADER,
+    ArgsT,
+    Caller,
+    Endpoint,
+    caller_from,
+    error,
+    verified_caller,
+)
+from backends._idempotency import Clock, IdempotencyStore, Outcome, idempotency_lookup, idempotent_write
 from backends._persist import StateFile, StateFileError
 
 CONTROL_PATHS = frozenset({"/_faults", "/_health", "/_requests"})
 """Paths for whoever runs the service, not for callers: they need the token but no identity, and never fault."""
 
 REQUEST_LOG_SIZE = 1000
+DEFAULT_KEY_TTL_SECONDS = 86400.0
+
+
+class ServiceOptions(TypedDict, total=False):
+    """The keyword arguments every service's factory takes besides its data (``create_rooms_app`` and the others).
+
+    * ``service_token`` (required): the bearer token the gateway sends; any other is 401.
+    * ``signing_key`` (required): the shared key the gateway signs callers' identities with for this service
+      (HS256, the transition; empty when it verifies with the gateway's keys only).
+    * ``audience``: the name the gateway knows the service by (the adapter's name); the service's own name
+      by default. A request whose identity is not signed for it reaches no route.
+    * ``jwks_url``: the gateway's published keys (``/.well-known/jwks.json``); given, identities may be signed
+      with them and every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
+    * ``state_file``: where the business data and the idempotency records live between runs; what is saved
+      there replaces the seed data, and every write saves them again before it answers.
+    * ``key_ttl_seconds`` (a day by default) and ``clock`` (monotonic seconds, `time.monotonic` by default):
+      how long idempotency keys are remembered; the clock only ages them, and tests pass a fake one.
+    """
+
+    service_token: Required[str]
+    signing_key: Required[str]
+    audience: str
+    jwks_url: str | None
+    state_file: Path | None
+    key_ttl_seconds: float
+    clock: Clock
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -56,6 +96,34 @@ class RecordedRequest:
     path: str
     headers: Mapping[str, str]
     """Header names lower-cased; repeated headers joined with ``", "``."""
+
+
+class OrgOwned(Protocol):
+    """A business object that belongs to one org (a booking, an order, a report)."""
+
+    @property
+    def org(self) -> str: ...
+
+
+OwnedT = TypeVar("OwnedT", bound=OrgOwned)
+
+
+def in_callers_org(objects: Mapping[str, OwnedT], caller: Caller, object_id: str) -> OwnedT | None:
+    """The object `object_id` names when it belongs to `caller`'s org; None for another org's, as for a missing one."""
+    found = objects.get(object_id)
+    return found if found is not None and found.org == caller.org else None
+
+
+def next_free_id(template: str, *, first: int, taken: Collection[str]) -> str:
+    """The first ``template.format(n)`` not in `taken`, counting from `first` plus how many are taken.
+
+    Ids are numbered in the order they are made and none is ever deleted, so counting the taken ones finds
+    the next number without a counter to save; skipping a taken one keeps seed data numbered otherwise safe.
+    """
+    number = first + len(taken)
+    while (candidate := template.format(number)) in taken:
+        number += 1
+    return candidate
 
 
 class ServiceState:
@@ -75,6 +143,13 @@ class ServiceState:
         self.idempotency = IdempotencyStore(ttl_seconds=key_ttl_seconds, clock=clock)
         self.faults = FaultSwitch()
         self._state_file = state_file
+
+    def write_endpoint(
+        self, body: TypeAdapter[ArgsT], apply: Callable[[Caller, Mapping[str, Any], ArgsT], Outcome]
+    ) -> Endpoint:
+        """The endpoint of a write: `apply` behind the idempotency contract (``backends._idempotency``), with
+        the body parsed by `body`, and the state saved once each answer is remembered."""
+        return idempotent_write(self.idempotency, body, apply, after=self.save)
 
     def business_state(self) -> dict[str, Any]:
         """What the service changed since its seed data, as JSON data; a subclass with writes says."""
@@ -184,33 +259,48 @@ class ServiceShell:
         return scheme.lower() == "bearer" and hmac.compare_digest(credential.strip().encode("latin-1"), self._token)
 
 
-def build_service_app(
-    *,
-    service: ServiceState,
-    service_token: str,
-    signing_key: str,
-    audience: str,
-    routes: Sequence[BaseRoute],
-    jwks_url: str | None = None,
-) -> Starlette:
-    """Put the shell, the control routes and ``GET /idempotency/{key}`` around a service's own routes.
+ServiceT = TypeVar("ServiceT", bound=ServiceState)
+ServiceT_co = TypeVar("ServiceT_co", bound=ServiceState, covariant=True)
 
-    `signing_key` is the shared key the gateway signs callers' identities with for this service (HS256,
-    the transition; empty when it verifies with the gateway's keys only), `audience` the name the
-    gateway knows the service by (the adapter's name), and `jwks_url` the gateway's published keys:
-    given, identities may be signed with them and every write needs a receipt (`backends._gateway_keys`).
+
+class NewService(Protocol[ServiceT_co]):
+    """A service's constructor with its data already given; `build_service_app` adds the shared state's part."""
+
+    def __call__(self, *, key_ttl_seconds: float, clock: Clock, state_file: StateFile | None) -> ServiceT_co: ...
+
+
+def build_service_app(
+    new_service: NewService[ServiceT],
+    routes: Callable[[ServiceT], Sequence[BaseRoute]],
+    *,
+    name: str,
+    **options: Unpack[ServiceOptions],
+) -> Starlette:
+    """Make a service with `new_service` and put the shell, the control routes and ``GET /idempotency/{key}``
+    around the routes `routes` gives for it; the service is ``app.state.service``.
+
+    `options` are as :class:`ServiceOptions` says; `name` is the audience when they name none.
 
     Raises:
         ValueError: if ``service_token`` is empty, which would let any bearer in, or there is neither a
             ``signing_key`` nor a ``jwks_url``, which would make any caller's claim as good as another's.
+        StateFileError: a state file exists but cannot be read.
     """
+    service_token, signing_key, jwks_url = options["service_token"], options["signing_key"], options.get("jwks_url")
     if not service_token:
         raise ValueError("service_token must not be empty")
     if not signing_key and not jwks_url:
         raise ValueError("signing_key must not be empty without a jwks_url")
+    audience = options.get("audience", name)
+    state_file = options.get("state_file")
+    service = new_service(
+        key_ttl_seconds=options.get("key_ttl_seconds", DEFAULT_KEY_TTL_SECONDS),
+        clock=options.get("clock", time.monotonic),
+        state_file=None if state_file is None else StateFile(state_file),
+    )
     app = Starlette(
         routes=[
-            *routes,
+            *routes(service),
             Route("/idempotency/{key}", idempotency_lookup(service.idempotency), methods=["GET"]),
             Route("/_health", _health, methods=["GET"]),
             Route("/_faults", faults_endpoint(service.faults), methods=["GET", "PUT", "DELETE"]),

@@ -21,21 +21,20 @@ records outlive the process (``backends._persist``).
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from functools import partial
+from typing import Annotated, Any, Literal, Unpack, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from backends._common import ServiceState, build_service_app
+from backends._common import ServiceOptions, ServiceState, build_service_app, in_callers_org, next_free_id
 from backends._http import Caller, caller_of, error, not_found
-from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._idempotency import Clock, Outcome
 from backends._persist import StateFile
 
 ReportStatus = Literal["draft", "submitted", "approved", "paid"]
@@ -126,7 +125,6 @@ class ExpensesService(ServiceState):
     ) -> None:
         super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock, state_file=state_file)
         self.reports = {report.report_id: report for report in data.reports}
-        self._next_number = 2001 + len(self.reports)
         self.load_saved()
 
     def business_state(self) -> dict[str, Any]:
@@ -134,15 +132,10 @@ class ExpensesService(ServiceState):
 
     def restore_business_state(self, state: Mapping[str, Any]) -> None:
         self.reports = {raw["report_id"]: ExpenseReport(**raw) for raw in state["reports"]}
-        self._next_number = 2001 + len(self.reports)
-
-    def owned_report(self, caller: Caller, report_id: str) -> ExpenseReport | None:
-        report = self.reports.get(report_id)
-        return report if report is not None and report.org == caller.org else None
 
     def submit(self, caller: Caller, params: Mapping[str, Any], args: NewReport) -> Outcome:
         report = ExpenseReport(
-            report_id=self._new_id(),
+            report_id=next_free_id("exp-{}", first=2001, taken=self.reports),
             org=caller.org,
             submitted_by=caller.subject,
             title=args.title,
@@ -154,7 +147,7 @@ class ExpensesService(ServiceState):
         return Outcome(status_code=201, body=report_json(report, caller))
 
     def withdraw(self, caller: Caller, params: Mapping[str, Any], args: Withdrawal) -> Outcome:
-        report = self.owned_report(caller, params["report_id"])
+        report = in_callers_org(self.reports, caller, params["report_id"])
         if report is None or report.submitted_by != caller.subject:
             return Outcome.refused(404, "not_found")
         if report.status != "submitted":
@@ -162,43 +155,16 @@ class ExpensesService(ServiceState):
         self.reports[report.report_id] = replace(report, status="draft")
         return Outcome(status_code=200, body={"report_id": report.report_id, "status": "draft"})
 
-    def _new_id(self) -> str:
-        while (report_id := f"exp-{self._next_number}") in self.reports:
-            self._next_number += 1
-        self._next_number += 1
-        return report_id
+
+def create_expenses_app(*, data: ExpensesData | None = None, **options: Unpack[ServiceOptions]) -> Starlette:
+    """Build an expenses service from its own copy of ``data`` (the demo data by default), its reports
+    replaced by those a ``state_file`` holds; `options` are `build_service_app`'s (audience ``expenses`` by default),
+    and so is what it raises. ``app.state.service`` is an :class:`ExpensesService`."""
+    seed = demo_expenses_data() if data is None else data
+    return build_service_app(partial(ExpensesService, data=seed), _routes, name="expenses", **options)
 
 
-def create_expenses_app(
-    *,
-    service_token: str,
-    signing_key: str,
-    audience: str = "expenses",
-    data: ExpensesData | None = None,
-    key_ttl_seconds: float = 86400.0,
-    clock: Clock = time.monotonic,
-    state_file: Path | None = None,
-    jwks_url: str | None = None,
-) -> Starlette:
-    """Build an expenses service with its own copy of ``data`` (the demo data by default).
-
-    With ``state_file``, the reports and idempotency records saved there replace the seed reports,
-    and every write saves them again before it answers.
-
-    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
-    adapter's name); a request whose identity it does not verify reaches no route. With ``jwks_url``
-    (the gateway's ``/.well-known/jwks.json``) identities may be signed with the gateway's keys and
-    every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
-    ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
-    The state is ``app.state.service``, an :class:`ExpensesService`.
-    """
-    service = ExpensesService(
-        data=demo_expenses_data() if data is None else data,
-        key_ttl_seconds=key_ttl_seconds,
-        clock=clock,
-        state_file=None if state_file is None else StateFile(state_file),
-    )
-
+def _routes(service: ExpensesService) -> list[BaseRoute]:
     async def list_reports(request: Request) -> Response:
         caller = caller_of(request)
         status = request.query_params.get("status")
@@ -213,31 +179,15 @@ def create_expenses_app(
 
     async def get_report(request: Request) -> Response:
         caller = caller_of(request)
-        report = service.owned_report(caller, request.path_params["report_id"])
+        report = in_callers_org(service.reports, caller, request.path_params["report_id"])
         return not_found() if report is None else JSONResponse(report_json(report, caller))
 
-    routes = [
+    return [
         Route("/reports", list_reports, methods=["GET"]),
-        Route(
-            "/reports",
-            idempotent_write(service.idempotency, _NEW_REPORT, service.submit, after=service.save),
-            methods=["POST"],
-        ),
+        Route("/reports", service.write_endpoint(_NEW_REPORT, service.submit), methods=["POST"]),
         Route("/reports/{report_id}", get_report, methods=["GET"]),
-        Route(
-            "/reports/{report_id}/withdraw",
-            idempotent_write(service.idempotency, _WITHDRAWAL, service.withdraw, after=service.save),
-            methods=["POST"],
-        ),
+        Route("/reports/{report_id}/withdraw", service.write_endpoint(_WITHDRAWAL, service.withdraw), methods=["POST"]),
     ]
-    return build_service_app(
-        service=service,
-        service_token=service_token,
-        signing_key=signing_key,
-        audience=audience,
-        routes=routes,
-        jwks_url=jwks_url,
-    )
 
 
 _NEW_REPORT = TypeAdapter(NewReport)

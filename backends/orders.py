@@ -19,22 +19,21 @@ Given a ``state_file``, the refunds and idempotency records outlive the process 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import date, timedelta
-from pathlib import Path
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, Unpack
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from backends._common import ServiceState, build_service_app
+from backends._common import ServiceOptions, ServiceState, build_service_app, in_callers_org, next_free_id
 from backends._http import Caller, caller_of, not_found
-from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._idempotency import Clock, Outcome
 from backends._persist import StateFile
 from backends.demo_data import Order, OrdersData, Refund, demo_orders_data
 
@@ -69,7 +68,6 @@ class OrdersService(ServiceState):
         self.refunds: list[Refund] = list(data.refunds)
         self._today = data.today
         self._window = timedelta(days=data.refund_window_days)
-        self._next_number = 5001 + len(self.refunds)
         self.load_saved()
 
     def business_state(self) -> dict[str, Any]:
@@ -77,11 +75,6 @@ class OrdersService(ServiceState):
 
     def restore_business_state(self, state: Mapping[str, Any]) -> None:
         self.refunds = [Refund(**raw) for raw in state["refunds"]]
-        self._next_number = 5001 + len(self.refunds)
-
-    def owned_order(self, caller: Caller, order_id: str) -> Order | None:
-        order = self.orders.get(order_id)
-        return order if order is not None and order.org == caller.org else None
 
     def refunds_of(self, order_id: str) -> list[Refund]:
         return [refund for refund in self.refunds if refund.order_id == order_id]
@@ -100,7 +93,7 @@ class OrdersService(ServiceState):
         return Eligibility(eligible=True, max_refundable_cents=remaining, reason="ok")
 
     def refund(self, caller: Caller, params: Mapping[str, Any], args: NewRefund) -> Outcome:
-        order = self.owned_order(caller, params["order_id"])
+        order = in_callers_org(self.orders, caller, params["order_id"])
         if order is None:
             return Outcome.refused(404, "not_found")
         eligibility = self.eligibility(order)
@@ -108,52 +101,25 @@ class OrdersService(ServiceState):
             return Outcome.refused(409, "not_eligible")
         if args.amount_cents > eligibility.max_refundable_cents:
             return Outcome.refused(409, "exceeds_refundable")
+        refund_id = next_free_id("ref-{}", first=5001, taken={refund.refund_id for refund in self.refunds})
         refund = Refund(
-            refund_id=self._new_id(), order_id=order.order_id, amount_cents=args.amount_cents, reason=args.reason
+            refund_id=refund_id, order_id=order.order_id, amount_cents=args.amount_cents, reason=args.reason
         )
         self.refunds.append(refund)
         return Outcome(status_code=201, body=_refund_json(refund, order))
 
-    def _new_id(self) -> str:
-        taken = {refund.refund_id for refund in self.refunds}
-        while (refund_id := f"ref-{self._next_number}") in taken:
-            self._next_number += 1
-        self._next_number += 1
-        return refund_id
+
+def create_orders_app(*, data: OrdersData | None = None, **options: Unpack[ServiceOptions]) -> Starlette:
+    """Build an orders service from its own copy of ``data`` (the demo data by default), its refunds
+    replaced by those a ``state_file`` holds; `options` are `build_service_app`'s (audience ``orders`` by default),
+    and so is what it raises. ``app.state.service`` is an :class:`OrdersService`."""
+    seed = demo_orders_data() if data is None else data
+    return build_service_app(partial(OrdersService, data=seed), _routes, name="orders", **options)
 
 
-def create_orders_app(
-    *,
-    service_token: str,
-    signing_key: str,
-    audience: str = "orders",
-    data: OrdersData | None = None,
-    key_ttl_seconds: float = 86400.0,
-    clock: Clock = time.monotonic,
-    state_file: Path | None = None,
-    jwks_url: str | None = None,
-) -> Starlette:
-    """Build an orders service with its own copy of ``data`` (the demo data by default).
-
-    With ``state_file``, the refunds and idempotency records saved there replace the seed refunds,
-    and every write saves them again before it answers.
-
-    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
-    adapter's name); a request whose identity it does not verify reaches no route. With ``jwks_url``
-    (the gateway's ``/.well-known/jwks.json``) identities may be signed with the gateway's keys and
-    every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
-    ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
-    The state is ``app.state.service``, an :class:`OrdersService`.
-    """
-    service = OrdersService(
-        data=demo_orders_data() if data is None else data,
-        key_ttl_seconds=key_ttl_seconds,
-        clock=clock,
-        state_file=None if state_file is None else StateFile(state_file),
-    )
-
+def _routes(service: OrdersService) -> list[BaseRoute]:
     def owned(request: Request) -> Order | None:
-        return service.owned_order(caller_of(request), request.path_params["order_id"])
+        return in_callers_org(service.orders, caller_of(request), request.path_params["order_id"])
 
     async def get_order(request: Request) -> Response:
         order = owned(request)
@@ -174,21 +140,12 @@ def create_orders_app(
         refunds = [_refund_json(refund, order) for refund in service.refunds_of(order.order_id)]
         return JSONResponse({"order_id": order.order_id, "refunds": refunds})
 
-    refunds_write = idempotent_write(service.idempotency, _NEW_REFUND, service.refund, after=service.save)
-    routes = [
+    return [
         Route("/orders/{order_id}", get_order, methods=["GET"]),
         Route("/orders/{order_id}/refund-eligibility", refund_eligibility, methods=["GET"]),
         Route("/orders/{order_id}/refunds", list_refunds, methods=["GET"]),
-        Route("/orders/{order_id}/refunds", refunds_write, methods=["POST"]),
+        Route("/orders/{order_id}/refunds", service.write_endpoint(_NEW_REFUND, service.refund), methods=["POST"]),
     ]
-    return build_service_app(
-        service=service,
-        service_token=service_token,
-        signing_key=signing_key,
-        audience=audience,
-        routes=routes,
-        jwks_url=jwks_url,
-    )
 
 
 _NEW_REFUND = TypeAdapter(NewRefund)

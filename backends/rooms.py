@@ -18,22 +18,21 @@ Given a ``state_file``, the bookings and idempotency records outlive the process
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import date
-from pathlib import Path
-from typing import Annotated, Any
+from functools import partial
+from typing import Annotated, Any, Unpack
 
 from pydantic import ConfigDict, Field, TypeAdapter, with_config
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
-from backends._common import ServiceState, build_service_app
+from backends._common import ServiceOptions, ServiceState, build_service_app, in_callers_org, next_free_id
 from backends._http import Caller, caller_of, error, not_found
-from backends._idempotency import Clock, Outcome, idempotent_write
+from backends._idempotency import Clock, Outcome
 from backends._persist import StateFile
 from backends.demo_data import Booking, RoomsData, demo_rooms_data
 
@@ -69,7 +68,6 @@ class RoomsService(ServiceState):
         super().__init__(key_ttl_seconds=key_ttl_seconds, clock=clock, state_file=state_file)
         self.rooms = {room.id: room for room in data.rooms}
         self.bookings: dict[str, Booking] = {booking.booking_id: booking for booking in data.bookings}
-        self._next_number = len(self.bookings) + 1
         self.today = data.today
         self.load_saved()
 
@@ -78,11 +76,6 @@ class RoomsService(ServiceState):
 
     def restore_business_state(self, state: Mapping[str, Any]) -> None:
         self.bookings = {raw["booking_id"]: Booking(**raw) for raw in state["bookings"]}
-        self._next_number = len(self.bookings) + 1
-
-    def owned_booking(self, caller: Caller, booking_id: str) -> Booking | None:
-        booking = self.bookings.get(booking_id)
-        return booking if booking is not None and booking.org == caller.org else None
 
     def book(self, caller: Caller, params: Mapping[str, Any], args: NewBooking) -> Outcome:
         if not (_valid_date(args.date) and _valid_slot(args.start, args.end)):
@@ -92,7 +85,7 @@ class RoomsService(ServiceState):
         if any(_overlaps(other, args) for other in self.bookings.values()):
             return Outcome.refused(409, "slot_taken")
         booking = Booking(
-            booking_id=self._new_id(),
+            booking_id=next_free_id("bk-{:04d}", first=1, taken=self.bookings),
             room_id=args.room_id,
             date=args.date,
             start=args.start,
@@ -105,7 +98,7 @@ class RoomsService(ServiceState):
         return Outcome(status_code=201, body=_booking_json(booking))
 
     def cancel(self, caller: Caller, params: Mapping[str, Any], args: NoArgs) -> Outcome:
-        booking = self.owned_booking(caller, params["booking_id"])
+        booking = in_callers_org(self.bookings, caller, params["booking_id"])
         if booking is None or booking.booked_by != caller.subject:
             return Outcome.refused(404, "not_found")
         if booking.status == "cancelled":
@@ -113,43 +106,16 @@ class RoomsService(ServiceState):
         self.bookings[booking.booking_id] = replace(booking, status="cancelled")
         return Outcome(status_code=200, body={"booking_id": booking.booking_id, "status": "cancelled"})
 
-    def _new_id(self) -> str:
-        while (booking_id := f"bk-{self._next_number:04d}") in self.bookings:
-            self._next_number += 1
-        self._next_number += 1
-        return booking_id
+
+def create_rooms_app(*, data: RoomsData | None = None, **options: Unpack[ServiceOptions]) -> Starlette:
+    """Build a rooms service from its own copy of ``data`` (the demo data by default), its bookings
+    replaced by those a ``state_file`` holds; `options` are `build_service_app`'s (audience ``rooms`` by default),
+    and so is what it raises. ``app.state.service`` is a :class:`RoomsService`."""
+    seed = demo_rooms_data() if data is None else data
+    return build_service_app(partial(RoomsService, data=seed), _routes, name="rooms", **options)
 
 
-def create_rooms_app(
-    *,
-    service_token: str,
-    signing_key: str,
-    audience: str = "rooms",
-    data: RoomsData | None = None,
-    key_ttl_seconds: float = 86400.0,
-    clock: Clock = time.monotonic,
-    state_file: Path | None = None,
-    jwks_url: str | None = None,
-) -> Starlette:
-    """Build a rooms service with its own copy of ``data`` (the demo data by default).
-
-    With ``state_file``, the bookings and idempotency records saved there replace the seed bookings,
-    and every write saves them again before it answers.
-
-    ``signing_key`` checks the identity the gateway signs for each caller, for audience ``audience`` (the
-    adapter's name); a request whose identity it does not verify reaches no route. With ``jwks_url``
-    (the gateway's ``/.well-known/jwks.json``) identities may be signed with the gateway's keys and
-    every write needs the gateway's approval receipt for it (``backends._gateway_keys``).
-    ``clock`` is monotonic seconds and only ages idempotency keys; tests pass a fake one.
-    The state is ``app.state.service``, a :class:`RoomsService`.
-    """
-    service = RoomsService(
-        data=demo_rooms_data() if data is None else data,
-        key_ttl_seconds=key_ttl_seconds,
-        clock=clock,
-        state_file=None if state_file is None else StateFile(state_file),
-    )
-
+def _routes(service: RoomsService) -> list[BaseRoute]:
     async def list_rooms(request: Request) -> Response:
         rooms = [{"id": r.id, "name": r.name, "floor": r.floor, "capacity": r.capacity} for r in service.rooms.values()]
         return JSONResponse({"rooms": rooms})
@@ -178,33 +144,17 @@ def create_rooms_app(
         return JSONResponse({"bookings": [_pick(_booking_json(b), _MINE_FIELDS) for b in mine]})
 
     async def get_booking(request: Request) -> Response:
-        booking = service.owned_booking(caller_of(request), request.path_params["booking_id"])
+        booking = in_callers_org(service.bookings, caller_of(request), request.path_params["booking_id"])
         return not_found() if booking is None else JSONResponse(_booking_json(booking))
 
-    routes = [
+    return [
         Route("/rooms", list_rooms, methods=["GET"]),
         Route("/rooms/{room_id}/availability", availability, methods=["GET"]),
         Route("/bookings/mine", my_bookings, methods=["GET"]),
-        Route(
-            "/bookings",
-            idempotent_write(service.idempotency, _NEW_BOOKING, service.book, after=service.save),
-            methods=["POST"],
-        ),
+        Route("/bookings", service.write_endpoint(_NEW_BOOKING, service.book), methods=["POST"]),
         Route("/bookings/{booking_id}", get_booking, methods=["GET"]),
-        Route(
-            "/bookings/{booking_id}/cancel",
-            idempotent_write(service.idempotency, _NO_ARGS, service.cancel, after=service.save),
-            methods=["POST"],
-        ),
+        Route("/bookings/{booking_id}/cancel", service.write_endpoint(_NO_ARGS, service.cancel), methods=["POST"]),
     ]
-    return build_service_app(
-        service=service,
-        service_token=service_token,
-        signing_key=signing_key,
-        audience=audience,
-        routes=routes,
-        jwks_url=jwks_url,
-    )
 
 
 _NEW_BOOKING = TypeAdapter(NewBooking)

@@ -70,12 +70,10 @@ class ReviewResult(Generic[Reviewed]):
     def audit_event(self, who: Principal, action: str, about: Mapping[str, str]) -> AuditEvent:
         """The audit event of this answer to `who`'s `action`: ``ok``, or ``deny`` with the code and the message.
         Its extra fields are `about` (what the request concerns: the adapter, the upstream) and `extra`."""
-        return AuditEvent(
+        return AuditEvent.by(
+            who,
             action=action,
             outcome="ok" if self.ok else "deny",
-            subject=who.subject,
-            org=who.org,
-            key_id=who.key_id,
             code="" if self.ok else self.code,
             reason=self.message,
             extra={**about, **self.extra},

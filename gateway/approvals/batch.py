@@ -80,12 +80,10 @@ async def decide_batch(
     done = sum(result.ok for result in results)
     message = f"{len(results)} decisions: {done} done, {len(results) - done} refused"
     await audit.record(
-        AuditEvent(
+        AuditEvent.by(
+            admin,
             action="card.batch",
             outcome="ok",
-            subject=admin.subject,
-            org=admin.org,
-            key_id=admin.key_id,
             reason=message,
             extra={"cards": str(len(results)), "done": str(done)},
         )

@@ -452,12 +452,10 @@ class CardService:
         if ledger:
             extra["ledger"] = ledger
         await self._audit.record(
-            AuditEvent(
+            AuditEvent.by(
+                admin,
                 action=action,
                 outcome="ok" if code is ResultCode.OK else "deny",
-                subject=admin.subject,
-                org=admin.org,
-                key_id=admin.key_id,
                 tool=card.tool if card is not None and code is not ResultCode.NOT_FOUND else "",
                 code="" if code is ResultCode.OK else code.value,
                 reason=reason,

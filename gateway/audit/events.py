@@ -122,6 +122,7 @@ class AuditEvent:
         tool: str = "",
         code: str = "",
         reason: str = "",
+        latency_ms: float | None = None,
         extra: Mapping[str, str] | None = None,
     ) -> AuditEvent:
         """An event of something `who` did (its subject, org and key)."""
@@ -134,6 +135,7 @@ class AuditEvent:
             tool=tool,
             code=code,
             reason=reason,
+            latency_ms=latency_ms,
             extra=extra or {},
         )
 

@@ -500,12 +500,10 @@ class AgentPath:
                 or counted, so the caller's refusal is the call's one event.
         """
         seconds = self._clock() - started
-        event = AuditEvent(
+        event = AuditEvent.by(
+            principal,
             action=action,
             outcome=outcome,
-            subject=principal.subject,
-            org=principal.org,
-            key_id=principal.key_id,
             tool=name,
             code=code,
             reason=reason,

@@ -204,12 +204,10 @@ class TaskPath:
         status: str = "",
     ) -> bool:
         """Audit one request; a poll (`_POLLS`) through `PollAudit`, grouped by `status` among the rest."""
-        event = AuditEvent(
+        event = AuditEvent.by(
+            principal,
             action=action,
             outcome=outcome,
-            subject=principal.subject,
-            org=principal.org,
-            key_id=principal.key_id,
             code=code,
             reason=reason,
             latency_ms=(self._clock() - started) * 1000,

@@ -97,12 +97,10 @@ class FloodAudit:
             if principal.acting_client:
                 extra["acting_client"] = principal.acting_client
             reason = f"{count.refusals.count} call(s) refused at the edge; last: {count.reason}"
-            event = AuditEvent(
+            event = AuditEvent.by(
+                principal,
                 action="tool.call",
                 outcome="deny",
-                subject=principal.subject,
-                org=principal.org,
-                key_id=principal.key_id,
                 tool=tool,
                 code=code,
                 reason=reason,

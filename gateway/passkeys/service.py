@@ -303,12 +303,10 @@ class PasskeyService:
     async def _record(self, admin: Principal, action: str, code: ResultCode, reason: str, credential_id: str) -> None:
         extra = {"credential_id": credential_id[:200]} if credential_id else {}
         await self._audit.record(
-            AuditEvent(
+            AuditEvent.by(
+                admin,
                 action=action,
                 outcome="ok" if code is ResultCode.OK else "deny",
-                subject=admin.subject,
-                org=admin.org,
-                key_id=admin.key_id,
                 code="" if code is ResultCode.OK else code.value,
                 reason=reason,
                 extra=extra,

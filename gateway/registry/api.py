@@ -13,26 +13,23 @@ org serves, one with ``registry-operator`` for all (`policies.adapter_authority`
 mounts behind the admin key and lists in its openapi.json. It translates and decides nothing:
 `RegistryService` does. Bodies are the models of `gateway.registry.views`; every error, a path no
 route matches and a wrong method (405, with an Allow header) included, is JSON ``{"error": {"code", "message"}}``.
-The review of fronted MCP servers (`gateway.upstreams.api`) answers its results and serves services the same way:
-`review_answer` and `service_key_routes` serve both.
+The review of fronted MCP servers (`gateway.upstreams.api`) answers its results, documents its refusals and serves
+services the same way: `gateway.web.review_routes` serves both.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
 from gateway.audit.events import AuditEvent, AuditSink
-from gateway.auth.bearer import BearerAuth, caller_of, principal_of
+from gateway.auth.bearer import principal_of
 from gateway.limits.rate_limiter import AddressBudgets
-from gateway.principal import KeyKind
 from gateway.registry.manifest import MAX_MANIFEST_BYTES
 from gateway.registry.service import RegistryService
 from gateway.registry.views import (
@@ -42,15 +39,14 @@ from gateway.registry.views import (
     AdapterList,
     AdapterRegistration,
 )
-from gateway.review_answers import REVIEW_STATUS, ReviewResult
+from gateway.review_answers import ReviewResult
 from gateway.store.keys import KeyStore
 from gateway.store.registrations import Registration
 from gateway.web.request_body import read_bounded
-from gateway.web.route_table import Answer, Operation, RouteTable, error_handler, mount
+from gateway.web.review_routes import entry_answer, json_answer, review_answer, review_answers, service_key_routes
+from gateway.web.route_table import Answer, Operation, RouteTable
 
-__all__ = ["AcceptBody", "adapter_review_table", "registry_routes", "review_answer", "service_key_routes"]
-
-Answered = TypeVar("Answered")
+__all__ = ["AcceptBody", "adapter_review_table", "registry_routes"]
 
 
 class AcceptBody(BaseModel):
@@ -62,25 +58,6 @@ class AcceptBody(BaseModel):
     acknowledge: list[str] = []
     """The settings the review called out (``diff.attention``: ``base_url``, ``credential``,
     ``signing_secret_env``), each named to say the change was seen; required when there are any."""
-
-
-def _json(status: int, body: BaseModel) -> JSONResponse:
-    return JSONResponse(body.model_dump(mode="json"), status_code=status)
-
-
-def review_answer(
-    result: ReviewResult[Answered],
-    *,
-    done: Callable[[ReviewResult[Answered]], BaseModel],
-    refusal: Callable[[ReviewResult[Answered]], BaseModel],
-    done_status: int = 200,
-) -> JSONResponse:
-    """How a review's route answers `result`, for both reviews (of adapters here, of fronted MCP servers in
-    `gateway.upstreams.api`): `done(result)` with `done_status` when it went through, otherwise `refusal(result)`
-    with the status `REVIEW_STATUS` gives its code."""
-    if result.ok:
-        return _json(done_status, done(result))
-    return _json(REVIEW_STATUS[result.code], refusal(result))
 
 
 def _answer(result: ReviewResult[Registration], *, created: bool = False) -> JSONResponse:
@@ -133,13 +110,11 @@ class _Endpoints:
         registrations = await self._service.review(principal_of(request.scope))
         if registrations is None:
             return _answer(ReviewResult(code="PERMISSION_DENIED"))
-        return _json(200, AdapterList(adapters=[AdapterRegistration.from_registration(r) for r in registrations]))
+        return json_answer(200, AdapterList(adapters=[AdapterRegistration.from_registration(r) for r in registrations]))
 
     async def show(self, request: Request) -> Response:
         result = await self._service.show(principal_of(request.scope), request.path_params["name"])
-        if not result.ok or result.entry is None:
-            return _answer(result)
-        return _json(200, AdapterRegistration.from_registration(result.entry))
+        return entry_answer(result, view=AdapterRegistration.from_registration, otherwise=_answer)
 
     async def accept(self, request: Request) -> Response:
         document, unreadable = await _json_body(request)
@@ -160,13 +135,11 @@ class _Endpoints:
         return _answer(await self._service.remove(principal_of(request.scope), request.path_params["name"]))
 
 
-_NO_ROLE = Answer(description="the admin has neither the registry nor the registry-operator role", model=AdapterError)
-_NOT_THEIRS = Answer(
-    description="the admin has neither registry-operator nor the registry role of an org serving the adapter"
-    " (the same whether or not it exists)",
-    model=AdapterError,
+_NOT_THEIRS = (
+    "the admin has neither registry-operator nor the registry role of an org serving the adapter"
+    " (the same whether or not it exists)"
 )
-_NOT_FOUND = Answer(description="no such adapter", model=AdapterError)
+_NOT_FOUND = "no such adapter"
 
 
 def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> RouteTable:
@@ -181,10 +154,11 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 name="listAdapters",
                 summary="The adapters this admin may manage, with their flags and diffs",
                 endpoint=endpoints.review,
-                answers={
-                    200: Answer(description="the registrations this admin may manage", model=AdapterList),
-                    403: _NO_ROLE,
-                },
+                answers=review_answers(
+                    {200: Answer(description="the registrations this admin may manage", model=AdapterList)},
+                    AdapterError,
+                    denied="the admin has neither the registry nor the registry-operator role",
+                ),
             ),
             Operation(
                 method="GET",
@@ -192,11 +166,12 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 name="showAdapter",
                 summary="One adapter with its flags and diff",
                 endpoint=endpoints.show,
-                answers={
-                    200: Answer(description="the registration", model=AdapterRegistration),
-                    403: _NOT_THEIRS,
-                    404: _NOT_FOUND,
-                },
+                answers=review_answers(
+                    {200: Answer(description="the registration", model=AdapterRegistration)},
+                    AdapterError,
+                    denied=_NOT_THEIRS,
+                    not_found=_NOT_FOUND,
+                ),
             ),
             Operation(
                 method="DELETE",
@@ -204,11 +179,12 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 name="removeAdapter",
                 summary="Stop serving the adapter",
                 endpoint=endpoints.remove,
-                answers={
-                    200: Answer(description="removed", model=AdapterActionDone),
-                    403: _NOT_THEIRS,
-                    404: _NOT_FOUND,
-                },
+                answers=review_answers(
+                    {200: Answer(description="removed", model=AdapterActionDone)},
+                    AdapterError,
+                    denied=_NOT_THEIRS,
+                    not_found=_NOT_FOUND,
+                ),
             ),
             Operation(
                 method="POST",
@@ -217,16 +193,14 @@ def adapter_review_table(service: RegistryService, *, audit: AuditSink) -> Route
                 summary="Pin and serve the proposal with the hash you reviewed",
                 endpoint=endpoints.accept,
                 body=AcceptBody,
-                answers={
-                    200: Answer(description="pinned; served next", model=AdapterActionDone),
-                    403: _NOT_THEIRS,
-                    404: Answer(description="no such adapter, or nothing proposed", model=AdapterError),
-                    409: Answer(description="the proposal changed since it was reviewed", model=AdapterError),
-                    422: Answer(
-                        description='the body is not {"hash": ...}, or it does not acknowledge a called-out change',
-                        model=AdapterError,
-                    ),
-                },
+                answers=review_answers(
+                    {200: Answer(description="pinned; served next", model=AdapterActionDone)},
+                    AdapterError,
+                    denied=_NOT_THEIRS,
+                    not_found="no such adapter, or nothing proposed",
+                    conflict="the proposal changed since it was reviewed",
+                    invalid='the body is not {"hash": ...}, or it does not acknowledge a called-out change',
+                ),
             ),
         ),
     )
@@ -251,12 +225,15 @@ def registry_routes(
                 name="registerAdapter",
                 summary="Register or change a manifest; quarantined until an admin accepts it",
                 endpoint=endpoints.register,
-                answers={
-                    200: Answer(description="identical to what is served", model=AdapterActionDone),
-                    202: Answer(description="stored, quarantined", model=AdapterActionDone),
-                    403: Answer(description="another service owns (or has just claimed) the name", model=AdapterError),
-                    422: Answer(description="every problem of the manifest", model=AdapterError),
-                },
+                answers=review_answers(
+                    {
+                        200: Answer(description="identical to what is served", model=AdapterActionDone),
+                        202: Answer(description="stored, quarantined", model=AdapterActionDone),
+                    },
+                    AdapterError,
+                    denied="another service owns (or has just claimed) the name",
+                    invalid="every problem of the manifest",
+                ),
             ),
             Operation(
                 method="GET",
@@ -264,32 +241,16 @@ def registry_routes(
                 name="ownAdapter",
                 summary="The service's registration",
                 endpoint=endpoints.own_status,
-                answers={
-                    200: Answer(description="the registration", model=AdapterActionDone),
-                    404: Answer(description="no such adapter of this service", model=AdapterError),
-                },
+                answers=review_answers(
+                    {200: Answer(description="the registration", model=AdapterActionDone)},
+                    AdapterError,
+                    not_found="no such adapter of this service",
+                ),
             ),
         ),
     )
     return service_key_routes(table, _error_body, keys=keys, audit=audit, floods=floods)
 
 
-def service_key_routes(
-    table: RouteTable,
-    error_body: Callable[[int, str, str], Response],
-    *,
-    keys: KeyStore,
-    audit: AuditSink,
-    floods: AddressBudgets,
-) -> list[BaseRoute]:
-    """`table` mounted behind a service key (realm ``registry``), answering what no route answers with
-    `error_body(status, code, message)`: how the registry API serves services, for their adapters here and their
-    MCP servers (`gateway.upstreams.api`)."""
-    handle = error_handler(audit, error_body, caller=caller_of)
-    app = table.app(exception_handlers={HTTPException: handle, Exception: handle})
-    guarded = BearerAuth(app, keys=keys, kind=KeyKind.SERVICE, audit=audit, realm="registry", floods=floods)
-    return [mount(table.mount, guarded)]
-
-
 def _error_body(status: int, code: str, message: str) -> Response:
-    return _json(status, AdapterError(error=AdapterErrorDetail(code=code, message=message)))
+    return json_answer(status, AdapterError(error=AdapterErrorDetail(code=code, message=message)))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
@@ -24,7 +23,6 @@ from gateway.audit.events import AuditSink
 from gateway.auth.bearer import principal_of
 from gateway.config.upstreams import ToolReview, UpstreamSection
 from gateway.limits.rate_limiter import AddressBudgets
-from gateway.registry.api import review_answer, service_key_routes
 from gateway.review_answers import ReviewResult
 from gateway.store.keys import KeyStore
 from gateway.upstreams.tool_reviews import RegistrationAcceptance, UpstreamReviews
@@ -36,15 +34,12 @@ from gateway.upstreams.views import (
     ToolReviewRefusalDetail,
 )
 from gateway.web.request_body import read_bounded
+from gateway.web.review_routes import entry_answer, json_answer, review_answer, review_answers, service_key_routes
 from gateway.web.route_table import Answer, Operation, RouteTable
 
 __all__ = ["upstream_registration_routes", "upstream_review_table"]
 
 MAX_REVIEW_BYTES = 64 * 1024
-
-
-def _json(status: int, body: BaseModel) -> JSONResponse:
-    return JSONResponse(body.model_dump(mode="json"), status_code=status)
 
 
 def _answer(result: ReviewResult[FrontedServer]) -> JSONResponse:
@@ -59,13 +54,11 @@ class _Endpoints:
         upstreams = await self._reviews.overview(principal_of(request.scope))
         if upstreams is None:
             return _answer(ReviewResult(code="PERMISSION_DENIED", message="reviewing needs the registry role"))
-        return _json(200, FrontedServerList(upstreams=upstreams))
+        return json_answer(200, FrontedServerList(upstreams=upstreams))
 
     async def show(self, request: Request) -> Response:
         result = await self._reviews.show(principal_of(request.scope), request.path_params["name"])
-        if not result.ok or result.entry is None:
-            return _answer(result)
-        return _json(200, result.entry)
+        return entry_answer(result, view=lambda upstream: upstream, otherwise=_answer)
 
     async def review(self, request: Request) -> Response:
         document = await _document(request)
@@ -94,10 +87,9 @@ async def _document(request: Request) -> Any:
         return None
 
 
-_NOT_THEIRS = Answer(
-    description="the admin has neither registry-operator nor the registry role of an org serving the upstream"
-    " (the same whether or not it exists)",
-    model=ToolReviewRefusal,
+_NOT_THEIRS = (
+    "the admin has neither registry-operator nor the registry role of an org serving the upstream"
+    " (the same whether or not it exists)"
 )
 
 
@@ -113,13 +105,11 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
                 name="listUpstreams",
                 summary="The fronted MCP servers this admin may review, with their tools, quarantined or served",
                 endpoint=endpoints.overview,
-                answers={
-                    200: Answer(description="the upstreams this admin may review", model=FrontedServerList),
-                    403: Answer(
-                        description="the admin has neither the registry nor the registry-operator role",
-                        model=ToolReviewRefusal,
-                    ),  # fmt: skip
-                },
+                answers=review_answers(
+                    {200: Answer(description="the upstreams this admin may review", model=FrontedServerList)},
+                    ToolReviewRefusal,
+                    denied="the admin has neither the registry nor the registry-operator role",
+                ),
             ),
             Operation(
                 method="GET",
@@ -127,11 +117,12 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
                 name="showUpstream",
                 summary="One fronted MCP server with its tools, their suggestions and diffs",
                 endpoint=endpoints.show,
-                answers={
-                    200: Answer(description="the upstream", model=FrontedServer),
-                    403: _NOT_THEIRS,
-                    404: Answer(description="no such upstream", model=ToolReviewRefusal),
-                },
+                answers=review_answers(
+                    {200: Answer(description="the upstream", model=FrontedServer)},
+                    ToolReviewRefusal,
+                    denied=_NOT_THEIRS,
+                    not_found="no such upstream",
+                ),
             ),
             Operation(
                 method="PUT",
@@ -140,16 +131,14 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
                 summary="Classify one listed tool (read, write or hidden) as listed now, naming the hash you read",
                 endpoint=endpoints.review,
                 body=ToolReview,
-                answers={
-                    200: Answer(description="stored; served as reviewed from the next reading", model=ToolReviewDone),
-                    403: _NOT_THEIRS,
-                    404: Answer(description="no such upstream, or it does not list the tool", model=ToolReviewRefusal),
-                    409: Answer(
-                        description="the upstream lists another definition than the one reviewed",
-                        model=ToolReviewRefusal,
-                    ),  # fmt: skip
-                    422: Answer(description="the body is not a review (every problem listed)", model=ToolReviewRefusal),
-                },
+                answers=review_answers(
+                    {200: Answer(description="stored; served as reviewed from the next reading", model=ToolReviewDone)},
+                    ToolReviewRefusal,
+                    denied=_NOT_THEIRS,
+                    not_found="no such upstream, or it does not list the tool",
+                    conflict="the upstream lists another definition than the one reviewed",
+                    invalid="the body is not a review (every problem listed)",
+                ),
             ),
             Operation(
                 method="PUT",
@@ -159,16 +148,14 @@ def upstream_review_table(reviews: UpstreamReviews) -> RouteTable:
                 " naming its proposed_hash and acknowledging each changed setting",
                 endpoint=endpoints.accept_registration,
                 body=RegistrationAcceptance,
-                answers={
-                    200: Answer(description="fronted as registered now, from the next reading", model=ToolReviewDone),
-                    403: _NOT_THEIRS,
-                    404: Answer(description="no registration of that upstream waits", model=ToolReviewRefusal),
-                    409: Answer(description="registered again since the hash named", model=ToolReviewRefusal),
-                    422: Answer(
-                        description="not an acceptance, or the changed settings not all acknowledged",
-                        model=ToolReviewRefusal,
-                    ),  # fmt: skip
-                },
+                answers=review_answers(
+                    {200: Answer(description="fronted as registered now, from the next reading", model=ToolReviewDone)},
+                    ToolReviewRefusal,
+                    denied=_NOT_THEIRS,
+                    not_found="no registration of that upstream waits",
+                    conflict="registered again since the hash named",
+                    invalid="not an acceptance, or the changed settings not all acknowledged",
+                ),
             ),
         ),
     )
@@ -191,15 +178,18 @@ def upstream_registration_routes(
                 summary="Register the service's MCP server; its tools are quarantined until an admin reviews them",
                 endpoint=endpoints.register,
                 body=UpstreamSection,
-                answers={
-                    200: Answer(
-                        description="stored; connected from the next poll (a new URL or credential of a registered"
-                        " server only once a registry admin accepts it)",
-                        model=ToolReviewDone,
-                    ),
-                    403: Answer(description="another service or the operator owns the name", model=ToolReviewRefusal),
-                    422: Answer(description="every problem of the registration", model=ToolReviewRefusal),
-                },
+                answers=review_answers(
+                    {
+                        200: Answer(
+                            description="stored; connected from the next poll (a new URL or credential of a registered"
+                            " server only once a registry admin accepts it)",
+                            model=ToolReviewDone,
+                        )
+                    },
+                    ToolReviewRefusal,
+                    denied="another service or the operator owns the name",
+                    invalid="every problem of the registration",
+                ),
             ),
         ),
     )
@@ -207,4 +197,4 @@ def upstream_registration_routes(
 
 
 def _error_body(status: int, code: str, message: str) -> Response:
-    return _json(status, ToolReviewRefusal(error=ToolReviewRefusalDetail(code=code, message=message)))
+    return json_answer(status, ToolReviewRefusal(error=ToolReviewRefusalDetail(code=code, message=message)))

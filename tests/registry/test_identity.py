@@ -12,28 +12,15 @@ from redis.asyncio import Redis
 
 from gateway.signing.identity import IDENTITY_HEADER, verify_identity
 from tests.support.agents import agent, error_code, make_key
-from tests.support.planted import PlantedBackend
+from tests.support.planted import PlantedBackend, notes_detail_tool
 from tests.support.registration import register, remove, serving
 from tests.support.services import NOTES_SIGNING_KEY
 
 pytestmark = pytest.mark.anyio
 
-_NOTE_ID = {"type": "object", "properties": {"note_id": {"type": "string"}}, "required": ["note_id"],
-            "additionalProperties": False}  # fmt: skip
-_OUT = {"type": "object", "properties": {"note_id": {"type": "string"}}}
-
 
 def _manifest(base_url: str, signing_secret_env: str = "NOTES_SIGNING_KEY") -> dict[str, Any]:
-    read = {
-        "name": "notes_detail",
-        "description": "Show one note in detail.",
-        "mode": "read",
-        "method": "GET",
-        "path": "/notes/{note_id}/detail",
-        "input_schema": _NOTE_ID,
-        "output_schema": _OUT,
-        "access": {"public": True},
-    }
+    read = notes_detail_tool()
     listing = {**read, "name": "notes_recent", "description": "List recent notes.", "path": "/notes"}
     listing["input_schema"] = {"type": "object", "properties": {}, "additionalProperties": False}
     return {"base_url": base_url, "signing_secret_env": signing_secret_env, "tools": [read, listing]}

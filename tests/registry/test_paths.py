@@ -11,27 +11,14 @@ from redis.asyncio import Redis
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.ledger.redis_ledger import RedisLedger
 from tests.support.agents import agent, error_code
-from tests.support.planted import PlantedBackend
+from tests.support.planted import PlantedBackend, notes_detail_tool
 from tests.support.registration import serving
 
 pytestmark = pytest.mark.anyio
 
-_NOTE_ID = {"type": "object", "properties": {"note_id": {"type": "string"}}, "required": ["note_id"],
-            "additionalProperties": False}  # fmt: skip
-_OUT = {"type": "object", "properties": {"note_id": {"type": "string"}}}
-
 
 def _manifest(base_url: str) -> dict[str, Any]:
-    read = {
-        "name": "notes_detail",
-        "description": "Show one note in detail.",
-        "mode": "read",
-        "method": "GET",
-        "path": "/notes/{note_id}/detail",
-        "input_schema": _NOTE_ID,
-        "output_schema": _OUT,
-        "access": {"public": True},
-    }
+    read = notes_detail_tool()
     write = {
         **read,
         "name": "notes_archive",

@@ -59,17 +59,13 @@ class SoftAuthenticator:
         attested = bytes(16) + struct.pack(">H", len(self.credential_id)) + self.credential_id + self._cose_key()
         auth_data = rp_hash + bytes([self._flags(_AT)]) + struct.pack(">I", self.counter) + attested
         attestation = cbor2.dumps({"fmt": "none", "attStmt": {}, "authData": auth_data})
-        return {
-            "id": self.id,
-            "rawId": self.id,
-            "type": "public-key",
-            "response": {
+        return self._credential(
+            {
                 "clientDataJSON": bytes_to_base64url(client_data),
                 "attestationObject": bytes_to_base64url(attestation),
                 "transports": ["internal"],
-            },
-            "clientExtensionResults": {},
-        }
+            }
+        )
 
     def get(self, options: dict[str, Any] | str, *, counter: int | None = None) -> dict[str, Any]:
         """The answer to ``navigator.credentials.get(options)``; `options` may be just the challenge (base64url).
@@ -82,18 +78,19 @@ class SoftAuthenticator:
         auth_data = rp_hash + bytes([self._flags()]) + struct.pack(">I", self.counter)
         signed = auth_data + hashlib.sha256(client_data).digest()
         signature = self.key.sign(signed, ec.ECDSA(hashes.SHA256()))
-        return {
-            "id": self.id,
-            "rawId": self.id,
-            "type": "public-key",
-            "response": {
+        return self._credential(
+            {
                 "clientDataJSON": bytes_to_base64url(client_data),
                 "authenticatorData": bytes_to_base64url(auth_data),
                 "signature": bytes_to_base64url(signature),
                 "userHandle": None,
-            },
-            "clientExtensionResults": {},
-        }
+            }
+        )
+
+    def _credential(self, response: dict[str, Any]) -> dict[str, Any]:
+        """This credential with `response`, as a browser serialises a ``PublicKeyCredential``."""
+        credential = {"id": self.id, "rawId": self.id, "type": "public-key", "response": response}
+        return {**credential, "clientExtensionResults": {}}
 
 
 def challenge_of(challenge: bytes) -> str:

@@ -27,6 +27,7 @@ import pytest
 
 from tests.support.cached_install import install_once, npm_install
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
+from tests.support.processes import end_process
 
 __all__ = [
     "OCTOKIT_OPENAPI_VERSION",
@@ -135,12 +136,7 @@ def serve_prism(tools: GitHubSpec, spec: Path, log: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process, grace_seconds=10)
 
 
 if __name__ == "__main__":  # `.ci/run`: install ahead of the tests, and say where

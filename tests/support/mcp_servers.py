@@ -30,6 +30,7 @@ from gateway.config.settings import OrgSettings, Settings
 from gateway.config.upstreams import UpstreamSection
 from tests.support.cached_install import install_once, npm_install, run_step
 from tests.support.conformance_suite import NODE_VERSION, SuiteUnavailableError, _node_package
+from tests.support.processes import end_process
 from tests.support.services import TEST_AUDIT_SECRET
 
 __all__ = [
@@ -251,9 +252,4 @@ async def _listening(process: subprocess.Popen[bytes], port: int) -> AsyncIterat
                     await anyio.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        end_process(process, grace_seconds=5)

