@@ -25,9 +25,10 @@ Cost: a call is put to Cedar with only the policies whose scope can match it (`C
 only the part of the context they read; its answer is remembered by what of that context they can tell apart
 (`Slice.key`: an argument they only compare with literals or match against literal ``like`` patterns, by its
 answers to those comparisons and patterns, `gateway.cedar.like`), so a new amount or order id that answers them
-as an earlier one did costs a lookup (about a microsecond) instead of a Cedar evaluation (30 to 50 at 100
-policies, bench/policy_cost.py). A remembered answer is Cedar's own for that caller and context
-(tests/cedar/test_engine.py checks it against Cedar over the whole set).
+as an earlier one did costs its key and a lookup (one to two microseconds) instead of a Cedar evaluation (30 to 50
+at 100 policies; bench/policy_cost.py). An argument read any other way (arithmetic, a set, another argument) is
+keyed by its value, so each new value of it is put to Cedar. A remembered answer is Cedar's own for that caller
+and context (tests/cedar/test_engine.py checks it against Cedar over the whole set).
 """
 
 from __future__ import annotations
