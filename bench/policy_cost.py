@@ -7,9 +7,14 @@ real tools and the README's example policy set padded to 100 policies with role-
 argument-conditioned permits and forbids over every tool:
 
 * ``builtin``: `decide_access` then `decide_call` with no engine (the tool's `Access` rule);
-* ``cedar-computed``: the same two calls with the Cedar engine, a new order id each call, which some policies
-  match with ``like``, so every call question is evaluated by Cedar (the listing answer is remembered per
-  principal and tool): what a decision Cedar must compute costs;
+* ``cedar-computed``: the same two calls with the Cedar engine, by a caller also in ``team-5``, whose policies
+  add to the amount (``amount_cents + 19 > 100000``), and a new amount each call: an argument read with
+  arithmetic is keyed by its value, so every call question is evaluated by Cedar (the listing answer is
+  remembered per principal and tool): what a decision Cedar must compute costs, over the 10 policies that can
+  match this caller;
+* ``cedar-like``: a new order id each call, which some policies match with ``like`` (``"ord-9*31"``): the engine
+  keys the id by the patterns it matches, so Cedar computes one answer per combination and the engine remembers
+  it for every other id (one id in fifty matches one of them);
 * ``cedar``: a new refund amount each call: the policies only compare the amount with literals, so Cedar
   computes the answer once for each side of their thresholds, and the engine remembers it for the others;
 * ``cedar-same``: the same arguments each call, so the remembered call answer applies.
@@ -69,7 +74,9 @@ def policy_set(count: int) -> str:
         effect = "forbid" if index % 3 == 0 else "permit"
         if tool != "orders_refund_create":
             condition = f'principal.org == "org-{index}"'
-        elif index % 8 == 7:  # an order id read with like: decided by its value (`cedar-computed`)
+        elif index % 7 == 5:  # the amount read with arithmetic: keyed by its value (`cedar-computed`)
+            condition = f"context.arguments.amount_cents + {index} > 100000"
+        elif index % 8 == 7:  # an order id read with like: keyed by the patterns it matches (`cedar-like`)
             condition = f'context.arguments.order_id like "ord-9*{index}"'
         else:
             condition = f"context.arguments.amount_cents > {100_000 + index}"
@@ -83,6 +90,10 @@ def policy_set(count: int) -> str:
 REFUND = next(tool for tool in TOOLS if tool.name == "orders_refund_create")
 ORGS = OrgAdapters({"acme": frozenset({"orders"})})
 WHO = Principal(subject="sam@acme.example", org="acme", roles=frozenset({"support", "team-3"}), key_id="key_s")
+COMPUTING = Principal(
+    subject="kim@acme.example", org="acme", roles=frozenset({"support", "team-3", "team-5"}), key_id="key_k"
+)
+"""A caller whose policies include ``team-5``'s, which read the amount with arithmetic (`cedar-computed`)."""
 
 
 class _Amounts:
@@ -96,25 +107,29 @@ class _Amounts:
         self._next += 1
         if varying == "amount_cents":
             return {"order_id": "ord-1001", "amount_cents": 2_000 + self._next % 48_000, "reason": "damaged"}
-        return {"order_id": f"ord-{100_000 + self._next}", "amount_cents": 30_000, "reason": "damaged"}
+        return {"order_id": f"ord-9{self._next:07d}", "amount_cents": 30_000, "reason": "damaged"}
 
 
-def _round(engine: PolicyEngine | None, calls: int, amounts: _Amounts | None, varying: str = "") -> float:
-    """`calls` calls' listing and call questions; the argument `varying` new each call when `amounts` is given."""
+def _round(
+    engine: PolicyEngine | None, calls: int, amounts: _Amounts | None, varying: str = "", who: Principal = WHO
+) -> float:
+    """`calls` calls' listing and call questions by `who`; the argument `varying` new each call when `amounts` is
+    given."""
     arguments: dict[str, Any] = {"order_id": "ord-1001", "amount_cents": 30_000, "reason": "damaged"}
     started = time.perf_counter()
     for _ in range(calls):
         if amounts is not None:
             arguments = amounts.take(varying)
-        decide_access(REFUND, WHO, ORGS, engine)
-        decide_call(REFUND, WHO, ORGS, engine, arguments, tainted=False)
+        decide_access(REFUND, who, ORGS, engine)
+        decide_call(REFUND, who, ORGS, engine, arguments, tainted=False)
     return (time.perf_counter() - started) / max(calls, 1)
 
 
-VARIANTS = ("builtin", "cedar-computed", "cedar", "cedar-same")
-"""What the table compares: the built-in rules; Cedar with a new order id each call (every answer computed);
-Cedar with a new amount each call (computed once per side of the thresholds); Cedar with the same arguments each
-call (the remembered answer)."""
+VARIANTS = ("builtin", "cedar-computed", "cedar-like", "cedar", "cedar-same")
+"""What the table compares: the built-in rules; Cedar with a new amount each call that policies add to (every
+answer computed); Cedar with a new order id each call, matched with ``like`` (computed once per combination of
+patterns matched); Cedar with a new amount each call (computed once per side of the thresholds); Cedar with the
+same arguments each call (the remembered answer)."""
 
 
 def _variant(name: str, engine: CedarEngine, calls: int, amounts: _Amounts) -> float:
@@ -122,7 +137,9 @@ def _variant(name: str, engine: CedarEngine, calls: int, amounts: _Amounts) -> f
         return _round(None, calls, None)
     if name == "cedar-same":
         return _round(engine, calls, None)
-    return _round(engine, calls, amounts, "order_id" if name == "cedar-computed" else "amount_cents")
+    if name == "cedar-computed":
+        return _round(engine, calls, amounts, "amount_cents", COMPUTING)
+    return _round(engine, calls, amounts, "order_id" if name == "cedar-like" else "amount_cents")
 
 
 def _instructions(args: argparse.Namespace) -> dict[str, float]:
