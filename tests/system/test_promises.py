@@ -34,10 +34,17 @@ back to APPROVED and is sent again after the Retry-After or the backoff, until i
 every send against the cap, so such refusals leave a card fewer resends, never more.
 
 Promises 1, 2 and 6 count the writes that arrive at every backend: the orders service (configured by the operator),
-the expenses service (registered by manifest, `backends.expenses`, and accepted at the start of each sequence) and
-the rogue host, an attacker's copy of the expenses service at another address that the service may point its
-manifest at (its base URL, or its credential's token endpoint). Promise 9 holds the operator's and the admins' word
-on where the gateway sends anything: the orders and expenses hosts, and a host an admin acknowledged by name.
+the expenses service (registered by manifest, `backends.expenses`, and accepted at the start of each sequence), the
+rogue host, an attacker's copy of the expenses service at another address that the service may point its
+manifest at (its base URL, or its credential's token endpoint), and the notes board, an MCP server the operator
+configured the gateway to front (``[upstreams.notes]``, `tests.support.notes_server`), whose tools a registry admin
+classifies at the start of each sequence. Its writes carry no key: each call of ``add_note`` is matched to its card by
+the note's title, and a resend, as promise 6 counts it there, is any second call for one card (an MCP write contract
+allows none). Promise 9 holds the operator's and the admins' word on where the gateway sends anything: the orders,
+expenses and board hosts, and a host an admin acknowledged by name; and the gateway's own token for the board goes to
+the board alone, which receives no other credential. Promise 10 holds for the board's tools as for a registered
+adapter's: ``add_note`` is served only as the review in force classified it (an instruction to the model in a changed
+description shown in the diff that admin read), and a card made against one definition never runs against another.
 
 Budget: ``PROMISES_EXAMPLES`` examples (default `CI_EXAMPLES` under the ``ci`` profile, a fifth otherwise) of
 at most ``PROMISES_STEPS`` steps; ``PROMISES_EXAMPLES=300 pytest -n 0 tests/system/test_promises.py`` runs it
@@ -1827,3 +1834,35 @@ def test_an_unknown_write_is_not_looked_up_or_resent_at_a_new_base_url(world: Wo
     machine = replay(world, 2, SAME, [*file_and_approve, moved, ("time_passes", {"seconds": 5.0, "times": 6})])
     [card] = [machine._card(card_id) for card_id in machine.cards]
     assert card is not None and card.state is CardState.NEEDS_RECONCILIATION
+
+
+def test_a_note_approved_against_one_definition_does_not_run_against_another(world: World) -> None:
+    """With the executor's definition check removed from the binding re-check: a note approved while the worker is
+    paused, then the fronted server adds an argument to its write and an admin classifies the change; the worker
+    runs the approved card against the changed tool. The card ends FAILED (CONFLICT), unsent."""
+    steps: list[Step] = [
+        ("agent_adds_note", {"via": "key", "text": NOTE_TEXTS[0]}),
+        ("operator_pauses_worker", {"paused": True}),
+        ("admin_decides", {"how": "approve", "pick": 0, "admin": 0}),
+        ("board_redefines_its_write", {"definition": "schema"}),
+        ("admin_classifies_the_changed_write", {"mode": "write"}),
+        ("operator_pauses_worker", {"paused": False}),
+        ("time_passes", NOW),
+    ]
+    machine = replay(world, 10, SAME, steps)
+    [card] = [machine._card(card_id) for card_id in machine.cards]
+    assert card is not None and card.state is CardState.FAILED and not world.board.calls
+
+
+def test_a_note_whose_answer_was_lost_is_settled_by_finding_it_on_the_board(world: World) -> None:
+    """The board applies an approved note and loses its answer: the card is UNKNOWN, and the lookup finds the note's
+    text on the board where the preview at proposal did not, so it is SUCCEEDED without a resend."""
+    steps: list[Step] = [
+        ("agent_adds_note", {"via": "key", "text": NOTE_TEXTS[0]}),
+        ("board_behaves", {"fault": "drop"}),
+        ("admin_decides", {"how": "approve", "pick": 0, "admin": 0}),
+        ("time_passes", {"seconds": 5.0}),
+    ]
+    machine = replay(world, 6, SAME, steps)
+    [card] = [machine._card(card_id) for card_id in machine.cards]
+    assert card is not None and card.state is CardState.SUCCEEDED and len(world.board.calls) == 1
