@@ -360,7 +360,7 @@ class Seen:
     proposed_at: float
     """The provenance clock's time when it was proposed."""
     tool: str = "orders_refund_create"
-    """The write proposed: a refund, or an expense report through the registered adapter."""
+    """The write proposed: a refund, an expense report through the registered adapter, or a note on the board."""
     taint_counted: bool = False
     """Whether its reported taint was counted (`Promises.tainted_at`)."""
     approvers: list[str] = field(default_factory=list)
@@ -575,6 +575,7 @@ class Promises(RuleBasedStateMachine):
         self.notes_sent: dict[str, int] = {}
         """Calls of ``add_note`` that reached the board, per note title (one card's)."""
         self.notes_proposed = 0
+        """Notes the agent proposed: each gets a title of its own, by which its call at the board is matched to it."""
 
     # -- setting up -------------------------------------------------------------------------------------
 
@@ -582,10 +583,11 @@ class Promises(RuleBasedStateMachine):
     # look-alike and the requester's card) in half the draws, and shrinking leans to it.
     @initialize(spelling=look_alikes(REQUESTER), allow_mixed=st.sampled_from([True, False]), actor=look_alikes(ACTOR))
     def fresh_world(self, spelling: str, allow_mixed: bool = True, actor: str = ACTOR) -> None:
-        """A flushed database and backends as seeded. Its people: the requester, with an agent key and OAuth
-        tokens (direct, or delegated to `actor`, one spelling of an approver); two approvers with admin keys; and
-        an admin key the operator made for the requester's second account under `spelling` (one person however
-        spelled), unless the gateway refuses that subject (it refuses mixed scripts unless `allow_mixed`)."""
+        """A flushed database, backends as seeded, and the board as first listed, its tools classified. Its people:
+        the requester, with an agent key and OAuth tokens (direct, or delegated to `actor`, one spelling of an
+        approver); two approvers with admin keys; and an admin key the operator made for the requester's second
+        account under `spelling` (one person however spelled), unless the gateway refuses that subject (it refuses
+        mixed scripts unless `allow_mixed`)."""
         w = self.w
         self.actor = actor
         w.clock.offset = w.clock.sweep_ahead = 0.0
