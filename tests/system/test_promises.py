@@ -34,10 +34,17 @@ back to APPROVED and is sent again after the Retry-After or the backoff, until i
 every send against the cap, so such refusals leave a card fewer resends, never more.
 
 Promises 1, 2 and 6 count the writes that arrive at every backend: the orders service (configured by the operator),
-the expenses service (registered by manifest, `backends.expenses`, and accepted at the start of each sequence) and
-the rogue host, an attacker's copy of the expenses service at another address that the service may point its
-manifest at (its base URL, or its credential's token endpoint). Promise 9 holds the operator's and the admins' word
-on where the gateway sends anything: the orders and expenses hosts, and a host an admin acknowledged by name.
+the expenses service (registered by manifest, `backends.expenses`, and accepted at the start of each sequence), the
+rogue host, an attacker's copy of the expenses service at another address that the service may point its
+manifest at (its base URL, or its credential's token endpoint), and the notes board, an MCP server the operator
+configured the gateway to front (``[upstreams.notes]``, `tests.support.notes_server`), whose tools a registry admin
+classifies at the start of each sequence. Its writes carry no key: each call of ``add_note`` is matched to its card by
+the note's title, and a resend, as promise 6 counts it there, is any second call for one card (an MCP write contract
+allows none). Promise 9 holds the operator's and the admins' word on where the gateway sends anything: the orders,
+expenses and board hosts, and a host an admin acknowledged by name; and the gateway's own token for the board goes to
+the board alone, which receives no other credential. Promise 10 holds for the board's tools as for a registered
+adapter's: ``add_note`` is served only as the review in force classified it (an instruction to the model in a changed
+description shown in the diff that admin read), and a card made against one definition never runs against another.
 
 Budget: ``PROMISES_EXAMPLES`` examples (default `CI_EXAMPLES` under the ``ci`` profile, a fifth otherwise) of
 at most ``PROMISES_STEPS`` steps; ``PROMISES_EXAMPLES=300 pytest -n 0 tests/system/test_promises.py`` runs it
@@ -85,19 +92,23 @@ from gateway.cards.card import Card, CardState
 from gateway.config.approvals import ApprovalSettings, Bound, PolicyRule
 from gateway.config.oauth import IssuerSection, OAuthSection
 from gateway.config.settings import DEMO_ORGS, Settings
+from gateway.config.upstreams import UpstreamSection
 from gateway.errors import StoreUnavailableError
 from gateway.executor.views import READ_TOOL
 from gateway.limits.budgets import Budget, Limits, OrgLimits
 from gateway.mcp.apps import VIEW_META
 from gateway.principal import KeyKind, normalize_subject
 from gateway.runtime.app import Gateway, create_app
+from gateway.runtime.upstreams import fronting
 from gateway.runtime.worker import Worker
 from gateway.store.audit_stream import RedisStreamAuditSink
 from gateway.store.audit_trail import AuditTrail
 from gateway.store.keys import KeyStore
 from gateway.store.registrations import RegistryStore
+from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.untrusted import FENCE_CLOSE, FENCE_OPEN
 from tests.support.agents import LEGACY, MODERN, agent, everything_the_model_sees, payload
+from tests.support.notes_server import ADD, DEFINITIONS, INSTRUCTION, LIST, NotesBoard
 from tests.support.redis_server import free_port, start_redis_server
 from tests.support.services import (
     EXPENSES_SIGNING_KEY,
@@ -215,6 +226,22 @@ SETTINGS_CALLED_OUT = ("base_url", "credential", "signing_secret_env")
 """The manifest settings that say where the gateway's credential, identities and receipts go: the machine's own list
 (the oracle), not the product's review, decides what an acknowledging admin names."""
 
+UPSTREAM = "notes"
+"""The MCP server the operator configured the gateway to front (``[upstreams.notes]``: `World.board`)."""
+NOTE_TOOL = f"{UPSTREAM}_{ADD}"
+"""Its write, as served: a note added to the board, filed by the agent, approved by a person, sent once."""
+NOTES_TOKEN = "NOTES_TOKEN"
+"""The variable holding the gateway's own bearer token for the board (``token_env``)."""
+NOTE_TEXTS = ("standup moved to ten", "ship it")
+"""What the agent's notes say: few texts, so a note's text may already be on the board when another is proposed, and a
+lookup's state match (the text is on the board) may hold before the write it settles."""
+FIRST = "as listed first"
+"""``add_note`` as the board first lists it, and as an admin classified it at the start of every sequence."""
+UPSTREAM_VERSION = "countersign:upstreams:version"
+"""The upstream reviews' version counter (`gateway.store.upstream_reviews`), which the fronting gateways watch."""
+UPSTREAM_KEYS = f"countersign:upstreams:{{{UPSTREAM}}}:*"
+"""The board's reviews, the definitions last served, the list last read: what the start of a sequence restores."""
+
 WRITE_PATHS = {"orders": "/refunds", ADAPTER: "/reports", ROGUE: "/reports"}
 """Where each backend's writes the agent can propose arrive (a path ending so, by POST)."""
 CARRIED = (
@@ -308,9 +335,17 @@ class World:
     expenses_as_seeded: dict[str, Any]
     served: Gateway
     """The served gateway's parts (its live tool source: which registry version it serves)."""
+    board: NotesBoard
+    """The MCP server the gateway fronts (`UPSTREAM`), with its switches and what it received."""
+    board_url: str
+    board_token: str
+    """The gateway's own bearer token for the board, the only credential a request to it may carry."""
     registration: dict[bytes, bytes] = field(default_factory=dict)
     """The registry's keys (``DUMP``) once the service registered the expenses adapter and an admin accepted it, in
     the first sequence; each later one starts from them (`Promises.adapter_registered`)."""
+    board_reviewed: dict[bytes, bytes] = field(default_factory=dict)
+    """The board's upstream keys (``DUMP``) once an admin classified its tools, in the first sequence; each later one
+    starts from them (`Promises.board_reviewed`)."""
 
 
 @dataclass
@@ -325,13 +360,15 @@ class Seen:
     proposed_at: float
     """The provenance clock's time when it was proposed."""
     tool: str = "orders_refund_create"
-    """The write proposed: a refund, or an expense report through the registered adapter."""
+    """The write proposed: a refund, an expense report through the registered adapter, or a note on the board."""
     taint_counted: bool = False
     """Whether its reported taint was counted (`Promises.tainted_at`)."""
     approvers: list[str] = field(default_factory=list)
     """People (not spellings) whose approval the admin API accepted."""
     actors: frozenset[str] = frozenset()
     """People (not spellings) who acted for the requester in the token that proposed it (``act``)."""
+    definition: str = ""
+    """For a note: how the board listed ``add_note`` when the card was proposed (a key of `DEFINITIONS`)."""
     card: Card | None = None
 
 
@@ -362,11 +399,15 @@ def _world(tmp: Path) -> Iterator[World]:
             )
             for name, app in registered.items()
         }
+        board = NotesBoard()
+        board_url = stack.enter_context(serve_app_in_thread(board.app(), lifespan=True))
         issuer = stack.enter_context(serve_issuer())
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         orgs = tuple(
-            dataclasses.replace(org, tainted_approvals=TAINTED_APPROVALS) if org.name == ORG else org
+            dataclasses.replace(org, tainted_approvals=TAINTED_APPROVALS, adapters=org.adapters | {UPSTREAM})
+            if org.name == ORG
+            else org
             for org in DEMO_ORGS
         )
         oauth = OAuthSection(
@@ -375,9 +416,16 @@ def _world(tmp: Path) -> Iterator[World]:
             issuers={"corp": IssuerSection(issuer=issuer.url, surfaces=["mcp"], min_refresh_seconds=0)},
         )
         plain = gateway_settings(redis_url, backends, expenses=hosts[ADAPTER])
+        # The board, over Streamable HTTP in the 2025-11-25 era, where it can say on a session's standing stream that
+        # its list changed; its tools are reviewed by an admin (`Promises.board_reviewed`), none in this section.
+        board_token = secrets.token_urlsafe(16)
+        board_section = UpstreamSection(
+            transport="http", url=f"{board_url}/mcp", token_env=NOTES_TOKEN, protocol="legacy", sessions=1
+        )
         settings_: Settings = dataclasses.replace(
             plain,
-            secrets={**plain.secrets, CLIENT_ID: "countersign"},
+            secrets={**plain.secrets, CLIENT_ID: "countersign", NOTES_TOKEN: board_token},
+            upstreams={UPSTREAM: board_section},
             approvals=RULES,
             orgs=orgs,
             oauth=oauth,
@@ -405,6 +453,19 @@ def _world(tmp: Path) -> Iterator[World]:
         stack.enter_context(serve_app_in_thread(app, port=port, lifespan=True))
         portal = stack.enter_context(start_blocking_portal())
         worker_side = stack.enter_context(portal.wrap_async_context_manager(in_process_gateway(settings_)))
+        # The worker's process fronts the board too (as `countersign worker` does), reading its list when the board
+        # says it changed and every second otherwise (the served gateway's poll is the registry's, 0.05 s).
+        stack.enter_context(
+            portal.wrap_async_context_manager(
+                fronting(
+                    settings_.upstreams,
+                    worker_side.live,
+                    reviews=worker_side.upstream_reviews,
+                    secrets=settings_.secrets,
+                    poll_seconds=1.0,
+                )
+            )
+        )
         real_time = worker_side.ledger.server_time_ms
 
         async def server_time_ms() -> int:
@@ -428,6 +489,9 @@ def _world(tmp: Path) -> Iterator[World]:
             rogue=hosts[ROGUE],
             expenses_as_seeded=hosts[ADAPTER].app.state.service.business_state(),
             served=app.state.gateway,
+            board=board,
+            board_url=board_url,
+            board_token=board_token,
         )
         portal.call(redis.aclose)
 
@@ -501,6 +565,17 @@ class Promises(RuleBasedStateMachine):
         """Whether what the model is served may have changed since promise 10 was last checked."""
         self.open_proposal = False
         """Whether the service proposed a manifest since the last accept (only the service proposes)."""
+        self.board_in_force: tuple[str, str] = (FIRST, "write")
+        """The definition of ``add_note`` the review in force pins, and the class it gives it."""
+        self.board_accepted: dict[str, bool] = {}
+        """Every definition of ``add_note`` an admin classified, with whether the review they were shown had the
+        instruction to the model in it (the diff of the change)."""
+        self.board_calls = 0
+        """The board's ``add_note`` calls up to which they were checked."""
+        self.notes_sent: dict[str, int] = {}
+        """Calls of ``add_note`` that reached the board, per note title (one card's)."""
+        self.notes_proposed = 0
+        """Notes the agent proposed: each gets a title of its own, by which its call at the board is matched to it."""
 
     # -- setting up -------------------------------------------------------------------------------------
 
@@ -508,10 +583,11 @@ class Promises(RuleBasedStateMachine):
     # look-alike and the requester's card) in half the draws, and shrinking leans to it.
     @initialize(spelling=look_alikes(REQUESTER), allow_mixed=st.sampled_from([True, False]), actor=look_alikes(ACTOR))
     def fresh_world(self, spelling: str, allow_mixed: bool = True, actor: str = ACTOR) -> None:
-        """A flushed database and backends as seeded. Its people: the requester, with an agent key and OAuth
-        tokens (direct, or delegated to `actor`, one spelling of an approver); two approvers with admin keys; and
-        an admin key the operator made for the requester's second account under `spelling` (one person however
-        spelled), unless the gateway refuses that subject (it refuses mixed scripts unless `allow_mixed`)."""
+        """A flushed database, backends as seeded, and the board as first listed, its tools classified. Its people:
+        the requester, with an agent key and OAuth tokens (direct, or delegated to `actor`, one spelling of an
+        approver); two approvers with admin keys; and an admin key the operator made for the requester's second
+        account under `spelling` (one person however spelled), unless the gateway refuses that subject (it refuses
+        mixed scripts unless `allow_mixed`)."""
         w = self.w
         self.actor = actor
         w.clock.offset = w.clock.sweep_ahead = 0.0
@@ -528,9 +604,13 @@ class Promises(RuleBasedStateMachine):
             host.app.state.service.faults.clear()
             host.app.state.service.restore_business_state(w.expenses_as_seeded)
             host.app.state.service.idempotency.restore([])
+        w.board.restore()
+        if w.board.definition != FIRST:
+            self._board_says(FIRST)  # served as reviewed once the reviews are restored (`board_reviewed`)
         registry_version = w.portal.call(self._reset_store, spelling, allow_mixed)
         self._until_ready()  # the served gateway sees the ledger durable again (a rewrite of the AOF may have run)
         self.adapter_registered(registry_version)
+        self.board_reviewed()
         self.cursors = self._marks()
 
     def adapter_registered(self, registry_version: int) -> None:
@@ -563,6 +643,34 @@ class Promises(RuleBasedStateMachine):
         keys = [key async for key in r.scan_iter(match="countersign:registry:*") if key != REGISTRY_VERSION.encode()]
         return {key: await r.dump(key) for key in keys}
 
+    def board_reviewed(self) -> None:
+        """The board's tools as the registry admin classified them through the admin API: ``list_notes`` a read
+        and ``add_note`` a write, both for staff, the write previewed by the board as it is and settled, when its
+        answer is lost, by the note's text found there. In the world's first sequence over HTTP, once a gateway has
+        read the board's list; then as that left the upstream's keys in Redis (`World.board_reviewed`), served once
+        both gateways serve ``add_note`` as first listed."""
+        self.acknowledged.add(_host(self.w.board_url))  # configured by the operator
+        self.board_in_force = (FIRST, "write")
+        self.board_accepted = {FIRST: False}
+        if not self.w.board_reviewed:
+            listed = UpstreamReviewStore(self.w.redis).listing
+            for _attempt in range(1000):
+                if self.w.portal.call(listed, UPSTREAM) is not None:
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("no gateway read the board's list within 10 s")
+            for tool, mode in ((LIST, "read"), (ADD, "write")):
+                [entry] = [entry for entry in self._board_review()["tools"] if entry["name"] == tool]
+                answer = self._admin_classifies(tool, mode, entry["listed_hash"])
+                assert answer.status_code == 200, answer.text
+            self.w.board_reviewed.update(self.w.portal.call(self._board_keys))
+        self._until_board_served()
+
+    async def _board_keys(self) -> dict[bytes, bytes]:
+        r = self.w.redis
+        return {key: await r.dump(key) async for key in r.scan_iter(match=UPSTREAM_KEYS)}
+
     async def _reset_store(self, spelling: str, allow_mixed: bool) -> int:
         """Flush the database and make the sequence's keys; the registry version the sequence starts at."""
         r = self.w.redis
@@ -570,12 +678,15 @@ class Promises(RuleBasedStateMachine):
         await r.config_set("appendfsync", "everysec")
         await _until_durable(r)
         registry_version = await RegistryStore(r).version() + 1
+        upstream_version = await UpstreamReviewStore(r).version() + 1
         await flush_keeping_signing_key(r)
-        for key, dumped in self.w.registration.items():
+        for key, dumped in {**self.w.registration, **self.w.board_reviewed}.items():
             await r.restore(key, 0, dumped, replace=True)
         # The registry's version only grows, in production and here: a gateway that read version n before the flush
         # would otherwise take the next n for nothing new, and keep serving the manifest of the sequence before.
+        # So does the upstream reviews' version, for the same reason: each fronting gateway reads the board again.
         await r.set(REGISTRY_VERSION, registry_version)
+        await r.set(UPSTREAM_VERSION, upstream_version)
         keys = KeyStore(r)
         self.service_key, _ = await keys.create(kind=KeyKind.SERVICE, subject=SERVICE, org=ORG, roles=())
         self.registry_admin, _ = await keys.create(
@@ -739,6 +850,7 @@ class Promises(RuleBasedStateMachine):
             tainted_when_proposed=self._tainted(),
             proposed_at=self.w.clock.wall(),
             actors=frozenset({_person(self.actor)} if via == "delegated" else ()),
+            definition=self.w.board.definition if calls[-1][0] == NOTE_TOOL else "",
         )
         if reviewer is not None:
             self.promises_hold()  # the reviewer sees the card as it is now
@@ -859,7 +971,9 @@ class Promises(RuleBasedStateMachine):
             decision["comment" if how == "approve" else "reason"] = "reviewed"
             answer = self._admin("POST", f"/cards/{chosen[0].card_id}/{how}", token, decision)
             done = [chosen[0].card_id] if answer.status_code == 200 else []
-            code = answer.json().get("error", {}).get("code") if answer.status_code != 200 else None
+            # A refusal names its code; a key revoked with its person is refused at the door (401, RFC 6750's body).
+            error = answer.json().get("error") if answer.status_code != 200 else None
+            code = error.get("code") if isinstance(error, dict) else error
             unconfirmed = [chosen[0].card_id] if code == "LEDGER_UNAVAILABLE" else []
         for card_id in done if how != "reject" else ():
             if not self.durable:
@@ -990,6 +1104,100 @@ class Promises(RuleBasedStateMachine):
         self.catalog_changed = True
         # The worker's gateway learns of it as its registry poll would (the served one refreshed within the accept).
         self.w.portal.call(self.w.worker_side.live.refresh)
+
+    # -- the fronted MCP server -------------------------------------------------------------------------
+
+    @rule(
+        via=st.sampled_from(["key", "token", "delegated"]),
+        text=st.sampled_from(NOTE_TEXTS),
+        reviewer=st.sampled_from([None, 0]),
+    )
+    def agent_adds_note(self, via: str, text: str, reviewer: int | None = None) -> None:
+        """The agent proposes a note on the fronted board (a title of its own, one of `NOTE_TEXTS`), for a person to
+        approve; a quick `reviewer` approves it at once."""
+        self.notes_proposed += 1
+        note = {"title": f"note {self.notes_proposed}", "text": text}
+        self._proposes(via, [(NOTE_TOOL, note)], 0, reviewer)
+
+    @rule(fault=st.sampled_from(["drop", "refuse", None]))
+    def board_behaves(self, fault: str | None) -> None:
+        """The board applies the next note and loses its answer (``drop``), refuses every note (``refuse``: an error
+        result, nothing applied), or answers as it should."""
+        self.w.board.fault = fault
+
+    # The instruction first: the attack.
+    @rule(definition=st.sampled_from(["instruction", "schema", FIRST]))
+    def board_redefines_its_write(self, definition: str) -> None:
+        """The board lists ``add_note`` with an instruction to the model in its description, with an argument more
+        (``cc``), or back as first listed, and says its list changed; the gateways read it again."""
+        if definition == self.w.board.definition:
+            return  # listed so already: nothing changes
+        self._board_lists(definition)
+        self.catalog_changed = True
+
+    @rule(mode=st.sampled_from(["write", "hidden"]))
+    def admin_classifies_the_changed_write(self, mode: str) -> None:
+        """The registry admin reads the board's review and, if ``add_note`` is quarantined because its definition
+        changed, classifies it as listed now (a write, or hidden), pinning the hash read. From then on ``add_note`` is
+        served as that definition, and cards made against another are not run."""
+        if self.w.board.definition == self.board_in_force[0]:
+            return  # the board lists add_note as reviewed: nothing is quarantined for a change
+        [entry] = [entry for entry in self._board_review()["tools"] if entry["name"] == ADD]
+        if (entry["state"], entry["reason"]) != ("quarantined", "changed"):
+            return
+        if self._admin_classifies(ADD, mode, entry["listed_hash"]).status_code != 200:
+            return
+        definition = self.w.board.definition
+        shown = any(line.startswith("+") and INSTRUCTION in line for line in entry["diff"])
+        self.board_accepted[definition] = self.board_accepted.get(definition, False) or shown
+        self.board_in_force = (definition, mode)
+        self.catalog_changed = True
+        self._until_board_served()
+
+    def _board_review(self) -> dict[str, Any]:
+        """The board as the registry admin's review shows it (``GET /admin/api/upstreams/notes``)."""
+        shown = self._admin("GET", f"/upstreams/{UPSTREAM}", self.registry_admin)
+        assert shown.status_code == 200, shown.text
+        review: dict[str, Any] = shown.json()
+        return review
+
+    def _admin_classifies(self, tool: str, mode: str, listed_hash: str) -> httpx.Response:
+        """The registry admin's review of the board's `tool` as `mode`, pinning `listed_hash`: for staff, and for the
+        write, the board as it is for its preview and the note's text found there for its lookup."""
+        review: dict[str, Any] = {"mode": mode, "definition": listed_hash}
+        if mode != "hidden":
+            review["roles"] = ["staff"]
+        if mode == "write":
+            board = {"tool": LIST, "arguments": {}}
+            review |= {"preview": board, "lookup": {**board, "contains": "text"}, "timeout_seconds": 5.0}
+        return self._admin("PUT", f"/upstreams/{UPSTREAM}/tools/{tool}", self.registry_admin, review)
+
+    def _board_lists(self, definition: str) -> None:
+        """The board lists ``add_note`` as `definition` and tells the sessions that listed tools; then both gateways
+        serve it as its review in force allows (`_until_board_served`)."""
+        self._board_says(definition)
+        self._until_board_served()
+
+    def _board_says(self, definition: str) -> None:
+        """The board lists ``add_note`` as `definition` from now on, and says its list changed."""
+        with httpx.Client(base_url=self.w.board_url, timeout=10) as http:
+            http.post("/_definition", json={"definition": definition}).raise_for_status()
+
+    def _until_board_served(self) -> None:
+        """Wait (bounded) until the served gateway and the worker's both serve ``add_note`` as the review in force
+        allows: as listed now if that is the definition it pins as a write, else not at all. A gateway that has not
+        read the board again is told by the board that its list changed (as its poll would find out)."""
+        definition, mode = self.board_in_force
+        expected = definition if mode == "write" and self.w.board.definition == definition else None
+        gateways = (self.w.served, self.w.worker_side)
+        for attempt in range(2000):
+            if all(_served_definition(gateway) == expected for gateway in gateways):
+                return
+            if attempt % 50 == 3:
+                self._board_says(self.w.board.definition)
+            time.sleep(0.01)
+        served = [_served_definition(gateway) for gateway in gateways]
+        raise AssertionError(f"add_note is served as {served} within 20 s, not as {expected}")
 
     # -- the worker and time ----------------------------------------------------------------------------
 
@@ -1198,8 +1406,10 @@ class Promises(RuleBasedStateMachine):
         return {name: host.app.state.service for name, host in zip(("orders", ADAPTER, ROGUE), hosts, strict=True)}
 
     def _marks(self) -> Marks:
-        """Now, as each backend counts it: the requests it has received."""
-        return {name: service.received for name, service in self._services().items()}
+        """Now, as each backend counts it: the requests it has received (the board's too)."""
+        return {name: service.received for name, service in self._services().items()} | {
+            UPSTREAM: self.w.board.received
+        }
 
     def _written(self, name: str, service: Any) -> int:
         """Writes applied at backend `name`: refunds, or expense reports beyond those seeded."""
@@ -1223,6 +1433,8 @@ class Promises(RuleBasedStateMachine):
                     self.violations.append(
                         f"promise 9: {request.method} {request.path} reached {name}{carried}; no admin acknowledged it"
                     )
+                if request.headers.get("authorization") == f"Bearer {self.w.board_token}":
+                    self.violations.append(f"promise 9: the gateway's token for {UPSTREAM} reached {name}")
                 if request.method != "POST" or not request.path.endswith(WRITE_PATHS[name]):
                     continue
                 key = request.headers.get("idempotency-key", "")
@@ -1250,6 +1462,7 @@ class Promises(RuleBasedStateMachine):
         for key, names in applied_at.items():
             if len(names) > 1:
                 self.violations.append(f"promise 2: card {by_key[key].card_id} was applied at {', '.join(names)}")
+        self._check_board()
         for seen in self.cards.values():
             reported = seen.card is not None and seen.card.provenance is not None and seen.card.provenance.tainted
             if reported and not seen.taint_counted:  # once: the taint runs from the proposal, not from this look
@@ -1262,14 +1475,59 @@ class Promises(RuleBasedStateMachine):
         broken = [v for v in dict.fromkeys(self.violations) if self.only is None or v.split(":")[0] in self.only]
         assert not broken, "\n".join(broken)
 
+    def _check_board(self) -> None:
+        """Promises 9, 1, 3, 5, 6 and 2 at the fronted board: each request it received carries the gateway's own token
+        for it and no other credential; each call of ``add_note`` that reached it is a note of a card of ours, sent
+        as `_check_write` allows, once (MCP has no idempotency key: its write contract allows no resend), and against
+        the definition the card was made against (promise 10); no card's note is applied twice."""
+        board = self.w.board
+        for request in board.since(self.cursors[UPSTREAM]):
+            credential = request.headers.get("authorization")
+            if _host(self.w.board_url) not in self.acknowledged:
+                self.violations.append(f"promise 9: {request.method} {request.path} reached {UPSTREAM} unacknowledged")
+            if credential is not None and credential != f"Bearer {self.w.board_token}":
+                self.violations.append(f"promise 9: a request reached {UPSTREAM} with a credential not its own")
+        self.cursors[UPSTREAM] += len(board.since(self.cursors[UPSTREAM]))
+        notes = {
+            str(seen.card.arguments.get("title")): seen
+            for seen in self.cards.values()
+            if seen.tool == NOTE_TOOL and seen.card is not None
+        }
+        calls = board.calls[self.board_calls :]
+        self.board_calls += len(calls)
+        for call in calls:
+            title = str(call.arguments.get("title"))
+            seen = notes.get(title)
+            if seen is None:
+                self.violations.append(f"promise 1: a note reached {UPSTREAM} with no card of ours ({title!r})")
+                continue
+            self._check_write(seen, UPSTREAM, call.at)
+            self.notes_sent[title] = self.notes_sent.get(title, 0) + 1
+            if self.notes_sent[title] > 1:
+                self.violations.append(
+                    f"promise 6: card {seen.card_id} was sent {self.notes_sent[title]} times to {UPSTREAM}, whose"
+                    " contract allows no resend"
+                )
+            if call.definition != seen.definition:
+                self.violations.append(
+                    f"promise 10: card {seen.card_id}, made against {ADD} as {seen.definition!r}, ran against it as"
+                    f" {call.definition!r}"
+                )
+        applied = [str(note.get("title")) for note in list(board.notes)]
+        for title in {title for title in applied if applied.count(title) > 1}:
+            self.violations.append(f"promise 2: note {title!r} was applied {applied.count(title)} times")
+
     def _check_served_tools(self) -> None:
         """Promise 10, judged on the tool list the model is served (a new session's ``tools/list``)."""
 
-        async def descriptions() -> dict[str, str]:
+        async def listed() -> dict[str, Any]:
             async with agent(f"{self.w.base}/mcp", self.reader_key) as client:
-                return {tool.name: tool.description or "" for tool in (await client.list_tools()).tools}
+                return {tool.name: tool for tool in (await client.list_tools()).tools}
 
-        for name, description in self.w.portal.call(descriptions).items():
+        tools = self.w.portal.call(listed)
+        self._check_served_note(tools.get(NOTE_TOOL))
+        for name, tool in tools.items():
+            description = tool.description or ""
             if not name.startswith(f"{ADAPTER}_"):
                 continue
             # A write's description is served after the gateway's own words on proposals (`gateway.mcp.surface`).
@@ -1278,6 +1536,28 @@ class Promises(RuleBasedStateMachine):
                 self.violations.append(f"promise 10: {name} is served with a description no admin accepted")
             elif any(text in accepted for text in PLANTED_INSTRUCTIONS.values()) and not self.accepted[accepted]:
                 self.violations.append(f"promise 10: {name} is served with an instruction its review did not flag")
+
+    def _check_served_note(self, tool: Any) -> None:
+        """Promise 10 for the board's write: served only as the review in force classified it (a write of the
+        definition it pins, which is the one listed now), and with an instruction to the model only if the review
+        the admin was shown had it in the diff."""
+        definition, mode = self.board_in_force
+        allowed = definition if mode == "write" and self.w.board.definition == definition else None
+        if tool is None:
+            return  # not served: nothing reaches the model
+        properties = set((tool.input_schema or {}).get("properties", {}))
+        served = [
+            name
+            for name, listed in DEFINITIONS.items()
+            if (tool.description or "").endswith(listed["description"])
+            and properties == set(listed["inputSchema"]["properties"])
+        ]
+        if allowed is None or allowed not in served:
+            self.violations.append(
+                f"promise 10: {NOTE_TOOL} is served as {served}, classified as {self.board_in_force}"
+            )
+        elif INSTRUCTION in DEFINITIONS[allowed]["description"] and not self.board_accepted.get(allowed):
+            self.violations.append(f"promise 10: {NOTE_TOOL} is served with an instruction its review did not show")
 
     def _check_write(self, seen: Seen, host: str, at: int) -> None:
         card = seen.card
@@ -1339,6 +1619,18 @@ class Promises(RuleBasedStateMachine):
             truncated = AuditTrail(RedisStreamAuditSink(copy, secret=secret), AuditArchive(self.w.archive_dir))
             if (await truncated.verify(secret)).broken is None:
                 self.violations.append("promise 7: audit verify passes with the last entry removed")
+
+
+def _served_definition(gateway: Gateway) -> str | None:
+    """How `gateway` serves the board's ``add_note`` (a key of `DEFINITIONS`; None: not served, or as none of them)."""
+    tool = gateway.live.current().get(NOTE_TOOL)
+    if tool is None:
+        return None
+    arguments = set(tool.arguments.model_fields)
+    for name, listed in DEFINITIONS.items():
+        if tool.description == listed["description"] and arguments == set(listed["inputSchema"]["properties"]):
+            return name
+    return None
 
 
 def _fault(w: World, backend: str, spec: dict[str, Any] | None) -> None:
@@ -1546,3 +1838,35 @@ def test_an_unknown_write_is_not_looked_up_or_resent_at_a_new_base_url(world: Wo
     machine = replay(world, 2, SAME, [*file_and_approve, moved, ("time_passes", {"seconds": 5.0, "times": 6})])
     [card] = [machine._card(card_id) for card_id in machine.cards]
     assert card is not None and card.state is CardState.NEEDS_RECONCILIATION
+
+
+def test_a_note_approved_against_one_definition_does_not_run_against_another(world: World) -> None:
+    """With the executor's definition check removed from the binding re-check: a note approved while the worker is
+    paused, then the fronted server adds an argument to its write and an admin classifies the change; the worker
+    runs the approved card against the changed tool. The card ends FAILED (CONFLICT), unsent."""
+    steps: list[Step] = [
+        ("agent_adds_note", {"via": "key", "text": NOTE_TEXTS[0]}),
+        ("operator_pauses_worker", {"paused": True}),
+        ("admin_decides", {"how": "approve", "pick": 0, "admin": 0}),
+        ("board_redefines_its_write", {"definition": "schema"}),
+        ("admin_classifies_the_changed_write", {"mode": "write"}),
+        ("operator_pauses_worker", {"paused": False}),
+        ("time_passes", NOW),
+    ]
+    machine = replay(world, 10, SAME, steps)
+    [card] = [machine._card(card_id) for card_id in machine.cards]
+    assert card is not None and card.state is CardState.FAILED and not world.board.calls
+
+
+def test_a_note_whose_answer_was_lost_is_settled_by_finding_it_on_the_board(world: World) -> None:
+    """The board applies an approved note and loses its answer: the card is UNKNOWN, and the lookup finds the note's
+    text on the board where the preview at proposal did not, so it is SUCCEEDED without a resend."""
+    steps: list[Step] = [
+        ("agent_adds_note", {"via": "key", "text": NOTE_TEXTS[0]}),
+        ("board_behaves", {"fault": "drop"}),
+        ("admin_decides", {"how": "approve", "pick": 0, "admin": 0}),
+        ("time_passes", {"seconds": 5.0}),
+    ]
+    machine = replay(world, 6, SAME, steps)
+    [card] = [machine._card(card_id) for card_id in machine.cards]
+    assert card is not None and card.state is CardState.SUCCEEDED and len(world.board.calls) == 1
