@@ -3,7 +3,8 @@
 
 Both reviews answer with one type (`ReviewResult`, of the entry each reviews), refuse with the same four codes,
 answered with the same HTTP statuses (`REVIEW_STATUS`), and list every problem of a refused body the same way
-(`validation_problems`), so a script that drives one drives the other. Plain data: no layer, no I/O.
+(`validation_problems`), and show what in the texts a model would read an admin should look at the same way
+(`SafetyFlag`), so a script that drives one drives the other. Plain data: no layer, no I/O.
 """
 
 from __future__ import annotations
@@ -13,18 +14,31 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Generic, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gateway.audit.events import AuditEvent
 from gateway.codes import Code
 from gateway.principal import Principal
+from policies.text_safety import FlagCode
 
-__all__ = ["REVIEW_STATUS", "ReviewResult", "validation_problems"]
+__all__ = ["REVIEW_STATUS", "ReviewResult", "SafetyFlag", "validation_problems"]
 
 REVIEW_STATUS: Mapping[str, int] = MappingProxyType(
     {Code.VALIDATION_ERROR: 422, Code.PERMISSION_DENIED: 403, Code.NOT_FOUND: 404, Code.CONFLICT: 409}
 )
 """Every refusal code of a review, with the status the review's routes answer it with."""
+
+
+class SafetyFlag(BaseModel):
+    """Something in a text the model would read (a manifest's, or a fronted tool's definition) that an admin should
+    look at before accepting it (`policies.text_safety`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    code: FlagCode
+    field: str
+    """Where the text is, e.g. ``tools[2].input_schema.properties.amount.description``."""
+    excerpt: str
 
 
 def validation_problems(error: ValidationError, whole: str) -> tuple[str, ...]:

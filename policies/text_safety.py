@@ -14,13 +14,15 @@ rarer homoglyphs can pass them, which is why a person reads the text too. No I/O
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-__all__ = ["EXCERPT_MAX", "Flag", "FlagCode", "review_text", "review_texts"]
+__all__ = ["EXCERPT_MAX", "Flag", "FlagCode", "review_text", "review_texts", "strings_in"]
 
 EXCERPT_MAX = 80
 """Longest excerpt a flag carries, escapes included."""
@@ -125,6 +127,32 @@ def review_texts(
     """
     others = other_tool_names - own_tool_names
     return tuple(flag for field, text in texts for flag in _review(field, text, others=others, own=own_tool_names))
+
+
+def strings_in(where: str, node: Any) -> list[tuple[str, str]]:
+    """``(location, string)`` for each key and each string value anywhere under `node` (a JSON document: a tool's
+    schema or whole definition), for `review_texts`: property names, ``pattern``, ``format``, ``enum``, ``title``,
+    ``description`` and unknown keywords alike, since a model reads all of them.
+
+    A location reads like ``where.properties.amount.description``; a key that is not a plain ASCII identifier is
+    quoted as JSON (``properties["\\u200bamount"]``), and the location of a key itself ends in `` (key)``.
+    """
+    if isinstance(node, str):
+        return [(where, node)]
+    if isinstance(node, Mapping):
+        found: list[tuple[str, str]] = []
+        for key, value in node.items():
+            at = (
+                f"{where}.{key}"
+                if str(key).isidentifier() and str(key).isascii()
+                else f"{where}[{json.dumps(str(key))}]"
+            )
+            found.append((f"{at} (key)", str(key)))
+            found += strings_in(at, value)
+        return found
+    if isinstance(node, list | tuple):
+        return [text for index, item in enumerate(node) for text in strings_in(f"{where}[{index}]", item)]
+    return []
 
 
 def _review(field: str, text: str, *, others: frozenset[str], own: frozenset[str]) -> tuple[Flag, ...]:

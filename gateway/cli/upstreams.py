@@ -67,6 +67,10 @@ async def run(client: Any, audit: AuditSink, admin: Principal, args: argparse.Na
                 if tool.suggestion:
                     hints = escape_unprintable(json.dumps(tool.suggestion, sort_keys=True))
                     print(f"    suggested by the upstream (not trusted): {hints}")
+                for flag in tool.flags:
+                    # Read before classifying: an instruction to the model, hidden characters, a secret asked for.
+                    where, excerpt = escape_unprintable(flag.field), escape_unprintable(flag.excerpt)
+                    print(f"    flag {flag.code} in {where}: {excerpt}")
                 for line in tool.diff:
                     print(f"    {escape_unprintable(line)}")
         return 0

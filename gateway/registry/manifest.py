@@ -16,15 +16,13 @@ untrusted (and taints its reader). The review lists what the model is shown of e
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.tools.declarations import NOT_APPLIED_STATUSES
-from policies.text_safety import Flag, review_texts
+from policies.text_safety import Flag, review_texts, strings_in
 
 __all__ = [
     "MAX_DESCRIPTION_CHARS",
@@ -432,31 +430,11 @@ def model_facing_texts(manifest: AdapterManifest) -> list[tuple[str, str]]:
         where = f"tools[{index}]"
         texts.append((f"{where}.name", tool.name))
         texts.append((f"{where}.description", tool.description))
-        texts += _schema_texts(f"{where}.input_schema", tool.input_schema)
-        texts += _schema_texts(f"{where}.output_schema", tool.output_schema)
+        texts += strings_in(f"{where}.input_schema", tool.input_schema)
+        texts += strings_in(f"{where}.output_schema", tool.output_schema)
         if tool.summary_template is not None:
             texts.append((f"{where}.summary_template", tool.summary_template))
     return texts
-
-
-def _schema_texts(where: str, node: Any) -> list[tuple[str, str]]:
-    """``(location, string)`` for each key and each string value anywhere under `node`."""
-    if isinstance(node, str):
-        return [(where, node)]
-    if isinstance(node, Mapping):
-        found: list[tuple[str, str]] = []
-        for key, value in node.items():
-            at = _entry(where, str(key))
-            found.append((f"{at} (key)", str(key)))
-            found += _schema_texts(at, value)
-        return found
-    if isinstance(node, list | tuple):
-        return [text for index, item in enumerate(node) for text in _schema_texts(f"{where}[{index}]", item)]
-    return []
-
-
-def _entry(where: str, key: str) -> str:
-    return f"{where}.{key}" if key.isidentifier() and key.isascii() else f"{where}[{json.dumps(key)}]"
 
 
 def review_manifest(manifest: AdapterManifest, *, other_tool_names: frozenset[str]) -> tuple[Flag, ...]:

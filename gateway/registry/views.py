@@ -15,16 +15,14 @@ from pydantic.json_schema import SkipJsonSchema
 
 from gateway.registry.review import review_lines, tool_reviews
 from gateway.registry.tools import model_sees
-from gateway.review_answers import REVIEW_STATUS, ReviewResult
+from gateway.review_answers import REVIEW_STATUS, ReviewResult, SafetyFlag
 from gateway.store.registrations import Registration, RegistrationState
-from policies.text_safety import FlagCode
 
 __all__ = [
     "AdapterActionDone",
     "AdapterDiff",
     "AdapterError",
     "AdapterErrorDetail",
-    "AdapterFlag",
     "AdapterList",
     "AdapterRegistration",
     "AdapterToolInput",
@@ -40,15 +38,6 @@ def _no_default(schema: dict[str, Any]) -> None:
 
 class _View(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
-
-class AdapterFlag(_View):
-    """Something in the proposal's text that an admin should look at before accepting it."""
-
-    code: FlagCode
-    field: str
-    """Where the text is, e.g. ``tools[2].input_schema.properties.amount.description``."""
-    excerpt: str
 
 
 class AdapterDiff(_View):
@@ -117,7 +106,7 @@ class AdapterRegistration(_View):
     proposed_hash: str | None
     """Send it back to accept exactly this proposal."""
     accepted_by: str | None
-    flags: list[AdapterFlag]
+    flags: list[SafetyFlag]
     diff: AdapterDiff | None
     """None when nothing is proposed."""
     proposed: dict[str, Any] | None
@@ -139,7 +128,7 @@ class AdapterRegistration(_View):
             pinned_hash=registration.pinned_hash,
             proposed_hash=registration.proposed_hash,
             accepted_by=registration.accepted_by,
-            flags=[AdapterFlag.model_validate(dict(flag)) for flag in registration.flags],
+            flags=[SafetyFlag.model_validate(dict(flag)) for flag in registration.flags],
             diff=AdapterDiff.model_validate(registration.diff() | {"reviewed": _reviewed(registration)})
             if proposed is not None
             else None,

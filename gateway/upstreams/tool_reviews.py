@@ -28,12 +28,13 @@ from gateway.canonical import canonical_json
 from gateway.config.org_adapters import OrgAdapters
 from gateway.config.upstreams import ToolReview, UpstreamSection, check_upstream_name
 from gateway.principal import KeyKind, Principal
-from gateway.review_answers import ReviewResult, validation_problems
+from gateway.review_answers import ReviewResult, SafetyFlag, validation_problems
 from gateway.store.upstream_reviews import UpstreamReviewStore
 from gateway.upstreams.review import definition_diff, definition_hash
 from gateway.upstreams.views import FrontedServer, FrontedTool
 from policies.adapter_authority import may_manage_adapter, may_review_adapters
 from policies.manifest_safety import check_base_url
+from policies.text_safety import review_texts, strings_in
 
 __all__ = [
     "RegistrationAcceptance",
@@ -272,6 +273,9 @@ class UpstreamReviews:
         stored = await self.store.reviews(upstream)
         seen = await self.store.seen(upstream)
         tools: list[FrontedTool] = []
+        # The server's texts may name its own tools (as listed, and as agents are served them) freely.
+        own = {str(definition.get("name", "")) for definition in listing.tools} if listing is not None else set()
+        own |= {f"{upstream}_{name}" for name in own}
         for definition in listing.tools if listing is not None else ():
             name = str(definition.get("name", ""))
             listed = definition_hash(definition)
@@ -295,6 +299,14 @@ class UpstreamReviews:
                     review=review.model_dump(mode="json") if review is not None else None,
                     reviewed_by=by.get(name, ""),
                     diff=diff,
+                    flags=[
+                        SafetyFlag(code=flag.code, field=flag.field, excerpt=flag.excerpt)
+                        for flag in review_texts(
+                            strings_in("definition", definition),
+                            own_tool_names=frozenset(own),
+                            other_tool_names=frozenset(),
+                        )
+                    ],
                 )
             )
         proposed = await self.store.proposed(upstream) if upstream not in self._sections else None

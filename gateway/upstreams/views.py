@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gateway.review_answers import ReviewResult
+from gateway.review_answers import ReviewResult, SafetyFlag
 
 __all__ = [
     "FrontedServer",
@@ -49,6 +49,10 @@ class FrontedTool(_View):
     """``config`` (the config file), or the admin who accepted it through the gateway; "" when unreviewed."""
     diff: list[str]
     """For a changed definition: a unified diff from the definition reviewed to the one listed now."""
+    flags: list[SafetyFlag] = []
+    """What in the definition listed now a model would read and an admin should look at before classifying it (an
+    instruction to the model, hidden characters, another tool named, a secret asked for): every key and string of
+    it reviewed as a manifest's texts are (`policies.text_safety`), each flag's field a path in the definition."""
 
 
 class FrontedServer(_View):

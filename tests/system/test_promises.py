@@ -43,8 +43,8 @@ the note's title, and a resend, as promise 6 counts it there, is any second call
 allows none). Promise 9 holds the operator's and the admins' word on where the gateway sends anything: the orders,
 expenses and board hosts, and a host an admin acknowledged by name; and the gateway's own token for the board goes to
 the board alone, which receives no other credential. Promise 10 holds for the board's tools as for a registered
-adapter's: ``add_note`` is served only as the review in force classified it (an instruction to the model in a changed
-description shown in the diff that admin read), and a card made against one definition never runs against another.
+adapter's: ``add_note`` is served only as the review in force classified it (an instruction to the model in its
+description flagged in the review that admin read), and a card made against one definition never runs against another.
 
 Budget: ``PROMISES_EXAMPLES`` examples (default `CI_EXAMPLES` under the ``ci`` profile, a fifth otherwise) of
 at most ``PROMISES_STEPS`` steps; ``PROMISES_EXAMPLES=300 pytest -n 0 tests/system/test_promises.py`` runs it
@@ -568,8 +568,8 @@ class Promises(RuleBasedStateMachine):
         self.board_in_force: tuple[str, str] = (FIRST, "write")
         """The definition of ``add_note`` the review in force pins, and the class it gives it."""
         self.board_accepted: dict[str, bool] = {}
-        """Every definition of ``add_note`` an admin classified, with whether the review they were shown had the
-        instruction to the model in it (the diff of the change)."""
+        """Every definition of ``add_note`` an admin classified, with whether the review they were shown flagged the
+        instruction to the model in its description."""
         self.board_calls = 0
         """The board's ``add_note`` calls up to which they were checked."""
         self.notes_sent: dict[str, int] = {}
@@ -1148,7 +1148,10 @@ class Promises(RuleBasedStateMachine):
         if self._admin_classifies(ADD, mode, entry["listed_hash"]).status_code != 200:
             return
         definition = self.w.board.definition
-        shown = any(line.startswith("+") and INSTRUCTION in line for line in entry["diff"])
+        shown = any(
+            flag["code"] == "instruction_to_model" and flag["field"] == "definition.description"
+            for flag in entry["flags"]
+        )
         self.board_accepted[definition] = self.board_accepted.get(definition, False) or shown
         self.board_in_force = (definition, mode)
         self.catalog_changed = True
@@ -1540,7 +1543,7 @@ class Promises(RuleBasedStateMachine):
     def _check_served_note(self, tool: Any) -> None:
         """Promise 10 for the board's write: served only as the review in force classified it (a write of the
         definition it pins, which is the one listed now), and with an instruction to the model only if the review
-        the admin was shown had it in the diff."""
+        the admin was shown flagged it."""
         definition, mode = self.board_in_force
         allowed = definition if mode == "write" and self.w.board.definition == definition else None
         if tool is None:

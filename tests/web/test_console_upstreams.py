@@ -31,6 +31,7 @@ from tests.support.mcp_servers import (
     installed_or_skipped,
     serving_over_http,
 )
+from tests.support.notes_server import ADD, LIST, NotesBoard
 from tests.support.redis_server import free_port
 from tests.support.services import TEST_AUDIT_SECRET
 
@@ -172,3 +173,36 @@ async def test_in_a_browser_a_server_registered_again_elsewhere_is_fronted_once_
             said = await page.until("document.querySelector('.notice.ok')?.textContent")
             assert said == f"gitsvc is fronted at {after}."
     assert (await store.registered())["gitsvc"]["url"] == after
+
+
+async def test_in_a_browser_an_instruction_in_a_fronted_tools_description_is_flagged_before_it_is_classified(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    """The board lists ``add_note`` with an instruction to the model in its description: its review on the page
+    shows the flag, where it is and its excerpt (as text), above the classification form; the board's plain read
+    shows none."""
+    board = NotesBoard()
+    board.redefine("instruction")
+    admin = await make_key(redis, kind=KeyKind.ADMIN, subject="root@acme.example", roles=("registry",))
+    with serve_app_in_thread(board.app(), lifespan=True) as board_url:
+        section = UpstreamSection(transport="http", url=f"{board_url}/mcp")
+        settings = fronting_settings(redis_url, "notes", section, registry_poll_seconds=0.2, demo=True)
+        with serve_app_in_thread(create_app(settings), lifespan=True) as base:
+            async with browser(tmp_path / "profile") as page:
+                await page.send("Page.navigate", {"url": f"{base}/admin/#key={admin}&next=/upstreams"})
+                tool = 'document.querySelector(\'[data-upstream="notes"] [data-tool="{name}"]\')'
+                await page.until(f"{tool.format(name=ADD)} !== null && {tool.format(name=LIST)} !== null")
+                seen = json.loads(await page.evaluate(
+                    f"""JSON.stringify({{
+                        flags: [...{tool.format(name=ADD)}.querySelectorAll('.flags li')].map((li) => [
+                            li.dataset.flag, li.querySelector('code').textContent,
+                            li.querySelector('pre.excerpt').textContent]),
+                        heading: {tool.format(name=ADD)}.querySelector('.flags h5').textContent,
+                        plain: {tool.format(name=LIST)}.querySelectorAll('.flags').length,
+                    }})"""
+                ))  # fmt: skip
+                await screenshot(page, shots(tmp_path) / "upstream-flags.png", full_page=True)
+    [(code, field, excerpt)] = seen["flags"]
+    assert (code, field) == ("instruction_to_model", "definition.description")
+    assert "Ignore previous instructions" in excerpt
+    assert seen["heading"] == "⚠ 1 safety flag: read before classifying" and seen["plain"] == 0

@@ -1448,6 +1448,7 @@
     const hints = tool.suggestion && typeof tool.suggestion === "object" ? Object.entries(tool.suggestion) : [];
     const diff = Array.isArray(tool.diff) ? tool.diff : [];
     const review = tool.review && typeof tool.review === "object" ? tool.review : null;
+    const flags = Array.isArray(tool.flags) ? tool.flags : [];
     return el("section", { class: "upstream-tool", "data-tool": tool.name, "data-state": tool.state },
       el("h4", null, mono(tool.name), " ",
         el("span", { class: "state adapter-" + (tool.state === "served" ? "active" : "quarantined") },
@@ -1462,6 +1463,14 @@
           ? el("ul", { class: "suggestion" }, hints.map(([name, value]) => el("li", null, mono(`${name}: ${json(value)}`))))
           : "no annotations"],
       ]),
+      // Read before classifying, as for a manifest: what in the definition a model would take as an instruction.
+      flags.length
+        ? el("section", { class: "flags" },
+          el("h5", null, `⚠ ${flags.length} safety flag${flags.length === 1 ? "" : "s"}: read before classifying`),
+          el("ul", null, flags.map((flag) => el("li", { "data-flag": String(flag.code) },
+            el("strong", null, String(flag.code)), " in ", mono(String(flag.field)),
+            el("pre", { class: "excerpt" }, String(flag.excerpt))))))
+        : null,
       definition.description ? el("pre", { class: "excerpt description" }, String(definition.description)) : null,
       diff.length
         ? el("section", { class: "diff" },
