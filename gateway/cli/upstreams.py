@@ -37,6 +37,8 @@ def upstream_reviews(client: Any, audit: AuditSink, settings: Settings) -> Upstr
         audit,
         org_adapters=settings.org_adapters,
         now_ms=lambda: int(time.time() * 1000),
+        # A command serves nothing: a definition naming another backend's tool is flagged by the gateway's review.
+        served_tool_names=frozenset,
     )
 
 

@@ -268,6 +268,7 @@ def build_gateway(settings: Settings, tools: Iterable[Tool]) -> Gateway:
         audit,
         org_adapters=org_adapters,
         now_ms=lambda: int(time.time() * 1000),
+        served_tool_names=lambda: frozenset(live.current()),
         allowed_base_urls=settings.registry_allowed_base_urls,
     )
     # The operator's policies are validated against the schema of the tools served: first the in-process ones, then

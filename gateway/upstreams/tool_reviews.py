@@ -57,10 +57,14 @@ class UpstreamReviews:
         *,
         org_adapters: OrgAdapters,
         now_ms: Callable[[], int],
+        served_tool_names: Callable[[], frozenset[str]],
         allowed_base_urls: tuple[str, ...] = (),
     ) -> None:
-        """`sections` are the config file's upstreams; services may register more (HTTP, to `allowed_base_urls`)."""
+        """`sections` are the config file's upstreams; services may register more (HTTP, to `allowed_base_urls`).
+        `served_tool_names` are the names agents are served now: a definition naming one of another backend's is
+        flagged (``calls_other_tools``) in the review."""
         self._sections = sections
+        self._served = served_tool_names
         self._allowed = allowed_base_urls
         self.store = store
         self._audit = audit
@@ -273,6 +277,7 @@ class UpstreamReviews:
         stored = await self.store.reviews(upstream)
         seen = await self.store.seen(upstream)
         tools: list[FrontedTool] = []
+        served = self._served()
         # The server's texts may name its own tools (as listed, and as agents are served them) freely.
         own = {str(definition.get("name", "")) for definition in listing.tools} if listing is not None else set()
         own |= {f"{upstream}_{name}" for name in own}
@@ -304,7 +309,7 @@ class UpstreamReviews:
                         for flag in review_texts(
                             strings_in("definition", definition),
                             own_tool_names=frozenset(own),
-                            other_tool_names=frozenset(),
+                            other_tool_names=served,
                         )
                     ],
                 )
