@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "DEFAULT_SESSIONS",
+    "MAX_CALL_SECONDS",
     "MAX_SESSIONS",
     "ArgumentMap",
     "OAuthClientSection",
@@ -39,6 +40,10 @@ DEFAULT_SESSIONS = 4
 """Sessions kept open to an HTTP upstream when ``sessions`` is unset: enough that a slow call does not hold up the
 others, few enough that a server counting sessions per client is not crowded."""
 MAX_SESSIONS = 32
+
+MAX_CALL_SECONDS = 300.0
+"""The longest a review may give one call (`ToolReview.timeout_seconds`): over HTTP, a session's client ends a
+response silent this long (`gateway.upstreams.connection`), so a longer deadline could never be reached."""
 
 _CLOSED = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -134,7 +139,7 @@ class ToolReview(BaseModel):
     """For writes: the read shown on the card."""
     lookup: LookupRule | None = None
     """For writes: how an unknown outcome is settled; without one a person settles it."""
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    timeout_seconds: float = Field(default=10.0, gt=0, le=MAX_CALL_SECONDS)
 
     @model_validator(mode="after")
     def _consistent(self) -> ToolReview:

@@ -47,7 +47,7 @@ from mcp.types import (
     ToolListChangedNotification,
 )
 
-from gateway.config.upstreams import UpstreamSection
+from gateway.config.upstreams import MAX_CALL_SECONDS, UpstreamSection
 from gateway.errors import ConfigError, UpstreamRefusedError, UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.telemetry.metrics import count_upstream_call_made_again, upstream_session
 from gateway.upstreams.credentials import gateway_auth
@@ -65,13 +65,12 @@ _NOT_RUN_CODES = frozenset({PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVA
 connection closed, a timeout, an internal error) may come after the tool changed something."""
 
 _CONNECT_SECONDS = 15.0
-_QUIET_STREAM_SECONDS = 300.0
-_HTTP_TIMEOUT = httpx2.Timeout(_CONNECT_SECONDS, read=_QUIET_STREAM_SECONDS)
+_HTTP_TIMEOUT = httpx2.Timeout(_CONNECT_SECONDS, read=MAX_CALL_SECONDS)
 """The bounds of a session's HTTP client. httpx2's default (5 s for every phase) would end a call its review gives
 longer (10 s by default) and a 2025-11-25 session's standing stream after five quiet seconds, and break the session
 with them. A call is bounded by its review's ``timeout_seconds`` (`UpstreamConnection.call_tool`); the read bound
-only ends a stream silent for five minutes (as the SDK's own client does), so a review may not usefully give a call
-longer than that."""
+only ends a response or stream silent for five minutes (as the SDK's own client does), which is why a review may
+give a call no longer (`MAX_CALL_SECONDS`)."""
 _BACKOFF_START, _BACKOFF_CAP = 0.2, 30.0
 
 

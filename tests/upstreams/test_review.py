@@ -84,10 +84,12 @@ def test_an_upstream_tool_named_like_one_of_ours_cannot_shadow_it() -> None:
         {"mode": "write", "definition": "sha256:" + "0" * 64, "public": True, "roles": ["staff"]},
         {"definition": "sha256:" + "0" * 64, "public": True},  # no class: never a default
         {"mode": "read", "definition": "sha256:" + "0" * 64, "public": True, "lookup": {"tool": "x", "arguments": {}}},
+        {"mode": "read", "definition": "sha256:" + "0" * 64, "public": True, "timeout_seconds": 301},  # past reach
     ],
 )
 def test_a_review_without_its_required_parts_is_refused(review: dict[str, Any]) -> None:
-    """A class and an access rule are required; there is no default that serves a tool."""
+    """A class and an access rule are required; there is no default that serves a tool; a call's deadline is one
+    the gateway can reach (at most `MAX_CALL_SECONDS`)."""
     with pytest.raises(ValidationError):
         ToolReview.model_validate(review)
 
