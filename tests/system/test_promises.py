@@ -906,10 +906,14 @@ class Promises(RuleBasedStateMachine):
         refused = self.w.portal.call(self._knock, door, [*self.cards][-1] if self.cards else "no-such-task")
         if not refused:
             self.violations.append(f"promise 8: {3 * POLLER_BURST} calls of {door} in a row, none refused RATE_LIMITED")
-        entries = self.w.portal.call(self.w.redis.xlen, "countersign:audit") - before
-        # One per poll would be at least `POLLER_BURST` + 1 (every poll let through, and the first refusal); the first
-        # poll, the first refusal and the aggregates of earlier knocks' refusals, written up to a second later
-        # (`gateway.mcp.flood_audit`) and so possibly in this window (one per door knocked before), are fewer.
+        written = self.w.portal.call(self.w.redis.xlen, "countersign:audit") - before
+        # The poller's task entries among those written meanwhile (the gateway audits other callers' and its own work
+        # in the same window). One per poll would be at least `POLLER_BURST` + 1 (every poll let through, and the
+        # first refusal); the first poll, the first refusal and the aggregates of earlier task knocks' refusals,
+        # written up to a second later (`gateway.mcp.flood_audit`) and so possibly in this window, are fewer.
+        sink = RedisStreamAuditSink(self.w.redis, secret=TEST_AUDIT_SECRET.encode())
+        events = self.w.portal.call(sink.recent, written) if written > 0 else []
+        entries = sum(event.subject == POLLER and event.action.startswith("task.") for event in events)
         if door.startswith("tasks/") and entries > POLLER_BURST:
             self.violations.append(f"promise 8: {3 * POLLER_BURST} polls of {door} wrote {entries} audit entries")
 
